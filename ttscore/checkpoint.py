@@ -184,12 +184,32 @@ def read_checkpoint(path: str | Path, *, check_weights: bool = True) -> Checkpoi
             raise CheckpointError(f"{root} is not a Qwen3-TTS 12 Hz checkpoint: missing {rel}")
 
     cfg = _load_json(root / "config.json")
+    st_cfg = _load_json(root / "speech_tokenizer" / "config.json")
+    gen_cfg = _load_json(root / "generation_config.json")
+    for special in ("tokenizer_config.json", "preprocessor_config.json"):
+        _load_json(root / special)
+    try:
+        vocab = json.loads((root / "vocab.json").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{root / 'vocab.json'} is not valid JSON: {exc}") from None
+    if not isinstance(vocab, dict) or not vocab:
+        raise CheckpointError("vocab.json must be a non-empty JSON object")
+    info = parse_configs(cfg, st_cfg, gen_cfg, root)
+    if check_weights:
+        check_safetensors(root / "model.safetensors")
+        check_safetensors(root / "speech_tokenizer" / "model.safetensors")
+    return info
+
+
+def parse_configs(
+    cfg: dict[str, Any], st_cfg: dict[str, Any], gen_cfg: dict[str, Any], root: Path
+) -> CheckpointInfo:
+    """Parse config.json, speech_tokenizer/config.json and generation_config.json contents."""
     if cfg.get("model_type") != "qwen3_tts":
         raise CheckpointError(
             f"config.json: model_type is {cfg.get('model_type')!r}, expected 'qwen3_tts'"
         )
     tok_type = cfg.get("tokenizer_type")
-    st_cfg = _load_json(root / "speech_tokenizer" / "config.json")
     st_type = st_cfg.get("model_type")
     if tok_type == "qwen3_tts_tokenizer_25hz" or st_type == "qwen3_tts_tokenizer_25hz":
         raise CheckpointError("this is a 25 Hz Qwen3-TTS checkpoint; only the 12 Hz family is supported")
@@ -270,22 +290,7 @@ def read_checkpoint(path: str | Path, *, check_weights: bool = True) -> Checkpoi
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"speech_tokenizer/config.json: bad field ({exc})") from None
 
-    gen_cfg = _load_json(root / "generation_config.json")
     generation = {k: gen_cfg.get(k, v) for k, v in GENERATION_DEFAULTS.items()}
-
-    for special in ("tokenizer_config.json", "preprocessor_config.json"):
-        _load_json(root / special)
-    try:
-        vocab = json.loads((root / "vocab.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{root / 'vocab.json'} is not valid JSON: {exc}") from None
-    if not isinstance(vocab, dict) or not vocab:
-        raise CheckpointError("vocab.json must be a non-empty JSON object")
-
-    if check_weights:
-        check_safetensors(root / "model.safetensors")
-        check_safetensors(root / "speech_tokenizer" / "model.safetensors")
-
     return CheckpointInfo(
         path=root,
         variant=variant,

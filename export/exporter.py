@@ -1,0 +1,207 @@
+"""`triton-tts export`: checkpoint directory -> validated ONNX artifacts + manifest.json.
+
+Everything is written into a temporary sibling directory and renamed into place only after every
+graph passed validation against PyTorch, so a failed export never leaves a directory that looks
+valid. The source checkpoint is never written to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from ttscore import spec
+from ttscore.checkpoint import CheckpointInfo, read_checkpoint
+from ttscore.errors import CheckpointError, ExportError, TTSError
+from ttscore.pipeline import MANIFEST, MANIFEST_FORMAT
+from ttscore.tokenizer import TOKENIZER_FILES
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "int8")
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fingerprint(checkpoint: Path) -> str:
+    """Cheap identity of a checkpoint's files (path, size, mtime) for export caches."""
+    h = hashlib.sha256()
+    for p in sorted(checkpoint.rglob("*")):
+        if p.is_file():
+            st = p.stat()
+            h.update(f"{p.relative_to(checkpoint)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def graph_specs(info: CheckpointInfo, state_size: int | None = None) -> dict[str, spec.GraphSpec]:
+    t = info.talker
+    specs = {
+        "talker": spec.talker_spec(t.num_layers, t.hidden_size, t.num_kv_heads, t.head_dim, info.codec_vocab_size),
+        "code_predictor": spec.code_predictor_spec(t.hidden_size, info.num_code_groups),
+        "code2wav": spec.code2wav_spec(info.num_code_groups),
+    }
+    if state_size is not None:
+        specs["code2wav_stream"] = spec.code2wav_stream_spec(
+            info.num_code_groups, state_size, info.samples_per_frame
+        )
+    if info.variant == "base":
+        specs["speaker_encoder"] = spec.speaker_encoder_spec(spec.MEL_BINS, int(info.speaker_embed_dim or 0))
+        specs["speech_encoder"] = spec.speech_encoder_spec(info.num_code_groups)
+    return specs
+
+
+def export_checkpoint(
+    checkpoint: str | Path, out: str | Path, *, precision: str = "fp32", device: str = "cpu"
+) -> dict[str, Any]:
+    """Export + validate. Returns the manifest. Raises CheckpointError / ExportError."""
+    if precision not in PRECISIONS:
+        raise ExportError(f"precision must be one of {', '.join(PRECISIONS)} on this build, got {precision!r}")
+    if device != "cpu":
+        raise ExportError("TensorRT engines are built on a GPU host (device=gpu); this machine has none")
+    src = Path(checkpoint).resolve()
+    dst = Path(out).resolve()
+    info = read_checkpoint(src)
+    if dst == src or src in dst.parents:
+        raise ExportError("the output directory must not be inside the source checkpoint")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}.partial-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    started = time.time()
+    try:
+        manifest = _export_into(src, tmp, info, precision)
+        manifest["export_seconds"] = round(time.time() - started, 1)
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False))
+        if dst.exists():
+            old = dst.parent / f".{dst.name}.old-{os.getpid()}"
+            dst.rename(old)
+            tmp.rename(dst)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(dst)
+        return manifest
+    except TTSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    except Exception as exc:  # noqa: BLE001 - every failure becomes a typed export error
+        shutil.rmtree(tmp, ignore_errors=True)
+        logger.exception("export failed")
+        raise ExportError(f"export failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str) -> dict[str, Any]:
+    import onnx
+    import onnxruntime
+    import torch
+
+    from .code2wav import export_code2wav
+    from .reference import load_reference
+    from .talker import export_code_predictor, export_tables, export_talker, quantize_int8
+
+    torch.manual_seed(0)
+    try:
+        ref = load_reference(src)
+    except Exception as exc:  # noqa: BLE001
+        raise CheckpointError(f"cannot load {src} with the reference implementation: {exc}") from exc
+    tts = ref.model
+    st_model = tts.speech_tokenizer.model
+
+    reports: dict[str, Any] = {}
+    logger.info("exporting talker")
+    reports["talker"] = export_talker(tts, tmp)
+    logger.info("exporting code predictor")
+    reports["code_predictor"] = export_code_predictor(tts, tmp)
+    logger.info("writing embedding tables")
+    reports["tables"] = export_tables(tts, tmp)
+    logger.info("exporting code2wav")
+    c2w = export_code2wav(st_model, tmp)
+    state_size = int(c2w["state_size"])
+    reports["code2wav_stream"] = c2w.get("stream", c2w)
+    reports["code2wav"] = c2w.get("offline", c2w)
+    if info.variant == "base":
+        from .encoders import export_mel_filters, export_speaker_encoder, export_speech_encoder
+
+        logger.info("exporting speaker encoder and speech encoder")
+        reports["speaker_encoder"] = export_speaker_encoder(tts, tmp)
+        reports["speech_encoder"] = export_speech_encoder(st_model, tmp)
+        export_mel_filters(tmp)
+
+    specs = graph_specs(info, state_size)
+    if precision == "int8":
+        for name in ("talker", "code_predictor"):
+            q = quantize_int8(tmp / specs[name].filename)
+            os.replace(q, tmp / specs[name].filename)
+            reports[name]["quantized"] = "int8 dynamic (MatMul weights)"
+
+    tok_dir = tmp / "tokenizer"
+    tok_dir.mkdir()
+    for name in TOKENIZER_FILES:
+        shutil.copy2(src / name, tok_dir / name)
+
+    configs = {
+        "config.json": json.loads((src / "config.json").read_text(encoding="utf-8")),
+        "generation_config.json": json.loads((src / "generation_config.json").read_text(encoding="utf-8")),
+        "speech_tokenizer/config.json": json.loads(
+            (src / "speech_tokenizer" / "config.json").read_text(encoding="utf-8")
+        ),
+    }
+    graphs: dict[str, Any] = {}
+    for name, gspec in specs.items():
+        entry = gspec.to_json()
+        entry["validation"] = reports.get(name, {})
+        if not (tmp / gspec.filename).is_file():
+            raise ExportError(f"export produced no {gspec.filename}")
+        graphs[name] = entry
+
+    files = {}
+    for p in sorted(src.rglob("*")):
+        if p.is_file():
+            files[str(p.relative_to(src))] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+
+    return {
+        "format_version": MANIFEST_FORMAT,
+        "source": {"path": str(src), "fingerprint": fingerprint(src), "files": files},
+        "variant": info.variant,
+        "model_size": info.model_size,
+        "precision": precision,
+        "device": "cpu",
+        "sizes": {
+            "talker": info.talker.__dict__,
+            "code_predictor": info.code_predictor.__dict__,
+            "codec_vocab_size": info.codec_vocab_size,
+            "codebook_size": info.codebook_size,
+            "num_code_groups": info.num_code_groups,
+            "text_vocab_size": info.text_vocab_size,
+        },
+        "special_text_ids": info.special_text_ids,
+        "codec_ids": info.codec_ids,
+        "speakers": info.speakers,
+        "speaker_dialects": info.speaker_dialects,
+        "languages": info.supported_languages,
+        "sample_rate": info.sample_rate,
+        "samples_per_frame": info.samples_per_frame,
+        "code2wav": {"state_size": state_size, "state_layout": c2w.get("state_layout")},
+        "graphs": graphs,
+        "tables": reports.get("tables", {}),
+        "configs": configs,
+        "versions": {
+            "onnx_opset": 18,
+            "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__,
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+        },
+    }

@@ -1,0 +1,195 @@
+"""`triton-tts`: make-tiny, export, say, serve, bench.
+
+Every expected failure (bad checkpoint, bad request, failed validation) prints one line naming the
+problem and exits with status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from .errors import ArtifactError, TTSError
+
+logger = logging.getLogger("triton-tts")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TRITON_TTS_CACHE", Path.home() / ".cache" / "triton-tts"))
+
+
+def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None = None) -> Path:
+    """Artifacts for a checkpoint, exported into the cache unless an up-to-date export exists."""
+    from export.exporter import export_checkpoint, fingerprint
+
+    from .checkpoint import read_checkpoint
+    from .pipeline import read_manifest
+
+    src = checkpoint.resolve()
+    read_checkpoint(src)  # fail fast, before any heavy import
+    fp = fingerprint(src)
+    target = out or cache_root() / "artifacts" / f"{src.name}-{fp}-{precision}"
+    try:
+        manifest = read_manifest(target)
+        if manifest.get("source", {}).get("fingerprint") == fp and manifest.get("precision") == precision:
+            return target
+    except ArtifactError:
+        pass
+    logger.info("exporting %s -> %s (%s)", src, target, precision)
+    export_checkpoint(src, target, precision=precision)
+    return target
+
+
+def _cmd_make_tiny(args: argparse.Namespace) -> int:
+    from export.tiny import make_tiny
+
+    path = make_tiny(args.variant, Path(args.out), seed=args.seed, size=args.size, greedy=args.greedy)
+    print(path)
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from export.exporter import export_checkpoint
+
+    t0 = time.time()
+    manifest = export_checkpoint(
+        Path(args.checkpoint), Path(args.out), precision=args.precision, device=args.device
+    )
+    print(
+        f"exported {manifest['variant']} ({manifest['precision']}) to {args.out} "
+        f"in {time.time() - t0:.1f} s; graphs: {', '.join(manifest['graphs'])}"
+    )
+    return 0
+
+
+def _cmd_say(args: argparse.Namespace) -> int:
+    import numpy as np
+    import soundfile as sf
+
+    from .audio import load_audio
+    from .errors import InvalidRequest
+    from .generator import Generator
+    from .pipeline import Pipeline
+    from .request import SynthesisRequest
+
+    if bool(args.checkpoint) == bool(args.artifacts):
+        raise InvalidRequest("give exactly one of --checkpoint or --artifacts", "checkpoint")
+    artifacts = Path(args.artifacts) if args.artifacts else ensure_artifacts(Path(args.checkpoint), args.precision)
+    pipe = Pipeline.load(artifacts)
+    ref_codes = x_vector = None
+    if args.ref_audio:
+        try:
+            data = Path(args.ref_audio).read_bytes()
+        except OSError as exc:
+            raise InvalidRequest(f"cannot read reference audio {args.ref_audio}: {exc}", "ref_audio") from None
+        wav, sr = load_audio(data)
+        x_vector, ref_codes = pipe.voice_features(wav, sr, with_codes=not args.x_vector_only)
+    elif args.ref_text or args.x_vector_only:
+        raise InvalidRequest("--ref-text/--x-vector-only need --ref-audio", "ref_audio")
+    req = SynthesisRequest(
+        text=args.text,
+        speaker=args.voice,
+        language=args.language,
+        instructions=args.instructions,
+        ref_text=args.ref_text,
+        ref_codes=ref_codes,
+        x_vector=x_vector,
+        x_vector_only=args.x_vector_only,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        non_streaming_mode=args.non_streaming_mode,
+        do_sample=False if args.greedy else None,
+        subtalker_do_sample=False if args.greedy else None,
+    )
+    if req.speaker is None and pipe.info.variant == "custom_voice":
+        req.speaker = sorted(pipe.info.speakers)[0]
+    gen = Generator(pipe, max_batch=1)
+    t0 = time.time()
+    chunks, frames, reason = [], 0, None
+    for ev in gen.synthesize(req):
+        chunks.append(ev.pcm)
+        frames += ev.frames
+        reason = ev.finish_reason or reason
+    pcm = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+    elapsed = time.time() - t0
+    sf.write(args.output, pcm, pipe.info.sample_rate, subtype="PCM_16")
+    seconds = pcm.shape[0] / pipe.info.sample_rate
+    print(
+        f"wrote {args.output}: {frames} frames, {seconds:.2f} s at {pipe.info.sample_rate} Hz "
+        f"(finish: {reason}; {elapsed:.2f} s, RTF {elapsed / max(seconds, 1e-9):.2f})"
+    )
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="triton-tts", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    t = sub.add_parser("make-tiny", help="write a random-weight checkpoint in the real layout")
+    t.add_argument("--variant", required=True, choices=["custom_voice", "voice_design", "base"])
+    t.add_argument("--out", required=True)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--size", default="tiny", choices=["tiny", "0.6b", "1.7b"])
+    t.add_argument("--greedy", action="store_true", help="generation_config with do_sample false")
+    t.set_defaults(func=_cmd_make_tiny)
+
+    e = sub.add_parser("export", help="export a checkpoint to validated ONNX artifacts")
+    e.add_argument("--checkpoint", required=True)
+    e.add_argument("--out", required=True)
+    e.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
+    e.add_argument("--precision", default="fp32", choices=["fp32", "int8", "fp16", "bf16"])
+    e.set_defaults(func=_cmd_export)
+
+    s = sub.add_parser("say", help="offline synthesis to a WAV file")
+    s.add_argument("text")
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--checkpoint")
+    s.add_argument("--artifacts")
+    s.add_argument("--precision", default="fp32", choices=["fp32", "int8"])
+    s.add_argument("--voice")
+    s.add_argument("--language")
+    s.add_argument("--instructions")
+    s.add_argument("--ref-audio")
+    s.add_argument("--ref-text")
+    s.add_argument("--x-vector-only", action="store_true")
+    s.add_argument("--seed", type=int)
+    s.add_argument("--max-new-tokens", type=int)
+    s.add_argument("--greedy", action="store_true", help="override sampling: greedy talker and code predictor")
+    s.add_argument(
+        "--non-streaming-mode", type=lambda v: v.lower() in ("1", "true", "yes"), default=None,
+        help="prompt construction mode (default: the variant's)",
+    )
+    s.set_defaults(func=_cmd_say)
+
+    try:
+        from .serve import add_serve_parser
+
+        add_serve_parser(sub)
+    except ImportError:
+        pass
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except TTSError as exc:
+        msg = getattr(exc, "message", None) or str(exc)
+        print(f"triton-tts: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

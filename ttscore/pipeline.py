@@ -1,0 +1,179 @@
+"""Exported artifacts loaded for inference: ONNX Runtime sessions, embedding tables, tokenizer.
+
+Serving never imports torch: everything here is numpy + onnxruntime. `Pipeline.load` checks the
+manifest first and fails with one clear message if anything is missing or stale.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import spec
+from .checkpoint import CheckpointInfo, parse_configs
+from .errors import ArtifactError, InvalidRequest
+from .prompt import Tables
+from .tokenizer import TextTokenizer, pretokenizer_regex
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = 1
+
+
+def read_manifest(artifacts: str | Path) -> dict[str, Any]:
+    path = Path(artifacts) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ArtifactError(f"{artifacts} holds no {MANIFEST}: run `triton-tts export` first") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ArtifactError(f"{path} is unreadable: {exc}") from None
+    if manifest.get("format_version") != MANIFEST_FORMAT:
+        raise ArtifactError(
+            f"{path} has format_version {manifest.get('format_version')}, expected {MANIFEST_FORMAT}: re-export"
+        )
+    return manifest
+
+
+class OnnxGraph:
+    """One ONNX Runtime session, fed and read by the names of its GraphSpec."""
+
+    def __init__(self, path: Path, graph: dict[str, Any], threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        if not path.is_file():
+            raise ArtifactError(f"missing graph {path}")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads or int(os.environ.get("TTS_ORT_THREADS", "0") or 0)
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        providers = ["CPUExecutionProvider"]
+        if os.environ.get("TTS_DEVICE", "cpu") == "gpu":
+            providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        self.session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+        self.input_names = [t["name"] for t in graph["inputs"]]
+        self.output_names = [t["name"] for t in graph["outputs"]]
+        got = [i.name for i in self.session.get_inputs()]
+        if sorted(got) != sorted(self.input_names):
+            raise ArtifactError(f"{path.name}: inputs {got} do not match the manifest {self.input_names}")
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        outs = self.session.run(self.output_names, feeds)
+        return dict(zip(self.output_names, outs))
+
+
+@dataclass
+class VocoderStream:
+    """Per-stream state of the exact streaming vocoder."""
+
+    state: np.ndarray
+    position: int = 0
+
+
+class OrtVocoder:
+    """code2wav_stream run in-process; requests with equal chunk lengths are batched."""
+
+    def __init__(self, graph: OnnxGraph, state_size: int, samples_per_frame: int) -> None:
+        self.graph = graph
+        self.state_size = state_size
+        self.samples_per_frame = samples_per_frame
+
+    def new_stream(self) -> VocoderStream:
+        return VocoderStream(np.zeros(self.state_size, dtype=np.float32))
+
+    def decode(self, items: list[tuple[VocoderStream, np.ndarray]]) -> list[np.ndarray]:
+        """Decode each (stream, codes [T, G]) pair, advancing the streams; returns PCM per item."""
+        out: list[np.ndarray | None] = [None] * len(items)
+        by_len: dict[int, list[int]] = {}
+        for i, (_, codes) in enumerate(items):
+            by_len.setdefault(int(codes.shape[0]), []).append(i)
+        for _, idx in by_len.items():
+            res = self.graph.run(
+                {
+                    "codes": np.stack([items[i][1] for i in idx]).astype(np.int64),
+                    "state": np.stack([items[i][0].state for i in idx]),
+                    "position": np.array([items[i][0].position for i in idx], dtype=np.int64),
+                }
+            )
+            for row, i in enumerate(idx):
+                stream, codes = items[i]
+                stream.state = res["new_state"][row]
+                stream.position += int(codes.shape[0])
+                out[i] = res["pcm"][row]
+        return [o for o in out if o is not None]
+
+
+class Pipeline:
+    def __init__(self, artifacts: Path, manifest: dict[str, Any], threads: int | None = None) -> None:
+        self.artifacts = artifacts
+        self.manifest = manifest
+        cfg = manifest["configs"]
+        self.info: CheckpointInfo = parse_configs(
+            cfg["config.json"], cfg["speech_tokenizer/config.json"], cfg["generation_config.json"], artifacts
+        )
+        graphs = manifest["graphs"]
+
+        def graph(name: str) -> OnnxGraph:
+            entry = graphs[name]
+            return OnnxGraph(artifacts / entry["file"], entry, threads)
+
+        self.talker = graph("talker")
+        self.code_predictor = graph("code_predictor")
+        c2w = manifest["code2wav"]
+        self.vocoder = OrtVocoder(graph("code2wav_stream"), int(c2w["state_size"]), self.info.samples_per_frame)
+        self.speaker_encoder = graph("speaker_encoder") if "speaker_encoder" in graphs else None
+        self.speech_encoder = graph("speech_encoder") if "speech_encoder" in graphs else None
+
+        def table(name: str) -> np.ndarray:
+            path = artifacts / f"{name}.npy"
+            if not path.is_file():
+                raise ArtifactError(f"missing table {path}")
+            return np.load(path, mmap_mode="r")
+
+        self.tables = Tables(
+            text=table("text_embeddings"), codec=table("codec_embeddings"), groups=table("group_embeddings")
+        )
+        self.mel_filters = (
+            np.asarray(table(spec.MEL_FILTERS)) if (artifacts / f"{spec.MEL_FILTERS}.npy").is_file() else None
+        )
+        self.tokenizer = TextTokenizer(artifacts / "tokenizer", pretokenizer_regex(cfg["config.json"]))
+        self.talker_layers = self.info.talker.num_layers
+
+    @classmethod
+    def load(cls, artifacts: str | Path, threads: int | None = None) -> Pipeline:
+        root = Path(artifacts)
+        manifest = read_manifest(root)
+        return cls(root, manifest, threads)
+
+    # --- Base voice features ------------------------------------------------------------------
+
+    def voice_features(
+        self, audio: np.ndarray, sample_rate: int, with_codes: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """x-vector (and reference codes for in-context cloning) of a reference clip."""
+        from .audio import log_mel, pad_to_frames, resample
+
+        if self.speaker_encoder is None or self.mel_filters is None:
+            raise InvalidRequest("this checkpoint does not support voice cloning (not a Base model)", "ref_audio")
+        wav = np.asarray(audio, dtype=np.float32).reshape(-1)
+        if wav.size < sample_rate // 10 or not np.all(np.isfinite(wav)):
+            raise InvalidRequest("reference audio must be at least 0.1 s of finite samples", "ref_audio")
+        sr = self.info.sample_rate
+        wav24 = resample(wav, int(sample_rate), sr) if int(sample_rate) != sr else wav
+        mels = log_mel(wav24, self.mel_filters)[None].astype(np.float32)
+        xvec = self.speaker_encoder.run({"mels": mels})["x_vector"][0]
+        codes = None
+        if with_codes:
+            if self.speech_encoder is None:
+                raise ArtifactError("artifacts lack speech_encoder.onnx")
+            padded = pad_to_frames(wav24, self.info.samples_per_frame)[None]
+            codes = self.speech_encoder.run({"audio": padded.astype(np.float32)})["codes"][0]
+            codes = codes[: -(-wav24.shape[0] // self.info.samples_per_frame)]
+        return xvec.astype(np.float32), codes
