@@ -43,6 +43,7 @@ class ChunkEvent:
     final: bool
     finish_reason: str | None  # "stop" | "length" on the final event
     usage: Usage
+    codes: np.ndarray | None = None  # [frames, G] codec frames of this chunk
 
 
 class Vocoder(Protocol):
@@ -264,6 +265,7 @@ class Generator:
         for a in ready:
             n = len(a.pending)
             pcm = next(pcms) if n else np.zeros(0, np.float32)
+            codes = np.stack(a.pending) if n else np.zeros((0, self.info.num_code_groups), np.int64)
             a.pending = []
             a.chunks_out += 1
             events.append(
@@ -274,6 +276,7 @@ class Generator:
                     final=a.finished is not None,
                     finish_reason=a.finished,
                     usage=Usage(a.prompt.text_tokens, a.prompt.audio_tokens, a.frames_out),
+                    codes=codes,
                 )
             )
         return events

@@ -1,0 +1,38 @@
+# Two commands do everything on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= build/demo
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup demo say-demo test test-fast lint clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
+	@command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  { dpkg -s libb64-0d libsndfile1 >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq libb64-0d libsndfile1 >/dev/null; }; } || true
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+# Tiny random-weight CustomVoice checkpoint -> export -> offline synthesis to a WAV file.
+demo: $(STAMP)
+	$(VENV)/bin/triton-tts make-tiny --variant custom_voice --out $(DEMO_DIR)/checkpoint-custom_voice
+	$(VENV)/bin/triton-tts say --checkpoint $(DEMO_DIR)/checkpoint-custom_voice --voice vivian \
+	  --language English --max-new-tokens 40 --seed 7 -o $(DEMO_DIR)/hello.wav "Hello from Triton TTS."
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check ttscore export gateway tests
+
+clean:
+	rm -rf build .pytest_cache
