@@ -211,7 +211,7 @@ def resolve(req: SynthesisRequest, info: CheckpointInfo) -> ResolvedRequest:
         seed = _int(seed, "seed", 0, 2**63 - 1)
 
     def sampling(prefix: str, ds: object, k: object, p: object, t: object, gprefix: str) -> Sampling:
-        do_sample = _pick(ds, gen[f"{gprefix}do_sample" if gprefix else "do_sample"])
+        do_sample = _pick(ds, gen["subtalker_dosample" if gprefix else "do_sample"])
         if not isinstance(do_sample, (bool, np.bool_)):
             raise InvalidRequest(f"{prefix}do_sample must be a boolean", f"{prefix}do_sample")
         return Sampling(

@@ -1,0 +1,257 @@
+"""Helpers shared by the graph exporters: saving ONNX (external data when large), ONNX Runtime
+sessions, error bookkeeping and dynamic int8 quantization.
+
+Everything here fails with `ttscore.errors.ExportError`, the one error type export surfaces.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ttscore.errors import ExportError
+
+logger = logging.getLogger(__name__)
+
+# protobuf cannot hold more than 2 GiB; stay well below it before switching to external data.
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
+
+def fail(message: str) -> None:
+    raise ExportError(message)
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ExportError(message)
+
+
+def max_abs(a: Any, b: Any) -> float:
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ExportError(f"shape mismatch: {a.shape} vs {b.shape}")
+    if a.size == 0:
+        return 0.0
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return float("inf")
+    return float(np.max(np.abs(a - b)))
+
+
+class ErrorTracker:
+    """Max abs error per output name over many cases, with the case that produced it."""
+
+    def __init__(self) -> None:
+        self.max: dict[str, float] = {}
+        self.where: dict[str, str] = {}
+
+    def add(self, name: str, got: Any, want: Any, case: str) -> float:
+        err = max_abs(got, want)
+        if err > self.max.get(name, -1.0):
+            self.max[name] = err
+            self.where[name] = case
+        return err
+
+    def enforce(self, tolerances: dict[str, float], graph: str) -> None:
+        bad = [
+            f"{name}: {err:.3g} > {tolerances[name]:.1g} (case {self.where[name]})"
+            for name, err in self.max.items()
+            if name in tolerances and not err <= tolerances[name]
+        ]
+        if bad:
+            raise ExportError(f"{graph}: ONNX Runtime disagrees with PyTorch: " + "; ".join(bad))
+
+    def report(self) -> dict[str, float]:
+        return {k: float(f"{v:.3g}") for k, v in sorted(self.max.items())}
+
+
+@contextmanager
+def torch_threads(n: int | None = None) -> Iterator[None]:
+    """Run the PyTorch reference with few intra-op threads, restoring the setting afterwards.
+
+    Validation feeds the reference a handful of short sequences; on a shared 2-core machine torch's
+    OpenMP threads then spend their time waiting for each other (measured: 91 s with 2 threads vs
+    15 s with 1 for the 0.6B talker validation under load). Override with TTS_EXPORT_TORCH_THREADS.
+    """
+    import torch
+
+    if n is None:
+        n = int(os.environ.get("TTS_EXPORT_TORCH_THREADS", "1"))
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def ort_session(path: Path, *, threads: int | None = None, basic_only: bool = False) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if threads is None:
+        threads = int(os.environ.get("TTS_EXPORT_ORT_THREADS", "1"))
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    if basic_only:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    try:
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - surface as the typed export failure
+        raise ExportError(f"onnxruntime cannot load {path}: {exc}") from exc
+
+
+def save_onnx(model: Any, path: Path) -> Path:
+    """Save an onnx ModelProto, with all weights in one `<file>.data` when the model is large."""
+    import onnx
+
+    path = Path(path)
+    data = path.with_name(path.name + ".data")
+    if data.exists():
+        data.unlink()
+    size = sum(t.ByteSize() for t in model.graph.initializer)
+    if size > EXTERNAL_DATA_THRESHOLD:
+        onnx.save_model(
+            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+            location=data.name, size_threshold=1024,
+        )
+    else:
+        onnx.save_model(model, str(path))
+    return path
+
+
+@contextmanager
+def scratch_dir(near: Path) -> Iterator[Path]:
+    """A temporary directory next to `near` (same filesystem; big exports avoid /tmp)."""
+    near.mkdir(parents=True, exist_ok=True)
+    d = Path(tempfile.mkdtemp(prefix=".export-", dir=near))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def stamp_io(model: Any, spec: Any) -> None:
+    """Declare the graph inputs/outputs exactly as the GraphSpec does (names, dtypes, dims).
+
+    The legacy exporter's shape inference loses static dims that pass through dynamic Reshapes
+    (e.g. head_dim shows up as 'Addnew_key_0_dim_3'); the spec is the contract, so write it.
+    """
+    import onnx
+
+    for kind, values, tensors in (("input", model.graph.input, spec.inputs), ("output", model.graph.output, spec.outputs)):
+        names = [v.name for v in values]
+        if kind == "input":
+            # initializers may be listed as inputs by old exporters; only the real inputs matter
+            names = [n for n in names if n in {t.name for t in tensors}]
+        if names != [t.name for t in tensors]:
+            raise ExportError(f"{spec.name}: graph {kind}s {names} != spec {[t.name for t in tensors]}")
+        by_name = {v.name: v for v in values}
+        for t in tensors:
+            v = by_name[t.name]
+            want = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype))
+            if v.type.tensor_type.elem_type != want:
+                raise ExportError(f"{spec.name}: {kind} {t.name} has ONNX type {v.type.tensor_type.elem_type}, spec {t.dtype}")
+            shape = v.type.tensor_type.shape
+            while len(shape.dim) > len(t.dims):
+                shape.dim.pop()
+            while len(shape.dim) < len(t.dims):
+                shape.dim.add()
+            for d, want_dim in zip(shape.dim, t.dims, strict=True):
+                if isinstance(want_dim, str):
+                    d.dim_param = want_dim
+                else:
+                    d.dim_value = int(want_dim)
+
+
+def finalize_onnx(tmp_file: Path, out_file: Path, metadata: dict[str, str], spec: Any = None) -> Path:
+    """Load what torch wrote (maybe with scattered external files), stamp the spec's I/O and metadata,
+    save and run the onnx checker."""
+    import onnx
+
+    try:
+        model = onnx.load(str(tmp_file), load_external_data=True)
+    except Exception as exc:  # noqa: BLE001
+        raise ExportError(f"exported graph {tmp_file.name} does not load: {exc}") from exc
+    if spec is not None:
+        stamp_io(model, spec)
+    for key, value in metadata.items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
+    save_onnx(model, out_file)
+    try:
+        onnx.checker.check_model(str(out_file))
+    except Exception as exc:  # noqa: BLE001
+        raise ExportError(f"{out_file.name} fails onnx.checker: {exc}") from exc
+    return out_file
+
+
+def file_size(path: Path) -> int:
+    path = Path(path)
+    data = path.with_name(path.name + ".data")
+    return path.stat().st_size + (data.stat().st_size if data.exists() else 0)
+
+
+def quantize_int8(onnx_path: Path, out_path: Path | None = None) -> Path:
+    """Dynamic int8 quantization of the MatMul weights (CPU).
+
+    The legacy exporter routes weights used more than once through Identity nodes, which
+    quantize_dynamic does not see through; onnxruntime's basic (semantics-preserving, provider
+    independent) optimization removes them first. Returns the new path (`<stem>.int8.onnx`) after
+    checking that onnxruntime loads it.
+    """
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    onnx_path = Path(onnx_path)
+    if out_path is None:
+        out_path = onnx_path.with_name(onnx_path.stem + ".int8.onnx")
+    large = file_size(onnx_path) > EXTERNAL_DATA_THRESHOLD
+    t0 = time.perf_counter()
+    with scratch_dir(out_path.parent) as tmp:
+        optimized = tmp / "basic.onnx"
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.intra_op_num_threads = 1
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = str(optimized)
+        if large:
+            so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "basic.onnx.data")
+            so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        try:
+            ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # noqa: BLE001
+            raise ExportError(f"onnxruntime cannot optimize {onnx_path.name} for quantization: {exc}") from exc
+        data = out_path.with_name(out_path.name + ".data")
+        if data.exists():
+            data.unlink()
+        try:
+            quantize_dynamic(
+                str(optimized), str(out_path), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                per_channel=False, use_external_data_format=large,
+                extra_options={"MatMulConstBOnly": True},
+            )
+        except Exception as exc:  # noqa: BLE001
+            raise ExportError(f"int8 quantization of {onnx_path.name} failed: {exc}") from exc
+    if large and data.exists() and data.stat().st_size < EXTERNAL_DATA_THRESHOLD:
+        # The int8 graph fits in one protobuf (e.g. the 1.7B talker: 5.7 GB fp32 -> ~1.4 GB): keep
+        # it a single self-contained file, so renaming it (talker.int8.onnx -> talker.onnx) is safe.
+        import onnx
+
+        model = onnx.load(str(out_path), load_external_data=True)
+        data.unlink()
+        save_onnx(model, out_path)
+        del model
+    ort_session(out_path)  # loads = validated structurally; callers compare outputs
+    logger.info("quantized %s -> %s in %.1fs", onnx_path.name, out_path.name, time.perf_counter() - t0)
+    return out_path
