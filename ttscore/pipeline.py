@@ -56,8 +56,9 @@ class OnnxGraph:
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         providers = ["CPUExecutionProvider"]
         if os.environ.get("TTS_DEVICE", "cpu") == "gpu":
-            providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
-        self.session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+            device_id = int(os.environ.get("TTS_CUDA_DEVICE", "0"))
+            providers = [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
+        self.session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)  # type: ignore[arg-type]
         self.input_names = [t["name"] for t in graph["inputs"]]
         self.output_names = [t["name"] for t in graph["outputs"]]
         got = [i.name for i in self.session.get_inputs()]

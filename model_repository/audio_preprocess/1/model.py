@@ -1,0 +1,49 @@
+"""audio_preprocess: reference clip -> 24 kHz audio padded to whole codec frames + log-mel.
+
+First stage of the voice_features ensemble; a bad clip (too short/long, bad rate) gets
+INVALID_ARG naming the tensor, and the ensemble stops there.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
+
+from ttscore import triton_glue as glue
+from ttscore import triton_io, triton_models
+from ttscore.errors import InvalidRequest
+
+log = logging.getLogger("ttscore.model.audio_preprocess")
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        glue.install_logging()
+        config = glue.model_config(args)
+        name = config.get("name", "audio_preprocess")
+        settings = triton_models.OrtModelSettings.from_model_config(config)
+        self.facts = triton_models.codec_facts(name, settings.manifest, settings.artifacts_dir)
+        self.mel_filters = triton_models.mel_filters(name, settings.artifacts_dir)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                tensors = glue.input_arrays(request)
+                audio_24k, mels = triton_models.preprocess_reference(
+                    tensors["audio"],
+                    int(tensors["sample_rate"].reshape(-1)[0]),
+                    self.mel_filters,
+                    self.facts.samples_per_frame,
+                )
+                responses.append(glue.response({"audio_24k": audio_24k, "mels": mels}))
+            except InvalidRequest as exc:
+                responses.append(glue.response(error=triton_io.invalid_request_error(exc)))
+            except Exception:
+                log.exception("audio preprocessing failed")
+                responses.append(glue.response(error=triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE)))
+        return responses
+
+    def finalize(self):
+        self.mel_filters = None

@@ -1,0 +1,57 @@
+"""code2wav: exact streaming vocoder over ONNX Runtime, batched across requests.
+
+Requests of one execute() are grouped by frame count, each group runs once, results are scattered
+back; a request with bad inputs gets its own INVALID_ARG response and the others still get audio.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import triton_python_backend_utils as pb_utils
+
+from ttscore import triton_glue as glue
+from ttscore import triton_io, triton_models
+from ttscore.errors import InvalidRequest
+
+log = logging.getLogger("ttscore.model.code2wav")
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        glue.install_logging()
+        config = glue.model_config(args)
+        name = config.get("name", "code2wav")
+        settings = triton_models.OrtModelSettings.from_model_config(config)
+        triton_models.Instance.from_args(args).configure_process()
+        self.facts = triton_models.codec_facts(name, settings.manifest, settings.artifacts_dir)
+        triton_models.check_state_dims(
+            name, pb_utils.get_input_config_by_name(config, "state")["dims"], self.facts.state_size, "state"
+        )
+        triton_models.check_state_dims(
+            name, pb_utils.get_output_config_by_name(config, "new_state")["dims"], self.facts.state_size, "new_state"
+        )
+        self.graph = triton_models.open_graph(name, settings, "code2wav_stream")
+        log.info("ready: state_size=%d groups=%d", self.facts.state_size, self.facts.num_groups)
+
+    def execute(self, requests):
+        items = []
+        for request in requests:
+            try:
+                items.append(triton_models.code2wav_item(glue.input_arrays(request), self.facts))
+            except InvalidRequest as exc:
+                items.append(triton_io.invalid_request_error(exc))
+            except Exception:
+                log.exception("could not decode a code2wav request")
+                items.append(triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE))
+        responses = []
+        for result in triton_models.run_code2wav(self.graph.run, items):
+            if isinstance(result, triton_io.WireError):
+                responses.append(glue.response(error=result))
+            else:
+                pcm, new_state = result
+                responses.append(glue.response({"pcm": pcm, "new_state": new_state}))
+        return responses
+
+    def finalize(self):
+        self.graph = None

@@ -1,0 +1,42 @@
+"""speech_encoder: 24 kHz audio padded to whole frames -> reference codes [frames, 16] (ONNX Runtime)."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
+
+from ttscore import triton_glue as glue
+from ttscore import triton_io, triton_models
+
+log = logging.getLogger("ttscore.model.speech_encoder")
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        glue.install_logging()
+        config = glue.model_config(args)
+        name = config.get("name", "speech_encoder")
+        settings = triton_models.OrtModelSettings.from_model_config(config)
+        triton_models.Instance.from_args(args).configure_process()
+        self.facts = triton_models.codec_facts(name, settings.manifest, settings.artifacts_dir)
+        self.graph = triton_models.open_graph(name, settings, "speech_encoder")
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            try:
+                audio = glue.input_arrays(request)["audio"].astype(np.float32, copy=False).reshape(-1)
+                if audio.size == 0 or audio.size % self.facts.samples_per_frame:
+                    raise ValueError(f"audio length {audio.size} is not a positive multiple of the frame size")
+                codes = self.graph.run({"audio": audio[None]})["codes"][0]
+                codes = codes[: audio.size // self.facts.samples_per_frame]  # the padded clip's frames
+                responses.append(glue.response({"codes": np.ascontiguousarray(codes, dtype=np.int64)}))
+            except Exception:
+                log.exception("speech encoder failed")
+                responses.append(glue.response(error=triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE)))
+        return responses
+
+    def finalize(self):
+        self.graph = None

@@ -1,0 +1,97 @@
+"""Shared fixtures. Generic on purpose: anything model-specific lives in the test modules.
+
+- `fake_pb_utils`: the recording fake of triton_python_backend_utils, installed in sys.modules.
+- `dummy_artifacts`: a hand-made artifacts dir (tiny ONNX graphs with the GraphSpec names).
+- `triton_server`: a factory that renders a model repository into tmp, starts the REAL tritonserver
+  (ttscore.triton_env) on free ports, waits for readiness with a deadline, fails fast with the log
+  tail if the process dies, and always stops every server it started at the end of the session.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+if str(TESTS_DIR) not in sys.path:  # `import fakes...` from any test module
+    sys.path.insert(0, str(TESTS_DIR))
+
+pytest_plugins = ["model_fixtures"]
+
+
+@pytest.fixture
+def fake_pb_utils() -> Iterator[Any]:
+    from fakes.loader import install_fake_pb_utils
+
+    module = install_fake_pb_utils()
+    module.Logger.clear()
+    yield module
+    module.Logger.clear()
+
+
+@pytest.fixture(scope="session")
+def dummy_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from fakes.artifacts import make_artifacts
+
+    return make_artifacts(tmp_path_factory.mktemp("dummy_artifacts"))
+
+
+ServerFactory = Callable[..., Any]
+
+
+@pytest.fixture(scope="session")
+def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+    """start(repository=None, *, models=None, settings=None, artifacts_dir=None,
+    model_overrides=None, extra_args=(), env=None, ready_timeout_s=120) -> running TritonServer.
+
+    `repository=None` renders the committed model_repository (only `models`, with `settings` and
+    `artifacts_dir`, via ttscore.repository); a path is copied as it is. `model_overrides` maps a
+    model name to a file that replaces its 1/model.py in the copy.
+    """
+    from ttscore import triton_env
+    from ttscore.repository import render_repository
+
+    started: list[triton_env.TritonServer] = []
+
+    def start(
+        repository: Path | None = None,
+        *,
+        models: Sequence[str] | None = None,
+        settings: Mapping[str, Any] | None = None,
+        artifacts_dir: Path | None = None,
+        model_overrides: Mapping[str, Path] | None = None,
+        extra_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        ready_timeout_s: float = 120.0,
+    ) -> triton_env.TritonServer:
+        work = tmp_path_factory.mktemp("triton")
+        repo = work / "model_repository"
+        if repository is None:
+            render_repository(repo, settings, artifacts_dir=artifacts_dir, models=models)
+        else:
+            shutil.copytree(repository, repo, ignore=shutil.ignore_patterns("__pycache__"))
+        for model, path in (model_overrides or {}).items():
+            shutil.copy(path, repo / model / "1" / "model.py")
+        server_env = triton_env.server_env()
+        server_env.update(env or {})
+        server = triton_env.TritonServer(
+            repo, extra_args=extra_args, log_file=work / "tritonserver.log", env=server_env,
+            ready_timeout_s=ready_timeout_s,
+        )
+        started.append(server)
+        server.start()
+        try:
+            server.wait_ready()
+        except triton_env.TritonServerError as exc:
+            server.stop()
+            pytest.fail(str(exc), pytrace=False)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.stop()

@@ -1,0 +1,134 @@
+"""ttscore.triton_io: the wire contract (tensor tables, request decoding, chunk encoding, errors)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ttscore import triton_io
+from ttscore.errors import InvalidRequest
+from ttscore.generator import ChunkEvent, Usage
+from ttscore.request import SynthesisRequest
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_input_is_a_synthesis_request_field():
+    fields = set(SynthesisRequest.__dataclass_fields__)
+    assert {t.name for t in triton_io.SPEECH_INPUTS} <= fields
+    # Only text is required, on the wire and in the dataclass.
+    assert [t.name for t in triton_io.SPEECH_INPUTS if not t.optional] == ["text"]
+
+
+def test_round_trip_of_every_field():
+    fields = dict(
+        text="héllo",
+        task_type="base",
+        speaker="vivian",
+        language="English",
+        instructions="calm",
+        ref_text="ref",
+        ref_codes=np.arange(32).reshape(2, 16),
+        x_vector=np.linspace(0, 1, 8),
+        x_vector_only=True,
+        non_streaming_mode=False,
+        max_new_tokens=12,
+        seed=2**40,
+        do_sample=False,
+        temperature=0.5,
+        top_k=7,
+        top_p=0.9,
+        repetition_penalty=1.1,
+        subtalker_do_sample=True,
+        subtalker_temperature=0.7,
+        subtalker_top_k=3,
+        subtalker_top_p=0.8,
+        initial_chunk_frames=1,
+        chunk_frames=25,
+    )
+    tensors = triton_io.request_tensors(**fields)
+    assert set(tensors) == {t.name for t in triton_io.SPEECH_INPUTS}
+    req = triton_io.request_from_tensors(tensors)
+    assert isinstance(req, SynthesisRequest)
+    for name, value in fields.items():
+        got = getattr(req, name)
+        if isinstance(value, np.ndarray):
+            np.testing.assert_allclose(got, value, rtol=1e-6)
+        elif isinstance(value, float):
+            assert got == pytest.approx(value, rel=1e-6)
+        else:
+            assert got == value, name
+    assert req.ref_codes.dtype == np.int64 and req.x_vector.dtype == np.float32
+
+
+def test_absent_inputs_keep_dataclass_defaults():
+    req = triton_io.request_from_tensors(triton_io.request_tensors(text="hi"))
+    assert req == SynthesisRequest(text="hi")
+
+
+def test_str_arrays_are_accepted_as_bytes():
+    kwargs = triton_io.request_kwargs({"text": np.array(["hi"])})
+    assert kwargs == {"text": "hi"}
+
+
+@pytest.mark.parametrize(
+    ("tensors", "param", "match"),
+    [
+        ({}, "text", "required"),
+        ({"text": np.array([b"x"], object), "seed": np.array([1], np.int32)}, "seed", "must be INT64"),
+        ({"text": np.array([b"x"], object), "x_vector": np.zeros((2, 2), np.float32)}, "x_vector", "shape"),
+        ({"text": np.array([b"x"], object), "x_vector": np.array([np.inf], np.float32)}, "x_vector", "finite"),
+        ({"text": np.array([b"x"], object), "do_sample": np.array([1], np.int32)}, "do_sample", "BOOL"),
+        ({"text": np.array([b"x"], object), "nope": np.array([1])}, "nope", "unknown input"),
+    ],
+)
+def test_invalid_tensors_name_the_tensor(tensors, param, match):
+    with pytest.raises(InvalidRequest, match=match) as err:
+        triton_io.request_kwargs(tensors)
+    assert err.value.param == param
+
+
+def test_chunk_outputs():
+    ev = ChunkEvent("r", np.ones(4, np.float64), 2, False, None, Usage(3, 1, 2))
+    out = triton_io.chunk_outputs(ev)
+    assert out["audio"].dtype == np.float32 and out["audio"].shape == (4,)
+    assert out["frames"].tolist() == [2] and out["frames"].dtype == np.int32
+    assert out["finish_reason"].tolist() == [b""] and out["usage"].tolist() == [3, 1, 2]
+    final = triton_io.chunk_outputs(ChunkEvent("r", np.zeros(0, np.float32), 0, True, "stop", Usage(3, 1, 5)))
+    assert final["finish_reason"].tolist() == [b"stop"] and final["audio"].shape == (0,)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("INVALID_ARG [temperature]: must be > 0", ("INVALID_ARG", "temperature", "must be > 0")),
+        ("INTERNAL: internal error", ("INTERNAL", None, "internal error")),
+        ("in ensemble 'voice_features', INVALID_ARG [audio]: too short", ("INVALID_ARG", "audio", "too short")),
+        (
+            "[request id: c] inference input 'text' data-type is 'INT32', but model 'm' expects 'BYTES'",
+            ("INVALID_ARG", "text", "[request id: c] inference input 'text' data-type is 'INT32', but model 'm' expects 'BYTES'"),
+        ),
+        ("Request for unknown model: 'x' is not found", ("", None, "Request for unknown model: 'x' is not found")),
+    ],
+)
+def test_parse_error(text, expected):
+    e = triton_io.parse_error(text)
+    assert (e.code, e.param, e.message) == expected
+
+
+def test_format_parse_round_trip():
+    for code in triton_io.ERROR_CODES:
+        for param in (None, "x_vector"):
+            e = triton_io.WireError(code, "some: message [with] brackets", param)
+            assert triton_io.parse_error(str(e)) == e
+    with pytest.raises(ValueError):
+        triton_io.format_error("NOPE", "x")
+
+
+def test_arrays_are_copied_out_of_the_request():
+    codes = np.zeros((2, 16), np.int64)
+    xvec = np.ones(4, np.float32)
+    kwargs = triton_io.request_kwargs({"text": np.array([b"x"], object), "ref_codes": codes, "x_vector": xvec})
+    codes[:] = 5
+    xvec[:] = 7
+    assert kwargs["ref_codes"].max() == 0 and kwargs["x_vector"].max() == 1

@@ -1,0 +1,61 @@
+"""perf/perf_analyzer.py: the streaming summary computed from perf_analyzer's profile export."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+_spec = importlib.util.spec_from_file_location(
+    "perf_analyzer_tool", Path(__file__).resolve().parent.parent / "perf" / "perf_analyzer.py"
+)
+assert _spec is not None and _spec.loader is not None
+pa = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pa)
+
+MS = 1_000_000  # ns
+
+
+def request(start_ms: float, arrivals_ms: list[float], samples: list[int]) -> dict:
+    return {
+        "timestamp": int(start_ms * MS),
+        "response_timestamps": [int(t * MS) for t in arrivals_ms],
+        "response_outputs": [{"audio": [0.0] * n, "frames": 1} for n in samples],
+    }
+
+
+def test_summarize_streaming():
+    sr = 1000  # 1 sample = 1 ms of audio, to keep the arithmetic readable
+    profile = {
+        "experiments": [
+            {
+                "experiment": {"mode": "concurrency", "value": 2},
+                "requests": [
+                    # 100 ms audio per chunk, arriving every 50 ms: never runs dry
+                    request(0, [10, 60, 110], [100, 100, 100]),
+                    # 20 ms chunk, then the next one 80 ms later: an underrun
+                    request(0, [30, 110], [20, 200]),
+                ],
+            }
+        ]
+    }
+    [row] = pa.summarize_streaming(profile, sample_rate=sr)
+    assert row["concurrency"] == 2 and row["requests"] == 2
+    assert row["ttfa_ms"]["p50"] == pytest.approx(20.0)
+    assert row["ttfa_ms"]["max"] == pytest.approx(30.0)
+    assert row["chunk_gap_ms"]["max"] == pytest.approx(80.0)
+    assert row["underrun_requests"] == 1
+    assert row["audio_seconds"] == pytest.approx(0.52)
+    # RTF = processing seconds per audio second: 0.110/0.3 and 0.110/0.22
+    assert row["rtf"]["max"] == pytest.approx(0.5, abs=1e-3)
+    assert row["audio_seconds_per_second"] == pytest.approx(0.52 / 0.110, rel=1e-3)
+    assert row["chunks_per_request"] == 2.5
+
+
+def test_code2wav_input_data_shapes():
+    data = pa.code2wav_input_data([3], state_size=5)["data"][0]
+    assert data["codes"]["shape"] == [3, 16] and len(data["codes"]["content"]) == 48
+    assert data["state"]["shape"] == [5] and data["position"] == {"content": [0], "shape": [1]}

@@ -1,0 +1,91 @@
+"""pb_utils adapters shared by the `model_repository/*/1/model.py` files.
+
+Imported only inside the python-backend stub (or under tests/fakes/triton_python_backend_utils.py),
+which is why this is the one ttscore module that imports `triton_python_backend_utils`. Model logic
+lives in ttscore.triton_models and ttscore.triton_io, which have no Triton imports.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from .triton_io import CANCELLED, INTERNAL, INVALID_ARG, UNAVAILABLE, WireError
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+
+
+def model_config(args: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(args["model_config"]))
+
+
+def triton_error(error: WireError) -> Any:
+    codes = {
+        INVALID_ARG: pb_utils.TritonError.INVALID_ARG,
+        CANCELLED: pb_utils.TritonError.CANCELLED,
+        UNAVAILABLE: pb_utils.TritonError.UNAVAILABLE,
+        INTERNAL: pb_utils.TritonError.INTERNAL,
+    }
+    # The formatted message carries the code too: gRPC stream clients only receive the message.
+    return pb_utils.TritonError(str(error), codes.get(error.code, pb_utils.TritonError.INTERNAL))
+
+
+def response(outputs: Mapping[str, np.ndarray] | None = None, error: WireError | None = None) -> Any:
+    if error is not None:
+        return pb_utils.InferenceResponse(output_tensors=[], error=triton_error(error))
+    tensors = [pb_utils.Tensor(name, value) for name, value in (outputs or {}).items()]
+    return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+def input_arrays(request: Any) -> dict[str, np.ndarray]:
+    return {t.name(): t.as_numpy() for t in request.inputs()}
+
+
+class SenderStream:
+    """ttscore.triton_models.ResponseStream over a decoupled response sender."""
+
+    def __init__(self, sender: Any) -> None:
+        self._sender = sender
+
+    def send(self, outputs: dict[str, np.ndarray] | None, error: WireError | None, final: bool) -> None:
+        flags = FINAL if final else 0
+        if outputs is None and error is None:
+            self._sender.send(flags=flags)
+        else:
+            self._sender.send(response(outputs, error), flags=flags)
+
+    def is_cancelled(self) -> bool:
+        return bool(self._sender.is_cancelled())
+
+
+class PbLogHandler(logging.Handler):
+    """Routes `logging` records of ttscore into Triton's log (pb_utils.Logger)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = self.format(record)
+            if record.levelno >= logging.ERROR:
+                pb_utils.Logger.log_error(msg)
+            elif record.levelno >= logging.WARNING:
+                pb_utils.Logger.log_warn(msg)
+            elif record.levelno >= logging.INFO:
+                pb_utils.Logger.log_info(msg)
+            else:
+                pb_utils.Logger.log_verbose(msg)
+        except Exception:  # logging must never take the model down
+            self.handleError(record)
+
+
+def install_logging(level: int = logging.INFO) -> None:
+    root = logging.getLogger("ttscore")
+    if not any(isinstance(h, PbLogHandler) for h in root.handlers):
+        handler = PbLogHandler()
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(level)
+        root.propagate = False

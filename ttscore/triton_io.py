@@ -1,0 +1,268 @@
+"""The wire contract of the public Triton models, in one place, with no Triton imports.
+
+- Public tensors of `speech_generation` (the decoupled entry model) and `voice_features` (the
+  ensemble): names, Triton dtypes, dims, optionality. `model_repository/*/config.pbtxt` is checked
+  against these tables by ttscore.repository, `model.py` decodes requests with them, and the gateway
+  builds its requests from them.
+- Request tensors -> `SynthesisRequest` kwargs (dtype/shape checks name the offending tensor) and
+  `ChunkEvent` -> response tensors.
+- Error messages on the wire. Triton's gRPC stream carries only an error *message* (the TritonError
+  code is not forwarded to stream clients), so every error a model sends is formatted
+  `CODE [param]: message` by `format_error` and read back by `parse_error` in the gateway.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidRequest
+
+# --- tensor tables ------------------------------------------------------------------------------
+
+NUMPY_DTYPES: dict[str, Any] = {
+    "BOOL": np.bool_,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP32": np.float32,
+    "BYTES": np.object_,
+}
+NUM_CODE_GROUPS = 16  # Qwen3-TTS 12 Hz: 16 codebooks per frame
+SAMPLE_RATE = 24000
+SAMPLES_PER_FRAME = 1920
+
+
+@dataclass(frozen=True)
+class TensorIO:
+    name: str
+    dtype: str  # Triton dtype without the TYPE_ prefix: BYTES, BOOL, INT32, INT64, FP32
+    dims: tuple[int, ...]  # per request, -1 = any length
+    optional: bool = False
+    doc: str = ""
+
+    @property
+    def config_dtype(self) -> str:
+        return f"TYPE_{'STRING' if self.dtype == 'BYTES' else self.dtype}"
+
+
+def _str(name: str, doc: str, optional: bool = True) -> TensorIO:
+    return TensorIO(name, "BYTES", (1,), optional, doc)
+
+
+SPEECH_GENERATION = "speech_generation"
+SPEECH_INPUTS: tuple[TensorIO, ...] = (
+    _str("text", "UTF-8 text to speak (required).", optional=False),
+    _str("task_type", "custom_voice, voice_design or base; the checkpoint's variant when absent."),
+    _str("speaker", "Preset speaker name (CustomVoice)."),
+    _str("language", "Language name or Auto."),
+    _str("instructions", "Style / voice description (VoiceDesign, 1.7B CustomVoice)."),
+    _str("ref_text", "Transcript of the reference audio (Base, in-context cloning)."),
+    TensorIO("ref_codes", "INT64", (-1, NUM_CODE_GROUPS), True, "Reference codes [T,16] from voice_features."),
+    TensorIO("x_vector", "FP32", (-1,), True, "Speaker embedding from voice_features (Base)."),
+    TensorIO("x_vector_only", "BOOL", (1,), True, "Clone from the x-vector only (no ICL)."),
+    TensorIO("non_streaming_mode", "BOOL", (1,), True, "Whole text in the prompt (model default when absent)."),
+    TensorIO("max_new_tokens", "INT32", (1,), True, "Frame budget (12.5 frames per second of audio)."),
+    TensorIO("seed", "INT64", (1,), True, "Makes sampling reproducible."),
+    TensorIO("do_sample", "BOOL", (1,), True, "False = greedy."),
+    TensorIO("temperature", "FP32", (1,), True, "Sampling knobs: default from generation_config.json."),
+    TensorIO("top_k", "INT32", (1,), True, ""),
+    TensorIO("top_p", "FP32", (1,), True, ""),
+    TensorIO("repetition_penalty", "FP32", (1,), True, ""),
+    TensorIO("subtalker_do_sample", "BOOL", (1,), True, "Code-predictor sampling switch."),
+    TensorIO("subtalker_temperature", "FP32", (1,), True, "Code-predictor sampling knobs."),
+    TensorIO("subtalker_top_k", "INT32", (1,), True, ""),
+    TensorIO("subtalker_top_p", "FP32", (1,), True, ""),
+    TensorIO("initial_chunk_frames", "INT32", (1,), True, "Frames in the first audio chunk."),
+    TensorIO("chunk_frames", "INT32", (1,), True, "Frames in every later chunk."),
+)
+SPEECH_OUTPUTS: tuple[TensorIO, ...] = (
+    TensorIO("audio", "FP32", (-1,), doc="PCM chunk, mono float32, 24 kHz."),
+    TensorIO("frames", "INT32", (1,), doc="Codec frames in this chunk."),
+    TensorIO("finish_reason", "BYTES", (1,), doc='"" until the final chunk, then "stop" or "length".'),
+    TensorIO("usage", "INT32", (3,), doc="input_text_tokens, input_audio_tokens, output_tokens so far."),
+)
+
+VOICE_FEATURES = "voice_features"
+VOICE_FEATURES_INPUTS: tuple[TensorIO, ...] = (
+    TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
+    TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 24 kHz)."),
+)
+VOICE_FEATURES_OUTPUTS: tuple[TensorIO, ...] = (
+    TensorIO("x_vector", "FP32", (-1,), doc="Speaker embedding (Base checkpoints)."),
+    TensorIO("ref_codes", "INT64", (-1, NUM_CODE_GROUPS), doc="Reference codes for in-context cloning."),
+)
+
+PUBLIC_MODELS: dict[str, tuple[tuple[TensorIO, ...], tuple[TensorIO, ...]]] = {
+    SPEECH_GENERATION: (SPEECH_INPUTS, SPEECH_OUTPUTS),
+    VOICE_FEATURES: (VOICE_FEATURES_INPUTS, VOICE_FEATURES_OUTPUTS),
+}
+
+# Which SynthesisRequest field each input fills (identical names, by design) and how to decode it.
+_SCALAR_KINDS = {"BYTES": "str", "BOOL": "bool", "INT32": "int", "INT64": "int", "FP32": "float"}
+
+
+# --- errors on the wire -------------------------------------------------------------------------
+
+INVALID_ARG = "INVALID_ARG"
+CANCELLED = "CANCELLED"
+UNAVAILABLE = "UNAVAILABLE"
+INTERNAL = "INTERNAL"
+ERROR_CODES = (INVALID_ARG, CANCELLED, UNAVAILABLE, INTERNAL)
+INTERNAL_MESSAGE = "internal error"
+
+# Triton may prefix a model's message (an ensemble adds "in ensemble 'name', "), so search.
+_ERROR_RE = re.compile(
+    r"(?:^|\s)(?P<code>INVALID_ARG|CANCELLED|UNAVAILABLE|INTERNAL)(?: \[(?P<param>[^\]]*)\])?: (?P<message>.*)$",
+    re.DOTALL,
+)
+
+
+@dataclass(frozen=True)
+class WireError:
+    code: str  # one of ERROR_CODES, or "" for a message that a model did not format (Triton core)
+    message: str
+    param: str | None = None
+
+    def __str__(self) -> str:
+        return format_error(self.code, self.message, self.param)
+
+
+def format_error(code: str, message: str, param: str | None = None) -> str:
+    if code not in ERROR_CODES:
+        raise ValueError(f"unknown error code {code!r}")
+    return f"{code} [{param}]: {message}" if param else f"{code}: {message}"
+
+
+_CORE_INPUT_RE = re.compile(r"input '(?P<param>[^']+)'")
+
+
+def parse_error(text: str) -> WireError:
+    """Inverse of format_error. Triton's own request validation (wrong dtype or shape, unknown or
+    missing input) names the tensor as `input 'name'` and becomes INVALID_ARG with that param;
+    any other unformatted message (unknown model, server errors) comes back with code ""."""
+    m = _ERROR_RE.search(text)
+    if m is not None:
+        return WireError(m.group("code"), m.group("message"), m.group("param") or None)
+    core = _CORE_INPUT_RE.search(text)
+    if core is not None:
+        return WireError(INVALID_ARG, text, core.group("param"))
+    return WireError("", text, None)
+
+
+def invalid_request_error(exc: InvalidRequest) -> WireError:
+    return WireError(INVALID_ARG, exc.message, exc.param)
+
+
+# --- request tensors -> SynthesisRequest --------------------------------------------------------
+
+
+def check_tensor(spec: TensorIO, value: np.ndarray) -> None:
+    """dtype and shape (per request, -1 = any) of one input, naming the tensor on failure."""
+    expected = NUMPY_DTYPES[spec.dtype]
+    if spec.dtype == "BYTES":
+        ok_dtype = value.dtype == np.object_ or value.dtype.kind in "SU"
+    else:
+        ok_dtype = value.dtype == expected
+    if not ok_dtype:
+        raise InvalidRequest(f"input '{spec.name}' must be {spec.dtype}, got {value.dtype}", spec.name)
+    if len(value.shape) != len(spec.dims) or any(d != -1 and d != s for d, s in zip(spec.dims, value.shape, strict=True)):
+        want = "[" + ",".join(str(d) for d in spec.dims) + "]"
+        raise InvalidRequest(f"input '{spec.name}' must have shape {want}, got {list(value.shape)}", spec.name)
+
+
+def _scalar(spec: TensorIO, value: np.ndarray) -> Any:
+    item = value.reshape(-1)[0]
+    kind = _SCALAR_KINDS[spec.dtype]
+    if kind == "str":
+        if isinstance(item, str):
+            return item
+        try:
+            return bytes(item).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidRequest(f"input '{spec.name}' is not valid UTF-8", spec.name) from None
+    if kind == "bool":
+        return bool(item)
+    if kind == "int":
+        return int(item)
+    f = float(item)
+    if not math.isfinite(f):
+        raise InvalidRequest(f"input '{spec.name}' must be a finite number", spec.name)
+    return f
+
+
+def request_kwargs(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """SynthesisRequest keyword arguments from the request's input tensors (absent = not passed,
+    so the dataclass default / checkpoint default applies). Semantic checks (ranges, task rules)
+    belong to Generator.submit; this only decodes and checks the wire types."""
+    known = {t.name for t in SPEECH_INPUTS}
+    unknown = sorted(set(tensors) - known)
+    if unknown:
+        raise InvalidRequest(f"unknown input '{unknown[0]}'", unknown[0])
+    kwargs: dict[str, Any] = {}
+    for spec in SPEECH_INPUTS:
+        value = tensors.get(spec.name)
+        if value is None:
+            if not spec.optional:
+                raise InvalidRequest(f"input '{spec.name}' is required", spec.name)
+            continue
+        value = np.asarray(value)
+        check_tensor(spec, value)
+        # Arrays are copied: in a decoupled model the request (and the shared memory behind its
+        # tensors) may be released once execute() returns, long before the generator reads them.
+        if spec.name == "ref_codes":
+            kwargs[spec.name] = np.array(value, dtype=np.int64, copy=True)
+        elif spec.name == "x_vector":
+            if not np.all(np.isfinite(value)):
+                raise InvalidRequest("input 'x_vector' must be finite", spec.name)
+            kwargs[spec.name] = np.array(value, dtype=np.float32, copy=True)
+        else:
+            kwargs[spec.name] = _scalar(spec, value)
+    return kwargs
+
+
+def request_from_tensors(tensors: Mapping[str, np.ndarray]) -> Any:
+    """A ttscore.request.SynthesisRequest; raises InvalidRequest naming the tensor."""
+    from .request import SynthesisRequest  # noqa: PLC0415  (kept lazy: the gateway only needs the tables)
+
+    return SynthesisRequest(**request_kwargs(tensors))
+
+
+def request_tensors(**fields: Any) -> dict[str, np.ndarray]:
+    """The inverse, for clients (gateway, tests, perf data): field values -> input arrays.
+    None values are left out; unknown names raise KeyError."""
+    specs = {t.name: t for t in SPEECH_INPUTS}
+    out: dict[str, np.ndarray] = {}
+    for name, value in fields.items():
+        if value is None:
+            continue
+        spec = specs[name]
+        if spec.dtype == "BYTES":
+            out[name] = np.array([str(value).encode("utf-8")], dtype=np.object_)
+        elif spec.dims == (1,):
+            out[name] = np.array([value], dtype=NUMPY_DTYPES[spec.dtype])
+        else:
+            out[name] = np.asarray(value, dtype=NUMPY_DTYPES[spec.dtype])
+    return out
+
+
+# --- ChunkEvent -> response tensors -------------------------------------------------------------
+
+
+def chunk_outputs(event: Any) -> dict[str, np.ndarray]:
+    """Response tensors of one streamed chunk (a ttscore.generator.ChunkEvent)."""
+    usage = event.usage
+    reason = event.finish_reason if event.final and event.finish_reason else ""
+    return {
+        "audio": np.ascontiguousarray(np.asarray(event.pcm, dtype=np.float32).reshape(-1)),
+        "frames": np.array([int(event.frames)], dtype=np.int32),
+        "finish_reason": np.array([reason.encode("utf-8")], dtype=np.object_),
+        "usage": np.array(
+            [usage.input_text_tokens, usage.input_audio_tokens, usage.output_tokens] if usage else [0, 0, 0],
+            dtype=np.int32,
+        ),
+    }
