@@ -1,9 +1,9 @@
 """Loading the reference implementation (the `qwen-tts` package) for export and parity checks.
 
 qwen-tts imports `torchaudio` and `sox` at import time for its 25 Hz tokenizer only; neither is
-used by the 12 Hz models we serve, and torchaudio would drag in another torch build. `reference_imports`
-installs inert stand-ins for exactly those modules, only while qwen_tts is first imported, and only
-when the real ones are absent.
+used by the 12 Hz models we serve, torchaudio would drag in another torch build and `sox` wants the
+SoX binary. `reference_imports` installs inert stand-ins for exactly those modules while qwen_tts is
+first imported (unless they were already imported), then removes them again.
 """
 
 from __future__ import annotations
@@ -31,14 +31,11 @@ def _stub(name: str) -> types.ModuleType:
 @contextlib.contextmanager
 def reference_imports() -> Iterator[None]:
     added: list[str] = []
-    for name in _STUBBED:
-        if name in sys.modules:
-            continue
-        try:
-            __import__(name)
-        except Exception:  # noqa: BLE001 - any import failure means "use the stand-in"
-            sys.modules[name] = _stub(name)
-            added.append(name)
+    if "qwen_tts" not in sys.modules:
+        for name in _STUBBED:
+            if name not in sys.modules:
+                sys.modules[name] = _stub(name)
+                added.append(name)
     if "torchaudio.compliance" in added:
         sys.modules["torchaudio"].compliance = sys.modules["torchaudio.compliance"]  # type: ignore[attr-defined]
     if "torchaudio.compliance.kaldi" in added:

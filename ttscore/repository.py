@@ -318,14 +318,23 @@ def render_repository(
     artifacts_dir: Path | str | None = None,
     models: Sequence[str] | None = None,
     source: Path | str = SOURCE_REPOSITORY,
+    aliases: Mapping[str, str] | None = None,
 ) -> Path:
     """Write a build copy of `source` (only `models` if given) with `settings` applied to `out`.
 
     `artifacts_dir` sets the `artifacts_dir` parameter of every model that declares one (a
-    per-model `parameters.artifacts_dir` wins). `out` is replaced entirely.
+    per-model `parameters.artifacts_dir` wins). `aliases` maps extra model names to a committed
+    model they are rendered from (e.g. one speech_generation per served checkpoint). `out` is
+    replaced entirely.
     """
     src = Path(source)
     available = committed_models(src)
+    for alias, origin in (aliases or {}).items():
+        if origin not in available:
+            raise RepositoryError(f"alias {alias!r} names unknown model {origin!r}")
+        if alias in available:
+            raise RepositoryError(f"alias {alias!r} clashes with a committed model")
+        available[alias] = available[origin]
     selected = list(available) if models is None else list(dict.fromkeys(models))
     missing = [m for m in selected if m not in available]
     if missing:
@@ -350,7 +359,8 @@ def render_repository(
             )
         config = apply_settings(config, model_settings)
         state_dir = config.parameters["artifacts_dir"].string_value if "artifacts_dir" in config.parameters else None
-        check_config(config, _manifest_state_size(state_dir))
+        check_config(config, _manifest_state_size(state_dir))  # under the committed model's name
+        config.name = name
         configs[name] = config
     check_ensembles(configs)
 

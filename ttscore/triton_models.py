@@ -118,8 +118,9 @@ class SpeechGenerationSettings:
     max_active_requests: int  # requests decoded together in one step (Generator max_batch)
     max_pending_requests: int  # admitted but waiting for a slot; beyond this: UNAVAILABLE
     intra_op_threads: int  # 0 = ONNX Runtime default
+    vocoder: str = "inline"  # "inline": in-process ORT session; else the code2wav model called by BLS
 
-    PARAMETERS = ("artifacts_dir", "max_active_requests", "max_pending_requests", "intra_op_threads")
+    PARAMETERS = ("artifacts_dir", "max_active_requests", "max_pending_requests", "intra_op_threads", "vocoder")
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any], check_artifacts: bool = True) -> SpeechGenerationSettings:
@@ -139,6 +140,7 @@ class SpeechGenerationSettings:
             max_active_requests=_int_param(name, params, "max_active_requests", 8, 1),
             max_pending_requests=_int_param(name, params, "max_pending_requests", 64, 0),
             intra_op_threads=_int_param(name, params, "intra_op_threads", 0, 0),
+            vocoder=str(params.get("vocoder", "inline") or "inline"),
         )
 
 
@@ -338,7 +340,12 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
         pipeline = Pipeline.load(settings.artifacts_dir, threads=settings.intra_op_threads or None)
     except ArtifactError as exc:
         raise ModelSettingsError(f"speech_generation: {exc}") from None
-    return Generator(pipeline, max_batch=settings.max_active_requests)
+    vocoder = None
+    if settings.vocoder != "inline":
+        from .triton_glue import BlsVocoder  # noqa: PLC0415  (pb_utils: only inside the stub)
+
+        vocoder = BlsVocoder(settings.vocoder, int(pipeline.manifest["code2wav"]["state_size"]))
+    return Generator(pipeline, max_batch=settings.max_active_requests, vocoder=vocoder)
 
 
 @dataclass

@@ -1,0 +1,221 @@
+"""`triton-tts serve`: export (if needed) -> render the model repository -> tritonserver -> gateway.
+
+One `speech_generation` model per served checkpoint (named `speech_generation` when only one is
+served, `speech_generation_<name>` otherwise), all sharing one `code2wav` model through BLS when
+their speech tokenizers are byte-identical; the Base checkpoint (at most one) also gets the
+`voice_features` ensemble. Ctrl-C / SIGTERM stops the gateway, then Triton.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import TTSError
+
+logger = logging.getLogger(__name__)
+
+VOICE_FEATURE_MODELS = ("voice_features", "audio_preprocess", "speaker_encoder", "speech_encoder")
+
+
+class ServeError(TTSError):
+    pass
+
+
+@dataclass
+class Served:
+    name: str
+    checkpoint: Path
+    artifacts: Path
+    manifest: dict[str, Any]
+    triton_model: str = "speech_generation"
+
+    @property
+    def variant(self) -> str:
+        return str(self.manifest["variant"])
+
+    @property
+    def tokenizer_sha(self) -> str | None:
+        files = self.manifest.get("source", {}).get("files", {})
+        return (files.get("speech_tokenizer/model.safetensors") or {}).get("sha256")
+
+
+def _model_id(path: Path, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9_.-]+", "-", path.name) or "model"
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}-{i}", i + 1
+    taken.add(name)
+    return name
+
+
+def plan_deployment(served: list[Served], max_active: int | None = None) -> dict[str, Any]:
+    """Model names, aliases and per-model settings for render_repository (pure)."""
+    bases = [s for s in served if s.variant == "base"]
+    if len(bases) > 1:
+        raise ServeError("at most one Base checkpoint can be served at a time (one voice_features ensemble)")
+    shared = len({s.tokenizer_sha for s in served}) == 1 and served[0].tokenizer_sha is not None
+    aliases: dict[str, str] = {}
+    settings: dict[str, Any] = {}
+    models: list[str] = []
+    for s in served:
+        s.triton_model = "speech_generation" if len(served) == 1 else f"speech_generation_{s.name}"
+        if s.triton_model != "speech_generation":
+            aliases[s.triton_model] = "speech_generation"
+        params = {"artifacts_dir": str(s.artifacts), "vocoder": "code2wav" if shared else "inline"}
+        if max_active:
+            params["max_active_requests"] = str(max_active)
+        settings[s.triton_model] = {"parameters": params}
+        models.append(s.triton_model)
+    if shared:
+        models.append("code2wav")
+        settings["code2wav"] = {"parameters": {"artifacts_dir": str(served[0].artifacts)}}
+    if bases:
+        for m in VOICE_FEATURE_MODELS:
+            models.append(m)
+            if m != "voice_features":
+                settings[m] = {"parameters": {"artifacts_dir": str(bases[0].artifacts)}}
+    return {"models": models, "aliases": aliases, "settings": settings, "shared_code2wav": shared}
+
+
+def gateway_config(served: list[Served], grpc_url: str) -> dict[str, Any]:
+    return {
+        "triton_url": grpc_url,
+        "models": [
+            {
+                "name": s.name,
+                "variant": s.variant,
+                "triton_model": s.triton_model,
+                "voice_features_model": "voice_features" if s.variant == "base" else None,
+                "artifacts_dir": str(s.artifacts),
+            }
+            for s in served
+        ],
+    }
+
+
+def _wait_http(url: str, deadline: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ServeError(f"process exited with status {proc.returncode} before {url} was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise ServeError(f"{url} not ready in time")
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from . import repository
+    from .cli import cache_root, ensure_artifacts
+    from .pipeline import read_manifest
+    from .triton_env import TritonServer, TritonServerError
+
+    checkpoints = [Path(c) for c in args.checkpoint or []]
+    if not checkpoints:
+        from export.tiny import make_tiny
+
+        demo = cache_root() / "demo" / "Qwen3-TTS-tiny-CustomVoice"
+        if not (demo / "model.safetensors").is_file():
+            print(f"no --checkpoint given: building the tiny random-weight demo checkpoint in {demo}", flush=True)
+            make_tiny("custom_voice", demo, seed=0)
+        checkpoints = [demo]
+
+    work = Path(args.work or cache_root() / "serve")
+    taken: set[str] = set()
+    served = []
+    for ckpt in checkpoints:
+        print(f"preparing {ckpt} (export is skipped when up to date)...", flush=True)
+        art = ensure_artifacts(ckpt, args.precision)
+        served.append(Served(_model_id(ckpt.resolve(), taken), ckpt, art, read_manifest(art)))
+
+    plan = plan_deployment(served, args.max_active)
+    repo = repository.render_repository(
+        work / "model_repository", plan["settings"], models=plan["models"], aliases=plan["aliases"]
+    )
+    server = TritonServer(
+        repo, args.triton_http_port, args.triton_grpc_port, args.triton_metrics_port,
+        log_file=work / "tritonserver.log", ready_timeout_s=args.ready_timeout,
+    )
+    gateway: subprocess.Popen[bytes] | None = None
+    stop = {"flag": False}
+
+    def _terminate(signum: int, frame: object) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    try:
+        server.start()
+        server.wait_ready()
+        print(f"Triton ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.metrics_url}", flush=True)
+        print(f"  models: {', '.join(plan['models'])} (log: {server.log_file})", flush=True)
+        if not args.no_gateway:
+            cfg_path = work / "gateway.json"
+            cfg_path.write_text(json.dumps(gateway_config(served, server.grpc_url), indent=2))
+            gateway = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "--config", str(cfg_path), "--host", args.host, "--port", str(args.port)],
+                start_new_session=True,
+            )
+            _wait_http(f"http://127.0.0.1:{args.port}/health", time.time() + 60, gateway)
+            url = f"http://{'localhost' if args.host in ('0.0.0.0', '127.0.0.1') else args.host}:{args.port}"
+            voice = next((sorted(s.manifest.get("speakers") or {})[:1] for s in served if s.manifest.get("speakers")), [])
+            print(f"Speech API ready at {url}  (Ctrl-C stops)", flush=True)
+            example = {"input": "Hello from Triton.", "voice": voice[0] if voice else None}
+            print(
+                f"  curl -s {url}/v1/audio/speech -H 'Content-Type: application/json' "
+                f"-d '{json.dumps({k: v for k, v in example.items() if v})}' -o hello.wav",
+                flush=True,
+            )
+        else:
+            print("Serving Triton only (--no-gateway). Ctrl-C stops.", flush=True)
+        while not stop["flag"]:
+            if not server.is_alive():
+                print(f"tritonserver exited; log tail:\n{server.log_tail()}", file=sys.stderr)
+                return 1
+            if gateway is not None and gateway.poll() is not None:
+                print(f"gateway exited with status {gateway.returncode}", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+        return 0
+    except TritonServerError as exc:
+        print(f"triton-tts: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        if gateway is not None and gateway.poll() is None:
+            gateway.terminate()
+            try:
+                gateway.wait(10)
+            except subprocess.TimeoutExpired:
+                gateway.kill()
+        server.stop()
+        print("stopped", flush=True)
+
+
+def add_serve_parser(sub: Any) -> None:
+    s = sub.add_parser("serve", help="export if needed, start tritonserver and the Speech API gateway")
+    s.add_argument("--checkpoint", action="append", help="checkpoint directory (repeat to serve several)")
+    s.add_argument("--precision", default="fp32", choices=["fp32", "int8"])
+    s.add_argument("--host", default="0.0.0.0")
+    s.add_argument("--port", type=int, default=8091, help="gateway port")
+    s.add_argument("--triton-http-port", type=int, default=8000)
+    s.add_argument("--triton-grpc-port", type=int, default=8001)
+    s.add_argument("--triton-metrics-port", type=int, default=8002)
+    s.add_argument("--max-active", type=int, help="requests batched together per step (per checkpoint)")
+    s.add_argument("--work", help="where the rendered repository and logs go")
+    s.add_argument("--ready-timeout", type=float, default=300.0)
+    s.add_argument("--no-gateway", action="store_true", help="serve Triton only")
+    s.set_defaults(func=_cmd_serve)
