@@ -159,22 +159,15 @@ class Pipeline:
         self, audio: np.ndarray, sample_rate: int, with_codes: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """x-vector (and reference codes for in-context cloning) of a reference clip."""
-        from .audio import log_mel, pad_to_frames, resample
+        from .audio import prepare_reference
 
         if self.speaker_encoder is None or self.mel_filters is None:
             raise InvalidRequest("this checkpoint does not support voice cloning (not a Base model)", "ref_audio")
-        wav = np.asarray(audio, dtype=np.float32).reshape(-1)
-        if wav.size < sample_rate // 10 or not np.all(np.isfinite(wav)):
-            raise InvalidRequest("reference audio must be at least 0.1 s of finite samples", "ref_audio")
-        sr = self.info.sample_rate
-        wav24 = resample(wav, int(sample_rate), sr) if int(sample_rate) != sr else wav
-        mels = log_mel(wav24, self.mel_filters)[None].astype(np.float32)
-        xvec = self.speaker_encoder.run({"mels": mels})["x_vector"][0]
+        wav24, mels = prepare_reference(audio, int(sample_rate), self.mel_filters)
+        xvec = self.speaker_encoder.run({"mels": mels[None]})["x_vector"][0]
         codes = None
         if with_codes:
             if self.speech_encoder is None:
                 raise ArtifactError("artifacts lack speech_encoder.onnx")
-            padded = pad_to_frames(wav24, self.info.samples_per_frame)[None]
-            codes = self.speech_encoder.run({"audio": padded.astype(np.float32)})["codes"][0]
-            codes = codes[: -(-wav24.shape[0] // self.info.samples_per_frame)]
+            codes = self.speech_encoder.run({"audio": wav24[None]})["codes"][0].astype(np.int64)
         return xvec.astype(np.float32), codes

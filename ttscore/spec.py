@@ -181,7 +181,9 @@ def speaker_encoder_spec(mel_bins: int, embed_dim: int) -> GraphSpec:
 
 
 def speech_encoder_spec(num_groups: int) -> GraphSpec:
-    """Mimi encoder: 24 kHz audio right-padded to a multiple of samples_per_frame -> codes."""
+    """Mimi encoder: 24 kHz audio of any length -> ceil(samples / samples_per_frame) frames of codes.
+
+    Feed the clip unpadded: zero-padding it first changes the last frame's codes vs the reference."""
     return GraphSpec(
         name="speech_encoder",
         inputs=(TensorSpec("audio", "float32", ("batch", "samples")),),

@@ -593,35 +593,15 @@ class GenerationScheduler:
 
 # --- voice features: audio_preprocess -----------------------------------------------------------
 
-MIN_REFERENCE_SECONDS = 0.1
-MAX_REFERENCE_SECONDS = 60.0
 
 
 def preprocess_reference(
-    audio: np.ndarray, sample_rate: int, mel_filters: np.ndarray, samples_per_frame: int = triton_io.SAMPLES_PER_FRAME
+    audio: np.ndarray, sample_rate: int, mel_filters: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Reference clip -> (24 kHz audio right-padded to whole codec frames, log-mel [frames, 128]).
+    """Reference clip -> (24 kHz audio, log-mel [frames, 128]); see ttscore.audio.prepare_reference."""
+    from .audio import prepare_reference  # noqa: PLC0415
 
-    The mel is taken from the unpadded 24 kHz audio (the speaker encoder's front end); only the
-    speech encoder sees the padding. Raises InvalidRequest naming the tensor.
-    """
-    from .audio import log_mel, pad_to_frames, resample  # noqa: PLC0415
-
-    wav = np.asarray(audio, dtype=np.float32).reshape(-1)
-    if sample_rate < 8000 or sample_rate > 192000:
-        raise InvalidRequest(f"sample_rate must be in [8000, 192000], got {sample_rate}", "sample_rate")
-    seconds = wav.size / sample_rate
-    if seconds < MIN_REFERENCE_SECONDS or seconds > MAX_REFERENCE_SECONDS:
-        raise InvalidRequest(
-            f"reference audio must last {MIN_REFERENCE_SECONDS}-{MAX_REFERENCE_SECONDS:.0f} s, got {seconds:.2f} s",
-            "audio",
-        )
-    if not np.all(np.isfinite(wav)):
-        raise InvalidRequest("reference audio must be finite", "audio")
-    wav24 = resample(wav, sample_rate, triton_io.SAMPLE_RATE) if sample_rate != triton_io.SAMPLE_RATE else wav
-    mels = np.asarray(log_mel(wav24, mel_filters), dtype=np.float32)
-    padded = np.asarray(pad_to_frames(wav24, samples_per_frame), dtype=np.float32)
-    return padded, mels
+    return prepare_reference(audio, sample_rate, mel_filters, param="audio")
 
 
 def mel_filters(model: str, artifacts_dir: Path) -> np.ndarray:

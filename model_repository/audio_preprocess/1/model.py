@@ -1,4 +1,4 @@
-"""audio_preprocess: reference clip -> 24 kHz audio padded to whole codec frames + log-mel.
+"""audio_preprocess: reference clip -> 24 kHz audio (unpadded) + log-mel.
 
 First stage of the voice_features ensemble; a bad clip (too short/long, bad rate) gets
 INVALID_ARG naming the tensor, and the ensemble stops there.

@@ -1,0 +1,133 @@
+"""Reference-audio front end for voice cloning, numpy only (serving imports neither torch nor librosa).
+
+- ``load_audio``: bytes -> (float32 mono, sample rate) via soundfile, channels averaged like the reference.
+- ``resample``: librosa.resample's default ('soxr_hq' through soxr, then fixed to ceil(n * ratio) samples).
+- ``log_mel``: the reference ``mel_spectrogram`` (qwen_tts modeling_qwen3_tts) that feeds the speaker
+  encoder: reflect pad (n_fft - hop) // 2 on both sides, periodic Hann window, STFT without centering,
+  magnitude sqrt(re^2 + im^2 + 1e-9), slaney mel basis (mel_filters.npy from export), log(clamp(., 1e-5)).
+- ``pad_to_frames``: right-pad with zeros to a whole number of codec frames.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+
+from ttscore.errors import AudioDecodeError, InvalidRequest
+from ttscore.spec import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_WIN
+
+SAMPLE_RATE = 24000
+SAMPLES_PER_FRAME = 1920
+_PARAM = "ref_audio"
+
+
+def load_audio(data: bytes) -> tuple[np.ndarray, int]:
+    """Decode an audio file held in memory (wav, flac, ogg, ... whatever libsndfile reads)."""
+    import soundfile as sf
+
+    if not data:
+        raise AudioDecodeError("reference audio is empty", param=_PARAM)
+    try:
+        with io.BytesIO(data) as f:
+            audio, sr = sf.read(f, dtype="float32", always_2d=False)
+    except Exception as exc:  # noqa: BLE001 - libsndfile raises several types for bad input
+        raise AudioDecodeError(f"could not decode reference audio: {exc}", param=_PARAM) from exc
+    audio = np.asarray(audio, dtype=np.float32)
+    if audio.ndim > 1:
+        audio = np.mean(audio, axis=-1)
+    if audio.size == 0:
+        raise AudioDecodeError("reference audio has no samples", param=_PARAM)
+    if not np.all(np.isfinite(audio)):
+        raise AudioDecodeError("reference audio contains non-finite samples", param=_PARAM)
+    return audio.astype(np.float32, copy=False), int(sr)
+
+
+def resample(audio: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
+    """librosa.resample(y, orig_sr=sr_in, target_sr=sr_out) with its defaults (res_type 'soxr_hq')."""
+    import soxr
+
+    audio = np.asarray(audio)
+    if sr_in == sr_out:
+        return audio
+    if sr_in <= 0 or sr_out <= 0:
+        raise InvalidRequest(f"invalid sample rate {sr_in} -> {sr_out}", param=_PARAM)
+    n_out = int(math.ceil(audio.shape[-1] * float(sr_out) / sr_in))
+    if audio.ndim == 1:
+        y = soxr.resample(audio, sr_in, sr_out, quality="soxr_hq")
+    else:  # soxr reads 2-D input as [time, channels]; librosa resamples along the last axis
+        y = np.apply_along_axis(soxr.resample, -1, audio, in_rate=sr_in, out_rate=sr_out, quality="soxr_hq")
+    # librosa.util.fix_length: trim or zero-pad to exactly n_out samples.
+    if y.shape[-1] > n_out:
+        y = y[..., :n_out]
+    elif y.shape[-1] < n_out:
+        y = np.pad(y, [(0, 0)] * (y.ndim - 1) + [(0, n_out - y.shape[-1])])
+    return np.asarray(y, dtype=audio.dtype)
+
+
+def _hann_periodic(n: int) -> np.ndarray:
+    """torch.hann_window(n) (periodic=True)."""
+    return 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(n) / n)
+
+
+def min_mel_samples() -> int:
+    """Shortest input log_mel accepts: the reflect pad needs more samples than it pads."""
+    return (MEL_N_FFT - MEL_HOP) // 2 + 1
+
+
+def log_mel(audio_24k: np.ndarray, mel_filters: np.ndarray) -> np.ndarray:
+    """[frames, MEL_BINS] float32 log-mel of a 24 kHz mono waveform, frames = 1 + (n + 2p - n_fft) // hop."""
+    y = np.asarray(audio_24k, dtype=np.float64).reshape(-1)
+    pad = (MEL_N_FFT - MEL_HOP) // 2
+    if y.shape[0] <= pad:
+        raise InvalidRequest(
+            f"reference audio too short: {y.shape[0]} samples, need more than {pad} at 24 kHz", param=_PARAM
+        )
+    if mel_filters.shape != (MEL_BINS, MEL_N_FFT // 2 + 1):
+        raise ValueError(f"mel_filters shape {mel_filters.shape}, expected {(MEL_BINS, MEL_N_FFT // 2 + 1)}")
+    y = np.pad(y, (pad, pad), mode="reflect")
+    n_frames = 1 + (y.shape[0] - MEL_N_FFT) // MEL_HOP
+    frames = np.lib.stride_tricks.sliding_window_view(y, MEL_N_FFT)[::MEL_HOP][:n_frames]
+    window = np.zeros(MEL_N_FFT)
+    left = (MEL_N_FFT - MEL_WIN) // 2  # torch.stft centers a shorter window inside n_fft
+    window[left : left + MEL_WIN] = _hann_periodic(MEL_WIN)
+    spec = np.fft.rfft(frames * window, n=MEL_N_FFT, axis=-1)  # [frames, n_fft // 2 + 1]
+    mag = np.sqrt(spec.real**2 + spec.imag**2 + 1e-9)
+    mel = mag @ mel_filters.astype(np.float64).T  # [frames, MEL_BINS]
+    return np.log(np.maximum(mel, 1e-5)).astype(np.float32)
+
+
+def pad_to_frames(audio: np.ndarray, samples_per_frame: int = SAMPLES_PER_FRAME) -> np.ndarray:
+    """Right-pad with zeros to a multiple of samples_per_frame (no copy when already aligned)."""
+    audio = np.asarray(audio)
+    extra = (-audio.shape[-1]) % samples_per_frame
+    if extra == 0:
+        return audio
+    return np.pad(audio, [(0, 0)] * (audio.ndim - 1) + [(0, extra)])
+
+
+MIN_REFERENCE_SECONDS = 0.1
+MAX_REFERENCE_SECONDS = 60.0
+
+
+def prepare_reference(
+    audio: np.ndarray, sample_rate: int, mel_filters: np.ndarray, param: str = "ref_audio"
+) -> tuple[np.ndarray, np.ndarray]:
+    """A reference clip -> (24 kHz audio for the speech encoder, log-mel [frames, 128] for the
+    speaker encoder). The audio is NOT padded: the speech-encoder graph takes any length and
+    returns ceil(samples / 1920) frames, exactly like the reference `encode` (zero-padding first
+    changes the last frame's codes). Raises InvalidRequest(param=...)."""
+    wav = np.asarray(audio, dtype=np.float32).reshape(-1)
+    if not 8000 <= int(sample_rate) <= 192000:
+        raise InvalidRequest(f"sample rate must be in [8000, 192000], got {sample_rate}", param)
+    seconds = wav.size / sample_rate
+    if not MIN_REFERENCE_SECONDS <= seconds <= MAX_REFERENCE_SECONDS:
+        raise InvalidRequest(
+            f"reference audio must last {MIN_REFERENCE_SECONDS}-{MAX_REFERENCE_SECONDS:.0f} s, got {seconds:.2f} s",
+            param,
+        )
+    if not np.all(np.isfinite(wav)):
+        raise InvalidRequest("reference audio must be finite", param)
+    wav24 = resample(wav, int(sample_rate), SAMPLE_RATE) if int(sample_rate) != SAMPLE_RATE else wav
+    return wav24.astype(np.float32), np.asarray(log_mel(wav24, mel_filters), dtype=np.float32)
