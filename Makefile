@@ -22,8 +22,13 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
-# Tiny random-weight CustomVoice checkpoint -> export -> offline synthesis to a WAV file.
+# Serve the tiny random-weight demo checkpoint: Triton (8000/8001/8002) + Speech API (8091).
+# Pass your own: make demo CHECKPOINTS="--checkpoint /path/to/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 demo: $(STAMP)
+	$(VENV)/bin/triton-tts serve $(CHECKPOINTS)
+
+# Offline synthesis without servers: tiny checkpoint -> export -> WAV.
+say-demo: $(STAMP)
 	$(VENV)/bin/triton-tts make-tiny --variant custom_voice --out $(DEMO_DIR)/checkpoint-custom_voice
 	$(VENV)/bin/triton-tts say --checkpoint $(DEMO_DIR)/checkpoint-custom_voice --voice vivian \
 	  --language English --max-new-tokens 40 --seed 7 -o $(DEMO_DIR)/hello.wav "Hello from Triton TTS."

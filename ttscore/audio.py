@@ -112,7 +112,11 @@ MAX_REFERENCE_SECONDS = 60.0
 
 
 def prepare_reference(
-    audio: np.ndarray, sample_rate: int, mel_filters: np.ndarray, param: str = "ref_audio"
+    audio: np.ndarray,
+    sample_rate: int,
+    mel_filters: np.ndarray,
+    param: str = "ref_audio",
+    rate_param: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """A reference clip -> (24 kHz audio for the speech encoder, log-mel [frames, 128] for the
     speaker encoder). The audio is NOT padded: the speech-encoder graph takes any length and
@@ -120,7 +124,7 @@ def prepare_reference(
     changes the last frame's codes). Raises InvalidRequest(param=...)."""
     wav = np.asarray(audio, dtype=np.float32).reshape(-1)
     if not 8000 <= int(sample_rate) <= 192000:
-        raise InvalidRequest(f"sample rate must be in [8000, 192000], got {sample_rate}", param)
+        raise InvalidRequest(f"sample rate must be in [8000, 192000], got {sample_rate}", rate_param or param)
     seconds = wav.size / sample_rate
     if not MIN_REFERENCE_SECONDS <= seconds <= MAX_REFERENCE_SECONDS:
         raise InvalidRequest(

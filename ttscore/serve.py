@@ -163,6 +163,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         server.wait_ready()
         print(f"Triton ready: HTTP {server.http_url}, gRPC {server.grpc_url}, metrics {server.metrics_url}", flush=True)
         print(f"  models: {', '.join(plan['models'])} (log: {server.log_file})", flush=True)
+        import importlib.util
+
+        if not args.no_gateway and importlib.util.find_spec("gateway.__main__") is None:
+            print("the gateway package is not installed: serving Triton only", file=sys.stderr)
+            args.no_gateway = True
         if not args.no_gateway:
             cfg_path = work / "gateway.json"
             cfg_path.write_text(json.dumps(gateway_config(served, server.grpc_url), indent=2))
@@ -181,7 +186,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 flush=True,
             )
         else:
-            print("Serving Triton only (--no-gateway). Ctrl-C stops.", flush=True)
+            print(
+                f"Serving Triton only. Stream audio with gRPC (model {served[0].triton_model}, "
+                f"see model_repository/README.md) or run `python perf/perf_analyzer.py`. Ctrl-C stops.",
+                flush=True,
+            )
         while not stop["flag"]:
             if not server.is_alive():
                 print(f"tritonserver exited; log tail:\n{server.log_tail()}", file=sys.stderr)

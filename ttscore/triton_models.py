@@ -601,7 +601,7 @@ def preprocess_reference(
     """Reference clip -> (24 kHz audio, log-mel [frames, 128]); see ttscore.audio.prepare_reference."""
     from .audio import prepare_reference  # noqa: PLC0415
 
-    return prepare_reference(audio, sample_rate, mel_filters, param="audio")
+    return prepare_reference(audio, sample_rate, mel_filters, param="audio", rate_param="sample_rate")
 
 
 def mel_filters(model: str, artifacts_dir: Path) -> np.ndarray:

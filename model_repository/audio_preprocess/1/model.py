@@ -35,7 +35,6 @@ class TritonPythonModel:
                     tensors["audio"],
                     int(tensors["sample_rate"].reshape(-1)[0]),
                     self.mel_filters,
-                    self.facts.samples_per_frame,
                 )
                 responses.append(glue.response({"audio_24k": audio_24k, "mels": mels}))
             except InvalidRequest as exc:
