@@ -87,8 +87,15 @@ def speaker_encoder_graph(embed_dim: int) -> onnx.GraphProto:
 
 
 def speech_encoder_graph(spf: int = SPF) -> onnx.GraphProto:
+    # Like the real graph it takes any length: zero-pad to whole frames, ceil(samples / spf) frames.
     nodes = [
-        helper.make_node("Reshape", ["audio", "frames_shape"], ["fr"]),  # [B,F,spf]
+        helper.make_node("Shape", ["audio"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["n"]),  # [1] samples
+        helper.make_node("Neg", ["n"], ["neg_n"]),
+        helper.make_node("Mod", ["neg_n", "spf"], ["extra"], fmod=0),  # (-n) mod spf, non-negative
+        helper.make_node("Concat", ["zeros3", "extra"], ["pads"], axis=0),  # [0,0,0,extra]
+        helper.make_node("Pad", ["audio", "pads"], ["padded"]),
+        helper.make_node("Reshape", ["padded", "frames_shape"], ["fr"]),  # [B,F,spf]
         helper.make_node("Abs", ["fr"], ["a"]),
         helper.make_node("ReduceMean", ["a"], ["m"], axes=[2], keepdims=1),  # [B,F,1]
         helper.make_node("Mul", ["m", "thousand"], ["m1"]),
@@ -103,6 +110,9 @@ def speech_encoder_graph(spf: int = SPF) -> onnx.GraphProto:
         [helper.make_tensor_value_info("codes", TensorProto.INT64, ["batch", "frames", GROUPS])],
         [
             _i64("frames_shape", [0, -1, spf]),
+            _i64("one", [1]),
+            _i64("spf", [spf]),
+            _i64("zeros3", [0, 0, 0]),
             numpy_helper.from_array(np.array(1000.0, dtype=np.float32), "thousand"),
             numpy_helper.from_array(np.arange(GROUPS, dtype=np.int64).reshape(1, 1, GROUPS), "groups"),
         ],
