@@ -166,12 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=_cmd_say)
 
-    try:
-        from .serve import add_serve_parser
+    from .precompute import add_precompute_parser
+    from .serve import add_serve_parser
 
-        add_serve_parser(sub)
-    except ImportError:
-        pass
+    add_serve_parser(sub)
+    add_precompute_parser(sub)
     return p
 
 
