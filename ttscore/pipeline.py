@@ -67,7 +67,7 @@ class OnnxGraph:
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         outs = self.session.run(self.output_names, feeds)
-        return dict(zip(self.output_names, outs))
+        return dict(zip(self.output_names, outs, strict=True))
 
 
 @dataclass

@@ -8,9 +8,8 @@ against them. A dimension is an int (fixed) or a str (symbolic, dynamic).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
-Dim = Union[int, str]
+Dim = int | str
 
 
 @dataclass(frozen=True)
