@@ -13,8 +13,8 @@ setup: $(STAMP)
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
-	  { dpkg -s libb64-0d libsndfile1 >/dev/null 2>&1 || \
-	    { apt-get update -qq && apt-get install -y -qq libb64-0d libsndfile1 >/dev/null; }; } || true
+	  { dpkg -s libb64-0d libsndfile1 curl >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq libb64-0d libsndfile1 curl >/dev/null; }; } || true
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt

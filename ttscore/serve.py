@@ -88,8 +88,10 @@ def plan_deployment(served: list[Served], max_active: int | None = None) -> dict
     return {"models": models, "aliases": aliases, "settings": settings, "shared_code2wav": shared}
 
 
-def gateway_config(served: list[Served], grpc_url: str) -> dict[str, Any]:
+def gateway_config(served: list[Served], grpc_url: str, plan: dict[str, Any] | None = None) -> dict[str, Any]:
+    extra = {"readiness_models": ["code2wav"]} if plan and plan.get("shared_code2wav") else {}
     return {
+        **extra,
         "triton_url": grpc_url,
         "models": [
             {
@@ -170,7 +172,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             args.no_gateway = True
         if not args.no_gateway:
             cfg_path = work / "gateway.json"
-            cfg_path.write_text(json.dumps(gateway_config(served, server.grpc_url), indent=2))
+            cfg_path.write_text(json.dumps(gateway_config(served, server.grpc_url, plan), indent=2))
             gateway = subprocess.Popen(
                 [sys.executable, "-m", "gateway", "--config", str(cfg_path), "--host", args.host, "--port", str(args.port)],
                 start_new_session=True,

@@ -1,0 +1,39 @@
+"""`python -m gateway --config FILE [--host H] [--port P]`: serve the Speech API with uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+
+from .settings import DEFAULT_PORT, Settings, SettingsError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__)
+    parser.add_argument("--config", required=True, help="deployment JSON (written by `triton-tts serve`)")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--triton-url", help="override the config's Triton gRPC address (host:port)")
+    parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = Settings.from_file(args.config)
+        if args.triton_url:
+            settings = dataclasses.replace(settings, triton_url=args.triton_url)
+        from .app import create_app
+
+        app = create_app(settings)
+    except SettingsError as exc:
+        print(f"gateway: error: {exc}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""create_app(settings): the FastAPI application of the Speech API.
+
+- The lifespan owns the inference backend (the Triton gRPC channel): opened at startup, closed at
+  shutdown; no module-level state.
+- Every response carries X-Request-Id: the client's when it sent a sane one, else a new one. It
+  is the Triton request id of the work done for the request.
+- Errors reach the wire here and only here: APIError, FastAPI's validation errors (400, never
+  422), Starlette's HTTP errors, and anything unexpected (500, generic message with the request id,
+  the traceback only in the log). After the status line is sent nothing can change it: a failure
+  then ends the body (raw audio) or was already sent in-band (SSE).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ttscore.errors import InvalidRequest
+
+from . import errors
+from .backend import InferenceBackend
+from .errors import APIError
+from .planning import Deployment, VoiceResolver
+from .routers import REQUEST_ID_KEY, ClientDisconnected, router
+from .services import SpeechService, StreamAborted
+from .settings import Settings, load_checkpoints
+
+logger = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "X-Request-Id"
+_SANE_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
+
+BackendFactory = Callable[[Settings], InferenceBackend]
+
+
+def _triton_backend(settings: Settings) -> InferenceBackend:
+    from .triton_client import TritonBackend  # noqa: PLC0415  (tritonclient only when serving for real)
+
+    return TritonBackend(settings.triton_url)
+
+
+def new_request_id() -> str:
+    return f"speech-{uuid.uuid4().hex}"
+
+
+def _render(exc: APIError) -> JSONResponse:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers or None)
+
+
+class RequestContextMiddleware:
+    """Request id in, request id out, and the last line of defence for unexpected errors."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        incoming = ""
+        for key, value in scope.get("headers", []):
+            if key == b"x-request-id":
+                incoming = value.decode("latin-1").strip()
+                break
+        rid = incoming if _SANE_ID.match(incoming) else new_request_id()
+        scope[REQUEST_ID_KEY] = rid
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = MutableHeaders(raw=list(message.get("headers", [])))
+                headers[REQUEST_ID_HEADER] = rid
+                message = {**message, "headers": headers.raw}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except ClientDisconnected:
+            pass  # nobody to answer; the work was cancelled
+        except StreamAborted as exc:
+            # The status line is out: ending without the final chunk tells the client it is incomplete.
+            logger.warning("response %s cut short: %s", rid, exc)
+        except Exception:
+            logger.exception("unhandled error in request %s", rid)
+            if not started:
+                await _render(errors.internal(rid))(scope, receive, send_with_id)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def api_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, APIError)
+        return _render(exc)
+
+    async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, InvalidRequest)
+        return _render(errors.from_invalid_request(exc))
+
+    async def validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError)
+        return _render(errors.validation_error(list(exc.errors())))
+
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        detail = exc.detail if isinstance(exc.detail, str) else "HTTP error"
+        return _render(errors.from_http_status(exc.status_code, detail, dict(exc.headers or {})))
+
+    app.add_exception_handler(APIError, api_error)
+    app.add_exception_handler(InvalidRequest, invalid_request)
+    app.add_exception_handler(RequestValidationError, validation)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+
+
+def _openapi_without_422(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """FastAPI documents 422 for every body; this API answers 400 instead, so drop it."""
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = base()
+        for path in schema.get("paths", {}).values():
+            for op in path.values():
+                if isinstance(op, dict):
+                    op.get("responses", {}).pop("422", None)
+        comps = schema.get("components", {}).get("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            comps.pop(name, None)
+        app.openapi_schema = schema
+        return schema
+
+    return openapi
+
+
+def create_app(
+    settings: Settings,
+    *,
+    backend_factory: BackendFactory | None = None,
+    voices: VoiceResolver | None = None,
+) -> FastAPI:
+    """The Speech API over the deployment `settings` describes. `backend_factory` replaces the
+    Triton client (tests); `voices` is the uploaded/precomputed voice store (next issue)."""
+    deployment = Deployment(load_checkpoints(settings), voices)  # fails fast on a bad deployment
+    factory = backend_factory or _triton_backend
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        backend = factory(settings)
+        app.state.backend = backend
+        app.state.speech = SpeechService(deployment, backend, settings)
+        logger.info(
+            "serving %s over Triton %s",
+            ", ".join(f"{c.name} ({c.task} -> {c.triton_model})" for c in deployment.checkpoints),
+            settings.triton_url,
+        )
+        try:
+            yield
+        finally:
+            await backend.close()
+
+    app = FastAPI(
+        title="Triton TTS Speech API",
+        version="1.0",
+        summary="OpenAI-compatible speech generation (Qwen3-TTS on NVIDIA Triton)",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.deployment = deployment
+    app.include_router(router)
+    _install_error_handlers(app)
+    app.add_middleware(RequestContextMiddleware)
+    app.openapi = _openapi_without_422(app)  # type: ignore[method-assign]
+    return app

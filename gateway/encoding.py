@@ -1,0 +1,255 @@
+"""Audio out: float32 PCM from the model -> the response format's bytes (pure; PyPI wheels only).
+
+- wav / pcm: 16-bit little-endian, quantised exactly like libsndfile's PCM_16 writer (round to
+  32-bit, then keep the top 16 bits; clipped), so a WAV here carries the same samples as
+  `triton-tts say`'s soundfile output.
+  A streamed WAV header has 0xFFFFFFFF in both size fields (length unknown, as OpenAI streams it).
+- flac: soundfile into a BytesIO (seekable: libsndfile seeks back to patch headers).
+- mp3: lameenc (CBR). opus: Ogg Opus via PyAV's libopus. aac: ADTS via PyAV's native AAC encoder.
+- Resampling: soxr.ResampleStream, for whole clips too, so chunked output equals one shot.
+- Speed: PyAV's atempo filter (pitch kept), chained so each stage stays within [0.5, 2].
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from fractions import Fraction
+
+import numpy as np
+
+MEDIA_TYPES = {
+    "wav": "audio/wav",
+    "pcm": "audio/pcm",
+    "flac": "audio/flac",
+    "mp3": "audio/mpeg",
+    "opus": "audio/ogg",
+    "aac": "audio/aac",
+}
+MIN_RATE, MAX_RATE = 8000, 48000
+# Rates each codec can carry without resampling inside the encoder.
+_CODEC_RATES = {
+    "mp3": (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000),
+    "opus": (8000, 12000, 16000, 24000, 48000),
+    "aac": (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000),
+}
+UNKNOWN_LENGTH = 0xFFFFFFFF
+
+
+class _AnyRate:
+    """Every integer rate in [MIN_RATE, MAX_RATE] (wav, pcm, flac)."""
+
+    def __contains__(self, rate: object) -> bool:
+        return isinstance(rate, int) and not isinstance(rate, bool) and MIN_RATE <= rate <= MAX_RATE
+
+
+def sample_rates(fmt: str) -> _AnyRate | tuple[int, ...]:
+    return _CODEC_RATES.get(fmt) or _AnyRate()
+
+
+def describe_rates(fmt: str) -> str:
+    rates = _CODEC_RATES.get(fmt)
+    return ", ".join(str(r) for r in rates) if rates else f"any integer from {MIN_RATE} to {MAX_RATE}"
+
+
+# --- 16-bit PCM and WAV ----------------------------------------------------------------------------
+
+
+def to_int16(pcm: np.ndarray) -> np.ndarray:
+    """float [-1, 1] -> int16 exactly as libsndfile writes PCM_16: lrint(x * 2^31) clipped to
+    int32, then an arithmetic shift by 16 (so tiny negatives round to 0, the rest floors)."""
+    x = np.rint(np.asarray(pcm, dtype=np.float64).reshape(-1) * 2147483648.0)
+    q = np.clip(x, -2147483648.0, 2147483647.0).astype(np.int64)
+    return (q >> 16).astype("<i2")
+
+
+def pcm_bytes(pcm: np.ndarray) -> bytes:
+    return to_int16(pcm).tobytes()
+
+
+def wav_header(sample_rate: int, data_bytes: int | None, channels: int = 1, bits: int = 16) -> bytes:
+    """44-byte PCM WAV header; data_bytes=None writes the streaming unknown-length marker."""
+    block = channels * bits // 8
+    if data_bytes is None:
+        riff_size = data_size = UNKNOWN_LENGTH
+    else:
+        data_size = data_bytes
+        riff_size = 36 + data_bytes
+    return struct.pack(
+        "<4sI4s4sIHHIIHH4sI",
+        b"RIFF", riff_size, b"WAVE", b"fmt ", 16, 1, channels, sample_rate, sample_rate * block, block, bits,
+        b"data", data_size,
+    )
+
+
+def parse_wav(data: bytes) -> tuple[int, np.ndarray]:
+    """(sample rate, int16 samples) of a mono PCM_16 WAV as written here, streamed or not."""
+    if len(data) < 44 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise ValueError("not a RIFF/WAVE stream")
+    rate = struct.unpack_from("<I", data, 24)[0]
+    return int(rate), np.frombuffer(data[44:], dtype="<i2")
+
+
+# --- resampling and speed ------------------------------------------------------------------------
+
+
+class Resampler:
+    """Streaming resampler (soxr HQ); identity when the rates match. `feed(..., last=True)` flushes."""
+
+    def __init__(self, in_rate: int, out_rate: int) -> None:
+        self.in_rate, self.out_rate = int(in_rate), int(out_rate)
+        self._stream = None
+        if self.in_rate != self.out_rate:
+            import soxr
+
+            self._stream = soxr.ResampleStream(self.in_rate, self.out_rate, 1, dtype="float32", quality="HQ")
+
+    def feed(self, pcm: np.ndarray, last: bool = False) -> np.ndarray:
+        x = np.ascontiguousarray(np.asarray(pcm, dtype=np.float32).reshape(-1))
+        if self._stream is None:
+            return x
+        return np.asarray(self._stream.resample_chunk(x, last=last), dtype=np.float32).reshape(-1)
+
+
+def resample(pcm: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
+    return Resampler(in_rate, out_rate).feed(pcm, last=True)
+
+
+def _atempo_factors(speed: float) -> list[float]:
+    factors = []
+    s = float(speed)
+    while s > 2.0:
+        factors.append(2.0)
+        s /= 2.0
+    while s < 0.5:
+        factors.append(0.5)
+        s /= 0.5
+    factors.append(s)
+    return factors
+
+
+def change_speed(pcm: np.ndarray, sample_rate: int, speed: float) -> np.ndarray:
+    """Time-stretch by `speed` (2.0 = twice as fast) keeping the pitch; length round(n / speed)."""
+    x = np.ascontiguousarray(np.asarray(pcm, dtype=np.float32).reshape(-1))
+    if speed == 1.0 or x.size == 0:
+        return x
+    import av
+
+    graph = av.filter.Graph()
+    node = graph.add_abuffer(format="flt", sample_rate=sample_rate, layout="mono", time_base=Fraction(1, sample_rate))
+    for factor in _atempo_factors(speed):
+        nxt = graph.add("atempo", f"{factor:.10g}")
+        node.link_to(nxt)
+        node = nxt
+    sink = graph.add("abuffersink")
+    node.link_to(sink)
+    graph.configure()
+    frame = av.AudioFrame.from_ndarray(x[None, :], format="flt", layout="mono")
+    frame.sample_rate = sample_rate
+    frame.pts = 0
+    frame.time_base = Fraction(1, sample_rate)
+    graph.push(frame)
+    graph.push(None)
+    parts = []
+    while True:
+        try:
+            out = graph.pull()
+        except (av.error.BlockingIOError, av.error.EOFError):
+            break
+        parts.append(np.asarray(out.to_ndarray(), dtype=np.float32).reshape(-1))
+    y = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    n = int(round(x.size / speed))
+    # atempo's output length drifts by a few ms from n / speed; fix it so durations are exact.
+    return y[:n] if y.size >= n else np.concatenate([y, np.zeros(n - y.size, np.float32)])
+
+
+# --- whole-clip encoders ----------------------------------------------------------------------------
+
+
+def encode(pcm: np.ndarray, sample_rate: int, fmt: str) -> bytes:
+    """A complete file of `fmt` from float32 mono PCM at `sample_rate`."""
+    x = np.asarray(pcm, dtype=np.float32).reshape(-1)
+    if fmt == "pcm":
+        return pcm_bytes(x)
+    if fmt == "wav":
+        data = pcm_bytes(x)
+        return wav_header(sample_rate, len(data)) + data
+    if fmt == "flac":
+        return _encode_flac(x, sample_rate)
+    if fmt == "mp3":
+        return _encode_mp3(x, sample_rate)
+    if fmt == "opus":
+        return _encode_av(x, sample_rate, "ogg", "libopus", bit_rate=64000 if sample_rate >= 16000 else 24000)
+    if fmt == "aac":
+        return _encode_av(x, sample_rate, "adts", "aac", bit_rate=96000 if sample_rate >= 32000 else 64000)
+    raise ValueError(f"unknown audio format {fmt!r}")
+
+
+def _encode_flac(x: np.ndarray, sample_rate: int) -> bytes:
+    import soundfile as sf
+
+    buf = io.BytesIO()  # seekable: libsndfile rewrites the header at close
+    sf.write(buf, x, sample_rate, format="FLAC", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def _encode_mp3(x: np.ndarray, sample_rate: int) -> bytes:
+    import lameenc
+
+    enc = lameenc.Encoder()
+    enc.set_bit_rate(128 if sample_rate >= 32000 else 64 if sample_rate >= 16000 else 32)
+    enc.set_in_sample_rate(sample_rate)
+    enc.set_channels(1)
+    enc.set_quality(2)
+    return bytes(enc.encode(to_int16(x).tobytes())) + bytes(enc.flush())
+
+
+def _encode_av(x: np.ndarray, sample_rate: int, container: str, codec: str, bit_rate: int) -> bytes:
+    import av
+
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format=container) as out:
+        stream = out.add_stream(codec, rate=sample_rate, layout="mono")
+        stream.bit_rate = bit_rate
+        formats = {f.name for f in stream.codec_context.codec.audio_formats or ()}
+        sample_fmt = "flt" if "flt" in formats else "fltp"  # libopus takes flt, the aac encoder fltp
+        if x.size:
+            frame = av.AudioFrame.from_ndarray(x[None, :], format=sample_fmt, layout="mono")
+            frame.sample_rate = sample_rate
+            frame.pts = 0
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+    return buf.getvalue()
+
+
+def render(pcm: np.ndarray, source_rate: int, fmt: str, sample_rate: int, speed: float = 1.0) -> bytes:
+    """Whole clip: speed (at the model rate), then resample, then encode."""
+    x = change_speed(pcm, source_rate, speed) if speed != 1.0 else np.asarray(pcm, dtype=np.float32)
+    if sample_rate != source_rate:
+        x = resample(x, source_rate, sample_rate)
+    return encode(x, sample_rate, fmt)
+
+
+# --- streaming (pcm / wav only) -----------------------------------------------------------------
+
+
+class StreamEncoder:
+    """Raw-byte stream of pcm or wav: `start()` (WAV header), then `chunk()` per model chunk, `finish()`."""
+
+    def __init__(self, fmt: str, source_rate: int, sample_rate: int) -> None:
+        if fmt not in ("pcm", "wav"):
+            raise ValueError(f"{fmt!r} cannot be streamed")
+        self.fmt = fmt
+        self.sample_rate = sample_rate
+        self._resampler = Resampler(source_rate, sample_rate)
+
+    def start(self) -> bytes:
+        return wav_header(self.sample_rate, None) if self.fmt == "wav" else b""
+
+    def chunk(self, pcm: np.ndarray) -> bytes:
+        return pcm_bytes(self._resampler.feed(pcm))
+
+    def finish(self) -> bytes:
+        return pcm_bytes(self._resampler.feed(np.zeros(0, np.float32), last=True))

@@ -1,0 +1,150 @@
+"""Typed API errors and their one wire format: `{"error": {"message", "type", "param", "code"}}`.
+
+Everything that fails a request becomes an `APIError` (or is mapped to one here); `app.py`
+renders it with `error_body`, the only place the body is built. Pure: no FastAPI imports.
+
+Status rules (the OpenAI SDK retries 408/409/429/5xx, so deterministic failures are 4xx):
+- 400 every invalid parameter, `param` naming the field where one is to blame;
+- 404 an unknown model; 503 (+ Retry-After) while Triton or a model is not ready / the queue is
+  full; 500 a bug, with a generic message that carries the request id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ttscore.errors import InvalidRequest
+
+
+@dataclass(eq=False)  # identity hash: exceptions end up in sets (exception groups, tracebacks)
+class APIError(Exception):
+    message: str
+    param: str | None = None
+    status: int = 500
+    type: str = "InternalServerError"
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        Exception.__init__(self, self.message)
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.status)
+
+
+def error_body(message: str, type_: str, param: str | None, code: int) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def bad_request(message: str, param: str | None = None) -> APIError:
+    return APIError(message, param, 400, "BadRequestError")
+
+
+def not_found(message: str, param: str | None = None) -> APIError:
+    return APIError(message, param, 404, "NotFoundError")
+
+
+def model_not_found(model: str) -> APIError:
+    return not_found(f"The model `{model}` does not exist.", "model")
+
+
+def unavailable(message: str, retry_after_s: int = 5) -> APIError:
+    return APIError(message, None, 503, "ServiceUnavailableError", {"Retry-After": str(int(retry_after_s))})
+
+
+def internal(request_id: str | None) -> APIError:
+    suffix = f" (request id: {request_id})" if request_id else ""
+    return APIError(f"Internal server error{suffix}", None, 500, "InternalServerError")
+
+
+def from_http_status(status: int, detail: str, headers: dict[str, str] | None = None) -> APIError:
+    """Starlette's own errors (unknown route, wrong method) in the API's shape."""
+    kinds = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError", 413: "BadRequestError",
+             415: "BadRequestError"}
+    return APIError(detail, None, status, kinds.get(status, "BadRequestError" if status < 500 else "InternalServerError"),
+                    dict(headers or {}))
+
+
+def from_invalid_request(exc: InvalidRequest) -> APIError:
+    """ttscore/voices validation errors (they name the field) -> 400."""
+    return bad_request(exc.message, exc.param)
+
+
+# --- pydantic validation errors -> one 400 message ------------------------------------------------
+
+
+_TYPE_TAGS = {"str", "int", "float", "bool", "none", "list", "dict", "bytes"}
+
+
+def _is_type_tag(part: str) -> bool:
+    """Union branch labels pydantic puts in `loc` ('str', 'VoiceId', 'function-after[...]')."""
+    return part in _TYPE_TAGS or "[" in part or "-" in part or part[:1].isupper()
+
+
+def _param(loc: tuple[Any, ...]) -> str | None:
+    """('body', 'items', 2, 'speed') -> 'items[2].speed'; the body itself -> None."""
+    out = ""
+    for p in loc[1:] if loc and loc[0] == "body" else loc:
+        if isinstance(p, int):
+            out += f"[{p}]"
+        elif isinstance(p, str) and not _is_type_tag(p):
+            out += f".{p}" if out else p
+    return out or None
+
+
+def validation_error(errors: list[dict[str, Any]]) -> APIError:
+    """FastAPI's RequestValidationError.errors() -> a 400 naming the first offending field."""
+    if not errors:
+        return bad_request("Invalid request body")
+    first = errors[0]
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        detail = (first.get("ctx") or {}).get("error", "")
+        return bad_request(f"Malformed JSON in request body{': ' + str(detail) if detail else ''}")
+    loc = tuple(first.get("loc", ()))
+    param = _param(loc)
+    if param is None:
+        if isinstance(first.get("input"), (bytes, bytearray)):
+            return bad_request("The request body must be JSON (Content-Type: application/json)")
+        if kind in ("missing", "model_attributes_type", "dict_type", "model_type"):
+            return bad_request("The request body must be a JSON object")
+        return bad_request(f"Invalid request body: {first.get('msg', 'invalid value')}")
+    msg = str(first.get("msg", "invalid value"))
+    if kind == "missing":
+        return bad_request(f"Missing required parameter: '{param}'", param)
+    if kind == "extra_forbidden":
+        return bad_request(f"Unrecognized request argument supplied: '{param}'", param)
+    got = first.get("input")
+    shown = _short(got)
+    return bad_request(f"Invalid value for '{param}': {msg}" + (f" (got {shown})" if shown is not None else ""), param)
+
+
+def _short(value: Any) -> str | None:
+    if isinstance(value, (dict, list)):
+        return None
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --- inference backend errors --------------------------------------------------------------------
+
+# speech_generation / voice_features tensor names -> the API field a client must fix.
+_API_PARAM = {
+    "text": "input",
+    "speaker": "voice",
+    "audio": "ref_audio",
+    "sample_rate": "ref_audio",  # only voice_features has it: the reference clip's rate
+    "x_vector": "ref_audio",
+    "ref_codes": "ref_audio",
+    "x_vector_only": "x_vector_only_mode",
+    "initial_chunk_frames": "initial_codec_chunk_frames",
+}
+
+
+def from_backend(code: str, message: str, param: str | None, request_id: str | None, retry_after_s: int = 5) -> APIError:
+    """A Triton-side failure (ttscore.triton_io codes) -> the API error a client sees."""
+    if code == "INVALID_ARG":
+        return bad_request(message, _API_PARAM.get(param or "", param))
+    if code in ("UNAVAILABLE", "CANCELLED"):
+        return unavailable("The speech service is not available right now; retry later.", retry_after_s)
+    return internal(request_id)

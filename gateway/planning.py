@@ -1,0 +1,421 @@
+"""Speech request -> a fully resolved plan: defaults, validation, task inference, routing (pure).
+
+Input is the contract's fields (`SpeechFields`, already type-checked by the protocol models);
+output is a `SpeechPlan` naming the served checkpoint, every generation input and the output
+format, or an `APIError` (400/404) naming the field. Nothing here talks to Triton, so a request
+that fails planning never starts work on the server.
+
+Task inference (spec, "task_type"): an uploaded/precomputed voice always selects Base; otherwise
+`ref_audio` or `ref_text` selects Base when `task_type` is omitted; anything else is CustomVoice;
+VoiceDesign only when asked for. The checkpoint is then the one `model` names (it must serve that
+task) or the first served checkpoint of that task (CustomVoice: the one that has the voice).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Protocol
+
+import numpy as np
+
+from ttscore.request import DEFAULT_MAX_NEW_TOKENS, MAX_CHUNK_FRAMES, MAX_NEW_TOKENS_LIMIT
+
+from . import encoding
+from .errors import APIError, bad_request, model_not_found
+from .settings import TASK_OF_VARIANT, VARIANT_OF_TASK, ServedCheckpoint
+
+MAX_INPUT_CHARS = 4096  # OpenAI's limit for `input`
+MAX_INSTRUCTIONS_CHARS = 4096
+MAX_REF_TEXT_CHARS = 4096
+DEFAULT_VOICE = "vivian"
+DEFAULT_FORMAT = "wav"
+MIN_SPEED, MAX_SPEED = 0.25, 4.0
+SEED_MAX = 2**63 - 1
+TASKS = ("CustomVoice", "VoiceDesign", "Base")
+STREAM_FORMATS = ("audio", "sse")
+STREAMABLE_FORMATS = ("pcm", "wav")
+
+
+@dataclass
+class SpeechFields:
+    """The request fields of POST /v1/audio/speech (None = not given)."""
+
+    input: Any = None
+    model: str | None = None
+    voice: str | None = None
+    response_format: str | None = None
+    speed: float | None = None
+    task_type: str | None = None
+    sample_rate: int | None = None
+    language: str | None = None
+    instructions: str | None = None
+    max_new_tokens: int | None = None
+    initial_codec_chunk_frames: int | None = None
+    non_streaming_mode: bool | None = None
+    seed: int | None = None
+    ref_audio: str | None = None
+    ref_text: str | None = None
+    x_vector_only_mode: bool | None = None
+    stream: bool | None = None
+    stream_format: str | None = None
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> SpeechFields:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+# Fields a batch request may set for all items and an item may override (spec, batch section).
+BATCH_DEFAULT_FIELDS = (
+    "voice", "response_format", "speed", "task_type", "language", "instructions", "ref_audio", "ref_text",
+    "max_new_tokens", "non_streaming_mode", "sample_rate", "x_vector_only_mode", "seed", "initial_codec_chunk_frames",
+)
+
+
+def merge_batch_item(defaults: dict[str, Any], item: dict[str, Any], model: str | None) -> SpeechFields:
+    """An item's fields over the batch-level defaults (an item's explicit value wins, None inherits)."""
+    merged: dict[str, Any] = {"input": item.get("input"), "model": model}
+    for name in BATCH_DEFAULT_FIELDS:
+        value = item.get(name)
+        merged[name] = defaults.get(name) if value is None else value
+    return SpeechFields.from_mapping(merged)
+
+
+# --- stored voices (uploads / precomputed; the voices issue fills this in) -----------------------
+
+
+FeaturesFn = Callable[[bool], Awaitable[tuple[np.ndarray, "np.ndarray | None"]]]
+
+
+@dataclass(frozen=True)
+class StoredVoice:
+    """An uploaded or precomputed voice: always a Base voice-cloning input.
+
+    The services take its features from the first of: `features(x_vector_only)` (e.g. the voice
+    store's cached computation), precomputed `x_vector` (+ `ref_codes` for in-context cloning), or
+    `audio` run through the voice_features model."""
+
+    name: str
+    ref_text: str | None = None  # stored transcript; without one the voice clones from its x-vector only
+    audio: np.ndarray | None = None  # float32 mono reference clip
+    sample_rate: int | None = None
+    x_vector: np.ndarray | None = None
+    ref_codes: np.ndarray | None = None
+    features: FeaturesFn | None = None
+
+
+class VoiceResolver(Protocol):
+    def resolve_voice(self, name: str) -> StoredVoice | None: ...
+
+    def uploaded_voices(self) -> list[dict[str, Any]]: ...
+
+
+class NoStoredVoices:
+    """Until voice upload exists: no stored voices."""
+
+    def resolve_voice(self, name: str) -> StoredVoice | None:
+        return None
+
+    def uploaded_voices(self) -> list[dict[str, Any]]:
+        return []
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    format: str  # wav | pcm | flac | mp3 | opus | aac
+    sample_rate: int  # of the audio sent to the client
+    source_rate: int  # of the model
+    speed: float
+    stream: str | None  # None (whole clip), "audio" (raw bytes) or "sse" (speech.audio.* events)
+
+    @property
+    def media_type(self) -> str:
+        return encoding.MEDIA_TYPES[self.format]
+
+
+@dataclass(frozen=True)
+class SpeechPlan:
+    checkpoint: ServedCheckpoint
+    task: str  # CustomVoice | VoiceDesign | Base
+    text: str
+    speaker: str | None
+    language: str  # lower-case, "auto" included
+    instructions: str | None
+    ref_audio: str | None  # the locator as sent (Base, unless a stored voice supplies it)
+    ref_text: str | None  # only for in-context cloning
+    x_vector_only: bool
+    stored_voice: StoredVoice | None
+    non_streaming_mode: bool | None
+    max_new_tokens: int
+    seed: int | None
+    initial_chunk_frames: int | None
+    output: OutputSpec
+
+    @property
+    def needs_voice_features(self) -> bool:
+        return self.task == "Base"
+
+    def generation_fields(self) -> dict[str, Any]:
+        """speech_generation inputs (ttscore.triton_io names) except the reference features."""
+        return {
+            "text": self.text,
+            "task_type": VARIANT_OF_TASK[self.task],
+            "speaker": self.speaker,
+            "language": self.language,
+            "instructions": self.instructions,
+            "ref_text": self.ref_text,
+            "x_vector_only": True if self.task == "Base" and self.x_vector_only else None,
+            "non_streaming_mode": self.non_streaming_mode,
+            "max_new_tokens": self.max_new_tokens,
+            "seed": self.seed,
+            "initial_chunk_frames": self.initial_chunk_frames,
+        }
+
+
+class Deployment:
+    """The served checkpoints, in deployment order, and the stored-voice hook."""
+
+    def __init__(self, checkpoints: Sequence[ServedCheckpoint], voices: VoiceResolver | None = None) -> None:
+        if not checkpoints:
+            raise ValueError("a deployment needs at least one checkpoint")
+        self.checkpoints = tuple(checkpoints)
+        self.voices: VoiceResolver = voices or NoStoredVoices()
+
+    def find_model(self, model: str) -> ServedCheckpoint | None:
+        for ckpt in self.checkpoints:
+            if ckpt.answers_to(model):
+                return ckpt
+        return None
+
+    def builtin_voices(self) -> list[str]:
+        return sorted({s for c in self.checkpoints for s in c.speakers})
+
+    def resolve_voice(self, name: str) -> StoredVoice | None:
+        """The hook for uploaded/precomputed voices (None: not a stored voice)."""
+        return self.voices.resolve_voice(name)
+
+
+# --- validation helpers ----------------------------------------------------------------------------
+
+
+def _text(value: Any, param: str, limit: int, *, required: bool, empty_message: str | None = None) -> str | None:
+    if value is None:
+        if required:
+            raise bad_request(empty_message or f"Missing required parameter: '{param}'", param)
+        return None
+    if not isinstance(value, str):
+        raise bad_request(f"'{param}' must be a string", param)
+    if len(value) > limit:
+        raise bad_request(f"'{param}' is too long: {len(value)} characters, the maximum is {limit}", param)
+    return value
+
+
+def _int_range(value: Any, param: str, lo: int, hi: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_request(f"'{param}' must be an integer", param)
+    if not lo <= value <= hi:
+        raise bad_request(f"'{param}' must be between {lo} and {hi}, got {value}", param)
+    return int(value)
+
+
+def _bool(value: Any, param: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise bad_request(f"'{param}' must be a boolean", param)
+
+
+def _title(language: str) -> str:
+    return "Auto" if language == "auto" else language.title()
+
+
+def task_mismatch(served_tasks: Sequence[str], task: str) -> APIError:
+    """The spec's message for a task no served (or named) checkpoint supports."""
+    tasks = list(dict.fromkeys(served_tasks))
+    if len(tasks) == 1:
+        return bad_request(
+            f"Qwen3-TTS {tasks[0]} checkpoint does not support task_type='{task}'. "
+            f"Use task_type='{tasks[0]}' or load the matching {task} checkpoint."
+        )
+    listed = " and ".join(tasks)
+    options = " or ".join(f"task_type='{t}'" for t in tasks)
+    return bad_request(
+        f"Qwen3-TTS {listed} checkpoints do not support task_type='{task}'. "
+        f"Use {options} or load the matching {task} checkpoint."
+    )
+
+
+# --- output ------------------------------------------------------------------------------------
+
+
+def plan_output(f: SpeechFields, source_rate: int) -> OutputSpec:
+    fmt = f.response_format if f.response_format is not None else DEFAULT_FORMAT
+    if fmt not in encoding.MEDIA_TYPES:
+        raise bad_request(
+            f"Invalid response_format '{fmt}'. Supported: {', '.join(encoding.MEDIA_TYPES)}", "response_format"
+        )
+    speed = 1.0 if f.speed is None else f.speed
+    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed):
+        raise bad_request("'speed' must be a number", "speed")
+    if not MIN_SPEED <= speed <= MAX_SPEED:
+        raise bad_request(f"'speed' must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}", "speed")
+    stream_flag = _bool(f.stream, "stream")
+    if f.stream_format is not None and f.stream_format not in STREAM_FORMATS:
+        raise bad_request(f"Invalid stream_format '{f.stream_format}'. Supported: audio, sse", "stream_format")
+    stream = f.stream_format or ("sse" if stream_flag else None)
+    if stream is not None:
+        if fmt not in STREAMABLE_FORMATS:
+            raise bad_request(
+                "Streaming (stream=true, stream_format='audio' or stream_format='sse') requires "
+                f"response_format='pcm' or 'wav'. Got response_format='{fmt}'.",
+                "response_format",
+            )
+        if speed != 1.0:
+            raise bad_request(f"Streaming requires speed=1.0 (got {speed}); speed is only applied to whole clips.",
+                              "speed")
+    rate = source_rate if f.sample_rate is None else f.sample_rate
+    if isinstance(rate, bool) or not isinstance(rate, int):
+        raise bad_request("'sample_rate' must be an integer", "sample_rate")
+    allowed = encoding.sample_rates(fmt)
+    if rate not in allowed:
+        raise bad_request(
+            f"sample_rate {rate} is not supported for response_format='{fmt}'. Supported: "
+            + encoding.describe_rates(fmt),
+            "sample_rate",
+        )
+    return OutputSpec(format=fmt, sample_rate=int(rate), source_rate=source_rate, speed=float(speed), stream=stream)
+
+
+# --- the planner -------------------------------------------------------------------------------
+
+
+def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
+    """Validate and route one request. Raises APIError (400/404) naming the field."""
+    text = _text(f.input, "input", MAX_INPUT_CHARS, required=True, empty_message="Input text cannot be empty")
+    if text is None or not text.strip():
+        raise bad_request("Input text cannot be empty", "input")
+
+    named: ServedCheckpoint | None = None
+    if f.model is not None:
+        if not isinstance(f.model, str):
+            raise bad_request("'model' must be a string", "model")
+        named = deployment.find_model(f.model)
+        if named is None:
+            raise model_not_found(f.model)
+
+    if f.task_type is not None and f.task_type not in TASKS:
+        raise bad_request(f"Invalid task_type '{f.task_type}'. Supported: {', '.join(TASKS)}", "task_type")
+    voice = _text(f.voice, "voice", 256, required=False)
+    voice = voice.strip().lower() if voice is not None else None
+    voice = voice or None
+    instructions = _text(f.instructions, "instructions", MAX_INSTRUCTIONS_CHARS, required=False)
+    ref_text = _text(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS, required=False)
+    ref_audio = _text(f.ref_audio, "ref_audio", 1 << 30, required=False)
+    x_vector_only = _bool(f.x_vector_only_mode, "x_vector_only_mode")
+    non_streaming_mode = _bool(f.non_streaming_mode, "non_streaming_mode")
+
+    # Task inference (spec): a stored voice always means Base; ref_audio / ref_text infer Base.
+    stored = deployment.resolve_voice(voice) if voice is not None else None
+    if stored is not None:
+        task = "Base"
+    elif f.task_type is None and (ref_audio is not None or ref_text is not None):
+        task = "Base"
+    else:
+        task = f.task_type or "CustomVoice"
+
+    ckpt = _route(task, voice, named, deployment)
+    output = plan_output(f, ckpt.sample_rate)
+
+    language = "auto"
+    if f.language is not None:
+        lang = _text(f.language, "language", 64, required=False) or ""
+        language = lang.strip().lower()
+        if language not in ckpt.languages:
+            raise bad_request(
+                f"Invalid language '{f.language}'. Supported: {', '.join(sorted(_title(x) for x in ckpt.languages))}",
+                "language",
+            )
+
+    speaker: str | None = None
+    if task == "CustomVoice":
+        speaker = voice or (DEFAULT_VOICE if DEFAULT_VOICE in ckpt.speakers else ckpt.speakers[0])
+        if speaker not in ckpt.speakers:
+            raise bad_request(f"Invalid voice '{f.voice}'. Supported: {', '.join(ckpt.speakers)}", "voice")
+
+    if task != "Base":
+        # Cross-field rules: cloning inputs only make sense for Base (only reachable with an
+        # explicit task_type, since they infer Base otherwise).
+        for name, value in (("ref_audio", ref_audio), ("ref_text", ref_text), ("x_vector_only_mode", x_vector_only or None)):
+            if value is not None:
+                raise bad_request(f"'{name}' is only valid for Base task", name)
+    if task == "VoiceDesign" and not (instructions or "").strip():
+        raise bad_request("VoiceDesign task requires 'instructions' to describe the voice", "instructions")
+
+    if task == "Base":
+        if stored is None and ref_audio is None:
+            raise bad_request("Base task requires 'ref_audio' (or an uploaded voice) for voice cloning", "ref_audio")
+        if stored is not None and ref_audio is None:
+            ref_text = ref_text if ref_text is not None else stored.ref_text
+            if not (ref_text or "").strip():
+                x_vector_only = True  # uploaded without a transcript: speaker embedding only (spec)
+        if not x_vector_only:
+            if not (ref_text or "").strip():
+                raise bad_request(
+                    "Base task requires non-empty 'ref_text' (transcript of the reference audio) "
+                    "unless 'x_vector_only_mode' is enabled",
+                    "ref_text",
+                )
+        else:
+            ref_text = None  # x-vector-only cloning takes no transcript
+        if ref_audio is not None:
+            stored = None  # inline ref_audio overrides an uploaded voice (spec)
+
+    max_new = _int_range(f.max_new_tokens, "max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT)
+    initial = _int_range(f.initial_codec_chunk_frames, "initial_codec_chunk_frames", 1, MAX_CHUNK_FRAMES)
+    seed = _int_range(f.seed, "seed", 0, SEED_MAX)
+
+    return SpeechPlan(
+        checkpoint=ckpt,
+        task=task,
+        text=text,
+        speaker=speaker,
+        language=language,
+        instructions=instructions.strip() if instructions and instructions.strip() else None,
+        ref_audio=ref_audio if task == "Base" else None,
+        ref_text=ref_text if task == "Base" else None,
+        x_vector_only=bool(x_vector_only) if task == "Base" else False,
+        stored_voice=stored if task == "Base" else None,
+        non_streaming_mode=non_streaming_mode,
+        max_new_tokens=DEFAULT_MAX_NEW_TOKENS if max_new is None else max_new,
+        seed=seed,
+        initial_chunk_frames=initial,
+        output=output,
+    )
+
+
+def _route(task: str, voice: str | None, named: ServedCheckpoint | None, deployment: Deployment) -> ServedCheckpoint:
+    if named is not None:
+        if named.task != task:
+            raise task_mismatch([named.task], task)
+        return named
+    candidates = [c for c in deployment.checkpoints if c.task == task]
+    if not candidates:
+        raise task_mismatch([c.task for c in deployment.checkpoints], task)
+    if task == "CustomVoice" and voice is not None:
+        for c in candidates:
+            if voice in c.speakers:
+                return c
+    return candidates[0]
+
+
+__all__ = [
+    "BATCH_DEFAULT_FIELDS", "Deployment", "NoStoredVoices", "OutputSpec", "SpeechFields", "SpeechPlan",
+    "StoredVoice", "TASK_OF_VARIANT", "VoiceResolver", "merge_batch_item", "plan_output", "plan_speech",
+    "task_mismatch",
+]

@@ -1,0 +1,211 @@
+"""The Speech API contract (../shared/spec/speech_api.md) as pydantic models.
+
+Requests are strict (no coercion: "1.5" is not a number, 1 is not a boolean) and reject unknown
+fields, so every type error is a 400 naming the field and the OpenAPI schema states exactly what
+is accepted. Ranges that do not depend on the served checkpoint are in the schema too; the rules
+that do (voices, languages, task routing, format-specific sample rates) are applied by
+gateway.planning, which also owns the defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ttscore.request import MAX_CHUNK_FRAMES, MAX_NEW_TOKENS_LIMIT
+
+from . import encoding
+from .planning import MAX_INPUT_CHARS, SEED_MAX, SpeechFields
+
+ResponseFormat = Literal["wav", "mp3", "flac", "pcm", "opus", "aac"]
+TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
+StreamFormat = Literal["sse", "audio"]
+BATCH_MAX_ITEMS = 32
+
+_STRICT = ConfigDict(strict=True, extra="forbid")
+
+
+_INT_FIELDS = ("sample_rate", "max_new_tokens", "initial_codec_chunk_frames", "seed")
+
+
+class VoiceId(BaseModel):
+    """OpenAI's custom-voice object form of `voice`: {"id": "name"}."""
+
+    model_config = _STRICT
+    id: str
+
+
+def _voice_name(value: Any) -> Any:
+    return value.id if isinstance(value, VoiceId) else value
+
+
+class _GenerationFields(BaseModel):
+    """Fields shared by the single request, the batch defaults and batch items."""
+
+    model_config = _STRICT
+
+    voice: str | VoiceId | None = Field(
+        None, description="Speaker name (CustomVoice built-ins such as vivian, ryan; or an uploaded voice). "
+        "Default: vivian. Ignored by VoiceDesign and by Base with ref_audio.")
+    instructions: str | None = Field(None, description="Voice style/emotion instructions (VoiceDesign: the voice description).")
+    speed: float | None = Field(None, ge=0.25, le=4.0, description="Playback speed, pitch kept (non-streaming only). Default 1.0.")
+    task_type: TaskType | None = Field(None, description="CustomVoice, VoiceDesign or Base; inferred when omitted.")
+    sample_rate: int | None = Field(
+        None, ge=encoding.MIN_RATE, le=encoding.MAX_RATE,
+        description="Output sample rate (default: the model's, 24000). mp3/aac: 8000, 11025, 12000, 16000, 22050, "
+        "24000, 32000, 44100, 48000; opus: 8000, 12000, 16000, 24000, 48000; wav/pcm/flac: any in range.")
+    language: str | None = Field(None, description="Language name or Auto (default Auto); see the checkpoint's list.")
+    max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS_LIMIT,
+                                       description="Codec frame budget (12.5 per second of audio). Default 2048.")
+    initial_codec_chunk_frames: int | None = Field(
+        None, ge=1, le=MAX_CHUNK_FRAMES, description="Frames in the first streamed chunk (time to first audio).")
+    non_streaming_mode: bool | None = Field(
+        None, description="Qwen3-TTS prompt construction mode (not HTTP streaming). Default: Base false, others true.")
+    seed: int | None = Field(None, ge=0, le=SEED_MAX, description="Makes sampling reproducible.")
+    ref_audio: str | None = Field(None, description="Reference audio for Base voice cloning: a base64 data URL.")
+    ref_text: str | None = Field(None, description="Transcript of the reference audio (in-context cloning).")
+    x_vector_only_mode: bool | None = Field(None, description="Clone from the speaker embedding only (no ref_text).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_floats(cls, data: Any) -> Any:
+        # JSON Schema counts 2.0 as an integer, strict pydantic would not; strings stay rejected.
+        if isinstance(data, dict):
+            fixed = {k: int(data[k]) for k in _INT_FIELDS if isinstance(data.get(k), float) and data[k].is_integer()}
+            if fixed:
+                return {**data, **fixed}
+        return data
+
+    @field_validator("voice", mode="after")
+    @classmethod
+    def _voice(cls, value: Any) -> Any:
+        return _voice_name(value)
+
+
+class SpeechRequest(_GenerationFields):
+    """POST /v1/audio/speech"""
+
+    input: str = Field(..., description=f"Text to synthesize (at most {MAX_INPUT_CHARS} characters).")
+    model: str | None = Field(None, description="A served model id (GET /v1/models); default: routed by task.")
+    response_format: ResponseFormat | None = Field("wav", description="Audio format. Streaming: pcm or wav only.")
+    stream: bool | None = Field(False, description="Stream speech.audio.* SSE events (pcm/wav, speed 1.0).")
+    stream_format: StreamFormat | None = Field(
+        None, description="'audio': raw pcm/wav bytes as decoded; 'sse': speech.audio.* events. "
+        "Omitted: stream=true selects sse.")
+
+    def to_fields(self) -> SpeechFields:
+        return SpeechFields.from_mapping(self.model_dump())
+
+
+class BatchSpeechItem(_GenerationFields):
+    input: str = Field(..., description="Text to synthesize.")
+    response_format: ResponseFormat | None = None
+
+
+class BatchSpeechRequest(_GenerationFields):
+    """POST /v1/audio/speech/batch: batch-level fields are defaults, per-item values override them."""
+
+    items: list[BatchSpeechItem] = Field(..., min_length=1, max_length=BATCH_MAX_ITEMS)
+    model: str | None = None
+    response_format: ResponseFormat | None = Field("wav")
+
+
+# --- responses ---------------------------------------------------------------------------------
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+class InputTokenDetails(BaseModel):
+    text_tokens: int = 0
+    audio_tokens: int = 0
+
+
+class SpeechUsage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    input_token_details: InputTokenDetails = Field(default_factory=InputTokenDetails)
+
+
+class SpeechAudioDelta(BaseModel):
+    type: Literal["speech.audio.delta"] = "speech.audio.delta"
+    audio: str
+    response_format: str
+
+
+class SpeechAudioDone(BaseModel):
+    type: Literal["speech.audio.done"] = "speech.audio.done"
+    usage: SpeechUsage
+
+
+class SpeechAudioError(BaseModel):
+    type: Literal["speech.audio.error"] = "speech.audio.error"
+    error: ErrorDetail
+
+
+class BatchItemResult(BaseModel):
+    index: int
+    status: Literal["success", "error"]
+    audio_data: str | None = None
+    media_type: str | None = None
+    usage: SpeechUsage | None = None
+    error: str | None = None
+
+
+class BatchSpeechResponse(BaseModel):
+    id: str
+    results: list[BatchItemResult]
+    total: int
+    succeeded: int
+    failed: int
+
+
+class UploadedVoice(BaseModel):
+    name: str
+    consent: str | None = None
+    created_at: int | None = None
+    file_size: int | None = None
+    mime_type: str | None = None
+    ref_text: str | None = None
+    speaker_description: str | None = None
+
+
+class VoicesResponse(BaseModel):
+    voices: list[str]
+    uploaded_voices: list[UploadedVoice] = Field(default_factory=list)
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "triton-tts"
+    task_type: TaskType
+    voices: list[str] = Field(default_factory=list)
+    languages: list[str] = Field(default_factory=list)
+    sample_rate: int
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class Liveness(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "not_ready"]
+    triton: bool
+    models: dict[str, bool]

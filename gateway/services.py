@@ -1,0 +1,302 @@
+"""Speech API <-> inference backend: plans run as Triton streams, audio encoded, usage reported.
+
+- `synthesize`: whole clip (collect every chunk until FINAL, then speed / resample / encode).
+- `open_stream`: raw pcm/wav bytes or speech.audio.* SSE events as chunks arrive. The first
+  chunk is awaited *before* the HTTP status is sent, so a request Triton rejects still gets a
+  proper 4xx/5xx; after that, failures go in-band (SSE `speech.audio.error`) or cut the body.
+- `batch`: items planned and run concurrently, each with its own result or error.
+- Readiness: Triton and every model the deployment needs, cached briefly while healthy.
+
+Closing a generator here closes the backend stream, which cancels the request in Triton: every
+consumer uses `aclosing`, and `AudioStream.aclose` covers a response that never started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ttscore import triton_io
+from ttscore.errors import InvalidRequest
+
+from . import encoding, errors, refaudio, sse
+from .backend import UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
+from .errors import APIError
+from .planning import Deployment, SpeechFields, SpeechPlan, merge_batch_item, plan_speech
+from .settings import Settings
+from .usage import Usage
+
+logger = logging.getLogger(__name__)
+
+
+class StreamAborted(Exception):
+    """A raw audio stream failed after its first byte: the body ends without its last chunk."""
+
+
+@dataclass(frozen=True)
+class Clip:
+    audio: bytes
+    media_type: str
+    usage: Usage
+
+
+class ReadinessMonitor:
+    """Is Triton up with every needed model ready? A positive answer is trusted for `ttl_s`."""
+
+    def __init__(self, backend: InferenceBackend, models: list[str], ttl_s: float, retry_after_s: int) -> None:
+        self.backend = backend
+        self.models = list(dict.fromkeys(models))
+        self.ttl_s = ttl_s
+        self.retry_after_s = retry_after_s
+        self._ready_until = 0.0
+        self._lock = asyncio.Lock()
+
+    def invalidate(self) -> None:
+        self._ready_until = 0.0
+
+    async def check(self) -> tuple[bool, bool, dict[str, bool]]:
+        """(ready, triton reachable and ready, readiness per model); always asks Triton."""
+        triton = await self.backend.server_ready()
+        models = {m: (await self.backend.model_ready(m)) if triton else False for m in self.models}
+        ready = triton and all(models.values())
+        self._ready_until = time.monotonic() + self.ttl_s if ready else 0.0
+        return ready, triton, models
+
+    async def require(self) -> None:
+        if time.monotonic() < self._ready_until:
+            return
+        async with self._lock:  # one check for a burst of requests
+            if time.monotonic() < self._ready_until:
+                return
+            ready, triton, models = await self.check()
+        if not ready:
+            missing = [m for m, ok in models.items() if not ok]
+            what = "Triton is not reachable or not ready" if not triton else f"model(s) not ready: {', '.join(missing)}"
+            raise errors.unavailable(f"The speech service is not ready ({what}); retry later.", self.retry_after_s)
+
+
+class AudioStream:
+    """The body of a streaming response; `first` was read before the status line was sent."""
+
+    def __init__(self, plan: SpeechPlan, chunks: AsyncGenerator[SpeechChunk, None], first: SpeechChunk | None,
+                 request_id: str) -> None:
+        self.output = plan.output
+        self.sse = plan.output.stream == "sse"
+        self.media_type = sse.MEDIA_TYPE if self.sse else plan.output.media_type
+        self._chunks = chunks
+        self._first = first
+        self._request_id = request_id
+
+    async def aclose(self) -> None:
+        await self._chunks.aclose()
+
+    async def body(self) -> AsyncIterator[bytes]:
+        out = self.output
+        enc = encoding.StreamEncoder(out.format, out.source_rate, out.sample_rate)
+        usage = Usage()
+
+        def emit(data: bytes) -> bytes:
+            return sse.delta(data, out.format) if self.sse else data
+
+        try:
+            head = enc.start()
+            if self._first is not None:
+                head += enc.chunk(self._first.audio)
+                usage = self._first.usage
+            if head:
+                yield emit(head)
+            async for chunk in self._chunks:
+                usage = chunk.usage
+                data = enc.chunk(chunk.audio)
+                if data:
+                    yield emit(data)
+            tail = enc.finish()
+            if tail:
+                yield emit(tail)
+            if self.sse:
+                yield sse.done(usage)
+        except APIError as exc:
+            logger.warning("stream %s failed after it started: %s", self._request_id, exc.message)
+            if not self.sse:
+                raise StreamAborted(exc.message) from None
+            detail = exc.body()["error"]
+            if exc.status >= 500:
+                detail["type"] = "server_error"
+            yield sse.error(detail)
+        except Exception:
+            logger.exception("stream %s failed after it started", self._request_id)
+            if not self.sse:
+                raise StreamAborted("internal error") from None
+            body = errors.internal(self._request_id).body()["error"]
+            yield sse.error({**body, "type": "server_error"})
+        finally:
+            await self.aclose()
+
+
+class SpeechService:
+    def __init__(self, deployment: Deployment, backend: InferenceBackend, settings: Settings) -> None:
+        self.deployment = deployment
+        self.backend = backend
+        self.settings = settings
+        self.created = int(time.time())
+        needed = [c.triton_model for c in deployment.checkpoints]
+        needed += [c.voice_features_model for c in deployment.checkpoints if c.voice_features_model]
+        needed += list(settings.readiness_models)
+        self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s)
+
+    # --- planning and errors ------------------------------------------------------------------
+
+    def plan(self, fields: SpeechFields) -> SpeechPlan:
+        return plan_speech(fields, self.deployment)
+
+    def _api_error(self, exc: BackendError, request_id: str) -> APIError:
+        if exc.code == UNAVAILABLE:
+            self.readiness.invalidate()
+        if exc.code not in ("INVALID_ARG", "UNAVAILABLE", "CANCELLED"):
+            logger.error("request %s failed in Triton: %s", request_id, exc)
+        return errors.from_backend(exc.code, exc.message, exc.param, request_id, self.settings.retry_after_s)
+
+    # --- generation -----------------------------------------------------------------------------
+
+    async def _voice_features(self, plan: SpeechPlan, request_id: str) -> tuple[np.ndarray, np.ndarray | None]:
+        stored = plan.stored_voice
+        if stored is not None and stored.features is not None:
+            try:
+                return await stored.features(plan.x_vector_only)
+            except InvalidRequest as exc:
+                raise errors.from_invalid_request(exc) from None
+            except BackendError as exc:
+                raise self._api_error(exc, request_id) from None
+        if stored is not None and stored.x_vector is not None and (plan.x_vector_only or stored.ref_codes is not None):
+            return stored.x_vector, stored.ref_codes
+        if stored is not None and stored.audio is not None and stored.sample_rate:
+            audio, rate = stored.audio, int(stored.sample_rate)
+        else:
+            if plan.ref_audio is None:
+                raise errors.bad_request("Base task requires 'ref_audio' for voice cloning", "ref_audio")
+            try:
+                audio, rate = await asyncio.to_thread(refaudio.decode_ref_audio, plan.ref_audio)
+            except InvalidRequest as exc:
+                raise errors.from_invalid_request(exc) from None
+        model = plan.checkpoint.voice_features_model
+        if not model:
+            raise errors.bad_request(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
+        try:
+            return await self.backend.voice_features(model, audio, rate, request_id)
+        except BackendError as exc:
+            raise self._api_error(exc, request_id) from None
+
+    async def _inputs(self, plan: SpeechPlan, request_id: str) -> dict[str, np.ndarray]:
+        fields = plan.generation_fields()
+        if plan.needs_voice_features:
+            x_vector, ref_codes = await self._voice_features(plan, request_id)
+            fields["x_vector"] = x_vector
+            if not plan.x_vector_only:
+                fields["ref_codes"] = ref_codes
+        return triton_io.request_tensors(**fields)
+
+    async def _generate(self, plan: SpeechPlan, request_id: str) -> AsyncGenerator[SpeechChunk, None]:
+        await self.readiness.require()
+        inputs = await self._inputs(plan, request_id)
+        stream = self.backend.stream_speech(plan.checkpoint.triton_model, inputs, request_id)
+        try:
+            async with aclosing(stream):
+                async for chunk in stream:
+                    yield chunk
+        except BackendError as exc:
+            raise self._api_error(exc, request_id) from None
+
+    async def synthesize(self, plan: SpeechPlan, request_id: str) -> Clip:
+        parts: list[np.ndarray] = []
+        usage = Usage()
+        gen = self._generate(plan, request_id)
+        async with aclosing(gen):
+            async for chunk in gen:
+                parts.append(chunk.audio)
+                usage = chunk.usage
+        pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+        out = plan.output
+        audio = await asyncio.to_thread(encoding.render, pcm, out.source_rate, out.format, out.sample_rate, out.speed)
+        return Clip(audio, out.media_type, usage)
+
+    async def open_stream(self, plan: SpeechPlan, request_id: str) -> AudioStream:
+        gen = self._generate(plan, request_id)
+        try:
+            first: SpeechChunk | None = await gen.__anext__()
+        except StopAsyncIteration:
+            first = None
+        except BaseException:
+            await gen.aclose()
+            raise
+        return AudioStream(plan, gen, first, request_id)
+
+    # --- batch ---------------------------------------------------------------------------------
+
+    async def batch(self, request: Any, request_id: str) -> dict[str, Any]:
+        """`request` is a protocol.BatchSpeechRequest."""
+        items = list(request.items)
+        limit = self.settings.batch_max_items
+        if len(items) > limit:
+            raise errors.bad_request(f"A batch holds at most {limit} items, got {len(items)}", "items")
+        if request.model is not None and self.deployment.find_model(request.model) is None:
+            raise errors.model_not_found(request.model)
+        defaults = request.model_dump(exclude={"items", "model"})
+
+        async def one(index: int, item: Any) -> dict[str, Any]:
+            item_id = f"{request_id}-{index}"
+            try:
+                plan = self.plan(merge_batch_item(defaults, item.model_dump(), request.model))
+                clip = await self.synthesize(plan, item_id)
+            except APIError as exc:
+                return {"index": index, "status": "error", "error": exc.message}
+            except Exception:
+                logger.exception("batch item %s failed", item_id)
+                return {"index": index, "status": "error", "error": errors.internal(item_id).message}
+            return {
+                "index": index,
+                "status": "success",
+                "audio_data": base64.b64encode(clip.audio).decode("ascii"),
+                "media_type": clip.media_type,
+                "usage": clip.usage.as_dict(),
+            }
+
+        results = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))
+        succeeded = sum(r["status"] == "success" for r in results)
+        return {
+            "id": f"speech-batch-{uuid.uuid4().hex}",
+            "results": results,
+            "total": len(results),
+            "succeeded": succeeded,
+            "failed": len(results) - succeeded,
+        }
+
+    # --- listings -----------------------------------------------------------------------------
+
+    def voices(self) -> dict[str, Any]:
+        uploaded = self.deployment.voices.uploaded_voices()
+        names = self.deployment.builtin_voices() + [v["name"] for v in uploaded if v.get("name")]
+        return {"voices": list(dict.fromkeys(names)), "uploaded_voices": uploaded}
+
+    def models(self) -> dict[str, Any]:
+        data = []
+        for c in self.deployment.checkpoints:
+            data.append({
+                "id": c.name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "triton-tts",
+                "task_type": c.task,
+                "voices": list(c.speakers),
+                "languages": sorted("Auto" if x == "auto" else x.title() for x in c.languages),
+                "sample_rate": c.sample_rate,
+            })
+        return {"object": "list", "data": data}

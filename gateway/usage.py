@@ -1,0 +1,48 @@
+"""Token usage of one speech request (pure): the SSE `speech.audio.done` / batch `usage` object and
+the non-streaming `x-vllm-omni-*` response headers, computed from the same numbers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Usage:
+    text_tokens: int = 0  # tokens of `input` plus `instructions`
+    audio_tokens: int = 0  # reference-audio codec frames (in-context cloning only)
+    output_tokens: int = 0  # generated codec frames
+
+    @property
+    def input_tokens(self) -> int:
+        return self.text_tokens + self.audio_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @classmethod
+    def from_triton(cls, values: Any) -> Usage:
+        """speech_generation's `usage` output: [input_text_tokens, input_audio_tokens, output_tokens]."""
+        text, audio, out = (int(v) for v in list(values)[:3])
+        return cls(text, audio, out)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "total_tokens": self.total_tokens,
+            "input_token_details": {"text_tokens": self.text_tokens, "audio_tokens": self.audio_tokens},
+        }
+
+    def headers(self) -> dict[str, str]:
+        return {
+            "x-vllm-omni-input-tokens": str(self.input_tokens),
+            "x-vllm-omni-output-tokens": str(self.output_tokens),
+            "x-vllm-omni-total-tokens": str(self.total_tokens),
+            "x-vllm-omni-input-text-tokens": str(self.text_tokens),
+            "x-vllm-omni-input-audio-tokens": str(self.audio_tokens),
+        }
+
+
+USAGE_HEADERS = tuple(Usage().headers())

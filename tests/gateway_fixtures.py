@@ -1,0 +1,241 @@
+"""Gateway test helpers: a fake inference backend, fake deployments, and the real stack.
+
+- `FakeBackend`: the InferenceBackend protocol with speech_generation's behaviour (validates the
+  request tensors like the model does, streams `max_new_tokens` frames in chunks of
+  `initial_chunk_frames` then 4, usage on every chunk, exactly one final) plus triggers chosen by
+  the text: "fail-invalid" (INVALID_ARG before any audio), "fail-midstream" (INTERNAL after the
+  first chunk), "fail-unavailable" (UNAVAILABLE), "fail-internal" (INTERNAL at once), "slow" (0.05 s
+  per chunk, to observe cancellation). It records every request and every cancellation.
+- `fake_deployment(tmp, variants)`: Settings over hand-written manifests (no exported weights).
+- `start_stack(...)`: the real thing for end-to-end tests and manual runs: renders the model
+  repository exactly as `triton-tts serve` does (ttscore.serve.plan_deployment), starts Triton and
+  the gateway (uvicorn) on free ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gateway.backend import INTERNAL, INVALID_ARG, UNAVAILABLE, BackendError, SpeechChunk
+from gateway.settings import Settings
+from gateway.usage import Usage
+from ttscore import triton_io
+from ttscore.errors import InvalidRequest
+
+SPEAKERS = ["aiden", "dylan", "eric", "ono_anna", "ryan", "serena", "sohee", "uncle_fu", "vivian"]
+LANGUAGES = ["auto", "chinese", "english", "german", "italian", "portuguese", "spanish", "japanese", "korean",
+             "french", "russian"]
+SAMPLE_RATE = 24000
+SAMPLES_PER_FRAME = 1920
+X_VECTOR_DIM = 64
+
+
+def fake_manifest(variant: str) -> dict[str, Any]:
+    return {
+        "format_version": 1,
+        "variant": variant,
+        "model_size": "tiny",
+        "speakers": {s: 3000 + i for i, s in enumerate(SPEAKERS)} if variant == "custom_voice" else {},
+        "speaker_dialects": {"eric": "sichuan_dialect", "dylan": "beijing_dialect"} if variant == "custom_voice" else {},
+        "languages": LANGUAGES,
+        "sample_rate": SAMPLE_RATE,
+        "samples_per_frame": SAMPLES_PER_FRAME,
+    }
+
+
+NAMES = {"custom_voice": "tiny-custom-voice", "voice_design": "tiny-voice-design", "base": "tiny-base"}
+
+
+def fake_deployment(root: Path, variants: tuple[str, ...] = ("custom_voice", "voice_design", "base"),
+                    **settings: Any) -> Settings:
+    models = []
+    for variant in variants:
+        art = root / f"art-{variant}"
+        art.mkdir(parents=True, exist_ok=True)
+        (art / "manifest.json").write_text(json.dumps(fake_manifest(variant)))
+        models.append({
+            "name": NAMES[variant],
+            "variant": variant,
+            "triton_model": "speech_generation" if len(variants) == 1 else f"speech_generation_{NAMES[variant]}",
+            "voice_features_model": "voice_features" if variant == "base" else None,
+            "artifacts_dir": str(art),
+        })
+    return Settings.from_dict({"triton_url": "fake:0", "models": models, **settings})
+
+
+def fake_audio(frames: int, start: int = 0) -> np.ndarray:
+    """Deterministic PCM: a 220 Hz tone whose phase continues across chunks."""
+    n0, n1 = start * SAMPLES_PER_FRAME, (start + frames) * SAMPLES_PER_FRAME
+    t = np.arange(n0, n1) / SAMPLE_RATE
+    return (0.25 * np.sin(2 * np.pi * 220.0 * t)).astype(np.float32)
+
+
+@dataclass
+class Call:
+    model: str
+    fields: dict[str, Any]
+    request_id: str
+    chunks_sent: int = 0
+    cancelled: bool = False
+    finished: bool = False
+
+
+@dataclass
+class FakeBackend:
+    ready: bool = True
+    not_ready_models: set[str] = field(default_factory=set)
+    chunk_frames: int = 4
+    calls: list[Call] = field(default_factory=list)
+    feature_calls: list[tuple[str, int, int, str]] = field(default_factory=list)
+    closed: bool = False
+    max_concurrent: int = 0
+    _active: int = 0
+
+    async def close(self) -> None:
+        self.closed = True
+
+    async def server_ready(self) -> bool:
+        return self.ready
+
+    async def model_ready(self, model: str) -> bool:
+        return self.ready and model not in self.not_ready_models
+
+    async def voice_features(self, model: str, audio: np.ndarray, sample_rate: int, request_id: str
+                             ) -> tuple[np.ndarray, np.ndarray]:
+        self.feature_calls.append((model, int(audio.size), int(sample_rate), request_id))
+        if not self.ready:
+            raise BackendError(UNAVAILABLE, "the inference server is unreachable")
+        seconds = audio.size / sample_rate
+        if not 0.1 <= seconds <= 60:
+            raise BackendError(INVALID_ARG, "reference audio must be 0.1-60 s", "audio")
+        frames = int(np.ceil(seconds * 12.5))
+        return np.full(X_VECTOR_DIM, 0.5, np.float32), np.zeros((frames, 16), np.int64)
+
+    async def stream_speech(self, model: str, inputs: dict[str, np.ndarray], request_id: str
+                            ) -> AsyncIterator[SpeechChunk]:
+        try:
+            fields = triton_io.request_kwargs(inputs)
+        except InvalidRequest as exc:
+            raise BackendError(INVALID_ARG, exc.message, exc.param) from None
+        call = Call(model, fields, request_id)
+        self.calls.append(call)
+        if not self.ready or model in self.not_ready_models:
+            raise BackendError(UNAVAILABLE, f"Request for unknown model: '{model}' is not found")
+        text = fields["text"]
+        if text == "fail-invalid":
+            raise BackendError(INVALID_ARG, "text is not speakable", "text")
+        if text == "fail-unavailable":
+            raise BackendError(UNAVAILABLE, "too many requests in the queue; retry later")
+        if text == "fail-internal":
+            raise BackendError(INTERNAL, "internal error")
+        total = int(fields.get("max_new_tokens") or 3)
+        first = int(fields.get("initial_chunk_frames") or 1)
+        audio_tokens = int(fields["ref_codes"].shape[0]) if fields.get("ref_codes") is not None else 0
+        text_tokens = len(text.split()) + len((fields.get("instructions") or "").split())
+        self._active += 1
+        self.max_concurrent = max(self.max_concurrent, self._active)
+        try:
+            done = 0
+            while done < total:
+                n = min(first if done == 0 else self.chunk_frames, total - done)
+                if text == "slow":
+                    await asyncio.sleep(0.05)
+                else:
+                    await asyncio.sleep(0)
+                if text == "fail-midstream" and done > 0:
+                    raise BackendError(INTERNAL, "internal error")
+                final = done + n >= total
+                chunk = SpeechChunk(
+                    audio=fake_audio(n, done), frames=n, usage=Usage(text_tokens, audio_tokens, done + n),
+                    final=final, finish_reason="length" if final else "",
+                )
+                done += n
+                call.chunks_sent += 1
+                yield chunk
+            call.finished = True
+        except GeneratorExit:
+            call.cancelled = True  # the consumer closed the stream: Triton would cancel the request
+            raise
+        except asyncio.CancelledError:
+            call.cancelled = True
+            raise
+        finally:
+            self._active -= 1
+
+
+def fake_pcm(fields: dict[str, Any]) -> np.ndarray:
+    """The audio FakeBackend produces for a request."""
+    return fake_audio(int(fields.get("max_new_tokens") or 3))
+
+
+# --- the real stack --------------------------------------------------------------------------------
+
+
+@dataclass
+class Stack:
+    triton: Any  # ttscore.triton_env.TritonServer
+    gateway_url: str
+    settings: Settings
+    config_path: Path
+    _server: Any = None
+    _thread: threading.Thread | None = None
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(15)
+        if self.triton is not None:
+            self.triton.stop()
+
+
+def render_stack_repository(work: Path, checkpoints: list[tuple[Path, Path]], max_active: int | None = None
+                            ) -> tuple[Path, dict[str, Any]]:
+    """Render the repository and gateway config as `triton-tts serve` does; (checkpoint, artifacts) pairs."""
+    from ttscore import repository
+    from ttscore.pipeline import read_manifest
+    from ttscore.serve import Served, _model_id, gateway_config, plan_deployment
+
+    taken: set[str] = set()
+    served = [Served(_model_id(ck.resolve(), taken), ck, art, read_manifest(art)) for ck, art in checkpoints]
+    plan = plan_deployment(served, max_active)
+    repo = repository.render_repository(
+        work / "model_repository", plan["settings"], models=plan["models"], aliases=plan["aliases"]
+    )
+    return repo, gateway_config(served, "127.0.0.1:0")
+
+
+def start_gateway(settings: Settings, port: int, host: str = "127.0.0.1", timeout_s: float = 60.0
+                  ) -> tuple[Any, threading.Thread]:
+    """uvicorn serving create_app(settings) in a background thread; returns once /health answers."""
+    import urllib.request
+
+    import uvicorn
+
+    from gateway.app import create_app
+
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="gateway-uvicorn", daemon=True)
+    thread.start()
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{host}:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return server, thread
+        except OSError:
+            time.sleep(0.1)
+        if not thread.is_alive():
+            raise RuntimeError("the gateway thread died during startup")
+    server.should_exit = True
+    raise RuntimeError("the gateway did not answer /health in time")

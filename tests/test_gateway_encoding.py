@@ -1,0 +1,195 @@
+"""gateway.encoding, gateway.sse, gateway.usage: pure audio and framing logic."""
+
+from __future__ import annotations
+
+import base64
+import io
+import struct
+
+import av
+import numpy as np
+import pytest
+import soundfile as sf
+
+from gateway import encoding, sse
+from gateway.protocol import SpeechAudioDelta, SpeechAudioDone, SpeechAudioError
+from gateway.usage import USAGE_HEADERS, Usage
+
+pytestmark = pytest.mark.unit
+
+SR = 24000
+
+
+def tone(seconds: float = 1.0, freq: float = 440.0, rate: int = SR) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.3 * np.sin(2 * np.pi * freq * t)).astype(np.float32)
+
+
+def dominant_hz(x: np.ndarray, rate: int) -> float:
+    spectrum = np.abs(np.fft.rfft(x * np.hanning(x.size)))
+    return float(np.argmax(spectrum) * rate / x.size)
+
+
+def decode_any(data: bytes) -> tuple[int, int]:
+    """(samples, sample rate) as a player would decode it."""
+    try:
+        y, rate = sf.read(io.BytesIO(data))
+        return len(y), int(rate)
+    except Exception:  # noqa: BLE001 - libsndfile cannot read ADTS AAC
+        with av.open(io.BytesIO(data)) as c:
+            stream = c.streams.audio[0]
+            n = sum(f.samples for f in c.decode(stream))
+            return n, int(stream.sample_rate)
+
+
+# --- 16-bit PCM and WAV ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signal", ["tone", "noise", "tiny", "loud"])
+def test_wav_is_byte_identical_to_soundfile_pcm16(signal):
+    rng = np.random.default_rng(0)
+    x = {
+        "tone": tone(),
+        "noise": (rng.standard_normal(50000) * 0.4).astype(np.float32),
+        "tiny": (rng.standard_normal(5000) * 1e-6).astype(np.float32),  # rounding near zero
+        "loud": (rng.standard_normal(5000) * 3).astype(np.float32),  # clipping
+    }[signal]
+    ref = io.BytesIO()
+    sf.write(ref, x, SR, subtype="PCM_16", format="WAV")
+    assert encoding.encode(x, SR, "wav") == ref.getvalue()
+    assert encoding.encode(x, SR, "pcm") == ref.getvalue()[44:]
+
+
+def test_streaming_wav_header_has_unknown_length_marker():
+    header = encoding.wav_header(16000, None)
+    assert len(header) == 44 and header[:4] == b"RIFF" and header[8:16] == b"WAVEfmt "
+    riff_size, = struct.unpack_from("<I", header, 4)
+    data_size, = struct.unpack_from("<I", header, 40)
+    assert riff_size == data_size == 0xFFFFFFFF
+    rate, = struct.unpack_from("<I", header, 24)
+    assert rate == 16000
+    full = encoding.wav_header(16000, 100)
+    assert struct.unpack_from("<I", full, 4)[0] == 136 and struct.unpack_from("<I", full, 40)[0] == 100
+
+
+def test_parse_wav_reads_streamed_and_whole_files():
+    x = tone(0.1)
+    rate, samples = encoding.parse_wav(encoding.encode(x, SR, "wav"))
+    assert rate == SR and np.array_equal(samples, encoding.to_int16(x))
+    enc = encoding.StreamEncoder("wav", SR, SR)
+    streamed = enc.start() + enc.chunk(x[:1000]) + enc.chunk(x[1000:]) + enc.finish()
+    rate, samples = encoding.parse_wav(streamed)
+    assert rate == SR and np.array_equal(samples, encoding.to_int16(x))
+
+
+# --- compressed formats: right rate, right duration ------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac", "mp3", "opus", "aac", "pcm"])
+@pytest.mark.parametrize("rate", [8000, 16000, 22050, 24000, 44100, 48000])
+def test_every_format_decodes_to_the_requested_rate_and_duration(fmt, rate):
+    if rate not in encoding.sample_rates(fmt):
+        pytest.skip(f"{fmt} cannot carry {rate} Hz (400 at the API)")
+    data = encoding.render(tone(1.0), SR, fmt, rate)
+    if fmt == "pcm":
+        assert len(data) == 2 * rate
+        return
+    n, got_rate = decode_any(data)
+    # (Ogg Opus: libsndfile decodes at the input rate in the header; ffmpeg always gives 48 kHz)
+    assert got_rate == rate
+    if fmt in ("wav", "flac", "opus"):
+        assert n == rate  # exact (Opus pre-skip is signalled in the header)
+    else:
+        # MP3 / ADTS cannot signal encoder delay and padding: at most a few codec frames more.
+        assert rate <= n <= rate + 3 * 1152
+
+
+def test_empty_audio_encodes_without_error():
+    for fmt in encoding.MEDIA_TYPES:
+        data = encoding.encode(np.zeros(0, np.float32), SR, fmt)
+        assert isinstance(data, bytes)
+
+
+def test_media_types_follow_openai():
+    assert encoding.MEDIA_TYPES == {
+        "wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac", "mp3": "audio/mpeg",
+        "opus": "audio/ogg", "aac": "audio/aac",
+    }
+
+
+def test_rate_sets():
+    assert 22050 not in encoding.sample_rates("opus") and 48000 in encoding.sample_rates("opus")
+    assert 11025 in encoding.sample_rates("wav") and 7999 not in encoding.sample_rates("wav")
+    assert 96000 not in encoding.sample_rates("flac")
+
+
+# --- resampling and speed -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rate", [8000, 16000, 22050, 44100, 48000])
+def test_chunked_resampling_equals_one_shot(rate):
+    x = np.random.default_rng(1).standard_normal(SR * 2).astype(np.float32) * 0.2
+    whole = encoding.resample(x, SR, rate)
+    r = encoding.Resampler(SR, rate)
+    sizes = [1920, 17, 5000, 1, 48000]
+    parts, i, k = [], 0, 0
+    while i < x.size:
+        n = sizes[k % len(sizes)]
+        parts.append(r.feed(x[i:i + n]))
+        i, k = i + n, k + 1
+    parts.append(r.feed(np.zeros(0, np.float32), last=True))
+    assert np.array_equal(np.concatenate(parts), whole)
+    assert whole.size == round(x.size * rate / SR)
+
+
+def test_stream_encoder_equals_whole_clip():
+    x = tone(0.5) + np.random.default_rng(2).standard_normal(SR // 2).astype(np.float32) * 0.01
+    for fmt in ("pcm", "wav"):
+        for rate in (SR, 16000):
+            enc = encoding.StreamEncoder(fmt, SR, rate)
+            chunks = [enc.start()] + [enc.chunk(c) for c in np.array_split(x, 7)] + [enc.finish()]
+            assert b"".join(chunks)[44 if fmt == "wav" else 0:] == encoding.render(x, SR, "pcm", rate)
+
+
+@pytest.mark.parametrize("speed", [0.25, 0.5, 1.5, 2.0, 4.0])
+def test_speed_changes_duration_and_keeps_pitch(speed):
+    x = tone(1.0, 440.0)
+    y = encoding.change_speed(x, SR, speed)
+    assert y.size == round(x.size / speed)
+    assert abs(dominant_hz(y, SR) - 440.0) < 5.0
+
+
+def test_render_applies_speed_then_rate():
+    data = encoding.render(tone(1.0), SR, "wav", 16000, speed=2.0)
+    n, rate = decode_any(data)
+    assert rate == 16000 and n == 8000
+
+
+# --- SSE and usage --------------------------------------------------------------------------------
+
+
+def test_sse_events_round_trip_and_match_the_protocol():
+    usage = Usage(text_tokens=18, audio_tokens=101, output_tokens=77)
+    body = sse.delta(b"\x01\x02", "pcm") + sse.done(usage)
+    assert body.startswith(b"event: speech.audio.delta\ndata: {")
+    events = sse.parse(body)
+    assert [name for name, _ in events] == ["speech.audio.delta", "speech.audio.done"]
+    delta = SpeechAudioDelta.model_validate(events[0][1])
+    assert base64.b64decode(delta.audio) == b"\x01\x02" and delta.response_format == "pcm"
+    done = SpeechAudioDone.model_validate(events[1][1])
+    assert done.usage.model_dump() == {
+        "input_tokens": 119, "output_tokens": 77, "total_tokens": 196,
+        "input_token_details": {"text_tokens": 18, "audio_tokens": 101},
+    }
+    err = sse.parse(sse.error({"message": "...", "type": "server_error", "param": None, "code": 500}))
+    assert SpeechAudioError.model_validate(err[0][1]).error.code == 500
+
+
+def test_usage_headers_and_object_agree():
+    u = Usage.from_triton(np.array([18, 101, 77], np.int32))
+    assert u.headers() == {
+        "x-vllm-omni-input-tokens": "119", "x-vllm-omni-output-tokens": "77", "x-vllm-omni-total-tokens": "196",
+        "x-vllm-omni-input-text-tokens": "18", "x-vllm-omni-input-audio-tokens": "101",
+    }
+    assert tuple(u.headers()) == USAGE_HEADERS
+    assert u.as_dict()["total_tokens"] == 196
