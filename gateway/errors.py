@@ -7,6 +7,10 @@ Status rules (the OpenAI SDK retries 408/409/429/5xx, so deterministic failures 
 - 400 every invalid parameter, `param` naming the field where one is to blame;
 - 404 an unknown model; 503 (+ Retry-After) while Triton or a model is not ready / the queue is
   full; 500 a bug, with a generic message that carries the request id.
+- DELETE /v1/audio/voices/{name} of an unknown voice: 404 with the spec's own body
+  `{"success": false, "error": "Voice 'x' not found"}` (`VoiceNotFoundError`).
+- WebSocket /v1/audio/speech/stream: errors travel in-band as `{"type": "error", "message": ...}`
+  (`ws_error`), never as an HTTP status.
 """
 
 from __future__ import annotations
@@ -65,9 +69,38 @@ def from_http_status(status: int, detail: str, headers: dict[str, str] | None = 
                     dict(headers or {}))
 
 
+class VoiceNotFoundError(APIError):
+    """DELETE of a voice that is not uploaded: the spec's 404 body, not the OpenAI error shape."""
+
+    def body(self) -> dict[str, Any]:
+        return {"success": False, "error": self.message}
+
+
+def voice_not_found(message: str) -> APIError:
+    return VoiceNotFoundError(message, "name", 404, "NotFoundError")
+
+
 def from_invalid_request(exc: InvalidRequest) -> APIError:
-    """ttscore/voices validation errors (they name the field) -> 400."""
+    """ttscore/voices validation errors (they name the field) -> 400; VoiceNotFound (only raised by
+    the voice registry's delete) -> the spec's 404."""
+    if getattr(exc, "status", 400) == 404:
+        return voice_not_found(exc.message)
     return bad_request(exc.message, exc.param)
+
+
+def ws_error(message: str) -> dict[str, Any]:
+    """The streaming-text WebSocket's (non-fatal) error message."""
+    return {"type": "error", "message": message}
+
+
+def ws_message(exc: BaseException, request_id: str | None = None) -> str:
+    """What a WebSocket client is told about a failure: the API message for client errors, a
+    generic one carrying the request id for anything else (the traceback stays in the log)."""
+    if isinstance(exc, APIError):
+        return exc.message if exc.status < 500 or exc.status == 503 else internal(request_id).message
+    if isinstance(exc, InvalidRequest):
+        return exc.message
+    return internal(request_id).message
 
 
 # --- pydantic validation errors -> one 400 message ------------------------------------------------

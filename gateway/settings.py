@@ -12,6 +12,21 @@
 are read from each checkpoint's `manifest.json` when the settings are loaded, so a bad
 deployment fails at startup with one clear message, not on the first request. Pure: no
 FastAPI, no Triton.
+
+Voices and reference audio (all optional):
+- `speaker_samples_dir`, `speaker_max_uploaded`, `speaker_registration_policy`,
+  `speaker_max_duration_s`, `speaker_min_duration_s`: the uploaded-voice store. Unset keys fall back
+  to the spec's environment variables (SPEAKER_SAMPLES_DIR, SPEAKER_MAX_UPLOADED,
+  VLLM_OMNI_SPEAKER_REGISTRATION_POLICY; SPEAKER_MAX_DURATION_S, SPEAKER_MIN_DURATION_S) and then to
+  the defaults (~/.cache/vllm-omni/speakers, 1000, overwrite, 30 s, 1 s).
+- `speaker_cache_max_bytes` (512 MiB): the voice-features LRU.
+- `custom_voice_dir`: precomputed voices (custom_voice_manifest.json + one .safetensors per voice).
+- `ref_audio`: `allowed_local_media_path` (file:// only under it; unset: file:// refused),
+  `allow_private_urls` (false), `allowed_media_domains` ([] = any public host),
+  `ref_audio_max_bytes` (10 MiB), `ref_audio_timeout_s` (15), `ref_audio_max_redirects` (3).
+- WebSocket /v1/audio/speech/stream: `ws_idle_timeout_s` (30; also between utterances),
+  `ws_max_config_bytes` (16 MiB: a session.config may carry a base64 ref_audio),
+  `ws_max_text_bytes` (128 KiB: any other message).
 """
 
 from __future__ import annotations
@@ -31,6 +46,26 @@ VARIANT_OF_TASK = {task: variant for variant, task in TASK_OF_VARIANT.items()}
 
 DEFAULT_TRITON_URL = "127.0.0.1:8001"
 DEFAULT_PORT = 8091
+MIB = 1024 * 1024
+
+# Optional keys with their types (None = unset); see the module docstring.
+_OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
+    "speaker_samples_dir": str,
+    "speaker_max_uploaded": int,
+    "speaker_registration_policy": str,
+    "speaker_max_duration_s": (int, float),
+    "speaker_min_duration_s": (int, float),
+    "speaker_cache_max_bytes": int,
+    "custom_voice_dir": str,
+    "allowed_local_media_path": str,
+    "allow_private_urls": bool,
+    "ref_audio_max_bytes": int,
+    "ref_audio_timeout_s": (int, float),
+    "ref_audio_max_redirects": int,
+    "ws_idle_timeout_s": (int, float),
+    "ws_max_config_bytes": int,
+    "ws_max_text_bytes": int,
+}
 
 
 class SettingsError(TTSError):
@@ -87,10 +122,37 @@ class Settings:
     readiness_ttl_s: float = 2.0
     retry_after_s: int = 5
     batch_max_items: int = 32
+    # Uploaded voices (None: the spec's environment variable, then its default).
+    speaker_samples_dir: str | None = None
+    speaker_max_uploaded: int | None = None
+    speaker_registration_policy: str | None = None
+    speaker_max_duration_s: float | None = None
+    speaker_min_duration_s: float | None = None
+    speaker_cache_max_bytes: int = 512 * MIB
+    # Precomputed voices.
+    custom_voice_dir: str | None = None
+    # ref_audio sources (gateway.voices.sources).
+    allowed_local_media_path: str | None = None
+    allow_private_urls: bool = False
+    allowed_media_domains: tuple[str, ...] = ()
+    ref_audio_max_bytes: int = 10 * MIB
+    ref_audio_timeout_s: float = 15.0
+    ref_audio_max_redirects: int = 3
+    # WebSocket streaming-text endpoint.
+    ws_idle_timeout_s: float = 30.0
+    ws_max_config_bytes: int = 16 * MIB
+    ws_max_text_bytes: int = 128 * 1024
 
     def __post_init__(self) -> None:
         if not self.models:
             raise SettingsError("the deployment serves no model")
+        for key in ("speaker_cache_max_bytes", "ref_audio_max_bytes", "ref_audio_max_redirects", "ws_max_config_bytes",
+                    "ws_max_text_bytes"):
+            if getattr(self, key) < 0:
+                raise SettingsError(f"{key} must not be negative")
+        for key in ("ref_audio_timeout_s", "ws_idle_timeout_s"):
+            if not getattr(self, key) > 0:
+                raise SettingsError(f"{key} must be positive")
         ids: set[str] = set()
         for m in self.models:
             for name in (m.name, *m.aliases):
@@ -105,7 +167,7 @@ class Settings:
         if not isinstance(raw, Mapping):
             raise SettingsError("the gateway config must be a JSON object")
         known = {"triton_url", "models", "checkpoints", "readiness_models", "readiness_ttl_s", "retry_after_s",
-                 "batch_max_items"}
+                 "batch_max_items", "allowed_media_domains", *_OPTIONAL_KEYS}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise SettingsError(f"unknown gateway config key(s): {', '.join(unknown)}")
@@ -120,6 +182,17 @@ class Settings:
         for key in ("readiness_ttl_s", "retry_after_s", "batch_max_items"):
             if key in raw:
                 extra[key] = raw[key]
+        for key, kind in _OPTIONAL_KEYS.items():
+            value = raw.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+                raise SettingsError(f"gateway config key {key!r} has the wrong type: {value!r}")
+            extra[key] = value
+        domains = raw.get("allowed_media_domains") or ()
+        if isinstance(domains, str) or not all(isinstance(d, str) and d for d in domains):
+            raise SettingsError("allowed_media_domains must be a list of host names")
+        extra["allowed_media_domains"] = tuple(domains)
         return cls(models=tuple(CheckpointSettings.parse(m) for m in models_raw), **extra)
 
     @classmethod
@@ -142,6 +215,8 @@ class ServedCheckpoint:
     samples_per_frame: int
     model_size: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    speaker_embed_dim: int | None = None  # Base: the x-vector size (checks precomputed voices)
+    num_code_groups: int | None = None
 
     @property
     def name(self) -> str:
@@ -194,7 +269,22 @@ class ServedCheckpoint:
             sample_rate=sample_rate,
             samples_per_frame=samples_per_frame,
             model_size=str(manifest.get("model_size", "")),
+            speaker_embed_dim=_speaker_embed_dim(manifest),
+            num_code_groups=_int_or_none((manifest.get("sizes") or {}).get("num_code_groups")),
         )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _speaker_embed_dim(manifest: Mapping[str, Any]) -> int | None:
+    """The x-vector size of a Base checkpoint, as ttscore.checkpoint reads it (None: unknown)."""
+    config = (manifest.get("configs") or {}).get("config.json") or {}
+    dim = _int_or_none((config.get("speaker_encoder_config") or {}).get("enc_dim"))
+    if dim is None:
+        dim = _int_or_none(((manifest.get("sizes") or {}).get("talker") or {}).get("hidden_size"))
+    return dim
 
 
 def load_checkpoints(settings: Settings) -> tuple[ServedCheckpoint, ...]:

@@ -78,6 +78,33 @@ class VocoderStream:
     position: int = 0
 
 
+def decode_streams(
+    items: list[tuple[VocoderStream, np.ndarray]],
+    run: Any,
+    max_rows: int | None = None,
+) -> list[np.ndarray]:
+    """Decode each (stream, codes [T, G]) pair and advance its stream. Streams whose chunks have the
+    same length go through one batched call (at most `max_rows` rows) `run(codes [B,T,G],
+    state [B,S], position [B]) -> (pcm [B, T*spf], new_state [B, S])`; returns the PCM per item."""
+    out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(items)
+    by_len: dict[int, list[int]] = {}
+    for i, (_, codes) in enumerate(items):
+        by_len.setdefault(int(codes.shape[0]), []).append(i)
+    groups = [g[k : k + (max_rows or len(g))] for g in by_len.values() for k in range(0, len(g), max_rows or len(g))]
+    for idx in groups:
+        pcm, state = run(
+            np.stack([items[i][1] for i in idx]).astype(np.int64),
+            np.stack([items[i][0].state for i in idx]).astype(np.float32),
+            np.array([items[i][0].position for i in idx], dtype=np.int64),
+        )
+        for row, i in enumerate(idx):
+            stream, codes = items[i]
+            stream.state = np.array(state[row], dtype=np.float32)
+            stream.position += int(codes.shape[0])
+            out[i] = np.array(pcm[row], dtype=np.float32)
+    return out
+
+
 class OrtVocoder:
     """code2wav_stream run in-process; requests with equal chunk lengths are batched."""
 
@@ -89,26 +116,12 @@ class OrtVocoder:
     def new_stream(self) -> VocoderStream:
         return VocoderStream(np.zeros(self.state_size, dtype=np.float32))
 
+    def _run(self, codes: np.ndarray, state: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        res = self.graph.run({"codes": codes, "state": state, "position": position})
+        return res["pcm"], res["new_state"]
+
     def decode(self, items: list[tuple[VocoderStream, np.ndarray]]) -> list[np.ndarray]:
-        """Decode each (stream, codes [T, G]) pair, advancing the streams; returns PCM per item."""
-        out: list[np.ndarray | None] = [None] * len(items)
-        by_len: dict[int, list[int]] = {}
-        for i, (_, codes) in enumerate(items):
-            by_len.setdefault(int(codes.shape[0]), []).append(i)
-        for _, idx in by_len.items():
-            res = self.graph.run(
-                {
-                    "codes": np.stack([items[i][1] for i in idx]).astype(np.int64),
-                    "state": np.stack([items[i][0].state for i in idx]),
-                    "position": np.array([items[i][0].position for i in idx], dtype=np.int64),
-                }
-            )
-            for row, i in enumerate(idx):
-                stream, codes = items[i]
-                stream.state = res["new_state"][row]
-                stream.position += int(codes.shape[0])
-                out[i] = res["pcm"][row]
-        return [o for o in out if o is not None]
+        return decode_streams(items, self._run)
 
 
 class Pipeline:

@@ -100,6 +100,8 @@ def gateway_config(served: list[Served], grpc_url: str, plan: dict[str, Any] | N
                 "triton_model": s.triton_model,
                 "voice_features_model": "voice_features" if s.variant == "base" else None,
                 "artifacts_dir": str(s.artifacts),
+                # the Hugging Face repo id form the OpenAI examples use, e.g. Qwen/Qwen3-TTS-12Hz-0.6B-Base
+                "aliases": [f"Qwen/{s.name}"],
             }
             for s in served
         ],

@@ -96,38 +96,33 @@ class BlsVocoder:
     whose speech tokenizer is the same). Streams are batched by the caller: one BLS request per
     distinct chunk length, with one row per stream."""
 
-    def __init__(self, model_name: str, state_size: int) -> None:
+    def __init__(self, model_name: str, state_size: int, max_rows: int = 8) -> None:
         self.model_name = model_name
         self.state_size = state_size
+        self.max_rows = max_rows  # the code2wav model's max_batch_size
 
     def new_stream(self) -> Any:
         from .pipeline import VocoderStream
 
         return VocoderStream(np.zeros(self.state_size, dtype=np.float32))
 
+    def _run(self, codes: np.ndarray, state: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        inputs = [
+            pb_utils.Tensor("codes", codes),
+            pb_utils.Tensor("state", state),
+            pb_utils.Tensor("position", position.reshape(-1, 1)),
+        ]
+        res = pb_utils.InferenceRequest(
+            model_name=self.model_name, inputs=inputs, requested_output_names=["pcm", "new_state"]
+        ).exec()
+        if res.has_error():
+            raise RuntimeError(f"{self.model_name}: {res.error().message()}")
+        return (
+            pb_utils.get_output_tensor_by_name(res, "pcm").as_numpy(),
+            pb_utils.get_output_tensor_by_name(res, "new_state").as_numpy(),
+        )
+
     def decode(self, items: list[tuple[Any, np.ndarray]]) -> list[np.ndarray]:
-        out: list[np.ndarray | None] = [None] * len(items)
-        by_len: dict[int, list[int]] = {}
-        for i, (_, codes) in enumerate(items):
-            by_len.setdefault(int(codes.shape[0]), []).append(i)
-        for idx in by_len.values():
-            inputs = [
-                pb_utils.Tensor("codes", np.stack([items[i][1] for i in idx]).astype(np.int64)),
-                pb_utils.Tensor("state", np.stack([items[i][0].state for i in idx]).astype(np.float32)),
-                pb_utils.Tensor(
-                    "position", np.array([[items[i][0].position] for i in idx], dtype=np.int64)
-                ),
-            ]
-            res = pb_utils.InferenceRequest(
-                model_name=self.model_name, inputs=inputs, requested_output_names=["pcm", "new_state"]
-            ).exec()
-            if res.has_error():
-                raise RuntimeError(f"{self.model_name}: {res.error().message()}")
-            pcm = pb_utils.get_output_tensor_by_name(res, "pcm").as_numpy()
-            state = pb_utils.get_output_tensor_by_name(res, "new_state").as_numpy()
-            for row, i in enumerate(idx):
-                stream, codes = items[i]
-                stream.state = np.array(state[row], dtype=np.float32)
-                stream.position += int(codes.shape[0])
-                out[i] = np.array(pcm[row], dtype=np.float32)
-        return [o for o in out if o is not None]
+        from .pipeline import decode_streams
+
+        return decode_streams(items, self._run, self.max_rows)
