@@ -34,10 +34,13 @@ say-demo: $(STAMP)
 	  --language English --max-new-tokens 40 --seed 7 -o $(DEMO_DIR)/hello.wav "Hello from Triton TTS."
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy ttscore gateway export
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ttscore export gateway tests
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy ttscore gateway export
 
 clean:
 	rm -rf build .pytest_cache

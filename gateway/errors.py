@@ -97,7 +97,7 @@ def ws_message(exc: BaseException, request_id: str | None = None) -> str:
     """What a WebSocket client is told about a failure: the API message for client errors, a
     generic one carrying the request id for anything else (the traceback stays in the log)."""
     if isinstance(exc, APIError):
-        return exc.message if exc.status < 500 or exc.status == 503 else internal(request_id).message
+        return exc.message  # a 5xx APIError's message is generic already
     if isinstance(exc, InvalidRequest):
         return exc.message
     return internal(request_id).message

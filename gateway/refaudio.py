@@ -1,47 +1,65 @@
 """`ref_audio` locators -> (float32 mono, sample rate) for Base voice cloning (no Triton, no FastAPI).
 
-This issue accepts base64 data URLs (`data:audio/wav;base64,...`; any audio media type, or none);
-http(s) URLs and `file://` URIs are answered with a 400 until the voices issue switches this to
-gateway.voices.sources.load_ref_audio (which fetches them with its SSRF guard). Parsing and
-decoding are the voices package's (one data-URL parser, one bounded decoder: container from magic
-bytes, duration checked before and while decoding), with the voice_features model's limits, so a
-clip Triton would reject fails here, naming `ref_audio`, before any work starts.
+`resolve_ref_audio` accepts what the spec lists: a base64 data URL, an http(s) URL (fetched by
+gateway.voices.sources with its SSRF guard: public addresses only unless allowed, bounded size,
+time and redirects) and a `file://` URI under the configured allowed directory. Decoding is the
+voices package's bounded decoder (container from magic bytes, duration checked from the header
+before decoding and again while decoding) with the voice_features model's limits, so a clip Triton
+would reject fails here, naming `ref_audio`, before any work starts.
+
+`decode_ref_audio` is the synchronous data-URL-only subset (tests, tools).
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 
 import numpy as np
 
 from ttscore.errors import InvalidRequest
 
+from .voices.sources import RefAudioSettings
+
 PARAM = "ref_audio"
 MIN_SECONDS = 0.1  # the voice_features model's limits (ttscore.triton_models)
 MAX_SECONDS = 60.0
 MAX_BYTES = 10 * 1024 * 1024  # the spec's upload limit, applied to the decoded bytes
-NOT_YET = ("ref_audio URLs are not supported yet: send the audio inline as a base64 data URL "
-           "(data:audio/wav;base64,...)")
+DATA_ONLY = ("decode_ref_audio takes base64 data URLs only (data:audio/wav;base64,...); "
+             "URLs are fetched by resolve_ref_audio")
 
 
 def ref_audio_bytes(locator: str) -> bytes:
-    """The audio file a locator carries; InvalidRequest(param='ref_audio') for anything else."""
+    """The audio file a data URL carries; InvalidRequest(param='ref_audio') for anything else."""
     from .voices.sources import decode_data_url  # noqa: PLC0415
 
     text = locator.strip() if isinstance(locator, str) else ""
     scheme = text.split(":", 1)[0].lower() if ":" in text else ""
     if scheme in ("http", "https", "file"):
-        raise InvalidRequest(NOT_YET, PARAM)
+        raise InvalidRequest(DATA_ONLY, PARAM)
     if scheme != "data":
         raise InvalidRequest("ref_audio must be a base64 data URL (data:audio/wav;base64,...)", PARAM)
     return decode_data_url(text, MAX_BYTES)
 
 
-def decode_ref_audio(locator: str) -> tuple[np.ndarray, int]:
-    """Locator -> (float32 mono audio, sample rate); InvalidRequest naming `ref_audio` if unusable."""
+def decode_bytes(data: bytes) -> tuple[np.ndarray, int]:
+    """An audio file's bytes -> (float32 mono, sample rate), within the voice_features limits."""
     from .voices.audio_io import decode_audio  # noqa: PLC0415  (PyAV / soundfile: only when cloning)
 
-    return decode_audio(ref_audio_bytes(locator), max_seconds=MAX_SECONDS, min_seconds=MIN_SECONDS, param=PARAM)
+    return decode_audio(data, max_seconds=MAX_SECONDS, min_seconds=MIN_SECONDS, param=PARAM)
+
+
+def decode_ref_audio(locator: str) -> tuple[np.ndarray, int]:
+    """Data URL -> (float32 mono audio, sample rate); InvalidRequest naming `ref_audio` if unusable."""
+    return decode_bytes(ref_audio_bytes(locator))
+
+
+async def resolve_ref_audio(locator: str, settings: RefAudioSettings) -> tuple[np.ndarray, int]:
+    """Any allowed locator (data:, http(s):, file:) -> (float32 mono audio, sample rate)."""
+    from .voices.sources import load_ref_audio  # noqa: PLC0415
+
+    data = await load_ref_audio(locator, settings)
+    return await asyncio.to_thread(decode_bytes, data)
 
 
 def data_url(audio_bytes: bytes, mime: str = "audio/wav") -> str:

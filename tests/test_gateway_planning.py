@@ -238,8 +238,8 @@ def test_ref_audio_data_url_decodes():
 @pytest.mark.parametrize(
     ("locator", "needle"),
     [
-        ("https://example.com/reference.wav", "not supported yet"),
-        ("file:///etc/passwd", "not supported yet"),
+        ("https://example.com/reference.wav", "data URLs only"),
+        ("file:///etc/passwd", "data URLs only"),
         ("just text", "base64 data URL"),
         ("data:audio/wav;base64,@@@@", "not valid base64"),
         ("data:text/plain;base64,aGVsbG8=", "not audio"),

@@ -54,7 +54,7 @@ class OnnxGraph:
         opts.intra_op_num_threads = threads or int(os.environ.get("TTS_ORT_THREADS", "0") or 0)
         opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        providers = ["CPUExecutionProvider"]
+        providers: list[Any] = ["CPUExecutionProvider"]
         if os.environ.get("TTS_DEVICE", "cpu") == "gpu":
             device_id = int(os.environ.get("TTS_CUDA_DEVICE", "0"))
             providers = [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]

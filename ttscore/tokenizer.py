@@ -89,7 +89,8 @@ class TextTokenizer:
         tok.decoder = decoders.ByteLevel()
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
         added = tok_cfg.get("added_tokens_decoder") or {}
-        specials, normal = [], []
+        specials: list[tuple[int, AddedToken]] = []
+        normal: list[tuple[int, AddedToken]] = []
         for idx in sorted(added, key=int):
             info = added[idx]
             token = AddedToken(
