@@ -67,9 +67,9 @@ def _split_volume(spec: str) -> tuple[str, str]:
 
 
 def test_local_paths_exist(compose):
-    triton = compose["services"]["triton"]
-    assert (ROOT / triton["build"]["context"]).is_dir()
-    assert (ROOT / triton["build"]["context"] / triton["build"]["dockerfile"]).is_file()
+    for service in compose["services"].values():
+        assert (ROOT / service["build"]["context"]).is_dir()
+        assert (ROOT / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
     for service in compose["services"].values():
         for volume in service.get("volumes", []):
             host = Path(_split_volume(volume)[0])
@@ -89,8 +89,7 @@ def test_image_is_triton_2_51(compose):
     import tritonclient
 
     assert getattr(tritonclient, "__version__", "2.51.0").startswith("2.51")
-    for service in compose["services"].values():
-        assert service.get("image", NGC_TAG).endswith(NGC_TAG)
+    assert compose["services"]["triton"]["image"].endswith(NGC_TAG)
 
 
 def test_ports(compose):
@@ -144,3 +143,22 @@ def test_python_deps_match_requirements():
         assert docker.get(pkg) == reqs.get(pkg), pkg
     assert docker["numpy"].startswith("1."), "the 2.51 python-backend stub needs numpy < 2"
     assert "onnxruntime-gpu" in docker
+
+
+def test_gateway_service_runs_the_gateway_on_its_config(compose):
+    from gateway.settings import Settings
+
+    gw = compose["services"]["gateway"]
+    command = gw["command"]
+    assert command[:3] == ["python3", "-m", "gateway"]
+    config = command[command.index("--config") + 1]
+    mounts = {_split_volume(v)[1]: _split_volume(v)[0] for v in gw["volumes"]}
+    host = ROOT / mounts[config]
+    settings = Settings.from_file(host)  # parses with the gateway's own strict reader
+    assert command[command.index("--port") + 1] == "8091"
+    assert command[command.index("--triton-url") + 1] == f"triton:{triton_env.DEFAULT_GRPC_PORT}"
+    assert all(str(m.artifacts_dir) == "/artifacts" for m in settings.models)
+    for line in (ROOT / "docker" / "Dockerfile.gateway").read_text().splitlines():
+        if line.startswith("COPY "):
+            for src in shlex.split(line)[1:-1]:
+                assert (ROOT / src).exists(), f"Dockerfile.gateway copies missing {src}"
