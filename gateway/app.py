@@ -35,6 +35,7 @@ from .planning import Deployment, VoiceResolver
 from .routers import REQUEST_ID_KEY, ClientDisconnected, router
 from .services import SpeechService, StreamAborted
 from .settings import Settings, load_checkpoints
+from .voice_registry import VoiceRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ class RequestContextMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         incoming = ""
@@ -75,6 +76,9 @@ class RequestContextMiddleware:
                 break
         rid = incoming if _SANE_ID.match(incoming) else new_request_id()
         scope[REQUEST_ID_KEY] = rid
+        if scope["type"] == "websocket":  # the route echoes the id in its handshake and handles errors in-band
+            await self.app(scope, receive, send)
+            return
         started = False
 
         async def send_with_id(message: Message) -> None:
@@ -151,8 +155,13 @@ def create_app(
     voices: VoiceResolver | None = None,
 ) -> FastAPI:
     """The Speech API over the deployment `settings` describes. `backend_factory` replaces the
-    Triton client (tests); `voices` is the uploaded/precomputed voice store (next issue)."""
-    deployment = Deployment(load_checkpoints(settings), voices)  # fails fast on a bad deployment
+    Triton client (tests); `voices` replaces the voice registry (uploaded + precomputed voices,
+    gateway.voice_registry), which is otherwise built here: precomputed voices loaded and uploaded
+    voices restored at start-up."""
+    checkpoints = load_checkpoints(settings)  # fails fast on a bad deployment
+    if voices is None:
+        voices = VoiceRegistry(settings, checkpoints)
+    deployment = Deployment(checkpoints, voices)
     factory = backend_factory or _triton_backend
 
     @contextlib.asynccontextmanager
@@ -160,6 +169,9 @@ def create_app(
         backend = factory(settings)
         app.state.backend = backend
         app.state.speech = SpeechService(deployment, backend, settings)
+        bind = getattr(voices, "bind", None)
+        if bind is not None:
+            bind(backend)
         logger.info(
             "serving %s over Triton %s",
             ", ".join(f"{c.name} ({c.task} -> {c.triton_model})" for c in deployment.checkpoints),
@@ -168,6 +180,8 @@ def create_app(
         try:
             yield
         finally:
+            if bind is not None:
+                bind(None)
             await backend.close()
 
     app = FastAPI(
@@ -178,6 +192,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.deployment = deployment
+    app.state.voices = voices
     app.include_router(router)
     _install_error_handlers(app)
     app.add_middleware(RequestContextMiddleware)

@@ -209,3 +209,120 @@ class Readiness(BaseModel):
     status: Literal["ready", "not_ready"]
     triton: bool
     models: dict[str, bool]
+
+
+# --- voices --------------------------------------------------------------------------------------
+
+
+class VoiceUploadResponse(BaseModel):
+    """POST /v1/audio/voices"""
+
+    success: Literal[True] = True
+    voice: UploadedVoice
+
+
+class VoiceDeleteResponse(BaseModel):
+    """DELETE /v1/audio/voices/{name}"""
+
+    success: Literal[True] = True
+    message: str
+
+
+class VoiceNotFoundResponse(BaseModel):
+    """DELETE /v1/audio/voices/{name} of a voice that is not uploaded (404)."""
+
+    success: Literal[False] = False
+    error: str
+
+
+VOICE_UPLOAD_FORM: dict[str, Any] = {
+    "type": "object",
+    "required": ["audio_sample", "consent", "name"],
+    "properties": {
+        "audio_sample": {"type": "string", "format": "binary",
+                         "description": "Audio file (max 10 MB): wav, mp3, flac, ogg, aac, webm, mp4."},
+        "consent": {"type": "string", "description": "Consent recording ID."},
+        "name": {"type": "string", "description": "Name for the new voice (no path separators or control characters)."},
+        "ref_text": {"type": "string", "description": "Transcript of the audio: enables in-context cloning."},
+        "speaker_description": {"type": "string", "description": "Free-form description, listed by GET."},
+    },
+    "additionalProperties": False,
+}
+
+
+# --- WebSocket /v1/audio/speech/stream -------------------------------------------------------------
+
+SplitGranularity = Literal["none", "sentence", "clause"]
+
+
+class SessionConfig(_GenerationFields):
+    """{"type": "session.config", ...}: every speech parameter (but `input` and the HTTP streaming
+    switches), plus how audio is framed (`stream_audio`) and how text is split (`split_granularity`).
+    Sticky for the connection; may be replaced between utterances."""
+
+    type: Literal["session.config"]
+    model: str | None = None
+    response_format: ResponseFormat | None = Field(
+        None, description="Default wav (one payload per request); pcm when stream_audio is true.")
+    stream_audio: bool = Field(False, description="Stream one or more chunks per request (pcm or wav).")
+    split_granularity: SplitGranularity = Field(
+        "none", description="none: one request per input.done; sentence / clause: one per detected unit.")
+
+    def speech_fields(self, text: str) -> SpeechFields:
+        data = self.model_dump(exclude={"type", "stream_audio", "split_granularity"})
+        if self.stream_audio:
+            data["stream_format"] = "audio"
+            data["response_format"] = self.response_format or "pcm"
+        return SpeechFields.from_mapping({**data, "input": text})
+
+
+class InputText(BaseModel):
+    model_config = _STRICT
+    type: Literal["input.text"]
+    text: str
+
+
+class InputDone(BaseModel):
+    model_config = _STRICT
+    type: Literal["input.done"]
+
+
+class SessionClose(BaseModel):
+    model_config = _STRICT
+    type: Literal["session.close"]
+
+
+CLIENT_MESSAGES: dict[str, type[BaseModel]] = {
+    "session.config": SessionConfig,
+    "input.text": InputText,
+    "input.done": InputDone,
+    "session.close": SessionClose,
+}
+
+
+class AudioStart(BaseModel):
+    type: Literal["audio.start"] = "audio.start"
+    utterance_index: int
+    sentence_index: int
+    sentence_text: str
+    format: str
+    sample_rate: int
+
+
+class AudioDone(BaseModel):
+    type: Literal["audio.done"] = "audio.done"
+    utterance_index: int
+    sentence_index: int
+    total_bytes: int
+    error: bool = False
+
+
+class SessionDone(BaseModel):
+    type: Literal["session.done"] = "session.done"
+    utterance_index: int
+    total_sentences: int
+
+
+class StreamError(BaseModel):
+    type: Literal["error"] = "error"
+    message: str

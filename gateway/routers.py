@@ -1,4 +1,5 @@
-"""HTTP routes: parse, call the service, shape the response. No Speech API logic lives here."""
+"""HTTP and WebSocket routes: parse, call the service, shape the response. No Speech API logic
+lives here (voices: gateway.voice_registry; the WebSocket protocol: gateway.streaming)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,19 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
+from starlette.websockets import WebSocketDisconnect, WebSocketState
+
+from ttscore.errors import InvalidRequest
 
 from . import encoding, sse
-from .errors import error_body
+from .errors import error_body, internal
+from .errors import ws_error as error_message
 from .protocol import (
+    VOICE_UPLOAD_FORM,
     BatchSpeechRequest,
     BatchSpeechResponse,
     ErrorResponse,
@@ -22,10 +29,15 @@ from .protocol import (
     ModelList,
     Readiness,
     SpeechRequest,
+    VoiceDeleteResponse,
+    VoiceNotFoundResponse,
     VoicesResponse,
+    VoiceUploadResponse,
 )
 from .services import AudioStream, SpeechService
+from .streaming import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, Disconnected, StreamingSession
 from .usage import USAGE_HEADERS
+from .voices import UploadTooLarge, parse_multipart_form
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -96,12 +108,24 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     503: {"model": ErrorResponse, "description": "Triton or a model is not ready; see Retry-After",
           "headers": {"Retry-After": {"schema": {"type": "integer"}}}},
 }
+_SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string", "enum": [sse.DELTA, sse.DONE, sse.ERROR]},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer"},
+    },
+    "required": ["data"],
+}
 _AUDIO_CONTENT = {mt: {"schema": {"type": "string", "format": "binary"}} for mt in dict.fromkeys(encoding.MEDIA_TYPES.values())}
 _SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The audio (whole clip, or raw pcm/wav bytes as decoded with stream_format='audio'), "
         "or speech.audio.* Server-Sent Events (stream=true / stream_format='sse').",
-        "content": {**_AUDIO_CONTENT, sse.MEDIA_TYPE: {"schema": {"type": "string"}}},
+        # An event stream is described per event (what OpenAPI 3.2 calls itemSchema; schemathesis
+        # validates each parsed event against `schema`): `event` names it, `data` holds its JSON.
+        "content": {**_AUDIO_CONTENT, sse.MEDIA_TYPE: {"schema": _SSE_EVENT}},
         "headers": {name: {"schema": {"type": "integer"}, "description": "Token usage (non-streaming responses)"}
                     for name in USAGE_HEADERS},
     },
@@ -134,6 +158,101 @@ async def create_speech_batch(body: BatchSpeechRequest, request: Request) -> Any
             responses={500: _ERRORS[500]}, summary="List voices")
 async def list_voices(request: Request) -> Any:
     return service(request).voices()
+
+
+def _registry(request: Request) -> Any:
+    registry = getattr(request.app.state, "voices", None)
+    if registry is None or not hasattr(registry, "upload"):
+        raise InvalidRequest("Voice upload is not enabled on this server", None)
+    return registry
+
+
+# Only `request`: a Form/File parameter would make FastAPI read (and spool) the whole body before
+# the handler runs; parse_multipart_form enforces the 10 MB limit while the body streams in.
+@router.post("/v1/audio/voices", response_model=VoiceUploadResponse, response_model_exclude_none=True,
+             responses={400: _ERRORS[400], 500: _ERRORS[500], 503: _ERRORS[503]},
+             openapi_extra={"requestBody": {"required": True,
+                                            "content": {"multipart/form-data": {"schema": VOICE_UPLOAD_FORM}}}},
+             summary="Upload a voice sample for voice cloning")
+async def upload_voice(request: Request) -> Any:
+    registry = _registry(request)
+    limit = registry.store.max_file_bytes
+    try:
+        form = await parse_multipart_form(
+            request.headers.get("content-type"), request.stream(), max_file_bytes=limit,
+            file_limits={"audio_sample": limit}, content_length=request.headers.get("content-length"),
+        )
+    except ClientDisconnect:
+        logger.info("upload %s: the client went away mid-body; nothing stored", request_id(request))
+        raise ClientDisconnected() from None
+    except UploadTooLarge as exc:
+        if exc.limit == limit:
+            raise
+        # The whole body passed its limit (the file's plus room for the text fields): it is the
+        # file that is too big, so say that, in the spec's terms.
+        raise UploadTooLarge(limit, "audio_sample") from None
+    return await registry.upload(form)
+
+
+@router.delete("/v1/audio/voices/{name}", response_model=VoiceDeleteResponse,
+               responses={404: {"model": VoiceNotFoundResponse, "description": "No uploaded voice of that name"},
+                          400: _ERRORS[400], 500: _ERRORS[500]},
+               summary="Delete an uploaded voice")
+async def delete_voice(name: str, request: Request) -> Any:
+    return await _registry(request).delete(name)
+
+
+# --- WebSocket: streaming text input -----------------------------------------------------------------
+
+
+class WebSocketTransport:
+    """streaming.Transport over Starlette's WebSocket (send failures mean the client is gone)."""
+
+    def __init__(self, websocket: WebSocket) -> None:
+        self.ws = websocket
+
+    async def receive(self) -> str | bytes | None:
+        message = await self.ws.receive()
+        if message["type"] == "websocket.disconnect":
+            return None
+        if message.get("text") is not None:
+            return str(message["text"])
+        return bytes(message.get("bytes") or b"")
+
+    async def send_json(self, message: dict[str, Any]) -> None:
+        try:
+            await self.ws.send_json(message)
+        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+            raise Disconnected() from exc
+
+    async def send_bytes(self, data: bytes) -> None:
+        try:
+            await self.ws.send_bytes(data)
+        except (WebSocketDisconnect, RuntimeError, OSError) as exc:
+            raise Disconnected() from exc
+
+    async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None:
+        if self.ws.application_state != WebSocketState.DISCONNECTED:
+            with contextlib.suppress(Exception):
+                await self.ws.close(code, reason)
+
+
+@router.websocket("/v1/audio/speech/stream")
+async def speech_stream(websocket: WebSocket) -> None:
+    """Streaming text in, audio out (spec: "Streaming Text Input (WebSocket)")."""
+    rid = str(websocket.scope.get(REQUEST_ID_KEY) or "")
+    await websocket.accept(headers=[(b"x-request-id", rid.encode("latin-1"))] if rid else None)
+    transport = WebSocketTransport(websocket)
+    app = websocket.app
+    try:
+        await StreamingSession(app.state.speech, transport, app.state.settings, rid).run()
+    except Exception:
+        logger.exception("streaming session %s failed", rid)
+        with contextlib.suppress(Disconnected):
+            await transport.send_json(error_message(internal(rid).message))
+        await transport.close(CLOSE_INTERNAL_ERROR, "internal error")
+    finally:
+        await transport.close(CLOSE_NORMAL)
 
 
 @router.get("/v1/models", response_model=ModelList, responses={500: _ERRORS[500]}, summary="List served models")

@@ -34,8 +34,23 @@ from .errors import APIError
 from .planning import Deployment, SpeechFields, SpeechPlan, merge_batch_item, plan_speech
 from .settings import Settings
 from .usage import Usage
+from .voices.sources import RefAudioSettings
 
 logger = logging.getLogger(__name__)
+
+Features = tuple[np.ndarray, "np.ndarray | None"]  # (x_vector, ref_codes) of a Base reference
+
+
+def ref_audio_settings(settings: Settings) -> RefAudioSettings:
+    return RefAudioSettings(
+        max_bytes=settings.ref_audio_max_bytes,
+        timeout_s=settings.ref_audio_timeout_s,
+        connect_timeout_s=min(5.0, settings.ref_audio_timeout_s),
+        max_redirects=settings.ref_audio_max_redirects,
+        allow_private_urls=settings.allow_private_urls,
+        allowed_local_media_path=settings.allowed_local_media_path,
+        allowed_media_domains=settings.allowed_media_domains,
+    )
 
 
 class StreamAborted(Exception):
@@ -147,6 +162,7 @@ class SpeechService:
         self.deployment = deployment
         self.backend = backend
         self.settings = settings
+        self.ref_settings = ref_audio_settings(settings)
         self.created = int(time.time())
         needed = [c.triton_model for c in deployment.checkpoints]
         needed += [c.voice_features_model for c in deployment.checkpoints if c.voice_features_model]
@@ -167,26 +183,39 @@ class SpeechService:
 
     # --- generation -----------------------------------------------------------------------------
 
-    async def _voice_features(self, plan: SpeechPlan, request_id: str) -> tuple[np.ndarray, np.ndarray | None]:
+    async def reference_features(self, plan: SpeechPlan, request_id: str) -> Features | None:
+        """The x-vector and reference codes a Base plan needs (None for the other tasks): from the
+        stored voice, or from `ref_audio` fetched, decoded and run through voice_features. Callers
+        that speak many texts with one reference (the WebSocket session) compute them once."""
+        if not plan.needs_voice_features:
+            return None
+        return await self._voice_features(plan, request_id)
+
+    async def _voice_features(self, plan: SpeechPlan, request_id: str) -> Features:
         stored = plan.stored_voice
         if stored is not None and stored.features is not None:
             try:
                 return await stored.features(plan.x_vector_only)
             except InvalidRequest as exc:
-                raise errors.from_invalid_request(exc) from None
+                raise errors.bad_request(exc.message, exc.param) from None
             except BackendError as exc:
                 raise self._api_error(exc, request_id) from None
-        if stored is not None and stored.x_vector is not None and (plan.x_vector_only or stored.ref_codes is not None):
-            return stored.x_vector, stored.ref_codes
+        if stored is not None and stored.x_vector is not None:
+            if plan.x_vector_only or stored.ref_codes is not None:
+                return stored.x_vector, stored.ref_codes
+            if stored.audio is None:
+                raise errors.bad_request(
+                    f"Voice '{stored.name}' has no reference codes (precomputed with --mode xvec): omit ref_text "
+                    "or set x_vector_only_mode", "ref_text")
         if stored is not None and stored.audio is not None and stored.sample_rate:
             audio, rate = stored.audio, int(stored.sample_rate)
         else:
             if plan.ref_audio is None:
                 raise errors.bad_request("Base task requires 'ref_audio' for voice cloning", "ref_audio")
             try:
-                audio, rate = await asyncio.to_thread(refaudio.decode_ref_audio, plan.ref_audio)
+                audio, rate = await refaudio.resolve_ref_audio(plan.ref_audio, self.ref_settings)
             except InvalidRequest as exc:
-                raise errors.from_invalid_request(exc) from None
+                raise errors.bad_request(exc.message, exc.param) from None
         model = plan.checkpoint.voice_features_model
         if not model:
             raise errors.bad_request(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
@@ -195,18 +224,19 @@ class SpeechService:
         except BackendError as exc:
             raise self._api_error(exc, request_id) from None
 
-    async def _inputs(self, plan: SpeechPlan, request_id: str) -> dict[str, np.ndarray]:
+    async def _inputs(self, plan: SpeechPlan, request_id: str, features: Features | None) -> dict[str, np.ndarray]:
         fields = plan.generation_fields()
         if plan.needs_voice_features:
-            x_vector, ref_codes = await self._voice_features(plan, request_id)
+            x_vector, ref_codes = features if features is not None else await self._voice_features(plan, request_id)
             fields["x_vector"] = x_vector
             if not plan.x_vector_only:
                 fields["ref_codes"] = ref_codes
         return triton_io.request_tensors(**fields)
 
-    async def _generate(self, plan: SpeechPlan, request_id: str) -> AsyncGenerator[SpeechChunk, None]:
+    async def _generate(self, plan: SpeechPlan, request_id: str, features: Features | None = None
+                        ) -> AsyncGenerator[SpeechChunk, None]:
         await self.readiness.require()
-        inputs = await self._inputs(plan, request_id)
+        inputs = await self._inputs(plan, request_id, features)
         stream = self.backend.stream_speech(plan.checkpoint.triton_model, inputs, request_id)
         try:
             async with aclosing(stream):
@@ -215,10 +245,10 @@ class SpeechService:
         except BackendError as exc:
             raise self._api_error(exc, request_id) from None
 
-    async def synthesize(self, plan: SpeechPlan, request_id: str) -> Clip:
+    async def synthesize(self, plan: SpeechPlan, request_id: str, features: Features | None = None) -> Clip:
         parts: list[np.ndarray] = []
         usage = Usage()
-        gen = self._generate(plan, request_id)
+        gen = self._generate(plan, request_id, features)
         async with aclosing(gen):
             async for chunk in gen:
                 parts.append(chunk.audio)
@@ -228,8 +258,8 @@ class SpeechService:
         audio = await asyncio.to_thread(encoding.render, pcm, out.source_rate, out.format, out.sample_rate, out.speed)
         return Clip(audio, out.media_type, usage)
 
-    async def open_stream(self, plan: SpeechPlan, request_id: str) -> AudioStream:
-        gen = self._generate(plan, request_id)
+    async def open_stream(self, plan: SpeechPlan, request_id: str, features: Features | None = None) -> AudioStream:
+        gen = self._generate(plan, request_id, features)
         try:
             first: SpeechChunk | None = await gen.__anext__()
         except StopAsyncIteration:
@@ -282,6 +312,9 @@ class SpeechService:
     # --- listings -----------------------------------------------------------------------------
 
     def voices(self) -> dict[str, Any]:
+        listing = getattr(self.deployment.voices, "listing", None)
+        if listing is not None:  # the voice registry: built-in, precomputed and uploaded names
+            return listing()  # type: ignore[no-any-return]
         uploaded = self.deployment.voices.uploaded_voices()
         names = self.deployment.builtin_voices() + [v["name"] for v in uploaded if v.get("name")]
         return {"voices": list(dict.fromkeys(names)), "uploaded_voices": uploaded}

@@ -21,7 +21,21 @@ TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:  # `import fakes...` from any test module
     sys.path.insert(0, str(TESTS_DIR))
 
-pytest_plugins = ["model_fixtures"]
+pytest_plugins = ["model_fixtures", "e2e_fixtures"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_speaker_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A gateway built without an explicit speaker_samples_dir must never touch ~/.cache."""
+    import os
+
+    old = os.environ.get("SPEAKER_SAMPLES_DIR")
+    os.environ["SPEAKER_SAMPLES_DIR"] = str(tmp_path_factory.mktemp("speakers-default"))
+    yield
+    if old is None:
+        os.environ.pop("SPEAKER_SAMPLES_DIR", None)
+    else:
+        os.environ["SPEAKER_SAMPLES_DIR"] = old
 
 
 @pytest.fixture

@@ -57,6 +57,8 @@ NAMES = {"custom_voice": "tiny-custom-voice", "voice_design": "tiny-voice-design
 
 def fake_deployment(root: Path, variants: tuple[str, ...] = ("custom_voice", "voice_design", "base"),
                     **settings: Any) -> Settings:
+    """Settings over hand-written manifests; uploaded voices go to `root/speakers` unless given."""
+    settings.setdefault("speaker_samples_dir", str(root / "speakers"))
     models = []
     for variant in variants:
         art = root / f"art-{variant}"

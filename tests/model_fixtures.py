@@ -74,3 +74,13 @@ def voice_design(tiny_voice_design):
 @pytest.fixture(scope="session")
 def base(tiny_base):
     return _with_reference(tiny_base)
+
+
+@pytest.fixture(scope="session")
+def tiny_custom_voice_greedy(tmp_path_factory):
+    return _variant(tmp_path_factory, "custom_voice", greedy=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_base_greedy(tmp_path_factory):
+    return _variant(tmp_path_factory, "base", greedy=True)

@@ -88,8 +88,13 @@ def plan_deployment(served: list[Served], max_active: int | None = None) -> dict
     return {"models": models, "aliases": aliases, "settings": settings, "shared_code2wav": shared}
 
 
-def gateway_config(served: list[Served], grpc_url: str, plan: dict[str, Any] | None = None) -> dict[str, Any]:
-    extra = {"readiness_models": ["code2wav"]} if plan and plan.get("shared_code2wav") else {}
+def gateway_config(
+    served: list[Served], grpc_url: str, plan: dict[str, Any] | None = None, voices: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The gateway's JSON config; `voices`: optional gateway settings (custom_voice_dir,
+    allowed_local_media_path, allow_private_urls), left out when None."""
+    extra: dict[str, Any] = {"readiness_models": ["code2wav"]} if plan and plan.get("shared_code2wav") else {}
+    extra.update({k: v for k, v in (voices or {}).items() if v is not None})
     return {
         **extra,
         "triton_url": grpc_url,
@@ -132,11 +137,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if not checkpoints:
         from export.tiny import make_tiny
 
-        demo = cache_root() / "demo" / "Qwen3-TTS-tiny-CustomVoice"
-        if not (demo / "model.safetensors").is_file():
-            print(f"no --checkpoint given: building the tiny random-weight demo checkpoint in {demo}", flush=True)
-            make_tiny("custom_voice", demo, seed=0)
-        checkpoints = [demo]
+        # CustomVoice for the preset speakers, Base so that the spec's voice-cloning examples
+        # (uploaded voices, ref_audio, the WebSocket with a cloned voice) work too.
+        for variant, name in (("custom_voice", "Qwen3-TTS-tiny-CustomVoice"), ("base", "Qwen3-TTS-tiny-Base")):
+            demo = cache_root() / "demo" / name
+            if not (demo / "model.safetensors").is_file():
+                print(f"no --checkpoint given: building the tiny random-weight demo checkpoint in {demo}", flush=True)
+                make_tiny(variant, demo, seed=0)
+            checkpoints.append(demo)
 
     work = Path(args.work or cache_root() / "serve")
     taken: set[str] = set()
@@ -174,7 +182,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             args.no_gateway = True
         if not args.no_gateway:
             cfg_path = work / "gateway.json"
-            cfg_path.write_text(json.dumps(gateway_config(served, server.grpc_url, plan), indent=2))
+            voices = {
+                "custom_voice_dir": str(Path(args.custom_voice_dir).resolve()) if args.custom_voice_dir else None,
+                "allowed_local_media_path": (
+                    str(Path(args.allowed_local_media_path).resolve()) if args.allowed_local_media_path else None
+                ),
+                "allow_private_urls": True if args.allow_private_urls else None,
+            }
+            cfg_path.write_text(json.dumps(gateway_config(served, server.grpc_url, plan, voices), indent=2))
             gateway = subprocess.Popen(
                 [sys.executable, "-m", "gateway", "--config", str(cfg_path), "--host", args.host, "--port", str(args.port)],
                 start_new_session=True,
@@ -231,4 +246,8 @@ def add_serve_parser(sub: Any) -> None:
     s.add_argument("--work", help="where the rendered repository and logs go")
     s.add_argument("--ready-timeout", type=float, default=300.0)
     s.add_argument("--no-gateway", action="store_true", help="serve Triton only")
+    s.add_argument("--custom-voice-dir", help="gateway: precomputed voices (see `triton-tts precompute-voice`)")
+    s.add_argument("--allowed-local-media-path", help="gateway: allow file:// ref_audio under this directory")
+    s.add_argument("--allow-private-urls", action="store_true",
+                   help="gateway: let http(s) ref_audio reach private/loopback addresses")
     s.set_defaults(func=_cmd_serve)

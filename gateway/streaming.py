@@ -1,0 +1,319 @@
+"""The streaming-text WebSocket session (/v1/audio/speech/stream): protocol state machine.
+
+Spec, "Streaming Text Input (WebSocket)". Transport-agnostic (a `Transport` of text/binary frames),
+so it is tested without a server; routers.py adapts Starlette's WebSocket to it.
+
+Obligations:
+- `session.config` first (text before it is a non-fatal error); it is sticky, and may be replaced
+  between utterances only: one sent while an utterance is open (text received since the last
+  `input.done`) is rejected, so no input is dropped and no utterance mixes two voices. A rejected
+  config leaves the previous one in force. The config is validated when it arrives (the same
+  planning as POST /v1/audio/speech), and an inline `ref_audio` is fetched and turned into features
+  once, then reused for every request of the session.
+- `input.text` feeds the splitter (gateway.text_split); each completed unit is one TTS request.
+  `input.done` flushes the rest, then `session.done`; the connection stays open.
+- Per request: `audio.start`, binary frames (one payload, or PCM/WAV chunks as decoded with
+  `stream_audio`), `audio.done` (total_bytes, error): always paired, also when generation fails
+  (then an `error` message comes in between). `utterance_index` counts flushes, `sentence_index` the
+  requests inside one.
+- Errors in messages (not JSON, unknown type, bad fields, too large) are non-fatal `error`
+  messages. The idle timeout (no message while the server waits for one, also between utterances)
+  sends an `error` and closes the connection.
+- Messages are read concurrently with synthesis (bounded queue, so a flooding client is slowed by
+  TCP backpressure); they are handled in order. A client that disconnects mid-request cancels it,
+  which cancels the Triton request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from ttscore.errors import InvalidRequest
+
+from . import errors
+from .errors import APIError
+from .planning import MAX_INPUT_CHARS, SpeechPlan
+from .protocol import CLIENT_MESSAGES, AudioDone, AudioStart, SessionConfig, SessionDone
+from .services import Features, SpeechService, StreamAborted
+from .settings import Settings
+from .text_split import TextSplitter
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+CLOSE_NORMAL = 1000
+CLOSE_INTERNAL_ERROR = 1011
+QUEUE_MESSAGES = 64
+MESSAGE_TYPES = ", ".join(CLIENT_MESSAGES)
+
+
+class Disconnected(Exception):
+    """The client went away (or the connection failed): stop, cancelling any work in flight."""
+
+
+class Transport(Protocol):
+    async def receive(self) -> str | bytes | None:
+        """The next message; None once the client has disconnected."""
+        ...
+
+    async def send_json(self, message: dict[str, Any]) -> None:
+        """Raises Disconnected when the client is gone."""
+        ...
+
+    async def send_bytes(self, data: bytes) -> None: ...
+
+    async def close(self, code: int = CLOSE_NORMAL, reason: str = "") -> None: ...
+
+
+_GONE = object()
+
+
+class _Config:
+    """An accepted session.config, with what was worked out from it once."""
+
+    def __init__(self, message: SessionConfig, probe: SpeechPlan, features: Features | None) -> None:
+        self.message = message
+        self.format = probe.output.format
+        self.sample_rate = probe.output.sample_rate
+        self.features = features  # inline ref_audio: computed once per config
+
+
+class StreamingSession:
+    def __init__(self, service: SpeechService, transport: Transport, settings: Settings, request_id: str) -> None:
+        self.service = service
+        self.transport = transport
+        self.idle_timeout_s = settings.ws_idle_timeout_s
+        self.max_config_bytes = settings.ws_max_config_bytes
+        self.max_text_bytes = settings.ws_max_text_bytes
+        self.request_id = request_id
+        self.config: _Config | None = None
+        self.splitter = TextSplitter("none")
+        self.utterance_index = 0
+        self.sentence_index = 0
+        self.utterance_open = False  # text arrived since the last input.done
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(QUEUE_MESSAGES)
+        self._gone = asyncio.Event()
+
+    # --- the connection ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        reader = asyncio.create_task(self._read())
+        try:
+            await self._serve()
+        except Disconnected:
+            logger.info("streaming session %s: client disconnected", self.request_id)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                message = await self.transport.receive()
+                if message is None:
+                    break
+                await self._queue.put(message)
+        except Exception:  # noqa: BLE001 - a broken connection is a disconnect
+            logger.debug("streaming session %s: receive failed", self.request_id, exc_info=True)
+        self._gone.set()
+        with contextlib.suppress(asyncio.QueueFull):
+            self._queue.put_nowait(_GONE)  # full queue: the handler sees _gone at its next wait
+
+    async def _next(self) -> Any:
+        if self._gone.is_set() and self._queue.empty():
+            return _GONE
+        get = asyncio.ensure_future(self._queue.get())
+        gone = asyncio.ensure_future(self._gone.wait())
+        try:
+            await asyncio.wait({get, gone}, timeout=self.idle_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not get.done():
+                get.cancel()
+        if get.done() and not get.cancelled():  # (also when it completed just after the timeout)
+            return get.result()
+        if self._gone.is_set():
+            return _GONE
+        raise TimeoutError
+
+    async def _serve(self) -> None:
+        while True:
+            try:
+                raw = await self._next()
+            except TimeoutError:
+                await self._error(f"Idle timeout: no message for {self.idle_timeout_s:g}s; closing the connection")
+                await self.transport.close(CLOSE_NORMAL, "idle timeout")
+                return
+            if raw is _GONE:
+                return
+            if not await self._handle(raw):
+                return
+
+    async def _until_gone(self, work: Awaitable[T]) -> T:
+        """Run `work`; if the client disconnects first, cancel it (cancelling the Triton request)."""
+        task = asyncio.ensure_future(work)
+        gone = asyncio.ensure_future(self._gone.wait())
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            gone.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise Disconnected()
+
+    # --- messages --------------------------------------------------------------------------------
+
+    async def _error(self, message: str) -> None:
+        await self.transport.send_json(errors.ws_error(message))
+
+    def _parse(self, raw: str | bytes) -> BaseModel | str:
+        """A client message, or the reason it is rejected."""
+        if isinstance(raw, bytes):
+            return "Binary messages are not accepted; send JSON text messages"
+        size = len(raw.encode("utf-8", "surrogatepass"))
+        if size > self.max_config_bytes:
+            return f"Message too large ({size} bytes; at most {self.max_config_bytes})"
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            return f"Invalid JSON message: {exc}"
+        if not isinstance(data, dict):
+            return "Messages must be JSON objects with a 'type'"
+        kind = data.get("type")
+        model = CLIENT_MESSAGES.get(kind) if isinstance(kind, str) else None
+        if model is None:
+            return f"Unknown message type {kind!r}; expected one of: {MESSAGE_TYPES}"
+        if kind != "session.config" and size > self.max_text_bytes:
+            return f"{kind} message too large ({size} bytes; at most {self.max_text_bytes})"
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            details: list[dict[str, Any]] = [dict(e) for e in exc.errors()]
+            return f"Invalid {kind}: {errors.validation_error(details).message}"
+
+    async def _handle(self, raw: str | bytes) -> bool:
+        """Handle one message; False ends the connection."""
+        msg = self._parse(raw)
+        if isinstance(msg, str):
+            await self._error(msg)
+            return True
+        kind = getattr(msg, "type", "")
+        if kind == "session.close":
+            await self.transport.close(CLOSE_NORMAL, "session.close")
+            return False
+        if kind == "session.config":
+            assert isinstance(msg, SessionConfig)
+            await self._configure(msg)
+            return True
+        if self.config is None:
+            await self._error(f"Send session.config before {kind}")
+            return True
+        if kind == "input.text":
+            await self._text(getattr(msg, "text", ""))
+        elif kind == "input.done":
+            await self._flush()
+        return True
+
+    async def _configure(self, msg: SessionConfig) -> None:
+        if self.utterance_open:
+            await self._error(
+                "session.config cannot change the configuration in the middle of an utterance; "
+                "send input.done first (the previous configuration stays in force)"
+            )
+            return
+        rid = f"{self.request_id}-config"
+        try:
+            probe = self.service.plan(msg.speech_fields("Hello."))
+            features = None
+            if probe.ref_audio is not None:  # inline reference: fetched and processed once
+                features = await self._until_gone(self.service.reference_features(probe, rid))
+        except (APIError, InvalidRequest) as exc:
+            await self._error(f"Invalid session.config: {errors.ws_message(exc, rid)}")
+            return
+        self.config = _Config(msg, probe, features)
+        self.splitter = TextSplitter(msg.split_granularity)
+
+    async def _text(self, text: str) -> None:
+        pending = len(self.splitter.pending)
+        if pending + len(text) > MAX_INPUT_CHARS:
+            await self._error(
+                f"input.text ignored: the unsent text would be {pending + len(text)} characters, more than one "
+                f"request takes ({MAX_INPUT_CHARS}); send input.done (or use split_granularity) more often"
+            )
+            return
+        if text:
+            self.utterance_open = True
+        for unit in self.splitter.feed(text):
+            await self._speak(unit)
+
+    async def _flush(self) -> None:
+        for unit in self.splitter.flush():
+            await self._speak(unit)
+        await self.transport.send_json(
+            SessionDone(utterance_index=self.utterance_index, total_sentences=self.sentence_index).model_dump()
+        )
+        self.utterance_index += 1
+        self.sentence_index = 0
+        self.utterance_open = False
+
+    # --- one TTS request ----------------------------------------------------------------------------
+
+    async def _speak(self, text: str) -> None:
+        config = self.config
+        assert config is not None
+        index = self.sentence_index
+        self.sentence_index += 1
+        utterance = self.utterance_index
+        rid = f"{self.request_id}-u{utterance}-s{index}"
+        await self.transport.send_json(AudioStart(
+            utterance_index=utterance, sentence_index=index, sentence_text=text, format=config.format,
+            sample_rate=config.sample_rate,
+        ).model_dump())
+        sent = [0]
+        failed = False
+        try:
+            await self._until_gone(self._generate(config, text, rid, sent))
+        except Disconnected:
+            raise
+        except (APIError, InvalidRequest, StreamAborted) as exc:
+            failed = True
+            message = str(exc) if isinstance(exc, StreamAborted) else errors.ws_message(exc, rid)
+            logger.info("streaming request %s failed: %s", rid, message)
+            await self._error(f"Generation failed for utterance {utterance}, sentence {index}: {message}")
+        except Exception as exc:  # noqa: BLE001 - a bug fails this request only; the session goes on
+            failed = True
+            logger.exception("streaming request %s failed", rid)
+            await self._error(f"Generation failed for utterance {utterance}, sentence {index}: "
+                              f"{errors.ws_message(exc, rid)}")
+        await self.transport.send_json(AudioDone(
+            utterance_index=utterance, sentence_index=index, total_bytes=sent[0], error=failed,
+        ).model_dump())
+
+    async def _generate(self, config: _Config, text: str, rid: str, sent: list[int]) -> None:
+        plan = self.service.plan(config.message.speech_fields(text))
+        if plan.output.stream is not None:
+            stream = await self.service.open_stream(plan, rid, config.features)
+            try:
+                async for data in stream.body():
+                    await self.transport.send_bytes(data)
+                    sent[0] += len(data)
+            finally:
+                await stream.aclose()
+        else:
+            clip = await self.service.synthesize(plan, rid, config.features)
+            await self.transport.send_bytes(clip.audio)
+            sent[0] += len(clip.audio)

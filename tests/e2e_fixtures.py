@@ -1,0 +1,40 @@
+"""The end-to-end Triton deployment, shared by the e2e test modules (registered in conftest.py).
+
+`e2e_triton`: the real tritonserver rendered exactly as `triton-tts serve` renders it for a greedy
+CustomVoice, a VoiceDesign and a greedy Base tiny checkpoint (one shared code2wav, the
+voice_features ensemble), one request at a time per model. Started once per session; each e2e
+module runs its own gateway(s) against it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_voice_design, tiny_base_greedy
+               ) -> dict[str, Any]:
+    from gateway_fixtures import render_stack_repository
+
+    work = tmp_path_factory.mktemp("e2e")
+    variants = {"custom_voice": tiny_custom_voice_greedy, "voice_design": tiny_voice_design, "base": tiny_base_greedy}
+    pairs = [(t[0], t[1]) for t in variants.values()]
+    # One request at a time per model: a request that was not cancelled would block the next one.
+    repo, cfg = render_stack_repository(work, pairs, max_active=1)
+    server = triton_server(repo, ready_timeout_s=180)
+    cfg["triton_url"] = server.grpc_url
+    (work / "gateway.json").write_text(json.dumps(cfg, indent=2))
+    return {
+        "server": server,
+        "repo": repo,
+        "config": cfg,
+        "work": work,
+        "names": {m["variant"]: m["name"] for m in cfg["models"]},
+        "triton_models": {m["variant"]: m["triton_model"] for m in cfg["models"]},
+        "checkpoints": {v: t[0] for v, t in variants.items()},
+        "artifacts": {v: t[1] for v, t in variants.items()},
+        "pipelines": {v: t[2] for v, t in variants.items()},
+    }
