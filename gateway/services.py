@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -157,6 +159,9 @@ class AudioStream:
             await self.aclose()
 
 
+REF_FEATURES_CACHE = 64  # inline reference clips whose features are kept
+
+
 class SpeechService:
     def __init__(self, deployment: Deployment, backend: InferenceBackend, settings: Settings) -> None:
         self.deployment = deployment
@@ -168,6 +173,9 @@ class SpeechService:
         needed += [c.voice_features_model for c in deployment.checkpoints if c.voice_features_model]
         needed += list(settings.readiness_models)
         self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s)
+        # Features of inline reference audio, keyed by its decoded content: a batch or a client that
+        # repeats one ref_audio runs the voice_features ensemble once (fetching/decoding still happens).
+        self._ref_features: OrderedDict[tuple[str, int, str], asyncio.Future[Any]] = OrderedDict()
 
     # --- planning and errors ------------------------------------------------------------------
 
@@ -219,10 +227,28 @@ class SpeechService:
         model = plan.checkpoint.voice_features_model
         if not model:
             raise errors.bad_request(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
+        digest = hashlib.sha256(np.ascontiguousarray(audio, dtype=np.float32).tobytes()).hexdigest()
+        key = (model, int(rate), digest)
+        task: asyncio.Future[Any] | None = self._ref_features.get(key)
+        if task is None:
+            # Concurrent requests with one clip (a batch's items) share the single computation.
+            task = asyncio.ensure_future(self.backend.voice_features(model, audio, rate, request_id))
+            self._ref_features[key] = task
+            while len(self._ref_features) > REF_FEATURES_CACHE:
+                self._ref_features.popitem(last=False)
+        else:
+            self._ref_features.move_to_end(key)
         try:
-            return await self.backend.voice_features(model, audio, rate, request_id)
-        except BackendError as exc:
-            raise self._api_error(exc, request_id) from None
+            features: Features = await asyncio.shield(task)
+            return features
+        except asyncio.CancelledError:
+            raise  # this caller went away; the shared computation goes on for the others
+        except Exception as exc:
+            if self._ref_features.get(key) is task:
+                del self._ref_features[key]  # failures are not cached
+            if isinstance(exc, BackendError):
+                raise self._api_error(exc, request_id) from None
+            raise
 
     async def _inputs(self, plan: SpeechPlan, request_id: str, features: Features | None) -> dict[str, np.ndarray]:
         fields = plan.generation_fields()

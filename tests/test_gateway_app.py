@@ -137,6 +137,11 @@ def test_voice_design_and_base_route_to_their_models(client, fake):
     r = client.post(SPEECH, json={"input": "Clone me", "ref_audio": ref, "x_vector_only_mode": True})
     assert r.status_code == 200 and "ref_codes" not in fake.calls[-1].fields
     assert fake.calls[-1].fields["x_vector_only"] is True and r.headers["x-vllm-omni-input-audio-tokens"] == "0"
+    # the same reference clip again: its features come from the gateway's cache, not the ensemble
+    assert len(fake.feature_calls) == 1
+    other = refaudio.data_url(encoding.encode(fake_audio(12), 24000, "wav"))
+    assert client.post(SPEECH, json={"input": "Clone me", "ref_audio": other, "ref_text": "t"}).status_code == 200
+    assert len(fake.feature_calls) == 2
 
 
 # --- bad input: 400 with param, never 422, never a Triton request -----------------------------------
@@ -360,7 +365,8 @@ def test_batch_shared_reference_audio(client, fake):
     r = client.post(BATCH, json={"items": [{"input": "First."}, {"input": "Second."}], "task_type": "Base",
                                  "ref_audio": ref, "ref_text": "Transcript", "max_new_tokens": 2})
     assert r.json()["succeeded"] == 2
-    assert all(c.model == "speech_generation_tiny-base" for c in fake.calls) and len(fake.feature_calls) == 2
+    # one shared clip: the voice_features ensemble runs once for the whole batch
+    assert all(c.model == "speech_generation_tiny-base" for c in fake.calls) and len(fake.feature_calls) == 1
 
 
 # --- listings, health, schema -------------------------------------------------------------------------
