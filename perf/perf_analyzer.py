@@ -286,6 +286,48 @@ def cmd_code2wav(ns: argparse.Namespace) -> int:
     return 0
 
 
+def voice_features_input_data(seconds: float, sample_rate: int) -> dict[str, Any]:
+    t = np.arange(int(seconds * sample_rate)) / sample_rate
+    rng = np.random.default_rng(0)
+    audio = (0.3 * np.sin(2 * np.pi * 220 * t) + 0.02 * rng.standard_normal(t.size)).astype(np.float32)
+    return {"data": [{"audio": {"content": [round(float(x), 5) for x in audio], "shape": [audio.size]},
+                      "sample_rate": {"content": [sample_rate], "shape": [1]}}]}
+
+
+def cmd_voice_features(ns: argparse.Namespace) -> int:
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    scenario = json.loads(Path(ns.scenario).read_text())
+    rows: list[dict[str, Any]] = []
+    for seconds in scenario["seconds"]:
+        for rate in scenario["sample_rates"]:
+            name = f"voice_features_{seconds}s_{rate}"
+            data_path = out / f"{name}.input.json"
+            data_path.write_text(json.dumps(voice_features_input_data(seconds, rate)))
+            run_perf_analyzer(
+                [
+                    "-m", ns.model, "-i", "grpc", "-u", ns.url, "--input-data", str(data_path),
+                    "--concurrency-range", ns.concurrency, *_measurement_args(ns), "-f", str(out / f"{name}.csv"),
+                ],
+                out / f"{name}.log",
+            )
+            for r in read_csv(out / f"{name}.csv"):
+                rows.append(
+                    {
+                        "seconds": seconds,
+                        "sample_rate": rate,
+                        "concurrency": int(r["Concurrency"]),
+                        "clips_per_second": float(r["Inferences/Second"]),
+                        "latency_ms": {
+                            k: round(float(r[f"{k} latency"]) / 1000, 3) for k in ("p50", "p95", "p99")
+                        },
+                    }
+                )
+    write_summary(out, "voice_features", rows)
+    print(json.dumps(rows, indent=2))
+    return 0
+
+
 def cmd_check(ns: argparse.Namespace) -> int:
     binary = find_binary()
     env = triton_env.perf_analyzer_env()
@@ -305,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("check", help="locate the binary and run --version").set_defaults(fn=cmd_check)
     sub.add_parser("fetch", help="extract perf_analyzer from the tritonclient wheel").set_defaults(fn=cmd_fetch)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for name, fn in (("speech", cmd_speech), ("code2wav", cmd_code2wav)):
+    for name, fn in (("speech", cmd_speech), ("code2wav", cmd_code2wav), ("voice_features", cmd_voice_features)):
         s = sub.add_parser(name)
         s.set_defaults(fn=fn)
         s.add_argument("--url", default=f"127.0.0.1:{triton_env.DEFAULT_GRPC_PORT}", help="Triton gRPC host:port")
@@ -325,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     c2w.add_argument("--batch-sizes", default="1,2,4,8")
     c2w.add_argument("--state-size", type=int)
     c2w.add_argument("--artifacts-dir")
+    vf = sub.choices["voice_features"]
+    vf.add_argument("--model", default="voice_features")
+    vf.add_argument("--scenario", default=str(DATA_DIR / "voice_features.json"))
     return p
 
 

@@ -59,3 +59,12 @@ def test_code2wav_input_data_shapes():
     data = pa.code2wav_input_data([3], state_size=5)["data"][0]
     assert data["codes"]["shape"] == [3, 16] and len(data["codes"]["content"]) == 48
     assert data["state"]["shape"] == [5] and data["position"] == {"content": [0], "shape": [1]}
+
+
+def test_voice_features_input_data_matches_the_ensemble_inputs():
+    from ttscore import triton_io  # noqa: F401  (the ensemble's public tensors are documented there)
+
+    data = pa.voice_features_input_data(0.5, 16000)["data"][0]
+    assert data["audio"]["shape"] == [8000] and len(data["audio"]["content"]) == 8000
+    assert data["sample_rate"] == {"content": [16000], "shape": [1]}
+    assert max(abs(x) for x in data["audio"]["content"]) < 1.0
