@@ -1,4 +1,4 @@
-"""`triton-tts`: make-tiny, export, say, serve, bench.
+"""`triton-tts`: make-tiny, export, say, serve, precompute-voice, bench.
 
 Every expected failure (bad checkpoint, bad request, failed validation) prints one line naming the
 problem and exits with status 2; anything else is a bug and keeps its traceback.
@@ -125,6 +125,24 @@ def _cmd_say(args: argparse.Namespace) -> int:
     return 0
 
 
+BENCHES = {
+    "offline": "bench_offline.py",  # exported pipeline vs the reference PyTorch generate
+    "triton": "bench_triton.py",  # throughput through Triton vs the offline pipeline, sequentially
+    "perf-analyzer": "perf_analyzer.py",  # Triton's perf_analyzer against the served models
+}
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import runpy
+
+    script = Path(__file__).resolve().parent.parent / "perf" / BENCHES[args.which]
+    if not script.is_file():
+        raise ArtifactError(f"{script} not found: `bench` runs from a checkout of the repository")
+    sys.argv = [str(script), *args.bench_args]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="triton-tts", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true")
@@ -165,6 +183,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="prompt construction mode (default: the variant's)",
     )
     s.set_defaults(func=_cmd_say)
+
+    b = sub.add_parser("bench", help="run a benchmark from perf/ (see perf/README.md)")
+    b.add_argument("which", choices=sorted(BENCHES))
+    b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments of that benchmark (--help)")
+    b.set_defaults(func=_cmd_bench)
 
     from .precompute import add_precompute_parser
     from .serve import add_serve_parser
