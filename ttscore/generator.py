@@ -96,7 +96,10 @@ class Generator:
         self.p = pipeline
         self.info = pipeline.info
         self.max_batch = max_batch
-        self.vocoder: Vocoder = vocoder or pipeline.vocoder
+        chosen = vocoder or pipeline.vocoder
+        if chosen is None:
+            raise ValueError("the pipeline was loaded without a vocoder: pass one")
+        self.vocoder: Vocoder = chosen
         t = self.info.talker
         self._layers, self._kvh, self._hd = t.num_layers, t.num_kv_heads, t.head_dim
         self._eos = self.info.codec_ids["eos"]

@@ -125,7 +125,17 @@ class OrtVocoder:
 
 
 class Pipeline:
-    def __init__(self, artifacts: Path, manifest: dict[str, Any], threads: int | None = None) -> None:
+    def __init__(
+        self,
+        artifacts: Path,
+        manifest: dict[str, Any],
+        threads: int | None = None,
+        *,
+        vocoder: bool = True,
+        encoders: bool = True,
+    ) -> None:
+        """`vocoder` / `encoders` False skip the code2wav / voice-feature sessions (a Triton
+        speech_generation model gets them from the code2wav model and the voice_features ensemble)."""
         self.artifacts = artifacts
         self.manifest = manifest
         cfg = manifest["configs"]
@@ -141,9 +151,13 @@ class Pipeline:
         self.talker = graph("talker")
         self.code_predictor = graph("code_predictor")
         c2w = manifest["code2wav"]
-        self.vocoder = OrtVocoder(graph("code2wav_stream"), int(c2w["state_size"]), self.info.samples_per_frame)
-        self.speaker_encoder = graph("speaker_encoder") if "speaker_encoder" in graphs else None
-        self.speech_encoder = graph("speech_encoder") if "speech_encoder" in graphs else None
+        self.vocoder: OrtVocoder | None = (
+            OrtVocoder(graph("code2wav_stream"), int(c2w["state_size"]), self.info.samples_per_frame)
+            if vocoder
+            else None
+        )
+        self.speaker_encoder = graph("speaker_encoder") if encoders and "speaker_encoder" in graphs else None
+        self.speech_encoder = graph("speech_encoder") if encoders and "speech_encoder" in graphs else None
 
         def table(name: str) -> np.ndarray:
             path = artifacts / f"{name}.npy"
@@ -161,10 +175,12 @@ class Pipeline:
         self.talker_layers = self.info.talker.num_layers
 
     @classmethod
-    def load(cls, artifacts: str | Path, threads: int | None = None) -> Pipeline:
+    def load(
+        cls, artifacts: str | Path, threads: int | None = None, *, vocoder: bool = True, encoders: bool = True
+    ) -> Pipeline:
         root = Path(artifacts)
         manifest = read_manifest(root)
-        return cls(root, manifest, threads)
+        return cls(root, manifest, threads, vocoder=vocoder, encoders=encoders)
 
     # --- Base voice features ------------------------------------------------------------------
 

@@ -336,12 +336,17 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
     from .generator import Generator  # noqa: PLC0415  (heavy; only inside the server)
     from .pipeline import Pipeline  # noqa: PLC0415
 
+    inline = settings.vocoder == "inline"
     try:
-        pipeline = Pipeline.load(settings.artifacts_dir, threads=settings.intra_op_threads or None)
+        # Voice features come from the voice_features ensemble, so this model never loads the
+        # encoders; with a BLS vocoder it does not load code2wav either.
+        pipeline = Pipeline.load(
+            settings.artifacts_dir, threads=settings.intra_op_threads or None, vocoder=inline, encoders=False
+        )
     except ArtifactError as exc:
         raise ModelSettingsError(f"speech_generation: {exc}") from None
     vocoder = None
-    if settings.vocoder != "inline":
+    if not inline:
         from .triton_glue import BlsVocoder  # noqa: PLC0415  (pb_utils: only inside the stub)
 
         vocoder = BlsVocoder(settings.vocoder, int(pipeline.manifest["code2wav"]["state_size"]))
