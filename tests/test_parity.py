@@ -163,3 +163,13 @@ def test_same_seed_same_audio(custom_voice):
     np.testing.assert_array_equal(a[0], b[0])
     c = run_ours(pipe, SynthesisRequest(text=req.text, speaker="vivian", max_new_tokens=10, seed=99))
     assert not np.array_equal(a[1], c[1])
+
+
+def test_generator_refuses_more_than_max_batch(custom_voice):
+    ckpt, pipe, ref = custom_voice
+    gen = Generator(pipe, max_batch=1)
+    gen.submit("a", SynthesisRequest(text="One.", speaker="vivian", max_new_tokens=2))
+    with pytest.raises(RuntimeError, match="max_batch"):
+        gen.submit("b", SynthesisRequest(text="Two.", speaker="vivian", max_new_tokens=2))
+    assert gen.cancel("a") and gen.num_active == 0
+    gen.submit("b", SynthesisRequest(text="Two.", speaker="vivian", max_new_tokens=2))  # the slot is free again

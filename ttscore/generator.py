@@ -110,16 +110,15 @@ class Generator:
     def num_active(self) -> int:
         return len(self._active)
 
-    @property
-    def has_capacity(self) -> bool:
-        return len(self._active) < self.max_batch
-
     # --- joining --------------------------------------------------------------------------------
 
     def submit(self, req_id: str, request: SynthesisRequest) -> None:
         """Validate, build the prompt and prefill. Raises InvalidRequest naming the bad field."""
         if req_id in self._active:
             raise InvalidRequest(f"request id {req_id!r} is already active", "request_id")
+        if len(self._active) >= self.max_batch:
+            # The caller (Triton's scheduler) admits at most max_batch requests; this is its bug.
+            raise RuntimeError(f"generator already holds max_batch={self.max_batch} requests")
         req = resolve(request, self.info)
         prompt = build_prompt(req, self.info, self.p.tables, self.p.tokenizer)
         rng = np.random.default_rng(req.seed)

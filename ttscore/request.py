@@ -7,7 +7,7 @@ raises `InvalidRequest(message, param)` naming the field on anything out of rang
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -80,7 +80,6 @@ class ResolvedRequest:
     repetition_penalty: float
     initial_chunk_frames: int
     chunk_frames: int
-    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def icl(self) -> bool:
