@@ -34,8 +34,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ttscore.errors import ExportError
-from ttscore.spec import GraphSpec, code2wav_spec, code2wav_stream_spec
+from ttscore.contract.errors import ExportError
+from ttscore.contract.graphs import GraphSpec, code2wav_spec, code2wav_stream_spec
 
 logger = logging.getLogger(__name__)
 

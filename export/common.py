@@ -1,7 +1,7 @@
 """Helpers shared by the graph exporters: saving ONNX (external data when large), ONNX Runtime
 sessions, error bookkeeping and dynamic int8 quantization.
 
-Everything here fails with `ttscore.errors.ExportError`, the one error type export surfaces.
+Everything here fails with `ttscore.contract.errors.ExportError`, the one error type export surfaces.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.errors import ExportError
+from ttscore.contract.errors import ExportError
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from export.code2wav import DEFAULT_OPSET, PARITY_ATOL, onnx_export, ort_session
-from ttscore.errors import ExportError
-from ttscore.spec import (
+from ttscore.contract.errors import ExportError
+from ttscore.contract.graphs import (
     MEL_BINS,
     MEL_FILTERS,
     MEL_FMAX,

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ttscore import spec
-from ttscore.checkpoint import CheckpointInfo, read_checkpoint
-from ttscore.errors import CheckpointError, ExportError, TTSError
-from ttscore.pipeline import MANIFEST, MANIFEST_FORMAT
-from ttscore.tokenizer import TOKENIZER_FILES
+from ttscore.contract import graphs as spec
+from ttscore.contract.errors import CheckpointError, ExportError, TTSError
+from ttscore.contract.manifest import MANIFEST, MANIFEST_FORMAT
+from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo, read_checkpoint
+from ttscore.runtime.families.qwen3_tts.tokenizer import TOKENIZER_FILES
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +173,7 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str) -> 
 
     return {
         "format_version": MANIFEST_FORMAT,
+        "family": "qwen3_tts",
         "source": {"path": str(src), "fingerprint": fingerprint(src), "files": files},
         "variant": info.variant,
         "model_size": info.model_size,

@@ -26,7 +26,7 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 from . import errors
 from .backend import InferenceBackend

@@ -2,7 +2,7 @@
 
 `triton_client.TritonBackend` is the production implementation; tests substitute a fake with the
 same behaviour. Errors cross this boundary as `BackendError(code, message, param)` with the codes
-of the model repository's wire protocol (ttscore.triton_io): INVALID_ARG, CANCELLED,
+of the model repository's wire protocol (ttscore.contract.tensors): INVALID_ARG, CANCELLED,
 UNAVAILABLE (also: Triton unreachable, model not loaded or not ready), INTERNAL, or "" for a
 message Triton produced itself.
 """
@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ttscore.triton_io import CANCELLED, INTERNAL, INVALID_ARG, UNAVAILABLE
+from ttscore.contract.tensors import CANCELLED, INTERNAL, INVALID_ARG, UNAVAILABLE
 
 from .usage import Usage
 

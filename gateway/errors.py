@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 
 @dataclass(eq=False)  # identity hash: exceptions end up in sets (exception groups, tracebacks)
@@ -175,7 +175,7 @@ _API_PARAM = {
 
 
 def from_backend(code: str, message: str, param: str | None, request_id: str | None, retry_after_s: int = 5) -> APIError:
-    """A Triton-side failure (ttscore.triton_io codes) -> the API error a client sees."""
+    """A Triton-side failure (ttscore.contract.tensors codes) -> the API error a client sees."""
     if code == "INVALID_ARG":
         return bad_request(message, _API_PARAM.get(param or "", param))
     if code in ("UNAVAILABLE", "CANCELLED"):

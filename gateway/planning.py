@@ -20,7 +20,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ttscore.request import DEFAULT_MAX_NEW_TOKENS, MAX_CHUNK_FRAMES, MAX_NEW_TOKENS_LIMIT
+from ttscore.runtime.families.qwen3_tts.request import (
+    DEFAULT_MAX_NEW_TOKENS,
+    MAX_CHUNK_FRAMES,
+    MAX_NEW_TOKENS_LIMIT,
+)
 
 from . import encoding
 from .errors import APIError, bad_request, model_not_found
@@ -161,7 +165,7 @@ class SpeechPlan:
         return self.task == "Base"
 
     def generation_fields(self) -> dict[str, Any]:
-        """speech_generation inputs (ttscore.triton_io names) except the reference features."""
+        """speech_generation inputs (ttscore.contract.tensors names) except the reference features."""
         return {
             "text": self.text,
             "task_type": VARIANT_OF_TASK[self.task],

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ttscore.request import MAX_CHUNK_FRAMES, MAX_NEW_TOKENS_LIMIT
+from ttscore.runtime.families.qwen3_tts.request import MAX_CHUNK_FRAMES, MAX_NEW_TOKENS_LIMIT
 
 from . import encoding
 from .planning import MAX_INPUT_CHARS, SEED_MAX, SpeechFields

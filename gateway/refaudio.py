@@ -17,12 +17,12 @@ import base64
 
 import numpy as np
 
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 from .voices.sources import RefAudioSettings
 
 PARAM = "ref_audio"
-MIN_SECONDS = 0.1  # the voice_features model's limits (ttscore.triton_models)
+MIN_SECONDS = 0.1  # the voice_features model's limits (ttscore.backend.models)
 MAX_SECONDS = 60.0
 MAX_BYTES = 10 * 1024 * 1024  # the spec's upload limit, applied to the decoded bytes
 DATA_ONLY = ("decode_ref_audio takes base64 data URLs only (data:audio/wav;base64,...); "

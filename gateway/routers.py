@@ -15,7 +15,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 from . import encoding, sse
 from .errors import error_body, internal

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ttscore import triton_io
-from ttscore.errors import InvalidRequest
+from ttscore.contract import tensors as triton_io
+from ttscore.contract.errors import InvalidRequest
 
 from . import encoding, errors, refaudio, sse
 from .backend import UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk

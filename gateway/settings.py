@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ttscore.errors import TTSError
+from ttscore.contract.errors import TTSError
+from ttscore.contract.manifest import Manifest, read_manifest
 
 VARIANTS = ("custom_voice", "voice_design", "base")
 # Spec task names <-> checkpoint variants.
@@ -244,53 +245,33 @@ class ServedCheckpoint:
         return model in ids or model.rsplit("/", 1)[-1] in ids
 
     @classmethod
-    def from_manifest(cls, settings: CheckpointSettings, manifest: Mapping[str, Any]) -> ServedCheckpoint:
-        variant = manifest.get("variant")
-        if variant != settings.variant:
+    def from_manifest(cls, settings: CheckpointSettings, manifest: Manifest) -> ServedCheckpoint:
+        if manifest.variant != settings.variant:
             raise SettingsError(
                 f"served model {settings.name!r} is declared {settings.variant} but its artifacts "
-                f"({settings.artifacts_dir}) are {variant}"
+                f"({settings.artifacts_dir}) are {manifest.variant}"
             )
         if settings.variant == "base" and not settings.voice_features_model:
             raise SettingsError(f"Base model {settings.name!r} needs a voice_features_model")
-        try:
-            speakers = tuple(sorted(str(s).lower() for s in (manifest.get("speakers") or {})))
-            languages = {str(x).lower() for x in manifest.get("languages") or ()} | {"auto"}
-            sample_rate = int(manifest["sample_rate"])
-            samples_per_frame = int(manifest["samples_per_frame"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise SettingsError(f"{settings.artifacts_dir}/manifest.json lacks {exc}") from None
+        if manifest.sample_rate is None or manifest.samples_per_frame is None:
+            raise SettingsError(f"{settings.artifacts_dir}/manifest.json lacks 'sample_rate'/'samples_per_frame'")
+        speakers = tuple(sorted(manifest.speakers))
         if settings.variant == "custom_voice" and not speakers:
             raise SettingsError(f"CustomVoice model {settings.name!r} has no speakers in its manifest")
         return cls(
             settings=settings,
             speakers=speakers,
-            languages=tuple(sorted(languages)),
-            sample_rate=sample_rate,
-            samples_per_frame=samples_per_frame,
-            model_size=str(manifest.get("model_size", "")),
-            speaker_embed_dim=_speaker_embed_dim(manifest),
-            num_code_groups=_int_or_none((manifest.get("sizes") or {}).get("num_code_groups")),
+            languages=tuple(sorted({*manifest.languages, "auto"})),
+            sample_rate=manifest.sample_rate,
+            samples_per_frame=manifest.samples_per_frame,
+            model_size=manifest.model_size,
+            speaker_embed_dim=manifest.speaker_embed_dim,
+            num_code_groups=manifest.num_code_groups,
         )
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
-def _speaker_embed_dim(manifest: Mapping[str, Any]) -> int | None:
-    """The x-vector size of a Base checkpoint, as ttscore.checkpoint reads it (None: unknown)."""
-    config = (manifest.get("configs") or {}).get("config.json") or {}
-    dim = _int_or_none((config.get("speaker_encoder_config") or {}).get("enc_dim"))
-    if dim is None:
-        dim = _int_or_none(((manifest.get("sizes") or {}).get("talker") or {}).get("hidden_size"))
-    return dim
 
 
 def load_checkpoints(settings: Settings) -> tuple[ServedCheckpoint, ...]:
     """Read every served checkpoint's manifest (fails fast with SettingsError)."""
-    from ttscore.pipeline import read_manifest  # noqa: PLC0415  (numpy-only; kept out of import time)
-
     served = []
     for m in settings.models:
         try:

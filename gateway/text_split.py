@@ -26,7 +26,7 @@ import re
 import unicodedata
 from typing import Literal
 
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 Granularity = Literal["none", "sentence", "clause"]
 GRANULARITIES: tuple[str, ...] = ("none", "sentence", "clause")

@@ -10,7 +10,7 @@
 - Readiness: server and per-model readiness RPCs.
 
 Errors leave as `BackendError` with the model repository's codes (parsed from the message by
-ttscore.triton_io.parse_error); Triton being unreachable, or a model not loaded, is UNAVAILABLE.
+ttscore.contract.tensors.parse_error); Triton being unreachable, or a model not loaded, is UNAVAILABLE.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 from tritonclient.utils import InferenceServerException
 
-from ttscore.triton_io import parse_error
+from ttscore.contract.tensors import parse_error
 
 from .backend import CANCELLED, INTERNAL, UNAVAILABLE, BackendError, SpeechChunk
 from .usage import Usage

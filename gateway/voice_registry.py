@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.errors import InvalidRequest
-from ttscore.precompute import voice_key
+from ttscore.contract.errors import InvalidRequest
+from ttscore.tools.precompute import voice_key
 
 from . import errors
 from .backend import INVALID_ARG, BackendError, InferenceBackend

@@ -3,7 +3,7 @@
 - `fake_pb_utils`: the recording fake of triton_python_backend_utils, installed in sys.modules.
 - `dummy_artifacts`: a hand-made artifacts dir (tiny ONNX graphs with the GraphSpec names).
 - `triton_server`: a factory that renders a model repository into tmp, starts the REAL tritonserver
-  (ttscore.triton_env) on free ports, waits for readiness with a deadline, fails fast with the log
+  (ttscore.backend.launcher) on free ports, waits for readiness with a deadline, fails fast with the log
   tail if the process dies, and always stops every server it started at the end of the session.
 """
 
@@ -64,11 +64,11 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
     model_overrides=None, extra_args=(), env=None, ready_timeout_s=120) -> running TritonServer.
 
     `repository=None` renders the committed model_repository (only `models`, with `settings` and
-    `artifacts_dir`, via ttscore.repository); a path is copied as it is. `model_overrides` maps a
+    `artifacts_dir`, via ttscore.backend.repository); a path is copied as it is. `model_overrides` maps a
     model name to a file that replaces its 1/model.py in the copy.
     """
-    from ttscore import triton_env
-    from ttscore.repository import render_repository
+    from ttscore.backend import launcher as triton_env
+    from ttscore.backend.repository import render_repository
 
     started: list[triton_env.TritonServer] = []
 

@@ -8,7 +8,7 @@
   per chunk, to observe cancellation). It records every request and every cancellation.
 - `fake_deployment(tmp, variants)`: Settings over hand-written manifests (no exported weights).
 - `start_stack(...)`: the real thing for end-to-end tests and manual runs: renders the model
-  repository exactly as `triton-tts serve` does (ttscore.serve.plan_deployment), starts Triton and
+  repository exactly as `triton-tts serve` does (ttscore.tools.serve.plan_deployment), starts Triton and
   the gateway (uvicorn) on free ports.
 """
 
@@ -28,8 +28,8 @@ import numpy as np
 from gateway.backend import INTERNAL, INVALID_ARG, UNAVAILABLE, BackendError, SpeechChunk
 from gateway.settings import Settings
 from gateway.usage import Usage
-from ttscore import triton_io
-from ttscore.errors import InvalidRequest
+from ttscore.contract import tensors as triton_io
+from ttscore.contract.errors import InvalidRequest
 
 SPEAKERS = ["aiden", "dylan", "eric", "ono_anna", "ryan", "serena", "sohee", "uncle_fu", "vivian"]
 LANGUAGES = ["auto", "chinese", "english", "german", "italian", "portuguese", "spanish", "japanese", "korean",
@@ -184,7 +184,7 @@ def fake_pcm(fields: dict[str, Any]) -> np.ndarray:
 
 @dataclass
 class Stack:
-    triton: Any  # ttscore.triton_env.TritonServer
+    triton: Any  # ttscore.backend.launcher.TritonServer
     gateway_url: str
     settings: Settings
     config_path: Path
@@ -203,9 +203,9 @@ class Stack:
 def render_stack_repository(work: Path, checkpoints: list[tuple[Path, Path]], max_active: int | None = None
                             ) -> tuple[Path, dict[str, Any]]:
     """Render the repository and gateway config as `triton-tts serve` does; (checkpoint, artifacts) pairs."""
-    from ttscore import repository
-    from ttscore.pipeline import read_manifest
-    from ttscore.serve import Served, _model_id, gateway_config, plan_deployment
+    from ttscore.backend import repository
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.tools.serve import Served, _model_id, gateway_config, plan_deployment
 
     taken: set[str] = set()
     served = [Served(_model_id(ck.resolve(), taken), ck, art, read_manifest(art)) for ck, art in checkpoints]

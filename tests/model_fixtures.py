@@ -24,7 +24,8 @@ def _root(tmp_path_factory) -> Path:
 def _variant(tmp_path_factory, variant: str, greedy: bool = False):
     from export.exporter import export_checkpoint
     from export.tiny import make_tiny
-    from ttscore.pipeline import Pipeline, read_manifest
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
 
     root = _root(tmp_path_factory)
     tag = f"{variant}{'-greedy' if greedy else ''}"

@@ -1,7 +1,7 @@
 """docker-compose.yml and docker/Dockerfile.triton, checked statically (Docker cannot run here).
 
 The compose file must stay in step with what runs locally: the tritonserver flags of
-ttscore/triton_env.py, the ports, the Triton release (24.10-py3 = Triton 2.51, the server bundled
+ttscore/backend/launcher.py, the ports, the Triton release (24.10-py3 = Triton 2.51, the server bundled
 in nvidia-pytriton 0.7.0 and the tritonclient 2.51 used by tests and perf), and the Python package
 pins of requirements.txt.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ttscore import triton_env
+from ttscore.backend import launcher as triton_env
 
 pytestmark = pytest.mark.unit
 
@@ -24,7 +24,7 @@ COMPOSE = ROOT / "docker-compose.yml"
 NGC_TAG = "24.10-py3"
 NGC_TO_TRITON = {"24.10": "2.51"}  # NGC container release -> Triton server version
 IMAGE = f"nvcr.io/nvidia/tritonserver:{NGC_TAG}"
-GENERATED_DIRS = ("build",)  # produced by `python -m ttscore.repository` / export, not committed
+GENERATED_DIRS = ("build",)  # produced by `python -m ttscore.backend.repository` / export, not committed
 
 TOP_LEVEL = {"name", "services", "volumes", "networks", "configs", "secrets"}
 SERVICE_KEYS = {
@@ -115,7 +115,7 @@ def test_command_matches_triton_env(compose):
 
 
 def test_artifacts_mount_matches_committed_configs(compose):
-    from ttscore.repository import SOURCE_REPOSITORY, load_config
+    from ttscore.backend.repository import SOURCE_REPOSITORY, load_config
 
     for config_path in SOURCE_REPOSITORY.glob("*/config.pbtxt"):
         config = load_config(config_path)

@@ -34,9 +34,9 @@ from gateway_fixtures import start_gateway
 
 from gateway import encoding, refaudio, sse
 from gateway.settings import Settings
-from ttscore.generator import Generator
-from ttscore.request import SynthesisRequest
-from ttscore.triton_env import free_port
+from ttscore.backend.launcher import free_port
+from ttscore.runtime.engine import Generator
+from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -118,7 +118,7 @@ def test_sdk_wav_is_the_offline_audio(stack, client):
 
 def test_cli_say_writes_the_same_audio(stack, client, tmp_path):
     out = tmp_path / "say.wav"
-    cmd = [sys.executable, "-m", "ttscore.cli", "say", "--artifacts", str(stack["artifacts"]), "--voice", "vivian",
+    cmd = [sys.executable, "-m", "ttscore.tools.cli", "say", "--artifacts", str(stack["artifacts"]), "--voice", "vivian",
            "--language", "English", "--seed", str(SEED), "--greedy", "--max-new-tokens", str(FRAMES), "-o", str(out),
            TEXT]
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)

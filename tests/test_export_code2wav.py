@@ -23,7 +23,7 @@ from export.code2wav import (  # noqa: E402
     validate_code2wav,
 )
 from export.reference import reference_imports  # noqa: E402
-from ttscore.errors import ExportError  # noqa: E402
+from ttscore.contract.errors import ExportError  # noqa: E402
 
 TINY_DECODER = dict(
     latent_dim=64,

@@ -1,5 +1,5 @@
 """Base front ends: speaker encoder and speech (Mimi) encoder export parity, the mel basis, and the
-numpy audio front end (ttscore.audio) against the torch / librosa reference."""
+numpy audio front end (ttscore.runtime.audio) against the torch / librosa reference."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from export.encoders import (  # noqa: E402
     validation_audio,
 )
 from export.reference import reference_imports  # noqa: E402
-from ttscore import audio as ta  # noqa: E402
-from ttscore.errors import AudioDecodeError, ExportError, InvalidRequest  # noqa: E402
-from ttscore.spec import MEL_BINS  # noqa: E402
+from ttscore.contract.errors import AudioDecodeError, ExportError, InvalidRequest  # noqa: E402
+from ttscore.contract.graphs import MEL_BINS  # noqa: E402
+from ttscore.runtime import audio as ta  # noqa: E402
 
 TINY_MIMI = dict(
     hidden_size=32,

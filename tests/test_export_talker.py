@@ -29,7 +29,7 @@ from export.talker import (  # noqa: E402
     validate_int8,
     validate_talker,
 )
-from ttscore.errors import ExportError  # noqa: E402
+from ttscore.contract.errors import ExportError  # noqa: E402
 
 pytestmark = pytest.mark.export
 

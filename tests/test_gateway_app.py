@@ -17,7 +17,7 @@ from gateway_fixtures import FakeBackend, fake_audio, fake_deployment, start_gat
 
 from gateway import encoding, refaudio, sse
 from gateway.app import create_app
-from ttscore.triton_env import free_port
+from ttscore.backend.launcher import free_port
 
 pytestmark = pytest.mark.gateway
 

@@ -14,7 +14,7 @@ from gateway import errors, refaudio
 from gateway.errors import APIError
 from gateway.planning import Deployment, SpeechFields, StoredVoice, merge_batch_item, plan_speech
 from gateway.settings import Settings, SettingsError, load_checkpoints
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 pytestmark = pytest.mark.unit
 

@@ -18,9 +18,9 @@ pytestmark = [
 
 
 def test_gpu_pipeline_matches_cpu(tiny_custom_voice, monkeypatch):
-    from ttscore.generator import Generator
-    from ttscore.pipeline import Pipeline
-    from ttscore.request import SynthesisRequest
+    from ttscore.runtime.engine import Generator
+    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 
     _, art, cpu = tiny_custom_voice
     monkeypatch.setenv("TTS_DEVICE", "gpu")

@@ -16,7 +16,8 @@ import pytest
 from fakes.fake_generator import FakeGenerator
 from fakes.loader import committed_config, load_model_module, model_args
 
-from ttscore import triton_io, triton_models
+from ttscore.backend import models as triton_models
+from ttscore.contract import tensors as triton_io
 
 pytestmark = pytest.mark.models
 

@@ -7,7 +7,8 @@ import pytest
 from fakes.artifacts import SPF
 from fakes.loader import committed_config, load_model_module, model_args
 
-from ttscore import triton_io, triton_models
+from ttscore.backend import models as triton_models
+from ttscore.contract import tensors as triton_io
 
 pytestmark = pytest.mark.models
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ttscore.generator import Generator
-from ttscore.request import SynthesisRequest
+from ttscore.runtime.engine import Generator
+from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
 

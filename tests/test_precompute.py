@@ -1,4 +1,4 @@
-"""`triton-tts precompute-voice` / ttscore.precompute: the custom_voice_dir format it writes."""
+"""`triton-tts precompute-voice` / ttscore.tools.precompute: the custom_voice_dir format it writes."""
 
 from __future__ import annotations
 
@@ -10,9 +10,14 @@ import pytest
 from voices_audio import encode_sf, tone
 
 from gateway.voices.precomputed import load_precomputed_voices
-from ttscore import precompute
-from ttscore.errors import InvalidRequest
-from ttscore.precompute import MANIFEST_NAME, add_precompute_parser, precompute_voice, write_voice_profile
+from ttscore.contract.errors import InvalidRequest
+from ttscore.tools import precompute
+from ttscore.tools.precompute import (
+    MANIFEST_NAME,
+    add_precompute_parser,
+    precompute_voice,
+    write_voice_profile,
+)
 
 
 @pytest.mark.unit
@@ -122,7 +127,7 @@ def test_precompute_with_the_tiny_base_pipeline_round_trips(tmp_path, tiny_base)
 
 @pytest.mark.export
 def test_cli_command(tmp_path, tiny_base, monkeypatch, capsys):
-    from ttscore import cli
+    from ttscore.tools import cli
 
     ckpt, artifacts, pipeline = tiny_base
     exported = []

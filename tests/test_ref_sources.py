@@ -17,7 +17,7 @@ from voices_audio import wav
 from gateway.voices import sources
 from gateway.voices.errors import UploadTooLarge
 from gateway.voices.sources import RefAudioSettings, is_public_address, load_ref_audio
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 pytestmark = pytest.mark.unit
 

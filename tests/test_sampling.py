@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ttscore.sampling import process_logits, sample, suppress_mask
+from ttscore.runtime.sampling import process_logits, sample, suppress_mask
 
 torch = pytest.importorskip("torch")
 gen_utils = pytest.importorskip("transformers.generation.logits_process")

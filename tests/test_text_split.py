@@ -7,7 +7,7 @@ import random
 import pytest
 
 from gateway.text_split import GRANULARITIES, TextSplitter, check_granularity, split_text
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 pytestmark = pytest.mark.unit
 

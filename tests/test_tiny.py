@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from export import tiny
-from ttscore.checkpoint import REQUIRED_FILES, read_checkpoint
+from ttscore.runtime.families.qwen3_tts.checkpoint import REQUIRED_FILES, read_checkpoint
 
 PROMPT = "<|im_start|>assistant\nHello world.<|im_end|>\n<|im_start|>assistant\n"
 # <|im_start|> assistant \n | Hello Ġworld . | <|im_end|> \n <|im_start|> assistant \n

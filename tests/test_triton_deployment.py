@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from ttscore import triton_io
-from ttscore.generator import Generator
-from ttscore.request import SynthesisRequest
-from ttscore.serve import Served, plan_deployment
+from ttscore.contract import tensors as triton_io
+from ttscore.runtime.engine import Generator
+from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+from ttscore.tools.serve import Served, plan_deployment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TIMEOUT = 180.0
@@ -27,8 +27,8 @@ TIMEOUT = 180.0
 
 @pytest.fixture(scope="module")
 def deployment(triton_server, tiny_custom_voice, tiny_voice_design, tiny_base, tmp_path_factory):
-    from ttscore.pipeline import read_manifest
-    from ttscore.repository import render_repository
+    from ttscore.backend.repository import render_repository
+    from ttscore.runtime.families.qwen3_tts.pipeline import read_manifest
 
     served, pipes = [], {}
     for name, (ckpt, art, pipe) in {"cv": tiny_custom_voice, "vd": tiny_voice_design, "base": tiny_base}.items():

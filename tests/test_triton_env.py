@@ -1,4 +1,4 @@
-"""ttscore.triton_env: locating the bundled server, backend directory, environment, ports."""
+"""ttscore.backend.launcher: locating the bundled server, backend directory, environment, ports."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from ttscore import triton_env
+from ttscore.backend import launcher as triton_env
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +28,7 @@ def test_backend_directory_has_backend_and_stub(tmp_path):
 def test_server_env_and_args(tmp_path):
     env = triton_env.server_env(base={"PATH": "/usr/bin"})
     assert env["LD_LIBRARY_PATH"].split(os.pathsep)[0].endswith("nvidia_pytriton.libs")
-    assert str(triton_env.REPO_ROOT) in env["PYTHONPATH"].split(os.pathsep)
+    assert str(triton_env.PACKAGE_ROOT) in env["PYTHONPATH"].split(os.pathsep)
     assert env["PATH"].endswith("/usr/bin")
     args = triton_env.server_args(tmp_path, "/b", 1, 2, 3, 4, ["--log-verbose=1"])
     assert f"--model-repository={tmp_path}" in args and "--exit-timeout-secs=4" in args

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from ttscore import triton_io
-from ttscore.generator import Generator
-from ttscore.request import SynthesisRequest
+from ttscore.contract import tensors as triton_io
+from ttscore.runtime.engine import Generator
+from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -119,7 +119,7 @@ def test_code2wav_reproduces_the_generator_audio(served):
     server, pipeline = served
     offline = list(Generator(pipeline, max_batch=1).synthesize(SynthesisRequest(**FIELDS)))
     codes = np.concatenate([e.codes for e in offline])
-    size = int(pipeline.manifest["code2wav"]["state_size"])
+    size = pipeline.state_size
     client = grpcclient.InferenceServerClient(server.grpc_url)
     state, position, pcm = np.zeros((1, size), np.float32), 0, []
     for chunk in np.array_split(codes, [1, 4, 11]):  # any chunking gives the same audio

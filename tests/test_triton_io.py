@@ -1,14 +1,14 @@
-"""ttscore.triton_io: the wire contract (tensor tables, request decoding, chunk encoding, errors)."""
+"""ttscore.contract.tensors: the wire contract (tensor tables, request decoding, chunk encoding, errors)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ttscore import triton_io
-from ttscore.errors import InvalidRequest
-from ttscore.generator import ChunkEvent, Usage
-from ttscore.request import SynthesisRequest
+from ttscore.contract import tensors as triton_io
+from ttscore.contract.errors import InvalidRequest
+from ttscore.runtime.engine import ChunkEvent, Usage
+from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 
 pytestmark = pytest.mark.unit
 

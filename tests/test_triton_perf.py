@@ -1,20 +1,12 @@
-"""perf/perf_analyzer.py: the streaming summary computed from perf_analyzer's profile export."""
+"""ttscore.tools.bench.perf_analyzer: the streaming summary computed from perf_analyzer's profile export."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-pytestmark = pytest.mark.unit
+from ttscore.tools.bench import perf_analyzer as pa
 
-_spec = importlib.util.spec_from_file_location(
-    "perf_analyzer_tool", Path(__file__).resolve().parent.parent / "perf" / "perf_analyzer.py"
-)
-assert _spec is not None and _spec.loader is not None
-pa = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(pa)
+pytestmark = pytest.mark.unit
 
 MS = 1_000_000  # ns
 
@@ -62,7 +54,7 @@ def test_code2wav_input_data_shapes():
 
 
 def test_voice_features_input_data_matches_the_ensemble_inputs():
-    from ttscore import triton_io  # noqa: F401  (the ensemble's public tensors are documented there)
+    from ttscore.contract import tensors as triton_io  # noqa: F401  (the ensemble's public tensors are documented there)
 
     data = pa.voice_features_input_data(0.5, 16000)["data"][0]
     assert data["audio"]["shape"] == [8000] and len(data["audio"]["content"]) == 8000

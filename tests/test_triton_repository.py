@@ -1,4 +1,4 @@
-"""ttscore.repository: the committed configs and the strict renderer."""
+"""ttscore.backend.repository: the committed configs and the strict renderer."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ttscore import repository as r
+from ttscore.backend import repository as r
 
 pytestmark = pytest.mark.unit
 
@@ -32,8 +32,8 @@ def test_python_models_use_only_python310_syntax():
 
     for path in Path(r.SOURCE_REPOSITORY).glob("*/1/model.py"):
         ast.parse(path.read_text(), feature_version=(3, 10))
-    root = Path(r.REPO_ROOT) / "ttscore"
-    for path in root.glob("*.py"):
+    root = Path(r.__file__).resolve().parents[1]  # the ttscore package
+    for path in root.rglob("*.py"):
         ast.parse(path.read_text(), feature_version=(3, 10))
 
 
@@ -134,7 +134,7 @@ def test_contract_checks(tmp_path, model, old, new, match):
 def test_state_dims_checked_against_a_local_manifest(tmp_path):
     art = tmp_path / "art"
     art.mkdir()
-    (art / "manifest.json").write_text(json.dumps({"code2wav": {"state_size": 12}}))
+    (art / "manifest.json").write_text(json.dumps({"format_version": 1, "code2wav": {"state_size": 12}}))
     src = _copy_source(tmp_path)
     _edit(src / "code2wav" / "config.pbtxt", "dims: [ -1 ]  # manifest", "dims: [ 10 ]  # manifest")
     with pytest.raises(r.RepositoryError, match="state_size 12"):
@@ -168,7 +168,7 @@ def test_cli(tmp_path, capsys):
 
 
 def test_readme_documents_the_public_tensors_exactly():
-    from ttscore import triton_io
+    from ttscore.contract import tensors as triton_io
 
     text = (Path(r.SOURCE_REPOSITORY) / "README.md").read_text()
     rows = {}

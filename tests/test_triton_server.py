@@ -21,15 +21,16 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from ttscore import triton_env, triton_io
-from ttscore.repository import render_repository
+from ttscore.backend import launcher as triton_env
+from ttscore.backend.repository import render_repository
+from ttscore.contract import tensors as triton_io
 
 pytestmark = [pytest.mark.integration]
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 FAKE_GENERATION_MODEL = TESTS / "data" / "fake_speech_generation_model.py"
-HAS_AUDIO = importlib.util.find_spec("ttscore.audio") is not None
+HAS_AUDIO = importlib.util.find_spec("ttscore.runtime.audio") is not None
 TIMEOUT = 30.0
 
 
@@ -267,7 +268,7 @@ def test_code2wav_batches_mixed_frame_counts_and_isolates_errors(tts_server):
 # --- voice_features ensemble ----------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not HAS_AUDIO, reason="ttscore.audio is not available yet")
+@pytest.mark.skipif(not HAS_AUDIO, reason="ttscore.runtime.audio is not available yet")
 def test_voice_features_ensemble(tts_server):
     client = grpcclient.InferenceServerClient(tts_server.grpc_url)
     sr = 16000

@@ -19,7 +19,7 @@ from gateway import refaudio
 from gateway.app import create_app
 from gateway.settings import SettingsError
 from gateway.voice_registry import store_env
-from ttscore.precompute import MANIFEST_NAME, write_voice_profile
+from ttscore.tools.precompute import MANIFEST_NAME, write_voice_profile
 
 pytestmark = pytest.mark.gateway
 
@@ -221,7 +221,7 @@ def test_upload_over_10_mb_is_rejected_while_streaming(tmp_path):
 
     from test_gateway_app import start_gateway_with
 
-    from ttscore.triton_env import free_port
+    from ttscore.backend.launcher import free_port
 
     settings = fake_deployment(tmp_path, speaker_samples_dir=str(tmp_path / "speakers"))
     port = free_port()
@@ -360,9 +360,9 @@ def custom_voice_dir(tmp_path):
 
 
 def test_precomputed_voices_are_listed_and_spoken(tmp_path, custom_voice_dir, fake, monkeypatch):
-    import gateway.settings as gs
+    from ttscore.contract.manifest import Manifest
 
-    monkeypatch.setattr(gs, "_speaker_embed_dim", lambda manifest: X_VECTOR_DIM)  # hand-written manifests
+    monkeypatch.setattr(Manifest, "speaker_embed_dim", property(lambda self: X_VECTOR_DIM))  # hand-written manifests
     with make_client(tmp_path, fake, custom_voice_dir=str(custom_voice_dir)) as c:
         listing = c.get(VOICES).json()
         assert listing["voices"] == [*BUILTIN, "alice", "bob"] and listing["uploaded_voices"] == []
@@ -491,7 +491,8 @@ def test_serve_forwards_the_voice_options_into_the_gateway_config(tmp_path):
     from gateway_fixtures import fake_manifest
 
     from gateway.settings import Settings
-    from ttscore.serve import Served, add_serve_parser, gateway_config, plan_deployment
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.tools.serve import Served, add_serve_parser, gateway_config, plan_deployment
 
     sub = argparse.ArgumentParser().add_subparsers()
     add_serve_parser(sub)
@@ -501,7 +502,7 @@ def test_serve_forwards_the_voice_options_into_the_gateway_config(tmp_path):
     art = tmp_path / "art"
     art.mkdir()
     (art / "manifest.json").write_text(json.dumps(fake_manifest("base")))
-    served = [Served("tiny-base", tmp_path, art, fake_manifest("base"))]
+    served = [Served("tiny-base", tmp_path, art, read_manifest(art))]
     cfg = gateway_config(served, "127.0.0.1:8001", plan_deployment(served),
                          {"custom_voice_dir": "/cv", "allowed_local_media_path": "/m", "allow_private_urls": True})
     s = Settings.from_dict(cfg)

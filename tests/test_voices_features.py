@@ -12,7 +12,7 @@ from voices_audio import FakeCompute, encode_sf, tone, wav
 
 from gateway.voices.features import FeatureCache, VoiceFeatures
 from gateway.voices.store import VoiceStore
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 
 def feats(dim: int = 4, frames: int | None = None) -> VoiceFeatures:

@@ -9,7 +9,7 @@ from voices_audio import wav
 
 from gateway.voices.errors import UploadTooLarge
 from gateway.voices.multipart import check_content_length, parse_multipart_form, read_limited
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 pytestmark = pytest.mark.unit
 

@@ -13,8 +13,8 @@ from voices_audio import wav
 
 from gateway.voices.precomputed import load_precomputed_voices
 from gateway.voices.store import VoiceStore
-from ttscore.errors import InvalidRequest
-from ttscore.precompute import MANIFEST_NAME, write_voice_profile
+from ttscore.contract.errors import InvalidRequest
+from ttscore.tools.precompute import MANIFEST_NAME, write_voice_profile
 
 pytestmark = pytest.mark.unit
 

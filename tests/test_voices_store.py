@@ -27,7 +27,7 @@ from gateway.voices.store import (
     delete_response,
     upload_response,
 )
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 pytestmark = pytest.mark.unit
 

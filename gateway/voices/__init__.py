@@ -1,7 +1,7 @@
 """Voices: uploaded voices (store), their cached features, precomputed voices, ref_audio sources.
 
 Framework-free building blocks for the gateway's /v1/audio/voices routes and for resolving
-`voice=` / `ref_audio=` in speech requests. Client errors are ttscore.errors.InvalidRequest
+`voice=` / `ref_audio=` in speech requests. Client errors are ttscore.contract.errors.InvalidRequest
 subclasses (400; VoiceNotFound carries status = 404).
 """
 

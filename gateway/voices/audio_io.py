@@ -6,7 +6,7 @@ formats that open further URLs). The duration in the header is checked before an
 decoder itself stops as soon as it has produced more than the allowed number of samples, so a small,
 highly compressed file (FLAC of silence, a lying header) cannot expand into gigabytes of PCM.
 
-The output matches ttscore.audio.load_audio: float32 mono (channels averaged) at the source rate.
+The output matches ttscore.runtime.audio.load_audio: float32 mono (channels averaged) at the source rate.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ttscore.errors import AudioDecodeError, InvalidRequest
+from ttscore.contract.errors import AudioDecodeError, InvalidRequest
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Typed errors of the voices package. The gateway maps them to the wire in one place.
 
-Client errors subclass ttscore.errors.InvalidRequest (-> 400 with `param`); VoiceNotFound carries
+Client errors subclass ttscore.contract.errors.InvalidRequest (-> 400 with `param`); VoiceNotFound carries
 `status = 404` and the spec's DELETE body via `body()`.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 
 class VoiceNotFound(InvalidRequest):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, Mapping
 from dataclasses import dataclass, field
 
-from ttscore.errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 from .errors import UploadTooLarge
 

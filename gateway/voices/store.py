@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.errors import InvalidRequest
-from ttscore.precompute import (
+from ttscore.contract.errors import InvalidRequest
+from ttscore.tools.precompute import (
     VOICE_FILE_SUFFIX,
     atomic_write_bytes,
     fsync_dir,

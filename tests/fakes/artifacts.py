@@ -1,5 +1,5 @@
 """Hand-made artifact directories for serving tests: tiny ONNX graphs that obey the GraphSpec
-names of ttscore/spec.py, plus a manifest.json in the export format (format_version 1).
+names of ttscore/contract/graphs.py, plus a manifest.json in the export format (format_version 1).
 
 code2wav_stream: pcm[b, f*spf + k] = codes[b, f, 0] + 0.001 * position[b]; new_state = state + F
 speaker_encoder: x_vector = mean over frames of mels @ W   (W: [128, embed_dim], fixed)
@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ttscore import spec
+from ttscore.contract import graphs as spec
 
 GROUPS = 16
 SPF = 1920
@@ -135,6 +135,9 @@ def make_artifacts(out: Path, state_size: int = 8, embed_dim: int = 8, voice: bo
             graphs[g.name] = g.to_json()
         filters = np.abs(np.random.default_rng(0).standard_normal((spec.MEL_BINS, spec.MEL_N_FFT // 2 + 1)))
         np.save(out / f"{spec.MEL_FILTERS}.npy", (filters / 100).astype(np.float32))
-    manifest = {"format_version": 1, "graphs": graphs, "code2wav": {"state_size": state_size}}
+    manifest = {
+        "format_version": 1, "family": "qwen3_tts", "variant": "base", "sample_rate": 24000, "samples_per_frame": 1920,
+        "graphs": graphs, "code2wav": {"state_size": state_size},
+    }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return out

@@ -1,4 +1,4 @@
-"""A scripted stand-in for ttscore.generator.Generator (same interface, real ChunkEvent/Usage).
+"""A scripted stand-in for ttscore.runtime.engine.Generator (same interface, real ChunkEvent/Usage).
 
 Behaviour is chosen by the request text:
   "invalid"      submit() raises InvalidRequest("text is not speakable", "input")
@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.errors import InvalidRequest
-from ttscore.generator import ChunkEvent, Usage
+from ttscore.contract.errors import InvalidRequest
+from ttscore.runtime.engine import ChunkEvent, Usage
 
 
 @dataclass

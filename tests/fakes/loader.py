@@ -39,7 +39,7 @@ def load_model_module(model: str, repository: Path | None = None) -> ModuleType:
 def config_json(config_path: Path, parameters: dict[str, str] | None = None) -> dict[str, Any]:
     """The model_config JSON Triton hands to initialize(), from a config.pbtxt (dims as ints, as
     the real server sends them)."""
-    from ttscore.repository import load_config
+    from ttscore.backend.repository import load_config
 
     config = load_config(config_path)
     for key, value in (parameters or {}).items():

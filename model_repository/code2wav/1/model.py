@@ -10,9 +10,10 @@ import logging
 
 import triton_python_backend_utils as pb_utils
 
-from ttscore import triton_glue as glue
-from ttscore import triton_io, triton_models
-from ttscore.errors import InvalidRequest
+from ttscore.backend import glue
+from ttscore.backend import models as triton_models
+from ttscore.contract import tensors as triton_io
+from ttscore.contract.errors import InvalidRequest
 
 log = logging.getLogger("ttscore.model.code2wav")
 

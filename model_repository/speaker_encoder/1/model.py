@@ -7,8 +7,9 @@ import logging
 import numpy as np
 import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
 
-from ttscore import triton_glue as glue
-from ttscore import triton_io, triton_models
+from ttscore.backend import glue
+from ttscore.backend import models as triton_models
+from ttscore.contract import tensors as triton_io
 
 log = logging.getLogger("ttscore.model.speaker_encoder")
 

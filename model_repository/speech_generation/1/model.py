@@ -1,9 +1,9 @@
-"""speech_generation: the decoupled entry model hosting ttscore.generator.Generator.
+"""speech_generation: the decoupled entry model hosting ttscore.runtime.engine.Generator.
 
 execute() only decodes each request and hands it to the GenerationScheduler's inbox, then returns;
 a background thread runs the step loop (one batched talker + code-predictor step for every active
 request), checks cancellation between steps and streams every audio chunk. Exactly one FINAL per
-request on every path is the scheduler's obligation (ttscore/triton_models.py).
+request on every path is the scheduler's obligation (ttscore/backend/models.py).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import logging
 
 import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
 
-from ttscore import triton_glue as glue
-from ttscore import triton_io, triton_models
-from ttscore.errors import InvalidRequest
+from ttscore.backend import glue
+from ttscore.backend import models as triton_models
+from ttscore.contract import tensors as triton_io
+from ttscore.contract.errors import InvalidRequest
 
 log = logging.getLogger("ttscore.model.speech_generation")
 

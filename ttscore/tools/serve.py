@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import TTSError
+from ttscore.contract.errors import TTSError
+from ttscore.contract.manifest import Manifest
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +38,16 @@ class Served:
     name: str
     checkpoint: Path
     artifacts: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     triton_model: str = "speech_generation"
 
     @property
     def variant(self) -> str:
-        return str(self.manifest["variant"])
+        return self.manifest.variant
 
     @property
     def tokenizer_sha(self) -> str | None:
-        files = self.manifest.get("source", {}).get("files", {})
-        return (files.get("speech_tokenizer/model.safetensors") or {}).get("sha256")
+        return self.manifest.source_sha256("speech_tokenizer/model.safetensors")
 
 
 def _model_id(path: Path, taken: set[str]) -> str:
@@ -128,10 +128,10 @@ def _wait_http(url: str, deadline: float, proc: subprocess.Popen[bytes] | None =
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from . import repository
-    from .cli import cache_root, ensure_artifacts
-    from .pipeline import read_manifest
-    from .triton_env import TritonServer, TritonServerError
+    from ttscore.backend import repository
+    from ttscore.backend.launcher import TritonServer, TritonServerError
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.tools.cli import cache_root, ensure_artifacts
 
     checkpoints = [Path(c) for c in args.checkpoint or []]
     if not checkpoints:
@@ -196,7 +196,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             )
             _wait_http(f"http://127.0.0.1:{args.port}/health", time.time() + 60, gateway)
             url = f"http://{'localhost' if args.host in ('0.0.0.0', '127.0.0.1') else args.host}:{args.port}"
-            voice = next((sorted(s.manifest.get("speakers") or {})[:1] for s in served if s.manifest.get("speakers")), [])
+            voice = next((sorted(s.manifest.speakers)[:1] for s in served if s.manifest.speakers), [])
             print(f"Speech API ready at {url}  (Ctrl-C stops)", flush=True)
             example = {"input": "Hello from Triton.", "voice": voice[0] if voice else None}
             print(
@@ -207,7 +207,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         else:
             print(
                 f"Serving Triton only. Stream audio with gRPC (model {served[0].triton_model}, "
-                f"see model_repository/README.md) or run `python perf/perf_analyzer.py`. Ctrl-C stops.",
+                f"see model_repository/README.md) or run `triton-tts bench perf-analyzer`. Ctrl-C stops.",
                 flush=True,
             )
         while not stop["flag"]:

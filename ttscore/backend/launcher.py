@@ -35,7 +35,8 @@ from types import TracebackType
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+# The directory holding the `ttscore` package: the stubs import it from there (a checkout or site-packages).
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 DEFAULT_HTTP_PORT = 8000
 DEFAULT_GRPC_PORT = 8001
@@ -142,7 +143,7 @@ def server_env(extra_pythonpath: Sequence[Path] = (), base: dict[str, str] | Non
 
     - LD_LIBRARY_PATH: the wheel's bundled libraries (the copied stub loses its $ORIGIN rpath).
     - PATH: this virtualenv's bin first, as pytriton does.
-    - PYTHONPATH: the repo root (model.py files `import ttscore`) and this environment's
+    - PYTHONPATH: the directory holding `ttscore` (model.py files `import ttscore`) and this environment's
       site-packages (the stub embeds the system libpython, not the venv interpreter).
     """
     env = dict(os.environ if base is None else base)
@@ -150,7 +151,7 @@ def server_env(extra_pythonpath: Sequence[Path] = (), base: dict[str, str] | Non
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libs, env.get("LD_LIBRARY_PATH", "")) if p)
     env["PATH"] = os.pathsep.join(p for p in (str(_venv_bin_dir()), env.get("PATH", "")) if p)
     paths = [str(p) for p in extra_pythonpath]
-    paths += [str(REPO_ROOT), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    paths += [str(PACKAGE_ROOT), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))  # dedupe, keep order
@@ -446,11 +447,11 @@ def running_server(model_repository: Path | str, **kwargs: object) -> Iterator[T
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m ttscore.triton_env --model-repository R`: run the bundled server in the foreground
+    """`python -m ttscore.backend.launcher --model-repository R`: run the bundled server in the foreground
     (Ctrl-C stops it), or print the exact command and environment with --print-command."""
     import argparse  # noqa: PLC0415
 
-    parser = argparse.ArgumentParser(prog="python -m ttscore.triton_env", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ttscore.backend.launcher", description=main.__doc__)
     parser.add_argument("--model-repository", required=True)
     parser.add_argument("--http-port", type=int, default=DEFAULT_HTTP_PORT)
     parser.add_argument("--grpc-port", type=int, default=DEFAULT_GRPC_PORT)

@@ -1,6 +1,6 @@
 """Offline pipeline vs the reference PyTorch `generate`, side by side in one run.
 
-    python perf/bench_offline.py --size 0.6b --frames 40 --out perf/results/offline-0.6b.json
+    triton-tts bench offline --size 0.6b --frames 40 --out perf/results/offline-0.6b.json
 
 Builds (or reuses) a random-weight checkpoint of the requested size, exports it at fp32 and int8,
 then times, in this order and alternating over --repeats rounds: the reference
@@ -35,8 +35,8 @@ def _time_reference(ref, frames: int) -> tuple[float, int]:
 
 
 def _time_ours(pipe, frames: int) -> tuple[float, int]:
-    from ttscore.generator import Generator
-    from ttscore.request import SynthesisRequest
+    from ttscore.runtime.engine import Generator
+    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 
     gen = Generator(pipe, max_batch=1)
     req = SynthesisRequest(text=TEXT, speaker="vivian", language="English", max_new_tokens=frames,
@@ -65,7 +65,7 @@ def main() -> None:
     from export.exporter import export_checkpoint
     from export.reference import load_reference
     from export.tiny import make_tiny
-    from ttscore.pipeline import Pipeline, read_manifest
+    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline, read_manifest
 
     work = Path(args.work)
     ckpt = work / f"ckpt-custom_voice-{args.size}"

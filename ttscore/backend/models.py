@@ -21,9 +21,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import spec, triton_io
-from .errors import ArtifactError, InvalidRequest, TTSError
-from .triton_io import CANCELLED, INTERNAL, INTERNAL_MESSAGE, UNAVAILABLE, WireError
+from ttscore.contract import graphs as spec
+from ttscore.contract import manifest as contract_manifest
+from ttscore.contract import tensors as triton_io
+from ttscore.contract.errors import ArtifactError, InvalidRequest, TTSError
+from ttscore.contract.manifest import Manifest
+from ttscore.contract.tensors import CANCELLED, INTERNAL, INTERNAL_MESSAGE, UNAVAILABLE, WireError
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +73,14 @@ def _artifacts_dir(model: str, params: Mapping[str, str]) -> Path:
     if not path.is_dir():
         raise ModelSettingsError(
             f"{model}: artifacts_dir {path} does not exist (export a checkpoint with `triton-tts export` "
-            "and render the repository with `python -m ttscore.repository --artifacts-dir ...`)"
+            "and render the repository with `python -m ttscore.backend.repository --artifacts-dir ...`)"
         )
     return path
 
 
-def read_manifest(model: str, artifacts_dir: Path) -> dict[str, Any]:
-    from .pipeline import read_manifest as _read  # noqa: PLC0415  (one manifest reader for everyone)
-
+def read_manifest(model: str, artifacts_dir: Path) -> Manifest:
     try:
-        return _read(artifacts_dir)
+        return contract_manifest.read_manifest(artifacts_dir)
     except ArtifactError as exc:
         raise ModelSettingsError(f"{model}: {exc}") from None
 
@@ -150,7 +151,7 @@ class OrtModelSettings:
 
     artifacts_dir: Path
     intra_op_threads: int
-    manifest: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    manifest: Manifest = field(repr=False, compare=False)
 
     PARAMETERS = ("artifacts_dir", "intra_op_threads")
 
@@ -164,10 +165,10 @@ class OrtModelSettings:
 
 
 def open_graph(model: str, settings: OrtModelSettings, graph_name: str) -> Any:
-    """A ttscore.pipeline.OnnxGraph of the manifest's `graph_name`, checked against the artifacts."""
-    from .pipeline import OnnxGraph  # noqa: PLC0415
+    """A ttscore.runtime.families.qwen3_tts.pipeline.OnnxGraph of the manifest's `graph_name`, checked against the artifacts."""
+    from ttscore.runtime.families.qwen3_tts.pipeline import OnnxGraph  # noqa: PLC0415
 
-    graphs = settings.manifest.get("graphs") or {}
+    graphs = settings.manifest.graphs
     entry = graphs.get(graph_name)
     if not isinstance(entry, Mapping) or "file" not in entry:
         raise ModelSettingsError(f"{model}: {settings.artifacts_dir}/manifest.json has no graph {graph_name!r}")
@@ -188,20 +189,20 @@ class CodecFacts:
     codebook_size: int | None  # None: codes are not range-checked
 
 
-def codec_facts(model: str, manifest: Mapping[str, Any], artifacts_dir: Path) -> CodecFacts:
-    c2w = manifest.get("code2wav")
-    if not isinstance(c2w, Mapping) or "state_size" not in c2w:
+def codec_facts(model: str, manifest: Manifest, artifacts_dir: Path) -> CodecFacts:
+    state_size = manifest.code2wav_state_size
+    if state_size is None:
         raise ModelSettingsError(f"{model}: manifest.json has no code2wav.state_size")
     groups, spf, codebook = triton_io.NUM_CODE_GROUPS, triton_io.SAMPLES_PER_FRAME, None
-    cfg = manifest.get("configs")
-    if isinstance(cfg, Mapping):
-        from .checkpoint import parse_configs  # noqa: PLC0415
+    cfg = manifest.configs
+    if cfg:
+        from ttscore.runtime.families.qwen3_tts.checkpoint import parse_configs  # noqa: PLC0415
 
         info = parse_configs(
             cfg["config.json"], cfg["speech_tokenizer/config.json"], cfg["generation_config.json"], artifacts_dir
         )
         groups, spf, codebook = info.num_code_groups, info.samples_per_frame, info.codebook_size
-    return CodecFacts(int(c2w["state_size"]), groups, spf, codebook)
+    return CodecFacts(state_size, groups, spf, codebook)
 
 
 def check_state_dims(model: str, config_dims: Sequence[int], state_size: int, tensor: str) -> None:
@@ -333,8 +334,8 @@ class GeneratorLike(Protocol):
 
 def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
     """The production generator: Pipeline (ONNX Runtime sessions) + continuous batching."""
-    from .generator import Generator  # noqa: PLC0415  (heavy; only inside the server)
-    from .pipeline import Pipeline  # noqa: PLC0415
+    from ttscore.runtime.engine import Generator  # noqa: PLC0415  (heavy; only inside the server)
+    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline  # noqa: PLC0415
 
     inline = settings.vocoder == "inline"
     try:
@@ -347,9 +348,9 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
         raise ModelSettingsError(f"speech_generation: {exc}") from None
     vocoder = None
     if not inline:
-        from .triton_glue import BlsVocoder  # noqa: PLC0415  (pb_utils: only inside the stub)
+        from ttscore.backend.glue import BlsVocoder  # noqa: PLC0415  (pb_utils: only inside the stub)
 
-        vocoder = BlsVocoder(settings.vocoder, int(pipeline.manifest["code2wav"]["state_size"]))
+        vocoder = BlsVocoder(settings.vocoder, pipeline.state_size)
     return Generator(pipeline, max_batch=settings.max_active_requests, vocoder=vocoder)
 
 
@@ -603,8 +604,8 @@ class GenerationScheduler:
 def preprocess_reference(
     audio: np.ndarray, sample_rate: int, mel_filters: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Reference clip -> (24 kHz audio, log-mel [frames, 128]); see ttscore.audio.prepare_reference."""
-    from .audio import prepare_reference  # noqa: PLC0415
+    """Reference clip -> (24 kHz audio, log-mel [frames, 128]); see ttscore.runtime.audio.prepare_reference."""
+    from ttscore.runtime.audio import prepare_reference  # noqa: PLC0415
 
     return prepare_reference(audio, sample_rate, mel_filters, param="audio", rate_param="sample_rate")
 

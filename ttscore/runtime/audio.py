@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from ttscore.errors import AudioDecodeError, InvalidRequest
-from ttscore.spec import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_WIN
+from ttscore.contract.errors import AudioDecodeError, InvalidRequest
+from ttscore.contract.graphs import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_WIN
 
 SAMPLE_RATE = 24000
 SAMPLES_PER_FRAME = 1920

@@ -1,20 +1,20 @@
 """perf_analyzer 2.51 against the Triton models (model level; the gateway has its own benchmark).
 
-    python perf/perf_analyzer.py check
-    python perf/perf_analyzer.py speech   --url 127.0.0.1:8001 [--concurrency 1:4:1] [--out DIR]
-    python perf/perf_analyzer.py code2wav --url 127.0.0.1:8001 --artifacts-dir DIR [--batch-sizes 1,2,4,8]
+    triton-tts bench perf-analyzer check
+    triton-tts bench perf-analyzer speech   --url 127.0.0.1:8001 [--concurrency 1:4:1] [--out DIR]
+    triton-tts bench perf-analyzer code2wav --url 127.0.0.1:8001 --artifacts-dir DIR [--batch-sizes 1,2,4,8]
 
 - The binary ships in the tritonclient==2.51.0 wheel (pip puts it in <venv>/bin); `fetch` extracts it
   from a downloaded wheel when the installed package lacks it. It needs libb64.so.0d and
-  libcudart.so.12 (ttscore.triton_env.perf_analyzer_env: apt libb64-0d / pip nvidia-cuda-runtime-cu12,
+  libcudart.so.12 (ttscore.backend.launcher.perf_analyzer_env: apt libb64-0d / pip nvidia-cuda-runtime-cu12,
   or the identical copies bundled in nvidia-pytriton, symlinked under their sonames).
 - `speech` runs `--streaming` against the decoupled speech_generation with the committed prompts
-  (perf/data/speech_generation.json) and summarises the per-response timestamps and outputs of
+  (ttscore/tools/bench/data/, linked from perf/data/speech_generation.json) and summarises the per-response timestamps and outputs of
   perf_analyzer's profile export: time to first audio, inter-chunk gaps, playback underruns,
   RTF (processing seconds per audio second: < 1 is faster than real time), audio seconds per
   second, p50/p95/p99 per concurrency.
 - `code2wav` sweeps batch size x concurrency with `--input-data` rendered from
-  perf/data/code2wav.json (frames per request) and the deployment's state_size.
+  data/code2wav.json (frames per request) and the deployment's state_size.
 Results: DIR/<scenario>.csv (perf_analyzer), DIR/<scenario>.profile.json, DIR/summary.json + .csv.
 """
 
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ttscore import triton_env
+from ttscore.backend import launcher as triton_env
 
 PERF_DIR = Path(__file__).resolve().parent
 DATA_DIR = PERF_DIR / "data"
@@ -239,8 +239,11 @@ def _state_size(ns: argparse.Namespace) -> int:
     if ns.state_size:
         return int(ns.state_size)
     if ns.artifacts_dir:
-        manifest = json.loads((Path(ns.artifacts_dir) / "manifest.json").read_text())
-        return int(manifest["code2wav"]["state_size"])
+        from ttscore.contract.manifest import read_manifest
+
+        size = read_manifest(ns.artifacts_dir).code2wav_state_size
+        if size is not None:
+            return size
     raise SystemExit("give --state-size or --artifacts-dir (its manifest.json has code2wav.state_size)")
 
 

@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 if TYPE_CHECKING:
-    from .pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ def precompute_voice(
     mode "xvec": speaker embedding only; "icl": embedding + reference codes + transcript (in-context
     cloning, higher quality). Returns the manifest entry that was written.
     """
-    from .audio import load_audio
+    from ttscore.runtime.audio import load_audio
 
     name = validate_voice_name(voice_name, "voice_name")
     if mode not in MODES:
@@ -251,8 +251,8 @@ def precompute_voice(
 
 
 def _cmd_precompute_voice(args: argparse.Namespace) -> int:
-    from . import cli
-    from .pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.tools import cli
 
     if args.mode == "icl" and not (args.ref_text or "").strip():
         raise InvalidRequest("--mode icl needs --ref-text", "ref_text")

@@ -11,10 +11,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .checkpoint import CheckpointInfo
-from .errors import InvalidRequest
-from .request import ResolvedRequest
-from .tokenizer import TextTokenizer, assistant_text, instruct_text, ref_text
+from ttscore.contract.errors import InvalidRequest
+from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo
+from ttscore.runtime.families.qwen3_tts.request import ResolvedRequest
+from ttscore.runtime.families.qwen3_tts.tokenizer import (
+    TextTokenizer,
+    assistant_text,
+    instruct_text,
+    ref_text,
+)
 
 
 @dataclass

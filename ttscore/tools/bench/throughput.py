@@ -1,6 +1,6 @@
 """Throughput through Triton (continuous batching) vs the offline pipeline run sequentially.
 
-    python perf/bench_triton.py --artifacts build/bench/art-custom_voice-0.6b-fp32 \
+    triton-tts bench triton --artifacts build/bench/art-custom_voice-0.6b-fp32 \
         --concurrency 1 4 8 --frames 40 --out perf/results/triton-0.6b-fp32.json
 
 One run, same machine, same artifacts, in this order:
@@ -40,9 +40,9 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def offline(artifacts: Path, n: int, frames: int, threads: int) -> dict:
-    from ttscore.generator import Generator
-    from ttscore.pipeline import Pipeline
-    from ttscore.request import SynthesisRequest
+    from ttscore.runtime.engine import Generator
+    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 
     pipe = Pipeline.load(artifacts, threads=threads)
     speaker = sorted(pipe.info.speakers)[0]
@@ -69,7 +69,7 @@ def offline(artifacts: Path, n: int, frames: int, threads: int) -> dict:
 def one_stream(url: str, model: str, text: str, speaker: str, frames: int, out: dict) -> None:
     import tritonclient.grpc as grpcclient
 
-    from ttscore import triton_io
+    from ttscore.contract import tensors as triton_io
 
     q: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
@@ -140,18 +140,18 @@ def main() -> None:
     ap.add_argument("--out", default="perf/results/triton.json")
     args = ap.parse_args()
 
-    from ttscore import repository
-    from ttscore.pipeline import read_manifest
-    from ttscore.serve import Served, plan_deployment
-    from ttscore.triton_env import TritonServer
+    from ttscore.backend import repository
+    from ttscore.backend.launcher import TritonServer
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.tools.serve import Served, plan_deployment
 
     art = Path(args.artifacts).resolve()
     manifest = read_manifest(art)
-    speaker = sorted(manifest["speakers"])[0]
+    speaker = sorted(manifest.speakers)[0]
     os.environ["TTS_ORT_THREADS"] = str(args.threads)
 
-    result: dict = {"artifacts": str(art), "model_size": manifest.get("model_size"),
-                    "precision": manifest.get("precision"), "frames_per_request": args.frames,
+    result: dict = {"artifacts": str(art), "model_size": manifest.model_size,
+                    "precision": manifest.precision, "frames_per_request": args.frames,
                     "threads": args.threads, "cpus": os.cpu_count()}
     print("offline sequential ...", flush=True)
     result["offline_sequential"] = offline(art, args.offline_requests, args.frames, args.threads)

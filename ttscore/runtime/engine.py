@@ -19,11 +19,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import spec
-from .errors import InvalidRequest
-from .prompt import Prompt, build_prompt
-from .request import ResolvedRequest, SynthesisRequest, resolve
-from .sampling import process_logits, sample, suppress_mask
+from ttscore.contract import graphs as spec
+from ttscore.contract.errors import InvalidRequest
+from ttscore.runtime.families.qwen3_tts.prompt import Prompt, build_prompt
+from ttscore.runtime.families.qwen3_tts.request import ResolvedRequest, SynthesisRequest, resolve
+from ttscore.runtime.sampling import process_logits, sample, suppress_mask
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Imported only inside the python-backend stub (or under tests/fakes/triton_python_backend_utils.py),
 which is why this is the one ttscore module that imports `triton_python_backend_utils`. Model logic
-lives in ttscore.triton_models and ttscore.triton_io, which have no Triton imports.
+lives in ttscore.backend.models and ttscore.contract.tensors, which have no Triton imports.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .triton_io import CANCELLED, INTERNAL, INVALID_ARG, UNAVAILABLE, WireError
+from ttscore.contract.tensors import CANCELLED, INTERNAL, INVALID_ARG, UNAVAILABLE, WireError
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -47,7 +47,7 @@ def input_arrays(request: Any) -> dict[str, np.ndarray]:
 
 
 class SenderStream:
-    """ttscore.triton_models.ResponseStream over a decoupled response sender."""
+    """ttscore.backend.models.ResponseStream over a decoupled response sender."""
 
     def __init__(self, sender: Any) -> None:
         self._sender = sender
@@ -102,7 +102,7 @@ class BlsVocoder:
         self.max_rows = max_rows  # the code2wav model's max_batch_size
 
     def new_stream(self) -> Any:
-        from .pipeline import VocoderStream
+        from ttscore.runtime.families.qwen3_tts.pipeline import VocoderStream
 
         return VocoderStream(np.zeros(self.state_size, dtype=np.float32))
 
@@ -123,6 +123,6 @@ class BlsVocoder:
         )
 
     def decode(self, items: list[tuple[Any, np.ndarray]]) -> list[np.ndarray]:
-        from .pipeline import decode_streams
+        from ttscore.runtime.families.qwen3_tts.pipeline import decode_streams
 
         return decode_streams(items, self._run, self.max_rows)

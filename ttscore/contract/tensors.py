@@ -2,7 +2,7 @@
 
 - Public tensors of `speech_generation` (the decoupled entry model) and `voice_features` (the
   ensemble): names, Triton dtypes, dims, optionality. `model_repository/*/config.pbtxt` is checked
-  against these tables by ttscore.repository, `model.py` decodes requests with them, and the gateway
+  against these tables by ttscore.backend.repository, `model.py` decodes requests with them, and the gateway
   builds its requests from them.
 - Request tensors -> `SynthesisRequest` kwargs (dtype/shape checks name the offending tensor) and
   `ChunkEvent` -> response tensors.
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 # --- tensor tables ------------------------------------------------------------------------------
 
@@ -226,8 +226,8 @@ def request_kwargs(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
 
 
 def request_from_tensors(tensors: Mapping[str, np.ndarray]) -> Any:
-    """A ttscore.request.SynthesisRequest; raises InvalidRequest naming the tensor."""
-    from .request import SynthesisRequest  # noqa: PLC0415  (kept lazy: the gateway only needs the tables)
+    """A ttscore.runtime.families.qwen3_tts.request.SynthesisRequest; raises InvalidRequest naming the tensor."""
+    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest  # noqa: PLC0415  (kept lazy: the gateway only needs the tables)
 
     return SynthesisRequest(**request_kwargs(tensors))
 
@@ -254,7 +254,7 @@ def request_tensors(**fields: Any) -> dict[str, np.ndarray]:
 
 
 def chunk_outputs(event: Any) -> dict[str, np.ndarray]:
-    """Response tensors of one streamed chunk (a ttscore.generator.ChunkEvent)."""
+    """Response tensors of one streamed chunk (a ttscore.runtime.engine.ChunkEvent)."""
     usage = event.usage
     reason = event.finish_reason if event.final and event.finish_reason else ""
     return {

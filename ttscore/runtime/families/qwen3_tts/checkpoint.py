@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from ttscore.contract.errors import CheckpointError
 
 REQUIRED_FILES = (
     "config.json",

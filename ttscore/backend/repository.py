@@ -6,13 +6,13 @@ Per-deployment knobs are applied here by parsing each config with `model_config_
 directory. Every setting name is checked: an unknown model, knob or parameter is an error, never a
 silent default. The contract checks run on every render:
 
-- public models (speech_generation, voice_features) against ttscore.triton_io's tensor tables;
-- models that host an exported graph against its ttscore.spec GraphSpec (per request: the spec dims
+- public models (speech_generation, voice_features) against ttscore.contract.tensors's tensor tables;
+- models that host an exported graph against its ttscore.contract.graphs GraphSpec (per request: the spec dims
   without the leading batch axis; a symbolic spec dim must be -1 or fixed, a numeric one must match;
   a per-row scalar is `[1]`);
 - ensemble steps against the composing models' inputs/outputs.
 
-CLI: `python -m ttscore.repository --out build/model_repository --artifacts-dir /artifacts
+CLI: `python -m ttscore.backend.repository --out build/model_repository --artifacts-dir /artifacts
 [--settings deploy.json] [--set code2wav.instances=2 ...] [--models code2wav ...]`.
 """
 
@@ -30,11 +30,13 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from . import spec, triton_io
-from .errors import TTSError
+from ttscore.contract import graphs as spec
+from ttscore.contract import tensors as triton_io
+from ttscore.contract.errors import ArtifactError, TTSError
+from ttscore.contract.manifest import MANIFEST, read_manifest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-SOURCE_REPOSITORY = REPO_ROOT / "model_repository"
+# The committed templates ship inside the package (a link to the checkout's model_repository/).
+SOURCE_REPOSITORY = Path(__file__).resolve().parent / "model_repository"
 # Files allowed next to the model folders (Triton only treats directories as models).
 ROOT_FILES = ("README.md",)
 
@@ -167,7 +169,7 @@ def _check_io(
     want = {t.name: t for t in table}
     if set(got) != set(want):
         raise RepositoryError(
-            f"{model}: {kind}s {sorted(got)} differ from the contract {sorted(want)} (ttscore/triton_io.py)"
+            f"{model}: {kind}s {sorted(got)} differ from the contract {sorted(want)} (ttscore/contract/tensors.py)"
         )
     for name, t in want.items():
         c = got[name]
@@ -186,7 +188,7 @@ def _check_graph_io(
     got = {t.name: t for t in tensors}
     want = {t.name: t for t in specs}
     if set(got) != set(want):
-        raise RepositoryError(f"{model}: {kind}s {sorted(got)} differ from the graph's {sorted(want)} (ttscore/spec.py)")
+        raise RepositoryError(f"{model}: {kind}s {sorted(got)} differ from the graph's {sorted(want)} (ttscore/contract/graphs.py)")
     for name, ts in want.items():
         c = got[name]
         dtype = mc.DataType.Name(c.data_type)
@@ -302,12 +304,11 @@ def apply_settings(config: mc.ModelConfig, settings: ModelSettings) -> mc.ModelC
 def _manifest_state_size(artifacts_dir: str | None) -> int | None:
     if not artifacts_dir:
         return None
-    path = Path(artifacts_dir) / "manifest.json"
-    if not path.is_file():  # e.g. a container path that only exists inside the image
+    if not (Path(artifacts_dir) / MANIFEST).is_file():  # e.g. a container path that only exists inside the image
         return None
     try:
-        return int(json.loads(path.read_text(encoding="utf-8"))["code2wav"]["state_size"])
-    except (KeyError, TypeError, ValueError, json.JSONDecodeError):
+        return read_manifest(artifacts_dir).code2wav_state_size
+    except ArtifactError:
         return None
 
 
@@ -374,7 +375,7 @@ def render_repository(
             dest / name,
             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "config.pbtxt"),
         )
-        header = f"# Rendered by ttscore.repository from model_repository/{name}/config.pbtxt; do not edit.\n"
+        header = f"# Rendered by ttscore.backend.repository from model_repository/{name}/config.pbtxt; do not edit.\n"
         (dest / name / "config.pbtxt").write_text(header + text_format.MessageToString(config), encoding="utf-8")
     return dest
 
@@ -383,7 +384,7 @@ def render_repository(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ttscore.repository", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m ttscore.backend.repository", description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="output model repository (replaced)")
     parser.add_argument("--artifacts-dir", help="artifacts directory as the server will see it")
     parser.add_argument("--settings", help='JSON file: {"artifacts_dir": ..., "models": {name: {...}}}')

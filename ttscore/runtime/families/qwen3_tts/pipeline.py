@@ -6,7 +6,6 @@ manifest first and fails with one clear message if anything is missing or stale.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -15,32 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from . import spec
-from .checkpoint import CheckpointInfo, parse_configs
-from .errors import ArtifactError, InvalidRequest
-from .prompt import Tables
-from .tokenizer import TextTokenizer, pretokenizer_regex
+from ttscore.contract import graphs as spec
+from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.manifest import Manifest, read_manifest
+from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo, parse_configs
+from ttscore.runtime.families.qwen3_tts.prompt import Tables
+from ttscore.runtime.families.qwen3_tts.tokenizer import TextTokenizer, pretokenizer_regex
 
 logger = logging.getLogger(__name__)
-
-MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1
-
-
-def read_manifest(artifacts: str | Path) -> dict[str, Any]:
-    path = Path(artifacts) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ArtifactError(f"{artifacts} holds no {MANIFEST}: run `triton-tts export` first") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ArtifactError(f"{path} is unreadable: {exc}") from None
-    if manifest.get("format_version") != MANIFEST_FORMAT:
-        raise ArtifactError(
-            f"{path} has format_version {manifest.get('format_version')}, expected {MANIFEST_FORMAT}: re-export"
-        )
-    return manifest
-
 
 class OnnxGraph:
     """One ONNX Runtime session, fed and read by the names of its GraphSpec."""
@@ -128,7 +109,7 @@ class Pipeline:
     def __init__(
         self,
         artifacts: Path,
-        manifest: dict[str, Any],
+        manifest: Manifest,
         threads: int | None = None,
         *,
         vocoder: bool = True,
@@ -138,21 +119,23 @@ class Pipeline:
         speech_generation model gets them from the code2wav model and the voice_features ensemble)."""
         self.artifacts = artifacts
         self.manifest = manifest
-        cfg = manifest["configs"]
+        cfg = manifest.configs
         self.info: CheckpointInfo = parse_configs(
             cfg["config.json"], cfg["speech_tokenizer/config.json"], cfg["generation_config.json"], artifacts
         )
-        graphs = manifest["graphs"]
+        graphs = manifest.graphs
+        if manifest.code2wav_state_size is None:
+            raise ArtifactError(f"{artifacts}/manifest.json has no code2wav.state_size: re-export")
+        self.state_size: int = manifest.code2wav_state_size
 
         def graph(name: str) -> OnnxGraph:
             entry = graphs[name]
-            return OnnxGraph(artifacts / entry["file"], entry, threads)
+            return OnnxGraph(artifacts / entry["file"], dict(entry), threads)
 
         self.talker = graph("talker")
         self.code_predictor = graph("code_predictor")
-        c2w = manifest["code2wav"]
         self.vocoder: OrtVocoder | None = (
-            OrtVocoder(graph("code2wav_stream"), int(c2w["state_size"]), self.info.samples_per_frame)
+            OrtVocoder(graph("code2wav_stream"), self.state_size, self.info.samples_per_frame)
             if vocoder
             else None
         )
@@ -188,7 +171,7 @@ class Pipeline:
         self, audio: np.ndarray, sample_rate: int, with_codes: bool
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """x-vector (and reference codes for in-context cloning) of a reference clip."""
-        from .audio import prepare_reference
+        from ttscore.runtime.audio import prepare_reference
 
         if self.speaker_encoder is None or self.mel_filters is None:
             raise InvalidRequest("this checkpoint does not support voice cloning (not a Base model)", "ref_audio")

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .checkpoint import CheckpointInfo
-from .errors import InvalidRequest
+from ttscore.contract.errors import InvalidRequest
+from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo
 
 TASK_TYPES = ("custom_voice", "voice_design", "base")
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from .errors import ArtifactError, TTSError
+from ttscore.contract.errors import ArtifactError, TTSError
 
 logger = logging.getLogger("triton-tts")
 
@@ -25,9 +25,8 @@ def cache_root() -> Path:
 def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None = None) -> Path:
     """Artifacts for a checkpoint, exported into the cache unless an up-to-date export exists."""
     from export.exporter import export_checkpoint, fingerprint
-
-    from .checkpoint import read_checkpoint
-    from .pipeline import read_manifest
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.families.qwen3_tts.checkpoint import read_checkpoint
 
     src = checkpoint.resolve()
     read_checkpoint(src)  # fail fast, before any heavy import
@@ -35,7 +34,7 @@ def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None
     target = out or cache_root() / "artifacts" / f"{src.name}-{fp}-{precision}"
     try:
         manifest = read_manifest(target)
-        if manifest.get("source", {}).get("fingerprint") == fp and manifest.get("precision") == precision:
+        if manifest.fingerprint == fp and manifest.precision == precision:
             return target
     except ArtifactError:
         pass
@@ -70,11 +69,11 @@ def _cmd_say(args: argparse.Namespace) -> int:
     import numpy as np
     import soundfile as sf
 
-    from .audio import load_audio
-    from .errors import InvalidRequest
-    from .generator import Generator
-    from .pipeline import Pipeline
-    from .request import SynthesisRequest
+    from ttscore.contract.errors import InvalidRequest
+    from ttscore.runtime.audio import load_audio
+    from ttscore.runtime.engine import Generator
+    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 
     if bool(args.checkpoint) == bool(args.artifacts):
         raise InvalidRequest("give exactly one of --checkpoint or --artifacts", "checkpoint")
@@ -126,20 +125,18 @@ def _cmd_say(args: argparse.Namespace) -> int:
 
 
 BENCHES = {
-    "offline": "bench_offline.py",  # exported pipeline vs the reference PyTorch generate
-    "triton": "bench_triton.py",  # throughput through Triton vs the offline pipeline, sequentially
-    "perf-analyzer": "perf_analyzer.py",  # Triton's perf_analyzer against the served models
+    "offline": "ttscore.tools.bench.offline",  # exported pipeline vs the reference PyTorch generate
+    "triton": "ttscore.tools.bench.throughput",  # throughput through Triton vs the offline pipeline
+    "perf-analyzer": "ttscore.tools.bench.perf_analyzer",  # Triton's perf_analyzer against the served models
 }
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     import runpy
 
-    script = Path(__file__).resolve().parent.parent / "perf" / BENCHES[args.which]
-    if not script.is_file():
-        raise ArtifactError(f"{script} not found: `bench` runs from a checkout of the repository")
-    sys.argv = [str(script), *args.bench_args]
-    runpy.run_path(str(script), run_name="__main__")
+    module = BENCHES[args.which]
+    sys.argv = [module, *args.bench_args]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
     return 0
 
 
@@ -184,13 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(func=_cmd_say)
 
-    b = sub.add_parser("bench", help="run a benchmark from perf/ (see perf/README.md)")
+    b = sub.add_parser("bench", help="run a benchmark (see perf/README.md)")
     b.add_argument("which", choices=sorted(BENCHES))
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments of that benchmark (--help)")
     b.set_defaults(func=_cmd_bench)
 
-    from .precompute import add_precompute_parser
-    from .serve import add_serve_parser
+    from ttscore.tools.precompute import add_precompute_parser
+    from ttscore.tools.serve import add_serve_parser
 
     add_serve_parser(sub)
     add_precompute_parser(sub)
