@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ttscore.contract.errors import ExportError
-from ttscore.contract.graphs import GraphSpec, code2wav_spec, code2wav_stream_spec
+from ttscore.contract.qwen3_tts import GraphSpec, code2wav_spec, code2wav_stream_spec
 
 logger = logging.getLogger(__name__)
 

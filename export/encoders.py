@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from export.code2wav import DEFAULT_OPSET, PARITY_ATOL, onnx_export, ort_session
 from ttscore.contract.errors import ExportError
-from ttscore.contract.graphs import (
+from ttscore.contract.qwen3_tts import (
     MEL_BINS,
     MEL_FILTERS,
     MEL_FMAX,

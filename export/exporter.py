@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ttscore.contract import graphs as spec
+from ttscore.contract import qwen3_tts as spec
 from ttscore.contract.errors import CheckpointError, ExportError, TTSError
 from ttscore.contract.manifest import MANIFEST, MANIFEST_FORMAT
 from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo, read_checkpoint

@@ -6,7 +6,7 @@ Masks are built from arange/where, the KV cache is explicit per-layer tensors, a
 RoPE (the talker's interleaved MRoPE is identical to it because its three position rows are always
 equal; `validate_talker` checks that against the reference module, which does run MRoPE).
 
-Tensor names, dtypes and dims come from `ttscore.contract.graphs` (talker_spec / code_predictor_spec).
+Tensor names, dtypes and dims come from `ttscore.contract.qwen3_tts` (talker_spec / code_predictor_spec).
 
 Exporter: the legacy TorchScript exporter (`torch.onnx.export(..., dynamo=False)`). It handles the
 wrappers directly, is fast even for the code predictor unrolled over 15 steps (dynamo's optimizer did
@@ -38,7 +38,7 @@ from export.common import (
     torch_threads,
 )
 from ttscore.contract.errors import ExportError
-from ttscore.contract.graphs import GraphSpec, code_predictor_spec, talker_spec
+from ttscore.contract.qwen3_tts import GraphSpec, code_predictor_spec, talker_spec
 
 __all__ = [
     "CodePredictorFrame",
@@ -177,7 +177,7 @@ def _decoder_layer(
 
 
 class TalkerStep(nn.Module):
-    """The `talker` GraphSpec over the original talker modules (see ttscore.contract.graphs.talker_spec)."""
+    """The `talker` GraphSpec over the original talker modules (see ttscore.contract.qwen3_tts.talker_spec)."""
 
     inv_freq: torch.Tensor
     layers: Any

@@ -20,23 +20,20 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ttscore.runtime.families.qwen3_tts.request import (
-    DEFAULT_MAX_NEW_TOKENS,
-    MAX_CHUNK_FRAMES,
-    MAX_NEW_TOKENS_LIMIT,
-)
+from ttscore.contract import qwen3_tts
+from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.qwen3_tts import MAX_TEXT_CHARS, TASK_OF_VARIANT, VARIANT_OF_TASK
 
 from . import encoding
-from .errors import APIError, bad_request, model_not_found
-from .settings import TASK_OF_VARIANT, VARIANT_OF_TASK, ServedCheckpoint
+from .errors import APIError, bad_request, from_invalid_request, model_not_found
+from .settings import ServedCheckpoint
 
-MAX_INPUT_CHARS = 4096  # OpenAI's limit for `input`
+MAX_INPUT_CHARS = MAX_TEXT_CHARS  # OpenAI's limit for `input`
 MAX_INSTRUCTIONS_CHARS = 4096
 MAX_REF_TEXT_CHARS = 4096
 DEFAULT_VOICE = "vivian"
 DEFAULT_FORMAT = "wav"
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
-SEED_MAX = 2**63 - 1
 TASKS = ("CustomVoice", "VoiceDesign", "Base")
 STREAM_FORMATS = ("audio", "sse")
 STREAMABLE_FORMATS = ("pcm", "wav")
@@ -219,16 +216,6 @@ def _text(value: Any, param: str, limit: int, *, required: bool, empty_message: 
     return value
 
 
-def _int_range(value: Any, param: str, lo: int, hi: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise bad_request(f"'{param}' must be an integer", param)
-    if not lo <= value <= hi:
-        raise bad_request(f"'{param}' must be between {lo} and {hi}, got {value}", param)
-    return int(value)
-
-
 def _bool(value: Any, param: str) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
@@ -352,14 +339,19 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
         if speaker not in ckpt.speakers:
             raise bad_request(f"Invalid voice '{f.voice}'. Supported: {', '.join(ckpt.speakers)}", "voice")
 
-    if task != "Base":
+    rules = qwen3_tts.RULES
+    try:
         # Cross-field rules: cloning inputs only make sense for Base (only reachable with an
-        # explicit task_type, since they infer Base otherwise).
-        for name, value in (("ref_audio", ref_audio), ("ref_text", ref_text), ("x_vector_only_mode", x_vector_only or None)):
-            if value is not None:
-                raise bad_request(f"'{name}' is only valid for Base task", name)
-    if task == "VoiceDesign" and not (instructions or "").strip():
-        raise bad_request("VoiceDesign task requires 'instructions' to describe the voice", "instructions")
+        # explicit task_type, since they infer Base otherwise); each task's required fields.
+        rules.check_task_fields(task, {
+            "ref_audio": ref_audio, "ref_text": ref_text, "x_vector_only_mode": x_vector_only or None,
+            "instructions": instructions,
+        })
+        max_new = rules.field("max_new_tokens").resolve(f.max_new_tokens)
+        initial = rules.field("initial_codec_chunk_frames").check(f.initial_codec_chunk_frames)
+        seed = rules.field("seed").check(f.seed)
+    except InvalidRequest as exc:
+        raise from_invalid_request(exc) from None
 
     if task == "Base":
         if stored is None and ref_audio is None:
@@ -380,9 +372,6 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
         if ref_audio is not None:
             stored = None  # inline ref_audio overrides an uploaded voice (spec)
 
-    max_new = _int_range(f.max_new_tokens, "max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT)
-    initial = _int_range(f.initial_codec_chunk_frames, "initial_codec_chunk_frames", 1, MAX_CHUNK_FRAMES)
-    seed = _int_range(f.seed, "seed", 0, SEED_MAX)
 
     return SpeechPlan(
         checkpoint=ckpt,
@@ -396,7 +385,7 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
         x_vector_only=bool(x_vector_only) if task == "Base" else False,
         stored_voice=stored if task == "Base" else None,
         non_streaming_mode=non_streaming_mode,
-        max_new_tokens=DEFAULT_MAX_NEW_TOKENS if max_new is None else max_new,
+        max_new_tokens=max_new,
         seed=seed,
         initial_chunk_frames=initial,
         output=output,

@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ttscore.runtime.families.qwen3_tts.request import MAX_CHUNK_FRAMES, MAX_NEW_TOKENS_LIMIT
+from ttscore.contract.qwen3_tts import MAX_CHUNK_FRAMES, MAX_NEW_TOKENS_LIMIT, SEED_MAX
 
 from . import encoding
-from .planning import MAX_INPUT_CHARS, SEED_MAX, SpeechFields
+from .planning import MAX_INPUT_CHARS, SpeechFields
 
 ResponseFormat = Literal["wav", "mp3", "flac", "pcm", "opus", "aac"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]

@@ -39,11 +39,7 @@ from typing import Any
 
 from ttscore.contract.errors import TTSError
 from ttscore.contract.manifest import Manifest, read_manifest
-
-VARIANTS = ("custom_voice", "voice_design", "base")
-# Spec task names <-> checkpoint variants.
-TASK_OF_VARIANT = {"custom_voice": "CustomVoice", "voice_design": "VoiceDesign", "base": "Base"}
-VARIANT_OF_TASK = {task: variant for variant, task in TASK_OF_VARIANT.items()}
+from ttscore.contract.qwen3_tts import TASK_OF_VARIANT, VARIANTS
 
 DEFAULT_TRITON_URL = "127.0.0.1:8001"
 DEFAULT_PORT = 8091

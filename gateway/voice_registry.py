@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ttscore.contract.errors import InvalidRequest
-from ttscore.tools.precompute import voice_key
+from ttscore.contract.voicefile import voice_key
 
 from . import errors
 from .backend import INVALID_ARG, BackendError, InferenceBackend

@@ -25,7 +25,7 @@ from export.encoders import (  # noqa: E402
 )
 from export.reference import reference_imports  # noqa: E402
 from ttscore.contract.errors import AudioDecodeError, ExportError, InvalidRequest  # noqa: E402
-from ttscore.contract.graphs import MEL_BINS  # noqa: E402
+from ttscore.contract.qwen3_tts import MEL_BINS  # noqa: E402
 from ttscore.runtime import audio as ta  # noqa: E402
 
 TINY_MIMI = dict(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ttscore.backend.models import request_from_tensors
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.engine import ChunkEvent, Usage
@@ -48,7 +49,7 @@ def test_round_trip_of_every_field():
     )
     tensors = triton_io.request_tensors(**fields)
     assert set(tensors) == {t.name for t in triton_io.SPEECH_INPUTS}
-    req = triton_io.request_from_tensors(tensors)
+    req = request_from_tensors(tensors)
     assert isinstance(req, SynthesisRequest)
     for name, value in fields.items():
         got = getattr(req, name)
@@ -62,7 +63,7 @@ def test_round_trip_of_every_field():
 
 
 def test_absent_inputs_keep_dataclass_defaults():
-    req = triton_io.request_from_tensors(triton_io.request_tensors(text="hi"))
+    req = request_from_tensors(triton_io.request_tensors(text="hi"))
     assert req == SynthesisRequest(text="hi")
 
 

@@ -19,7 +19,7 @@ from gateway import refaudio
 from gateway.app import create_app
 from gateway.settings import SettingsError
 from gateway.voice_registry import store_env
-from ttscore.tools.precompute import MANIFEST_NAME, write_voice_profile
+from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile
 
 pytestmark = pytest.mark.gateway
 

@@ -14,7 +14,7 @@ from voices_audio import wav
 from gateway.voices.precomputed import load_precomputed_voices
 from gateway.voices.store import VoiceStore
 from ttscore.contract.errors import InvalidRequest
-from ttscore.tools.precompute import MANIFEST_NAME, write_voice_profile
+from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile
 
 pytestmark = pytest.mark.unit
 

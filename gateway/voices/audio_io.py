@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ttscore.contract.errors import AudioDecodeError, InvalidRequest
+from ttscore.contract.qwen3_tts import REF_AUDIO_MAX_RATE, REF_AUDIO_MIN_RATE
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +49,9 @@ _FFMPEG_FORMAT = {"wav": "wav", "mp3": "mp3", "flac": "flac", "ogg": "ogg", "aac
                   "mp4": "mp4", "aiff": "aiff", "caf": "caf"}
 _SOUNDFILE_KINDS = {"wav", "flac", "ogg", "mp3", "aiff", "caf"}
 
-MIN_SAMPLE_RATE = 1000
-MAX_SAMPLE_RATE = 384000
+# One home for the reference-audio limits: what the voice_features model accepts.
+MIN_SAMPLE_RATE = REF_AUDIO_MIN_RATE
+MAX_SAMPLE_RATE = REF_AUDIO_MAX_RATE
 # Header durations of some containers are estimates (ADTS AAC: from the bit rate); the exact limit
 # is enforced while decoding, the header check only has to catch the gross cases early.
 _HEADER_SLACK = 1.02

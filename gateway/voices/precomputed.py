@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ttscore.contract.errors import InvalidRequest
-from ttscore.tools.precompute import (
+from ttscore.contract.voicefile import (
     MANIFEST_NAME,
     MODEL_TYPE,
     MODES,

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from ttscore.contract.errors import InvalidRequest
-from ttscore.tools.precompute import (
+from ttscore.contract.voicefile import (
     VOICE_FILE_SUFFIX,
     atomic_write_bytes,
     fsync_dir,

@@ -1,5 +1,5 @@
 """Hand-made artifact directories for serving tests: tiny ONNX graphs that obey the GraphSpec
-names of ttscore/contract/graphs.py, plus a manifest.json in the export format (format_version 1).
+names of ttscore/contract/qwen3_tts.py, plus a manifest.json in the export format (format_version 1).
 
 code2wav_stream: pcm[b, f*spf + k] = codes[b, f, 0] + 0.001 * position[b]; new_state = state + F
 speaker_encoder: x_vector = mean over frames of mels @ W   (W: [128, embed_dim], fixed)
@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ttscore.contract import graphs as spec
+from ttscore.contract import qwen3_tts as spec
 
 GROUPS = 16
 SPF = 1920

@@ -21,8 +21,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ttscore.contract import graphs as spec
 from ttscore.contract import manifest as contract_manifest
+from ttscore.contract import qwen3_tts as spec
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import ArtifactError, InvalidRequest, TTSError
 from ttscore.contract.manifest import Manifest
@@ -193,7 +193,7 @@ def codec_facts(model: str, manifest: Manifest, artifacts_dir: Path) -> CodecFac
     state_size = manifest.code2wav_state_size
     if state_size is None:
         raise ModelSettingsError(f"{model}: manifest.json has no code2wav.state_size")
-    groups, spf, codebook = triton_io.NUM_CODE_GROUPS, triton_io.SAMPLES_PER_FRAME, None
+    groups, spf, codebook = spec.NUM_CODE_GROUPS, spec.SAMPLES_PER_FRAME, None
     cfg = manifest.configs
     if cfg:
         from ttscore.runtime.families.qwen3_tts.checkpoint import parse_configs  # noqa: PLC0415
@@ -308,6 +308,13 @@ def run_code2wav(
                     log.exception("code2wav failed for one request")
                     results[i] = WireError(INTERNAL, INTERNAL_MESSAGE)
     return [r if r is not None else WireError(INTERNAL, INTERNAL_MESSAGE) for r in results]
+
+
+def request_from_tensors(tensors: Mapping[str, np.ndarray]) -> Any:
+    """A SynthesisRequest from a speech_generation request; raises InvalidRequest naming the tensor."""
+    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest  # noqa: PLC0415
+
+    return SynthesisRequest(**triton_io.request_kwargs(tensors))
 
 
 # --- speech_generation: the step loop -----------------------------------------------------------

@@ -30,7 +30,7 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ttscore.contract import graphs as spec
+from ttscore.contract import qwen3_tts as spec
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import ArtifactError, TTSError
 from ttscore.contract.manifest import MANIFEST, read_manifest
@@ -188,7 +188,7 @@ def _check_graph_io(
     got = {t.name: t for t in tensors}
     want = {t.name: t for t in specs}
     if set(got) != set(want):
-        raise RepositoryError(f"{model}: {kind}s {sorted(got)} differ from the graph's {sorted(want)} (ttscore/contract/graphs.py)")
+        raise RepositoryError(f"{model}: {kind}s {sorted(got)} differ from the graph's {sorted(want)} (ttscore/contract/qwen3_tts.py)")
     for name, ts in want.items():
         c = got[name]
         dtype = mc.DataType.Name(c.data_type)
@@ -208,9 +208,9 @@ def _check_graph_io(
 
 def graph_spec_for(model: str) -> spec.GraphSpec | None:
     """The exported graph a model hosts, with deployment-dependent sizes left symbolic."""
-    g = triton_io.NUM_CODE_GROUPS
+    g = spec.NUM_CODE_GROUPS
     if model == "code2wav":
-        return spec.code2wav_stream_spec(g, "state_size", triton_io.SAMPLES_PER_FRAME)  # type: ignore[arg-type]
+        return spec.code2wav_stream_spec(g, "state_size", spec.SAMPLES_PER_FRAME)  # type: ignore[arg-type]
     if model == "speaker_encoder":
         return spec.speaker_encoder_spec(spec.MEL_BINS, "embed_dim")  # type: ignore[arg-type]
     if model == "speech_encoder":

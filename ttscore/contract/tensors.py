@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.qwen3_tts import NUM_CODE_GROUPS
 
 # --- tensor tables ------------------------------------------------------------------------------
 
@@ -32,9 +33,6 @@ NUMPY_DTYPES: dict[str, Any] = {
     "FP32": np.float32,
     "BYTES": np.object_,
 }
-NUM_CODE_GROUPS = 16  # Qwen3-TTS 12 Hz: 16 codebooks per frame
-SAMPLE_RATE = 24000
-SAMPLES_PER_FRAME = 1920
 
 
 @dataclass(frozen=True)
@@ -198,7 +196,7 @@ def _scalar(spec: TensorIO, value: np.ndarray) -> Any:
 def request_kwargs(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """SynthesisRequest keyword arguments from the request's input tensors (absent = not passed,
     so the dataclass default / checkpoint default applies). Semantic checks (ranges, task rules)
-    belong to Generator.submit; this only decodes and checks the wire types."""
+    belong to the family's runtime; this only decodes and checks the wire types."""
     known = {t.name for t in SPEECH_INPUTS}
     unknown = sorted(set(tensors) - known)
     if unknown:
@@ -223,13 +221,6 @@ def request_kwargs(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
         else:
             kwargs[spec.name] = _scalar(spec, value)
     return kwargs
-
-
-def request_from_tensors(tensors: Mapping[str, np.ndarray]) -> Any:
-    """A ttscore.runtime.families.qwen3_tts.request.SynthesisRequest; raises InvalidRequest naming the tensor."""
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest  # noqa: PLC0415  (kept lazy: the gateway only needs the tables)
-
-    return SynthesisRequest(**request_kwargs(tensors))
 
 
 def request_tensors(**fields: Any) -> dict[str, np.ndarray]:

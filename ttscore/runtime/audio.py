@@ -16,10 +16,19 @@ import math
 import numpy as np
 
 from ttscore.contract.errors import AudioDecodeError, InvalidRequest
-from ttscore.contract.graphs import MEL_BINS, MEL_HOP, MEL_N_FFT, MEL_WIN
+from ttscore.contract.qwen3_tts import (
+    MEL_BINS,
+    MEL_HOP,
+    MEL_N_FFT,
+    MEL_WIN,
+    REF_AUDIO_MAX_RATE,
+    REF_AUDIO_MAX_SECONDS,
+    REF_AUDIO_MIN_RATE,
+    REF_AUDIO_MIN_SECONDS,
+    SAMPLE_RATE,
+    SAMPLES_PER_FRAME,
+)
 
-SAMPLE_RATE = 24000
-SAMPLES_PER_FRAME = 1920
 _PARAM = "ref_audio"
 
 
@@ -107,10 +116,6 @@ def pad_to_frames(audio: np.ndarray, samples_per_frame: int = SAMPLES_PER_FRAME)
     return np.pad(audio, [(0, 0)] * (audio.ndim - 1) + [(0, extra)])
 
 
-MIN_REFERENCE_SECONDS = 0.1
-MAX_REFERENCE_SECONDS = 60.0
-
-
 def prepare_reference(
     audio: np.ndarray,
     sample_rate: int,
@@ -123,12 +128,14 @@ def prepare_reference(
     returns ceil(samples / 1920) frames, exactly like the reference `encode` (zero-padding first
     changes the last frame's codes). Raises InvalidRequest(param=...)."""
     wav = np.asarray(audio, dtype=np.float32).reshape(-1)
-    if not 8000 <= int(sample_rate) <= 192000:
-        raise InvalidRequest(f"sample rate must be in [8000, 192000], got {sample_rate}", rate_param or param)
-    seconds = wav.size / sample_rate
-    if not MIN_REFERENCE_SECONDS <= seconds <= MAX_REFERENCE_SECONDS:
+    if not REF_AUDIO_MIN_RATE <= int(sample_rate) <= REF_AUDIO_MAX_RATE:
         raise InvalidRequest(
-            f"reference audio must last {MIN_REFERENCE_SECONDS}-{MAX_REFERENCE_SECONDS:.0f} s, got {seconds:.2f} s",
+            f"sample rate must be in [{REF_AUDIO_MIN_RATE}, {REF_AUDIO_MAX_RATE}], got {sample_rate}", rate_param or param
+        )
+    seconds = wav.size / sample_rate
+    if not REF_AUDIO_MIN_SECONDS <= seconds <= REF_AUDIO_MAX_SECONDS:
+        raise InvalidRequest(
+            f"reference audio must last {REF_AUDIO_MIN_SECONDS}-{REF_AUDIO_MAX_SECONDS:.0f} s, got {seconds:.2f} s",
             param,
         )
     if not np.all(np.isfinite(wav)):

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ttscore.contract import graphs as spec
+from ttscore.contract import qwen3_tts as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.families.qwen3_tts.prompt import Prompt, build_prompt
 from ttscore.runtime.families.qwen3_tts.request import ResolvedRequest, SynthesisRequest, resolve

@@ -48,7 +48,7 @@ class TritonPythonModel:
         for request in requests:
             stream = glue.SenderStream(request.get_response_sender())
             try:
-                synthesis = triton_io.request_from_tensors(glue.input_arrays(request))
+                synthesis = triton_models.request_from_tensors(glue.input_arrays(request))
             except InvalidRequest as exc:
                 self.scheduler.reject(stream, triton_io.invalid_request_error(exc))
                 continue

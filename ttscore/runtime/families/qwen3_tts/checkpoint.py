@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ttscore.contract.errors import CheckpointError
+from ttscore.contract.qwen3_tts import VARIANTS
 
 REQUIRED_FILES = (
     "config.json",
@@ -28,7 +29,6 @@ REQUIRED_FILES = (
     "speech_tokenizer/preprocessor_config.json",
 )
 
-VARIANTS = ("custom_voice", "voice_design", "base")
 
 # Fallbacks the reference package applies when generation_config.json omits a key
 # (qwen_tts/inference/qwen3_tts_model.py, _merge_generate_kwargs).

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.contract import graphs as spec
+from ttscore.contract import qwen3_tts as spec
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 from ttscore.contract.manifest import Manifest, read_manifest
 from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo, parse_configs

@@ -12,17 +12,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.qwen3_tts import MAX_TEXT_CHARS, RULES, VARIANTS
 from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo
 
-TASK_TYPES = ("custom_voice", "voice_design", "base")
+TASK_TYPES = VARIANTS
 
 # Server bounds for per-request knobs (a request outside them is rejected, never clamped).
-MAX_NEW_TOKENS_LIMIT = 8192
-MAX_CHUNK_FRAMES = 300
-DEFAULT_CHUNK_FRAMES = 25
-DEFAULT_INITIAL_CHUNK_FRAMES = 1
-MAX_TEXT_CHARS = 4096
-DEFAULT_MAX_NEW_TOKENS = 2048
 
 
 @dataclass
@@ -204,10 +199,8 @@ def resolve(req: SynthesisRequest, info: CheckpointInfo) -> ResolvedRequest:
     if not isinstance(non_streaming, bool):
         raise InvalidRequest("non_streaming_mode must be a boolean", "non_streaming_mode")
 
-    max_new = _int(_pick(req.max_new_tokens, DEFAULT_MAX_NEW_TOKENS), "max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT)
-    seed = req.seed
-    if seed is not None:
-        seed = _int(seed, "seed", 0, 2**63 - 1)
+    max_new = RULES.field("max_new_tokens").resolve(req.max_new_tokens)
+    seed = RULES.field("seed").check(req.seed)
 
     def sampling(prefix: str, ds: object, k: object, p: object, t: object, gprefix: str) -> Sampling:
         do_sample = _pick(ds, gen["subtalker_dosample" if gprefix else "do_sample"])
@@ -226,10 +219,8 @@ def resolve(req: SynthesisRequest, info: CheckpointInfo) -> ResolvedRequest:
         req.subtalker_temperature, "subtalker_",
     )
     rep = _float(_pick(req.repetition_penalty, gen["repetition_penalty"]), "repetition_penalty", 0.0, 10.0, lo_open=True)
-    initial = _int(
-        _pick(req.initial_chunk_frames, DEFAULT_INITIAL_CHUNK_FRAMES), "initial_codec_chunk_frames", 1, MAX_CHUNK_FRAMES
-    )
-    chunk = _int(_pick(req.chunk_frames, DEFAULT_CHUNK_FRAMES), "codec_chunk_frames", 1, MAX_CHUNK_FRAMES)
+    initial = RULES.field("initial_codec_chunk_frames").resolve(req.initial_chunk_frames)
+    chunk = RULES.field("codec_chunk_frames").resolve(req.chunk_frames)
 
     return ResolvedRequest(
         text=text,

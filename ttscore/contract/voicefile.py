@@ -1,0 +1,206 @@
+"""Voice files: the on-disk format of precomputed (and uploaded) voices and the voice-name rules.
+
+Format (the spec's "Precomputed Custom Voices", schema of vllm-omni's shared custom-voice manifest):
+
+    <custom_voice_dir>/custom_voice_manifest.json
+        {"schema_version": 1, "model_type": "qwen3_tts",
+         "voices": {"<name>": {"name": "<name>", "file": "<name lower>.safetensors", "mode": "xvec" | "icl",
+                               "embedding_dim": D, "ref_code_length": T (icl), "ref_text": ... (icl),
+                               "speaker_description": ... (optional), "created_at": unix seconds}}}
+    <custom_voice_dir>/<name lower>.safetensors
+        speaker_embedding  float32 [D]      the x-vector
+        ref_code           int32   [T, G]   reference codes, mode "icl" only (G = 16 code groups)
+
+Both files are written atomically (temp file in the same directory, fsync, rename), so a serving
+process that loads the directory at start-up never sees half a voice. The writer (`triton-tts
+precompute-voice`) and the gateway's loader import the names below, so they cannot drift.
+
+The voice-name rules live here too because uploaded voices (gateway.voices.store) and precomputed
+voices share one namespace and both become file names.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ttscore.contract.errors import InvalidRequest
+
+MANIFEST_NAME = "custom_voice_manifest.json"
+SCHEMA_VERSION = 1
+MODEL_TYPE = "qwen3_tts"
+SPEAKER_EMBEDDING = "speaker_embedding"
+REF_CODE = "ref_code"
+MODES = ("xvec", "icl")
+VOICE_FILE_SUFFIX = ".safetensors"
+MAX_VOICE_NAME_BYTES = 200  # + ".safetensors" stays under the 255-byte file-name limit
+
+# Unicode categories refused in voice names: controls, format characters (bidi overrides, zero-width
+# joiners: invisible and used for spoofing), surrogates, private use, unassigned, line/paragraph separators.
+_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def validate_voice_name(name: str | None, param: str = "name") -> str:
+    """The trimmed name, or InvalidRequest naming the rule it breaks.
+
+    Names become file names (lower-cased), so path separators, '.'/'..', control and invisible
+    characters are refused; the comparison of names is case-insensitive everywhere.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidRequest("Voice name is required", param)
+    trimmed = name.strip()
+    if trimmed in (".", ".."):
+        raise InvalidRequest(f"Invalid voice name {trimmed!r}: '.' and '..' are reserved", param)
+    if "/" in trimmed or "\\" in trimmed:
+        raise InvalidRequest(f"Invalid voice name {trimmed!r}: must not contain path separators", param)
+    bad = next((c for c in trimmed if unicodedata.category(c) in _FORBIDDEN_CATEGORIES), None)
+    if bad is not None:
+        raise InvalidRequest(
+            f"Invalid voice name {trimmed!r}: must not contain control or invisible characters (U+{ord(bad):04X})",
+            param,
+        )
+    if len(voice_key(trimmed).encode("utf-8")) > MAX_VOICE_NAME_BYTES:
+        raise InvalidRequest(f"Invalid voice name: longer than {MAX_VOICE_NAME_BYTES} bytes in UTF-8", param)
+    return trimmed
+
+
+def voice_key(name: str) -> str:
+    """Case-insensitive identity of a voice name (also its file stem)."""
+    return name.strip().lower()
+
+
+def voice_file_name(name: str) -> str:
+    return voice_key(name) + VOICE_FILE_SUFFIX
+
+
+# --- atomic file writes ---------------------------------------------------------------------------
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or unlink in `directory` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, temp_prefix: str = ".tmp-") -> None:
+    """Write `data` to `path` so readers see the old file or the new one, never a prefix.
+
+    Temp file in the same directory (same filesystem, so os.replace is atomic), fsync before the
+    rename, fsync of the directory after. A crash leaves at worst a `<temp_prefix>*.tmp` file.
+    """
+    directory = path.parent
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix, suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(directory)
+
+
+@contextmanager
+def _manifest_lock(directory: Path) -> Iterator[None]:
+    """Serialize read-modify-write of the manifest between concurrent precompute commands."""
+    import fcntl
+
+    with open(directory / f".{MANIFEST_NAME}.lock", "a+b") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+# --- writing a voice -------------------------------------------------------------------------------
+
+
+def write_voice_profile(
+    output_dir: str | Path,
+    voice_name: str,
+    x_vector: np.ndarray,
+    ref_codes: np.ndarray | None,
+    *,
+    mode: str,
+    ref_text: str | None = None,
+    speaker_description: str | None = None,
+) -> dict[str, Any]:
+    """Write `<name>.safetensors` and merge the voice into the manifest; returns the manifest entry."""
+    from safetensors.numpy import save
+
+    name = validate_voice_name(voice_name, "voice_name")
+    if mode not in MODES:
+        raise InvalidRequest(f"mode must be one of {', '.join(MODES)}, got {mode!r}", "mode")
+    ref_text = (ref_text or "").strip() or None
+    if mode == "icl" and ref_text is None:
+        raise InvalidRequest("mode 'icl' needs the reference transcript (--ref-text)", "ref_text")
+    xvec = np.ascontiguousarray(np.asarray(x_vector, dtype=np.float32).reshape(-1))
+    if xvec.size == 0 or not np.all(np.isfinite(xvec)):
+        raise InvalidRequest("speaker embedding is empty or not finite", "ref_audio")
+    tensors = {SPEAKER_EMBEDDING: xvec}
+    entry: dict[str, Any] = {"name": name, "file": voice_file_name(name), "mode": mode, "embedding_dim": int(xvec.size)}
+    if mode == "icl":
+        if ref_codes is None or np.asarray(ref_codes).ndim != 2 or np.asarray(ref_codes).shape[0] == 0:
+            raise InvalidRequest("mode 'icl' needs non-empty reference codes [T, groups]", "ref_audio")
+        tensors[REF_CODE] = np.ascontiguousarray(np.asarray(ref_codes).astype(np.int32))
+        entry["ref_code_length"] = int(tensors[REF_CODE].shape[0])
+    if ref_text is not None:
+        entry["ref_text"] = ref_text
+    description = (speaker_description or "").strip() or None
+    if description is not None:
+        entry["speaker_description"] = description
+    entry["created_at"] = int(time.time())
+
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = save(tensors, metadata={"name": name, "mode": mode, "model_type": MODEL_TYPE})
+    with _manifest_lock(out):
+        manifest_path = out / MANIFEST_NAME
+        manifest: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "model_type": MODEL_TYPE, "voices": {}}
+        if manifest_path.is_file():
+            try:
+                manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise InvalidRequest(f"existing manifest {manifest_path} is unreadable: {exc}", "output_dir") from None
+            if not isinstance(manifest, dict) or not isinstance(manifest.get("voices", {}), dict):
+                raise InvalidRequest(f"existing manifest {manifest_path} is not a voices manifest", "output_dir")
+            other = manifest.get("model_type")
+            if other not in (None, MODEL_TYPE):
+                raise InvalidRequest(
+                    f"existing manifest {manifest_path} is for model_type {other!r}, not {MODEL_TYPE!r}", "output_dir"
+                )
+            manifest.setdefault("schema_version", SCHEMA_VERSION)
+            manifest["model_type"] = MODEL_TYPE
+        voices = manifest.setdefault("voices", {})
+        # Names are case-insensitive: a re-run with another spelling replaces the entry, not adds one.
+        for key in [k for k in voices if isinstance(k, str) and voice_key(k) == voice_key(name)]:
+            del voices[key]
+        voices[name] = entry
+        # Tensors first, manifest second: a crash in between leaves the old manifest, which still
+        # describes the old (or no) file for this name consistently enough for the loader's checks.
+        atomic_write_bytes(out / entry["file"], payload)
+        atomic_write_bytes(manifest_path, (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    return entry
