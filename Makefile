@@ -36,11 +36,15 @@ say-demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy ttscore gateway export
+	$(VENV)/bin/mypy --strict ttscore/contract ttscore/runtime
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy ttscore gateway export
+	$(VENV)/bin/mypy --strict ttscore/contract ttscore/runtime
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf build .pytest_cache

@@ -18,12 +18,13 @@ import base64
 import numpy as np
 
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.qwen3_tts import REF_AUDIO_MAX_SECONDS, REF_AUDIO_MIN_SECONDS
 
 from .voices.sources import RefAudioSettings
 
 PARAM = "ref_audio"
-MIN_SECONDS = 0.1  # the voice_features model's limits (ttscore.backend.models)
-MAX_SECONDS = 60.0
+MIN_SECONDS = REF_AUDIO_MIN_SECONDS  # the voice_features model's limits
+MAX_SECONDS = REF_AUDIO_MAX_SECONDS
 MAX_BYTES = 10 * 1024 * 1024  # the spec's upload limit, applied to the decoded bytes
 DATA_ONLY = ("decode_ref_audio takes base64 data URLs only (data:audio/wav;base64,...); "
              "URLs are fetched by resolve_ref_audio")

@@ -127,7 +127,7 @@ def test_precompute_with_the_tiny_base_pipeline_round_trips(tmp_path, tiny_base)
 
 @pytest.mark.export
 def test_cli_command(tmp_path, tiny_base, monkeypatch, capsys):
-    from ttscore.tools import cli
+    from ttscore.tools import artifacts as artifact_cache
 
     ckpt, artifacts, pipeline = tiny_base
     exported = []
@@ -136,7 +136,7 @@ def test_cli_command(tmp_path, tiny_base, monkeypatch, capsys):
         exported.append(path)
         return artifacts
 
-    monkeypatch.setattr(cli, "ensure_artifacts", fake_ensure)
+    monkeypatch.setattr(artifact_cache, "ensure_artifacts", fake_ensure)
     ref = tmp_path / "ref.flac"
     ref.write_bytes(encode_sf(tone(1.2, 24000), 24000, "FLAC"))
     parser = argparse.ArgumentParser(prog="triton-tts")

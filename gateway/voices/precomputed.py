@@ -1,6 +1,6 @@
 """Precomputed custom voices: `custom_voice_dir/custom_voice_manifest.json` + one `.safetensors` per voice.
 
-The format is defined (and written) by ttscore.tools.precompute (`triton-tts precompute-voice`). Loaded
+The format is defined by ttscore.contract.voicefile (written by `triton-tts precompute-voice`). Loaded
 once at start-up; like upstream, only voices whose payload loads and validates are exposed, and every
 rejected entry is skipped with a warning naming the reason, never fatal.
 """

@@ -8,39 +8,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from pathlib import Path
 
-from ttscore.contract.errors import ArtifactError, TTSError
+from ttscore.contract.errors import TTSError
+from ttscore.tools.artifacts import ensure_artifacts
 
 logger = logging.getLogger("triton-tts")
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("TRITON_TTS_CACHE", Path.home() / ".cache" / "triton-tts"))
-
-
-def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None = None) -> Path:
-    """Artifacts for a checkpoint, exported into the cache unless an up-to-date export exists."""
-    from export.exporter import export_checkpoint, fingerprint
-    from ttscore.contract.manifest import read_manifest
-    from ttscore.runtime.families.qwen3_tts.checkpoint import read_checkpoint
-
-    src = checkpoint.resolve()
-    read_checkpoint(src)  # fail fast, before any heavy import
-    fp = fingerprint(src)
-    target = out or cache_root() / "artifacts" / f"{src.name}-{fp}-{precision}"
-    try:
-        manifest = read_manifest(target)
-        if manifest.fingerprint == fp and manifest.precision == precision:
-            return target
-    except ArtifactError:
-        pass
-    logger.info("exporting %s -> %s (%s)", src, target, precision)
-    export_checkpoint(src, target, precision=precision)
-    return target
 
 
 def _cmd_make_tiny(args: argparse.Namespace) -> int:

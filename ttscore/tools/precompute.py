@@ -56,11 +56,11 @@ def precompute_voice(
 
 def _cmd_precompute_voice(args: argparse.Namespace) -> int:
     from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
-    from ttscore.tools import cli
+    from ttscore.tools import artifacts as artifact_cache
 
     if args.mode == "icl" and not (args.ref_text or "").strip():
         raise InvalidRequest("--mode icl needs --ref-text", "ref_text")
-    artifacts = Path(args.artifacts) if args.artifacts else cli.ensure_artifacts(Path(args.checkpoint))
+    artifacts = Path(args.artifacts) if args.artifacts else artifact_cache.ensure_artifacts(Path(args.checkpoint))
     pipeline = Pipeline.load(artifacts)
     entry = precompute_voice(
         pipeline,

@@ -131,7 +131,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ttscore.backend import repository
     from ttscore.backend.launcher import TritonServer, TritonServerError
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.cli import cache_root, ensure_artifacts
+    from ttscore.tools.artifacts import cache_root, ensure_artifacts
 
     checkpoints = [Path(c) for c in args.checkpoint or []]
     if not checkpoints:

@@ -1,0 +1,36 @@
+"""Where exported artifacts live and when a checkpoint needs (re-)exporting: shared by the CLI commands."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from ttscore.contract.errors import ArtifactError
+
+logger = logging.getLogger(__name__)
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("TRITON_TTS_CACHE", Path.home() / ".cache" / "triton-tts"))
+
+
+def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None = None) -> Path:
+    """Artifacts for a checkpoint, exported into the cache unless an up-to-date export exists."""
+    from export.exporter import export_checkpoint, fingerprint
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.families.qwen3_tts.checkpoint import read_checkpoint
+
+    src = checkpoint.resolve()
+    read_checkpoint(src)  # fail fast, before any heavy import
+    fp = fingerprint(src)
+    target = out or cache_root() / "artifacts" / f"{src.name}-{fp}-{precision}"
+    try:
+        manifest = read_manifest(target)
+        if manifest.fingerprint == fp and manifest.precision == precision:
+            return target
+    except ArtifactError:
+        pass
+    logger.info("exporting %s -> %s (%s)", src, target, precision)
+    export_checkpoint(src, target, precision=precision)
+    return target
