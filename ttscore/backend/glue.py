@@ -102,7 +102,7 @@ class BlsVocoder:
         self.max_rows = max_rows  # the code2wav model's max_batch_size
 
     def new_stream(self) -> Any:
-        from ttscore.runtime.families.qwen3_tts.pipeline import VocoderStream
+        from ttscore.runtime.vocoder import VocoderStream
 
         return VocoderStream(np.zeros(self.state_size, dtype=np.float32))
 
@@ -123,6 +123,6 @@ class BlsVocoder:
         )
 
     def decode(self, items: list[tuple[Any, np.ndarray]]) -> list[np.ndarray]:
-        from ttscore.runtime.families.qwen3_tts.pipeline import decode_streams
+        from ttscore.runtime.vocoder import decode_streams
 
         return decode_streams(items, self._run, self.max_rows)

@@ -165,8 +165,8 @@ class OrtModelSettings:
 
 
 def open_graph(model: str, settings: OrtModelSettings, graph_name: str) -> Any:
-    """A ttscore.runtime.families.qwen3_tts.pipeline.OnnxGraph of the manifest's `graph_name`, checked against the artifacts."""
-    from ttscore.runtime.families.qwen3_tts.pipeline import OnnxGraph  # noqa: PLC0415
+    """A ttscore.runtime.onnx.OnnxGraph of the manifest's `graph_name`, checked against the artifacts."""
+    from ttscore.runtime.onnx import OnnxGraph  # noqa: PLC0415
 
     graphs = settings.manifest.graphs
     entry = graphs.get(graph_name)

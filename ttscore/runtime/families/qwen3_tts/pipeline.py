@@ -7,103 +7,25 @@ manifest first and fails with one clear message if anything is missing or stale.
 from __future__ import annotations
 
 import logging
-import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ttscore.contract import qwen3_tts as spec
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 from ttscore.contract.manifest import Manifest, read_manifest
+from ttscore.runtime.families.qwen3_tts import decode
 from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo, parse_configs
+from ttscore.runtime.families.qwen3_tts.decode import QwenSequence
 from ttscore.runtime.families.qwen3_tts.prompt import Tables
+from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 from ttscore.runtime.families.qwen3_tts.tokenizer import TextTokenizer, pretokenizer_regex
+from ttscore.runtime.family import Sequence
+from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.sampling import suppress_mask
+from ttscore.runtime.vocoder import OrtVocoder
 
 logger = logging.getLogger(__name__)
-
-class OnnxGraph:
-    """One ONNX Runtime session, fed and read by the names of its GraphSpec."""
-
-    def __init__(self, path: Path, graph: dict[str, Any], threads: int | None = None) -> None:
-        import onnxruntime as ort
-
-        if not path.is_file():
-            raise ArtifactError(f"missing graph {path}")
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or int(os.environ.get("TTS_ORT_THREADS", "0") or 0)
-        opts.inter_op_num_threads = 1
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        providers: list[Any] = ["CPUExecutionProvider"]
-        if os.environ.get("TTS_DEVICE", "cpu") == "gpu":
-            device_id = int(os.environ.get("TTS_CUDA_DEVICE", "0"))
-            providers = [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
-        self.session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)  # type: ignore[arg-type]
-        self.input_names = [t["name"] for t in graph["inputs"]]
-        self.output_names = [t["name"] for t in graph["outputs"]]
-        got = [i.name for i in self.session.get_inputs()]
-        if sorted(got) != sorted(self.input_names):
-            raise ArtifactError(f"{path.name}: inputs {got} do not match the manifest {self.input_names}")
-
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        outs = self.session.run(self.output_names, feeds)
-        return dict(zip(self.output_names, outs, strict=True))
-
-
-@dataclass
-class VocoderStream:
-    """Per-stream state of the exact streaming vocoder."""
-
-    state: np.ndarray
-    position: int = 0
-
-
-def decode_streams(
-    items: list[tuple[VocoderStream, np.ndarray]],
-    run: Any,
-    max_rows: int | None = None,
-) -> list[np.ndarray]:
-    """Decode each (stream, codes [T, G]) pair and advance its stream. Streams whose chunks have the
-    same length go through one batched call (at most `max_rows` rows) `run(codes [B,T,G],
-    state [B,S], position [B]) -> (pcm [B, T*spf], new_state [B, S])`; returns the PCM per item."""
-    out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(items)
-    by_len: dict[int, list[int]] = {}
-    for i, (_, codes) in enumerate(items):
-        by_len.setdefault(int(codes.shape[0]), []).append(i)
-    groups = [g[k : k + (max_rows or len(g))] for g in by_len.values() for k in range(0, len(g), max_rows or len(g))]
-    for idx in groups:
-        pcm, state = run(
-            np.stack([items[i][1] for i in idx]).astype(np.int64),
-            np.stack([items[i][0].state for i in idx]).astype(np.float32),
-            np.array([items[i][0].position for i in idx], dtype=np.int64),
-        )
-        for row, i in enumerate(idx):
-            stream, codes = items[i]
-            stream.state = np.array(state[row], dtype=np.float32)
-            stream.position += int(codes.shape[0])
-            out[i] = np.array(pcm[row], dtype=np.float32)
-    return out
-
-
-class OrtVocoder:
-    """code2wav_stream run in-process; requests with equal chunk lengths are batched."""
-
-    def __init__(self, graph: OnnxGraph, state_size: int, samples_per_frame: int) -> None:
-        self.graph = graph
-        self.state_size = state_size
-        self.samples_per_frame = samples_per_frame
-
-    def new_stream(self) -> VocoderStream:
-        return VocoderStream(np.zeros(self.state_size, dtype=np.float32))
-
-    def _run(self, codes: np.ndarray, state: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        res = self.graph.run({"codes": codes, "state": state, "position": position})
-        return res["pcm"], res["new_state"]
-
-    def decode(self, items: list[tuple[VocoderStream, np.ndarray]]) -> list[np.ndarray]:
-        return decode_streams(items, self._run)
-
 
 class Pipeline:
     def __init__(
@@ -156,6 +78,16 @@ class Pipeline:
         )
         self.tokenizer = TextTokenizer(artifacts / "tokenizer", pretokenizer_regex(cfg["config.json"]))
         self.talker_layers = self.info.talker.num_layers
+        self.num_codebooks = self.info.num_code_groups
+        self.suppressed = suppress_mask(self.info.codec_vocab_size, self.info.codec_ids["eos"])
+
+    # --- FamilyModel ---------------------------------------------------------------------------
+
+    def admit(self, request: SynthesisRequest) -> QwenSequence:
+        return decode.admit(self, request)
+
+    def step(self, batch: list[Sequence]) -> None:
+        decode.step(self, [s for s in batch if isinstance(s, QwenSequence)])
 
     @classmethod
     def load(

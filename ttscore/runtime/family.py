@@ -1,0 +1,74 @@
+"""The seam between the family-agnostic engine and one model family.
+
+The engine (ttscore.runtime.engine) owns continuous batching, the chunk schedule, the streaming
+vocoder state, usage and the event protocol. A family owns everything model-specific: request rules
+and resolution, the prompt, the per-frame decode. It exposes that as a `FamilyModel` whose requests
+are `Sequence`s: the engine reads and clears the generic fields below, the family adds its own.
+Registration: ttscore.runtime.families.FAMILIES.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from ttscore.contract.manifest import Manifest
+from ttscore.contract.rules import FamilyRules
+
+Codes = npt.NDArray[np.int64]  # [frames, codebooks]
+Pcm = npt.NDArray[np.float32]  # mono samples
+
+
+@dataclass
+class Sequence:
+    """One admitted request, as the engine sees it. Families subclass it with their decode state."""
+
+    initial_chunk_frames: int  # frames in the first audio chunk
+    chunk_frames: int  # frames in every later chunk
+    text_tokens: int  # usage: input text tokens
+    audio_tokens: int = 0  # usage: reference audio frames fed in context
+    vocoder_prefix: Codes | None = None  # codes run through the vocoder first, their audio dropped
+    pending: list[Codes] = field(default_factory=list)  # frames made but not yet vocoded
+    frames_out: int = 0
+    finished: str | None = None  # "stop" | "length" once no more frames will come
+
+
+class Vocoder(Protocol):
+    """Streaming vocoder: per-stream state travels with the request; items of one call may batch."""
+
+    def new_stream(self) -> Any: ...
+
+    def decode(self, items: list[tuple[Any, Codes]]) -> list[Pcm]: ...
+
+
+class FamilyModel(Protocol):
+    """A loaded checkpoint of one family."""
+
+    @property
+    def vocoder(self) -> Vocoder | None:
+        """The in-process vocoder (None: the caller supplies one, e.g. Triton BLS)."""
+        ...
+
+    @property
+    def num_codebooks(self) -> int: ...
+
+    def admit(self, request: Any) -> Sequence:
+        """Validate (InvalidRequest naming the field) and prefill one request."""
+        ...
+
+    def step(self, batch: list[Sequence]) -> None:
+        """Advance every sequence by one frame: append it to `pending`, set `finished` when done."""
+        ...
+
+
+class Family(Protocol):
+    name: str  # manifest "family"
+    rules: FamilyRules  # request rules, shared with the gateway
+
+    def load(
+        self, artifacts: Path, manifest: Manifest, *, threads: int | None, vocoder: bool, encoders: bool
+    ) -> FamilyModel: ...
