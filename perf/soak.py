@@ -88,6 +88,8 @@ class SoakConfig:
     language: str = "English"
     max_new_tokens: int = 16  # frames per request (80 ms each): short, so many requests fit
     request_timeout_s: float = 60.0  # a request with no end by then is hung
+    error_backoff_s: float = 0.5  # a worker pauses after a failed request (a dead gateway fails in
+    #                               microseconds: without a pause the run would be thousands of refusals)
     max_requests: int = 5000
     seed: int = 0
     kill_stub_at_s: float | None = None
@@ -152,7 +154,7 @@ class FaultRecord:
     recovered_after_s: float | None = None
     probes: int = 0
     note: str = ""  # why not sent / not recovered, last probe error
-    window_end: float | None = None  # end of the fault window (recovery, or when we gave up)
+    window_end: float | None = None  # end of the fault window: recovery (never recovered: open-ended)
 
     @property
     def window(self) -> tuple[float, float] | None:
@@ -637,7 +639,6 @@ async def _recover(fault: FaultRecord, cfg: SoakConfig, runner: Runner, clock: _
         else:
             last = "/ready is not 200"
         await asyncio.sleep(cfg.recovery_poll_s)
-    fault.window_end = clock.now()
     fault.note = f"not recovered within {cfg.recovery_timeout_s:g} s (last: {last})"
     log.warning("%s: %s", fault.kind, fault.note)
 
@@ -708,7 +709,10 @@ async def soak(cfg: SoakConfig) -> SoakReport:
         async def worker() -> None:
             while clock.now() < cfg.duration_s and next(issued) < cfg.max_requests:
                 kind = rng.choices(kinds, weights)[0]
-                report.requests.append(await runner.run(kind, rng.choice(TEXTS)))
+                rec = await runner.run(kind, rng.choice(TEXTS))
+                report.requests.append(rec)
+                if rec.outcome != OK:
+                    await asyncio.sleep(cfg.error_backoff_s)
 
         await asyncio.gather(*(worker() for _ in range(cfg.concurrency)))
         await fault_task  # bounded: every kill is before the end, each recovery by its timeout
@@ -735,13 +739,19 @@ async def _check_voices(report: SoakReport, runner: Runner) -> None:
 
 
 async def _delete_voices(runner: Runner) -> None:
+    failed: list[str] = []
+    last = ""
     for name in runner.uploaded:
         try:
             resp = await runner.client.delete(f"/v1/audio/voices/{name}", timeout=30)
             if resp.status_code != 200:
-                log.warning("could not delete voice %s: HTTP %d", name, resp.status_code)
+                failed.append(name)
+                last = f"HTTP {resp.status_code}"
         except httpx.HTTPError as exc:
-            log.warning("could not delete voice %s: %s", name, exc)
+            failed.append(name)
+            last = f"{type(exc).__name__}: {exc}"
+    if failed:
+        log.warning("could not delete %d uploaded voices (%s; last error: %s)", len(failed), ", ".join(failed), last)
 
 
 def run_soak(config: SoakConfig) -> SoakReport:
@@ -783,6 +793,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--request-timeout", type=float, default=SoakConfig.request_timeout_s,
                     help="a request with no end by then counts as hung")
     ap.add_argument("--max-requests", type=int, default=SoakConfig.max_requests)
+    ap.add_argument("--error-backoff", type=float, default=SoakConfig.error_backoff_s,
+                    help="seconds a worker pauses after a failed request")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--kill-stub-at", type=float, help="seconds into the run: SIGKILL the speech_generation stub(s) once")
     ap.add_argument("--kill-stub-model", default=SoakConfig.kill_stub_model,
@@ -799,7 +811,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = SoakConfig(
         url=args.url, duration_s=args.duration, concurrency=args.concurrency, mix=args.mix or dict(DEFAULT_MIX),
         voice=args.voice, language=args.language, max_new_tokens=args.max_new_tokens,
-        request_timeout_s=args.request_timeout, max_requests=args.max_requests, seed=args.seed,
+        request_timeout_s=args.request_timeout, max_requests=args.max_requests, error_backoff_s=args.error_backoff,
+        seed=args.seed,
         kill_stub_at_s=args.kill_stub_at, kill_stub_model=args.kill_stub_model, kill_server_at_s=args.kill_server_at,
         triton_pid=args.triton_pid, triton_http_port=args.triton_http_port, recovery_timeout_s=args.recovery_timeout,
         keep_voices=args.keep_voices,

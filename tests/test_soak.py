@@ -129,6 +129,22 @@ def test_only_the_deadline_makes_a_request_hung():
     assert "opening handshake" in failed.message
 
 
+@pytest.mark.unit
+def test_a_dead_gateway_is_reported_not_hammered():
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cfg = SoakConfig(url=f"http://127.0.0.1:{port}", duration_s=1.5, concurrency=2, error_backoff_s=0.5)
+    report = soak.run_soak(cfg)
+    s = report.summary()
+    assert 2 <= s["sent"] <= 12  # paused after each refusal instead of thousands of them
+    assert s["failed_transport"] == s["sent"] and s["hung"] == 0
+    assert report.voices_check_error is not None and not report.passed
+    assert report.wall_s < 10
+
+
 def record(kind: str, start: float, end: float | None, outcome: str, ttfa: float | None = None,
            clear: bool = False) -> RequestRecord:
     return RequestRecord(kind=kind, start=start, end=end, outcome=outcome, ttfa=ttfa, clear=clear)
@@ -163,11 +179,12 @@ def test_report_counts_and_leaves_fault_windows_out_of_ttfa():
 @pytest.mark.unit
 def test_unrecovered_and_skipped_faults_and_unchecked_voices_are_reported():
     report = SoakReport(config={}, started_at="now", voices_uploaded=["a"], voices_check_error="ConnectError")
-    report.faults = [
-        FaultRecord("kill_server", 5.0, at=5.0, window_end=65.0, note="not recovered within 60 s", target="t"),
+    report.faults = [  # never recovered: the window stays open to the end of the run
+        FaultRecord("kill_server", 5.0, at=5.0, note="not recovered within 60 s", target="t"),
         FaultRecord("kill_stub", 90.0, note="planned after the end"),
     ]
-    report.requests = [record("stream", 70.0, 71.0, OK, ttfa=0.5), record("stream", 4.0, 6.0, OK, ttfa=9.0)]
+    report.requests = [record("stream", 1.0, 2.0, OK, ttfa=0.5), record("stream", 4.0, 6.0, OK, ttfa=9.0),
+                       record("stream", 70.0, 71.0, OK, ttfa=7.0)]
     table = report.table()
     assert "NOT RECOVERED: not recovered within 60 s" in table and "not done: planned after the end" in table
     assert "not checked: ConnectError" in table
