@@ -44,8 +44,10 @@ def fake_pb_utils() -> Iterator[Any]:
 
     module = install_fake_pb_utils()
     module.Logger.clear()
+    module.MetricFamily.clear()
     yield module
     module.Logger.clear()
+    module.MetricFamily.clear()
 
 
 @pytest.fixture(scope="session")

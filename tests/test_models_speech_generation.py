@@ -310,3 +310,27 @@ def test_settings_parse_typed(dummy_artifacts):
     config = committed_config("speech_generation", artifacts_dir=str(dummy_artifacts), max_active_requests="3")
     s = triton_models.SpeechGenerationSettings.from_model_config(config)
     assert (s.artifacts_dir, s.max_active_requests, s.max_pending_requests) == (dummy_artifacts, 3, 64)
+
+
+# --- metrics (ttscore/backend/triton_metrics.py) through the fake's MetricFamily ---------------------------
+
+
+def test_metrics_of_a_known_request_reach_pb_utils(harness, fake_pb_utils):
+    h = harness()
+    ok = h.request(text="hello", max_new_tokens=4)
+    bad = h.request(text="invalid")
+    h.execute(ok, bad)
+    h.wait(ok, bad)
+    h.finalize()  # publishes what is left, then releases the metrics
+    fam = fake_pb_utils.MetricFamily
+    labels = {"model": "speech_generation", "version": "1", "instance": "speech_generation_0"}
+    count = {
+        o: fam.get("tts_generation_requests_total", outcome=o, **labels).value()
+        for o in ("completed", "rejected", "cancelled", "failed")
+    }
+    assert count == {"completed": 1, "rejected": 1, "cancelled": 0, "failed": 0}
+    assert fam.get("tts_generation_batch_size", **labels).observations == [1.0] * 4  # one frame per step
+    assert len(fam.get("tts_generation_step_seconds", **labels).observations) == 4
+    assert len(fam.get("tts_generation_prefill_seconds", **labels).observations) == 1
+    assert fam.get("tts_generation_active_requests", **labels).value() == 0
+    assert fam.server_errors == []

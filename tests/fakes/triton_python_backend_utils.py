@@ -283,3 +283,128 @@ class Logger:
     def clear(cls) -> None:
         with cls._lock:
             cls.records.clear()
+
+
+# --- custom metrics (python backend r24.10 = Triton 2.51) -------------------------------------------
+# Behaviour copied from probes of the real server (ttscore/backend/triton_metrics.py docstring): a failing
+# server-side operation raises TritonModelException once; a SECOND one, or buckets that are not
+# strictly increasing, abort the real tritonserver. The fake raises ServerAborted for those: a
+# BaseException, so no `except Exception` in model code can hide it from the test.
+
+
+class TritonModelException(Exception):
+    pass
+
+
+class ServerAborted(BaseException):
+    """What would have killed the real tritonserver (boost::interprocess::lock_exception)."""
+
+
+def _server_error(message: str) -> TritonModelException:
+    """A failure reported by the server process: survivable once per stub, fatal the second time."""
+    MetricFamily.server_errors.append(message)
+    if len(MetricFamily.server_errors) > 1:
+        raise ServerAborted(f"second failed metric operation ({message}): tritonserver 2.51 aborts here")
+    return TritonModelException(message)
+
+
+class Metric:
+    def __init__(self, family: MetricFamily, labels: dict[str, str], buckets: list[float] | None) -> None:
+        self.family = family
+        self.labels = dict(labels)
+        self.buckets = buckets
+        self.value_: float = 0.0
+        self.observations: list[float] = []
+        self.operations = 0  # every IPC round trip this metric made (creation excluded)
+
+    def _check(self, op: str, allowed: tuple[int, ...]) -> None:
+        self.operations += 1
+        if self.family.kind not in allowed:
+            raise _server_error(f"TRITONSERVER_METRIC_KIND_{self.family.kind_name} does not support {op}")
+
+    def increment(self, value: float) -> None:
+        self._check("Increment", (MetricFamily.COUNTER, MetricFamily.GAUGE))
+        if self.family.kind == MetricFamily.COUNTER and value < 0:
+            raise _server_error(
+                "TRITONSERVER_METRIC_KIND_COUNTER can only be incremented monotonically by non-negative values."
+            )
+        self.value_ += float(value)
+
+    def set(self, value: float) -> None:
+        self._check("Set", (MetricFamily.GAUGE,))
+        self.value_ = float(value)
+
+    def observe(self, value: float) -> None:
+        self._check("Observe", (MetricFamily.HISTOGRAM,))
+        self.observations.append(float(value))
+
+    def value(self) -> float:
+        self._check("Value", (MetricFamily.COUNTER, MetricFamily.GAUGE))
+        return self.value_
+
+
+class MetricFamily:
+    COUNTER = 0
+    GAUGE = 1
+    HISTOGRAM = 2
+    _KIND_NAMES = {0: "COUNTER", 1: "GAUGE", 2: "HISTOGRAM"}
+
+    # Server-wide state, like the real metrics registry: (name) -> kind, (name, labels) -> Metric.
+    kinds: dict[str, int] = {}
+    metrics: dict[tuple[str, str], Metric] = {}
+    server_errors: list[str] = []
+
+    def __init__(self, name: str, description: str, kind: int) -> None:
+        if kind not in self._KIND_NAMES:
+            raise TypeError(f"incompatible kind {kind!r}")
+        if MetricFamily.kinds.get(name, kind) != kind:
+            raise _server_error(
+                "Error when creating MetricFamily: Failed to process the request for model 'fake', "
+                "message: Family name already exists with different type"
+            )
+        MetricFamily.kinds[name] = kind
+        self.name = name
+        self.description = description
+        self.kind = kind
+
+    @property
+    def kind_name(self) -> str:
+        return self._KIND_NAMES[self.kind]
+
+    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:  # noqa: N802
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        if buckets is not None:
+            if not isinstance(buckets, list):
+                raise TritonModelException("Failed to create metric. Buckets must be a list.")
+            if self.kind != MetricFamily.HISTOGRAM:
+                raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+            if any(b >= c for b, c in zip(buckets, buckets[1:], strict=False)):
+                raise ServerAborted(f"unsorted histogram buckets {buckets}: tritonserver 2.51 aborts here")
+        elif self.kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException("Failed to create metric. Missing required buckets.")
+        key = (self.name, json.dumps(labels or {}, sort_keys=True))
+        # Same name and labels = the same server-side metric (it outlives a killed stub).
+        metric = MetricFamily.metrics.get(key)
+        if metric is None:
+            metric = MetricFamily.metrics[key] = Metric(self, labels or {}, buckets)
+        return metric
+
+    # --- assertion helpers --------------------------------------------------------------------------
+
+    @classmethod
+    def find(cls, name: str, **labels: str) -> list[Metric]:
+        """Every metric of family `name` whose labels include `labels`."""
+        return [m for (n, _), m in cls.metrics.items() if n == name and labels.items() <= m.labels.items()]
+
+    @classmethod
+    def get(cls, name: str, **labels: str) -> Metric:
+        found = cls.find(name, **labels)
+        assert len(found) == 1, f"{len(found)} metrics {name}{labels}"
+        return found[0]
+
+    @classmethod
+    def clear(cls) -> None:
+        cls.kinds.clear()
+        cls.metrics.clear()
+        cls.server_errors.clear()

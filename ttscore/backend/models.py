@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ttscore.backend.triton_metrics import NullMetrics, SchedulerMetrics
 from ttscore.contract import manifest as contract_manifest
 from ttscore.contract import qwen3_tts as spec
 from ttscore.contract import tensors as triton_io
@@ -399,8 +400,10 @@ class GenerationScheduler:
         max_active: int,
         max_pending: int,
         idle_wait_s: float = 0.05,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         self.generator = generator
+        self.metrics: SchedulerMetrics = metrics or NullMetrics()  # ttscore.backend.triton_metrics
         self.max_active = max_active
         self.max_pending = max_pending
         self.idle_wait_s = idle_wait_s
@@ -427,17 +430,18 @@ class GenerationScheduler:
             if self._stop.is_set():
                 error = WireError(UNAVAILABLE, "server is shutting down")
             elif self._waiting >= self.max_pending + free_slots:
-                self.stats.rejected += 1
                 error = WireError(UNAVAILABLE, "too many requests in the queue; retry later")
             else:
                 self._waiting += 1
                 self._inbox.put(entry)
         if error is not None:
+            self._ended("rejected")
             self._finish(entry, error=error)
         return entry.req_id
 
     def reject(self, stream: ResponseStream, error: WireError) -> None:
         """FINAL error for a request that never reached the queue (e.g. undecodable tensors)."""
+        self._ended("rejected")
         self._finish(_Entry("-", "", None, stream), error=error)
 
     # --- loop thread ----------------------------------------------------------------------------
@@ -457,8 +461,10 @@ class GenerationScheduler:
                 return  # it still owns the generator; the process is going away
         self._drain_inbox()
         for entry in list(self._active.values()) + list(self._pending):
+            self._ended("failed" if entry.req_id in self._active else "rejected")
             self._abort(entry, WireError(UNAVAILABLE, "server is shutting down"))
         self._pending.clear()
+        self.metrics.load(0, 0)
 
     @property
     def num_active(self) -> int:
@@ -489,8 +495,10 @@ class GenerationScheduler:
         self._drain_inbox()
         self._admit()
         self._drop_cancelled()
+        self.metrics.load(self.num_pending, len(self._active))
         if not self._active:
             return bool(self._pending)
+        batch = len(self._active)
         t0 = time.perf_counter()
         try:
             events = self.generator.step()
@@ -498,8 +506,10 @@ class GenerationScheduler:
             log.exception("generator step failed; failing its %d active requests", len(self._active))
             self._fail_active()
             return True
+        seconds = time.perf_counter() - t0
         self.stats.steps += 1
-        self.stats.step_seconds += time.perf_counter() - t0
+        self.stats.step_seconds += seconds
+        self.metrics.step(batch, seconds)
         for event in events:
             entry = self._active.get(event.req_id)
             if entry is None:  # cancelled meanwhile
@@ -508,18 +518,21 @@ class GenerationScheduler:
                 outputs = triton_io.chunk_outputs(event)
             except Exception:
                 log.exception("bad chunk event for %s", entry.triton_id or entry.req_id)
+                self._ended("failed")
                 self._abort(entry, WireError(INTERNAL, INTERNAL_MESSAGE))
                 continue
             if event.final:
                 self._active.pop(entry.req_id, None)
-                self.stats.completed += 1
+                self._ended("completed")
                 self._finish(entry, outputs=outputs)
             elif not self._send(entry, outputs):
+                self._ended("cancelled")  # the client went away
                 self._abort(entry, None)
         if self._active and self.generator.num_active == 0:
             # Safety net: the generator dropped requests without a final event.
             log.error("generator lost %d requests", len(self._active))
             self._fail_active()
+        self.metrics.load(self.num_pending, len(self._active))
         return True
 
     def _drain_inbox(self) -> None:
@@ -535,33 +548,35 @@ class GenerationScheduler:
             with self._lock:
                 self._waiting -= 1
             if self._cancelled(entry):
-                self.stats.cancelled += 1
+                self._ended("cancelled")
                 self._finish(entry, error=WireError(CANCELLED, "request cancelled"))
                 continue
+            t0 = time.perf_counter()
             try:
-                self.generator.submit(entry.req_id, entry.request)
+                self.generator.submit(entry.req_id, entry.request)  # prompt + prefill
             except InvalidRequest as exc:
-                self.stats.rejected += 1
+                self._ended("rejected")
                 self._finish(entry, error=triton_io.invalid_request_error(exc))
                 continue
             except Exception:
                 log.exception("submit failed for %s", entry.triton_id or entry.req_id)
-                self.stats.failed += 1
+                self._ended("failed")
                 self._finish(entry, error=WireError(INTERNAL, INTERNAL_MESSAGE))
                 continue
+            self.metrics.prefill(time.perf_counter() - t0)
             self.stats.submitted += 1
             self._active[entry.req_id] = entry
 
     def _drop_cancelled(self) -> None:
         for entry in list(self._active.values()):
             if self._cancelled(entry):
-                self.stats.cancelled += 1
+                self._ended("cancelled")
                 log.info("request %s cancelled by the client; released", entry.triton_id or entry.req_id)
                 self._abort(entry, WireError(CANCELLED, "request cancelled"))
 
     def _fail_active(self) -> None:
         for entry in list(self._active.values()):
-            self.stats.failed += 1
+            self._ended("failed")
             self._abort(entry, WireError(INTERNAL, INTERNAL_MESSAGE))
 
     def _abort(self, entry: _Entry, error: WireError | None) -> None:
@@ -572,6 +587,11 @@ class GenerationScheduler:
         except Exception:
             log.exception("generator.cancel failed for %s", entry.req_id)
         self._finish(entry, error=error or WireError(INTERNAL, INTERNAL_MESSAGE))
+
+    def _ended(self, outcome: str) -> None:
+        """Count how a request ended (stats + metrics; outcomes: ttscore.backend.triton_metrics.OUTCOMES)."""
+        setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+        self.metrics.finished(outcome)
 
     @staticmethod
     def _cancelled(entry: _Entry) -> bool:

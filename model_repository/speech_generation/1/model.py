@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 
-import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
+import triton_python_backend_utils as pb_utils  # provided by the python backend stub
 
-from ttscore.backend import glue
+from ttscore.backend import glue, triton_metrics
 from ttscore.backend import models as triton_models
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
@@ -28,12 +28,16 @@ class TritonPythonModel:
         self.settings = triton_models.SpeechGenerationSettings.from_model_config(config)
         triton_models.Instance.from_args(args).configure_process()
         self.generator = self._load_generator(self.settings)
+        # Per-step batch/time/load metrics on Triton's metrics port; never fails initialize.
+        self.publisher = triton_metrics.TritonMetricsPublisher.for_model(pb_utils, args)
         self.scheduler = triton_models.GenerationScheduler(
             self.generator,
             max_active=self.settings.max_active_requests,
             max_pending=self.settings.max_pending_requests,
+            metrics=self.publisher.metrics,
         )
         self.scheduler.start()
+        self.publisher.start()
         log.info(
             "ready: artifacts=%s max_active_requests=%d max_pending_requests=%d",
             self.settings.artifacts_dir,
@@ -63,4 +67,7 @@ class TritonPythonModel:
         scheduler = getattr(self, "scheduler", None)
         if scheduler is not None:
             scheduler.stop()  # signal, join, then UNAVAILABLE + FINAL for anything left
+        publisher = getattr(self, "publisher", None)
+        if publisher is not None:
+            publisher.close()  # after the scheduler: its last counts are published too
         self.generator = None
