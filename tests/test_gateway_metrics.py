@@ -19,7 +19,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from gateway_fixtures import SAMPLE_RATE, SAMPLES_PER_FRAME, FakeBackend, fake_deployment, start_gateway
-from prometheus_client.parser import text_string_to_metric_families
+from prometheus_text import Samples, count, sample, scrape
 from voices_audio import wav
 
 import gateway.app
@@ -56,30 +56,6 @@ class StallingBackend(FakeBackend):
             if text == "stall" and first:
                 await asyncio.sleep(STALL_S)
             first = False
-
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def parse(text: str) -> Samples:
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
-
-
-def scrape(get) -> Samples:  # type: ignore[no-untyped-def]
-    r = get("/metrics")
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
-    return parse(r.text)
-
-
-def sample(samples: Samples, name: str, **labels: str) -> float:
-    """The sample's value; KeyError when the series does not exist."""
-    return samples[(name, frozenset(labels.items()))]
-
-
-def count(samples: Samples, name: str, **labels: str) -> float:
-    """A counter's value; 0 when it was never incremented."""
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 @pytest.fixture(scope="module")
