@@ -253,7 +253,7 @@ async def speech_stream(websocket: WebSocket) -> None:
     transport = WebSocketTransport(websocket)
     app = websocket.app
     session = StreamingSession(app.state.speech, transport, app.state.settings, rid,
-                               trace=trace_of(websocket.scope), stop=app.state.drain.started)
+                               route=trace_of(websocket.scope).route, stop=app.state.drain.started)
     try:
         await session.run()
     except Exception:

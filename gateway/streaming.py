@@ -96,11 +96,11 @@ class _Config:
 
 class StreamingSession:
     def __init__(self, service: SpeechService, transport: Transport, settings: Settings, request_id: str, *,
-                 trace: RequestTrace, stop: asyncio.Event) -> None:
-        """`trace`: the connection's (its route labels each TTS request); `stop`: set when the server drains."""
+                 route: str, stop: asyncio.Event) -> None:
+        """`route`: the metrics label of each TTS request; `stop`: set when the server drains."""
         self.service = service
         self.transport = transport
-        self.route = trace.route
+        self.route = route
         self.stop = stop
         self.idle_timeout_s = settings.ws_idle_timeout_s
         self.max_config_bytes = settings.ws_max_config_bytes
@@ -147,9 +147,9 @@ class StreamingSession:
             return _GONE
         get = asyncio.ensure_future(self._queue.get())
         gone = asyncio.ensure_future(self._gone.wait())
-        waits = {get, gone}
-        if not self.utterance_open:  # an open utterance is finished first: its input.done is awaited
-            waits.add(asyncio.ensure_future(self.stop.wait()))
+        # An open utterance is finished first: during a drain its input.done is still awaited.
+        stopping = None if self.utterance_open else asyncio.ensure_future(self.stop.wait())
+        waits = {get, gone} if stopping is None else {get, gone, stopping}
         try:
             await asyncio.wait(waits, timeout=self.idle_timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -164,7 +164,7 @@ class StreamingSession:
             return message
         if self._gone.is_set():
             return _GONE
-        if self.stop.is_set():
+        if stopping is not None and self.stop.is_set():
             return _STOP
         raise TimeoutError
 

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import httpx
 from gateway_fixtures import NAMES, fake_manifest
 
 from ttscore.triton_env import free_port
@@ -82,8 +83,22 @@ class GatewayProcess:
         assert self.proc is not None
         return self.proc.wait(timeout_s)
 
+    def until_draining(self, timeout_s: float = 10) -> httpx.Response:
+        """/ready once it answers 503 (after a SIGTERM, which the process handles asynchronously)."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            r = httpx.get(self.url + "/ready", timeout=5)
+            if r.status_code == 503:
+                return r
+            time.sleep(0.02)
+        raise AssertionError(f"/ready never answered 503:\n{self.log_text()[-2000:]}")
+
     def stop(self) -> None:
-        """Whatever state it is in: SIGKILL if it does not exit on its own."""
+        """Whatever state it is in: SIGTERM, then SIGKILL if it has not exited after the drain it owes."""
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)

@@ -11,7 +11,6 @@ time bounds are "within N seconds" deadlines.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import httpx
@@ -37,17 +36,6 @@ def start(tmp_path: Path, *args: str, **config: object) -> tuple[GatewayProcess,
     return gw.start(), gate
 
 
-def until_draining(gw: GatewayProcess, timeout_s: float = 10) -> httpx.Response:
-    """/ready once it reports the drain (the signal is handled asynchronously)."""
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        r = httpx.get(gw.url + "/ready", timeout=5)
-        if r.status_code == 503:
-            return r
-        time.sleep(0.02)
-    raise AssertionError(f"/ready never said 503:\n{gw.log_text()[-2000:]}")
-
-
 def ws_json(ws: ClientConnection) -> dict:
     message = ws.recv(timeout=10)
     assert isinstance(message, str), message
@@ -69,7 +57,7 @@ def test_sigterm_drains_a_stream_in_flight_then_exits_0(tmp_path) -> None:  # ty
             chunks = stream.iter_raw()
             audio = next(chunks)  # the first chunk is out; the rest waits for the gate
             gw.terminate()
-            ready = until_draining(gw)
+            ready = gw.until_draining()
             assert ready.json()["status"] == "draining" and ready.headers["retry-after"] == "5"
             r = httpx.post(gw.url + SPEECH, json={"input": "Hi"}, timeout=10)
             assert r.status_code == 503 and r.headers["retry-after"] == "5"
@@ -141,7 +129,7 @@ def test_a_second_signal_stops_at_once(tmp_path) -> None:  # type: ignore[no-unt
             chunks = stream.iter_raw()  # (kept: a dropped iterator closes the stream, ending the drain)
             next(chunks)
             gw.terminate()
-            until_draining(gw)
+            gw.until_draining()
             gw.terminate()
             assert gw.wait(EXIT_S) == 0  # far sooner than the 600 s drain time
         assert "second signal" in gw.log_text()
