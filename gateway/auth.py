@@ -35,7 +35,8 @@ class APIKeys:
         return bool(self._keys)
 
     def accepts(self, presented: str) -> bool:
-        candidate = presented.encode("latin-1", "replace")
+        # UTF-8, never a lossy codec: no other text may encode to a key's bytes (keys are ASCII).
+        candidate = presented.encode("utf-8", "surrogatepass")
         ok = False
         for key in self._keys:  # every key, whatever matched: constant time in the position of a match
             ok |= hmac.compare_digest(candidate, key)

@@ -21,6 +21,7 @@ from voices_audio import wav
 
 import gateway.app
 from gateway.app import create_app
+from gateway.auth import APIKeys
 from gateway.settings import SettingsError
 from ttscore.triton_env import free_port
 
@@ -133,6 +134,16 @@ def test_websocket_takes_the_header_or_the_query_parameter(client) -> None:  # t
     ws_speaks(client, WS + "?voice=x&api_key=" + KEYS[0])
     s = scrape(client.get)
     assert sample(s, "tts_requests_total", route=WS, status="401", model="none") == 4
+
+
+@pytest.mark.unit
+def test_keys_match_exactly() -> None:
+    keys = APIKeys(["sk-a?b", "k2"])
+    assert keys.accepts("sk-a?b") and keys.accepts("k2")
+    # (no lossy encoding: a character a codec would replace by "?" is not a "?")
+    for wrong in ["sk-a€b", "sk-a\udcffb", "sk-a\u00ffb", "sk-a?", "sk-a?bb", "", "K2", " k2"]:
+        assert not keys.accepts(wrong), wrong
+    assert not APIKeys([])
 
 
 def test_without_keys_nothing_is_asked(tmp_path) -> None:  # type: ignore[no-untyped-def]
