@@ -1,7 +1,8 @@
 """`python -m gateway --config FILE [--host H] [--port P]`: serve the Speech API with uvicorn.
 
 SIGTERM or Ctrl-C drains (gateway.drain): no new requests, the ones in flight finish for up to
-`drain_timeout_s`, then the process exits with status 0. A second signal stops at once.
+`drain_timeout_s`, then the process exits with status 0. A second signal ends the drain (what
+is still running gets SHUTDOWN_GRACE_S, then is cut); a third stops at once.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # A signal handler: it may interrupt the loop anywhere, so it only schedules the drain.
         if self._signalled or self._loop is None:
-            logger.warning("second signal: stopping without waiting for requests in flight")
+            logger.warning("second signal: stopping without waiting for the drain")
             self.force_exit = self.should_exit
             self.should_exit = True
             return

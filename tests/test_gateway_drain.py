@@ -2,7 +2,7 @@
 (tests/fake_gateway.py): after SIGTERM, /ready is 503 at once, new requests get 503 + Retry-After
 (WebSocket: close 1013), what is in flight finishes with all its audio (a WebSocket session its open
 utterance, then close 1001), and the process exits with status 0 once nothing is left; the drain
-time bounds the wait, and a second signal ends it at once.
+time bounds the wait, and a second signal ends it.
 
 Requests are held in flight by a gate file (the fake's "gated" text), never by sleeping; the only
 time bounds are "within N seconds" deadlines.
