@@ -1,17 +1,82 @@
-"""`python -m gateway --config FILE [--host H] [--port P]`: serve the Speech API with uvicorn."""
+"""`python -m gateway --config FILE [--host H] [--port P]`: serve the Speech API with uvicorn.
+
+SIGTERM or Ctrl-C drains (gateway.drain): no new requests, the ones in flight finish for up to
+`drain_timeout_s`, then the process exits with status 0. A second signal ends the drain (what
+is still running gets SHUTDOWN_GRACE_S, then is cut); a third stops at once.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
+import os
+import socket
 import sys
+from collections.abc import Mapping
+from types import FrameType
 
+import uvicorn
+
+from .drain import Drain
 from .settings import DEFAULT_PORT, Settings, SettingsError
+
+logger = logging.getLogger(__name__)
+
+API_KEYS_ENV = "TTS_API_KEYS"
+# After the drain, what is still open (idle keep-alive connections, a request cut by the drain
+# time) gets this long before uvicorn cancels it.
+SHUTDOWN_GRACE_S = 5
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's Server, except that the first SIGTERM/SIGINT starts a drain instead of stopping:
+    the server stops when nothing is in flight or the drain time is up. Exits normally either way
+    (uvicorn re-raises the signals it handled, which would make the exit status 128+15)."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain, drain_timeout_s: float) -> None:
+        super().__init__(config)
+        self.drain = drain
+        self.drain_timeout_s = drain_timeout_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._signalled = False
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        watcher = asyncio.create_task(self._stop_when_drained())
+        try:
+            await super().serve(sockets)
+        finally:
+            watcher.cancel()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # A signal handler: it may interrupt the loop anywhere, so it only schedules the drain.
+        if self._signalled or self._loop is None:
+            logger.warning("second signal: stopping without waiting for the drain")
+            self.force_exit = self.should_exit
+            self.should_exit = True
+            return
+        self._signalled = True
+        self._loop.call_soon_threadsafe(self.drain.begin)
+
+    async def _stop_when_drained(self) -> None:
+        await self.drain.started.wait()
+        if not await self.drain.wait_idle(self.drain_timeout_s):
+            logger.warning("drain time (%gs) is up: %d request(s) still in flight are cut",
+                           self.drain_timeout_s, self.drain.in_flight)
+        else:
+            logger.info("drained: nothing in flight")
+        self.should_exit = True
+
+
+def api_keys_from_env(environ: Mapping[str, str]) -> list[str]:
+    return [k.strip() for k in environ.get(API_KEYS_ENV, "").split(",") if k.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="deployment JSON (written by `triton-tts serve`)")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
@@ -20,16 +85,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allowed-local-media-path", help="allow file:// ref_audio under this directory")
     parser.add_argument("--allow-private-urls", action="store_true",
                         help="let http(s) ref_audio reach private/loopback addresses (trusted networks only)")
+    parser.add_argument("--api-key", action="append", default=[],
+                        help=f"require this API key (repeatable; with the config's api_keys and ${API_KEYS_ENV}). "
+                        "Arguments show in `ps`: prefer the config file or the environment")
+    parser.add_argument("--drain-timeout", type=float,
+                        help="seconds requests in flight get to finish after SIGTERM (default: the config's "
+                        "drain_timeout_s, 30)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = Settings.from_file(args.config)
+        keys = [*settings.api_keys, *api_keys_from_env(os.environ), *args.api_key]
         overrides = {
             "triton_url": args.triton_url,
             "custom_voice_dir": args.custom_voice_dir,
             "allowed_local_media_path": args.allowed_local_media_path,
             "allow_private_urls": True if args.allow_private_urls else None,
+            "api_keys": tuple(dict.fromkeys(keys)) if keys else None,
+            "drain_timeout_s": args.drain_timeout,
         }
         overrides = {k: v for k, v in overrides.items() if v is not None}
         if overrides:
@@ -40,11 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"gateway: error: {exc}", file=sys.stderr)
         return 2
-    import uvicorn
+    if settings.api_keys:
+        logger.info("API keys: %d configured; requests must carry one", len(settings.api_keys))
 
     # A session.config may carry a base64 ref_audio: the protocol layer's frame limit matches it.
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5,
-                ws_max_size=max(settings.ws_max_config_bytes, settings.ws_max_text_bytes) + 1024)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+                            ws_max_size=max(settings.ws_max_config_bytes, settings.ws_max_text_bytes) + 1024)
+    DrainingServer(config, app.state.drain, settings.drain_timeout_s).run()
     return 0
 
 

@@ -7,7 +7,10 @@
 - Errors reach the wire here and only here: APIError, FastAPI's validation errors (400, never
   422), Starlette's HTTP errors, and anything unexpected (500, generic message with the request id,
   the traceback only in the log). After the status line is sent nothing can change it: a failure
-  then ends the body (raw audio) or was already sent in-band (SSE).
+  then ends the body (raw audio) or was already sent in-band (SSE). A WebSocket refused before its
+  session starts (API key, drain) gets an `error` message and a close code.
+- Middleware, outermost first: metrics (gateway.metrics: sees every request and its final
+  status), request context (id, error rendering), drain (gateway.drain), API keys (gateway.auth).
 """
 
 from __future__ import annotations
@@ -24,13 +27,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
 from ttscore.contract.errors import InvalidRequest
 
 from . import errors
+from .auth import APIKeyMiddleware, APIKeys
 from .backend import InferenceBackend
+from .drain import Drain, DrainMiddleware
 from .errors import APIError
+from .metrics import GatewayMetrics, MetricsMiddleware, trace_of
 from .planning import Deployment, VoiceResolver
 from .routers import REQUEST_ID_KEY, ClientDisconnected, router
 from .services import SpeechService, StreamAborted
@@ -55,8 +63,22 @@ def new_request_id() -> str:
     return f"speech-{uuid.uuid4().hex}"
 
 
-def _render(exc: APIError) -> JSONResponse:
+def _render(exc: APIError, scope: Scope) -> JSONResponse:
+    trace_of(scope).fail(exc.status, exc.type)
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers or None)
+
+
+async def _refuse_websocket(exc: APIError, scope: Scope, receive: Receive, send: Send, rid: str) -> None:
+    """A connection refused before its session: the spec's `error` message, then the close code
+    (accepting first, since a message can only follow an accepted handshake)."""
+    trace_of(scope).fail(exc.status, exc.type)
+    ws = WebSocket(scope, receive, send)
+    try:
+        await ws.accept(headers=[(b"x-request-id", rid.encode("latin-1"))])
+        await ws.send_json(errors.ws_error(exc.message))
+        await ws.close(errors.ws_close_code(exc.status), exc.message[:120])  # a close reason is <= 123 bytes
+    except (OSError, RuntimeError):
+        logger.info("websocket %s went away while being refused", rid)
 
 
 class RequestContextMiddleware:
@@ -77,7 +99,10 @@ class RequestContextMiddleware:
         rid = incoming if _SANE_ID.match(incoming) else new_request_id()
         scope[REQUEST_ID_KEY] = rid
         if scope["type"] == "websocket":  # the route echoes the id in its handshake and handles errors in-band
-            await self.app(scope, receive, send)
+            try:
+                await self.app(scope, receive, send)
+            except APIError as exc:  # refused by a middleware before the route ran
+                await _refuse_websocket(exc, scope, receive, send, rid)
             return
         started = False
 
@@ -97,29 +122,31 @@ class RequestContextMiddleware:
         except StreamAborted as exc:
             # The status line is out: ending without the final chunk tells the client it is incomplete.
             logger.warning("response %s cut short: %s", rid, exc)
+        except APIError as exc:  # refused by a middleware (API key, drain): nothing was sent yet
+            await _render(exc, scope)(scope, receive, send_with_id)
         except Exception:
             logger.exception("unhandled error in request %s", rid)
             if not started:
-                await _render(errors.internal(rid))(scope, receive, send_with_id)
+                await _render(errors.internal(rid), scope)(scope, receive, send_with_id)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, APIError)
-        return _render(exc)
+        return _render(exc, request.scope)
 
     async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, InvalidRequest)
-        return _render(errors.from_invalid_request(exc))
+        return _render(errors.from_invalid_request(exc), request.scope)
 
     async def validation(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, RequestValidationError)
-        return _render(errors.validation_error(list(exc.errors())))
+        return _render(errors.validation_error(list(exc.errors())), request.scope)
 
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, StarletteHTTPException)
         detail = exc.detail if isinstance(exc.detail, str) else "HTTP error"
-        return _render(errors.from_http_status(exc.status_code, detail, dict(exc.headers or {})))
+        return _render(errors.from_http_status(exc.status_code, detail, dict(exc.headers or {})), request.scope)
 
     app.add_exception_handler(APIError, api_error)
     app.add_exception_handler(InvalidRequest, invalid_request)
@@ -163,12 +190,20 @@ def create_app(
         voices = VoiceRegistry(settings, checkpoints)
     deployment = Deployment(checkpoints, voices)
     factory = backend_factory or _triton_backend
+    served = voices  # (narrowed for the closure below)
+
+    def resolve_model(model: str) -> str | None:
+        ckpt = deployment.find_model(model)
+        return ckpt.name if ckpt is not None else None
+
+    metrics = GatewayMetrics([c.name for c in checkpoints], resolve_model, lambda: len(served.uploaded_voices()))
+    drain = Drain()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         backend = factory(settings)
         app.state.backend = backend
-        app.state.speech = SpeechService(deployment, backend, settings)
+        app.state.speech = SpeechService(deployment, backend, settings, metrics)
         bind = getattr(voices, "bind", None)
         if bind is not None:
             bind(backend)
@@ -193,8 +228,17 @@ def create_app(
     app.state.settings = settings
     app.state.deployment = deployment
     app.state.voices = voices
+    app.state.metrics = metrics
+    app.state.drain = drain
     app.include_router(router)
     _install_error_handlers(app)
+    # add_middleware wraps what is there: the last added runs first.
+    app.add_middleware(APIKeyMiddleware, keys=APIKeys(settings.api_keys))
+    app.add_middleware(DrainMiddleware, drain=drain, retry_after_s=settings.retry_after_s)
     app.add_middleware(RequestContextMiddleware)
+    # Requests are labelled with their route's path template. (FastAPI keeps an included router
+    # behind a wrapper of its own; the router's routes match the same paths, since it has no prefix.)
+    labelled = [r for r in app.router.routes if isinstance(r, (Route, WebSocketRoute))] + list(router.routes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics, routes=labelled)
     app.openapi = _openapi_without_422(app)  # type: ignore[method-assign]
     return app

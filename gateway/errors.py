@@ -5,12 +5,16 @@ renders it with `error_body`, the only place the body is built. Pure: no FastAPI
 
 Status rules (the OpenAI SDK retries 408/409/429/5xx, so deterministic failures are 4xx):
 - 400 every invalid parameter, `param` naming the field where one is to blame;
+- 401 (+ WWW-Authenticate: Bearer) a missing or wrong API key, in OpenAI's own body
+  (`type` "invalid_request_error", `code` "invalid_api_key"; `AuthenticationError`).
 - 404 an unknown model; 503 (+ Retry-After) while Triton or a model is not ready / the queue is
-  full; 500 a bug, with a generic message that carries the request id.
+  full / the server drains before it exits; 500 a bug, with a generic message that carries the
+  request id.
 - DELETE /v1/audio/voices/{name} of an unknown voice: 404 with the spec's own body
   `{"success": false, "error": "Voice 'x' not found"}` (`VoiceNotFoundError`).
 - WebSocket /v1/audio/speech/stream: errors travel in-band as `{"type": "error", "message": ...}`
-  (`ws_error`), never as an HTTP status.
+  (`ws_error`), never as an HTTP status. A connection refused before the session starts (API key,
+  drain) gets that message and then a close code (`ws_close_code`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ class APIError(Exception):
         return error_body(self.message, self.type, self.param, self.status)
 
 
-def error_body(message: str, type_: str, param: str | None, code: int) -> dict[str, Any]:
+def error_body(message: str, type_: str, param: str | None, code: int | str) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
@@ -54,6 +58,26 @@ def model_not_found(model: str) -> APIError:
 
 def unavailable(message: str, retry_after_s: int = 5) -> APIError:
     return APIError(message, None, 503, "ServiceUnavailableError", {"Retry-After": str(int(retry_after_s))})
+
+
+def draining(retry_after_s: int = 5) -> APIError:
+    """A request that arrives after SIGTERM: another instance (or this one, restarted) will take it."""
+    return unavailable("The server is shutting down and takes no new requests; retry later.", retry_after_s)
+
+
+class AuthenticationError(APIError):
+    """401 in the body OpenAI sends for a bad key (the SDK raises openai.AuthenticationError): its
+    `code` is the string "invalid_api_key", not the status. `type` here names the cause in metrics."""
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, "invalid_request_error", None, "invalid_api_key")
+
+
+def invalid_api_key(missing: bool) -> APIError:
+    """The presented key is never echoed (OpenAI shows a masked prefix; nothing at all is safer)."""
+    message = ("Missing API key: send it as 'Authorization: Bearer <key>'" if missing
+               else "Incorrect API key provided")
+    return AuthenticationError(message, None, 401, "AuthenticationError", {"WWW-Authenticate": "Bearer"})
 
 
 def internal(request_id: str | None) -> APIError:
@@ -91,6 +115,24 @@ def from_invalid_request(exc: InvalidRequest) -> APIError:
 def ws_error(message: str) -> dict[str, Any]:
     """The streaming-text WebSocket's (non-fatal) error message."""
     return {"type": "error", "message": message}
+
+
+# RFC 6455 close codes of a refused connection: 1008 policy violation (authentication, as OpenAI's
+# Realtime API does), 1013 try again later (drain, not ready), 1011 anything else.
+_WS_CLOSE = {401: 1008, 403: 1008, 503: 1013}
+
+
+def ws_close_code(status: int) -> int:
+    return _WS_CLOSE.get(status, 1011)
+
+
+def classify(exc: BaseException) -> tuple[int, str]:
+    """(status, type) a client is told for `exc`: what metrics count a failure under."""
+    if isinstance(exc, InvalidRequest):
+        exc = from_invalid_request(exc)
+    if isinstance(exc, APIError):
+        return exc.status, exc.type
+    return 500, "InternalServerError"
 
 
 def ws_message(exc: BaseException, request_id: str | None = None) -> str:

@@ -206,7 +206,7 @@ class Liveness(BaseModel):
 
 
 class Readiness(BaseModel):
-    status: Literal["ready", "not_ready"]
+    status: Literal["ready", "not_ready", "draining"]  # draining: shutting down after SIGTERM
     triton: bool
     models: dict[str, bool]
 

@@ -20,6 +20,7 @@ from ttscore.contract.errors import InvalidRequest
 from . import encoding, sse
 from .errors import error_body, internal
 from .errors import ws_error as error_message
+from .metrics import GatewayMetrics, trace_of
 from .protocol import (
     VOICE_UPLOAD_FORM,
     BatchSpeechRequest,
@@ -55,6 +56,10 @@ def request_id(request: Request) -> str:
 
 def service(request: Request) -> SpeechService:
     return request.app.state.speech  # type: ignore[no-any-return]
+
+
+def metrics(request: Request) -> GatewayMetrics:
+    return request.app.state.metrics  # type: ignore[no-any-return]
 
 
 async def _wait_disconnect(request: Request) -> None:
@@ -138,20 +143,23 @@ router = APIRouter()
 @router.post("/v1/audio/speech", response_class=Response, responses=_SPEECH_RESPONSES,
              summary="Generate speech from text")
 async def create_speech(body: SpeechRequest, request: Request) -> Response:
-    svc, rid = service(request), request_id(request)
+    svc, rid, trace = service(request), request_id(request), trace_of(request.scope)
+    metrics(request).requested(trace, body.model)
     plan = svc.plan(body.to_fields())
     if plan.output.stream is not None:
-        stream = await until_disconnect(request, svc.open_stream(plan, rid))
+        stream = await until_disconnect(request, svc.open_stream(plan, rid, trace=trace))
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return AudioStreamResponse(stream, headers)
-    clip = await until_disconnect(request, svc.synthesize(plan, rid))
+    clip = await until_disconnect(request, svc.synthesize(plan, rid, trace=trace))
     return Response(clip.audio, media_type=clip.media_type, headers=clip.usage.headers())
 
 
 @router.post("/v1/audio/speech/batch", response_model=BatchSpeechResponse, response_model_exclude_none=True,
              responses=_ERRORS, summary="Generate speech for up to 32 texts")
 async def create_speech_batch(body: BatchSpeechRequest, request: Request) -> Any:
-    return await until_disconnect(request, service(request).batch(body, request_id(request)))
+    trace = trace_of(request.scope)
+    metrics(request).requested(trace, body.model)
+    return await until_disconnect(request, service(request).batch(body, request_id(request), trace))
 
 
 @router.get("/v1/audio/voices", response_model=VoicesResponse, response_model_exclude_none=True,
@@ -244,8 +252,10 @@ async def speech_stream(websocket: WebSocket) -> None:
     await websocket.accept(headers=[(b"x-request-id", rid.encode("latin-1"))] if rid else None)
     transport = WebSocketTransport(websocket)
     app = websocket.app
+    session = StreamingSession(app.state.speech, transport, app.state.settings, rid,
+                               route=trace_of(websocket.scope).route, stop=app.state.drain.started)
     try:
-        await StreamingSession(app.state.speech, transport, app.state.settings, rid).run()
+        await session.run()
     except Exception:
         logger.exception("streaming session %s failed", rid)
         with contextlib.suppress(Disconnected):
@@ -258,6 +268,13 @@ async def speech_stream(websocket: WebSocket) -> None:
 @router.get("/v1/models", response_model=ModelList, responses={500: _ERRORS[500]}, summary="List served models")
 async def list_models(request: Request) -> Any:
     return service(request).models()
+
+
+@router.get("/metrics", include_in_schema=False)
+async def prometheus_metrics(request: Request) -> Response:
+    """Prometheus text format (gateway.metrics); open without an API key, like /health."""
+    m = metrics(request)
+    return Response(m.render(), media_type=m.content_type)
 
 
 @router.get("/health", response_model=Liveness, responses={500: _ERRORS[500]}, summary="Liveness")
@@ -273,8 +290,10 @@ async def health() -> Any:
 async def ready(request: Request) -> Any:
     svc = service(request)
     ok, triton, models = await svc.readiness.check()
-    body = {"status": "ready" if ok else "not_ready", "triton": triton, "models": models}
-    if ok:
+    # Draining (gateway.drain): not ready whatever Triton says, so load balancers stop sending.
+    status = "draining" if request.app.state.drain.draining else "ready" if ok else "not_ready"
+    body = {"status": status, "triton": triton, "models": models}
+    if status == "ready":
         return body
     return JSONResponse(body, status_code=503, headers={"Retry-After": str(svc.settings.retry_after_s)})
 

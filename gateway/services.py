@@ -9,6 +9,9 @@
 
 Closing a generator here closes the backend stream, which cancels the request in Triton: every
 consumer uses `aclosing`, and `AudioStream.aclose` covers a response that never started.
+
+Metrics (gateway.metrics): every generation is metered where its chunks pass (`_generate`), against
+the `RequestTrace` of the request it serves; errors told in-band (SSE, batch items) go on the trace.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from ttscore.contract.errors import InvalidRequest
 from . import encoding, errors, refaudio, sse
 from .backend import UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
 from .errors import APIError
+from .metrics import GatewayMetrics, RequestTrace
 from .planning import Deployment, SpeechFields, SpeechPlan, merge_batch_item, plan_speech
 from .settings import Settings
 from .usage import Usage
@@ -105,13 +109,14 @@ class AudioStream:
     """The body of a streaming response; `first` was read before the status line was sent."""
 
     def __init__(self, plan: SpeechPlan, chunks: AsyncGenerator[SpeechChunk, None], first: SpeechChunk | None,
-                 request_id: str) -> None:
+                 request_id: str, trace: RequestTrace) -> None:
         self.output = plan.output
         self.sse = plan.output.stream == "sse"
         self.media_type = sse.MEDIA_TYPE if self.sse else plan.output.media_type
         self._chunks = chunks
         self._first = first
         self._request_id = request_id
+        self._trace = trace
 
     async def aclose(self) -> None:
         await self._chunks.aclose()
@@ -143,6 +148,7 @@ class AudioStream:
                 yield sse.done(usage)
         except APIError as exc:
             logger.warning("stream %s failed after it started: %s", self._request_id, exc.message)
+            self._trace.fail(exc.status, exc.type)
             if not self.sse:
                 raise StreamAborted(exc.message) from None
             detail = exc.body()["error"]
@@ -151,9 +157,11 @@ class AudioStream:
             yield sse.error(detail)
         except Exception:
             logger.exception("stream %s failed after it started", self._request_id)
+            internal = errors.internal(self._request_id)
+            self._trace.fail(internal.status, internal.type)
             if not self.sse:
                 raise StreamAborted("internal error") from None
-            body = errors.internal(self._request_id).body()["error"]
+            body = internal.body()["error"]
             yield sse.error({**body, "type": "server_error"})
         finally:
             await self.aclose()
@@ -163,10 +171,12 @@ REF_FEATURES_CACHE = 64  # inline reference clips whose features are kept
 
 
 class SpeechService:
-    def __init__(self, deployment: Deployment, backend: InferenceBackend, settings: Settings) -> None:
+    def __init__(self, deployment: Deployment, backend: InferenceBackend, settings: Settings,
+                 metrics: GatewayMetrics) -> None:
         self.deployment = deployment
         self.backend = backend
         self.settings = settings
+        self.metrics = metrics
         self.ref_settings = ref_audio_settings(settings)
         self.created = int(time.time())
         needed = [c.triton_model for c in deployment.checkpoints]
@@ -259,22 +269,30 @@ class SpeechService:
                 fields["ref_codes"] = ref_codes
         return triton_io.request_tensors(**fields)
 
-    async def _generate(self, plan: SpeechPlan, request_id: str, features: Features | None = None
+    async def _generate(self, plan: SpeechPlan, request_id: str, features: Features | None, trace: RequestTrace
                         ) -> AsyncGenerator[SpeechChunk, None]:
-        await self.readiness.require()
-        inputs = await self._inputs(plan, request_id, features)
-        stream = self.backend.stream_speech(plan.checkpoint.triton_model, inputs, request_id)
+        # Metered from here: waiting for readiness and the reference features is time to first audio too.
+        meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
         try:
-            async with aclosing(stream):
-                async for chunk in stream:
-                    yield chunk
-        except BackendError as exc:
-            raise self._api_error(exc, request_id) from None
+            await self.readiness.require()
+            inputs = await self._inputs(plan, request_id, features)
+            stream = self.backend.stream_speech(plan.checkpoint.triton_model, inputs, request_id)
+            try:
+                async with aclosing(stream):
+                    async for chunk in stream:
+                        meter.audio(chunk.audio.size / plan.output.source_rate)
+                        yield chunk
+            except BackendError as exc:
+                raise self._api_error(exc, request_id) from None
+            meter.completed()
+        finally:
+            meter.close()
 
-    async def synthesize(self, plan: SpeechPlan, request_id: str, features: Features | None = None) -> Clip:
+    async def synthesize(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
+                         trace: RequestTrace) -> Clip:
         parts: list[np.ndarray] = []
         usage = Usage()
-        gen = self._generate(plan, request_id, features)
+        gen = self._generate(plan, request_id, features, trace)
         async with aclosing(gen):
             async for chunk in gen:
                 parts.append(chunk.audio)
@@ -284,8 +302,9 @@ class SpeechService:
         audio = await asyncio.to_thread(encoding.render, pcm, out.source_rate, out.format, out.sample_rate, out.speed)
         return Clip(audio, out.media_type, usage)
 
-    async def open_stream(self, plan: SpeechPlan, request_id: str, features: Features | None = None) -> AudioStream:
-        gen = self._generate(plan, request_id, features)
+    async def open_stream(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
+                          trace: RequestTrace) -> AudioStream:
+        gen = self._generate(plan, request_id, features, trace)
         try:
             first: SpeechChunk | None = await gen.__anext__()
         except StopAsyncIteration:
@@ -293,12 +312,13 @@ class SpeechService:
         except BaseException:
             await gen.aclose()
             raise
-        return AudioStream(plan, gen, first, request_id)
+        return AudioStream(plan, gen, first, request_id, trace)
 
     # --- batch ---------------------------------------------------------------------------------
 
-    async def batch(self, request: Any, request_id: str) -> dict[str, Any]:
-        """`request` is a protocol.BatchSpeechRequest."""
+    async def batch(self, request: Any, request_id: str, trace: RequestTrace) -> dict[str, Any]:
+        """`request` is a protocol.BatchSpeechRequest; each item is a generation of the request `trace`
+        follows, and each failed item an error on it."""
         items = list(request.items)
         limit = self.settings.batch_max_items
         if len(items) > limit:
@@ -311,12 +331,15 @@ class SpeechService:
             item_id = f"{request_id}-{index}"
             try:
                 plan = self.plan(merge_batch_item(defaults, item.model_dump(), request.model))
-                clip = await self.synthesize(plan, item_id)
+                clip = await self.synthesize(plan, item_id, trace=trace)
             except APIError as exc:
+                trace.fail(exc.status, exc.type)
                 return {"index": index, "status": "error", "error": exc.message}
             except Exception:
                 logger.exception("batch item %s failed", item_id)
-                return {"index": index, "status": "error", "error": errors.internal(item_id).message}
+                internal = errors.internal(item_id)
+                trace.fail(internal.status, internal.type)
+                return {"index": index, "status": "error", "error": internal.message}
             return {
                 "index": index,
                 "status": "success",

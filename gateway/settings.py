@@ -27,11 +27,18 @@ Voices and reference audio (all optional):
 - WebSocket /v1/audio/speech/stream: `ws_idle_timeout_s` (30; also between utterances),
   `ws_max_config_bytes` (16 MiB: a session.config may carry a base64 ref_audio),
   `ws_max_text_bytes` (128 KiB: any other message).
+
+Operations (all optional):
+- `api_keys`: a list of keys, any of which a request must present (gateway.auth); none: open.
+  `python -m gateway` adds `TTS_API_KEYS` and `--api-key` to them. A key is printable ASCII
+  without spaces or commas (TTS_API_KEYS is comma-separated).
+- `drain_timeout_s` (30): after SIGTERM, how long requests in flight get to finish (gateway.drain).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +51,7 @@ from ttscore.contract.qwen3_tts import TASK_OF_VARIANT, VARIANTS
 DEFAULT_TRITON_URL = "127.0.0.1:8001"
 DEFAULT_PORT = 8091
 MIB = 1024 * 1024
+_API_KEY = re.compile(r"[\x21-\x2b\x2d-\x7e]+")  # printable ASCII but space and comma
 
 # Optional keys with their types (None = unset); see the module docstring.
 _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -62,6 +70,7 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
     "ws_idle_timeout_s": (int, float),
     "ws_max_config_bytes": int,
     "ws_max_text_bytes": int,
+    "drain_timeout_s": (int, float),
 }
 
 
@@ -139,10 +148,18 @@ class Settings:
     ws_idle_timeout_s: float = 30.0
     ws_max_config_bytes: int = 16 * MIB
     ws_max_text_bytes: int = 128 * 1024
+    # Operations.
+    api_keys: tuple[str, ...] = ()
+    drain_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.models:
             raise SettingsError("the deployment serves no model")
+        for i, key in enumerate(self.api_keys):
+            if not isinstance(key, str) or not _API_KEY.fullmatch(key):  # the message never shows a key
+                raise SettingsError(f"API key #{i + 1} is not printable ASCII without spaces and commas")
+        if not self.drain_timeout_s >= 0:
+            raise SettingsError("drain_timeout_s must not be negative")
         for key in ("speaker_cache_max_bytes", "ref_audio_max_bytes", "ref_audio_max_redirects", "ws_max_config_bytes",
                     "ws_max_text_bytes"):
             if getattr(self, key) < 0:
@@ -164,7 +181,7 @@ class Settings:
         if not isinstance(raw, Mapping):
             raise SettingsError("the gateway config must be a JSON object")
         known = {"triton_url", "models", "checkpoints", "readiness_models", "readiness_ttl_s", "retry_after_s",
-                 "batch_max_items", "allowed_media_domains", *_OPTIONAL_KEYS}
+                 "batch_max_items", "allowed_media_domains", "api_keys", *_OPTIONAL_KEYS}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise SettingsError(f"unknown gateway config key(s): {', '.join(unknown)}")
@@ -190,6 +207,10 @@ class Settings:
         if isinstance(domains, str) or not all(isinstance(d, str) and d for d in domains):
             raise SettingsError("allowed_media_domains must be a list of host names")
         extra["allowed_media_domains"] = tuple(domains)
+        keys = raw.get("api_keys") or ()
+        if isinstance(keys, str) or not isinstance(keys, Sequence):
+            raise SettingsError("api_keys must be a list of strings")
+        extra["api_keys"] = tuple(keys)
         return cls(models=tuple(CheckpointSettings.parse(m) for m in models_raw), **extra)
 
     @classmethod

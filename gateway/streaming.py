@@ -22,6 +22,11 @@ Obligations:
 - Messages are read concurrently with synthesis (bounded queue, so a flooding client is slowed by
   TCP backpressure); they are handled in order. A client that disconnects mid-request cancels it,
   which cancels the Triton request.
+- Drain (gateway.drain, `stop`): an idle session closes with 1001 (going away) after an `error`
+  saying why; one with an utterance open finishes it (up to its `session.done`) first.
+- Metrics: each TTS request is counted like a REST request of the route (gateway.metrics), timed
+  from the arrival of the message that completed its text, with the status REST would have given
+  (499: the client went away).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Awaitable
 from typing import Any, Protocol, TypeVar
 
@@ -39,6 +45,7 @@ from ttscore.contract.errors import InvalidRequest
 
 from . import errors
 from .errors import APIError
+from .metrics import STATUS_CLIENT_GONE, RequestTrace
 from .planning import MAX_INPUT_CHARS, SpeechPlan
 from .protocol import CLIENT_MESSAGES, AudioDone, AudioStart, SessionConfig, SessionDone
 from .services import Features, SpeechService, StreamAborted
@@ -49,6 +56,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
 CLOSE_INTERNAL_ERROR = 1011
 QUEUE_MESSAGES = 64
 MESSAGE_TYPES = ", ".join(CLIENT_MESSAGES)
@@ -73,6 +81,7 @@ class Transport(Protocol):
 
 
 _GONE = object()
+_STOP = object()
 
 
 class _Config:
@@ -86,9 +95,13 @@ class _Config:
 
 
 class StreamingSession:
-    def __init__(self, service: SpeechService, transport: Transport, settings: Settings, request_id: str) -> None:
+    def __init__(self, service: SpeechService, transport: Transport, settings: Settings, request_id: str, *,
+                 route: str, stop: asyncio.Event) -> None:
+        """`route`: the metrics label of each TTS request; `stop`: set when the server drains."""
         self.service = service
         self.transport = transport
+        self.route = route
+        self.stop = stop
         self.idle_timeout_s = settings.ws_idle_timeout_s
         self.max_config_bytes = settings.ws_max_config_bytes
         self.max_text_bytes = settings.ws_max_text_bytes
@@ -98,8 +111,9 @@ class StreamingSession:
         self.utterance_index = 0
         self.sentence_index = 0
         self.utterance_open = False  # text arrived since the last input.done
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(QUEUE_MESSAGES)
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(QUEUE_MESSAGES)  # (arrival time, message)
         self._gone = asyncio.Event()
+        self._received_at = time.monotonic()  # arrival of the message being handled
 
     # --- the connection ----------------------------------------------------------------------------
 
@@ -120,32 +134,46 @@ class StreamingSession:
                 message = await self.transport.receive()
                 if message is None:
                     break
-                await self._queue.put(message)
+                await self._queue.put((time.monotonic(), message))
         except Exception:  # noqa: BLE001 - a broken connection is a disconnect
             logger.debug("streaming session %s: receive failed", self.request_id, exc_info=True)
         self._gone.set()
         with contextlib.suppress(asyncio.QueueFull):
-            self._queue.put_nowait(_GONE)  # full queue: the handler sees _gone at its next wait
+            self._queue.put_nowait((time.monotonic(), _GONE))  # full queue: the handler sees _gone at its next wait
 
     async def _next(self) -> Any:
+        """The next message (_GONE: the client left; _STOP: the server drains between utterances)."""
         if self._gone.is_set() and self._queue.empty():
             return _GONE
         get = asyncio.ensure_future(self._queue.get())
         gone = asyncio.ensure_future(self._gone.wait())
+        # An open utterance is finished first: during a drain its input.done is still awaited.
+        stopping = None if self.utterance_open else asyncio.ensure_future(self.stop.wait())
+        waits = {get, gone} if stopping is None else {get, gone, stopping}
         try:
-            await asyncio.wait({get, gone}, timeout=self.idle_timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, timeout=self.idle_timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            gone.cancel()
+            for waiting in waits - {get}:
+                waiting.cancel()
             if not get.done():
                 get.cancel()
         if get.done() and not get.cancelled():  # (also when it completed just after the timeout)
-            return get.result()
+            received_at, message = get.result()
+            if message is not _GONE:
+                self._received_at = received_at
+            return message
         if self._gone.is_set():
             return _GONE
+        if stopping is not None and self.stop.is_set():
+            return _STOP
         raise TimeoutError
 
     async def _serve(self) -> None:
         while True:
+            if self.stop.is_set() and not self.utterance_open:
+                await self._error("The server is shutting down; reconnect to continue")
+                await self.transport.close(CLOSE_GOING_AWAY, "server shutting down")
+                return
             try:
                 raw = await self._next()
             except TimeoutError:
@@ -154,6 +182,8 @@ class StreamingSession:
                 return
             if raw is _GONE:
                 return
+            if raw is _STOP:
+                continue  # closes above
             if not await self._handle(raw):
                 return
 
@@ -285,28 +315,39 @@ class StreamingSession:
         ).model_dump())
         sent = [0]
         failed = False
+        trace = RequestTrace(self.route, self._received_at)
+        status = 200
         try:
-            await self._until_gone(self._generate(config, text, rid, sent))
+            await self._until_gone(self._generate(config, text, rid, sent, trace))
         except Disconnected:
+            self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
             raise
         except (APIError, InvalidRequest, StreamAborted) as exc:
             failed = True
-            message = str(exc) if isinstance(exc, StreamAborted) else errors.ws_message(exc, rid)
+            if isinstance(exc, StreamAborted):  # the stream put its cause on the trace
+                message, status = str(exc), trace.status or 500
+            else:
+                message = errors.ws_message(exc, rid)
+                status, cause = errors.classify(exc)
+                trace.fail(status, cause)
             logger.info("streaming request %s failed: %s", rid, message)
             await self._error(f"Generation failed for utterance {utterance}, sentence {index}: {message}")
         except Exception as exc:  # noqa: BLE001 - a bug fails this request only; the session goes on
             failed = True
             logger.exception("streaming request %s failed", rid)
+            status, cause = errors.classify(exc)
+            trace.fail(status, cause)
             await self._error(f"Generation failed for utterance {utterance}, sentence {index}: "
                               f"{errors.ws_message(exc, rid)}")
+        self.service.metrics.finished(trace, status)
         await self.transport.send_json(AudioDone(
             utterance_index=utterance, sentence_index=index, total_bytes=sent[0], error=failed,
         ).model_dump())
 
-    async def _generate(self, config: _Config, text: str, rid: str, sent: list[int]) -> None:
+    async def _generate(self, config: _Config, text: str, rid: str, sent: list[int], trace: RequestTrace) -> None:
         plan = self.service.plan(config.message.speech_fields(text))
         if plan.output.stream is not None:
-            stream = await self.service.open_stream(plan, rid, config.features)
+            stream = await self.service.open_stream(plan, rid, config.features, trace=trace)
             try:
                 async for data in stream.body():
                     await self.transport.send_bytes(data)
@@ -314,6 +355,6 @@ class StreamingSession:
             finally:
                 await stream.aclose()
         else:
-            clip = await self.service.synthesize(plan, rid, config.features)
+            clip = await self.service.synthesize(plan, rid, config.features, trace=trace)
             await self.transport.send_bytes(clip.audio)
             sent[0] += len(clip.audio)

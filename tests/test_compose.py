@@ -30,6 +30,7 @@ TOP_LEVEL = {"name", "services", "volumes", "networks", "configs", "secrets"}
 SERVICE_KEYS = {
     "build", "image", "command", "entrypoint", "ports", "volumes", "environment", "env_file", "shm_size",
     "ulimits", "deploy", "healthcheck", "restart", "depends_on", "networks", "working_dir", "user", "ipc",
+    "stop_grace_period",
 }
 
 
@@ -158,7 +159,14 @@ def test_gateway_service_runs_the_gateway_on_its_config(compose):
     assert command[command.index("--port") + 1] == "8091"
     assert command[command.index("--triton-url") + 1] == f"triton:{triton_env.DEFAULT_GRPC_PORT}"
     assert all(str(m.artifacts_dir) == "/artifacts" for m in settings.models)
-    for line in (ROOT / "docker" / "Dockerfile.gateway").read_text().splitlines():
+    # docker stop sends SIGTERM, then SIGKILL after the grace period: it must outlast the drain
+    grace = gw["stop_grace_period"]
+    assert grace.endswith("s") and float(grace[:-1]) > settings.drain_timeout_s
+    dockerfile = (ROOT / "docker" / "Dockerfile.gateway").read_text()
+    for line in dockerfile.splitlines():
         if line.startswith("COPY "):
             for src in shlex.split(line)[1:-1]:
                 assert (ROOT / src).exists(), f"Dockerfile.gateway copies missing {src}"
+    # /metrics needs prometheus-client in the image, at the pin of requirements.txt
+    reqs = _pins((ROOT / "requirements.txt").read_text())
+    assert _pins(dockerfile)["prometheus-client"] == reqs["prometheus-client"]

@@ -3,7 +3,8 @@
 One `speech_generation` model per served checkpoint (named `speech_generation` when only one is
 served, `speech_generation_<name>` otherwise), all sharing one `code2wav` model through BLS when
 their speech tokenizers are byte-identical; the Base checkpoint (at most one) also gets the
-`voice_features` ensemble. Ctrl-C / SIGTERM stops the gateway, then Triton.
+`voice_features` ensemble. Ctrl-C / SIGTERM drains the gateway (it finishes what is in flight,
+up to --drain-timeout), then stops Triton.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import signal
 import subprocess
@@ -27,6 +29,7 @@ from ttscore.contract.manifest import Manifest
 logger = logging.getLogger(__name__)
 
 VOICE_FEATURE_MODELS = ("voice_features", "audio_preprocess", "speaker_encoder", "speech_encoder")
+DRAIN_MARGIN_S = 10.0  # past the gateway's drain time: its own shutdown grace, then it is killed
 
 
 class ServeError(TTSError):
@@ -188,11 +191,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                     str(Path(args.allowed_local_media_path).resolve()) if args.allowed_local_media_path else None
                 ),
                 "allow_private_urls": True if args.allow_private_urls else None,
+                "drain_timeout_s": args.drain_timeout,
             }
             cfg_path.write_text(json.dumps(gateway_config(served, server.grpc_url, plan, voices), indent=2))
+            env = dict(os.environ)
+            if args.api_key:  # through the environment: arguments would show in `ps`
+                env["TTS_API_KEYS"] = ",".join(filter(None, [env.get("TTS_API_KEYS"), *args.api_key]))
             gateway = subprocess.Popen(
                 [sys.executable, "-m", "gateway", "--config", str(cfg_path), "--host", args.host, "--port", str(args.port)],
-                start_new_session=True,
+                start_new_session=True, env=env,
             )
             _wait_http(f"http://127.0.0.1:{args.port}/health", time.time() + 60, gateway)
             url = f"http://{'localhost' if args.host in ('0.0.0.0', '127.0.0.1') else args.host}:{args.port}"
@@ -224,13 +231,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
     finally:
         if gateway is not None and gateway.poll() is None:
-            gateway.terminate()
+            gateway.terminate()  # it drains, then exits
             try:
-                gateway.wait(10)
+                gateway.wait(args.drain_timeout + DRAIN_MARGIN_S)
             except subprocess.TimeoutExpired:
                 gateway.kill()
         server.stop()
         print("stopped", flush=True)
+
+
+def _api_key(value: str) -> str:
+    if not value or any(c.isspace() or c == "," for c in value):  # TTS_API_KEYS is comma-separated
+        raise argparse.ArgumentTypeError("an API key cannot be empty or hold spaces or commas")
+    return value
 
 
 def add_serve_parser(sub: Any) -> None:
@@ -250,4 +263,8 @@ def add_serve_parser(sub: Any) -> None:
     s.add_argument("--allowed-local-media-path", help="gateway: allow file:// ref_audio under this directory")
     s.add_argument("--allow-private-urls", action="store_true",
                    help="gateway: let http(s) ref_audio reach private/loopback addresses")
+    s.add_argument("--api-key", action="append", default=[], type=_api_key,
+                   help="gateway: require this API key (repeatable; passed on in TTS_API_KEYS, not the command line)")
+    s.add_argument("--drain-timeout", type=float, default=30.0,
+                   help="gateway: seconds requests in flight get to finish on Ctrl-C / SIGTERM")
     s.set_defaults(func=_cmd_serve)

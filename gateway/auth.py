@@ -1,0 +1,75 @@
+"""API keys: with any key configured, every route but the open ones needs `Authorization: Bearer <key>`.
+
+- Keys come from `api_keys` in the config, `TTS_API_KEYS` (comma-separated) and `--api-key`
+  (gateway.__main__ merges them into Settings.api_keys). No key: no authentication.
+- Open without a key: liveness, readiness and metrics (probes and scrapers carry no secrets), and
+  `/` should a static page ever be served there.
+- The WebSocket also takes the key as the `api_key` query parameter: browsers cannot set headers
+  on a WebSocket handshake.
+- A presented key is compared with every configured key in constant time (hmac.compare_digest, no
+  early exit), so neither a match nor its position leaks through timing. Keys are never logged.
+
+The middleware raises errors.invalid_api_key; app.RequestContextMiddleware puts it on the wire
+(HTTP 401 + WWW-Authenticate: Bearer; WebSocket: an `error` message, then close 1008).
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+from urllib.parse import parse_qsl
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from . import errors
+
+OPEN_PATHS = frozenset({"/", "/health", "/ready", "/metrics"})
+QUERY_PARAM = "api_key"
+
+
+class APIKeys:
+    def __init__(self, keys: Iterable[str]) -> None:
+        self._keys = tuple(k.encode() for k in keys)
+
+    def __bool__(self) -> bool:
+        return bool(self._keys)
+
+    def accepts(self, presented: str) -> bool:
+        # UTF-8, never a lossy codec: no other text may encode to a key's bytes (keys are ASCII).
+        candidate = presented.encode("utf-8", "surrogatepass")
+        ok = False
+        for key in self._keys:  # every key, whatever matched: constant time in the position of a match
+            ok |= hmac.compare_digest(candidate, key)
+        return ok
+
+
+def bearer_token(scope: Scope) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive)."""
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").strip().partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
+
+
+def query_key(scope: Scope) -> str | None:
+    query = scope.get("query_string", b"").decode("latin-1")
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name == QUERY_PARAM:
+            return value
+    return None
+
+
+class APIKeyMiddleware:
+    def __init__(self, app: ASGIApp, keys: APIKeys) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and self.keys and scope["path"] not in OPEN_PATHS:
+            presented = bearer_token(scope)
+            if presented is None and scope["type"] == "websocket":
+                presented = query_key(scope)
+            if not presented or not self.keys.accepts(presented):
+                raise errors.invalid_api_key(missing=not presented)
+        await self.app(scope, receive, send)
