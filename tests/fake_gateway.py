@@ -21,7 +21,7 @@ from gateway_fixtures import FakeBackend  # noqa: E402
 
 import gateway.app  # noqa: E402
 from gateway.__main__ import main  # noqa: E402
-from ttscore import triton_io  # noqa: E402
+from ttscore.contract import tensors as triton_io  # noqa: E402
 
 
 class GatedBackend(FakeBackend):

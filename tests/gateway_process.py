@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 from gateway_fixtures import NAMES, fake_manifest
 
-from ttscore.triton_env import free_port
+from ttscore.backend.launcher import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_GATEWAY = Path(__file__).resolve().parent / "fake_gateway.py"
