@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.qwen3_tts import NUM_CODE_GROUPS
@@ -159,7 +160,7 @@ def invalid_request_error(exc: InvalidRequest) -> WireError:
 # --- request tensors -> SynthesisRequest --------------------------------------------------------
 
 
-def check_tensor(spec: TensorIO, value: np.ndarray) -> None:
+def check_tensor(spec: TensorIO, value: NDArray[Any]) -> None:
     """dtype and shape (per request, -1 = any) of one input, naming the tensor on failure."""
     expected = NUMPY_DTYPES[spec.dtype]
     if spec.dtype == "BYTES":
@@ -173,7 +174,7 @@ def check_tensor(spec: TensorIO, value: np.ndarray) -> None:
         raise InvalidRequest(f"input '{spec.name}' must have shape {want}, got {list(value.shape)}", spec.name)
 
 
-def _scalar(spec: TensorIO, value: np.ndarray) -> Any:
+def _scalar(spec: TensorIO, value: NDArray[Any]) -> Any:
     item = value.reshape(-1)[0]
     kind = _SCALAR_KINDS[spec.dtype]
     if kind == "str":
@@ -193,7 +194,7 @@ def _scalar(spec: TensorIO, value: np.ndarray) -> Any:
     return f
 
 
-def request_kwargs(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
+def request_kwargs(tensors: Mapping[str, NDArray[Any]]) -> dict[str, Any]:
     """SynthesisRequest keyword arguments from the request's input tensors (absent = not passed,
     so the dataclass default / checkpoint default applies). Semantic checks (ranges, task rules)
     belong to the family's runtime; this only decodes and checks the wire types."""
@@ -223,11 +224,11 @@ def request_kwargs(tensors: Mapping[str, np.ndarray]) -> dict[str, Any]:
     return kwargs
 
 
-def request_tensors(**fields: Any) -> dict[str, np.ndarray]:
+def request_tensors(**fields: Any) -> dict[str, NDArray[Any]]:
     """The inverse, for clients (gateway, tests, perf data): field values -> input arrays.
     None values are left out; unknown names raise KeyError."""
     specs = {t.name: t for t in SPEECH_INPUTS}
-    out: dict[str, np.ndarray] = {}
+    out: dict[str, NDArray[Any]] = {}
     for name, value in fields.items():
         if value is None:
             continue
@@ -244,7 +245,7 @@ def request_tensors(**fields: Any) -> dict[str, np.ndarray]:
 # --- ChunkEvent -> response tensors -------------------------------------------------------------
 
 
-def chunk_outputs(event: Any) -> dict[str, np.ndarray]:
+def chunk_outputs(event: Any) -> dict[str, NDArray[Any]]:
     """Response tensors of one streamed chunk (a ttscore.runtime.engine.ChunkEvent)."""
     usage = event.usage
     reason = event.finish_reason if event.final and event.finish_reason else ""

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
 
@@ -141,8 +142,8 @@ def _manifest_lock(directory: Path) -> Iterator[None]:
 def write_voice_profile(
     output_dir: str | Path,
     voice_name: str,
-    x_vector: np.ndarray,
-    ref_codes: np.ndarray | None,
+    x_vector: NDArray[Any],
+    ref_codes: NDArray[Any] | None,
     *,
     mode: str,
     ref_text: str | None = None,

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import io
 import math
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ttscore.contract.errors import AudioDecodeError, InvalidRequest
 from ttscore.contract.qwen3_tts import (
@@ -32,7 +34,7 @@ from ttscore.contract.qwen3_tts import (
 _PARAM = "ref_audio"
 
 
-def load_audio(data: bytes) -> tuple[np.ndarray, int]:
+def load_audio(data: bytes) -> tuple[NDArray[Any], int]:
     """Decode an audio file held in memory (wav, flac, ogg, ... whatever libsndfile reads)."""
     import soundfile as sf
 
@@ -53,7 +55,7 @@ def load_audio(data: bytes) -> tuple[np.ndarray, int]:
     return audio.astype(np.float32, copy=False), int(sr)
 
 
-def resample(audio: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
+def resample(audio: NDArray[Any], sr_in: int, sr_out: int) -> NDArray[Any]:
     """librosa.resample(y, orig_sr=sr_in, target_sr=sr_out) with its defaults (res_type 'soxr_hq')."""
     import soxr
 
@@ -75,9 +77,10 @@ def resample(audio: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     return np.asarray(y, dtype=audio.dtype)
 
 
-def _hann_periodic(n: int) -> np.ndarray:
+def _hann_periodic(n: int) -> NDArray[Any]:
     """torch.hann_window(n) (periodic=True)."""
-    return 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(n) / n)
+    window: NDArray[Any] = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(n) / n)
+    return window
 
 
 def min_mel_samples() -> int:
@@ -85,7 +88,7 @@ def min_mel_samples() -> int:
     return (MEL_N_FFT - MEL_HOP) // 2 + 1
 
 
-def log_mel(audio_24k: np.ndarray, mel_filters: np.ndarray) -> np.ndarray:
+def log_mel(audio_24k: NDArray[Any], mel_filters: NDArray[Any]) -> NDArray[Any]:
     """[frames, MEL_BINS] float32 log-mel of a 24 kHz mono waveform, frames = 1 + (n + 2p - n_fft) // hop."""
     y = np.asarray(audio_24k, dtype=np.float64).reshape(-1)
     pad = (MEL_N_FFT - MEL_HOP) // 2
@@ -104,10 +107,11 @@ def log_mel(audio_24k: np.ndarray, mel_filters: np.ndarray) -> np.ndarray:
     spec = np.fft.rfft(frames * window, n=MEL_N_FFT, axis=-1)  # [frames, n_fft // 2 + 1]
     mag = np.sqrt(spec.real**2 + spec.imag**2 + 1e-9)
     mel = mag @ mel_filters.astype(np.float64).T  # [frames, MEL_BINS]
-    return np.log(np.maximum(mel, 1e-5)).astype(np.float32)
+    out: NDArray[Any] = np.log(np.maximum(mel, 1e-5)).astype(np.float32)
+    return out
 
 
-def pad_to_frames(audio: np.ndarray, samples_per_frame: int = SAMPLES_PER_FRAME) -> np.ndarray:
+def pad_to_frames(audio: NDArray[Any], samples_per_frame: int = SAMPLES_PER_FRAME) -> NDArray[Any]:
     """Right-pad with zeros to a multiple of samples_per_frame (no copy when already aligned)."""
     audio = np.asarray(audio)
     extra = (-audio.shape[-1]) % samples_per_frame
@@ -117,12 +121,12 @@ def pad_to_frames(audio: np.ndarray, samples_per_frame: int = SAMPLES_PER_FRAME)
 
 
 def prepare_reference(
-    audio: np.ndarray,
+    audio: NDArray[Any],
     sample_rate: int,
-    mel_filters: np.ndarray,
+    mel_filters: NDArray[Any],
     param: str = "ref_audio",
     rate_param: str | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[NDArray[Any], NDArray[Any]]:
     """A reference clip -> (24 kHz audio for the speech encoder, log-mel [frames, 128] for the
     speaker encoder). The audio is NOT padded: the speech-encoder graph takes any length and
     returns ceil(samples / 1920) frames, exactly like the reference `encode` (zero-padding first

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.family import FamilyModel, Sequence, Vocoder
@@ -36,12 +37,12 @@ class Usage:
 @dataclass
 class ChunkEvent:
     req_id: str
-    pcm: np.ndarray  # float32, 1-D, model sample rate
+    pcm: NDArray[Any]  # float32, 1-D, model sample rate
     frames: int  # codec frames in this chunk
     final: bool
     finish_reason: str | None  # "stop" | "length" on the final event
     usage: Usage
-    codes: np.ndarray | None = None  # [frames, G] codec frames of this chunk
+    codes: NDArray[Any] | None = None  # [frames, G] codec frames of this chunk
 
 
 @dataclass

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from numpy.typing import NDArray
 
 from ttscore.contract.errors import ArtifactError
 
@@ -27,13 +27,13 @@ class OnnxGraph:
         if os.environ.get("TTS_DEVICE", "cpu") == "gpu":
             device_id = int(os.environ.get("TTS_CUDA_DEVICE", "0"))
             providers = [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
-        self.session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)  # type: ignore[arg-type]
+        self.session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
         self.input_names = [t["name"] for t in graph["inputs"]]
         self.output_names = [t["name"] for t in graph["outputs"]]
         got = [i.name for i in self.session.get_inputs()]
         if sorted(got) != sorted(self.input_names):
             raise ArtifactError(f"{path.name}: inputs {got} do not match the manifest {self.input_names}")
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
         outs = self.session.run(self.output_names, feeds)
         return dict(zip(self.output_names, outs, strict=True))

@@ -9,12 +9,15 @@ exactly, independently of batching. The same rules run inside the code-predictor
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+from numpy.typing import NDArray
 
 MIN_NEW_TOKENS = 2
 
 
-def suppress_mask(vocab_size: int, eos_id: int) -> np.ndarray:
+def suppress_mask(vocab_size: int, eos_id: int) -> NDArray[Any]:
     mask = np.zeros(vocab_size, dtype=bool)
     mask[max(0, vocab_size - 1024) :] = True
     mask[eos_id] = False
@@ -22,13 +25,13 @@ def suppress_mask(vocab_size: int, eos_id: int) -> np.ndarray:
 
 
 def process_logits(
-    logits: np.ndarray,
-    history: np.ndarray,
+    logits: NDArray[Any],
+    history: NDArray[Any],
     penalty: float,
-    suppressed: np.ndarray,
+    suppressed: NDArray[Any],
     eos_id: int,
     n_generated: int,
-) -> np.ndarray:
+) -> NDArray[Any]:
     """Apply the talker's logits processors to one row of logits (returns a float32 copy)."""
     scores = np.array(logits, dtype=np.float32, copy=True)
     if penalty != 1.0 and history.size:
@@ -42,7 +45,7 @@ def process_logits(
 
 
 def sample(
-    scores: np.ndarray, do_sample: bool, temperature: float, top_k: int, top_p: float, u: float
+    scores: NDArray[Any], do_sample: bool, temperature: float, top_k: int, top_p: float, u: float
 ) -> int:
     """Greedy argmax, or temperature/top-k/top-p then inverse-CDF with the uniform draw `u`."""
     if not do_sample:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ttscore.runtime.onnx import OnnxGraph
 
@@ -15,19 +16,19 @@ from ttscore.runtime.onnx import OnnxGraph
 class VocoderStream:
     """Per-stream state of the exact streaming vocoder."""
 
-    state: np.ndarray
+    state: NDArray[Any]
     position: int = 0
 
 
 def decode_streams(
-    items: list[tuple[VocoderStream, np.ndarray]],
+    items: list[tuple[VocoderStream, NDArray[Any]]],
     run: Any,
     max_rows: int | None = None,
-) -> list[np.ndarray]:
+) -> list[NDArray[Any]]:
     """Decode each (stream, codes [T, G]) pair and advance its stream. Streams whose chunks have the
     same length go through one batched call (at most `max_rows` rows) `run(codes [B,T,G],
     state [B,S], position [B]) -> (pcm [B, T*spf], new_state [B, S])`; returns the PCM per item."""
-    out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(items)
+    out: list[NDArray[Any]] = [np.zeros(0, np.float32)] * len(items)
     by_len: dict[int, list[int]] = {}
     for i, (_, codes) in enumerate(items):
         by_len.setdefault(int(codes.shape[0]), []).append(i)
@@ -57,9 +58,9 @@ class OrtVocoder:
     def new_stream(self) -> VocoderStream:
         return VocoderStream(np.zeros(self.state_size, dtype=np.float32))
 
-    def _run(self, codes: np.ndarray, state: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _run(self, codes: NDArray[Any], state: NDArray[Any], position: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
         res = self.graph.run({"codes": codes, "state": state, "position": position})
         return res["pcm"], res["new_state"]
 
-    def decode(self, items: list[tuple[VocoderStream, np.ndarray]]) -> list[np.ndarray]:
+    def decode(self, items: list[tuple[VocoderStream, NDArray[Any]]]) -> list[NDArray[Any]]:
         return decode_streams(items, self._run)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ttscore.contract import qwen3_tts as spec
 from ttscore.contract.errors import ArtifactError, InvalidRequest
@@ -64,11 +66,12 @@ class Pipeline:
         self.speaker_encoder = graph("speaker_encoder") if encoders and "speaker_encoder" in graphs else None
         self.speech_encoder = graph("speech_encoder") if encoders and "speech_encoder" in graphs else None
 
-        def table(name: str) -> np.ndarray:
+        def table(name: str) -> NDArray[Any]:
             path = artifacts / f"{name}.npy"
             if not path.is_file():
                 raise ArtifactError(f"missing table {path}")
-            return np.load(path, mmap_mode="r")
+            loaded: NDArray[Any] = np.load(path, mmap_mode="r")
+            return loaded
 
         self.tables = Tables(
             text=table("text_embeddings"), codec=table("codec_embeddings"), groups=table("group_embeddings")
@@ -100,8 +103,8 @@ class Pipeline:
     # --- Base voice features ------------------------------------------------------------------
 
     def voice_features(
-        self, audio: np.ndarray, sample_rate: int, with_codes: bool
-    ) -> tuple[np.ndarray, np.ndarray | None]:
+        self, audio: NDArray[Any], sample_rate: int, with_codes: bool
+    ) -> tuple[NDArray[Any], NDArray[Any] | None]:
         """x-vector (and reference codes for in-context cloning) of a reference clip."""
         from ttscore.runtime.audio import prepare_reference
 

@@ -8,8 +8,10 @@ qwen_tts/core/models/modeling_qwen3_tts.py. Token ids are sliced positionally th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo
@@ -24,23 +26,24 @@ from ttscore.runtime.families.qwen3_tts.tokenizer import (
 
 @dataclass
 class Tables:
-    text: np.ndarray  # [text_vocab, H]  projected text embeddings
-    codec: np.ndarray  # [codec_vocab, H] talker codec embeddings
-    groups: np.ndarray  # [G-1, codebook, H] code-predictor codec embeddings
+    text: NDArray[Any]  # [text_vocab, H]  projected text embeddings
+    codec: NDArray[Any]  # [codec_vocab, H] talker codec embeddings
+    groups: NDArray[Any]  # [G-1, codebook, H] code-predictor codec embeddings
 
-    def frame_embeddings(self, codes: np.ndarray) -> np.ndarray:
+    def frame_embeddings(self, codes: NDArray[Any]) -> NDArray[Any]:
         """Sum of the G group embeddings of each frame: codes [T, G] -> [T, H]."""
         out = self.codec[codes[:, 0]].astype(np.float32)
         for g in range(1, codes.shape[1]):
             out = out + self.groups[g - 1][codes[:, g]]
-        return out
+        summed: NDArray[Any] = out
+        return summed
 
 
 @dataclass
 class Prompt:
-    embeds: np.ndarray  # [L, H] talker prefill input
-    trailing: np.ndarray  # [N, H] text embeddings added to the generated frames, in order
-    pad: np.ndarray  # [H] tts_pad embedding, added once `trailing` is used up
+    embeds: NDArray[Any]  # [L, H] talker prefill input
+    trailing: NDArray[Any]  # [N, H] text embeddings added to the generated frames, in order
+    pad: NDArray[Any]  # [H] tts_pad embedding, added once `trailing` is used up
     text_tokens: int  # tokens of the synthesized text plus instructions (usage)
     audio_tokens: int  # reference codec frames fed in context (usage)
 
@@ -58,7 +61,7 @@ def build_prompt(
     cid = info.codec_ids
     tts_bos, tts_eos, tts_pad = T[st["tts_bos"]], T[st["tts_eos"]], T[st["tts_pad"]]
 
-    parts: list[np.ndarray] = []
+    parts: list[NDArray[Any]] = []
     n_instruct = 0
     if req.instructions:
         ins_ids = tokenizer.encode(instruct_text(req.instructions))

@@ -8,8 +8,10 @@ raises `InvalidRequest(message, param)` naming the field on anything out of rang
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.qwen3_tts import MAX_TEXT_CHARS, RULES, VARIANTS
@@ -28,8 +30,8 @@ class SynthesisRequest:
     language: str | None = None  # None / "auto": no language token
     instructions: str | None = None
     ref_text: str | None = None
-    ref_codes: np.ndarray | None = None  # [T, G] int64 reference codes (Base ICL)
-    x_vector: np.ndarray | None = None  # [D] float32 speaker embedding (Base)
+    ref_codes: NDArray[Any] | None = None  # [T, G] int64 reference codes (Base ICL)
+    x_vector: NDArray[Any] | None = None  # [D] float32 speaker embedding (Base)
     x_vector_only: bool = False
     non_streaming_mode: bool | None = None
     max_new_tokens: int | None = None
@@ -65,8 +67,8 @@ class ResolvedRequest:
     language_id: int | None  # after the dialect rule
     instructions: str | None  # None when empty or ignored by the checkpoint
     ref_text: str | None
-    ref_codes: np.ndarray | None  # set only in ICL mode
-    x_vector: np.ndarray | None
+    ref_codes: NDArray[Any] | None  # set only in ICL mode
+    x_vector: NDArray[Any] | None
     non_streaming_mode: bool
     max_new_tokens: int
     seed: int | None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE
@@ -40,7 +41,7 @@ def _version_tuple(v: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def pretokenizer_regex(config: dict) -> str:
+def pretokenizer_regex(config: dict[str, Any]) -> str:
     """The split regex the reference ends up using for a checkpoint with this config.json."""
     version = config.get("transformers_version")
     model_type = config.get("model_type")
