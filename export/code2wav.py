@@ -171,13 +171,13 @@ def onnx_export(
                 raise ExportError(f"unknown exporter {exporter!r}")
     except ExportError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any exporter failure is an export failure
+    except Exception as exc:  # any exporter failure is an export failure
         raise ExportError(f"{spec.name}: torch.onnx export ({exporter}) failed: {exc}") from exc
     apply_spec_dims(proto, spec)
     check_graph_io(proto, spec)
     try:
         onnx.checker.check_model(proto)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ExportError(f"{spec.name}: exported graph fails onnx.checker: {exc}") from exc
     onnx.save_model(proto, str(path))
     logger.info(
@@ -198,7 +198,7 @@ def ort_session(path: Path, threads: int | None = None) -> Any:
         opts.inter_op_num_threads = 1
     try:
         return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # noqa: BLE001 - a graph ORT cannot load is a broken artifact
+    except Exception as exc:  # a graph ORT cannot load is a broken artifact
         raise ExportError(f"onnxruntime cannot load {path.name}: {exc}") from exc
 
 
@@ -586,7 +586,7 @@ def validate_code2wav(
     def _run(what: str, fn: Any) -> Any:
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - a graph that cannot run is a failed export
+        except Exception as exc:  # a graph that cannot run is a failed export
             raise ExportError(f"code2wav validation ({what}): graph failed to run: {exc}") from exc
 
     # Offline graph, batch of 2 and two lengths (dynamic frames).

@@ -107,7 +107,7 @@ def ort_session(path: Path, *, threads: int | None = None, basic_only: bool = Fa
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     try:
         return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # noqa: BLE001 - surface as the typed export failure
+    except Exception as exc:  # surface as the typed export failure
         raise ExportError(f"onnxruntime cannot load {path}: {exc}") from exc
 
 
@@ -181,7 +181,7 @@ def finalize_onnx(tmp_file: Path, out_file: Path, metadata: dict[str, str], spec
 
     try:
         model = onnx.load(str(tmp_file), load_external_data=True)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ExportError(f"exported graph {tmp_file.name} does not load: {exc}") from exc
     if spec is not None:
         stamp_io(model, spec)
@@ -191,7 +191,7 @@ def finalize_onnx(tmp_file: Path, out_file: Path, metadata: dict[str, str], spec
     save_onnx(model, out_file)
     try:
         onnx.checker.check_model(str(out_file))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ExportError(f"{out_file.name} fails onnx.checker: {exc}") from exc
     return out_file
 
@@ -230,7 +230,7 @@ def quantize_int8(onnx_path: Path, out_path: Path | None = None) -> Path:
             so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
         try:
             ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ExportError(f"onnxruntime cannot optimize {onnx_path.name} for quantization: {exc}") from exc
         data = out_path.with_name(out_path.name + ".data")
         if data.exists():
@@ -241,7 +241,7 @@ def quantize_int8(onnx_path: Path, out_path: Path | None = None) -> Path:
                 per_channel=False, use_external_data_format=large,
                 extra_options={"MatMulConstBOnly": True},
             )
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ExportError(f"int8 quantization of {onnx_path.name} failed: {exc}") from exc
     if large and data.exists() and data.stat().st_size < EXTERNAL_DATA_THRESHOLD:
         # The int8 graph fits in one protobuf (e.g. the 1.7B talker: 5.7 GB fp32 -> ~1.4 GB): keep

@@ -156,7 +156,7 @@ def validate_speaker_encoder(
             ref = encoder(torch.from_numpy(mels)).float().numpy()
         try:
             (got,) = sess.run(None, {"mels": mels})
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ExportError(f"speaker_encoder graph failed to run on {frames} frames: {exc}") from exc
         if got.shape != ref.shape:
             raise ExportError(f"speaker_encoder: shape {got.shape} != reference {ref.shape}")
@@ -438,7 +438,7 @@ def validate_speech_encoder(
             ref = reference_encode(tokenizer, x)
             try:
                 (got,) = sess.run(None, {"audio": x[None]})
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise ExportError(f"speech_encoder graph failed to run on {len(x)} samples: {exc}") from exc
             if got.shape[1:] != ref.shape or not np.array_equal(got[0], ref):
                 diff = int(np.sum(got[0] != ref)) if got.shape[1:] == ref.shape else -1
@@ -454,7 +454,7 @@ def validate_speech_encoder(
     audio2 = np.stack([validation_audio(1.0, seed=7), validation_audio(1.0, seed=8)])
     try:
         (got2,) = sess.run(None, {"audio": audio2})
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise ExportError(f"speech_encoder graph failed to run on a batch of 2: {exc}") from exc
     for r in range(2):
         if not np.array_equal(got2[r], reference_encode(tokenizer, audio2[r])):

@@ -96,7 +96,7 @@ def export_checkpoint(
     except TTSError:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    except Exception as exc:  # noqa: BLE001 - every failure becomes a typed export error
+    except Exception as exc:  # every failure becomes a typed export error
         shutil.rmtree(tmp, ignore_errors=True)
         logger.exception("export failed")
         raise ExportError(f"export failed: {type(exc).__name__}: {exc}") from exc
@@ -114,7 +114,7 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str) -> 
     torch.manual_seed(0)
     try:
         ref = load_reference(src)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise CheckpointError(f"cannot load {src} with the reference implementation: {exc}") from exc
     tts = ref.model
     st_model = tts.speech_tokenizer.model

@@ -463,7 +463,7 @@ def _export(module: nn.Module, args: tuple[torch.Tensor, ...], spec: GraphSpec, 
                     do_constant_folding=True,
                     dynamo=False,
                 )
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise ExportError(f"torch.onnx.export of {spec.name} failed: {exc}") from exc
         finalize_onnx(tmp_file, out_file, {"graph": spec.name, "exporter": EXPORTER}, spec)
     _check_io(out_file, spec)
@@ -694,7 +694,7 @@ def _validate_talker(
             feed[f"past_value_{li}"] = past[2 * li + 1]
         try:
             out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed), strict=True))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ExportError(f"talker: onnxruntime failed on case {name} (B={b}, P={p}, T={t}): {exc}") from exc
         for r, ref in enumerate(refs):
             case = f"{name}[row {r}]"
@@ -798,7 +798,7 @@ def _validate_code_predictor(
     def run(feed: dict[str, np.ndarray], case: str) -> dict[str, np.ndarray]:
         try:
             return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed), strict=True))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise ExportError(f"code_predictor: onnxruntime failed on case {case}: {exc}") from exc
 
     # Greedy, batch 1 and 3: bit-identical to the reference generate (ONNX and the torch wrapper).
@@ -913,7 +913,7 @@ def validate_int8(
                 feed[f"past_value_{li}"] = rng.standard_normal((b, kvh, p, hd)).astype(np.float32)
             try:
                 a, q = fp32.run(["logits"], feed)[0], int8.run(["logits"], feed)[0]
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise ExportError(f"int8 talker does not run: {exc}") from exc
             agree.append(a.argmax(-1) == q.argmax(-1))
             err = max(err, max_abs(a, q))
@@ -931,7 +931,7 @@ def validate_int8(
             try:
                 a_codes, a_sum = fp32.run(None, feed)
                 q_codes, q_sum = int8.run(None, feed)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise ExportError(f"int8 code_predictor does not run: {exc}") from exc
             agree.append((a_codes == q_codes).reshape(-1))
             err = max(err, max_abs(a_sum, q_sum))

@@ -54,7 +54,7 @@ BackendFactory = Callable[[Settings], InferenceBackend]
 
 
 def _triton_backend(settings: Settings) -> InferenceBackend:
-    from .triton_client import TritonBackend  # noqa: PLC0415  (tritonclient only when serving for real)
+    from .triton_client import TritonBackend  # tritonclient only when serving for real
 
     return TritonBackend(settings.triton_url)
 

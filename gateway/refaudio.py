@@ -32,7 +32,7 @@ DATA_ONLY = ("decode_ref_audio takes base64 data URLs only (data:audio/wav;base6
 
 def ref_audio_bytes(locator: str) -> bytes:
     """The audio file a data URL carries; InvalidRequest(param='ref_audio') for anything else."""
-    from .voices.sources import decode_data_url  # noqa: PLC0415
+    from .voices.sources import decode_data_url
 
     text = locator.strip() if isinstance(locator, str) else ""
     scheme = text.split(":", 1)[0].lower() if ":" in text else ""
@@ -45,7 +45,7 @@ def ref_audio_bytes(locator: str) -> bytes:
 
 def decode_bytes(data: bytes) -> tuple[np.ndarray, int]:
     """An audio file's bytes -> (float32 mono, sample rate), within the voice_features limits."""
-    from .voices.audio_io import decode_audio  # noqa: PLC0415  (PyAV / soundfile: only when cloning)
+    from .voices.audio_io import decode_audio  # PyAV / soundfile: only when cloning
 
     return decode_audio(data, max_seconds=MAX_SECONDS, min_seconds=MIN_SECONDS, param=PARAM)
 
@@ -57,7 +57,7 @@ def decode_ref_audio(locator: str) -> tuple[np.ndarray, int]:
 
 async def resolve_ref_audio(locator: str, settings: RefAudioSettings) -> tuple[np.ndarray, int]:
     """Any allowed locator (data:, http(s):, file:) -> (float32 mono audio, sample rate)."""
-    from .voices.sources import load_ref_audio  # noqa: PLC0415
+    from .voices.sources import load_ref_audio
 
     data = await load_ref_audio(locator, settings)
     return await asyncio.to_thread(decode_bytes, data)

@@ -135,7 +135,7 @@ class StreamingSession:
                 if message is None:
                     break
                 await self._queue.put((time.monotonic(), message))
-        except Exception:  # noqa: BLE001 - a broken connection is a disconnect
+        except Exception:  # a broken connection is a disconnect
             logger.debug("streaming session %s: receive failed", self.request_id, exc_info=True)
         self._gone.set()
         with contextlib.suppress(asyncio.QueueFull):
@@ -332,7 +332,7 @@ class StreamingSession:
                 trace.fail(status, cause)
             logger.info("streaming request %s failed: %s", rid, message)
             await self._error(f"Generation failed for utterance {utterance}, sentence {index}: {message}")
-        except Exception as exc:  # noqa: BLE001 - a bug fails this request only; the session goes on
+        except Exception as exc:  # a bug fails this request only; the session goes on
             failed = True
             logger.exception("streaming request %s failed", rid)
             status, cause = errors.classify(exc)

@@ -526,8 +526,8 @@ class Runner:
         rec.outcome, rec.clear, rec.message = ERROR, False, "SSE stream ended without speech.audio.done or .error"
 
     async def _websocket(self, rec: RequestRecord, text: str) -> None:
-        from websockets.asyncio.client import connect  # noqa: PLC0415  (only this kind needs it)
-        from websockets.exceptions import ConnectionClosed, InvalidStatus  # noqa: PLC0415
+        from websockets.asyncio.client import connect  # only this kind needs it
+        from websockets.exceptions import ConnectionClosed, InvalidStatus
 
         url = self.cfg.url.replace("http", "ws", 1).rstrip("/") + "/v1/audio/speech/stream"
         errors: list[str] = []

@@ -97,7 +97,7 @@ def decode(data: bytes) -> tuple[int, int]:
     try:
         y, rate = sf.read(io.BytesIO(data))
         return len(y), int(rate)
-    except Exception:  # noqa: BLE001 - ADTS AAC: PyAV
+    except Exception:  # ADTS AAC: PyAV
         with av.open(io.BytesIO(data)) as c:
             s = c.streams.audio[0]
             return sum(f.samples for f in c.decode(s)), int(s.sample_rate)

@@ -35,7 +35,7 @@ def decode_any(data: bytes) -> tuple[int, int]:
     try:
         y, rate = sf.read(io.BytesIO(data))
         return len(y), int(rate)
-    except Exception:  # noqa: BLE001 - libsndfile cannot read ADTS AAC
+    except Exception:  # libsndfile cannot read ADTS AAC
         with av.open(io.BytesIO(data)) as c:
             stream = c.streams.audio[0]
             n = sum(f.samples for f in c.decode(stream))

@@ -135,7 +135,7 @@ def _probe_soundfile(data: bytes) -> tuple[int, int, float | None] | None:
 
     try:
         info = sf.info(io.BytesIO(data))
-    except Exception:  # noqa: BLE001 - libsndfile cannot read it; PyAV may
+    except Exception:  # libsndfile cannot read it; PyAV may
         return None
     frames = int(info.frames)
     duration = frames / info.samplerate if 0 < frames < 2**62 and info.samplerate > 0 else None
@@ -147,7 +147,7 @@ def _open_av(data: bytes, kind: str, param: str):  # type: ignore[no-untyped-def
 
     try:
         container = av.open(io.BytesIO(data), mode="r", format=_FFMPEG_FORMAT[kind])
-    except Exception as exc:  # noqa: BLE001 - PyAV raises many error types for bad input
+    except Exception as exc:  # PyAV raises many error types for bad input
         raise AudioDecodeError(f"Could not decode audio file: {exc}", param) from None
     if not container.streams.audio:
         container.close()
@@ -227,7 +227,7 @@ def _decode_soundfile(data: bytes, max_frames: int) -> np.ndarray | None:
     try:
         with sf.SoundFile(io.BytesIO(data)) as f:
             out = f.read(frames=max_frames + 1, dtype="float32", always_2d=True)
-    except Exception:  # noqa: BLE001 - fall back to PyAV
+    except Exception:  # fall back to PyAV
         return None
     return np.asarray(out, dtype=np.float32)
 
@@ -255,7 +255,7 @@ def _decode_av(data: bytes, kind: str, max_frames: int, param: str) -> tuple[np.
                 break  # enough to know it is too long; stop decoding
     except InvalidRequest:
         raise
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise AudioDecodeError(f"Could not decode audio file: {exc}", param) from None
     finally:
         container.close()

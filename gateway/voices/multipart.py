@@ -191,7 +191,7 @@ async def parse_multipart_form(
             raise UploadTooLarge(limit_total, None, "Request body")
         try:
             parser.write(chunk)
-        except Exception as exc:  # noqa: BLE001 - python-multipart raises its own error types
+        except Exception as exc:  # python-multipart raises its own error types
             raise InvalidRequest(f"Malformed multipart/form-data body: {exc}", None) from None
         if errors:
             raise errors[0]  # stop reading: the rest of the body is never consumed

@@ -137,7 +137,7 @@ def _load_voice(
         raise _Skip(f"file {filename!r} escapes custom_voice_dir")
     try:
         tensors = load_file(str(path))
-    except Exception as exc:  # noqa: BLE001 - missing, truncated or not safetensors
+    except Exception as exc:  # missing, truncated or not safetensors
         raise _Skip(f"cannot load {path.name}: {exc}") from None
     emb = tensors.get(SPEAKER_EMBEDDING)
     if emb is None:

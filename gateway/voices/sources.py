@@ -184,7 +184,7 @@ async def _fetch(url: str, s: RefAudioSettings) -> bytes:
     for _hop in range(s.max_redirects + 1):
         try:
             target = httpx.URL(current)
-        except Exception:  # noqa: BLE001 - httpx.InvalidURL and friends
+        except Exception:  # httpx.InvalidURL and friends
             raise InvalidRequest("ref_audio URL is malformed", PARAM) from None
         if target.scheme not in ("http", "https"):
             raise InvalidRequest(f"ref_audio URL redirected to unsupported scheme {target.scheme!r}", PARAM)

@@ -312,7 +312,7 @@ class VoiceStore:
         try:
             with safe_open(str(record.path), framework="numpy") as f:
                 audio = f.get_tensor(AUDIO_TENSOR)
-        except Exception as exc:  # noqa: BLE001 - file vanished or corrupted after start-up
+        except Exception as exc:  # file vanished or corrupted after start-up
             raise VoiceStorageError(f"stored audio of voice {record.name!r} is unreadable: {exc}") from exc
         return np.ascontiguousarray(audio, dtype=np.float32).reshape(-1), record.sample_rate
 
@@ -339,7 +339,7 @@ class VoiceStore:
                 continue
             try:
                 record = self._read_record(path)
-            except Exception as exc:  # noqa: BLE001 - any problem with one file only skips that file
+            except Exception as exc:  # any problem with one file only skips that file
                 logger.warning("Skipping invalid voice file %s: %s", path, exc)
                 continue
             if record.key in self._reserved:

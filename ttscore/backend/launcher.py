@@ -449,7 +449,7 @@ def running_server(model_repository: Path | str, **kwargs: object) -> Iterator[T
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m ttscore.backend.launcher --model-repository R`: run the bundled server in the foreground
     (Ctrl-C stops it), or print the exact command and environment with --print-command."""
-    import argparse  # noqa: PLC0415
+    import argparse
 
     parser = argparse.ArgumentParser(prog="python -m ttscore.backend.launcher", description=main.__doc__)
     parser.add_argument("--model-repository", required=True)

@@ -104,7 +104,7 @@ class Instance:
         if self.kind == "GPU":
             os.environ["TTS_DEVICE"] = "gpu"
             os.environ["TTS_CUDA_DEVICE"] = str(self.device_id)
-            import onnxruntime as ort  # noqa: PLC0415
+            import onnxruntime as ort
 
             if "CUDAExecutionProvider" not in ort.get_available_providers():
                 raise ModelSettingsError(
@@ -167,7 +167,7 @@ class OrtModelSettings:
 
 def open_graph(model: str, settings: OrtModelSettings, graph_name: str) -> Any:
     """A ttscore.runtime.onnx.OnnxGraph of the manifest's `graph_name`, checked against the artifacts."""
-    from ttscore.runtime.onnx import OnnxGraph  # noqa: PLC0415
+    from ttscore.runtime.onnx import OnnxGraph
 
     graphs = settings.manifest.graphs
     entry = graphs.get(graph_name)
@@ -197,7 +197,7 @@ def codec_facts(model: str, manifest: Manifest, artifacts_dir: Path) -> CodecFac
     groups, spf, codebook = spec.NUM_CODE_GROUPS, spec.SAMPLES_PER_FRAME, None
     cfg = manifest.configs
     if cfg:
-        from ttscore.runtime.families.qwen3_tts.checkpoint import parse_configs  # noqa: PLC0415
+        from ttscore.runtime.families.qwen3_tts.checkpoint import parse_configs
 
         info = parse_configs(
             cfg["config.json"], cfg["speech_tokenizer/config.json"], cfg["generation_config.json"], artifacts_dir
@@ -313,7 +313,7 @@ def run_code2wav(
 
 def request_from_tensors(tensors: Mapping[str, np.ndarray]) -> Any:
     """A SynthesisRequest from a speech_generation request; raises InvalidRequest naming the tensor."""
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest  # noqa: PLC0415
+    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 
     return SynthesisRequest(**triton_io.request_kwargs(tensors))
 
@@ -342,8 +342,8 @@ class GeneratorLike(Protocol):
 
 def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
     """The production generator: Pipeline (ONNX Runtime sessions) + continuous batching."""
-    from ttscore.runtime.engine import Generator  # noqa: PLC0415  (heavy; only inside the server)
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline  # noqa: PLC0415
+    from ttscore.runtime.engine import Generator  # heavy; only inside the server
+    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
 
     inline = settings.vocoder == "inline"
     try:
@@ -356,7 +356,7 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
         raise ModelSettingsError(f"speech_generation: {exc}") from None
     vocoder = None
     if not inline:
-        from ttscore.backend.glue import BlsVocoder  # noqa: PLC0415  (pb_utils: only inside the stub)
+        from ttscore.backend.glue import BlsVocoder  # pb_utils: only inside the stub
 
         vocoder = BlsVocoder(settings.vocoder, pipeline.state_size)
     return Generator(pipeline, max_batch=settings.max_active_requests, vocoder=vocoder)
@@ -632,7 +632,7 @@ def preprocess_reference(
     audio: np.ndarray, sample_rate: int, mel_filters: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Reference clip -> (24 kHz audio, log-mel [frames, 128]); see ttscore.runtime.audio.prepare_reference."""
-    from ttscore.runtime.audio import prepare_reference  # noqa: PLC0415
+    from ttscore.runtime.audio import prepare_reference
 
     return prepare_reference(audio, sample_rate, mel_filters, param="audio", rate_param="sample_rate")
 

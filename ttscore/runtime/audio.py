@@ -43,7 +43,7 @@ def load_audio(data: bytes) -> tuple[NDArray[Any], int]:
     try:
         with io.BytesIO(data) as f:
             audio, sr = sf.read(f, dtype="float32", always_2d=False)
-    except Exception as exc:  # noqa: BLE001 - libsndfile raises several types for bad input
+    except Exception as exc:  # libsndfile raises several types for bad input
         raise AudioDecodeError(f"could not decode reference audio: {exc}", param=_PARAM) from exc
     audio = np.asarray(audio, dtype=np.float32)
     if audio.ndim > 1:

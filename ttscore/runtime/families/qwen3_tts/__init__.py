@@ -19,7 +19,7 @@ class Qwen3TTS:
     def load(
         self, artifacts: Path, manifest: Manifest, *, threads: int | None, vocoder: bool, encoders: bool
     ) -> Pipeline:
-        from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline  # noqa: PLC0415  (onnxruntime)
+        from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline  # onnxruntime
 
         return Pipeline(artifacts, manifest, threads, vocoder=vocoder, encoders=encoders)
 
