@@ -413,7 +413,7 @@ def reference_encode(tokenizer: Any, audio: np.ndarray) -> np.ndarray:
 def validation_audio(seconds: float, seed: int = 0) -> np.ndarray:
     """Noise plus a few sines, peak ~0.5: a deterministic, non-trivial validation signal."""
     rng = np.random.default_rng(seed)
-    n = int(round(seconds * SAMPLE_RATE))
+    n = round(seconds * SAMPLE_RATE)
     t = np.arange(n) / SAMPLE_RATE
     x = 0.05 * rng.standard_normal(n)
     for f, a in ((220.0, 0.2), (530.0, 0.1), (1870.0, 0.05)):

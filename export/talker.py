@@ -49,8 +49,8 @@ __all__ = [
     "export_talker",
     "numpy_filter",
     "numpy_sample",
-    "sort_window",
     "quantize_int8",
+    "sort_window",
     "talker_graph_spec",
     "validate_code_predictor",
     "validate_int8",
@@ -235,7 +235,7 @@ class _TopK(torch.autograd.Function):
     would bake the traced k in as a constant)."""
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ARG004
+    def forward(ctx: Any, x: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.topk(x, int(k.reshape(-1)[0]), dim=-1, largest=True, sorted=True)
 
     @staticmethod

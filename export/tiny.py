@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -595,7 +596,7 @@ def _learn_merges() -> tuple[tuple[str, str], ...]:
     for _ in range(_NUM_MERGES):
         pairs: Counter[tuple[str, str]] = Counter()
         for w, n in words.items():
-            for a, b in zip(w, w[1:], strict=False):
+            for a, b in itertools.pairwise(w):
                 pairs[(a, b)] += n
         if not pairs:
             break
@@ -733,7 +734,7 @@ class _Init:
 
 
 def _conv_fan_in(mod: Any) -> int:
-    import torch.nn as nn
+    from torch import nn
 
     k = int(mod.kernel_size[0])
     if isinstance(mod, nn.ConvTranspose1d):
@@ -749,7 +750,7 @@ def _init_module_tensors(init: _Init, model: Any, gains: dict[str, float]) -> No
     """
     import re
 
-    import torch.nn as nn
+    from torch import nn
 
     def gain_of(mod_name: str) -> float:
         for pattern, g in gains.items():

@@ -19,8 +19,15 @@ from ttscore.contract.tensors import CANCELLED, INTERNAL, INVALID_ARG, UNAVAILAB
 
 from .usage import Usage
 
-__all__ = ["BackendError", "CANCELLED", "INTERNAL", "INVALID_ARG", "InferenceBackend", "SpeechChunk",
-           "UNAVAILABLE"]
+__all__ = [
+    "CANCELLED",
+    "INTERNAL",
+    "INVALID_ARG",
+    "UNAVAILABLE",
+    "BackendError",
+    "InferenceBackend",
+    "SpeechChunk",
+]
 
 
 @dataclass(frozen=True)

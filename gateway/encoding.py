@@ -158,7 +158,7 @@ def change_speed(pcm: np.ndarray, sample_rate: int, speed: float) -> np.ndarray:
             break
         parts.append(np.asarray(out.to_ndarray(), dtype=np.float32).reshape(-1))
     y = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-    n = int(round(x.size / speed))
+    n = round(x.size / speed)
     # atempo's output length drifts by a few ms from n / speed; fix it so durations are exact.
     return y[:n] if y.size >= n else np.concatenate([y, np.zeros(n - y.size, np.float32)])
 

@@ -313,9 +313,7 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
 
     # Task inference (spec): a stored voice always means Base; ref_audio / ref_text infer Base.
     stored = deployment.resolve_voice(voice) if voice is not None else None
-    if stored is not None:
-        task = "Base"
-    elif f.task_type is None and (ref_audio is not None or ref_text is not None):
+    if stored is not None or (f.task_type is None and (ref_audio is not None or ref_text is not None)):
         task = "Base"
     else:
         task = f.task_type or "CustomVoice"
@@ -408,7 +406,17 @@ def _route(task: str, voice: str | None, named: ServedCheckpoint | None, deploym
 
 
 __all__ = [
-    "BATCH_DEFAULT_FIELDS", "Deployment", "NoStoredVoices", "OutputSpec", "SpeechFields", "SpeechPlan",
-    "StoredVoice", "TASK_OF_VARIANT", "VoiceResolver", "merge_batch_item", "plan_output", "plan_speech",
+    "BATCH_DEFAULT_FIELDS",
+    "TASK_OF_VARIANT",
+    "Deployment",
+    "NoStoredVoices",
+    "OutputSpec",
+    "SpeechFields",
+    "SpeechPlan",
+    "StoredVoice",
+    "VoiceResolver",
+    "merge_batch_item",
+    "plan_output",
+    "plan_speech",
     "task_mismatch",
 ]

@@ -298,4 +298,4 @@ async def ready(request: Request) -> Any:
     return JSONResponse(body, status_code=503, headers={"Retry-After": str(svc.settings.retry_after_s)})
 
 
-__all__ = ["ClientDisconnected", "REQUEST_ID_KEY", "error_body", "router"]
+__all__ = ["REQUEST_ID_KEY", "ClientDisconnected", "error_body", "router"]

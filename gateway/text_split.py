@@ -42,14 +42,7 @@ OPENERS = frozenset("\"'([{«‹“‘「『（［｛【《〈〔〖〘〚＂＇
 # Lower-case abbreviations (without the final '.') that do not end a sentence. Common words that
 # also end sentences ("no", "us", "in") are deliberately absent; so is "etc", which usually does.
 ABBREVIATIONS = frozenset(
-    """
-    mr mrs ms mx dr prof sr jr st mt ft rev hon gen col capt cpt lt sgt maj cmdr adm gov sen rep pres supt
-    messrs mme mlle
-    vs cf viz al approx ca est dept univ assn bros inc ltd co corp plc
-    jan feb mar apr jun jul aug sep sept oct nov dec
-    fig figs eq eqs vol vols ch chap sec pp p para art ed eds op
-    ave blvd rd hwy
-    """.split()
+    ["mr", "mrs", "ms", "mx", "dr", "prof", "sr", "jr", "st", "mt", "ft", "rev", "hon", "gen", "col", "capt", "cpt", "lt", "sgt", "maj", "cmdr", "adm", "gov", "sen", "rep", "pres", "supt", "messrs", "mme", "mlle", "vs", "cf", "viz", "al", "approx", "ca", "est", "dept", "univ", "assn", "bros", "inc", "ltd", "co", "corp", "plc", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "fig", "figs", "eq", "eqs", "vol", "vols", "ch", "chap", "sec", "pp", "p", "para", "art", "ed", "eds", "op", "ave", "blvd", "rd", "hwy"]
 )
 # Dotted abbreviations: e.g, i.e, U.S, U.S.A, Ph.D, a.m, p.m (letter groups of one or two).
 _DOTTED = re.compile(r"^(?:[^\W\d_]{1,2}\.)+[^\W\d_]{1,2}$")

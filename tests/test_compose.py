@@ -86,7 +86,7 @@ def test_local_paths_exist(compose):
 def test_image_is_triton_2_51(compose):
     first = next(line for line in dockerfile().splitlines() if line.startswith("FROM "))
     assert first.split()[1] == IMAGE
-    assert NGC_TO_TRITON[NGC_TAG.split("-")[0]] == "2.51"
+    assert NGC_TO_TRITON[NGC_TAG.split("-", maxsplit=1)[0]] == "2.51"
     import tritonclient
 
     assert getattr(tritonclient, "__version__", "2.51.0").startswith("2.51")

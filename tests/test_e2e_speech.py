@@ -376,7 +376,7 @@ def spec_curl_examples() -> list[str]:
             if not cmd.startswith("curl") or "8091" not in cmd:
                 continue
             path = re.search(r"http://localhost:8091(\S*)", cmd).group(1)
-            if path.startswith("/v1/audio/voices") and "-F" in cmd or "DELETE" in cmd or "custom_voice_1" in cmd:
+            if (path.startswith("/v1/audio/voices") and "-F" in cmd) or "DELETE" in cmd or "custom_voice_1" in cmd:
                 continue  # voice upload / delete / use: test_e2e_voices runs them in document order
             if path.startswith(("/v1/audio/speech", "/v1/audio/voices")):
                 out.append(cmd)

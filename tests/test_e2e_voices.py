@@ -396,7 +396,7 @@ def voice_curl_examples() -> list[str]:
             cmd = "\n".join(line for line in cmd.splitlines() if not line.lstrip().startswith("#")).strip()
             if not cmd.startswith("curl") or "localhost:8091" not in cmd:
                 continue
-            if "/v1/audio/voices" in cmd and ("-F" in cmd or "DELETE" in cmd) or "custom_voice_1" in cmd:
+            if ("/v1/audio/voices" in cmd and ("-F" in cmd or "DELETE" in cmd)) or "custom_voice_1" in cmd:
                 out.append(cmd)
     return out
 

@@ -139,7 +139,7 @@ def test_state_layout_covers_every_history(tokenizer):
     assert len(names) == len(set(names))
     offsets = [e.offset for e in layout]
     sizes = [e.size for e in layout]
-    assert offsets == list(np.cumsum([0] + sizes[:-1]))
+    assert offsets == list(np.cumsum([0, *sizes[:-1]]))
     kv = [e for e in layout if e.name.endswith((".key", ".value"))]
     assert len(kv) == 2 * 2 and all(e.shape == (2, WINDOW - 1, 16) for e in kv)
     # 4 decoder blocks: one transconv overlap sample + residual convs with dilations 1, 3, 9 (kernel 7)

@@ -173,7 +173,7 @@ def test_the_openai_sdk_api_key_just_works(settings) -> None:  # type: ignore[no
         audio = sdk.audio.speech.create(model="tiny-custom-voice", voice="vivian", input="Hello!",
                                         response_format="wav", extra_body={"max_new_tokens": 2})
         assert audio.content[:4] == b"RIFF"
-        assert [m.id for m in sdk.models.list()][0] == "tiny-custom-voice"
+        assert next(m.id for m in sdk.models.list()) == "tiny-custom-voice"
         wrong = openai.OpenAI(base_url=base, api_key="sk-wrong", max_retries=0, timeout=30)
         with pytest.raises(openai.AuthenticationError) as exc:
             wrong.audio.speech.create(model="tiny-custom-voice", voice="vivian", input="Hello!")

@@ -75,7 +75,7 @@ def test_every_operation_is_covered(api_schema):  # type: ignore[no-untyped-def]
 # (schemathesis' own pytest plugin, `from_fixture`, does not run under pytest 9: it sets
 # `node._nodeid`; hypothesis strategies per operation do the same work.)
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
-@pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=lambda v: str(v))
+@pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=str)
 def test_no_server_errors_and_schema_conformance(api_schema, method, path, mode):  # type: ignore[no-untyped-def]
     operation = api_schema[path][method]
     if mode is GenerationMode.NEGATIVE and method in ("GET", "DELETE"):

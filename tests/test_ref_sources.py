@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ipaddress
 import os
 import threading
@@ -45,7 +46,7 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # keep test output clean
         pass
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         Handler.hosts.append(self.headers.get("Host", ""))
         path = self.path
         if path == "/audio.wav":
@@ -110,10 +111,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
-        try:
+        with contextlib.suppress(OSError):
             self.wfile.write(data)
-        except OSError:
-            pass
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
-import soak  # noqa: E402  (perf/ is a folder of scripts, not a package)
-from soak import ERROR, HUNG, OK, FaultRecord, Proc, RequestRecord, SoakConfig, SoakReport  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))  # perf/ holds scripts, not a package
+import soak
+from soak import ERROR, HUNG, OK, FaultRecord, Proc, RequestRecord, SoakConfig, SoakReport
 
 # --- unit --------------------------------------------------------------------------------------------
 

@@ -393,7 +393,7 @@ class _AudioHandler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # quiet
         pass
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         data, ctype = (wav(1.0), "audio/wav") if self.path == "/ref.wav" else (b"<html>hi</html>", "text/html")
         self.send_response(200)
         self.send_header("Content-Type", ctype)

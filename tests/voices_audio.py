@@ -8,7 +8,7 @@ import numpy as np
 
 
 def tone(seconds: float, sr: int = 24000, freq: float = 220.0, amp: float = 0.3) -> np.ndarray:
-    t = np.arange(int(round(seconds * sr))) / sr
+    t = np.arange(round(seconds * sr)) / sr
     return (amp * np.sin(2 * np.pi * freq * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
 
 

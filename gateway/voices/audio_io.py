@@ -193,7 +193,7 @@ def decode_audio(
     if not MIN_SAMPLE_RATE <= info.sample_rate <= MAX_SAMPLE_RATE:
         raise AudioDecodeError(f"Unsupported audio sample rate {info.sample_rate} Hz", param)
     check_header_duration(info, max_seconds, param)
-    max_frames = int(math.floor(max_seconds * info.sample_rate))
+    max_frames = math.floor(max_seconds * info.sample_rate)
     audio: np.ndarray | None = None
     sr = info.sample_rate
     if info.container in _SOUNDFILE_KINDS:

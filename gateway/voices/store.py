@@ -30,7 +30,7 @@ import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -365,7 +365,7 @@ class VoiceStore:
 
         with safe_open(str(path), framework="numpy") as f:
             meta = dict(f.metadata() or {})
-            if AUDIO_TENSOR not in f.keys():
+            if AUDIO_TENSOR not in f.keys():  # noqa: SIM118  (safe_open has no __contains__)
                 raise ValueError(f"no {AUDIO_TENSOR!r} tensor")
             sl = f.get_slice(AUDIO_TENSOR)
             shape = list(sl.get_shape())
@@ -579,10 +579,8 @@ def _bounded(value: str, param: str, max_chars: int) -> str:
 
 
 def _unlink_durable(path: Path) -> None:
-    try:
+    with suppress(FileNotFoundError):
         path.unlink()
-    except FileNotFoundError:
-        pass
     fsync_dir(path.parent)
 
 

@@ -8,6 +8,7 @@ the test instead of passing silently.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from dataclasses import dataclass, field
@@ -371,7 +372,7 @@ class MetricFamily:
     def kind_name(self) -> str:
         return self._KIND_NAMES[self.kind]
 
-    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:  # noqa: N802
+    def Metric(self, labels: dict[str, str] | None = None, buckets: list[float] | None = None) -> Metric:
         if labels is not None and not isinstance(labels, dict):
             raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
         if buckets is not None:
@@ -379,7 +380,7 @@ class MetricFamily:
                 raise TritonModelException("Failed to create metric. Buckets must be a list.")
             if self.kind != MetricFamily.HISTOGRAM:
                 raise TritonModelException("Failed to create metric. Unexpected buckets found.")
-            if any(b >= c for b, c in zip(buckets, buckets[1:], strict=False)):
+            if any(b >= c for b, c in itertools.pairwise(buckets)):
                 raise ServerAborted(f"unsorted histogram buckets {buckets}: tritonserver 2.51 aborts here")
         elif self.kind == MetricFamily.HISTOGRAM:
             raise TritonModelException("Failed to create metric. Missing required buckets.")

@@ -169,7 +169,7 @@ def check_tensor(spec: TensorIO, value: NDArray[Any]) -> None:
         ok_dtype = value.dtype == expected
     if not ok_dtype:
         raise InvalidRequest(f"input '{spec.name}' must be {spec.dtype}, got {value.dtype}", spec.name)
-    if len(value.shape) != len(spec.dims) or any(d != -1 and d != s for d, s in zip(spec.dims, value.shape, strict=True)):
+    if len(value.shape) != len(spec.dims) or any(d not in (-1, s) for d, s in zip(spec.dims, value.shape, strict=True)):
         want = "[" + ",".join(str(d) for d in spec.dims) + "]"
         raise InvalidRequest(f"input '{spec.name}' must have shape {want}, got {list(value.shape)}", spec.name)
 

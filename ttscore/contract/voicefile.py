@@ -27,7 +27,7 @@ import tempfile
 import time
 import unicodedata
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +115,8 @@ def atomic_write_bytes(path: Path, data: bytes, *, temp_prefix: str = ".tmp-") -
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
     fsync_dir(directory)
 

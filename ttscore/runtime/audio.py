@@ -64,7 +64,7 @@ def resample(audio: NDArray[Any], sr_in: int, sr_out: int) -> NDArray[Any]:
         return audio
     if sr_in <= 0 or sr_out <= 0:
         raise InvalidRequest(f"invalid sample rate {sr_in} -> {sr_out}", param=_PARAM)
-    n_out = int(math.ceil(audio.shape[-1] * float(sr_out) / sr_in))
+    n_out = math.ceil(audio.shape[-1] * float(sr_out) / sr_in)
     if audio.ndim == 1:
         y = soxr.resample(audio, sr_in, sr_out, quality="soxr_hq")
     else:  # soxr reads 2-D input as [time, channels]; librosa resamples along the last axis

@@ -61,7 +61,7 @@ class TritonPythonModel:
                 self.scheduler.reject(stream, triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE))
                 continue
             self.scheduler.submit(synthesis, stream, request.request_id())
-        return None  # decoupled: responses go through the senders
+        # decoupled: responses go through the senders
 
     def finalize(self):
         scheduler = getattr(self, "scheduler", None)

@@ -26,7 +26,7 @@ TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away i
 
 def _time_reference(ref, frames: int) -> tuple[float, int]:
     t0 = time.perf_counter()
-    wavs, sr = ref.generate_custom_voice(
+    wavs, _sr = ref.generate_custom_voice(
         text=TEXT, speaker="vivian", language="English", max_new_tokens=frames + 1,
         do_sample=False, subtalker_dosample=False,
     )

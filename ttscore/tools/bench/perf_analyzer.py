@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import os
 import shutil
@@ -84,7 +85,7 @@ def run_perf_analyzer(args: list[str], log_path: Path) -> None:
     with open(log_path, "w") as log:
         log.write(" ".join(cmd) + "\n\n")
         log.flush()
-        proc = subprocess.run(cmd, env=triton_env.perf_analyzer_env(), stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.run(cmd, check=False, env=triton_env.perf_analyzer_env(), stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         tail = "\n".join(log_path.read_text().splitlines()[-20:])
         raise SystemExit(f"perf_analyzer failed ({proc.returncode}); see {log_path}:\n{tail}")
@@ -135,7 +136,7 @@ def summarize_streaming(profile: dict[str, Any], sample_rate: int = SAMPLE_RATE)
             chunks.append(len(stamps))
             ttfa.append((stamps[0] - start) / 1e6)
             total.append((stamps[-1] - start) / 1e6)
-            gaps += [(b - a) / 1e6 for a, b in zip(stamps[:-1], stamps[1:], strict=True)]
+            gaps += [(b - a) / 1e6 for a, b in itertools.pairwise(stamps)]
             if audio > 0:
                 rtf.append(((stamps[-1] - start) / 1e9) / audio)
             # Playback starts when the first chunk arrives; an underrun is a chunk arriving after
@@ -334,7 +335,7 @@ def cmd_voice_features(ns: argparse.Namespace) -> int:
 def cmd_check(ns: argparse.Namespace) -> int:
     binary = find_binary()
     env = triton_env.perf_analyzer_env()
-    proc = subprocess.run([str(binary), "--version"], env=env, capture_output=True, text=True)
+    proc = subprocess.run([str(binary), "--version"], check=False, env=env, capture_output=True, text=True)
     print(f"binary: {binary}\nLD_LIBRARY_PATH: {env['LD_LIBRARY_PATH']}\n{(proc.stdout + proc.stderr).strip()}")
     return proc.returncode
 

@@ -84,7 +84,7 @@ def check_safetensors(path: Path) -> dict[str, Any]:
         if name == "__metadata__":
             continue
         try:
-            start, stop = info["data_offsets"]
+            _start, stop = info["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise CheckpointError(f"{path} is corrupt (tensor {name!r} has no data_offsets)") from None
         end = max(end, int(stop))

@@ -190,9 +190,8 @@ def resolve(req: SynthesisRequest, info: CheckpointInfo) -> ResolvedRequest:
                 )
             ref_codes = codes.astype(np.int64)
             ref_text = req.ref_text
-    else:
-        if req.ref_codes is not None or req.x_vector is not None or req.ref_text:
-            raise InvalidRequest(f"reference audio/text is only used by Base voice cloning, not {task}", "ref_audio")
+    elif req.ref_codes is not None or req.x_vector is not None or req.ref_text:
+        raise InvalidRequest(f"reference audio/text is only used by Base voice cloning, not {task}", "ref_audio")
 
     gen = info.generation
     non_streaming = req.non_streaming_mode

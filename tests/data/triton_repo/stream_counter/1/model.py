@@ -21,7 +21,6 @@ class TritonPythonModel:
             t = threading.Thread(target=self._stream, args=(sender, count, delay_s), daemon=True)
             t.start()
             self._threads.append(t)
-        return None
 
     def _stream(self, sender, count, delay_s):
         if count < 0:
