@@ -169,4 +169,6 @@ def test_gateway_service_runs_the_gateway_on_its_config(compose):
                 assert (ROOT / src).exists(), f"Dockerfile.gateway copies missing {src}"
     # /metrics needs prometheus-client in the image, at the pin of requirements.txt
     reqs = _pins((ROOT / "requirements.txt").read_text())
-    assert _pins(dockerfile)["prometheus-client"] == reqs["prometheus-client"]
+    assert "requirements-gateway.txt" in dockerfile
+    image = _pins(dockerfile + (ROOT / "requirements-gateway.txt").read_text())
+    assert image["prometheus-client"] == reqs["prometheus-client"]
