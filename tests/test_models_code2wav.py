@@ -11,7 +11,7 @@ import pytest
 from fakes.artifacts import SPF
 from fakes.loader import committed_config, load_model_module, model_args
 
-from ttscore.backend import models as triton_models
+from ttscore.backend import settings as model_settings
 from ttscore.contract import tensors as triton_io
 
 pytestmark = pytest.mark.models
@@ -111,25 +111,25 @@ def test_state_dims_are_checked_against_the_manifest(fake_pb_utils, dummy_artifa
     config = committed_config("code2wav", artifacts_dir=str(dummy_artifacts))
     config["input"][1]["dims"] = [S + 1]
     m = load_model_module("code2wav").TritonPythonModel()
-    with pytest.raises(triton_models.ModelSettingsError, match="state_size 8"):
+    with pytest.raises(model_settings.ModelSettingsError, match="state_size 8"):
         m.initialize(model_args(config))
 
 
 def test_missing_artifacts_fail_fast(fake_pb_utils, tmp_path):
     m = load_model_module("code2wav").TritonPythonModel()
-    with pytest.raises(triton_models.ModelSettingsError, match="does not exist"):
+    with pytest.raises(model_settings.ModelSettingsError, match="does not exist"):
         m.initialize(model_args(committed_config("code2wav", artifacts_dir=str(tmp_path / "missing"))))
 
 
 def test_manifest_without_graph_fails_fast(fake_pb_utils, tmp_path):
     (tmp_path / "manifest.json").write_text('{"format_version": 1, "graphs": {}, "code2wav": {"state_size": 8}}')
     m = load_model_module("code2wav").TritonPythonModel()
-    with pytest.raises(triton_models.ModelSettingsError, match="no graph 'code2wav_stream'"):
+    with pytest.raises(model_settings.ModelSettingsError, match="no graph 'code2wav_stream'"):
         m.initialize(model_args(committed_config("code2wav", artifacts_dir=str(tmp_path))))
 
 
 def test_unknown_parameter_fails_fast(fake_pb_utils, dummy_artifacts):
     m = load_model_module("code2wav").TritonPythonModel()
     config = committed_config("code2wav", artifacts_dir=str(dummy_artifacts), artifact_dir="/x")
-    with pytest.raises(triton_models.ModelSettingsError, match="unknown parameter"):
+    with pytest.raises(model_settings.ModelSettingsError, match="unknown parameter"):
         m.initialize(model_args(config))

@@ -16,7 +16,8 @@ import pytest
 from fakes.fake_generator import FakeGenerator
 from fakes.loader import committed_config, load_model_module, model_args
 
-from ttscore.backend import models as triton_models
+from ttscore.backend import generation
+from ttscore.backend import settings as model_settings
 from ttscore.contract import tensors as triton_io
 
 pytestmark = pytest.mark.models
@@ -34,7 +35,7 @@ class Harness:
             self.generator = FakeGenerator(max_batch=settings.max_active_requests, step_delay_s=self.step_delay_s)
             return self.generator
 
-        monkeypatch.setattr(triton_models, "load_generator", fake_load)
+        monkeypatch.setattr(generation, "load_generator", fake_load)
         self.module = load_model_module("speech_generation")
         self.model = self.module.TritonPythonModel()
         self.config = committed_config("speech_generation", artifacts_dir=str(artifacts), **params)
@@ -267,27 +268,27 @@ def test_finalize_fails_in_flight_requests_with_unavailable(harness):
 
 
 def _init(fake_pb_utils, monkeypatch, config) -> None:
-    monkeypatch.setattr(triton_models, "load_generator", lambda s: FakeGenerator())
+    monkeypatch.setattr(generation, "load_generator", lambda s: FakeGenerator())
     model = load_model_module("speech_generation").TritonPythonModel()
     model.initialize(model_args(config))
 
 
 def test_missing_artifacts_fail_fast(fake_pb_utils, monkeypatch, tmp_path):
     config = committed_config("speech_generation", artifacts_dir=str(tmp_path / "nope"))
-    with pytest.raises(triton_models.ModelSettingsError, match="artifacts_dir .*nope does not exist"):
+    with pytest.raises(model_settings.ModelSettingsError, match="artifacts_dir .*nope does not exist"):
         _init(fake_pb_utils, monkeypatch, config)
 
 
 def test_artifacts_without_manifest_fail_fast(fake_pb_utils, monkeypatch, tmp_path):
     config = committed_config("speech_generation", artifacts_dir=str(tmp_path))
-    with pytest.raises(triton_models.ModelSettingsError, match="manifest.json"):
+    with pytest.raises(model_settings.ModelSettingsError, match="manifest.json"):
         _init(fake_pb_utils, monkeypatch, config)
 
 
 def test_not_decoupled_fails_fast(fake_pb_utils, monkeypatch, dummy_artifacts):
     config = committed_config("speech_generation", artifacts_dir=str(dummy_artifacts))
     config["model_transaction_policy"] = {"decoupled": False}
-    with pytest.raises(triton_models.ModelSettingsError, match="decoupled"):
+    with pytest.raises(model_settings.ModelSettingsError, match="decoupled"):
         _init(fake_pb_utils, monkeypatch, config)
 
 
@@ -302,13 +303,13 @@ def test_not_decoupled_fails_fast(fake_pb_utils, monkeypatch, dummy_artifacts):
 )
 def test_bad_parameters_fail_fast(fake_pb_utils, monkeypatch, dummy_artifacts, key, value, match):
     config = committed_config("speech_generation", artifacts_dir=str(dummy_artifacts), **{key: value})
-    with pytest.raises(triton_models.ModelSettingsError, match=match):
+    with pytest.raises(model_settings.ModelSettingsError, match=match):
         _init(fake_pb_utils, monkeypatch, config)
 
 
 def test_settings_parse_typed(dummy_artifacts):
     config = committed_config("speech_generation", artifacts_dir=str(dummy_artifacts), max_active_requests="3")
-    s = triton_models.SpeechGenerationSettings.from_model_config(config)
+    s = model_settings.SpeechGenerationSettings.from_model_config(config)
     assert (s.artifacts_dir, s.max_active_requests, s.max_pending_requests) == (dummy_artifacts, 3, 64)
 
 

@@ -7,7 +7,7 @@ import pytest
 from fakes.artifacts import SPF
 from fakes.loader import committed_config, load_model_module, model_args
 
-from ttscore.backend import models as triton_models
+from ttscore.backend import settings as model_settings
 from ttscore.contract import tensors as triton_io
 
 pytestmark = pytest.mark.models
@@ -58,5 +58,5 @@ def test_speech_encoder_returns_ceil_frames_and_fails_per_request(fake_pb_utils,
 def test_missing_mel_filters_fail_fast(fake_pb_utils, dummy_artifacts, tmp_path):
     (tmp_path / "manifest.json").write_text((dummy_artifacts / "manifest.json").read_text())
     m = load_model_module("audio_preprocess").TritonPythonModel()
-    with pytest.raises(triton_models.ModelSettingsError, match="mel_filters.npy"):
+    with pytest.raises(model_settings.ModelSettingsError, match="mel_filters.npy"):
         m.initialize(model_args(committed_config("audio_preprocess", artifacts_dir=str(tmp_path))))

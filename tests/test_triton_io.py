@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ttscore.backend.models import request_from_tensors
+from ttscore.backend.generation import request_from_tensors
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.engine import ChunkEvent, Usage

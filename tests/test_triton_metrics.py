@@ -21,7 +21,7 @@ import pytest
 from fakes.fake_generator import FakeGenerator
 
 from ttscore.backend import triton_metrics
-from ttscore.backend.models import GenerationScheduler, request_from_tensors
+from ttscore.backend.generation import GenerationScheduler, request_from_tensors
 from ttscore.backend.triton_metrics import GenerationMetrics, MetricSpec, TritonMetricsPublisher
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.tensors import UNAVAILABLE, WireError

@@ -2,7 +2,7 @@
 
 Imported only inside the python-backend stub (or under tests/fakes/triton_python_backend_utils.py),
 which is why this is the one ttscore module that imports `triton_python_backend_utils`. Model logic
-lives in ttscore.backend.models and ttscore.contract.tensors, which have no Triton imports.
+lives in ttscore.backend.generation and ttscore.contract.tensors, which have no Triton imports.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def input_arrays(request: Any) -> dict[str, np.ndarray]:
 
 
 class SenderStream:
-    """ttscore.backend.models.ResponseStream over a decoupled response sender."""
+    """ttscore.backend.generation.ResponseStream over a decoupled response sender."""
 
     def __init__(self, sender: Any) -> None:
         self._sender = sender

@@ -10,8 +10,9 @@ import logging
 
 import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
 
-from ttscore.backend import glue
-from ttscore.backend import models as triton_models
+from ttscore.backend import code2wav as code2wav_logic
+from ttscore.backend import encoders, glue
+from ttscore.backend import settings as model_settings
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 
@@ -23,16 +24,16 @@ class TritonPythonModel:
         glue.install_logging()
         config = glue.model_config(args)
         name = config.get("name", "audio_preprocess")
-        settings = triton_models.OrtModelSettings.from_model_config(config)
-        self.facts = triton_models.codec_facts(name, settings.manifest, settings.artifacts_dir)
-        self.mel_filters = triton_models.mel_filters(name, settings.artifacts_dir)
+        settings = model_settings.OrtModelSettings.from_model_config(config)
+        self.facts = code2wav_logic.codec_facts(name, settings.manifest, settings.artifacts_dir)
+        self.mel_filters = encoders.mel_filters(name, settings.artifacts_dir)
 
     def execute(self, requests):
         responses = []
         for request in requests:
             try:
                 tensors = glue.input_arrays(request)
-                audio_24k, mels = triton_models.preprocess_reference(
+                audio_24k, mels = encoders.preprocess_reference(
                     tensors["audio"],
                     int(tensors["sample_rate"].reshape(-1)[0]),
                     self.mel_filters,

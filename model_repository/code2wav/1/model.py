@@ -10,8 +10,9 @@ import logging
 
 import triton_python_backend_utils as pb_utils
 
+from ttscore.backend import code2wav as code2wav_logic
 from ttscore.backend import glue
-from ttscore.backend import models as triton_models
+from ttscore.backend import settings as model_settings
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 
@@ -23,30 +24,30 @@ class TritonPythonModel:
         glue.install_logging()
         config = glue.model_config(args)
         name = config.get("name", "code2wav")
-        settings = triton_models.OrtModelSettings.from_model_config(config)
-        triton_models.Instance.from_args(args).configure_process()
-        self.facts = triton_models.codec_facts(name, settings.manifest, settings.artifacts_dir)
-        triton_models.check_state_dims(
+        settings = model_settings.OrtModelSettings.from_model_config(config)
+        model_settings.Instance.from_args(args).configure_process()
+        self.facts = code2wav_logic.codec_facts(name, settings.manifest, settings.artifacts_dir)
+        code2wav_logic.check_state_dims(
             name, pb_utils.get_input_config_by_name(config, "state")["dims"], self.facts.state_size, "state"
         )
-        triton_models.check_state_dims(
+        code2wav_logic.check_state_dims(
             name, pb_utils.get_output_config_by_name(config, "new_state")["dims"], self.facts.state_size, "new_state"
         )
-        self.graph = triton_models.open_graph(name, settings, "code2wav_stream")
+        self.graph = model_settings.open_graph(name, settings, "code2wav_stream")
         log.info("ready: state_size=%d groups=%d", self.facts.state_size, self.facts.num_groups)
 
     def execute(self, requests):
         items = []
         for request in requests:
             try:
-                items.append(triton_models.code2wav_item(glue.input_arrays(request), self.facts))
+                items.append(code2wav_logic.code2wav_item(glue.input_arrays(request), self.facts))
             except InvalidRequest as exc:
                 items.append(triton_io.invalid_request_error(exc))
             except Exception:
                 log.exception("could not decode a code2wav request")
                 items.append(triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE))
         responses = []
-        for result in triton_models.run_code2wav(self.graph.run, items):
+        for result in code2wav_logic.run_code2wav(self.graph.run, items):
             if isinstance(result, triton_io.WireError):
                 responses.append(glue.response(error=result))
             else:

@@ -8,7 +8,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
 
 from ttscore.backend import glue
-from ttscore.backend import models as triton_models
+from ttscore.backend import settings as model_settings
 from ttscore.contract import tensors as triton_io
 
 log = logging.getLogger("ttscore.model.speaker_encoder")
@@ -18,9 +18,9 @@ class TritonPythonModel:
     def initialize(self, args):
         glue.install_logging()
         config = glue.model_config(args)
-        settings = triton_models.OrtModelSettings.from_model_config(config)
-        triton_models.Instance.from_args(args).configure_process()
-        self.graph = triton_models.open_graph(config.get("name", "speaker_encoder"), settings, "speaker_encoder")
+        settings = model_settings.OrtModelSettings.from_model_config(config)
+        model_settings.Instance.from_args(args).configure_process()
+        self.graph = model_settings.open_graph(config.get("name", "speaker_encoder"), settings, "speaker_encoder")
 
     def execute(self, requests):
         responses = []

@@ -7,8 +7,9 @@ import logging
 import numpy as np
 import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
 
+from ttscore.backend import code2wav as code2wav_logic
 from ttscore.backend import glue
-from ttscore.backend import models as triton_models
+from ttscore.backend import settings as model_settings
 from ttscore.contract import tensors as triton_io
 
 log = logging.getLogger("ttscore.model.speech_encoder")
@@ -19,10 +20,10 @@ class TritonPythonModel:
         glue.install_logging()
         config = glue.model_config(args)
         name = config.get("name", "speech_encoder")
-        settings = triton_models.OrtModelSettings.from_model_config(config)
-        triton_models.Instance.from_args(args).configure_process()
-        self.facts = triton_models.codec_facts(name, settings.manifest, settings.artifacts_dir)
-        self.graph = triton_models.open_graph(name, settings, "speech_encoder")
+        settings = model_settings.OrtModelSettings.from_model_config(config)
+        model_settings.Instance.from_args(args).configure_process()
+        self.facts = code2wav_logic.codec_facts(name, settings.manifest, settings.artifacts_dir)
+        self.graph = model_settings.open_graph(name, settings, "speech_encoder")
 
     def execute(self, requests):
         responses = []

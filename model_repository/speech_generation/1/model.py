@@ -12,8 +12,8 @@ import logging
 
 import triton_python_backend_utils as pb_utils  # provided by the python backend stub
 
-from ttscore.backend import glue, triton_metrics
-from ttscore.backend import models as triton_models
+from ttscore.backend import generation, glue, triton_metrics
+from ttscore.backend import settings as model_settings
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 
@@ -25,12 +25,12 @@ class TritonPythonModel:
         glue.install_logging()
         config = glue.model_config(args)
         # Fails fast (and so fails the model load) on a wrong policy or missing artifacts.
-        self.settings = triton_models.SpeechGenerationSettings.from_model_config(config)
-        triton_models.Instance.from_args(args).configure_process()
+        self.settings = model_settings.SpeechGenerationSettings.from_model_config(config)
+        model_settings.Instance.from_args(args).configure_process()
         self.generator = self._load_generator(self.settings)
         # Per-step batch/time/load metrics on Triton's metrics port; never fails initialize.
         self.publisher = triton_metrics.TritonMetricsPublisher.for_model(pb_utils, args)
-        self.scheduler = triton_models.GenerationScheduler(
+        self.scheduler = generation.GenerationScheduler(
             self.generator,
             max_active=self.settings.max_active_requests,
             max_pending=self.settings.max_pending_requests,
@@ -46,13 +46,13 @@ class TritonPythonModel:
         )
 
     def _load_generator(self, settings):
-        return triton_models.load_generator(settings)
+        return generation.load_generator(settings)
 
     def execute(self, requests):
         for request in requests:
             stream = glue.SenderStream(request.get_response_sender())
             try:
-                synthesis = triton_models.request_from_tensors(glue.input_arrays(request))
+                synthesis = generation.request_from_tensors(glue.input_arrays(request))
             except InvalidRequest as exc:
                 self.scheduler.reject(stream, triton_io.invalid_request_error(exc))
                 continue

@@ -1,0 +1,335 @@
+"""speech_generation: the scheduler that feeds the engine from Triton's decoupled requests."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ttscore.backend.settings import ModelSettingsError, SpeechGenerationSettings
+from ttscore.backend.triton_metrics import NullMetrics, SchedulerMetrics
+from ttscore.contract import tensors as triton_io
+from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.tensors import CANCELLED, INTERNAL, INTERNAL_MESSAGE, UNAVAILABLE, WireError
+
+log = logging.getLogger(__name__)
+
+
+def request_from_tensors(tensors: Mapping[str, np.ndarray]) -> Any:
+    """A SynthesisRequest from a speech_generation request; raises InvalidRequest naming the tensor."""
+    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+
+    return SynthesisRequest(**triton_io.request_kwargs(tensors))
+
+
+# --- speech_generation: the step loop -----------------------------------------------------------
+
+
+class ResponseStream(Protocol):
+    """One request's decoupled response sender, as the scheduler sees it."""
+
+    def send(self, outputs: dict[str, np.ndarray] | None, error: WireError | None, final: bool) -> None: ...
+
+    def is_cancelled(self) -> bool: ...
+
+
+class GeneratorLike(Protocol):
+    @property
+    def num_active(self) -> int: ...
+
+    def submit(self, req_id: str, request: Any) -> None: ...
+
+    def step(self) -> list[Any]: ...
+
+    def cancel(self, req_id: str) -> bool: ...
+
+
+def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
+    """The production generator: Pipeline (ONNX Runtime sessions) + continuous batching."""
+    from ttscore.runtime.engine import Generator  # heavy; only inside the server
+    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+
+    inline = settings.vocoder == "inline"
+    try:
+        # Voice features come from the voice_features ensemble, so this model never loads the
+        # encoders; with a BLS vocoder it does not load code2wav either.
+        pipeline = Pipeline.load(
+            settings.artifacts_dir, threads=settings.intra_op_threads or None, vocoder=inline, encoders=False
+        )
+    except ArtifactError as exc:
+        raise ModelSettingsError(f"speech_generation: {exc}") from None
+    vocoder = None
+    if not inline:
+        from ttscore.backend.glue import BlsVocoder  # pb_utils: only inside the stub
+
+        vocoder = BlsVocoder(settings.vocoder, pipeline.state_size)
+    return Generator(pipeline, max_batch=settings.max_active_requests, vocoder=vocoder)
+
+
+@dataclass
+class _Entry:
+    req_id: str  # our own unique id (Triton request ids may be empty or repeated)
+    triton_id: str
+    request: Any
+    stream: ResponseStream
+    done: bool = False
+
+
+@dataclass
+class SchedulerStats:
+    steps: int = 0
+    submitted: int = 0
+    completed: int = 0
+    cancelled: int = 0
+    rejected: int = 0
+    failed: int = 0
+    step_seconds: float = 0.0
+
+
+class GenerationScheduler:
+    """Feeds a Generator from a thread-safe inbox and streams its chunks back.
+
+    Protocol obligation: EXACTLY ONE response with the FINAL flag per request on every path --
+    the final chunk (success), INVALID_ARG (rejected at submit), CANCELLED (client cancelled),
+    UNAVAILABLE (queue full / shutting down) or INTERNAL (unexpected exception, logged). `_finish`
+    is the only place that sends FINAL and it refuses to send twice.
+
+    Threading: `submit` is called from Triton's execute(); everything else runs on the loop
+    thread, which alone touches the Generator (it is not thread-safe).
+    """
+
+    def __init__(
+        self,
+        generator: GeneratorLike,
+        max_active: int,
+        max_pending: int,
+        idle_wait_s: float = 0.05,
+        metrics: SchedulerMetrics | None = None,
+    ) -> None:
+        self.generator = generator
+        self.metrics: SchedulerMetrics = metrics or NullMetrics()  # ttscore.backend.triton_metrics
+        self.max_active = max_active
+        self.max_pending = max_pending
+        self.idle_wait_s = idle_wait_s
+        self.stats = SchedulerStats()
+        self._inbox: queue.Queue[_Entry] = queue.Queue()
+        self._pending: deque[_Entry] = deque()
+        self._active: dict[str, _Entry] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ids = 0
+        self._lock = threading.Lock()
+        self._waiting = 0  # inbox + pending, for admission control from execute()
+
+    # --- called from execute() ------------------------------------------------------------------
+
+    def submit(self, request: Any, stream: ResponseStream, triton_id: str = "") -> str:
+        entry = _Entry("", triton_id, request, stream)
+        error: WireError | None = None
+        # Under the lock, so stop() cannot drain the inbox between the check and the put.
+        with self._lock:
+            self._ids += 1
+            entry.req_id = f"r{self._ids}"
+            free_slots = max(0, self.max_active - len(self._active))
+            if self._stop.is_set():
+                error = WireError(UNAVAILABLE, "server is shutting down")
+            elif self._waiting >= self.max_pending + free_slots:
+                error = WireError(UNAVAILABLE, "too many requests in the queue; retry later")
+            else:
+                self._waiting += 1
+                self._inbox.put(entry)
+        if error is not None:
+            self._ended("rejected")
+            self._finish(entry, error=error)
+        return entry.req_id
+
+    def reject(self, stream: ResponseStream, error: WireError) -> None:
+        """FINAL error for a request that never reached the queue (e.g. undecodable tensors)."""
+        self._ended("rejected")
+        self._finish(_Entry("-", "", None, stream), error=error)
+
+    # --- loop thread ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="speech-generation-steps", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Signal, join, then fail whatever is left (UNAVAILABLE + FINAL)."""
+        with self._lock:
+            self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.error("step loop did not stop within %.0f s", timeout_s)
+                return  # it still owns the generator; the process is going away
+        self._drain_inbox()
+        for entry in list(self._active.values()) + list(self._pending):
+            self._ended("failed" if entry.req_id in self._active else "rejected")
+            self._abort(entry, WireError(UNAVAILABLE, "server is shutting down"))
+        self._pending.clear()
+        self.metrics.load(0, 0)
+
+    @property
+    def num_active(self) -> int:
+        return len(self._active)
+
+    @property
+    def num_pending(self) -> int:
+        return len(self._pending) + self._inbox.qsize()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                busy = self.run_once()
+            except Exception:  # a bug in the loop itself must not kill the thread silently
+                log.exception("step loop iteration failed")
+                self._fail_active()
+                busy = False
+            if not busy:
+                try:
+                    entry = self._inbox.get(timeout=self.idle_wait_s)
+                except queue.Empty:
+                    continue
+                self._pending.append(entry)
+
+    def run_once(self) -> bool:
+        """One iteration: admit, drop cancelled, one generator step, stream its chunks.
+        Returns False when there was nothing to do."""
+        self._drain_inbox()
+        self._admit()
+        self._drop_cancelled()
+        self.metrics.load(self.num_pending, len(self._active))
+        if not self._active:
+            return bool(self._pending)
+        batch = len(self._active)
+        t0 = time.perf_counter()
+        try:
+            events = self.generator.step()
+        except Exception:
+            log.exception("generator step failed; failing its %d active requests", len(self._active))
+            self._fail_active()
+            return True
+        seconds = time.perf_counter() - t0
+        self.stats.steps += 1
+        self.stats.step_seconds += seconds
+        self.metrics.step(batch, seconds)
+        for event in events:
+            entry = self._active.get(event.req_id)
+            if entry is None:  # cancelled meanwhile
+                continue
+            try:
+                outputs = triton_io.chunk_outputs(event)
+            except Exception:
+                log.exception("bad chunk event for %s", entry.triton_id or entry.req_id)
+                self._ended("failed")
+                self._abort(entry, WireError(INTERNAL, INTERNAL_MESSAGE))
+                continue
+            if event.final:
+                self._active.pop(entry.req_id, None)
+                self._ended("completed")
+                self._finish(entry, outputs=outputs)
+            elif not self._send(entry, outputs):
+                self._ended("cancelled")  # the client went away
+                self._abort(entry, None)
+        if self._active and self.generator.num_active == 0:
+            # Safety net: the generator dropped requests without a final event.
+            log.error("generator lost %d requests", len(self._active))
+            self._fail_active()
+        self.metrics.load(self.num_pending, len(self._active))
+        return True
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                self._pending.append(self._inbox.get_nowait())
+            except queue.Empty:
+                return
+
+    def _admit(self) -> None:
+        while self._pending and len(self._active) < self.max_active:
+            entry = self._pending.popleft()
+            with self._lock:
+                self._waiting -= 1
+            if self._cancelled(entry):
+                self._ended("cancelled")
+                self._finish(entry, error=WireError(CANCELLED, "request cancelled"))
+                continue
+            t0 = time.perf_counter()
+            try:
+                self.generator.submit(entry.req_id, entry.request)  # prompt + prefill
+            except InvalidRequest as exc:
+                self._ended("rejected")
+                self._finish(entry, error=triton_io.invalid_request_error(exc))
+                continue
+            except Exception:
+                log.exception("submit failed for %s", entry.triton_id or entry.req_id)
+                self._ended("failed")
+                self._finish(entry, error=WireError(INTERNAL, INTERNAL_MESSAGE))
+                continue
+            self.metrics.prefill(time.perf_counter() - t0)
+            self.stats.submitted += 1
+            self._active[entry.req_id] = entry
+
+    def _drop_cancelled(self) -> None:
+        for entry in list(self._active.values()):
+            if self._cancelled(entry):
+                self._ended("cancelled")
+                log.info("request %s cancelled by the client; released", entry.triton_id or entry.req_id)
+                self._abort(entry, WireError(CANCELLED, "request cancelled"))
+
+    def _fail_active(self) -> None:
+        for entry in list(self._active.values()):
+            self._ended("failed")
+            self._abort(entry, WireError(INTERNAL, INTERNAL_MESSAGE))
+
+    def _abort(self, entry: _Entry, error: WireError | None) -> None:
+        """Remove from the generator (frees its KV cache now) and send the FINAL error."""
+        self._active.pop(entry.req_id, None)
+        try:
+            self.generator.cancel(entry.req_id)
+        except Exception:
+            log.exception("generator.cancel failed for %s", entry.req_id)
+        self._finish(entry, error=error or WireError(INTERNAL, INTERNAL_MESSAGE))
+
+    def _ended(self, outcome: str) -> None:
+        """Count how a request ended (stats + metrics; outcomes: ttscore.backend.triton_metrics.OUTCOMES)."""
+        setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+        self.metrics.finished(outcome)
+
+    @staticmethod
+    def _cancelled(entry: _Entry) -> bool:
+        try:
+            return bool(entry.stream.is_cancelled())
+        except Exception:
+            log.exception("is_cancelled failed; treating the request as cancelled")
+            return True
+
+    @staticmethod
+    def _send(entry: _Entry, outputs: dict[str, np.ndarray]) -> bool:
+        try:
+            entry.stream.send(outputs, None, False)
+            return True
+        except Exception:
+            log.warning("send failed for %s; dropping it", entry.triton_id or entry.req_id, exc_info=True)
+            return False
+
+    @staticmethod
+    def _finish(
+        entry: _Entry, outputs: dict[str, np.ndarray] | None = None, error: WireError | None = None
+    ) -> None:
+        if entry.done:
+            log.error("refusing a second FINAL for %s", entry.triton_id or entry.req_id)
+            return
+        entry.done = True
+        try:
+            entry.stream.send(outputs, error, True)
+        except Exception:
+            log.warning("final send failed for %s", entry.triton_id or entry.req_id, exc_info=True)
