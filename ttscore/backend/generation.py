@@ -52,25 +52,29 @@ class GeneratorLike(Protocol):
 
 
 def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
-    """The production generator: Pipeline (ONNX Runtime sessions) + continuous batching."""
-    from ttscore.runtime.engine import Generator  # heavy; only inside the server
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    """The production generator: the checkpoint's family model (ONNX Runtime sessions) + continuous batching."""
+    from ttscore.contract.manifest import read_manifest  # heavy imports below: only inside the server
+    from ttscore.runtime.engine import Generator
+    from ttscore.runtime.families import load_model
 
     inline = settings.vocoder == "inline"
     try:
         # Voice features come from the voice_features ensemble, so this model never loads the
         # encoders; with a BLS vocoder it does not load code2wav either.
-        pipeline = Pipeline.load(
+        model = load_model(
             settings.artifacts_dir, threads=settings.intra_op_threads or None, vocoder=inline, encoders=False
         )
+        state_size = read_manifest(settings.artifacts_dir).code2wav_state_size
     except ArtifactError as exc:
         raise ModelSettingsError(f"speech_generation: {exc}") from None
     vocoder = None
     if not inline:
         from ttscore.backend.glue import BlsVocoder  # pb_utils: only inside the stub
 
-        vocoder = BlsVocoder(settings.vocoder, pipeline.state_size)
-    return Generator(pipeline, max_batch=settings.max_active_requests, vocoder=vocoder)
+        if state_size is None:
+            raise ModelSettingsError(f"speech_generation: {settings.artifacts_dir} has no code2wav state size")
+        vocoder = BlsVocoder(settings.vocoder, state_size)
+    return Generator(model, max_batch=settings.max_active_requests, vocoder=vocoder)
 
 
 @dataclass

@@ -3,7 +3,7 @@
 execute() only decodes each request and hands it to the GenerationScheduler's inbox, then returns;
 a background thread runs the step loop (one batched talker + code-predictor step for every active
 request), checks cancellation between steps and streams every audio chunk. Exactly one FINAL per
-request on every path is the scheduler's obligation (ttscore/backend/models.py).
+request on every path is the scheduler's obligation (ttscore/backend/generation.py).
 """
 
 from __future__ import annotations
