@@ -87,7 +87,7 @@ def _chunk(result: Any, final: bool) -> SpeechChunk | None:
     return SpeechChunk(
         audio=np.asarray(audio, dtype=np.float32).reshape(-1),
         frames=int(frames.reshape(-1)[0]) if frames is not None else 0,
-        usage=Usage.from_triton(usage.reshape(-1)) if usage is not None else Usage(),
+        usage=Usage.from_tensor(usage.reshape(-1)) if usage is not None else Usage(),
         final=final,
         finish_reason=(reason.reshape(-1)[0].decode("utf-8") if reason is not None else "") if final else "",
     )

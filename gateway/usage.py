@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ttscore.contract.usage import Usage as WireUsage
+
 
 @dataclass(frozen=True)
-class Usage:
-    text_tokens: int = 0  # tokens of `input` plus `instructions`
-    audio_tokens: int = 0  # reference-audio codec frames (in-context cloning only)
-    output_tokens: int = 0  # generated codec frames
+class Usage(WireUsage):
+    """The contract's usage (text, audio, output tokens) with the Speech API's views of it."""
 
     @property
     def input_tokens(self) -> int:
@@ -20,12 +20,6 @@ class Usage:
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
-
-    @classmethod
-    def from_triton(cls, values: Any) -> Usage:
-        """speech_generation's `usage` output: [input_text_tokens, input_audio_tokens, output_tokens]."""
-        text, audio, out = (int(v) for v in list(values)[:3])
-        return cls(text, audio, out)
 
     def as_dict(self) -> dict[str, Any]:
         return {

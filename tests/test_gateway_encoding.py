@@ -186,7 +186,7 @@ def test_sse_events_round_trip_and_match_the_protocol():
 
 
 def test_usage_headers_and_object_agree():
-    u = Usage.from_triton(np.array([18, 101, 77], np.int32))
+    u = Usage.from_tensor(np.array([18, 101, 77], np.int32))
     assert u.headers() == {
         "x-vllm-omni-input-tokens": "119", "x-vllm-omni-output-tokens": "77", "x-vllm-omni-total-tokens": "196",
         "x-vllm-omni-input-text-tokens": "18", "x-vllm-omni-input-audio-tokens": "101",

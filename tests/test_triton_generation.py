@@ -90,7 +90,7 @@ def test_streamed_audio_equals_offline_generation(served):
     assert [int(r.as_numpy("frames")[0]) for r in got] == [e.frames for e in offline]
     assert got[-1].as_numpy("finish_reason")[0].decode() == offline[-1].finish_reason
     u = offline[-1].usage
-    assert got[-1].as_numpy("usage").tolist() == [u.input_text_tokens, u.input_audio_tokens, u.output_tokens]
+    assert got[-1].as_numpy("usage").tolist() == [u.text_tokens, u.audio_tokens, u.output_tokens]
     np.testing.assert_array_equal(
         np.concatenate([r.as_numpy("audio") for r in got]), np.concatenate([e.pcm for e in offline])
     )

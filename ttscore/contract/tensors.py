@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.qwen3_tts import NUM_CODE_GROUPS
+from ttscore.contract.usage import Usage
 
 # --- tensor tables ------------------------------------------------------------------------------
 
@@ -83,7 +84,7 @@ SPEECH_OUTPUTS: tuple[TensorIO, ...] = (
     TensorIO("audio", "FP32", (-1,), doc="PCM chunk, mono float32, 24 kHz."),
     TensorIO("frames", "INT32", (1,), doc="Codec frames in this chunk."),
     TensorIO("finish_reason", "BYTES", (1,), doc='"" until the final chunk, then "stop" or "length".'),
-    TensorIO("usage", "INT32", (3,), doc="input_text_tokens, input_audio_tokens, output_tokens so far."),
+    TensorIO("usage", "INT32", (3,), doc="Usage so far (ttscore.contract.usage): text, audio, output tokens."),
 )
 
 VOICE_FEATURES = "voice_features"
@@ -253,8 +254,5 @@ def chunk_outputs(event: Any) -> dict[str, NDArray[Any]]:
         "audio": np.ascontiguousarray(np.asarray(event.pcm, dtype=np.float32).reshape(-1)),
         "frames": np.array([int(event.frames)], dtype=np.int32),
         "finish_reason": np.array([reason.encode("utf-8")], dtype=np.object_),
-        "usage": np.array(
-            [usage.input_text_tokens, usage.input_audio_tokens, usage.output_tokens] if usage else [0, 0, 0],
-            dtype=np.int32,
-        ),
+        "usage": (usage or Usage()).to_tensor(),
     }

@@ -22,16 +22,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.usage import Usage
 from ttscore.runtime.family import FamilyModel, Sequence, Vocoder
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Usage:
-    input_text_tokens: int = 0
-    input_audio_tokens: int = 0
-    output_tokens: int = 0
 
 
 @dataclass
