@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from .triton_io import CANCELLED, INTERNAL, INVALID_ARG, UNAVAILABLE, WireError
+from .triton_io import CANCELLED, HEALTH_PROBE_PARAMETER, INTERNAL, INVALID_ARG, UNAVAILABLE, WireError
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -44,6 +44,28 @@ def response(outputs: Mapping[str, np.ndarray] | None = None, error: WireError |
 
 def input_arrays(request: Any) -> dict[str, np.ndarray]:
     return {t.name(): t.as_numpy() for t in request.inputs()}
+
+
+def is_probe(request: Any) -> bool:
+    """A gateway health probe (request parameter HEALTH_PROBE_PARAMETER set to true)?"""
+    try:
+        raw = request.parameters()
+        params = json.loads(raw) if raw else {}
+    except Exception:  # unreadable parameters: not a probe; the normal path reports what is wrong
+        return False
+    return isinstance(params, dict) and params.get(HEALTH_PROBE_PARAMETER) is True
+
+
+def answer_probes(requests: list[Any], execute: Callable[[list[Any]], list[Any]]) -> list[Any]:
+    """execute() of a non-decoupled model with health probes answered here: one response per request,
+    in order; probes get a response with no outputs (the stub is alive and executing), the rest go
+    to `execute`. A dynamic batch may mix both."""
+    probes = [is_probe(r) for r in requests]
+    if not any(probes):
+        return execute(requests)
+    real = [r for r, probe in zip(requests, probes, strict=True) if not probe]
+    answers = iter(execute(real) if real else [])
+    return [response() if probe else next(answers) for probe in probes]
 
 
 class SenderStream:

@@ -378,7 +378,8 @@ class GenerationScheduler:
 
     Protocol obligation: EXACTLY ONE response with the FINAL flag per request on every path --
     the final chunk (success), INVALID_ARG (rejected at submit), CANCELLED (client cancelled),
-    UNAVAILABLE (queue full / shutting down) or INTERNAL (unexpected exception, logged). `_finish`
+    UNAVAILABLE (queue full / shutting down), INTERNAL (unexpected exception, logged) or, for a
+    health probe, an empty response (or UNAVAILABLE when the loop cannot serve). `_finish`
     is the only place that sends FINAL and it refuses to send twice.
 
     Threading: `submit` is called from Triton's execute(); everything else runs on the loop
@@ -391,11 +392,16 @@ class GenerationScheduler:
         max_active: int,
         max_pending: int,
         idle_wait_s: float = 0.05,
+        stuck_after_s: float = 120.0,
     ) -> None:
         self.generator = generator
         self.max_active = max_active
         self.max_pending = max_pending
         self.idle_wait_s = idle_wait_s
+        # A loop iteration (one batched step) that takes this long means the loop is wedged: health
+        # probes then fail, so the gateway reloads the model instead of letting its streams stall.
+        self.stuck_after_s = stuck_after_s
+        self._heartbeat = time.monotonic()  # last loop iteration
         self.stats = SchedulerStats()
         self._inbox: queue.Queue[_Entry] = queue.Queue()
         self._pending: deque[_Entry] = deque()
@@ -432,6 +438,23 @@ class GenerationScheduler:
         """FINAL error for a request that never reached the queue (e.g. undecodable tensors)."""
         self._finish(_Entry("-", "", None, stream), error=error)
 
+    def probe(self, stream: ResponseStream) -> None:
+        """Answer a health probe at once, bypassing the queue (a full queue is not a fault): an empty
+        FINAL response while the step loop runs, UNAVAILABLE + FINAL when it cannot serve."""
+        problem = self.health_problem()
+        self._finish(_Entry("probe", "", None, stream), error=WireError(UNAVAILABLE, problem) if problem else None)
+
+    def health_problem(self, now: float | None = None) -> str | None:
+        """Why this scheduler cannot serve (None: it can)."""
+        if self._stop.is_set():
+            return "server is shutting down"
+        if self._thread is None or not self._thread.is_alive():
+            return "the step loop is not running"
+        idle = (time.monotonic() if now is None else now) - self._heartbeat
+        if idle > self.stuck_after_s:
+            return f"the step loop has not advanced for {idle:.0f} s"
+        return None
+
     # --- loop thread ----------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -462,6 +485,7 @@ class GenerationScheduler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._heartbeat = time.monotonic()
             try:
                 busy = self.run_once()
             except Exception:  # a bug in the loop itself must not kill the thread silently

@@ -22,6 +22,10 @@ class TritonPythonModel:
         self.graph = triton_models.open_graph(config.get("name", "speaker_encoder"), settings, "speaker_encoder")
 
     def execute(self, requests):
+        # Health probes get an empty response without running the model (ttscore.triton_glue).
+        return glue.answer_probes(requests, self._execute)
+
+    def _execute(self, requests):
         responses = []
         for request in requests:
             try:
