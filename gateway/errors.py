@@ -6,7 +6,9 @@ renders it with `error_body`, the only place the body is built. Pure: no FastAPI
 Status rules (the OpenAI SDK retries 408/409/429/5xx, so deterministic failures are 4xx):
 - 400 every invalid parameter, `param` naming the field where one is to blame;
 - 404 an unknown model; 503 (+ Retry-After) while Triton or a model is not ready / the queue is
-  full; 500 a bug, with a generic message that carries the request id.
+  full / a model failed under the request; 504 when the request ran out of time
+  (`request_timeout_s`, `stall_timeout_s`); 500 a bug, with a generic message that carries the
+  request id.
 - DELETE /v1/audio/voices/{name} of an unknown voice: 404 with the spec's own body
   `{"success": false, "error": "Voice 'x' not found"}` (`VoiceNotFoundError`).
 - WebSocket /v1/audio/speech/stream: errors travel in-band as `{"type": "error", "message": ...}`
@@ -54,6 +56,11 @@ def model_not_found(model: str) -> APIError:
 
 def unavailable(message: str, retry_after_s: int = 5) -> APIError:
     return APIError(message, None, 503, "ServiceUnavailableError", {"Retry-After": str(int(retry_after_s))})
+
+
+def gateway_timeout(message: str) -> APIError:
+    """The server gave up on the request (its time limit, or Triton went silent); retryable."""
+    return APIError(message, None, 504, "GatewayTimeoutError")
 
 
 def internal(request_id: str | None) -> APIError:
@@ -180,4 +187,6 @@ def from_backend(code: str, message: str, param: str | None, request_id: str | N
         return bad_request(message, _API_PARAM.get(param or "", param))
     if code in ("UNAVAILABLE", "CANCELLED"):
         return unavailable("The speech service is not available right now; retry later.", retry_after_s)
+    if code == "DEADLINE_EXCEEDED":  # the gateway's own message (gateway.deadline), or a generic one
+        return gateway_timeout(message or "The speech service did not answer in time; retry later.")
     return internal(request_id)

@@ -273,7 +273,8 @@ async def health() -> Any:
 async def ready(request: Request) -> Any:
     svc = service(request)
     ok, triton, models = await svc.readiness.check()
-    body = {"status": "ready" if ok else "not_ready", "triton": triton, "models": models}
+    body = {"status": "ready" if ok else "not_ready", "triton": triton, "models": models,
+            "broken": svc.readiness.broken()}
     if ok:
         return body
     return JSONResponse(body, status_code=503, headers={"Retry-After": str(svc.settings.retry_after_s)})
