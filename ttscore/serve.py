@@ -3,7 +3,8 @@
 One `speech_generation` model per served checkpoint (named `speech_generation` when only one is
 served, `speech_generation_<name>` otherwise), all sharing one `code2wav` model through BLS when
 their speech tokenizers are byte-identical; the Base checkpoint (at most one) also gets the
-`voice_features` ensemble. Ctrl-C / SIGTERM stops the gateway, then Triton.
+`voice_features` ensemble. Ctrl-C / SIGTERM stops the gateway, then Triton. A tritonserver that
+dies is restarted with backoff (ttscore.supervisor); serve exits 1 only when restarts keep failing.
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from . import repository
     from .cli import cache_root, ensure_artifacts
     from .pipeline import read_manifest
+    from .supervisor import RestartPolicy, Supervisor
     from .triton_env import TritonServer, TritonServerError
 
     checkpoints = [Path(c) for c in args.checkpoint or []]
@@ -210,9 +212,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 f"see model_repository/README.md) or run `python perf/perf_analyzer.py`. Ctrl-C stops.",
                 flush=True,
             )
+        supervisor = Supervisor(
+            server, RestartPolicy(max_failures=args.max_restarts, ready_timeout_s=args.ready_timeout),
+            announce=lambda message: print(f"triton-tts serve: {message}", file=sys.stderr, flush=True),
+        )
         while not stop["flag"]:
-            if not server.is_alive():
-                print(f"tritonserver exited; log tail:\n{server.log_tail()}", file=sys.stderr)
+            if not supervisor.poll():
                 return 1
             if gateway is not None and gateway.poll() is not None:
                 print(f"gateway exited with status {gateway.returncode}", file=sys.stderr)
@@ -245,6 +250,9 @@ def add_serve_parser(sub: Any) -> None:
     s.add_argument("--max-active", type=int, help="requests batched together per step (per checkpoint)")
     s.add_argument("--work", help="where the rendered repository and logs go")
     s.add_argument("--ready-timeout", type=float, default=300.0)
+    s.add_argument("--max-restarts", type=int, default=5,
+                   help="failed restarts of tritonserver in a row before serve gives up and exits 1 "
+                        "(a server that stays up for a minute resets the count)")
     s.add_argument("--no-gateway", action="store_true", help="serve Triton only")
     s.add_argument("--custom-voice-dir", help="gateway: precomputed voices (see `triton-tts precompute-voice`)")
     s.add_argument("--allowed-local-media-path", help="gateway: allow file:// ref_audio under this directory")
