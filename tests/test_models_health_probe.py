@@ -140,3 +140,39 @@ def test_voice_feature_steps_answer_probes(fake_pb_utils, dummy_artifacts, name,
     [resp] = model.execute([fake_pb_utils.InferenceRequest(tensors, parameters=PROBE)])
     assert not resp.has_error() and resp.output_tensors() == []
     model.finalize()
+
+
+# --- a model called by BLS dies (the shared code2wav) ---------------------------------------------------
+
+
+def test_a_dead_bls_callee_fails_active_requests_as_unavailable(speech, fake_pb_utils, monkeypatch):
+    from ttscore.errors import UpstreamUnavailable
+
+    gen = speech.generator_fake
+    step = gen.step
+
+    def failing_step():
+        if any(r.request.text == "upstream-down" for r in gen.active.values()):
+            raise UpstreamUnavailable("code2wav: Stub process 'code2wav_0_0' is not healthy.")
+        return step()
+
+    monkeypatch.setattr(gen, "step", failing_step)
+    req = fake_pb_utils.InferenceRequest(triton_io.request_tensors(text="upstream-down", max_new_tokens=5))
+    speech.execute([req])
+    assert_one_final(req)
+    err = triton_io.parse_error(req.sender.errors[0].message())
+    assert err.code == triton_io.UNAVAILABLE  # retryable (503), not a 500
+
+
+@pytest.mark.parametrize(("code", "message", "unavailable"), [
+    ("INTERNAL", "Stub process 'code2wav_0_0' is not healthy.", True),
+    ("NOT_FOUND", "Request for unknown model: 'code2wav' is not found", True),
+    ("UNAVAILABLE", "anything", True),
+    ("INVALID_ARG", "INVALID_ARG [state]: input 'state' must have shape [batch, 8]", False),
+    ("INTERNAL", "INTERNAL: internal error", False),
+])
+def test_bls_errors_that_mean_the_callee_is_unavailable(fake_pb_utils, code, message, unavailable):
+    from ttscore import triton_glue
+
+    error = fake_pb_utils.TritonError(message, getattr(fake_pb_utils.TritonError, code))
+    assert triton_glue._unavailable(error) is unavailable

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from .errors import UpstreamUnavailable
 from .triton_io import CANCELLED, HEALTH_PROBE_PARAMETER, INTERNAL, INVALID_ARG, UNAVAILABLE, WireError
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -113,6 +114,14 @@ def install_logging(level: int = logging.INFO) -> None:
         root.propagate = False
 
 
+def _unavailable(error: Any) -> bool:
+    """A BLS error meaning the callee cannot serve now (dead stub, unloaded or reloading model)."""
+    code = getattr(error, "code", lambda: None)()
+    text = str(error.message()).lower()
+    return code in (pb_utils.TritonError.UNAVAILABLE, pb_utils.TritonError.NOT_FOUND) or any(
+        s in text for s in ("is not healthy", "unknown model", "is not ready", "is not loaded"))
+
+
 class BlsVocoder:
     """The generator's vocoder as BLS calls to the `code2wav` model (shared by every checkpoint
     whose speech tokenizer is the same). Streams are batched by the caller: one BLS request per
@@ -138,7 +147,11 @@ class BlsVocoder:
             model_name=self.model_name, inputs=inputs, requested_output_names=["pcm", "new_state"]
         ).exec()
         if res.has_error():
-            raise RuntimeError(f"{self.model_name}: {res.error().message()}")
+            error = res.error()
+            message = f"{self.model_name}: {error.message()}"
+            if _unavailable(error):
+                raise UpstreamUnavailable(message)
+            raise RuntimeError(message)
         return (
             pb_utils.get_output_tensor_by_name(res, "pcm").as_numpy(),
             pb_utils.get_output_tensor_by_name(res, "new_state").as_numpy(),

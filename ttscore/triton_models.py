@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from . import spec, triton_io
-from .errors import ArtifactError, InvalidRequest, TTSError
+from .errors import ArtifactError, InvalidRequest, TTSError, UpstreamUnavailable
 from .triton_io import CANCELLED, INTERNAL, INTERNAL_MESSAGE, UNAVAILABLE, WireError
 
 log = logging.getLogger(__name__)
@@ -510,6 +510,10 @@ class GenerationScheduler:
         t0 = time.perf_counter()
         try:
             events = self.generator.step()
+        except UpstreamUnavailable as exc:  # e.g. the shared code2wav's stub died: retryable
+            log.error("generator step failed (%s); failing its %d active requests", exc, len(self._active))
+            self._fail_active(WireError(UNAVAILABLE, "the vocoder is unavailable; retry later"))
+            return True
         except Exception:
             log.exception("generator step failed; failing its %d active requests", len(self._active))
             self._fail_active()
@@ -575,10 +579,10 @@ class GenerationScheduler:
                 log.info("request %s cancelled by the client; released", entry.triton_id or entry.req_id)
                 self._abort(entry, WireError(CANCELLED, "request cancelled"))
 
-    def _fail_active(self) -> None:
+    def _fail_active(self, error: WireError | None = None) -> None:
         for entry in list(self._active.values()):
             self.stats.failed += 1
-            self._abort(entry, WireError(INTERNAL, INTERNAL_MESSAGE))
+            self._abort(entry, error or WireError(INTERNAL, INTERNAL_MESSAGE))
 
     def _abort(self, entry: _Entry, error: WireError | None) -> None:
         """Remove from the generator (frees its KV cache now) and send the FINAL error."""
