@@ -35,7 +35,7 @@ from ttscore.errors import InvalidRequest
 
 from . import encoding, errors, refaudio, sse
 from .backend import DEADLINE_EXCEEDED, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
-from .deadline import END, Deadline, next_within
+from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
 from .health import InflightStreams
 from .monitor import HealthMonitor
@@ -215,7 +215,6 @@ class SpeechService:
     def _api_error(self, exc: BackendError, request_id: str) -> APIError:
         if exc.code == UNAVAILABLE:
             self.readiness.invalidate()
-            logger.warning("request %s failed: %s", request_id, exc)
         elif exc.code == DEADLINE_EXCEEDED:
             logger.warning("request %s cancelled: %s", request_id, exc.message)
         elif exc.code not in ("INVALID_ARG", "CANCELLED"):
@@ -302,7 +301,7 @@ class SpeechService:
             inputs = await asyncio.wait_for(self._inputs(plan, request_id, features),
                                             deadline.remaining(time.monotonic()))
         except asyncio.TimeoutError:
-            raise self._api_error(BackendError(DEADLINE_EXCEEDED, deadline.message("total")), request_id) from None
+            raise self._api_error(BackendError(DEADLINE_EXCEEDED, deadline.message(TOTAL)), request_id) from None
         model = plan.checkpoint.triton_model
         stream = self.backend.stream_speech(model, inputs, request_id)
         # A shared vocoder (readiness_models: code2wav over BLS) breaks this stream as much as its own model.
