@@ -1,7 +1,8 @@
 """create_app(settings): the FastAPI application of the Speech API.
 
 - The lifespan owns the inference backend (the Triton gRPC channel): opened at startup, closed at
-  shutdown; no module-level state.
+  shutdown; no module-level state. It also runs the health monitor (gateway.monitor), which ends
+  the streams of a model that breaks and reloads it.
 - Every response carries X-Request-Id: the client's when it sent a sane one, else a new one. It
   is the Triton request id of the work done for the request.
 - Errors reach the wire here and only here: APIError, FastAPI's validation errors (400, never
@@ -56,7 +57,8 @@ BackendFactory = Callable[[Settings], InferenceBackend]
 def _triton_backend(settings: Settings) -> InferenceBackend:
     from .triton_client import TritonBackend  # tritonclient only when serving for real
 
-    return TritonBackend(settings.triton_url)
+    # Plain calls (voice_features) are bounded like a stalled stream.
+    return TritonBackend(settings.triton_url, unary_timeout_s=settings.stall_timeout_s)
 
 
 def new_request_id() -> str:
@@ -203,7 +205,9 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         backend = factory(settings)
         app.state.backend = backend
-        app.state.speech = SpeechService(deployment, backend, settings, metrics)
+        app.state.speech = speech = SpeechService(deployment, backend, settings, metrics)
+        if speech.monitor is not None:
+            speech.monitor.start()
         bind = getattr(voices, "bind", None)
         if bind is not None:
             bind(backend)
@@ -215,6 +219,8 @@ def create_app(
         try:
             yield
         finally:
+            if speech.monitor is not None:
+                await speech.monitor.stop()
             if bind is not None:
                 bind(None)
             await backend.close()

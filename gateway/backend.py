@@ -4,7 +4,11 @@
 same behaviour. Errors cross this boundary as `BackendError(code, message, param)` with the codes
 of the model repository's wire protocol (ttscore.contract.tensors): INVALID_ARG, CANCELLED,
 UNAVAILABLE (also: Triton unreachable, model not loaded or not ready), INTERNAL, or "" for a
-message Triton produced itself.
+message Triton produced itself; and the gateway's own DEADLINE_EXCEEDED (gateway.deadline).
+
+Health (gateway.monitor): `server_live`, `model_components` (an ensemble's steps), `probe_model`
+(a request every python model answers without running, proving its stub is alive) and
+`reload_model` (Triton's repository API).
 """
 
 from __future__ import annotations
@@ -21,13 +25,30 @@ from .usage import Usage
 
 __all__ = [
     "CANCELLED",
+    "DEADLINE_EXCEEDED",
     "INTERNAL",
     "INVALID_ARG",
     "UNAVAILABLE",
     "BackendError",
     "InferenceBackend",
+    "ProbeResult",
     "SpeechChunk",
 ]
+
+# Not a model's code: the gateway gave up waiting (request_timeout_s / stall_timeout_s).
+DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one health probe of a model found."""
+
+    status: str  # "ok" | "failed" (answered with an error) | "timeout" | "unreachable" (no server)
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
 
 
 @dataclass(frozen=True)
@@ -66,5 +87,21 @@ class InferenceBackend(Protocol):
     async def server_ready(self) -> bool: ...
 
     async def model_ready(self, model: str) -> bool: ...
+
+    async def server_live(self) -> bool:
+        """Does the server answer at all (Triton's liveness; readiness drops while a model reloads)?"""
+        ...
+
+    async def model_components(self, model: str) -> list[str]:
+        """The models that run for `model`: itself, or an ensemble's steps (recursively)."""
+        ...
+
+    async def probe_model(self, model: str, timeout_s: float) -> ProbeResult:
+        """Send a health probe through the model's stub; never raises."""
+        ...
+
+    async def reload_model(self, model: str, timeout_s: float) -> None:
+        """Unload and load `model` (a fresh stub process); BackendError when that fails."""
+        ...
 
     async def close(self) -> None: ...

@@ -8,7 +8,8 @@ Status rules (the OpenAI SDK retries 408/409/429/5xx, so deterministic failures 
 - 401 (+ WWW-Authenticate: Bearer) a missing or wrong API key, in OpenAI's own body
   (`type` "invalid_request_error", `code` "invalid_api_key"; `AuthenticationError`).
 - 404 an unknown model; 503 (+ Retry-After) while Triton or a model is not ready / the queue is
-  full / the server drains before it exits; 500 a bug, with a generic message that carries the
+  full / the server drains before it exits / a model failed under the request; 504 when the request
+  ran out of time (`request_timeout_s`, `stall_timeout_s`); 500 a bug, with a generic message that carries the
   request id.
 - DELETE /v1/audio/voices/{name} of an unknown voice: 404 with the spec's own body
   `{"success": false, "error": "Voice 'x' not found"}` (`VoiceNotFoundError`).
@@ -78,6 +79,11 @@ def invalid_api_key(missing: bool) -> APIError:
     message = ("Missing API key: send it as 'Authorization: Bearer <key>'" if missing
                else "Incorrect API key provided")
     return AuthenticationError(message, None, 401, "AuthenticationError", {"WWW-Authenticate": "Bearer"})
+
+
+def gateway_timeout(message: str) -> APIError:
+    """The server gave up on the request (its time limit, or Triton went silent); retryable."""
+    return APIError(message, None, 504, "GatewayTimeoutError")
 
 
 def internal(request_id: str | None) -> APIError:
@@ -222,4 +228,6 @@ def from_backend(code: str, message: str, param: str | None, request_id: str | N
         return bad_request(message, _API_PARAM.get(param or "", param))
     if code in ("UNAVAILABLE", "CANCELLED"):
         return unavailable("The speech service is not available right now; retry later.", retry_after_s)
+    if code == "DEADLINE_EXCEEDED":  # the gateway's own message (gateway.deadline), or a generic one
+        return gateway_timeout(message or "The speech service did not answer in time; retry later.")
     return internal(request_id)

@@ -209,6 +209,8 @@ class Readiness(BaseModel):
     status: Literal["ready", "not_ready", "draining"]  # draining: shutting down after SIGTERM
     triton: bool
     models: dict[str, bool]
+    # Models the health monitor found failed (stub dead, reload in progress...) -> why.
+    broken: dict[str, str] = {}
 
 
 # --- voices --------------------------------------------------------------------------------------

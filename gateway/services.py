@@ -5,7 +5,10 @@
   chunk is awaited *before* the HTTP status is sent, so a request Triton rejects still gets a
   proper 4xx/5xx; after that, failures go in-band (SSE `speech.audio.error`) or cut the body.
 - `batch`: items planned and run concurrently, each with its own result or error.
-- Readiness: Triton and every model the deployment needs, cached briefly while healthy.
+- Readiness: Triton and every model the deployment needs, cached briefly while healthy, and never
+  while the health monitor (gateway.monitor) holds one of them broken.
+- Faults and time limits: each Triton stream is registered with the models it needs, so a model
+  that breaks ends it at once (gateway.health), and waits on Triton are bounded (gateway.deadline).
 
 Closing a generator here closes the backend stream, which cancels the request in Triton: every
 consumer uses `aclosing`, and `AudioStream.aclose` covers a response that never started.
@@ -23,7 +26,7 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -34,9 +37,12 @@ from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 
 from . import encoding, errors, refaudio, sse
-from .backend import UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
+from .backend import DEADLINE_EXCEEDED, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
+from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
+from .health import InflightStreams
 from .metrics import GatewayMetrics, RequestTrace
+from .monitor import HealthMonitor
 from .planning import Deployment, SpeechFields, SpeechPlan, merge_batch_item, plan_speech
 from .settings import Settings
 from .usage import Usage
@@ -71,28 +77,43 @@ class Clip:
 
 
 class ReadinessMonitor:
-    """Is Triton up with every needed model ready? A positive answer is trusted for `ttl_s`."""
+    """Is Triton up with every needed model ready? A positive answer is trusted for `ttl_s`.
 
-    def __init__(self, backend: InferenceBackend, models: list[str], ttl_s: float, retry_after_s: int) -> None:
+    `unusable` (the health monitor's verdicts: model -> reason) overrides Triton's own answer, which
+    stays "ready" after a model's stub process died."""
+
+    def __init__(self, backend: InferenceBackend, models: list[str], ttl_s: float, retry_after_s: int,
+                 unusable: Callable[[], dict[str, str]] | None = None) -> None:
         self.backend = backend
         self.models = list(dict.fromkeys(models))
         self.ttl_s = ttl_s
         self.retry_after_s = retry_after_s
+        self.unusable = unusable or dict
         self._ready_until = 0.0
         self._lock = asyncio.Lock()
 
     def invalidate(self) -> None:
         self._ready_until = 0.0
 
+    def broken(self) -> dict[str, str]:
+        """Needed models the health monitor holds broken, with the reason."""
+        return {m: why for m, why in self.unusable().items() if m in self.models}
+
     async def check(self) -> tuple[bool, bool, dict[str, bool]]:
         """(ready, triton reachable and ready, readiness per model); always asks Triton."""
         triton = await self.backend.server_ready()
-        models = {m: (await self.backend.model_ready(m)) if triton else False for m in self.models}
+        broken = self.broken()
+        models = {m: (await self.backend.model_ready(m)) and m not in broken if triton else False for m in self.models}
         ready = triton and all(models.values())
         self._ready_until = time.monotonic() + self.ttl_s if ready else 0.0
         return ready, triton, models
 
     async def require(self) -> None:
+        broken = self.broken()
+        if broken:
+            raise errors.unavailable(
+                f"The speech service is not ready (failed, being repaired: {', '.join(sorted(broken))}); retry later.",
+                self.retry_after_s)
         if time.monotonic() < self._ready_until:
             return
         async with self._lock:  # one check for a burst of requests
@@ -182,7 +203,16 @@ class SpeechService:
         needed = [c.triton_model for c in deployment.checkpoints]
         needed += [c.voice_features_model for c in deployment.checkpoints if c.voice_features_model]
         needed += list(settings.readiness_models)
-        self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s)
+        self.inflight = InflightStreams()
+        self.monitor: HealthMonitor | None = None
+        if settings.health_interval_s > 0:  # started and stopped by the app's lifespan
+            self.monitor = HealthMonitor(
+                backend, needed, self.inflight, interval_s=settings.health_interval_s,
+                probe_timeout_s=settings.health_probe_timeout_s, reload=settings.health_reload,
+                reload_timeout_s=settings.health_reload_timeout_s, backoff_max_s=settings.health_backoff_max_s,
+            )
+        self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s,
+                                          self.monitor.unusable if self.monitor else None)
         # Features of inline reference audio, keyed by its decoded content: a batch or a client that
         # repeats one ref_audio runs the voice_features ensemble once (fetching/decoding still happens).
         self._ref_features: OrderedDict[tuple[str, int, str], asyncio.Future[Any]] = OrderedDict()
@@ -195,7 +225,9 @@ class SpeechService:
     def _api_error(self, exc: BackendError, request_id: str) -> APIError:
         if exc.code == UNAVAILABLE:
             self.readiness.invalidate()
-        if exc.code not in ("INVALID_ARG", "UNAVAILABLE", "CANCELLED"):
+        elif exc.code == DEADLINE_EXCEEDED:
+            logger.warning("request %s cancelled: %s", request_id, exc.message)
+        elif exc.code not in ("INVALID_ARG", "CANCELLED"):
             logger.error("request %s failed in Triton: %s", request_id, exc)
         return errors.from_backend(exc.code, exc.message, exc.param, request_id, self.settings.retry_after_s)
 
@@ -271,19 +303,38 @@ class SpeechService:
 
     async def _generate(self, plan: SpeechPlan, request_id: str, features: Features | None, trace: RequestTrace
                         ) -> AsyncGenerator[SpeechChunk, None]:
+        """The request's chunks until Triton's FINAL one. Never waits forever: ends with an APIError
+        when a limit passes (504) or a model it needs breaks (503; the health monitor aborts it)."""
         # Metered from here: waiting for readiness and the reference features is time to first audio too.
         meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
         try:
+            deadline = Deadline(time.monotonic(), self.settings.request_timeout_s, self.settings.stall_timeout_s)
             await self.readiness.require()
-            inputs = await self._inputs(plan, request_id, features)
-            stream = self.backend.stream_speech(plan.checkpoint.triton_model, inputs, request_id)
             try:
-                async with aclosing(stream):
-                    async for chunk in stream:
-                        meter.audio(chunk.audio.size / plan.output.source_rate)
-                        yield chunk
-            except BackendError as exc:
-                raise self._api_error(exc, request_id) from None
+                inputs = await asyncio.wait_for(self._inputs(plan, request_id, features),
+                                                deadline.remaining(time.monotonic()))
+            except asyncio.TimeoutError:
+                raise self._api_error(BackendError(DEADLINE_EXCEEDED, deadline.message(TOTAL)), request_id) from None
+            model = plan.checkpoint.triton_model
+            stream = self.backend.stream_speech(model, inputs, request_id)
+            # A shared vocoder (readiness_models: code2wav over BLS) breaks this stream as much as its own model.
+            with self.inflight.open((model, *self.settings.readiness_models)) as ticket:
+                try:
+                    async with aclosing(stream):
+                        streaming = False
+                        while True:
+                            limit, which = deadline.wait_limit(time.monotonic(), streaming)
+                            try:
+                                chunk = await next_within(stream, limit, ticket.aborted)
+                            except asyncio.TimeoutError:
+                                raise BackendError(DEADLINE_EXCEEDED, deadline.message(which)) from None
+                            if chunk is END:
+                                break
+                            streaming = True
+                            meter.audio(chunk.audio.size / plan.output.source_rate)
+                            yield chunk
+                except BackendError as exc:
+                    raise self._api_error(exc, request_id) from None
             meter.completed()
         finally:
             meter.close()

@@ -33,6 +33,11 @@ Operations (all optional):
   `python -m gateway` adds `TTS_API_KEYS` and `--api-key` to them. A key is printable ASCII
   without spaces or commas (TTS_API_KEYS is comma-separated).
 - `drain_timeout_s` (30): after SIGTERM, how long requests in flight get to finish (gateway.drain).
+- Time limits (gateway.deadline): `request_timeout_s` (600, a whole request), `stall_timeout_s`
+  (30: no Triton response for this long while streaming; also bounds each plain Triton call).
+- Faults (gateway.monitor): `health_interval_s` (2; 0 turns the monitor off),
+  `health_probe_timeout_s` (5), `health_reload` (true: reload broken models through Triton's
+  repository API), `health_reload_timeout_s` (300), `health_backoff_max_s` (30, between failed reloads).
 """
 
 from __future__ import annotations
@@ -71,6 +76,13 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
     "ws_max_config_bytes": int,
     "ws_max_text_bytes": int,
     "drain_timeout_s": (int, float),
+    "request_timeout_s": (int, float),
+    "stall_timeout_s": (int, float),
+    "health_interval_s": (int, float),
+    "health_probe_timeout_s": (int, float),
+    "health_reload": bool,
+    "health_reload_timeout_s": (int, float),
+    "health_backoff_max_s": (int, float),
 }
 
 
@@ -151,6 +163,14 @@ class Settings:
     # Operations.
     api_keys: tuple[str, ...] = ()
     drain_timeout_s: float = 30.0
+    # Time limits and fault handling (gateway.deadline, gateway.monitor).
+    request_timeout_s: float = 600.0
+    stall_timeout_s: float = 30.0
+    health_interval_s: float = 2.0
+    health_probe_timeout_s: float = 5.0
+    health_reload: bool = True
+    health_reload_timeout_s: float = 300.0
+    health_backoff_max_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -164,9 +184,12 @@ class Settings:
                     "ws_max_text_bytes"):
             if getattr(self, key) < 0:
                 raise SettingsError(f"{key} must not be negative")
-        for key in ("ref_audio_timeout_s", "ws_idle_timeout_s"):
+        for key in ("ref_audio_timeout_s", "ws_idle_timeout_s", "request_timeout_s", "stall_timeout_s",
+                    "health_probe_timeout_s", "health_reload_timeout_s", "health_backoff_max_s"):
             if not getattr(self, key) > 0:
                 raise SettingsError(f"{key} must be positive")
+        if self.health_interval_s < 0:
+            raise SettingsError("health_interval_s must not be negative (0 turns the health monitor off)")
         ids: set[str] = set()
         for m in self.models:
             for name in (m.name, *m.aliases):

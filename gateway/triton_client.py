@@ -8,6 +8,12 @@
   `is_cancelled()` at its next step and frees the slot.
 - `voice_features`: a plain ModelInfer on the voice_features ensemble.
 - Readiness: server and per-model readiness RPCs.
+- Health (gateway.monitor): liveness, ensemble steps from the model configs, a health probe per
+  model (a request with the `HEALTH_PROBE_PARAMETER` parameter and the smallest valid value of each
+  required input, sent on a stream so decoupled and plain models are probed alike; the model answers
+  it without running) and reload through the repository API (unload + load: a plain load of an
+  unchanged model is a no-op in Triton 2.51, even when its stub is dead).
+- The channel reconnects within ~2 s of Triton coming back (gRPC's default backoff grows to 2 min).
 
 Errors leave as `BackendError` with the model repository's codes (parsed from the message by
 ttscore.contract.tensors.parse_error); Triton being unreachable, or a model not loaded, is UNAVAILABLE.
@@ -25,16 +31,39 @@ import grpc
 import numpy as np
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
+from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE
 from tritonclient.utils import InferenceServerException
 
-from ttscore.contract.tensors import parse_error
+from ttscore.contract.tensors import HEALTH_PROBE_PARAMETER, parse_error
 
-from .backend import CANCELLED, INTERNAL, UNAVAILABLE, BackendError, SpeechChunk
+from .backend import (
+    CANCELLED,
+    DEADLINE_EXCEEDED,
+    INTERNAL,
+    UNAVAILABLE,
+    BackendError,
+    ProbeResult,
+    SpeechChunk,
+)
 from .usage import Usage
 
 logger = logging.getLogger(__name__)
 
 READINESS_TIMEOUT_S = 3.0
+CHANNEL_ARGS = [
+    ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+    ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+    # Reconnect soon after Triton restarts: new requests fail fast while the channel waits.
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.min_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+]
+_PROBE_DTYPES: dict[str, Any] = {
+    "TYPE_BOOL": np.bool_, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16, "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8, "TYPE_INT16": np.int16, "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64, "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
 # Triton's own messages for a model it cannot run right now (not loaded, loading, unloaded).
 _MODEL_UNAVAILABLE = re.compile(r"unknown model|is not ready|not found|unavailable|is not loaded", re.IGNORECASE)
 
@@ -59,7 +88,9 @@ def _from_message(message: str) -> BackendError:
 
 def _from_exception(exc: InferenceServerException) -> BackendError:
     status = str(exc.status() or "")
-    if "UNAVAILABLE" in status or "DEADLINE_EXCEEDED" in status:
+    if "DEADLINE_EXCEEDED" in status:
+        return BackendError(DEADLINE_EXCEEDED, "the inference server did not answer in time")
+    if "UNAVAILABLE" in status:
         return BackendError(UNAVAILABLE, "the inference server is unreachable")
     if "CANCELLED" in status:
         return BackendError(CANCELLED, "request cancelled")
@@ -68,7 +99,9 @@ def _from_exception(exc: InferenceServerException) -> BackendError:
 
 def _from_rpc(exc: grpc.aio.AioRpcError) -> BackendError:
     code = exc.code()
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return BackendError(DEADLINE_EXCEEDED, "the inference server did not answer in time")
+    if code == grpc.StatusCode.UNAVAILABLE:
         return BackendError(UNAVAILABLE, "the inference server is unreachable")
     if code == grpc.StatusCode.CANCELLED:
         return BackendError(CANCELLED, "request cancelled")
@@ -93,12 +126,39 @@ def _chunk(result: Any, final: bool) -> SpeechChunk | None:
     )
 
 
-class TritonBackend:
-    """InferenceBackend over Triton's gRPC endpoint. One channel, opened here, closed by close()."""
+def probe_tensors(config: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The smallest valid value of every required input of a model config (JSON form): zeros (empty
+    strings), -1 dims as 1, plus the batch dim when the model batches. Optional inputs are left out."""
+    batch = [1] if int(config.get("max_batch_size") or 0) > 0 else []
+    out = {}
+    for spec in config.get("input") or []:
+        if spec.get("optional"):
+            continue
+        dtype = _PROBE_DTYPES.get(str(spec.get("data_type")))
+        if dtype is None:
+            raise ValueError(f"input {spec.get('name')!r} has unsupported data_type {spec.get('data_type')}")
+        shape = batch + [max(int(d), 1) for d in spec.get("dims") or []]
+        value = np.full(shape, b"", dtype=object) if dtype is np.object_ else np.zeros(shape, dtype)
+        out[str(spec["name"])] = value
+    return out
 
-    def __init__(self, url: str) -> None:
+
+def _probe_error(message: str) -> ProbeResult:
+    """A probe answered with an error: the model cannot serve (a dead stub answers "Stub process
+    '<instance>' is not healthy." after ~1 s; an unloaded model is unknown / not ready)."""
+    return ProbeResult("failed", message.strip() or "error without a message")
+
+
+class TritonBackend:
+    """InferenceBackend over Triton's gRPC endpoint. One channel, opened here, closed by close().
+
+    `unary_timeout_s` bounds every plain (non-streaming) inference call; None: no limit."""
+
+    def __init__(self, url: str, unary_timeout_s: float | None = None) -> None:
         self.url = url
-        self._client = grpcaio.InferenceServerClient(url)
+        self.unary_timeout_s = unary_timeout_s
+        self._client = grpcaio.InferenceServerClient(url, channel_args=CHANNEL_ARGS)
+        self._configs: dict[str, dict[str, Any]] = {}  # model configs (JSON form), for probes
 
     async def close(self) -> None:
         await self._client.close()
@@ -115,6 +175,98 @@ class TritonBackend:
         except InferenceServerException:
             return False
 
+    # --- health ---------------------------------------------------------------------------------
+
+    async def server_live(self) -> bool:
+        try:
+            return bool(await self._client.is_server_live(client_timeout=READINESS_TIMEOUT_S))
+        except InferenceServerException:
+            return False
+
+    async def _config(self, model: str) -> dict[str, Any]:
+        config = self._configs.get(model)
+        if config is None:
+            try:
+                reply = await self._client.get_model_config(model, as_json=True, client_timeout=READINESS_TIMEOUT_S)
+            except InferenceServerException as exc:
+                raise _from_exception(exc) from None
+            config = dict(reply.get("config") or {})
+            self._configs[model] = config
+        return config
+
+    async def model_components(self, model: str) -> list[str]:
+        config = await self._config(model)
+        if config.get("platform") != "ensemble":
+            return [model]
+        out: list[str] = []
+        for step in (config.get("ensemble_scheduling") or {}).get("step") or []:
+            for name in await self.model_components(str(step["model_name"])):
+                if name not in out:
+                    out.append(name)
+        return out
+
+    async def probe_model(self, model: str, timeout_s: float) -> ProbeResult:
+        try:
+            return await asyncio.wait_for(self._probe(model), timeout_s)
+        except asyncio.TimeoutError:
+            return ProbeResult("timeout", f"no answer to a health probe within {timeout_s:g} s")
+        except BackendError as exc:  # the model config could not be read: unknown model, or no server?
+            self._configs.pop(model, None)
+            if not await self.server_live():
+                return ProbeResult("unreachable", exc.message)
+            return _probe_error(exc.message)
+
+    async def _probe(self, model: str) -> ProbeResult:
+        try:
+            tensors = probe_tensors(await self._config(model))
+        except ValueError as exc:
+            return _probe_error(f"cannot build a probe: {exc}")
+        finished = asyncio.Event()
+        request = {
+            "model_name": model,
+            "inputs": _inputs(tensors),
+            "request_id": "health-probe",
+            "parameters": {"triton_enable_empty_final_response": True, HEALTH_PROBE_PARAMETER: True},
+        }
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            yield request
+            await finished.wait()
+
+        call = self._client.stream_infer(requests())
+        try:
+            async for result, error in call:
+                if error is not None:
+                    return _probe_error(error.message() or str(error))
+                params = result.get_response().parameters
+                # Plain models answer once; a decoupled one ends with its flagged final response.
+                if "triton_final_response" not in params or params["triton_final_response"].bool_param:
+                    return ProbeResult("ok")
+            return _probe_error("the probe stream ended without an answer")
+        except grpc.aio.AioRpcError as exc:
+            err = _from_rpc(exc)
+            return ProbeResult("unreachable", err.message) if err.code == UNAVAILABLE else _probe_error(err.message)
+        finally:
+            finished.set()
+            call.cancel()  # a no-op once answered; on timeout it ends the RPC
+
+    async def reload_model(self, model: str, timeout_s: float) -> None:
+        self._configs.pop(model, None)
+        try:
+            await self._client.unload_model(model, client_timeout=timeout_s)
+        except InferenceServerException as exc:
+            err = _from_exception(exc)
+            if err.code == UNAVAILABLE:
+                raise err from None
+            logger.warning("unloading %s failed (%s); loading it anyway", model, err.message)
+        try:
+            await self._client.load_model(model, client_timeout=timeout_s)
+        except InferenceServerException as exc:
+            err = _from_exception(exc)
+            raise BackendError(err.code or INTERNAL, err.message, err.param) from None
+
+    # --- inference --------------------------------------------------------------------------------
+
     async def voice_features(
         self, model: str, audio: np.ndarray, sample_rate: int, request_id: str
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -123,7 +275,8 @@ class TritonBackend:
             "sample_rate": np.array([sample_rate], dtype=np.int32),
         })
         try:
-            result = await self._client.infer(model, inputs, request_id=request_id)
+            result = await self._client.infer(model, inputs, request_id=request_id,
+                                              client_timeout=self.unary_timeout_s)
         except InferenceServerException as exc:
             raise _from_exception(exc) from None
         x_vector, ref_codes = result.as_numpy("x_vector"), result.as_numpy("ref_codes")

@@ -5,7 +5,10 @@
   `initial_chunk_frames` then 4, usage on every chunk, exactly one final) plus triggers chosen by
   the text: "fail-invalid" (INVALID_ARG before any audio), "fail-midstream" (INTERNAL after the
   first chunk), "fail-unavailable" (UNAVAILABLE), "fail-internal" (INTERNAL at once), "slow" (0.05 s
-  per chunk, to observe cancellation). It records every request and every cancellation.
+  per chunk, to observe cancellation), "hang" (no response ever), "hang-midstream" (the first chunk,
+  then nothing). It records every request and every cancellation. Health: `live`, per-model
+  `probe_results` (default ok; a reload clears the model's), `components` (ensemble steps),
+  `reload_error`, `hold_reloads` (a reload waits while it is true); reloads are recorded.
 - `fake_deployment(tmp, variants)`: Settings over hand-written manifests (no exported weights).
 - `start_stack(...)`: the real thing for end-to-end tests and manual runs: renders the model
   repository exactly as `triton-tts serve` does (ttscore.tools.serve.plan_deployment), starts Triton and
@@ -25,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from gateway.backend import INTERNAL, INVALID_ARG, UNAVAILABLE, BackendError, SpeechChunk
+from gateway.backend import INTERNAL, INVALID_ARG, UNAVAILABLE, BackendError, ProbeResult, SpeechChunk
 from gateway.settings import Settings
 from gateway.usage import Usage
 from ttscore.contract import tensors as triton_io
@@ -100,10 +103,35 @@ class FakeBackend:
     feature_calls: list[tuple[str, int, int, str]] = field(default_factory=list)
     closed: bool = False
     max_concurrent: int = 0
+    live: bool = True
+    probe_results: dict[str, ProbeResult] = field(default_factory=dict)
+    components: dict[str, list[str]] = field(default_factory=dict)
+    reload_error: str | None = None
+    hold_reloads: bool = False
+    reloads: list[str] = field(default_factory=list)
     _active: int = 0
 
     async def close(self) -> None:
         self.closed = True
+
+    async def server_live(self) -> bool:
+        return self.live
+
+    async def model_components(self, model: str) -> list[str]:
+        return list(self.components.get(model, [model]))
+
+    async def probe_model(self, model: str, timeout_s: float) -> ProbeResult:
+        if not self.live:
+            return ProbeResult("unreachable", "connection refused")
+        return self.probe_results.get(model, ProbeResult("ok"))
+
+    async def reload_model(self, model: str, timeout_s: float) -> None:
+        self.reloads.append(model)
+        while self.hold_reloads:  # set from the test's thread
+            await asyncio.sleep(0.01)
+        if self.reload_error is not None:
+            raise BackendError(INTERNAL, self.reload_error)
+        self.probe_results.pop(model, None)
 
     async def server_ready(self) -> bool:
         return self.ready
@@ -139,6 +167,12 @@ class FakeBackend:
             raise BackendError(UNAVAILABLE, "too many requests in the queue; retry later")
         if text == "fail-internal":
             raise BackendError(INTERNAL, "internal error")
+        if text == "hang":
+            try:
+                await asyncio.Event().wait()  # a request Triton never answers
+            except asyncio.CancelledError:
+                call.cancelled = True
+                raise
         total = int(fields.get("max_new_tokens") or 3)
         first = int(fields.get("initial_chunk_frames") or 1)
         audio_tokens = int(fields["ref_codes"].shape[0]) if fields.get("ref_codes") is not None else 0
@@ -155,6 +189,8 @@ class FakeBackend:
                     await asyncio.sleep(0)
                 if text == "fail-midstream" and done > 0:
                     raise BackendError(INTERNAL, "internal error")
+                if text == "hang-midstream" and done > 0:
+                    await asyncio.Event().wait()
                 final = done + n >= total
                 chunk = SpeechChunk(
                     audio=fake_audio(n, done), frames=n, usage=Usage(text_tokens, audio_tokens, done + n),

@@ -49,7 +49,9 @@ SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec" / "speech_api.md"
 @pytest.fixture(scope="module")
 def stack(e2e_triton, tmp_path_factory):
     """A gateway (uvicorn, in-process) over the session's e2e Triton deployment."""
-    cfg = {**e2e_triton["config"], "speaker_samples_dir": str(tmp_path_factory.mktemp("speech-speakers"))}
+    # No health monitor: its probes are Triton inferences, and test_bad_input_... counts those.
+    cfg = {**e2e_triton["config"], "speaker_samples_dir": str(tmp_path_factory.mktemp("speech-speakers")),
+           "health_interval_s": 0}
     settings = Settings.from_dict(cfg)
     port = free_port()
     gw, thread = start_gateway(settings, port)

@@ -16,7 +16,7 @@ import numpy as np
 from ttscore.backend.settings import ModelSettingsError, SpeechGenerationSettings
 from ttscore.backend.triton_metrics import NullMetrics, SchedulerMetrics
 from ttscore.contract import tensors as triton_io
-from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.errors import ArtifactError, InvalidRequest, UpstreamUnavailable
 from ttscore.contract.tensors import CANCELLED, INTERNAL, INTERNAL_MESSAGE, UNAVAILABLE, WireError
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,8 @@ class GenerationScheduler:
 
     Protocol obligation: EXACTLY ONE response with the FINAL flag per request on every path --
     the final chunk (success), INVALID_ARG (rejected at submit), CANCELLED (client cancelled),
-    UNAVAILABLE (queue full / shutting down) or INTERNAL (unexpected exception, logged). `_finish`
+    UNAVAILABLE (queue full / shutting down), INTERNAL (unexpected exception, logged) or, for a
+    health probe, an empty response (or UNAVAILABLE when the loop cannot serve). `_finish`
     is the only place that sends FINAL and it refuses to send twice.
 
     Threading: `submit` is called from Triton's execute(); everything else runs on the loop
@@ -116,12 +117,17 @@ class GenerationScheduler:
         max_pending: int,
         idle_wait_s: float = 0.05,
         metrics: SchedulerMetrics | None = None,
+        stuck_after_s: float = 120.0,
     ) -> None:
         self.generator = generator
         self.metrics: SchedulerMetrics = metrics or NullMetrics()  # ttscore.backend.triton_metrics
         self.max_active = max_active
         self.max_pending = max_pending
         self.idle_wait_s = idle_wait_s
+        # A loop iteration (one batched step) that takes this long means the loop is wedged: health
+        # probes then fail, so the gateway reloads the model instead of letting its streams stall.
+        self.stuck_after_s = stuck_after_s
+        self._heartbeat = time.monotonic()  # last loop iteration
         self.stats = SchedulerStats()
         self._inbox: queue.Queue[_Entry] = queue.Queue()
         self._pending: deque[_Entry] = deque()
@@ -159,6 +165,23 @@ class GenerationScheduler:
         self._ended("rejected")
         self._finish(_Entry("-", "", None, stream), error=error)
 
+    def probe(self, stream: ResponseStream) -> None:
+        """Answer a health probe at once, bypassing the queue (a full queue is not a fault): an empty
+        FINAL response while the step loop runs, UNAVAILABLE + FINAL when it cannot serve."""
+        problem = self.health_problem()
+        self._finish(_Entry("probe", "", None, stream), error=WireError(UNAVAILABLE, problem) if problem else None)
+
+    def health_problem(self, now: float | None = None) -> str | None:
+        """Why this scheduler cannot serve (None: it can)."""
+        if self._stop.is_set():
+            return "server is shutting down"
+        if self._thread is None or not self._thread.is_alive():
+            return "the step loop is not running"
+        idle = (time.monotonic() if now is None else now) - self._heartbeat
+        if idle > self.stuck_after_s:
+            return f"the step loop has not advanced for {idle:.0f} s"
+        return None
+
     # --- loop thread ----------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -191,6 +214,7 @@ class GenerationScheduler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._heartbeat = time.monotonic()
             try:
                 busy = self.run_once()
             except Exception:  # a bug in the loop itself must not kill the thread silently
@@ -217,6 +241,10 @@ class GenerationScheduler:
         t0 = time.perf_counter()
         try:
             events = self.generator.step()
+        except UpstreamUnavailable as exc:  # e.g. the shared code2wav's stub died: retryable
+            log.error("generator step failed (%s); failing its %d active requests", exc, len(self._active))
+            self._fail_active(WireError(UNAVAILABLE, "the vocoder is unavailable; retry later"))
+            return True
         except Exception:
             log.exception("generator step failed; failing its %d active requests", len(self._active))
             self._fail_active()
@@ -289,10 +317,10 @@ class GenerationScheduler:
                 log.info("request %s cancelled by the client; released", entry.triton_id or entry.req_id)
                 self._abort(entry, WireError(CANCELLED, "request cancelled"))
 
-    def _fail_active(self) -> None:
+    def _fail_active(self, error: WireError | None = None) -> None:
         for entry in list(self._active.values()):
             self._ended("failed")
-            self._abort(entry, WireError(INTERNAL, INTERNAL_MESSAGE))
+            self._abort(entry, error or WireError(INTERNAL, INTERNAL_MESSAGE))
 
     def _abort(self, entry: _Entry, error: WireError | None) -> None:
         """Remove from the generator (frees its KV cache now) and send the FINAL error."""

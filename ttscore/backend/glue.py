@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from ttscore.contract.tensors import CANCELLED, INTERNAL, INVALID_ARG, UNAVAILABLE, WireError
+from ttscore.backend.errors import UpstreamUnavailable
+from ttscore.contract.tensors import (
+    CANCELLED,
+    HEALTH_PROBE_PARAMETER,
+    INTERNAL,
+    INVALID_ARG,
+    UNAVAILABLE,
+    WireError,
+)
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
@@ -44,6 +52,28 @@ def response(outputs: Mapping[str, np.ndarray] | None = None, error: WireError |
 
 def input_arrays(request: Any) -> dict[str, np.ndarray]:
     return {t.name(): t.as_numpy() for t in request.inputs()}
+
+
+def is_probe(request: Any) -> bool:
+    """A gateway health probe (request parameter HEALTH_PROBE_PARAMETER set to true)?"""
+    try:
+        raw = request.parameters()
+        params = json.loads(raw) if raw else {}
+    except Exception:  # unreadable parameters: not a probe; the normal path reports what is wrong
+        return False
+    return isinstance(params, dict) and params.get(HEALTH_PROBE_PARAMETER) is True
+
+
+def answer_probes(requests: list[Any], execute: Callable[[list[Any]], list[Any]]) -> list[Any]:
+    """execute() of a non-decoupled model with health probes answered here: one response per request,
+    in order; probes get a response with no outputs (the stub is alive and executing), the rest go
+    to `execute`. A dynamic batch may mix both."""
+    probes = [is_probe(r) for r in requests]
+    if not any(probes):
+        return execute(requests)
+    real = [r for r, probe in zip(requests, probes, strict=True) if not probe]
+    answers = iter(execute(real) if real else [])
+    return [response() if probe else next(answers) for probe in probes]
 
 
 class SenderStream:
@@ -91,6 +121,14 @@ def install_logging(level: int = logging.INFO) -> None:
         root.propagate = False
 
 
+def _unavailable(error: Any) -> bool:
+    """A BLS error meaning the callee cannot serve now (dead stub, unloaded or reloading model)."""
+    code = getattr(error, "code", lambda: None)()
+    text = str(error.message()).lower()
+    return code in (pb_utils.TritonError.UNAVAILABLE, pb_utils.TritonError.NOT_FOUND) or any(
+        s in text for s in ("is not healthy", "unknown model", "is not ready", "is not loaded"))
+
+
 class BlsVocoder:
     """The generator's vocoder as BLS calls to the `code2wav` model (shared by every checkpoint
     whose speech tokenizer is the same). Streams are batched by the caller: one BLS request per
@@ -116,7 +154,11 @@ class BlsVocoder:
             model_name=self.model_name, inputs=inputs, requested_output_names=["pcm", "new_state"]
         ).exec()
         if res.has_error():
-            raise RuntimeError(f"{self.model_name}: {res.error().message()}")
+            error = res.error()
+            message = f"{self.model_name}: {error.message()}"
+            if _unavailable(error):
+                raise UpstreamUnavailable(message)
+            raise RuntimeError(message)
         return (
             pb_utils.get_output_tensor_by_name(res, "pcm").as_numpy(),
             pb_utils.get_output_tensor_by_name(res, "new_state").as_numpy(),

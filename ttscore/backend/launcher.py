@@ -178,6 +178,11 @@ def server_args(
         f"--exit-timeout-secs={exit_timeout_s}",
         # Committed configs are complete; never let the server invent fields.
         "--disable-auto-complete-config",
+        # Explicit model control (every model loaded at start) enables the repository API, which
+        # the gateway's health monitor uses to reload a model whose stub process died: Triton 2.51
+        # neither restarts such a stub nor reports the model unready (model_repository/README.md).
+        "--model-control-mode=explicit",
+        "--load-model=*",
         *extra_args,
     ]
 
@@ -249,6 +254,7 @@ class TritonServer:
         self._env = env
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_handle: object | None = None
+        self._starts = 0
 
     @property
     def http_url(self) -> str:
@@ -288,7 +294,9 @@ class TritonServer:
         cmd = self.command()
         env = self._env if self._env is not None else server_env()
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(self.log_file, "wb")  # noqa: SIM115  (closed in stop())
+        # A restart (ttscore.tools.supervisor) appends: the log of the run that died stays readable.
+        handle = open(self.log_file, "ab" if self._starts else "wb")  # noqa: SIM115  (closed in stop())
+        self._starts += 1
         self._log_handle = handle
         log.info("starting %s (log: %s)", " ".join(cmd), self.log_file)
         # Own process group: stop() can signal the server and every python-backend stub it forked.

@@ -34,3 +34,8 @@ class InvalidRequest(TTSError):
 
 class AudioDecodeError(InvalidRequest):
     """Reference audio could not be decoded."""
+
+
+class UpstreamUnavailable(TTSError):
+    """A model this one calls (BLS) cannot answer right now, e.g. its stub process died and is being
+    replaced: the requests that needed it fail with UNAVAILABLE (retryable), not INTERNAL."""

@@ -105,6 +105,12 @@ PUBLIC_MODELS: dict[str, tuple[tuple[TensorIO, ...], tuple[TensorIO, ...]]] = {
 # Which SynthesisRequest field each input fills (identical names, by design) and how to decode it.
 _SCALAR_KINDS = {"BYTES": "str", "BOOL": "bool", "INT32": "int", "INT64": "int", "FP32": "float"}
 
+# A request carrying this request parameter (true) is a health probe: every python model answers it
+# from execute() without running the model (decoupled: an empty FINAL response; others: a response
+# with no outputs), or with UNAVAILABLE when it cannot serve. Unlike Triton's model-ready, which
+# stays true after a stub process dies, an answer proves the stub is alive and executing.
+HEALTH_PROBE_PARAMETER = "tts_health_probe"
+
 
 # --- errors on the wire -------------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ One `speech_generation` model per served checkpoint (named `speech_generation` w
 served, `speech_generation_<name>` otherwise), all sharing one `code2wav` model through BLS when
 their speech tokenizers are byte-identical; the Base checkpoint (at most one) also gets the
 `voice_features` ensemble. Ctrl-C / SIGTERM drains the gateway (it finishes what is in flight,
-up to --drain-timeout), then stops Triton.
+up to --drain-timeout), then stops Triton. A tritonserver that dies is restarted with backoff
+(ttscore.tools.supervisor); serve exits 1 only when restarts keep failing.
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ttscore.backend.launcher import TritonServer, TritonServerError
     from ttscore.contract.manifest import read_manifest
     from ttscore.tools.artifacts import cache_root, ensure_artifacts
+    from ttscore.tools.supervisor import RestartPolicy, Supervisor
 
     checkpoints = [Path(c) for c in args.checkpoint or []]
     if not checkpoints:
@@ -217,9 +219,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 f"see model_repository/README.md) or run `triton-tts bench perf-analyzer`. Ctrl-C stops.",
                 flush=True,
             )
+        supervisor = Supervisor(
+            server, RestartPolicy(max_failures=args.max_restarts, ready_timeout_s=args.ready_timeout),
+            announce=lambda message: print(f"triton-tts serve: {message}", file=sys.stderr, flush=True),
+        )
         while not stop["flag"]:
-            if not server.is_alive():
-                print(f"tritonserver exited; log tail:\n{server.log_tail()}", file=sys.stderr)
+            if not supervisor.poll():
                 return 1
             if gateway is not None and gateway.poll() is not None:
                 print(f"gateway exited with status {gateway.returncode}", file=sys.stderr)
@@ -258,6 +263,9 @@ def add_serve_parser(sub: Any) -> None:
     s.add_argument("--max-active", type=int, help="requests batched together per step (per checkpoint)")
     s.add_argument("--work", help="where the rendered repository and logs go")
     s.add_argument("--ready-timeout", type=float, default=300.0)
+    s.add_argument("--max-restarts", type=int, default=5,
+                   help="failed restarts of tritonserver in a row before serve gives up and exits 1 "
+                        "(a server that stays up for a minute resets the count)")
     s.add_argument("--no-gateway", action="store_true", help="serve Triton only")
     s.add_argument("--custom-voice-dir", help="gateway: precomputed voices (see `triton-tts precompute-voice`)")
     s.add_argument("--allowed-local-media-path", help="gateway: allow file:// ref_audio under this directory")

@@ -29,6 +29,10 @@ class TritonPythonModel:
         self.mel_filters = encoders.mel_filters(name, settings.artifacts_dir)
 
     def execute(self, requests):
+        # Health probes get an empty response without running the model (ttscore.backend.glue).
+        return glue.answer_probes(requests, self._execute)
+
+    def _execute(self, requests):
         responses = []
         for request in requests:
             try:

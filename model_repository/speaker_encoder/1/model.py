@@ -23,6 +23,10 @@ class TritonPythonModel:
         self.graph = model_settings.open_graph(config.get("name", "speaker_encoder"), settings, "speaker_encoder")
 
     def execute(self, requests):
+        # Health probes get an empty response without running the model (ttscore.backend.glue).
+        return glue.answer_probes(requests, self._execute)
+
+    def _execute(self, requests):
         responses = []
         for request in requests:
             try:

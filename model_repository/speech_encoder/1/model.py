@@ -26,6 +26,10 @@ class TritonPythonModel:
         self.graph = model_settings.open_graph(name, settings, "speech_encoder")
 
     def execute(self, requests):
+        # Health probes get an empty response without running the model (ttscore.backend.glue).
+        return glue.answer_probes(requests, self._execute)
+
+    def _execute(self, requests):
         responses = []
         for request in requests:
             try:
