@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from ttscore.backend.errors import UpstreamUnavailable
+from ttscore.contract.errors import UpstreamUnavailable
 from ttscore.contract.tensors import (
     CANCELLED,
     HEALTH_PROBE_PARAMETER,
