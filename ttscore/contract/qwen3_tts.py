@@ -45,7 +45,7 @@ RULES = FamilyRules(
         FieldRule("codec_chunk_frames", 1, MAX_CHUNK_FRAMES, DEFAULT_CHUNK_FRAMES),
         FieldRule("seed", 0, SEED_MAX, None),
     ),
-    base_only=("ref_audio", "ref_text", "x_vector_only_mode"),
+    exclusive={"Base": ("ref_audio", "ref_text", "x_vector_only_mode")},
     required={"VoiceDesign": ("instructions",)},
 )
 

@@ -49,7 +49,7 @@ class FamilyRules:
     family: str
     tasks: tuple[str, ...]  # the Speech API task types the family serves
     fields: tuple[FieldRule, ...]
-    base_only: tuple[str, ...] = ()  # fields only a voice-cloning task accepts
+    exclusive: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # task -> fields only it accepts
     required: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # task -> fields it needs
 
     def field(self, name: str) -> FieldRule:
@@ -59,11 +59,13 @@ class FamilyRules:
         raise KeyError(name)
 
     def check_task_fields(self, task: str, given: Mapping[str, object]) -> None:
-        """Cross-field rules: cloning inputs only for the cloning task, and each task's required fields."""
-        if task != "Base":
-            for name in self.base_only:
+        """Cross-field rules: fields only one task accepts (e.g. cloning inputs), each task's required fields."""
+        for owner, names in self.exclusive.items():
+            if task == owner:
+                continue
+            for name in names:
                 if given.get(name) is not None:
-                    raise InvalidRequest(f"'{name}' is only valid for Base task", name)
+                    raise InvalidRequest(f"'{name}' is only valid for {owner} task", name)
         for name in self.required.get(task, ()):
             value = given.get(name)
             if not (isinstance(value, str) and value.strip()):
