@@ -133,3 +133,9 @@ def test_arrays_are_copied_out_of_the_request():
     codes[:] = 5
     xvec[:] = 7
     assert kwargs["ref_codes"].max() == 0 and kwargs["x_vector"].max() == 1
+
+
+def test_a_dead_stub_is_unavailable_not_a_server_bug():
+    e = triton_io.parse_error("Stub process 'speech_generation_0_0' is not healthy.")
+    assert e.code == triton_io.UNAVAILABLE
+    assert triton_io.parse_error("some other server error").code == ""

@@ -145,18 +145,24 @@ def format_error(code: str, message: str, param: str | None = None) -> str:
 
 
 _CORE_INPUT_RE = re.compile(r"input '(?P<param>[^']+)'")
+# Triton's python backend answers this for a model whose stub process died, until the model is
+# reloaded (the gateway's health monitor does that): retryable, so UNAVAILABLE, not a server bug.
+_STUB_DOWN_RE = re.compile(r"Stub process '[^']*' is not healthy")
 
 
 def parse_error(text: str) -> WireError:
     """Inverse of format_error. Triton's own request validation (wrong dtype or shape, unknown or
     missing input) names the tensor as `input 'name'` and becomes INVALID_ARG with that param;
-    any other unformatted message (unknown model, server errors) comes back with code ""."""
+    a dead stub is UNAVAILABLE; any other unformatted message (unknown model, server errors) comes
+    back with code ""."""
     m = _ERROR_RE.search(text)
     if m is not None:
         return WireError(m.group("code"), m.group("message"), m.group("param") or None)
     core = _CORE_INPUT_RE.search(text)
     if core is not None:
         return WireError(INVALID_ARG, text, core.group("param"))
+    if _STUB_DOWN_RE.search(text):
+        return WireError(UNAVAILABLE, text, None)
     return WireError("", text, None)
 
 
