@@ -21,6 +21,11 @@ class Usage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def __add__(self, other: Usage) -> Usage:
+        """Usage of two generations of one request (the segments of a long text)."""
+        return Usage(self.text_tokens + other.text_tokens, self.audio_tokens + other.audio_tokens,
+                     self.output_tokens + other.output_tokens)
+
     @classmethod
     def from_triton(cls, values: Any) -> Usage:
         """speech_generation's `usage` output: [input_text_tokens, input_audio_tokens, output_tokens]."""
