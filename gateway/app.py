@@ -33,7 +33,7 @@ from starlette.websockets import WebSocket
 
 from ttscore.contract.errors import InvalidRequest
 
-from . import errors
+from . import errors, playground
 from .aliases import AliasError
 from .auth import APIKeyMiddleware, APIKeys
 from .backend import InferenceBackend
@@ -237,6 +237,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.drain = drain
     app.include_router(router)
+    app.include_router(playground.router)
     _install_error_handlers(app)
     # add_middleware wraps what is there: the last added runs first.
     app.add_middleware(APIKeyMiddleware, keys=APIKeys(settings.api_keys))
@@ -244,7 +245,8 @@ def create_app(
     app.add_middleware(RequestContextMiddleware)
     # Requests are labelled with their route's path template. (FastAPI keeps an included router
     # behind a wrapper of its own; the router's routes match the same paths, since it has no prefix.)
-    labelled = [r for r in app.router.routes if isinstance(r, (Route, WebSocketRoute))] + list(router.routes)
+    labelled = [r for r in app.router.routes if isinstance(r, (Route, WebSocketRoute))] + list(router.routes) + list(
+        playground.router.routes)
     app.add_middleware(MetricsMiddleware, metrics=metrics, routes=labelled)
     app.openapi = _openapi_without_422(app)  # type: ignore[method-assign]
     return app
