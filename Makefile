@@ -15,6 +15,10 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  { dpkg -s libb64-0d libsndfile1 curl >/dev/null 2>&1 || \
 	    { apt-get update -qq && apt-get install -y -qq libb64-0d libsndfile1 curl >/dev/null; }; } || true
+	@# Debian's chromium for the playground's browser test (playwright drives it; it never downloads one).
+	@command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  { dpkg -s chromium fonts-dejavu-core >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null; }; } || true
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt

@@ -14,6 +14,7 @@ import os
 import platform
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,9 @@ from ttscore.runtime.families.qwen3_tts.tokenizer import TOKENIZER_FILES
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "int8")
+
+# Progress hook: (stage number from 1, number of stages, what the stage does), called as each starts.
+ExportProgress = Callable[[int, int, str], None]
 
 
 def sha256_file(path: Path) -> str:
@@ -64,9 +68,11 @@ def graph_specs(info: CheckpointInfo, state_size: int | None = None) -> dict[str
 
 
 def export_checkpoint(
-    checkpoint: str | Path, out: str | Path, *, precision: str = "fp32", device: str = "cpu"
+    checkpoint: str | Path, out: str | Path, *, precision: str = "fp32", device: str = "cpu",
+    progress: ExportProgress | None = None,
 ) -> dict[str, Any]:
-    """Export + validate. Returns the manifest. Raises CheckpointError / ExportError."""
+    """Export + validate. Returns the manifest. Raises CheckpointError / ExportError.
+    `progress` is told of each stage as it starts."""
     if precision not in PRECISIONS:
         raise ExportError(f"precision must be one of {', '.join(PRECISIONS)} on this build, got {precision!r}")
     if device != "cpu":
@@ -82,7 +88,7 @@ def export_checkpoint(
     tmp.mkdir()
     started = time.time()
     try:
-        manifest = _export_into(src, tmp, info, precision)
+        manifest = _export_into(src, tmp, info, precision, progress)
         manifest["export_seconds"] = round(time.time() - started, 1)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False))
         if dst.exists():
@@ -102,7 +108,19 @@ def export_checkpoint(
         raise ExportError(f"export failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str) -> dict[str, Any]:
+def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
+                 progress: ExportProgress | None = None) -> dict[str, Any]:
+    stages = ["loading the checkpoint", "talker", "code predictor", "embedding tables", "code2wav"]
+    stages += ["speaker and speech encoders"] if info.variant == "base" else []
+    stages += ["int8 quantization"] if precision == "int8" else []
+    stages += ["manifest"]
+
+    def stage(label: str) -> None:
+        logger.info("export stage: %s", label)
+        if progress is not None:
+            progress(stages.index(label) + 1, len(stages), label)
+
+    stage("loading the checkpoint")
     import onnx
     import onnxruntime
     import torch
@@ -120,13 +138,13 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str) -> 
     st_model = tts.speech_tokenizer.model
 
     reports: dict[str, Any] = {}
-    logger.info("exporting talker")
+    stage("talker")
     reports["talker"] = export_talker(tts, tmp)
-    logger.info("exporting code predictor")
+    stage("code predictor")
     reports["code_predictor"] = export_code_predictor(tts, tmp)
-    logger.info("writing embedding tables")
+    stage("embedding tables")
     reports["tables"] = export_tables(tts, tmp)
-    logger.info("exporting code2wav")
+    stage("code2wav")
     c2w = export_code2wav(st_model, tmp)
     state_size = int(c2w["state_size"])
     # One report validates both graphs (offline vs reference, streaming vs offline and reference).
@@ -134,18 +152,20 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str) -> 
     if info.variant == "base":
         from .encoders import export_mel_filters, export_speaker_encoder, export_speech_encoder
 
-        logger.info("exporting speaker encoder and speech encoder")
+        stage("speaker and speech encoders")
         reports["speaker_encoder"] = export_speaker_encoder(tts, tmp)
         reports["speech_encoder"] = export_speech_encoder(st_model, tmp)
         export_mel_filters(tmp)
 
     specs = graph_specs(info, state_size)
     if precision == "int8":
+        stage("int8 quantization")
         for name in ("talker", "code_predictor"):
             q = quantize_int8(tmp / specs[name].filename)
             os.replace(q, tmp / specs[name].filename)
             reports[name]["quantized"] = "int8 dynamic (MatMul weights)"
 
+    stage("manifest")
     tok_dir = tmp / "tokenizer"
     tok_dir.mkdir()
     for name in TOKENIZER_FILES:

@@ -34,7 +34,8 @@ from starlette.websockets import WebSocket
 
 from ttscore.contract.errors import InvalidRequest
 
-from . import errors
+from . import errors, playground
+from .aliases import AliasError
 from .auth import APIKeyMiddleware, APIKeys
 from .backend import InferenceBackend
 from .drain import Drain, DrainMiddleware
@@ -43,7 +44,7 @@ from .metrics import GatewayMetrics, MetricsMiddleware, trace_of
 from .planning import Deployment, VoiceResolver
 from .routers import REQUEST_ID_KEY, ClientDisconnected, router
 from .services import SpeechService, StreamAborted
-from .settings import Settings, load_checkpoints
+from .settings import Settings, SettingsError, load_checkpoints
 from .voice_registry import VoiceRegistry
 
 logger = logging.getLogger(__name__)
@@ -190,12 +191,17 @@ def create_app(
     checkpoints = load_checkpoints(settings)  # fails fast on a bad deployment
     if voices is None:
         voices = VoiceRegistry(settings, checkpoints)
-    deployment = Deployment(checkpoints, voices)
+    try:
+        deployment = Deployment(checkpoints, voices, model_aliases=settings.model_aliases,
+                                voice_aliases=settings.voice_aliases, max_input_chars=settings.max_input_chars,
+                                segment_chars=settings.segment_chars)
+    except AliasError as exc:
+        raise SettingsError(str(exc)) from None
     factory = backend_factory or _triton_backend
     served = voices  # (narrowed for the closure below)
 
     def resolve_model(model: str) -> str | None:
-        ckpt = deployment.find_model(model)
+        ckpt = deployment.default_model() if deployment.routes_by_default(model) else deployment.find_model(model)
         return ckpt.name if ckpt is not None else None
 
     metrics = GatewayMetrics([c.name for c in checkpoints], resolve_model, lambda: len(served.uploaded_voices()))
@@ -237,6 +243,7 @@ def create_app(
     app.state.metrics = metrics
     app.state.drain = drain
     app.include_router(router)
+    app.include_router(playground.router)
     _install_error_handlers(app)
     # add_middleware wraps what is there: the last added runs first.
     app.add_middleware(APIKeyMiddleware, keys=APIKeys(settings.api_keys))
@@ -244,7 +251,8 @@ def create_app(
     app.add_middleware(RequestContextMiddleware)
     # Requests are labelled with their route's path template. (FastAPI keeps an included router
     # behind a wrapper of its own; the router's routes match the same paths, since it has no prefix.)
-    labelled = [r for r in app.router.routes if isinstance(r, (Route, WebSocketRoute))] + list(router.routes)
+    labelled = [r for r in app.router.routes if isinstance(r, (Route, WebSocketRoute))] + list(router.routes) + list(
+        playground.router.routes)
     app.add_middleware(MetricsMiddleware, metrics=metrics, routes=labelled)
     app.openapi = _openapi_without_422(app)  # type: ignore[method-assign]
     return app

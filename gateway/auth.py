@@ -3,7 +3,7 @@
 - Keys come from `api_keys` in the config, `TTS_API_KEYS` (comma-separated) and `--api-key`
   (gateway.__main__ merges them into Settings.api_keys). No key: no authentication.
 - Open without a key: liveness, readiness and metrics (probes and scrapers carry no secrets), and
-  `/` should a static page ever be served there.
+  the playground page (`/` and its assets under `/static/`), which asks for the key itself.
 - The WebSocket also takes the key as the `api_key` query parameter: browsers cannot set headers
   on a WebSocket handshake.
 - A presented key is compared with every configured key in constant time (hmac.compare_digest, no
@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from . import errors
 
 OPEN_PATHS = frozenset({"/", "/health", "/ready", "/metrics"})
+OPEN_PREFIX = "/static/"
 QUERY_PARAM = "api_key"
 
 
@@ -60,13 +61,17 @@ def query_key(scope: Scope) -> str | None:
     return None
 
 
+def _open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIX)
+
+
 class APIKeyMiddleware:
     def __init__(self, app: ASGIApp, keys: APIKeys) -> None:
         self.app = app
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] in ("http", "websocket") and self.keys and scope["path"] not in OPEN_PATHS:
+        if scope["type"] in ("http", "websocket") and self.keys and not _open(scope["path"]):
             presented = bearer_token(scope)
             if presented is None and scope["type"] == "websocket":
                 presented = query_key(scope)

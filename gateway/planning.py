@@ -14,7 +14,7 @@ task) or the first served checkpoint of that task (CustomVoice: the one that has
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Protocol
 
@@ -22,13 +22,14 @@ import numpy as np
 
 from ttscore.contract import qwen3_tts
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.qwen3_tts import MAX_TEXT_CHARS, TASK_OF_VARIANT, VARIANT_OF_TASK
+from ttscore.contract.qwen3_tts import TASK_OF_VARIANT, VARIANT_OF_TASK
 
 from . import encoding
+from .aliases import DEFAULT_MODEL_ALIASES, effective_voice_aliases
 from .errors import APIError, bad_request, from_invalid_request, model_not_found
-from .settings import ServedCheckpoint
+from .longtext import segment_seed, split_segments
+from .settings import DEFAULT_MAX_INPUT_CHARS, DEFAULT_SEGMENT_CHARS, ServedCheckpoint
 
-MAX_INPUT_CHARS = MAX_TEXT_CHARS  # OpenAI's limit for `input`
 MAX_INSTRUCTIONS_CHARS = 4096
 MAX_REF_TEXT_CHARS = 4096
 DEFAULT_VOICE = "vivian"
@@ -156,15 +157,22 @@ class SpeechPlan:
     seed: int | None
     initial_chunk_frames: int | None
     output: OutputSpec
+    segments: tuple[str, ...] = ()  # long text (gateway.longtext); empty: `text` is one generation
 
     @property
     def needs_voice_features(self) -> bool:
         return self.task == "Base"
 
-    def generation_fields(self) -> dict[str, Any]:
-        """speech_generation inputs (ttscore.contract.tensors names) except the reference features."""
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """The text of each generation, in order."""
+        return self.segments or (self.text,)
+
+    def generation_fields(self, segment: int = 0) -> dict[str, Any]:
+        """speech_generation inputs (ttscore.contract.tensors names) of one segment, except the
+        reference features."""
         return {
-            "text": self.text,
+            "text": self.texts[segment],
             "task_type": VARIANT_OF_TASK[self.task],
             "speaker": self.speaker,
             "language": self.language,
@@ -173,28 +181,56 @@ class SpeechPlan:
             "x_vector_only": True if self.task == "Base" and self.x_vector_only else None,
             "non_streaming_mode": self.non_streaming_mode,
             "max_new_tokens": self.max_new_tokens,
-            "seed": self.seed,
+            "seed": segment_seed(self.seed, segment),
             "initial_chunk_frames": self.initial_chunk_frames,
         }
 
 
 class Deployment:
-    """The served checkpoints, in deployment order, and the stored-voice hook."""
+    """The served checkpoints, in deployment order, the stored-voice hook, the OpenAI aliases
+    (gateway.aliases) and the input limits (gateway.longtext)."""
 
-    def __init__(self, checkpoints: Sequence[ServedCheckpoint], voices: VoiceResolver | None = None) -> None:
+    def __init__(self, checkpoints: Sequence[ServedCheckpoint], voices: VoiceResolver | None = None, *,
+                 model_aliases: Mapping[str, str | None] | None = None,
+                 voice_aliases: Mapping[str, str] | None = None,
+                 max_input_chars: int = DEFAULT_MAX_INPUT_CHARS, segment_chars: int = DEFAULT_SEGMENT_CHARS) -> None:
         if not checkpoints:
             raise ValueError("a deployment needs at least one checkpoint")
         self.checkpoints = tuple(checkpoints)
         self.voices: VoiceResolver = voices or NoStoredVoices()
+        self.model_aliases: dict[str, str | None] = dict(DEFAULT_MODEL_ALIASES if model_aliases is None
+                                                         else model_aliases)
+        self.voice_aliases: dict[str, str] = effective_voice_aliases(voice_aliases, self.builtin_voices())
+        self.max_input_chars = max_input_chars
+        self.segment_chars = segment_chars
 
     def find_model(self, model: str) -> ServedCheckpoint | None:
+        """The checkpoint `model` names: its id, one of its aliases, or a model alias pinned to it."""
+        target = self.model_aliases.get(model) if model in self.model_aliases else model
+        if target is None:
+            return None
         for ckpt in self.checkpoints:
-            if ckpt.answers_to(model):
+            if ckpt.answers_to(target):
                 return ckpt
         return None
 
+    def routes_by_default(self, model: str) -> bool:
+        """`model` is an alias with no target: the request is routed as if it named no model."""
+        return model in self.model_aliases and self.model_aliases[model] is None
+
+    def knows_model(self, model: str) -> bool:
+        return self.routes_by_default(model) or self.find_model(model) is not None
+
+    def default_model(self) -> ServedCheckpoint:
+        """Where a request without `model` and with a preset voice goes: the first CustomVoice checkpoint."""
+        return next((c for c in self.checkpoints if c.task == "CustomVoice"), self.checkpoints[0])
+
     def builtin_voices(self) -> list[str]:
         return sorted({s for c in self.checkpoints for s in c.speakers})
+
+    def preset_voice(self, name: str) -> str:
+        """A voice alias's preset speaker; any other name unchanged (presets are never re-mapped)."""
+        return self.voice_aliases.get(name, name)
 
     def resolve_voice(self, name: str) -> StoredVoice | None:
         """The hook for uploaded/precomputed voices (None: not a stored voice)."""
@@ -288,7 +324,8 @@ def plan_output(f: SpeechFields, source_rate: int) -> OutputSpec:
 
 def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
     """Validate and route one request. Raises APIError (400/404) naming the field."""
-    text = _text(f.input, "input", MAX_INPUT_CHARS, required=True, empty_message="Input text cannot be empty")
+    text = _text(f.input, "input", deployment.max_input_chars, required=True,
+                 empty_message="Input text cannot be empty")
     if text is None or not text.strip():
         raise bad_request("Input text cannot be empty", "input")
 
@@ -296,9 +333,10 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
     if f.model is not None:
         if not isinstance(f.model, str):
             raise bad_request("'model' must be a string", "model")
-        named = deployment.find_model(f.model)
-        if named is None:
-            raise model_not_found(f.model)
+        if not deployment.routes_by_default(f.model):
+            named = deployment.find_model(f.model)
+            if named is None:
+                raise model_not_found(f.model)
 
     if f.task_type is not None and f.task_type not in TASKS:
         raise bad_request(f"Invalid task_type '{f.task_type}'. Supported: {', '.join(TASKS)}", "task_type")
@@ -313,6 +351,8 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
 
     # Task inference (spec): a stored voice always means Base; ref_audio / ref_text infer Base.
     stored = deployment.resolve_voice(voice) if voice is not None else None
+    if stored is None and voice is not None:
+        voice = deployment.preset_voice(voice)  # an OpenAI voice name -> its preset speaker
     if stored is not None or (f.task_type is None and (ref_audio is not None or ref_text is not None)):
         task = "Base"
     else:
@@ -371,6 +411,7 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
             stored = None  # inline ref_audio overrides an uploaded voice (spec)
 
 
+    segments = split_segments(text, deployment.segment_chars)
     return SpeechPlan(
         checkpoint=ckpt,
         task=task,
@@ -387,6 +428,7 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
         seed=seed,
         initial_chunk_frames=initial,
         output=output,
+        segments=tuple(segments) if len(segments) > 1 else (),
     )
 
 

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ttscore.contract.qwen3_tts import MAX_CHUNK_FRAMES, MAX_NEW_TOKENS_LIMIT, SEED_MAX
 
 from . import encoding
-from .planning import MAX_INPUT_CHARS, SpeechFields
+from .planning import SpeechFields
+from .settings import DEFAULT_MAX_INPUT_CHARS, DEFAULT_SEGMENT_CHARS
 
 ResponseFormat = Literal["wav", "mp3", "flac", "pcm", "opus", "aac"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
@@ -86,7 +87,10 @@ class _GenerationFields(BaseModel):
 class SpeechRequest(_GenerationFields):
     """POST /v1/audio/speech"""
 
-    input: str = Field(..., description=f"Text to synthesize (at most {MAX_INPUT_CHARS} characters).")
+    input: str = Field(..., description=(
+        f"Text to synthesize: at most {DEFAULT_MAX_INPUT_CHARS} characters by default (max_input_chars); one "
+        f"longer than {DEFAULT_SEGMENT_CHARS} (segment_chars) is split at sentence boundaries and spoken as "
+        "consecutive segments in one audio stream."))
     model: str | None = Field(None, description="A served model id (GET /v1/models); default: routed by task.")
     response_format: ResponseFormat | None = Field("wav", description="Audio format. Streaming: pcm or wav only.")
     stream: bool | None = Field(False, description="Stream speech.audio.* SSE events (pcm/wav, speed 1.0).")
@@ -183,6 +187,8 @@ class UploadedVoice(BaseModel):
 class VoicesResponse(BaseModel):
     voices: list[str]
     uploaded_voices: list[UploadedVoice] = Field(default_factory=list)
+    voice_aliases: dict[str, str] | None = Field(
+        None, description="OpenAI voice names accepted in `voice` -> the preset speaker each speaks with.")
 
 
 class ModelCard(BaseModel):
@@ -194,6 +200,10 @@ class ModelCard(BaseModel):
     voices: list[str] = Field(default_factory=list)
     languages: list[str] = Field(default_factory=list)
     sample_rate: int
+    alias_of: str | None = Field(None, description="An alias (e.g. OpenAI's tts-1): the served model it names.")
+    routed_by_task: bool | None = Field(
+        None, description="An alias that behaves like an omitted `model`: routed by task and voice (cloned "
+        "voices to the Base model), to alias_of for preset voices.")
 
 
 class ModelList(BaseModel):

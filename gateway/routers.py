@@ -265,7 +265,7 @@ async def speech_stream(websocket: WebSocket) -> None:
         await transport.close(CLOSE_NORMAL)
 
 
-@router.get("/v1/models", response_model=ModelList, responses={500: _ERRORS[500]}, summary="List served models")
+@router.get("/v1/models", response_model=ModelList, response_model_exclude_none=True, responses={500: _ERRORS[500]}, summary="List served models")
 async def list_models(request: Request) -> Any:
     return service(request).models()
 

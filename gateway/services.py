@@ -28,7 +28,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ import numpy as np
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 
-from . import encoding, errors, refaudio, sse
+from . import encoding, errors, longtext, refaudio, sse
 from .backend import DEADLINE_EXCEEDED, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
 from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
@@ -44,7 +44,7 @@ from .health import InflightStreams
 from .metrics import GatewayMetrics, RequestTrace
 from .monitor import HealthMonitor
 from .planning import Deployment, SpeechFields, SpeechPlan, merge_batch_item, plan_speech
-from .settings import Settings
+from .settings import ServedCheckpoint, Settings
 from .usage import Usage
 from .voices.sources import RefAudioSettings
 
@@ -292,49 +292,91 @@ class SpeechService:
                 raise self._api_error(exc, request_id) from None
             raise
 
-    async def _inputs(self, plan: SpeechPlan, request_id: str, features: Features | None) -> dict[str, np.ndarray]:
-        fields = plan.generation_fields()
+    def _inputs(self, plan: SpeechPlan, segment: int, features: Features | None) -> dict[str, np.ndarray]:
+        fields = plan.generation_fields(segment)
         if plan.needs_voice_features:
-            x_vector, ref_codes = features if features is not None else await self._voice_features(plan, request_id)
+            assert features is not None
+            x_vector, ref_codes = features
             fields["x_vector"] = x_vector
             if not plan.x_vector_only:
                 fields["ref_codes"] = ref_codes
         return triton_io.request_tensors(**fields)
 
+    async def _segment(self, plan: SpeechPlan, segment: int, request_id: str, features: Features | None
+                       ) -> AsyncGenerator[SpeechChunk, None]:
+        """One generation on Triton: the chunks of segment `segment` of `plan`, until Triton's FINAL one.
+        Never waits forever: ends with an APIError when a limit passes (504; each segment of a long
+        text has the whole `request_timeout_s`) or a model it needs breaks (503; the health monitor
+        aborts it)."""
+        deadline = Deadline(time.monotonic(), self.settings.request_timeout_s, self.settings.stall_timeout_s)
+        inputs = self._inputs(plan, segment, features)
+        model = plan.checkpoint.triton_model
+        stream = self.backend.stream_speech(model, inputs, request_id)
+        # A shared vocoder (readiness_models: code2wav over BLS) breaks this stream as much as its own model.
+        with self.inflight.open((model, *self.settings.readiness_models)) as ticket:
+            try:
+                async with aclosing(stream):
+                    streaming = False
+                    while True:
+                        limit, which = deadline.wait_limit(time.monotonic(), streaming)
+                        try:
+                            chunk = await next_within(stream, limit, ticket.aborted)
+                        except asyncio.TimeoutError:
+                            raise BackendError(DEADLINE_EXCEEDED, deadline.message(which)) from None
+                        if chunk is END:
+                            break
+                        streaming = True
+                        yield chunk
+            except BackendError as exc:
+                raise self._api_error(exc, request_id) from None
+
+    def _segments(self, plan: SpeechPlan, request_id: str, features: Features | None
+                  ) -> AsyncGenerator[SpeechChunk, None]:
+        """Every segment's chunks in order as one stream: usage adds up across segments, and only
+        the last segment's final chunk is final. Triton sees segment i as request `<id>-s<i>`."""
+        count = len(plan.texts)
+        if count == 1:
+            return self._segment(plan, 0, request_id, features)
+
+        def maker(i: int) -> Callable[[], AsyncGenerator[SpeechChunk, None]]:
+            return lambda: self._segment(plan, i, f"{request_id}-s{i}", features)
+
+        async def joined() -> AsyncGenerator[SpeechChunk, None]:
+            done = Usage()  # of the segments already complete
+            last = Usage()
+            index = 0
+            chunks = longtext.ordered([maker(i) for i in range(count)], self.settings.segment_lookahead)
+            async with aclosing(chunks):
+                async for chunk in chunks:
+                    last = chunk.usage
+                    final = chunk.final and index == count - 1
+                    yield replace(chunk, usage=done + last, final=final)
+                    if chunk.final:
+                        done, last, index = done + last, Usage(), index + 1
+
+        return joined()
+
     async def _generate(self, plan: SpeechPlan, request_id: str, features: Features | None, trace: RequestTrace
                         ) -> AsyncGenerator[SpeechChunk, None]:
-        """The request's chunks until Triton's FINAL one. Never waits forever: ends with an APIError
-        when a limit passes (504) or a model it needs breaks (503; the health monitor aborts it)."""
+        """The request's chunks, every segment's in order (see _segment for the time limits)."""
         # Metered from here: waiting for readiness and the reference features is time to first audio too.
+        # A long text is one generation for the metrics, as for its client.
         meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
         try:
-            deadline = Deadline(time.monotonic(), self.settings.request_timeout_s, self.settings.stall_timeout_s)
             await self.readiness.require()
-            try:
-                inputs = await asyncio.wait_for(self._inputs(plan, request_id, features),
-                                                deadline.remaining(time.monotonic()))
-            except asyncio.TimeoutError:
-                raise self._api_error(BackendError(DEADLINE_EXCEEDED, deadline.message(TOTAL)), request_id) from None
-            model = plan.checkpoint.triton_model
-            stream = self.backend.stream_speech(model, inputs, request_id)
-            # A shared vocoder (readiness_models: code2wav over BLS) breaks this stream as much as its own model.
-            with self.inflight.open((model, *self.settings.readiness_models)) as ticket:
+            if plan.needs_voice_features and features is None:
+                # Once for every segment, within the request's time limit.
+                deadline = Deadline(time.monotonic(), self.settings.request_timeout_s, self.settings.stall_timeout_s)
                 try:
-                    async with aclosing(stream):
-                        streaming = False
-                        while True:
-                            limit, which = deadline.wait_limit(time.monotonic(), streaming)
-                            try:
-                                chunk = await next_within(stream, limit, ticket.aborted)
-                            except asyncio.TimeoutError:
-                                raise BackendError(DEADLINE_EXCEEDED, deadline.message(which)) from None
-                            if chunk is END:
-                                break
-                            streaming = True
-                            meter.audio(chunk.audio.size / plan.output.source_rate)
-                            yield chunk
-                except BackendError as exc:
-                    raise self._api_error(exc, request_id) from None
+                    features = await asyncio.wait_for(self._voice_features(plan, request_id),
+                                                      deadline.remaining(time.monotonic()))
+                except asyncio.TimeoutError:
+                    raise self._api_error(BackendError(DEADLINE_EXCEEDED, deadline.message(TOTAL)), request_id) from None
+            stream = self._segments(plan, request_id, features)
+            async with aclosing(stream):
+                async for chunk in stream:
+                    meter.audio(chunk.audio.size / plan.output.source_rate)
+                    yield chunk
             meter.completed()
         finally:
             meter.close()
@@ -374,7 +416,7 @@ class SpeechService:
         limit = self.settings.batch_max_items
         if len(items) > limit:
             raise errors.bad_request(f"A batch holds at most {limit} items, got {len(items)}", "items")
-        if request.model is not None and self.deployment.find_model(request.model) is None:
+        if request.model is not None and not self.deployment.knows_model(request.model):
             raise errors.model_not_found(request.model)
         defaults = request.model_dump(exclude={"items", "model"})
 
@@ -414,16 +456,19 @@ class SpeechService:
     def voices(self) -> dict[str, Any]:
         listing = getattr(self.deployment.voices, "listing", None)
         if listing is not None:  # the voice registry: built-in, precomputed and uploaded names
-            return listing()  # type: ignore[no-any-return]
-        uploaded = self.deployment.voices.uploaded_voices()
-        names = self.deployment.builtin_voices() + [v["name"] for v in uploaded if v.get("name")]
-        return {"voices": list(dict.fromkeys(names)), "uploaded_voices": uploaded}
+            body: dict[str, Any] = listing()
+        else:
+            uploaded = self.deployment.voices.uploaded_voices()
+            names = self.deployment.builtin_voices() + [v["name"] for v in uploaded if v.get("name")]
+            body = {"voices": list(dict.fromkeys(names)), "uploaded_voices": uploaded}
+        if self.deployment.voice_aliases:  # OpenAI's voice names -> the presets they speak with
+            body["voice_aliases"] = dict(self.deployment.voice_aliases)
+        return body
 
     def models(self) -> dict[str, Any]:
-        data = []
-        for c in self.deployment.checkpoints:
-            data.append({
-                "id": c.name,
+        def card(c: ServedCheckpoint, model_id: str) -> dict[str, Any]:
+            return {
+                "id": model_id,
                 "object": "model",
                 "created": self.created,
                 "owned_by": "triton-tts",
@@ -431,5 +476,12 @@ class SpeechService:
                 "voices": list(c.speakers),
                 "languages": sorted("Auto" if x == "auto" else x.title() for x in c.languages),
                 "sample_rate": c.sample_rate,
-            })
+            }
+
+        data = [card(c, c.name) for c in self.deployment.checkpoints]
+        for alias, target in self.deployment.model_aliases.items():
+            # An alias without a target routes like an omitted `model`: its card is the default model's.
+            ckpt = self.deployment.find_model(target) if target is not None else self.deployment.default_model()
+            if ckpt is not None:
+                data.append({**card(ckpt, alias), "alias_of": ckpt.name, "routed_by_task": target is None})
         return {"object": "list", "data": data}

@@ -28,6 +28,18 @@ Voices and reference audio (all optional):
   `ws_max_config_bytes` (16 MiB: a session.config may carry a base64 ref_audio),
   `ws_max_text_bytes` (128 KiB: any other message).
 
+OpenAI drop-in names (gateway.aliases; both optional, unset = the documented defaults, {} = none):
+- `model_aliases`: alias -> served model id, or null (routed like an omitted `model`); default:
+  tts-1, tts-1-hd, gpt-4o-mini-tts -> null.
+- `voice_aliases`: voice name -> preset speaker; default: OpenAI's voice names -> Qwen3-TTS presets.
+
+Long text (gateway.longtext):
+- `max_input_chars` (100000): the longest `input` accepted (400 beyond).
+- `segment_chars` (600): an input longer than this is split at sentence / clause boundaries into
+  segments of at most this many characters, generated one after another as one audio stream.
+- `segment_lookahead` (2): segments of one request generated at once (the one being sent and the
+  next ones, buffered so that order is kept).
+
 Operations (all optional):
 - `api_keys`: a list of keys, any of which a request must present (gateway.auth); none: open.
   `python -m gateway` adds `TTS_API_KEYS` and `--api-key` to them. A key is printable ASCII
@@ -51,11 +63,18 @@ from typing import Any
 
 from ttscore.contract.errors import TTSError
 from ttscore.contract.manifest import Manifest, read_manifest
-from ttscore.contract.qwen3_tts import TASK_OF_VARIANT, VARIANTS
+from ttscore.contract.qwen3_tts import MAX_TEXT_CHARS, TASK_OF_VARIANT, VARIANTS
+
+from .aliases import DEFAULT_MODEL_ALIASES, AliasError, parse_model_aliases, parse_voice_aliases
 
 DEFAULT_TRITON_URL = "127.0.0.1:8001"
 DEFAULT_PORT = 8091
 MIB = 1024 * 1024
+DEFAULT_MAX_INPUT_CHARS = 100_000
+# Segments stay well inside one generation: 600 characters are ~40 s of English, ~2 min of Chinese,
+# within the default 2048-frame budget (164 s) either way, and short enough against timbre drift.
+DEFAULT_SEGMENT_CHARS = 600
+DEFAULT_SEGMENT_LOOKAHEAD = 2
 _API_KEY = re.compile(r"[\x21-\x2b\x2d-\x7e]+")  # printable ASCII but space and comma
 
 # Optional keys with their types (None = unset); see the module docstring.
@@ -83,6 +102,9 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
     "health_reload": bool,
     "health_reload_timeout_s": (int, float),
     "health_backoff_max_s": (int, float),
+    "max_input_chars": int,
+    "segment_chars": int,
+    "segment_lookahead": int,
 }
 
 
@@ -171,6 +193,13 @@ class Settings:
     health_reload: bool = True
     health_reload_timeout_s: float = 300.0
     health_backoff_max_s: float = 30.0
+    # OpenAI drop-in names (None: the defaults of gateway.aliases).
+    model_aliases: Mapping[str, str | None] | None = None
+    voice_aliases: Mapping[str, str] | None = None
+    # Long text (gateway.longtext).
+    max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
+    segment_chars: int = DEFAULT_SEGMENT_CHARS
+    segment_lookahead: int = DEFAULT_SEGMENT_LOOKAHEAD
 
     def __post_init__(self) -> None:
         if not self.models:
@@ -190,21 +219,34 @@ class Settings:
                 raise SettingsError(f"{key} must be positive")
         if self.health_interval_s < 0:
             raise SettingsError("health_interval_s must not be negative (0 turns the health monitor off)")
+        if not 1 <= self.segment_chars <= MAX_TEXT_CHARS:
+            raise SettingsError(f"segment_chars must be between 1 and {MAX_TEXT_CHARS} (what one generation takes)")
+        if self.max_input_chars < 1 or self.segment_lookahead < 1:
+            raise SettingsError("max_input_chars and segment_lookahead must be positive")
         ids: set[str] = set()
         for m in self.models:
             for name in (m.name, *m.aliases):
                 if name in ids:
                     raise SettingsError(f"model id {name!r} is used twice")
                 ids.add(name)
+        for alias, target in self.effective_model_aliases().items():
+            if alias in ids:
+                raise SettingsError(f"model alias {alias!r} is already a served model id")
+            if target is not None and target not in ids:
+                raise SettingsError(f"model alias {alias!r} names {target!r}, which is not a served model id")
         if len({m.triton_model for m in self.models}) != len(self.models):
             raise SettingsError("two served models share one triton_model")
+
+    def effective_model_aliases(self) -> dict[str, str | None]:
+        return dict(DEFAULT_MODEL_ALIASES if self.model_aliases is None else self.model_aliases)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Settings:
         if not isinstance(raw, Mapping):
             raise SettingsError("the gateway config must be a JSON object")
         known = {"triton_url", "models", "checkpoints", "readiness_models", "readiness_ttl_s", "retry_after_s",
-                 "batch_max_items", "allowed_media_domains", "api_keys", *_OPTIONAL_KEYS}
+                 "batch_max_items", "allowed_media_domains", "api_keys", "model_aliases", "voice_aliases",
+                 *_OPTIONAL_KEYS}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise SettingsError(f"unknown gateway config key(s): {', '.join(unknown)}")
@@ -234,6 +276,13 @@ class Settings:
         if isinstance(keys, str) or not isinstance(keys, Sequence):
             raise SettingsError("api_keys must be a list of strings")
         extra["api_keys"] = tuple(keys)
+        try:
+            if raw.get("model_aliases") is not None:
+                extra["model_aliases"] = parse_model_aliases(raw["model_aliases"])
+            if raw.get("voice_aliases") is not None:
+                extra["voice_aliases"] = parse_voice_aliases(raw["voice_aliases"])
+        except AliasError as exc:
+            raise SettingsError(str(exc)) from None
         return cls(models=tuple(CheckpointSettings.parse(m) for m in models_raw), **extra)
 
     @classmethod

@@ -46,7 +46,7 @@ from ttscore.contract.errors import InvalidRequest
 from . import errors
 from .errors import APIError
 from .metrics import STATUS_CLIENT_GONE, RequestTrace
-from .planning import MAX_INPUT_CHARS, SpeechPlan
+from .planning import SpeechPlan
 from .protocol import CLIENT_MESSAGES, AudioDone, AudioStart, SessionConfig, SessionDone
 from .services import Features, SpeechService, StreamAborted
 from .settings import Settings
@@ -279,10 +279,11 @@ class StreamingSession:
 
     async def _text(self, text: str) -> None:
         pending = len(self.splitter.pending)
-        if pending + len(text) > MAX_INPUT_CHARS:
+        limit = self.service.deployment.max_input_chars
+        if pending + len(text) > limit:
             await self._error(
                 f"input.text ignored: the unsent text would be {pending + len(text)} characters, more than one "
-                f"request takes ({MAX_INPUT_CHARS}); send input.done (or use split_granularity) more often"
+                f"request takes ({limit}); send input.done (or use split_granularity) more often"
             )
             return
         if text:

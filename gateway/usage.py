@@ -21,6 +21,11 @@ class Usage(WireUsage):
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
+    def __add__(self, other: Usage) -> Usage:
+        """Usage of two generations of one request (the segments of a long text)."""
+        return Usage(self.text_tokens + other.text_tokens, self.audio_tokens + other.audio_tokens,
+                     self.output_tokens + other.output_tokens)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "input_tokens": self.input_tokens,

@@ -11,8 +11,8 @@
 - Both are Base voice-cloning inputs (planning.StoredVoice): a voice with a transcript clones in
   context (x-vector + reference codes), one without clones from its x-vector only.
 
-Names are one case-insensitive namespace: built-in < precomputed < uploaded, and an upload can never
-shadow a name to its left. Pure asyncio (no FastAPI); Triton is reached only through the backend
+Names are one case-insensitive namespace: built-in (and the OpenAI voice aliases, gateway.aliases) <
+precomputed < uploaded, and an upload can never shadow a name to its left. Pure asyncio (no FastAPI); Triton is reached only through the backend
 bound at start-up (`bind`).
 """
 
@@ -30,6 +30,7 @@ from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import voice_key
 
 from . import errors
+from .aliases import AliasError, effective_voice_aliases
 from .backend import INVALID_ARG, BackendError, InferenceBackend
 from .planning import StoredVoice
 from .settings import ServedCheckpoint, Settings, SettingsError
@@ -96,7 +97,11 @@ class VoiceRegistry:
         )
         if settings.custom_voice_dir and base is None and self.precomputed:
             logger.warning("precomputed voices are loaded but no Base checkpoint is served: they cannot be spoken")
-        reserved = [*self.builtin, *(v.name for v in self.precomputed.values())]
+        try:  # OpenAI voice names are reserved like built-ins, so an upload never shadows an alias
+            aliases = effective_voice_aliases(settings.voice_aliases, self.builtin)
+        except AliasError as exc:
+            raise SettingsError(str(exc)) from None
+        reserved = [*self.builtin, *aliases, *(v.name for v in self.precomputed.values())]
         try:
             self.store = VoiceStore.from_env(reserved, features=self.features, env=store_env(settings, env))
         except (VoiceSettingsError, OSError) as exc:

@@ -118,6 +118,61 @@ def test_sdk_wav_is_the_offline_audio(stack, client):
     assert int(headers["x-vllm-omni-output-tokens"]) == FRAMES and headers["x-request-id"]
 
 
+def test_openai_names_work_unchanged(stack, client):
+    """An app written for OpenAI: model="tts-1", voice="alloy" (alloy -> vivian, the default mapping)."""
+    r = client.audio.speech.create(model="tts-1", voice="alloy", input=TEXT, extra_body=extra())
+    rate, samples = encoding.parse_wav(r.content)
+    assert rate == 24000
+    assert_same_audio(samples, offline_pcm(stack, voice="vivian"))
+    with client.audio.speech.with_streaming_response.create(
+        model="gpt-4o-mini-tts", voice="nova", input=TEXT, response_format="pcm", extra_body=extra(stream_format="audio"),
+    ) as resp:
+        pcm = np.frombuffer(resp.read(), np.int16)
+    assert_same_audio(pcm, offline_pcm(stack, voice="ono_anna"))
+    with pytest.raises(openai.NotFoundError):
+        client.audio.speech.create(model="tts-2", voice="alloy", input=TEXT)
+
+
+LONG_TEXT = "\n\n".join(
+    " ".join(f"Paragraph {p}, sentence {s}: the river ran past the old mill, and the wheel kept turning." for s in range(7))
+    for p in range(3)
+)
+
+
+def test_long_input_streams_its_segments_in_order(stack, client):
+    """One raw PCM stream of a multi-paragraph input equals its segments requested one by one (segment
+    i with seed SEED + i), and its usage is their sum."""
+    from gateway.longtext import split_segments
+    from gateway.settings import DEFAULT_SEGMENT_CHARS
+
+    segments = split_segments(LONG_TEXT, DEFAULT_SEGMENT_CHARS)
+    assert len(LONG_TEXT) > 2 * DEFAULT_SEGMENT_CHARS and len(segments) >= 3
+    frames = 6
+    model = stack["names"]["custom_voice"]
+    with client.audio.speech.with_streaming_response.create(
+        model=model, voice="ryan", input=LONG_TEXT, response_format="pcm",
+        extra_body=extra(stream_format="audio", max_new_tokens=frames),
+    ) as resp:
+        long_pcm = np.frombuffer(resp.read(), np.int16)
+        request_id = resp.headers["x-request-id"]
+    parts, usage = [], {"text_tokens": 0, "output_tokens": 0}
+    for i, segment in enumerate(segments):
+        r = client.audio.speech.create(model=model, voice="ryan", input=segment, response_format="pcm",
+                                       extra_body=extra(seed=SEED + i, max_new_tokens=frames))
+        parts.append(np.frombuffer(r.content, np.int16))
+        usage["text_tokens"] += int(r.response.headers["x-vllm-omni-input-text-tokens"])
+        usage["output_tokens"] += int(r.response.headers["x-vllm-omni-output-tokens"])
+    assert request_id and long_pcm.size == sum(p.size for p in parts) == len(segments) * frames * 1920
+    assert np.array_equal(long_pcm, np.concatenate(parts))
+    with httpx.stream("POST", stack["url"] + "/v1/audio/speech", timeout=120, json={
+            "model": model, "voice": "ryan", "input": LONG_TEXT, "stream": True, "response_format": "pcm",
+            **extra(max_new_tokens=frames)}) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+    (done,) = [e for e in events if e["type"] == "speech.audio.done"]
+    assert done["usage"]["output_tokens"] == usage["output_tokens"]
+    assert done["usage"]["input_token_details"]["text_tokens"] == usage["text_tokens"]
+
+
 def test_cli_say_writes_the_same_audio(stack, client, tmp_path):
     out = tmp_path / "say.wav"
     cmd = [sys.executable, "-m", "ttscore.tools.cli", "say", "--artifacts", str(stack["artifacts"]), "--voice", "vivian",
@@ -263,7 +318,7 @@ def test_mid_stream_disconnect_frees_the_triton_slot(stack):
 BAD_INPUTS = [
     ({"input": ""}, "input"),
     ({"input": "  \n "}, "input"),
-    ({"input": "a" * 4097}, "input"),
+    ({"input": "a" * 100_001}, "input"),
     ({"input": "Hi", "voice": "nobody"}, "voice"),
     ({"input": "Hi", "language": "Klingon"}, "language"),
     ({"input": "Hi", "speed": 0.2}, "speed"),
@@ -355,8 +410,11 @@ def test_listings_and_readiness(stack):
     with httpx.Client(base_url=stack["url"], timeout=30) as c:
         voices = c.get("/v1/audio/voices").json()
         assert "vivian" in voices["voices"] and voices["uploaded_voices"] == []
-        ids = [m["id"] for m in c.get("/v1/models").json()["data"]]
-        assert ids == [stack["names"][v] for v in ("custom_voice", "voice_design", "base")]
+        cards = c.get("/v1/models").json()["data"]
+        assert [m["id"] for m in cards if "alias_of" not in m] == [
+            stack["names"][v] for v in ("custom_voice", "voice_design", "base")]
+        assert {m["id"]: m["alias_of"] for m in cards if "alias_of" in m} == dict.fromkeys(
+            ("tts-1", "tts-1-hd", "gpt-4o-mini-tts"), stack["names"]["custom_voice"])
         ready = c.get("/ready")
         assert ready.status_code == 200 and ready.json()["status"] == "ready" and all(ready.json()["models"].values())
     # the three checkpoints' speech tokenizers are identical: one code2wav serves them all

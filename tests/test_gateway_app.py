@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from gateway_fixtures import FakeBackend, fake_audio, fake_deployment, start_gateway
 
 from gateway import encoding, refaudio, sse
+from gateway.aliases import DEFAULT_VOICE_ALIASES
 from gateway.app import create_app
 from ttscore.backend.launcher import free_port
 
@@ -152,7 +153,7 @@ def test_voice_design_and_base_route_to_their_models(client, fake):
     [
         ({"input": ""}, "input"),
         ({"input": "   "}, "input"),
-        ({"input": "x" * 4097}, "input"),
+        ({"input": "x" * 100_001}, "input"),
         ({"input": "Hi", "voice": "nobody"}, "voice"),
         ({"input": "Hi", "language": "Klingon"}, "language"),
         ({"input": "Hi", "speed": 0.1}, "speed"),
@@ -373,14 +374,15 @@ def test_batch_shared_reference_audio(client, fake):
 
 
 def test_voices_models_health(client):
-    assert client.get("/v1/audio/voices").json() == {
-        "voices": ["aiden", "dylan", "eric", "ono_anna", "ryan", "serena", "sohee", "uncle_fu", "vivian"],
-        "uploaded_voices": [],
-    }
+    voices = client.get("/v1/audio/voices").json()
+    assert voices["voices"] == ["aiden", "dylan", "eric", "ono_anna", "ryan", "serena", "sohee", "uncle_fu", "vivian"]
+    assert voices["uploaded_voices"] == [] and voices["voice_aliases"] == DEFAULT_VOICE_ALIASES
     models = client.get("/v1/models").json()
     assert models["object"] == "list"
-    assert [(m["id"], m["task_type"]) for m in models["data"]] == [
-        ("tiny-custom-voice", "CustomVoice"), ("tiny-voice-design", "VoiceDesign"), ("tiny-base", "Base")]
+    assert [(m["id"], m["task_type"], m.get("alias_of")) for m in models["data"]] == [
+        ("tiny-custom-voice", "CustomVoice", None), ("tiny-voice-design", "VoiceDesign", None),
+        ("tiny-base", "Base", None), ("tts-1", "CustomVoice", "tiny-custom-voice"),
+        ("tts-1-hd", "CustomVoice", "tiny-custom-voice"), ("gpt-4o-mini-tts", "CustomVoice", "tiny-custom-voice")]
     assert client.get("/health").json() == {"status": "ok"}
     r = client.get("/ready")
     assert r.status_code == 200 and r.json()["status"] == "ready" and r.json()["triton"] is True

@@ -256,8 +256,8 @@ def test_binary_and_oversized_messages(tmp_path, fake):
             assert until(ws, "session.done")[-1]["total_sentences"] == 1
 
 
-def test_unsent_text_is_bounded_by_the_request_limit(client):
-    with client.websocket_connect(WS) as ws:
+def test_unsent_text_is_bounded_by_the_request_limit(tmp_path, fake):
+    with make_client(tmp_path, fake, max_input_chars=4096) as c, c.websocket_connect(WS) as ws:
         ws.send_json(config())
         ws.send_json({"type": "input.text", "text": "a" * 4000})
         ws.send_json({"type": "input.text", "text": "b" * 200})

@@ -15,11 +15,14 @@ def cache_root() -> Path:
     return Path(os.environ.get("TRITON_TTS_CACHE", Path.home() / ".cache" / "triton-tts"))
 
 
-def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None = None) -> Path:
-    """Artifacts for a checkpoint, exported into the cache unless an up-to-date export exists."""
+def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None = None, *, quiet: bool = False
+                     ) -> Path:
+    """Artifacts for a checkpoint, exported into the cache (or `out`) unless an up-to-date export
+    exists; an export shows its stages (ttscore.tools.progress) unless `quiet`."""
     from export.exporter import export_checkpoint, fingerprint
     from ttscore.contract.manifest import read_manifest
     from ttscore.runtime.families.qwen3_tts.checkpoint import read_checkpoint
+    from ttscore.tools.progress import Stages
 
     src = checkpoint.resolve()
     read_checkpoint(src)  # fail fast, before any heavy import
@@ -32,5 +35,6 @@ def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None
     except ArtifactError:
         pass
     logger.info("exporting %s -> %s (%s)", src, target, precision)
-    export_checkpoint(src, target, precision=precision)
+    with Stages(f"export {checkpoint.name}", quiet=quiet) as stages:
+        export_checkpoint(src, target, precision=precision, progress=stages.hook)
     return target

@@ -1,4 +1,4 @@
-"""`triton-tts`: make-tiny, export, say, serve, precompute-voice, bench.
+"""`triton-tts`: make-tiny, export, say, serve, prepare, precompute-voice, bench.
 
 Every expected failure (bad checkpoint, bad request, failed validation) prints one line naming the
 problem and exits with status 2; anything else is a bug and keeps its traceback.
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ttscore.contract.errors import TTSError
 from ttscore.tools.artifacts import ensure_artifacts
+from ttscore.tools.progress import add_quiet
 
 logger = logging.getLogger("triton-tts")
 
@@ -28,11 +29,13 @@ def _cmd_make_tiny(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from export.exporter import export_checkpoint
+    from ttscore.tools.progress import Stages
 
     t0 = time.time()
-    manifest = export_checkpoint(
-        Path(args.checkpoint), Path(args.out), precision=args.precision, device=args.device
-    )
+    with Stages(f"export {Path(args.checkpoint).name}", quiet=args.quiet) as stages:
+        manifest = export_checkpoint(
+            Path(args.checkpoint), Path(args.out), precision=args.precision, device=args.device, progress=stages.hook
+        )
     print(
         f"exported {manifest['variant']} ({manifest['precision']}) to {args.out} "
         f"in {time.time() - t0:.1f} s; graphs: {', '.join(manifest['graphs'])}"
@@ -133,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", required=True)
     e.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     e.add_argument("--precision", default="fp32", choices=["fp32", "int8", "fp16", "bf16"])
+    add_quiet(e)
     e.set_defaults(func=_cmd_export)
 
     s = sub.add_parser("say", help="offline synthesis to a WAV file")
@@ -162,10 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=_cmd_bench)
 
     from ttscore.tools.precompute import add_precompute_parser
+    from ttscore.tools.prepare import add_prepare_parser
     from ttscore.tools.serve import add_serve_parser
 
     add_serve_parser(sub)
     add_precompute_parser(sub)
+    add_prepare_parser(sub)
     return p
 
 

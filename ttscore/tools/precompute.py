@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import MANIFEST_NAME, MODES, validate_voice_name, write_voice_profile
+from ttscore.tools.progress import add_quiet
 
 if TYPE_CHECKING:
     from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
@@ -57,20 +58,26 @@ def precompute_voice(
 def _cmd_precompute_voice(args: argparse.Namespace) -> int:
     from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
     from ttscore.tools import artifacts as artifact_cache
+    from ttscore.tools.progress import Stages
 
     if args.mode == "icl" and not (args.ref_text or "").strip():
         raise InvalidRequest("--mode icl needs --ref-text", "ref_text")
-    artifacts = Path(args.artifacts) if args.artifacts else artifact_cache.ensure_artifacts(Path(args.checkpoint))
-    pipeline = Pipeline.load(artifacts)
-    entry = precompute_voice(
-        pipeline,
-        args.voice_name,
-        args.ref_audio,
-        ref_text=args.ref_text,
-        mode=args.mode,
-        output_dir=args.output_dir,
-        speaker_description=args.speaker_description,
-    )
+    # (an export the checkpoint needs first shows its own stages)
+    artifacts = (Path(args.artifacts) if args.artifacts
+                 else artifact_cache.ensure_artifacts(Path(args.checkpoint), quiet=args.quiet))
+    with Stages(f"precompute-voice {args.voice_name}", total=2, quiet=args.quiet) as stages:
+        stages.stage(f"loading {artifacts.name}")
+        pipeline = Pipeline.load(artifacts)
+        stages.stage(f"computing the voice features ({args.mode}) and writing the voice file")
+        entry = precompute_voice(
+            pipeline,
+            args.voice_name,
+            args.ref_audio,
+            ref_text=args.ref_text,
+            mode=args.mode,
+            output_dir=args.output_dir,
+            speaker_description=args.speaker_description,
+        )
     out = Path(args.output_dir)
     print(f"wrote {out / entry['file']} ({entry['mode']}, embedding dim {entry['embedding_dim']}) and {out / MANIFEST_NAME}")
     return 0
@@ -99,5 +106,6 @@ def add_precompute_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--output-dir", required=True)
     p.add_argument("--speaker-description", help="free-form description listed by GET /v1/audio/voices")
+    add_quiet(p)
     p.set_defaults(func=_cmd_precompute_voice)
     return p

@@ -26,6 +26,7 @@ from typing import Any
 
 from ttscore.contract.errors import TTSError
 from ttscore.contract.manifest import Manifest
+from ttscore.tools.progress import add_quiet
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     served = []
     for ckpt in checkpoints:
         print(f"preparing {ckpt} (export is skipped when up to date)...", flush=True)
-        art = ensure_artifacts(ckpt, args.precision)
+        art = ensure_artifacts(ckpt, args.precision, quiet=args.quiet)
         served.append(Served(_model_id(ckpt.resolve(), taken), ckpt, art, read_manifest(art)))
 
     plan = plan_deployment(served, args.max_active)
@@ -275,4 +276,5 @@ def add_serve_parser(sub: Any) -> None:
                    help="gateway: require this API key (repeatable; passed on in TTS_API_KEYS, not the command line)")
     s.add_argument("--drain-timeout", type=float, default=30.0,
                    help="gateway: seconds requests in flight get to finish on Ctrl-C / SIGTERM")
+    add_quiet(s)
     s.set_defaults(func=_cmd_serve)

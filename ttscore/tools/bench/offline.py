@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ttscore.tools.progress import Stages, add_quiet
+
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
 
 
@@ -56,44 +58,41 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--work", default="build/bench")
     ap.add_argument("--out", default="perf/results/offline.json")
+    add_quiet(ap)
     args = ap.parse_args()
 
     os.environ.setdefault("TTS_ORT_THREADS", str(args.threads))
     import torch
 
     torch.set_num_threads(args.threads)
-    from export.exporter import export_checkpoint
     from export.reference import load_reference
     from export.tiny import make_tiny
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline, read_manifest
+    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.tools.artifacts import ensure_artifacts
 
     work = Path(args.work)
     ckpt = work / f"ckpt-custom_voice-{args.size}"
     if not (ckpt / "model.safetensors").is_file():
         make_tiny("custom_voice", ckpt, seed=0, size=args.size)
     arts = {}
-    for precision in ("fp32", "int8"):
+    for precision in ("fp32", "int8"):  # (an export shows its own stages)
         art = work / f"art-custom_voice-{args.size}-{precision}"
-        try:
-            read_manifest(art)
-        except Exception:
-            t0 = time.perf_counter()
-            export_checkpoint(ckpt, art, precision=precision)
-            print(f"exported {precision} in {time.perf_counter() - t0:.0f} s")
-        arts[precision] = art
-
-    ref = load_reference(ckpt)
-    pipes = {p: Pipeline.load(a, threads=args.threads) for p, a in arts.items()}
-    # warm-up (first-run allocations, lazy inits)
-    _time_reference(ref, 2)
-    for pipe in pipes.values():
-        _time_ours(pipe, 2)
+        arts[precision] = ensure_artifacts(ckpt, precision, out=art, quiet=args.quiet)
 
     runs: dict[str, list[tuple[float, int]]] = {"reference": [], "fp32": [], "int8": []}
-    for _ in range(args.repeats):
-        runs["reference"].append(_time_reference(ref, args.frames))
-        for p, pipe in pipes.items():
-            runs[p].append(_time_ours(pipe, args.frames))
+    with Stages(f"bench offline {args.size}", total=2 + args.repeats, quiet=args.quiet) as stages:
+        stages.stage("loading the reference and the exported pipelines")
+        ref = load_reference(ckpt)
+        pipes = {p: Pipeline.load(a, threads=args.threads) for p, a in arts.items()}
+        stages.stage("warm-up")  # first-run allocations, lazy inits
+        _time_reference(ref, 2)
+        for pipe in pipes.values():
+            _time_ours(pipe, 2)
+        for repeat in range(args.repeats):
+            stages.stage(f"run {repeat + 1}/{args.repeats}: reference, fp32, int8 x {args.frames} frames")
+            runs["reference"].append(_time_reference(ref, args.frames))
+            for p, pipe in pipes.items():
+                runs[p].append(_time_ours(pipe, args.frames))
 
     spf_sec = 1920 / 24000
     result: dict[str, object] = {

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ttscore.backend import launcher as triton_env
+from ttscore.tools.progress import Stages, add_quiet
 
 PERF_DIR = Path(__file__).resolve().parent
 DATA_DIR = PERF_DIR / "data"
@@ -79,7 +80,10 @@ def find_binary() -> Path:
         raise
 
 
-def run_perf_analyzer(args: list[str], log_path: Path) -> None:
+def run_perf_analyzer(args: list[str], log_path: Path, stages: Stages | None = None) -> None:
+    """One perf_analyzer run (a stage of `stages`, named after its log file)."""
+    if stages is not None:
+        stages.stage(log_path.stem)
     cmd = [str(find_binary()), *args]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
@@ -214,7 +218,7 @@ def cmd_speech(ns: argparse.Namespace) -> int:
             "-f", str(out / f"{name}.csv"),
             "--profile-export-file", str(profile_path),
         ],
-        out / f"{name}.log",
+        out / f"{name}.log", ns.stages,
     )
     rows = summarize_streaming(json.loads(profile_path.read_text()))
     write_summary(out, name, rows)
@@ -267,7 +271,7 @@ def cmd_code2wav(ns: argparse.Namespace) -> int:
                     *_measurement_args(ns),
                     "-f", str(out / f"{name}.csv"),
                 ],
-                out / f"{name}.log",
+                out / f"{name}.log", ns.stages,
             )
             for r in read_csv(out / f"{name}.csv"):
                 ips = float(r["Inferences/Second"])
@@ -313,7 +317,7 @@ def cmd_voice_features(ns: argparse.Namespace) -> int:
                     "-m", ns.model, "-i", "grpc", "-u", ns.url, "--input-data", str(data_path),
                     "--concurrency-range", ns.concurrency, *_measurement_args(ns), "-f", str(out / f"{name}.csv"),
                 ],
-                out / f"{name}.log",
+                out / f"{name}.log", ns.stages,
             )
             for r in read_csv(out / f"{name}.csv"):
                 rows.append(
@@ -362,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
         # rarely converges for `speech`: it measures a fixed number of windows instead.
         s.add_argument("--stability-percentage", type=int, default=999 if name == "speech" else 50)
         s.add_argument("--max-trials", type=int, default=3 if name == "speech" else 5)
+        add_quiet(s)
     speech = sub.choices["speech"]
     speech.add_argument("--model", default="speech_generation")
     speech.add_argument("--input-data", default=str(DATA_DIR / "speech_generation.json"))
@@ -379,7 +384,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
-    return int(ns.fn(ns))
+    if ns.cmd in ("check", "fetch"):
+        return int(ns.fn(ns))
+    with Stages(f"bench perf-analyzer {ns.cmd}", quiet=ns.quiet) as stages:  # a stage per perf_analyzer run
+        ns.stages = stages
+        return int(ns.fn(ns))
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ttscore.tools.progress import Stages, add_quiet
+
 TEXTS = [
     "The quick brown fox jumps over the lazy dog near the river bank.",
     "Streaming speech synthesis lets applications start playing audio early.",
@@ -138,6 +140,7 @@ def main() -> None:
     ap.add_argument("--offline-requests", type=int, default=8)
     ap.add_argument("--work", default="build/bench/triton")
     ap.add_argument("--out", default="perf/results/triton.json")
+    add_quiet(ap)
     args = ap.parse_args()
 
     from ttscore.backend import repository
@@ -153,27 +156,30 @@ def main() -> None:
     result: dict = {"artifacts": str(art), "model_size": manifest.model_size,
                     "precision": manifest.precision, "frames_per_request": args.frames,
                     "threads": args.threads, "cpus": os.cpu_count()}
-    print("offline sequential ...", flush=True)
-    result["offline_sequential"] = offline(art, args.offline_requests, args.frames, args.threads)
-    print(json.dumps(result["offline_sequential"]), flush=True)
-
-    served = [Served("bench", art, art, manifest)]
-    plan = plan_deployment(served, max_active=max(args.concurrency))
-    for name in plan["settings"]:
-        plan["settings"][name].setdefault("parameters", {})["intra_op_threads"] = str(args.threads)
-    work = Path(args.work)
-    repo = repository.render_repository(work / "model_repository", plan["settings"], models=plan["models"],
-                                        aliases=plan["aliases"])
     levels = []
-    with TritonServer(repo, log_file=work / "tritonserver.log", ready_timeout_s=600) as server:
-        one_stream(server.grpc_url, served[0].triton_model, "warm up", speaker, 2, {})
-        for c in args.concurrency:
-            print(f"triton concurrency {c} ...", flush=True)
-            lv = triton_level(server.grpc_url, served[0].triton_model, speaker, c, args.frames, args.waves)
-            lv["speedup_vs_offline_sequential"] = round(
-                lv["audio_s_per_s"] / result["offline_sequential"]["audio_s_per_s"], 2)
-            print(json.dumps(lv), flush=True)
-            levels.append(lv)
+    with Stages("bench triton", total=3 + len(args.concurrency), quiet=args.quiet) as stages:
+        stages.stage(f"offline sequential: {args.offline_requests} requests")
+        result["offline_sequential"] = offline(art, args.offline_requests, args.frames, args.threads)
+        print(json.dumps(result["offline_sequential"]), flush=True)
+
+        served = [Served("bench", art, art, manifest)]
+        plan = plan_deployment(served, max_active=max(args.concurrency))
+        for name in plan["settings"]:
+            plan["settings"][name].setdefault("parameters", {})["intra_op_threads"] = str(args.threads)
+        work = Path(args.work)
+        repo = repository.render_repository(work / "model_repository", plan["settings"], models=plan["models"],
+                                            aliases=plan["aliases"])
+        stages.stage("starting tritonserver")
+        with TritonServer(repo, log_file=work / "tritonserver.log", ready_timeout_s=600) as server:
+            stages.stage("warm-up")
+            one_stream(server.grpc_url, served[0].triton_model, "warm up", speaker, 2, {})
+            for c in args.concurrency:
+                stages.stage(f"triton concurrency {c}: {c * args.waves} requests")
+                lv = triton_level(server.grpc_url, served[0].triton_model, speaker, c, args.frames, args.waves)
+                lv["speedup_vs_offline_sequential"] = round(
+                    lv["audio_s_per_s"] / result["offline_sequential"]["audio_s_per_s"], 2)
+                print(json.dumps(lv), flush=True)
+                levels.append(lv)
     result["triton"] = levels
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,128 @@
+"""`triton-tts prepare`: everything a deployment needs before Triton starts (docker-compose.yml's init service).
+
+1. the checkpoints: every Qwen3-TTS checkpoint in `--checkpoints` (that directory itself, or its
+   immediate subdirectories), or with `--demo` the tiny random-weight CustomVoice + Base pair of
+   `triton-tts serve` (built once under `<artifacts>/demo-checkpoints`);
+2. each exported into `<artifacts>/<model id>`, skipped when the export there is current (same
+   source fingerprint and precision, as `serve` decides);
+3. the Triton model repository rendered into `--repository` (as `serve` renders it; `--device gpu`
+   puts the graph-running models on KIND_GPU instances);
+4. the gateway config written to `--gateway-config`, naming Triton as `--triton-url`.
+
+The paths written into the repository and the config are the ones given here: the serving containers
+mount the same directories at the same paths. Nothing else needs editing by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ttscore.contract.errors import TTSError
+from ttscore.tools.progress import add_quiet
+
+DEMO = (("custom_voice", "Qwen3-TTS-tiny-CustomVoice"), ("base", "Qwen3-TTS-tiny-Base"))
+# Models that run exported graphs (audio_preprocess is numpy; voice_features is an ensemble).
+GPU_MODELS = ("speech_generation", "code2wav", "speaker_encoder", "speech_encoder")
+
+
+class PrepareError(TTSError):
+    pass
+
+
+def find_checkpoints(root: Path) -> list[Path]:
+    """`root` if it is a checkpoint (has config.json), else its subdirectories that are, by name."""
+    if not root.is_dir():
+        raise PrepareError(f"checkpoint directory {root} does not exist (set TTS_CHECKPOINTS)")
+    if (root / "config.json").is_file():
+        return [root]
+    found = sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.json").is_file())
+    if not found:
+        raise PrepareError(
+            f"no Qwen3-TTS checkpoint in {root}: point TTS_CHECKPOINTS at a checkpoint directory or at a "
+            "directory of them (or use the cpu profile for the tiny demo)")
+    return found
+
+
+def demo_checkpoints(root: Path) -> list[Path]:
+    from export.tiny import make_tiny
+
+    out = []
+    for variant, name in DEMO:
+        path = root / name
+        if not (path / "model.safetensors").is_file():
+            make_tiny(variant, path, seed=0)
+        out.append(path)
+    return out
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def prepare(checkpoints: list[Path], artifacts: Path, repository: Path, gateway_config_path: Path, *,
+            triton_url: str, device: str = "cpu", precision: str = "fp32", max_active: int | None = None,
+            quiet: bool = False) -> dict[str, Any]:
+    """Export (when needed), render, write the gateway config; returns that config."""
+    from ttscore.backend import repository as renderer
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.tools.artifacts import ensure_artifacts
+    from ttscore.tools.serve import Served, _model_id, gateway_config, plan_deployment
+
+    taken: set[str] = set()
+    served = []
+    for ckpt in checkpoints:
+        model_id = _model_id(ckpt.absolute(), taken)  # named as found (a symlink keeps its own name)
+        art = ensure_artifacts(ckpt, precision, out=artifacts / model_id, quiet=quiet)
+        served.append(Served(model_id, ckpt, art, read_manifest(art)))
+    plan = plan_deployment(served, max_active)
+    if device == "gpu":
+        for name, settings in plan["settings"].items():
+            if plan["aliases"].get(name, name) in GPU_MODELS:
+                settings["kind"] = "gpu"
+        for name in plan["models"]:
+            if name in GPU_MODELS and name not in plan["settings"]:
+                plan["settings"][name] = {"kind": "gpu"}
+    renderer.render_repository(repository, plan["settings"], models=plan["models"], aliases=plan["aliases"])
+    config = gateway_config(served, triton_url, plan)
+    _write_atomic(gateway_config_path, json.dumps(config, indent=2) + "\n")
+    return config
+
+
+def _cmd_prepare(args: argparse.Namespace) -> int:
+    artifacts = Path(args.artifacts)
+    if args.demo:
+        checkpoints = demo_checkpoints(artifacts / "demo-checkpoints")
+    elif args.checkpoints:
+        checkpoints = find_checkpoints(Path(args.checkpoints))
+    else:
+        raise PrepareError("give --checkpoints DIR or --demo")
+    config = prepare(checkpoints, artifacts, Path(args.repository), Path(args.gateway_config),
+                     triton_url=args.triton_url, device=args.device, precision=args.precision,
+                     max_active=args.max_active, quiet=args.quiet)
+    names = ", ".join(m["name"] for m in config["models"])
+    print(f"prepared {names}: repository {args.repository}, gateway config {args.gateway_config}", flush=True)
+    return 0
+
+
+def add_prepare_parser(sub: Any) -> None:
+    p = sub.add_parser("prepare", help="export (if needed), render the model repository, write the gateway config "
+                       "(the compose init step)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--checkpoints", help="a checkpoint directory, or a directory of checkpoint directories")
+    src.add_argument("--demo", action="store_true", help="the tiny random-weight demo checkpoints")
+    p.add_argument("--artifacts", required=True, help="exports go to ARTIFACTS/<model id>")
+    p.add_argument("--repository", required=True, help="the rendered Triton model repository (replaced)")
+    p.add_argument("--gateway-config", required=True, help="the gateway's JSON config file")
+    p.add_argument("--triton-url", default="127.0.0.1:8001", help="Triton gRPC address as the gateway reaches it")
+    p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="instance kind of the graph models")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "int8"])
+    p.add_argument("--max-active", type=int, help="requests batched together per step (per checkpoint)")
+    add_quiet(p)
+    p.set_defaults(func=_cmd_prepare)
