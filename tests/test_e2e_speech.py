@@ -357,9 +357,10 @@ def test_sdk_sees_openai_shaped_errors(stack, client):
         client.audio.speech.create(model=stack["names"]["custom_voice"], voice="nobody", input="Hi")
     assert info.value.status_code == 400 and info.value.body["param"] == "voice"
     assert "aiden, dylan" in info.value.body["message"]
+    # (tts-1 is an OpenAI alias of the default model now; a name nothing answers to is still a 404)
     with pytest.raises(openai.NotFoundError) as info:
-        client.audio.speech.create(model="tts-1", voice="vivian", input="Hi")
-    assert info.value.body == {"message": "The model `tts-1` does not exist.", "type": "NotFoundError",
+        client.audio.speech.create(model="tts-2-unknown", voice="vivian", input="Hi")
+    assert info.value.body == {"message": "The model `tts-2-unknown` does not exist.", "type": "NotFoundError",
                                "param": "model", "code": 404}
 
 
