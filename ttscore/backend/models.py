@@ -66,6 +66,15 @@ def _int_param(model: str, params: Mapping[str, str], key: str, default: int, mi
     return value
 
 
+def _choice_param(model: str, params: Mapping[str, str], key: str, default: str, choices: Sequence[str]) -> str:
+    raw = params.get(key, "").strip()
+    if raw == "":
+        return default
+    if raw not in choices:
+        raise ModelSettingsError(f"{model}: parameter {key} must be one of {', '.join(choices)}, got {raw!r}")
+    return raw
+
+
 def _artifacts_dir(model: str, params: Mapping[str, str]) -> Path:
     raw = params.get("artifacts_dir", "").strip()
     if not raw:
@@ -121,8 +130,19 @@ class SpeechGenerationSettings:
     max_pending_requests: int  # admitted but waiting for a slot; beyond this: UNAVAILABLE
     intra_op_threads: int  # 0 = ONNX Runtime default
     vocoder: str = "inline"  # "inline": in-process ORT session; else the code2wav model called by BLS
+    chunk_policy: str = "adaptive"  # chunk sizes after the first (ttscore.runtime.engine)
+    prefill_token_budget: int = 256  # prompt positions prefilled per step, batched across joins
 
-    PARAMETERS = ("artifacts_dir", "max_active_requests", "max_pending_requests", "intra_op_threads", "vocoder")
+    PARAMETERS = (
+        "artifacts_dir",
+        "max_active_requests",
+        "max_pending_requests",
+        "intra_op_threads",
+        "vocoder",
+        "chunk_policy",
+        "prefill_token_budget",
+    )
+    CHUNK_POLICIES = ("adaptive", "ramp", "fixed")  # == ttscore.runtime.engine.CHUNK_POLICIES
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any], check_artifacts: bool = True) -> SpeechGenerationSettings:
@@ -143,6 +163,8 @@ class SpeechGenerationSettings:
             max_pending_requests=_int_param(name, params, "max_pending_requests", 64, 0),
             intra_op_threads=_int_param(name, params, "intra_op_threads", 0, 0),
             vocoder=str(params.get("vocoder", "inline") or "inline"),
+            chunk_policy=_choice_param(name, params, "chunk_policy", "adaptive", cls.CHUNK_POLICIES),
+            prefill_token_budget=_int_param(name, params, "prefill_token_budget", 256, 1),
         )
 
 
@@ -359,7 +381,13 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
         from ttscore.backend.glue import BlsVocoder  # noqa: PLC0415  (pb_utils: only inside the stub)
 
         vocoder = BlsVocoder(settings.vocoder, pipeline.state_size)
-    return Generator(pipeline, max_batch=settings.max_active_requests, vocoder=vocoder)
+    return Generator(
+        pipeline,
+        max_batch=settings.max_active_requests,
+        vocoder=vocoder,
+        chunk_policy=settings.chunk_policy,
+        prefill_budget=settings.prefill_token_budget,
+    )
 
 
 @dataclass
@@ -380,6 +408,7 @@ class SchedulerStats:
     rejected: int = 0
     failed: int = 0
     step_seconds: float = 0.0
+    outside_seconds: float = 0.0  # of step_seconds, outside model calls (StepProfile.outside_seconds)
 
 
 class GenerationScheduler:
@@ -510,6 +539,14 @@ class GenerationScheduler:
         self.stats.steps += 1
         self.stats.step_seconds += seconds
         self.metrics.step(batch, seconds)
+        # The production Generator profiles its steps (ttscore.runtime.engine.StepProfile); test
+        # doubles need not.
+        profile = getattr(self.generator, "last_step", None)
+        if profile is not None:
+            self.stats.outside_seconds += profile.outside_seconds
+            memory = getattr(getattr(self.generator, "model", None), "memory", None)
+            kv = memory().get("kv_arena_bytes", 0) if callable(memory) else 0
+            self.metrics.profile(profile.outside_seconds, kv)
         for event in events:
             entry = self._active.get(event.req_id)
             if entry is None:  # cancelled meanwhile
