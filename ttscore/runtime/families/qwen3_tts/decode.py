@@ -112,6 +112,10 @@ class KVArena:
             moved.row = i
         self.owners.pop()
         seq.row = -1
+        # Give memory back once the longest plan has left: the next requests may plan less.
+        plan = max((s.planned for s in self.owners), default=0)
+        if self.capacity > plan:
+            self._alloc(self.k[0].shape[0] if self.owners else 0, plan)
 
     def reserve(self, needed: int) -> None:
         """Make room for position `needed - 1` in every row: grow by blocks, never past the plan."""
