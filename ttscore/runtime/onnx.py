@@ -29,6 +29,12 @@ class OnnxGraph:
         opts.intra_op_num_threads = threads or int(os.environ.get("TTS_ORT_THREADS", "0") or 0)
         opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Idle intra-op threads block instead of spinning: every Triton model (generation, code2wav)
+        # has its own pool on the same cores, and on an oversubscribed CPU spinning threads steal
+        # the cores the working ones need (tiny checkpoint, 2 shared cores: 140-185 ms per frame
+        # spinning vs 25-50 ms blocking). TTS_ORT_SPIN=1 restores spinning on dedicated cores.
+        if os.environ.get("TTS_ORT_SPIN", "0") != "1":
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers: list[Any] = ["CPUExecutionProvider"]
         if os.environ.get("TTS_DEVICE", "cpu") == "gpu":
             device_id = int(os.environ.get("TTS_CUDA_DEVICE", "0"))

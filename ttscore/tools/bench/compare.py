@@ -164,8 +164,9 @@ class RssSampler:
                     continue
                 rss = int(next((ln.split()[1] for ln in status.splitlines() if ln.startswith("VmRSS:")), "0")) * 1024
                 total += rss
-                # Stubs are told apart by the model they host (their command line names its path).
-                name = next((Path(c.decode()).name for c in cmd if b"model_repository" in c), Path(cmd[0].decode()).name)
+                # Stubs are told apart by the model they host (their command line names its model.py).
+                name = next((Path(c.decode()).parts[-3] for c in cmd if c.endswith(b"/model.py")),
+                            Path(cmd[0].decode()).name)
                 self.peak_by_name[name] = max(self.peak_by_name.get(name, 0), rss)
             self.peak_total = max(self.peak_total, total)
             self._stop.wait(self.interval_s)
@@ -209,13 +210,13 @@ def triton(art: Path, precision: str, levels: list[int], frames: int, threads: i
     with TritonServer(repo, log_file=pwork / "tritonserver.log", ready_timeout_s=900) as server:
         assert server.pid is not None
         warm = argparse.Namespace(model=served[0].triton_model, url=server.grpc_url, input_data=data,
-                                  concurrency="1:1:1", requests_per_window=2, stability_percentage=999,
-                                  max_trials=1, out=str(pwork / "warmup"))
+                                  concurrency="1:1:1", requests_per_window=1, stability_percentage=999,
+                                  max_trials=3, out=str(pwork / "warmup"))
         perf_analyzer.cmd_speech(warm)
         for c in levels:
             before = scrape(server.metrics_url)
             ns = argparse.Namespace(model=served[0].triton_model, url=server.grpc_url, input_data=data,
-                                    concurrency=f"{c}:{c}:1", requests_per_window=max(requests_per_window, 2 * c),
+                                    concurrency=f"{c}:{c}:1", requests_per_window=max(requests_per_window, c),
                                     stability_percentage=999, max_trials=3, out=str(pwork / f"c{c}"))
             load = os.getloadavg()[0]
             with RssSampler(server.pid) as rss:
@@ -305,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     ap.add_argument("--frames", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=2, help="offline runs per pipeline (median)")
-    ap.add_argument("--requests-per-window", type=int, default=8)
+    ap.add_argument("--requests-per-window", type=int, default=2, help="at least the concurrency")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk-policy", default="adaptive", choices=["adaptive", "ramp", "fixed"])
     ap.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
