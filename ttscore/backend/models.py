@@ -381,6 +381,13 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
         from ttscore.backend.glue import BlsVocoder  # noqa: PLC0415  (pb_utils: only inside the stub)
 
         vocoder = BlsVocoder(settings.vocoder, pipeline.state_size)
+    log.info(
+        "KV arena: %d bytes per cached position per request; a request holds at most prompt + max_new_tokens "
+        "positions (%.1f MiB at the default %d new tokens and a 32-position prompt)",
+        pipeline.arena.bytes_per_position,
+        pipeline.arena.bytes_per_position * (32 + spec.DEFAULT_MAX_NEW_TOKENS) / 2**20,
+        spec.DEFAULT_MAX_NEW_TOKENS,
+    )
     return Generator(
         pipeline,
         max_batch=settings.max_active_requests,
