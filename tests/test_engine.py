@@ -209,3 +209,14 @@ def test_bad_policy_and_budget_are_refused() -> None:
         Generator(FakeFamily(FakeClock()), vocoder=FakeVocoder(), chunk_policy="sometimes")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="prefill_budget"):
         Generator(FakeFamily(FakeClock()), vocoder=FakeVocoder(), prefill_budget=0)  # type: ignore[arg-type]
+
+
+def test_first_chunks_are_emitted_before_the_decode_call() -> None:
+    gen, fam, clock = make()
+    gen.submit("a", Req(prompt=3, frames=4))
+    gen.step()
+    gen.submit("b", Req(prompt=3, frames=4))
+    seen: list[tuple[str, int]] = []
+    returned = gen.step(emit=lambda evs: seen.extend((ev.req_id, len(fam.step_batches)) for ev in evs))
+    assert seen == [("b", 1)]  # b's first chunk left while only the previous step had decoded
+    assert fam.step_batches == [1, 2] and all(ev.req_id != "b" or ev.frames > 1 or ev.pcm[0] != 0 for ev in returned)

@@ -357,7 +357,7 @@ class GeneratorLike(Protocol):
 
     def submit(self, req_id: str, request: Any) -> None: ...
 
-    def step(self) -> list[Any]: ...
+    def step(self, emit: Callable[[list[Any]], None] | None = None) -> list[Any]: ...
 
     def cancel(self, req_id: str) -> bool: ...
 
@@ -537,7 +537,8 @@ class GenerationScheduler:
         batch = len(self._active)
         t0 = time.perf_counter()
         try:
-            events = self.generator.step()
+            # First chunks made by a prefill go out at once, before the batch's decode step.
+            events = self.generator.step(self._dispatch)
         except Exception:
             log.exception("generator step failed; failing its %d active requests", len(self._active))
             self._fail_active()
@@ -554,6 +555,16 @@ class GenerationScheduler:
             memory = getattr(getattr(self.generator, "model", None), "memory", None)
             kv = memory().get("kv_arena_bytes", 0) if callable(memory) else 0
             self.metrics.profile(profile.outside_seconds, kv)
+        self._dispatch(events)
+        if self._active and self.generator.num_active == 0:
+            # Safety net: the generator dropped requests without a final event.
+            log.error("generator lost %d requests", len(self._active))
+            self._fail_active()
+        self.metrics.load(self.num_pending, len(self._active))
+        return True
+
+    def _dispatch(self, events: list[Any]) -> None:
+        """Send each chunk event to its request's stream (FINAL for the last one)."""
         for event in events:
             entry = self._active.get(event.req_id)
             if entry is None:  # cancelled meanwhile
@@ -572,12 +583,6 @@ class GenerationScheduler:
             elif not self._send(entry, outputs):
                 self._ended("cancelled")  # the client went away
                 self._abort(entry, None)
-        if self._active and self.generator.num_active == 0:
-            # Safety net: the generator dropped requests without a final event.
-            log.error("generator lost %d requests", len(self._active))
-            self._fail_active()
-        self.metrics.load(self.num_pending, len(self._active))
-        return True
 
     def _drain_inbox(self) -> None:
         while True:

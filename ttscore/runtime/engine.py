@@ -151,9 +151,11 @@ class Generator:
 
     # --- the step -------------------------------------------------------------------------------
 
-    def step(self) -> list[ChunkEvent]:
+    def step(self, emit: Callable[[list[ChunkEvent]], None] | None = None) -> list[ChunkEvent]:
         """Prefill joining requests (within the budget), advance every prefilled request by one
-        frame, and return the audio chunks that became ready."""
+        frame, and return the audio chunks that became ready. `emit`: receives the first chunks
+        made by the prefill at once, before the decode call (they are then not returned), so a
+        joining request's time to first audio does not include the batch's decode step."""
         t0, ort0, started = time.perf_counter(), OnnxGraph.seconds, self.clock()
         profile = StepProfile()
         events: list[ChunkEvent] = []
@@ -161,7 +163,11 @@ class Generator:
         if work:
             self.model.prefill(work)
             profile.prefill_tokens = sum(n for _, n in work)
-            events += self._vocode(profile)
+            first = self._vocode(profile)
+            if emit is not None and first:
+                emit(first)
+            else:
+                events += first
         running = [
             a.seq for a in self._active.values() if a.seq.finished is None and a.seq.prefilled >= a.seq.prompt_tokens
         ]
