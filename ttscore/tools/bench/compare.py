@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import threading
 import time
@@ -206,6 +207,9 @@ def triton(art: Path, precision: str, levels: list[int], frames: int, threads: i
                                         aliases=plan["aliases"])
     data = pwork / "input.json"
     data.write_text(json.dumps(speech_input(sorted(manifest.speakers)[0], frames)))
+    for old in pwork.glob("c*"):  # perf_analyzer refuses to overwrite a profile export
+        shutil.rmtree(old)
+    shutil.rmtree(pwork / "warmup", ignore_errors=True)
     rows = []
     with TritonServer(repo, log_file=pwork / "tritonserver.log", ready_timeout_s=900) as server:
         assert server.pid is not None
