@@ -202,6 +202,51 @@ def file_size(path: Path) -> int:
     return path.stat().st_size + (data.stat().st_size if data.exists() else 0)
 
 
+def quantize_weights(onnx_path: Path, bits: int, out_path: Path | None = None, block_size: int = 32) -> Path:
+    """Weight-only quantization of the constant-weight MatMuls to MatMulNBits (`bits` 4 or 8,
+    symmetric, one scale per `block_size` weights along K) with accuracy_level 4: activations are
+    quantized to int8 per block at run time, the int8 GEMM/GEMV kernels of ONNX Runtime's MLAS.
+    Activations x activations MatMuls (attention) stay float32. Returns `<stem>.int{bits}.onnx`."""
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+
+    check(bits in (4, 8), f"weight-only quantization supports 4 or 8 bits, not {bits}")
+    onnx_path = Path(onnx_path)
+    out_path = out_path or onnx_path.with_name(f"{onnx_path.stem}.int{bits}.onnx")
+    t0 = time.perf_counter()
+    with scratch_dir(out_path.parent) as tmp:
+        optimized = tmp / "basic.onnx"
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.intra_op_num_threads = 1
+        # Basic (semantics-preserving) optimization first: it folds the Identity nodes the legacy
+        # exporter puts in front of shared weights, which the quantizer would not see through.
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = str(optimized)
+        if file_size(onnx_path) > EXTERNAL_DATA_THRESHOLD:
+            so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "basic.onnx.data")
+            so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        try:
+            ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+            config = DefaultWeightOnlyQuantConfig(
+                block_size=block_size, is_symmetric=True, accuracy_level=4, bits=bits
+            )
+            quantizer = MatMulNBitsQuantizer(onnx.load(str(optimized)), algo_config=config)
+            quantizer.process()
+            model = quantizer.model.model
+        except Exception as exc:
+            raise ExportError(f"int{bits} weight-only quantization of {onnx_path.name} failed: {exc}") from exc
+        save_onnx(model, out_path)
+        del model, quantizer
+    ort_session(out_path)  # loads = validated structurally; callers compare outputs
+    logger.info("quantized %s -> %s in %.1fs", onnx_path.name, out_path.name, time.perf_counter() - t0)
+    return out_path
+
+
 def quantize_int8(onnx_path: Path, out_path: Path | None = None) -> Path:
     """Dynamic int8 quantization of the MatMul weights (CPU).
 

@@ -26,7 +26,13 @@ from ttscore.runtime.families.qwen3_tts.tokenizer import TOKENIZER_FILES
 
 logger = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "int8")
+PRECISIONS = ("fp32", "int8", "int4")
+# Quantized precisions: the graphs whose constant-weight MatMuls are quantized, each checked against
+# its fp32 export (the error is reported per graph in the manifest, `validation.vs_fp32`).
+QUANTIZED_GRAPHS = ("talker", "code_predictor", "code2wav_stream")
+# The vocoder keeps a quantized graph only while its audio stays this close to fp32's (SNR, dB);
+# otherwise it stays fp32 and the manifest says why.
+VOCODER_MIN_SNR_DB = 30.0
 
 # Progress hook: (stage number from 1, number of stages, what the stage does), called as each starts.
 ExportProgress = Callable[[int, int, str], None]
@@ -108,11 +114,66 @@ def export_checkpoint(
         raise ExportError(f"export failed: {type(exc).__name__}: {exc}") from exc
 
 
+def _quantize(tts: Any, path: Path, graph: str, precision: str) -> dict[str, Any]:
+    """Quantize one exported graph in place (weight-only MatMulNBits, see export.common) and
+    measure it against the fp32 graph; returns the manifest fields `quantized` and `vs_fp32`."""
+    from .common import quantize_int8, quantize_weights
+    from .talker import validate_int8
+
+    # int8: dynamic quantization (MatMulInteger) was the fastest int8 form at batch 8 on the 2-core
+    # development machine (0.6B code predictor: 1.1 s vs 2.3 s for 8-bit MatMulNBits under load);
+    # int4: MatMulNBits, the fastest single-stream form (0.45 s vs 0.72 s for dynamic int8).
+    if precision == "int8":
+        q = quantize_int8(path)
+        method = "int8 dynamic (MatMulInteger, per-tensor weights)"
+    else:
+        q = quantize_weights(path, 4)
+        method = "int4 weight-only MatMulNBits (block 32, symmetric, int8 activations)"
+    if graph == "code2wav_stream":
+        vs = compare_vocoder(path, q)
+        if vs["snr_db"] < VOCODER_MIN_SNR_DB:
+            q.unlink()
+            vs["kept"] = f"fp32 (SNR {vs['snr_db']} dB < {VOCODER_MIN_SNR_DB} dB)"
+            return {"quantized": None, "vs_fp32": vs}
+    else:
+        vs = validate_int8(tts, path, q)
+        vs.pop("file", None)
+    os.replace(q, path)
+    return {"quantized": method, "vs_fp32": vs}
+
+
+def compare_vocoder(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict[str, Any]:
+    """Streamed decode of random codes (two chunks, state carried) by both graphs: audio error."""
+    import numpy as np
+
+    from .common import ort_session
+
+    a, b = ort_session(fp32_path), ort_session(quant_path)
+    codes_in = next(i for i in a.get_inputs() if i.name == "codes")
+    state_in = next(i for i in a.get_inputs() if i.name == "state")
+    groups, state_size = int(codes_in.shape[2]), int(state_in.shape[1])
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 1024, size=(2, 12, groups)).astype(np.int64)
+    outs = []
+    for sess in (a, b):
+        state = np.zeros((2, state_size), np.float32)
+        pcm = []
+        for lo, hi in ((0, 4), (4, 12)):
+            feed = {"codes": codes[:, lo:hi], "state": state, "position": np.full(2, lo, np.int64)}
+            chunk, state = sess.run(["pcm", "new_state"], feed)
+            pcm.append(chunk)
+        outs.append(np.concatenate(pcm, axis=1))
+    ref, got = outs
+    err = got - ref
+    snr = 10 * np.log10(float((ref**2).sum()) / max(float((err**2).sum()), 1e-30))
+    return {"audio_max_abs": float(f"{np.abs(err).max():.3g}"), "snr_db": round(float(snr), 1)}
+
+
 def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
                  progress: ExportProgress | None = None) -> dict[str, Any]:
     stages = ["loading the checkpoint", "talker", "code predictor", "embedding tables", "code2wav"]
     stages += ["speaker and speech encoders"] if info.variant == "base" else []
-    stages += ["int8 quantization"] if precision == "int8" else []
+    stages += [f"{precision} quantization"] if precision != "fp32" else []
     stages += ["manifest"]
 
     def stage(label: str) -> None:
@@ -127,7 +188,7 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
 
     from .code2wav import export_code2wav
     from .reference import load_reference
-    from .talker import export_code_predictor, export_tables, export_talker, quantize_int8
+    from .talker import export_code_predictor, export_tables, export_talker
 
     torch.manual_seed(0)
     try:
@@ -158,12 +219,11 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
         export_mel_filters(tmp)
 
     specs = graph_specs(info, state_size)
-    if precision == "int8":
-        stage("int8 quantization")
-        for name in ("talker", "code_predictor"):
-            q = quantize_int8(tmp / specs[name].filename)
-            os.replace(q, tmp / specs[name].filename)
-            reports[name]["quantized"] = "int8 dynamic (MatMul weights)"
+    if precision != "fp32":
+        stage(f"{precision} quantization")
+        for name in QUANTIZED_GRAPHS:
+            logger.info("quantizing %s to %s", name, precision)
+            reports[name] = {**reports[name], **_quantize(tts, tmp / specs[name].filename, name, precision)}
 
     stage("manifest")
     tok_dir = tmp / "tokenizer"

@@ -133,6 +133,7 @@ def _decoder_layer(
     kv_heads: int,
     head_dim: int,
     t: int | None = None,
+    split_past: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One Qwen3 decoder layer (talker or code predictor: same structure) with explicit KV.
 
@@ -140,6 +141,7 @@ def _decoder_layer(
     or None (attend to everything). Returns (out [B, T, H], k_new, v_new [B, kv, T, hd]).
     `t`: T when it is static (code predictor): reshapes then get constant shapes, which keeps the
     unrolled graph small (fewer Shape/Gather/Concat nodes per step).
+    `split_past` (talker): attend to the past and the new keys without concatenating the cache.
     GQA without materializing repeated K/V: the query heads of one kv head are folded into the
     query-length axis ([B, kv, n_rep*T, hd]); head h uses kv head h // n_rep as repeat_kv does.
     """
@@ -158,17 +160,32 @@ def _decoder_layer(
     v = attn.v_proj(h).view(*lead, kv_heads, head_dim).transpose(1, 2)
     q = q * cos + _rotate_half(q) * sin
     k = k * cos + _rotate_half(k) * sin
-    keys = k if past_k is None else torch.cat((past_k, k), dim=2)
-    values = v if past_v is None else torch.cat((past_v, v), dim=2)
     qg = q.reshape(batch, kv_heads, n_rep * tt, head_dim)
-    w = torch.matmul(qg, keys.transpose(2, 3)) * attn.scaling  # [B, kv, n_rep*T, S]
+    values: torch.Tensor | None
+    if split_past and past_k is not None and past_v is not None:
+        # Scores against the past and the new keys separately, so the graph never concatenates
+        # (copies) the whole cache: the runtime feeds its preallocated per-slot KV arena as `past`
+        # and only the scores row [.., P + T] is joined.
+        w_past = torch.matmul(qg, past_k.transpose(2, 3)) * attn.scaling  # [B, kv, n_rep*T, P]
+        w_new = torch.matmul(qg, k.transpose(2, 3)) * attn.scaling  # [B, kv, n_rep*T, T]
+        w = torch.cat((w_past, w_new), dim=-1)
+        values = None
+    else:
+        keys = k if past_k is None else torch.cat((past_k, k), dim=2)
+        values = v if past_v is None else torch.cat((past_v, v), dim=2)
+        w = torch.matmul(qg, keys.transpose(2, 3)) * attn.scaling  # [B, kv, n_rep*T, S]
     if allowed is not None:
         s = w.shape[-1]
         w5 = w.reshape(batch, kv_heads, n_rep, tt, s)
         w5 = torch.where(allowed, w5, torch.tensor(_NEG, dtype=w.dtype))
         w = w5.reshape(batch, kv_heads, n_rep * tt, s)
     w = torch.softmax(w, dim=-1)
-    o = torch.matmul(w, values)  # [B, kv, n_rep*T, hd]
+    if values is None:
+        assert past_v is not None
+        p = past_v.shape[2]
+        o = torch.matmul(w[..., :p], past_v) + torch.matmul(w[..., p:], v)  # [B, kv, n_rep*T, hd]
+    else:
+        o = torch.matmul(w, values)  # [B, kv, n_rep*T, hd]
     o = o.reshape(batch, heads, tt, head_dim).transpose(1, 2)
     o = attn.o_proj(o.reshape(batch, tt, heads * head_dim))
     x = residual + o
@@ -212,7 +229,8 @@ class TalkerStep(nn.Module):
         new: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
             x, k, v = _decoder_layer(
-                layer, x, cos, sin, past[2 * i], past[2 * i + 1], allowed, self.heads, self.kv_heads, self.head_dim
+                layer, x, cos, sin, past[2 * i], past[2 * i + 1], allowed, self.heads, self.kv_heads, self.head_dim,
+                split_past=True,
             )
             new += [k, v]
         # Norm and head on the last position only (the norm is per position, so this is exact).

@@ -345,3 +345,22 @@ def test_int8_of_large_graph_comes_back_inline(model: Any, tmp_path: Path, monke
     moved = tmp_path / "moved.onnx"
     q.rename(moved)  # what the exporter does with --precision int8
     assert validate_int8(model, tmp_path / "talker.onnx", moved)["greedy_agreement"] >= 0.6
+
+
+def test_int4_variants_through_the_exporter(model: Any, out: dict[str, Any], tmp_path: Path) -> None:
+    """export --precision int4: MatMulNBits weights, the graph replaced in place, its error vs
+    fp32 reported (agreement is a measurement on random weights, not a quality claim)."""
+    import shutil
+
+    from export.exporter import _quantize
+
+    for name in ("talker", "code_predictor"):
+        path = tmp_path / f"{name}.onnx"
+        shutil.copy2(out["dir"] / f"{name}.onnx", path)
+        rep = _quantize(model, path, name, "int4")
+        assert rep["quantized"].startswith("int4")
+        vs = rep["vs_fp32"]
+        print(name, "int4", vs)
+        assert 0.0 <= vs["greedy_agreement"] <= 1.0 and all(np.isfinite(v) for v in vs["max_abs_err"].values())
+        ops = {n.op_type for n in onnx.load(str(path)).graph.node}
+        assert "MatMulNBits" in ops and not list(tmp_path.glob(f"{name}.int4*"))

@@ -85,3 +85,21 @@ def test_same_uniform_same_code():
     rng = np.random.default_rng(1)
     scores = rng.normal(size=V).astype(np.float32)
     assert sample(scores, True, 0.9, 50, 0.9, 0.3) == sample(scores.copy(), True, 0.9, 50, 0.9, 0.3)
+
+
+def test_batched_processing_equals_row_by_row():
+    from ttscore.runtime.sampling import process_logits_batch
+
+    rng = np.random.default_rng(3)
+    V, EOS = 3072, 2150
+    logits = rng.standard_normal((4, V)).astype(np.float32) * 3
+    histories = [[], [5, 9, 5], [EOS - 1], list(rng.integers(0, 2048, 30))]
+    penalty = np.array([1.05, 1.3, 1.0, 0.9], np.float32)
+    seen = np.zeros((4, V), bool)
+    for r, h in enumerate(histories):
+        seen[r, h] = True
+    m = suppress_mask(V, EOS)
+    got = process_logits_batch(logits, seen, penalty, m, EOS, np.array([len(h) for h in histories]))
+    for r, h in enumerate(histories):
+        want = process_logits(logits[r], np.array(h, np.int64), float(penalty[r]), m, EOS, len(h))
+        np.testing.assert_array_equal(got[r], want)

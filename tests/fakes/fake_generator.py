@@ -65,7 +65,7 @@ class FakeGenerator:
         self.cancelled.append(req_id)
         return self.active.pop(req_id, None) is not None
 
-    def step(self) -> list[ChunkEvent]:
+    def step(self, emit: Any = None) -> list[ChunkEvent]:
         self.thread_ids.add(threading.get_ident())
         self.steps += 1
         self.max_seen_batch = max(self.max_seen_batch, len(self.active))

@@ -7,7 +7,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -46,7 +46,7 @@ class GeneratorLike(Protocol):
 
     def submit(self, req_id: str, request: Any) -> None: ...
 
-    def step(self) -> list[Any]: ...
+    def step(self, emit: Callable[[list[Any]], None] | None = None) -> list[Any]: ...
 
     def cancel(self, req_id: str) -> bool: ...
 
@@ -74,7 +74,20 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
         if state_size is None:
             raise ModelSettingsError(f"speech_generation: {settings.artifacts_dir} has no code2wav state size")
         vocoder = BlsVocoder(settings.vocoder, state_size)
-    return Generator(model, max_batch=settings.max_active_requests, vocoder=vocoder)
+    memory = model.memory()
+    if "kv_bytes_per_position" in memory:
+        log.info(
+            "KV arena: %d bytes per cached position per request; a request holds at most its prompt + "
+            "max_new_tokens positions",
+            memory["kv_bytes_per_position"],
+        )
+    return Generator(
+        model,
+        max_batch=settings.max_active_requests,
+        vocoder=vocoder,
+        chunk_policy=settings.chunk_policy,
+        prefill_budget=settings.prefill_token_budget,
+    )
 
 
 @dataclass
@@ -95,6 +108,7 @@ class SchedulerStats:
     rejected: int = 0
     failed: int = 0
     step_seconds: float = 0.0
+    outside_seconds: float = 0.0  # of step_seconds, outside model calls (StepProfile.outside_seconds)
 
 
 class GenerationScheduler:
@@ -240,7 +254,8 @@ class GenerationScheduler:
         batch = len(self._active)
         t0 = time.perf_counter()
         try:
-            events = self.generator.step()
+            # First chunks made by a prefill go out at once, before the batch's decode step.
+            events = self.generator.step(self._dispatch)
         except UpstreamUnavailable as exc:  # e.g. the shared code2wav's stub died: retryable
             log.error("generator step failed (%s); failing its %d active requests", exc, len(self._active))
             self._fail_active(WireError(UNAVAILABLE, "the vocoder is unavailable; retry later"))
@@ -253,6 +268,24 @@ class GenerationScheduler:
         self.stats.steps += 1
         self.stats.step_seconds += seconds
         self.metrics.step(batch, seconds)
+        # The production Generator profiles its steps (ttscore.runtime.engine.StepProfile); test
+        # doubles need not.
+        profile = getattr(self.generator, "last_step", None)
+        if profile is not None:
+            self.stats.outside_seconds += profile.outside_seconds
+            memory = getattr(getattr(self.generator, "model", None), "memory", None)
+            kv = memory().get("kv_arena_bytes", 0) if callable(memory) else 0
+            self.metrics.profile(profile.outside_seconds, kv)
+        self._dispatch(events)
+        if self._active and self.generator.num_active == 0:
+            # Safety net: the generator dropped requests without a final event.
+            log.error("generator lost %d requests", len(self._active))
+            self._fail_active()
+        self.metrics.load(self.num_pending, len(self._active))
+        return True
+
+    def _dispatch(self, events: list[Any]) -> None:
+        """Send each chunk event to its request's stream (FINAL for the last one)."""
         for event in events:
             entry = self._active.get(event.req_id)
             if entry is None:  # cancelled meanwhile
@@ -271,12 +304,6 @@ class GenerationScheduler:
             elif not self._send(entry, outputs):
                 self._ended("cancelled")  # the client went away
                 self._abort(entry, None)
-        if self._active and self.generator.num_active == 0:
-            # Safety net: the generator dropped requests without a final event.
-            log.error("generator lost %d requests", len(self._active))
-            self._fail_active()
-        self.metrics.load(self.num_pending, len(self._active))
-        return True
 
     def _drain_inbox(self) -> None:
         while True:

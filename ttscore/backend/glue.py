@@ -134,6 +134,8 @@ class BlsVocoder:
     whose speech tokenizer is the same). Streams are batched by the caller: one BLS request per
     distinct chunk length, with one row per stream."""
 
+    external = True  # runs in another process: the engine counts its time apart from its own work
+
     def __init__(self, model_name: str, state_size: int, max_rows: int = 8) -> None:
         self.model_name = model_name
         self.state_size = state_size

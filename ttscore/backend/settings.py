@@ -50,6 +50,15 @@ def _int_param(model: str, params: Mapping[str, str], key: str, default: int, mi
     return value
 
 
+def _choice_param(model: str, params: Mapping[str, str], key: str, default: str, choices: Sequence[str]) -> str:
+    raw = params.get(key, "").strip()
+    if raw == "":
+        return default
+    if raw not in choices:
+        raise ModelSettingsError(f"{model}: parameter {key} must be one of {', '.join(choices)}, got {raw!r}")
+    return raw
+
+
 def _artifacts_dir(model: str, params: Mapping[str, str]) -> Path:
     raw = params.get("artifacts_dir", "").strip()
     if not raw:
@@ -106,7 +115,19 @@ class SpeechGenerationSettings:
     intra_op_threads: int  # 0 = ONNX Runtime default
     vocoder: str = "inline"  # "inline": in-process ORT session; else the code2wav model called by BLS
 
-    PARAMETERS = ("artifacts_dir", "max_active_requests", "max_pending_requests", "intra_op_threads", "vocoder")
+    chunk_policy: str = "adaptive"  # chunk sizes after the first (ttscore.runtime.engine)
+    prefill_token_budget: int = 256  # prompt positions prefilled per step, batched across joins
+
+    PARAMETERS = (
+        "artifacts_dir",
+        "max_active_requests",
+        "max_pending_requests",
+        "intra_op_threads",
+        "vocoder",
+        "chunk_policy",
+        "prefill_token_budget",
+    )
+    CHUNK_POLICIES = ("adaptive", "ramp", "fixed")  # == ttscore.runtime.engine.CHUNK_POLICIES
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any], check_artifacts: bool = True) -> SpeechGenerationSettings:
@@ -127,6 +148,8 @@ class SpeechGenerationSettings:
             max_pending_requests=_int_param(name, params, "max_pending_requests", 64, 0),
             intra_op_threads=_int_param(name, params, "intra_op_threads", 0, 0),
             vocoder=str(params.get("vocoder", "inline") or "inline"),
+            chunk_policy=_choice_param(name, params, "chunk_policy", "adaptive", cls.CHUNK_POLICIES),
+            prefill_token_budget=_int_param(name, params, "prefill_token_budget", 256, 1),
         )
 
 

@@ -82,9 +82,18 @@ STEP_SECONDS = MetricSpec(
 PREFILL_SECONDS = MetricSpec(
     "tts_generation_prefill_seconds",
     HISTOGRAM,
-    "Wall time to admit one request into the batch: prompt, talker prefill and reference codes (runs on the step thread)",
+    "Wall time to admit one request into the batch: validation, prompt and reference codes (its talker prefill "
+    "runs batched with other joins inside the next steps)",
     (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )
+STEP_OUTSIDE_SECONDS = MetricSpec(
+    "tts_generation_step_outside_model_seconds",
+    HISTOGRAM,
+    "Wall time of one generator step spent outside model calls (ONNX Runtime sessions, an out-of-process vocoder): "
+    "the engine's own per-step work; compare with tts_generation_step_seconds",
+    (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+)
+KV_BYTES = MetricSpec("tts_generation_kv_arena_bytes", GAUGE, "Bytes held by the preallocated KV arena of the batch")
 PENDING = MetricSpec(
     "tts_generation_pending_requests", GAUGE, "Requests accepted and waiting for a slot in the running batch"
 )
@@ -94,7 +103,7 @@ REQUESTS = MetricSpec(
     COUNTER,
     "Requests that ended, by outcome (completed, cancelled, rejected, failed)",
 )
-SPECS = (BATCH_SIZE, STEP_SECONDS, PREFILL_SECONDS, PENDING, ACTIVE, REQUESTS)
+SPECS = (BATCH_SIZE, STEP_SECONDS, PREFILL_SECONDS, STEP_OUTSIDE_SECONDS, PENDING, ACTIVE, KV_BYTES, REQUESTS)
 
 
 class SchedulerMetrics(Protocol):
@@ -105,6 +114,8 @@ class SchedulerMetrics(Protocol):
     def prefill(self, seconds: float) -> None: ...
 
     def load(self, pending: int, active: int) -> None: ...
+
+    def profile(self, outside_seconds: float, kv_bytes: int) -> None: ...
 
     def finished(self, outcome: str) -> None: ...
 
@@ -119,6 +130,9 @@ class NullMetrics:
         pass
 
     def load(self, pending: int, active: int) -> None:
+        pass
+
+    def profile(self, outside_seconds: float, kv_bytes: int) -> None:
         pass
 
     def finished(self, outcome: str) -> None:
@@ -153,6 +167,8 @@ class GenerationMetrics:
         self.pending = 0
         self.active = 0
         self.max_batch_size = 0
+        self.outside_seconds = 0.0
+        self.kv_bytes = 0
         self._delta = MetricsDelta()
 
     # --- SchedulerMetrics -----------------------------------------------------------------------
@@ -177,6 +193,13 @@ class GenerationMetrics:
             self.pending, self.active = pending, active
             self._delta.gauges[PENDING.name] = float(pending)
             self._delta.gauges[ACTIVE.name] = float(active)
+
+    def profile(self, outside_seconds: float, kv_bytes: int) -> None:
+        with self._lock:
+            self.outside_seconds += outside_seconds
+            self.kv_bytes = kv_bytes
+            self._observe(STEP_OUTSIDE_SECONDS.name, outside_seconds)
+            self._delta.gauges[KV_BYTES.name] = float(kv_bytes)
 
     def finished(self, outcome: str) -> None:
         if outcome not in self.outcomes:  # a caller bug must not become a new label value

@@ -1,11 +1,26 @@
 """The continuous-batching frame loop, family-agnostic.
 
-Every `step()` advances ALL active requests by one codec frame with one batched call into the
-family's model (Qwen3-TTS: one talker decode + one code-predictor call), so weights are read once
-per step for the whole batch. Requests join (`submit`, which runs the family's prefill) and leave
-(finish or `cancel`) between steps. Audio is
-decoded by the exact streaming vocoder as soon as a request has `initial_chunk_frames` frames, then
-every `chunk_frames`, and on finish.
+One `step()` is one iteration of the loop:
+1. Prefill: joining requests' prompts run through the family's model in ONE batched call, at most
+   `prefill_budget` prompt positions per iteration (a longer prompt continues in the next
+   iterations), so a burst of joins costs the active streams one bounded call, never N serial
+   prefills. A request whose prompt completes comes out with its first frame.
+2. First chunks of the requests that just completed prefill are vocoded at once (they do not wait
+   for the decode step).
+3. Decode: every prefilled request advances by one frame in one batched call into the family's
+   model (Qwen3-TTS: one talker call + one code-predictor call), so weights are read once per step.
+4. Chunks that became ready are vocoded, streams batched by the exact streaming vocoder.
+Requests join (`submit`: validation and prompt only) and leave (finish or `cancel`) between steps.
+
+Chunk schedule (`chunk_policy`): the first chunk comes after `initial_chunk_frames` frames; later
+chunks are at most `chunk_frames` frames (both per request, the spec's fields), and in between:
+- "fixed": every `chunk_frames` frames (the spec's literal reading; a slow stream underruns);
+- "ramp": sizes double from `initial_chunk_frames` up to `chunk_frames`;
+- "adaptive": a chunk is sent as soon as the audio already sent would run out before the next
+  iteration plus a margin (measured iteration time), otherwise frames accumulate up to
+  `chunk_frames`. A stream produced faster than real time therefore never underruns after its
+  first chunk, and chunks grow as its playback buffer grows.
+The exact streaming vocoder makes the audio identical for every schedule.
 
 Protocol: every submitted request yields exactly one ChunkEvent with final=True, unless cancelled
 (cancel() removes it silently; the caller owns reporting that).
@@ -14,7 +29,8 @@ Protocol: every submitted request yields exactly one ChunkEvent with final=True,
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +40,14 @@ from numpy.typing import NDArray
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.usage import Usage
 from ttscore.runtime.family import FamilyModel, Sequence, Vocoder
+from ttscore.runtime.onnx import OnnxGraph
 
 logger = logging.getLogger(__name__)
+
+CHUNK_POLICIES = ("adaptive", "ramp", "fixed")
+DEFAULT_CHUNK_POLICY = "adaptive"
+DEFAULT_PREFILL_BUDGET = 256  # prompt positions per iteration
+ADAPTIVE_MARGIN = 2.0  # iterations of audio a stream keeps buffered before it is sent more
 
 
 @dataclass
@@ -40,23 +62,59 @@ class ChunkEvent:
 
 
 @dataclass
+class StepProfile:
+    """Where the wall time of one `step()` went."""
+
+    seconds: float = 0.0  # the whole iteration
+    ort_seconds: float = 0.0  # inside ONNX Runtime sessions of this process
+    external_seconds: float = 0.0  # inside an out-of-process vocoder (Triton BLS)
+    batch: int = 0  # requests decoded
+    prefill_tokens: int = 0  # prompt positions prefilled
+
+    @property
+    def outside_seconds(self) -> float:
+        """The engine's and the family's own per-step work (Python, numpy)."""
+        return max(0.0, self.seconds - self.ort_seconds - self.external_seconds)
+
+
+@dataclass
 class _Active:
     req_id: str
     seq: Sequence
     stream: Any  # the vocoder's per-stream state
     chunks_out: int = 0
+    first_sent: float = 0.0  # clock() when the first chunk was made
+    sent_seconds: float = 0.0  # audio seconds made so far
 
 
 class Generator:
     """Continuous batching over any family's model (see ttscore.runtime.family)."""
 
-    def __init__(self, model: FamilyModel, *, max_batch: int = 8, vocoder: Vocoder | None = None) -> None:
+    def __init__(
+        self,
+        model: FamilyModel,
+        *,
+        max_batch: int = 8,
+        vocoder: Vocoder | None = None,
+        chunk_policy: str = DEFAULT_CHUNK_POLICY,
+        prefill_budget: int = DEFAULT_PREFILL_BUDGET,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if chunk_policy not in CHUNK_POLICIES:
+            raise ValueError(f"chunk_policy must be one of {', '.join(CHUNK_POLICIES)}, got {chunk_policy!r}")
+        if prefill_budget < 1:
+            raise ValueError("prefill_budget must be >= 1")
         self.model = model
         self.max_batch = max_batch
         chosen = vocoder or model.vocoder
         if chosen is None:
             raise ValueError("the model was loaded without a vocoder: pass one")
         self.vocoder: Vocoder = chosen
+        self.chunk_policy = chunk_policy
+        self.prefill_budget = prefill_budget
+        self.clock = clock
+        self.last_step = StepProfile()
+        self._iteration_s = 0.0  # moving average of step() wall time (adaptive chunks)
         self._active: dict[str, _Active] = {}
 
     @property
@@ -66,7 +124,7 @@ class Generator:
     # --- joining --------------------------------------------------------------------------------
 
     def submit(self, req_id: str, request: Any) -> None:
-        """Validate and prefill (the family's admit). Raises InvalidRequest naming the bad field."""
+        """Validate and queue for prefill (the family's admit). Raises InvalidRequest naming the bad field."""
         if req_id in self._active:
             raise InvalidRequest(f"request id {req_id!r} is already active", "request_id")
         if len(self._active) >= self.max_batch:
@@ -79,33 +137,93 @@ class Generator:
         self._active[req_id] = _Active(req_id, seq, stream)
 
     def cancel(self, req_id: str) -> bool:
-        """Drop a request now; its KV cache and batch slot are freed before the next step."""
-        return self._active.pop(req_id, None) is not None
+        """Drop a request now; its KV slot and batch slot are freed before the next step."""
+        a = self._active.pop(req_id, None)
+        if a is None:
+            return False
+        self.model.release(a.seq)
+        return True
 
     # --- the step -------------------------------------------------------------------------------
 
-    def step(self) -> list[ChunkEvent]:
-        """Advance every active request by one frame; return the audio chunks that became ready."""
-        running = [a.seq for a in self._active.values() if a.seq.finished is None]
+    def step(self, emit: Callable[[list[ChunkEvent]], None] | None = None) -> list[ChunkEvent]:
+        """Prefill joining requests (within the budget), advance every prefilled request by one
+        frame, and return the audio chunks that became ready. `emit`: receives the first chunks
+        made by the prefill at once, before the decode call (they are then not returned), so a
+        joining request's time to first audio does not include the batch's decode step."""
+        t0, ort0, started = time.perf_counter(), OnnxGraph.seconds, self.clock()
+        profile = StepProfile()
+        events: list[ChunkEvent] = []
+        work = self._prefill_work()
+        if work:
+            self.model.prefill(work)
+            profile.prefill_tokens = sum(n for _, n in work)
+            first = self._vocode(profile)
+            if emit is not None and first:
+                emit(first)
+            else:
+                events += first
+        running = [
+            a.seq for a in self._active.values() if a.seq.finished is None and a.seq.prefilled >= a.seq.prompt_tokens
+        ]
         if running:
             self.model.step(running)
-        events = self._vocode(list(self._active.values()))
-        for ev in events:
-            if ev.final:
-                self._active.pop(ev.req_id, None)
+            profile.batch = len(running)
+        events += self._vocode(profile)
+        profile.seconds = time.perf_counter() - t0
+        profile.ort_seconds = OnnxGraph.seconds - ort0
+        self.last_step = profile
+        took = self.clock() - started
+        self._iteration_s = took if self._iteration_s == 0 else 0.8 * self._iteration_s + 0.2 * took
         return events
 
-    def _vocode(self, actives: list[_Active]) -> list[ChunkEvent]:
-        ready: list[_Active] = []
-        for a in actives:
-            seq = a.seq
-            threshold = seq.initial_chunk_frames if a.chunks_out == 0 else seq.chunk_frames
-            if seq.finished is not None or len(seq.pending) >= threshold:
-                ready.append(a)
+    def _prefill_work(self) -> list[tuple[Sequence, int]]:
+        """Joining requests in arrival order, as many prompt positions as the budget allows."""
+        budget = self.prefill_budget
+        work: list[tuple[Sequence, int]] = []
+        for a in self._active.values():
+            left = a.seq.prompt_tokens - a.seq.prefilled
+            if left <= 0 or a.seq.finished is not None:
+                continue
+            n = min(left, budget)
+            work.append((a.seq, n))
+            budget -= n
+            if budget == 0:
+                break
+        return work
+
+    def _ready(self, a: _Active, now: float) -> bool:
+        seq = a.seq
+        n = len(seq.pending)
+        if seq.finished is not None:
+            return True
+        if n == 0:
+            return False
+        if a.chunks_out == 0:
+            return n >= seq.initial_chunk_frames
+        if n >= seq.chunk_frames:
+            return True
+        if self.chunk_policy == "ramp":
+            return n >= min(seq.chunk_frames, seq.initial_chunk_frames << min(a.chunks_out, 16))
+        if self.chunk_policy == "adaptive":
+            buffered = a.sent_seconds - (now - a.first_sent)  # audio the client has not played yet
+            return buffered < ADAPTIVE_MARGIN * self._iteration_s
+        return False
+
+    def _vocode(self, profile: StepProfile) -> list[ChunkEvent]:
+        now = self.clock()
+        ready = [a for a in self._active.values() if self._ready(a, now)]
         if not ready:
             return []
         work = [(a.stream, np.stack(a.seq.pending)) for a in ready if a.seq.pending]
-        pcms = iter(self.vocoder.decode(work)) if work else iter(())
+        if work:
+            t0, ort0 = time.perf_counter(), OnnxGraph.seconds
+            pcms = iter(self.vocoder.decode(work))
+            if getattr(self.vocoder, "external", False):
+                profile.external_seconds += (time.perf_counter() - t0) - (OnnxGraph.seconds - ort0)
+        else:
+            pcms = iter(())
+        frame_s = self.model.frame_seconds
         events = []
         for a in ready:
             seq = a.seq
@@ -113,7 +231,10 @@ class Generator:
             pcm = next(pcms) if n else np.zeros(0, np.float32)
             codes = np.stack(seq.pending) if n else np.zeros((0, self.model.num_codebooks), np.int64)
             seq.pending = []
+            if a.chunks_out == 0:
+                a.first_sent = now
             a.chunks_out += 1
+            a.sent_seconds += n * frame_s
             events.append(
                 ChunkEvent(
                     req_id=a.req_id,
@@ -125,6 +246,9 @@ class Generator:
                     codes=codes,
                 )
             )
+            if seq.finished is not None:
+                del self._active[a.req_id]
+                self.model.release(seq)
         return events
 
     # --- convenience ----------------------------------------------------------------------------

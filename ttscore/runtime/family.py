@@ -32,6 +32,8 @@ class Sequence:
     text_tokens: int  # usage: input text tokens
     audio_tokens: int = 0  # usage: reference audio frames fed in context
     vocoder_prefix: Codes | None = None  # codes run through the vocoder first, their audio dropped
+    prompt_tokens: int = 0  # positions the family's prefill must run before the first frame
+    prefilled: int = 0  # of those, already run (a long prompt is prefilled in chunks)
     pending: list[Codes] = field(default_factory=list)  # frames made but not yet vocoded
     frames_out: int = 0
     finished: str | None = None  # "stop" | "length" once no more frames will come
@@ -56,12 +58,31 @@ class FamilyModel(Protocol):
     @property
     def num_codebooks(self) -> int: ...
 
+    @property
+    def frame_seconds(self) -> float:
+        """Audio seconds of one frame (the chunk schedule paces streams with it)."""
+        ...
+
     def admit(self, request: Any) -> Sequence:
-        """Validate (InvalidRequest naming the field) and prefill one request."""
+        """Validate (InvalidRequest naming the field) and prepare one request; no model call, so a
+        burst of joins costs nothing until the engine schedules their prefill."""
+        ...
+
+    def prefill(self, work: list[tuple[Sequence, int]]) -> None:
+        """Run the next `n` prompt positions of each sequence in one batched call. A sequence whose
+        prompt completes leaves with its first frame in `pending` (or `finished`)."""
         ...
 
     def step(self, batch: list[Sequence]) -> None:
-        """Advance every sequence by one frame: append it to `pending`, set `finished` when done."""
+        """Advance every prefilled sequence by one frame: append it to `pending`, set `finished` when done."""
+        ...
+
+    def release(self, seq: Sequence) -> None:
+        """Free the sequence's decode state (its KV slot); called once it leaves the engine."""
+        ...
+
+    def memory(self) -> dict[str, int]:
+        """Decode-state memory now (bytes), for reports and metrics."""
         ...
 
 

@@ -44,6 +44,25 @@ def process_logits(
     return scores
 
 
+def process_logits_batch(
+    logits: NDArray[Any],
+    seen: NDArray[Any],
+    penalty: NDArray[Any],
+    suppressed: NDArray[Any],
+    eos_id: int,
+    n_generated: NDArray[Any],
+) -> NDArray[Any]:
+    """`process_logits` for a whole batch at once: logits [B, V]; seen [B, V] marks the codes in each
+    row's history; penalty and n_generated [B]. Same float32 arithmetic, row for row."""
+    scores = np.array(logits, dtype=np.float32, copy=True)
+    pen = np.asarray(penalty, np.float32)[:, None]
+    hit = seen & (pen != 1.0)
+    scores = np.where(hit, np.where(scores < 0, scores * pen, scores / pen), scores).astype(np.float32, copy=False)
+    scores[np.asarray(n_generated) < MIN_NEW_TOKENS, eos_id] = -np.inf
+    scores[:, suppressed] = -np.inf
+    return scores
+
+
 def sample(
     scores: NDArray[Any], do_sample: bool, temperature: float, top_k: int, top_p: float, u: float
 ) -> int:

@@ -106,6 +106,7 @@ BENCHES = {
     "offline": "ttscore.tools.bench.offline",  # exported pipeline vs the reference PyTorch generate
     "triton": "ttscore.tools.bench.throughput",  # throughput through Triton vs the offline pipeline
     "perf-analyzer": "ttscore.tools.bench.perf_analyzer",  # Triton's perf_analyzer against the served models
+    "compare": "ttscore.tools.bench.compare",  # all of it in one run: reference, offline, Triton c=1/4/8; table + plot
 }
 
 
@@ -135,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", required=True)
     e.add_argument("--out", required=True)
     e.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
-    e.add_argument("--precision", default="fp32", choices=["fp32", "int8", "fp16", "bf16"])
+    e.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4", "fp16", "bf16"])
     add_quiet(e)
     e.set_defaults(func=_cmd_export)
 
@@ -144,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", required=True)
     s.add_argument("--checkpoint")
     s.add_argument("--artifacts")
-    s.add_argument("--precision", default="fp32", choices=["fp32", "int8"])
+    s.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4"])
     s.add_argument("--voice")
     s.add_argument("--language")
     s.add_argument("--instructions")

@@ -255,7 +255,7 @@ def _api_key(value: str) -> str:
 def add_serve_parser(sub: Any) -> None:
     s = sub.add_parser("serve", help="export if needed, start tritonserver and the Speech API gateway")
     s.add_argument("--checkpoint", action="append", help="checkpoint directory (repeat to serve several)")
-    s.add_argument("--precision", default="fp32", choices=["fp32", "int8"])
+    s.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4"])
     s.add_argument("--host", default="0.0.0.0")
     s.add_argument("--port", type=int, default=8091, help="gateway port")
     s.add_argument("--triton-http-port", type=int, default=8000)

@@ -1,8 +1,21 @@
-"""Qwen3-TTS per-frame decode: prefill, then one batched talker step + code-predictor call per frame.
+"""Qwen3-TTS per-frame decode over a preallocated KV arena.
+
+A request's life: `admit` (resolve + prompt, no model call) -> `prefill` (its prompt, possibly in
+chunks, batched with other joining requests into one talker call; the call that completes a prompt
+also samples code0 and runs the code predictor, so the request leaves prefill with its first frame)
+-> `step` (one batched talker call, code0 sampling and one code-predictor call per frame) -> `release`.
 
 Each step reads the talker weights once for the whole batch (decoding is memory-bandwidth bound).
 The code predictor turns each sampled code0 into the frame's other codebooks, and the sum of their
 embeddings (plus the next text embedding) is the next talker input.
+
+KV arena: one buffer per layer and K/V, [rows, kv_heads, capacity, head_dim], a row per request,
+left-aligned (a row's valid keys are [0, length)). A decode step feeds `arena[:R]` as the talker's
+past (a contiguous view, bound in place through IO binding: no per-step copy of any cache) with an
+attention mask marking each row's valid prefix, and writes only the new token's K/V into the arena.
+The talker graph attends to past and new keys without concatenating them (export/talker.py).
+Capacity grows in blocks (one copy per growth, amortised over many steps) and never beyond the
+largest active request's plan, prompt + max_new_tokens.
 """
 
 from __future__ import annotations
@@ -17,33 +30,13 @@ from ttscore.contract import qwen3_tts as spec
 from ttscore.runtime.families.qwen3_tts.prompt import Prompt, build_prompt
 from ttscore.runtime.families.qwen3_tts.request import ResolvedRequest, SynthesisRequest, resolve
 from ttscore.runtime.family import Sequence
-from ttscore.runtime.sampling import process_logits, sample
+from ttscore.runtime.sampling import process_logits_batch, sample
 
 if TYPE_CHECKING:
     from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
 
 F32 = npt.NDArray[np.float32]
-
-
-class KVCache:
-    """One request's talker KV cache: per layer [kv_heads, capacity, head_dim], grown by doubling."""
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int) -> None:
-        self.length = 0
-        self.k = [np.empty((kv_heads, capacity, head_dim), np.float32) for _ in range(layers)]
-        self.v = [np.empty((kv_heads, capacity, head_dim), np.float32) for _ in range(layers)]
-
-    def append(self, layer: int, k: F32, v: F32) -> None:
-        n = k.shape[1]
-        cap = self.k[layer].shape[1]
-        if self.length + n > cap:
-            new_cap = max(cap * 2, self.length + n)
-            for buf in (self.k, self.v):
-                grown = np.empty((buf[layer].shape[0], new_cap, buf[layer].shape[2]), np.float32)
-                grown[:, : self.length] = buf[layer][:, : self.length]
-                buf[layer] = grown
-        self.k[layer][:, self.length : self.length + n] = k
-        self.v[layer][:, self.length : self.length + n] = v
+GROWTH_BLOCK = 16  # positions added at least per capacity growth
 
 
 @dataclass
@@ -51,35 +44,96 @@ class QwenSequence(Sequence):
     req: ResolvedRequest | None = None
     prompt: Prompt | None = None
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
-    kv: KVCache | None = None
-    logits: F32 | None = None  # [V] talker logits of the last position
-    hidden: F32 | None = None  # [H] talker hidden of the last position
-    history: list[int] = field(default_factory=list)  # code0 of every frame so far
-    code0: int | None = None  # sampled code0 awaiting its code-predictor pass
+    row: int = -1  # KV arena row, -1 before prefill and after release
+    length: int = 0  # valid positions in the arena row
+    planned: int = 0  # capacity plan: prompt + max_new_tokens
+    next_input: F32 | None = None  # [H] the next talker input (last frame's embeddings + text)
+    seen: npt.NDArray[np.bool_] | None = None  # [V] codes in the code0 history (repetition penalty)
+    n_codes: int = 0  # code0s sampled so far
+
+
+class KVArena:
+    """Per-layer K/V buffers shared by every request of one pipeline (see the module docstring)."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int) -> None:
+        self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
+        self.k: list[F32] = []
+        self.v: list[F32] = []
+        self.owners: list[QwenSequence] = []  # row -> request; rows are kept dense
+        self._alloc(0, 0)
+
+    @property
+    def bytes_per_position(self) -> int:
+        """Arena bytes one request needs per cached position (all layers, K and V, float32)."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * 4
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
+
+    @property
+    def capacity(self) -> int:
+        return int(self.k[0].shape[2])
+
+    @property
+    def rows(self) -> int:
+        return len(self.owners)
+
+    def _alloc(self, rows: int, capacity: int) -> None:
+        shape = (rows, self.kv_heads, capacity, self.head_dim)
+        old_k, old_v = self.k, self.v
+        self.k = [np.zeros(shape, np.float32) for _ in range(self.layers)]
+        self.v = [np.zeros(shape, np.float32) for _ in range(self.layers)]
+        if old_k:
+            r = min(rows, old_k[0].shape[0])
+            c = min(capacity, old_k[0].shape[2])
+            for new, old in zip(self.k + self.v, old_k + old_v, strict=True):
+                new[:r, :, :c] = old[:r, :, :c]
+
+    def acquire(self, seq: QwenSequence) -> None:
+        if self.rows == self.k[0].shape[0]:
+            self._alloc(max(1, 2 * self.rows), self.capacity)
+        seq.row = self.rows
+        seq.length = 0
+        self.owners.append(seq)
+
+    def release(self, seq: QwenSequence) -> None:
+        """Free a row; the last row moves into the hole (one copy per departure) to keep rows dense."""
+        i = seq.row
+        if i < 0 or i >= self.rows or self.owners[i] is not seq:
+            return
+        last = self.rows - 1
+        if i != last:
+            moved = self.owners[last]
+            n = moved.length
+            for buf in self.k + self.v:
+                buf[i, :, :n] = buf[last, :, :n]
+            self.owners[i] = moved
+            moved.row = i
+        self.owners.pop()
+        seq.row = -1
+        # Give memory back once the longest plan has left: the next requests may plan less.
+        plan = max((s.planned for s in self.owners), default=0)
+        if self.capacity > plan:
+            self._alloc(self.k[0].shape[0] if self.owners else 0, plan)
+
+    def reserve(self, needed: int) -> None:
+        """Make room for position `needed - 1` in every row: grow by blocks, never past the plan."""
+        cap = self.capacity
+        if needed <= cap:
+            return
+        plan = max((s.planned for s in self.owners), default=needed)
+        grown = min(max(needed, cap + max(GROWTH_BLOCK, cap // 4)), max(plan, needed))
+        self._alloc(self.k[0].shape[0], grown)
 
 
 def admit(p: Pipeline, request: SynthesisRequest) -> QwenSequence:
-    """Resolve (InvalidRequest naming the field), build the prompt, prefill, sample the first code0."""
+    """Resolve (InvalidRequest naming the field) and build the prompt; no model call."""
     info = p.info
     req = resolve(request, info)
     prompt = build_prompt(req, info, p.tables, p.tokenizer)
-    t = info.talker
-    length = prompt.embeds.shape[0]
-    kv = KVCache(t.num_layers, t.num_kv_heads, t.head_dim, capacity=length + min(req.max_new_tokens, 256) + 1)
-    feeds = {
-        "inputs_embeds": prompt.embeds[None],
-        "attention_mask": np.ones((1, length), np.int64),
-        "position_ids": np.arange(length, dtype=np.int64)[None],
-    }
-    empty = np.zeros((1, t.num_kv_heads, 0, t.head_dim), np.float32)
-    for i in range(t.num_layers):
-        feeds[spec.talker_past_key(i)] = empty
-        feeds[spec.talker_past_value(i)] = empty
-    out = p.talker.run(feeds)
-    for i in range(t.num_layers):
-        kv.append(i, out[spec.talker_new_key(i)][0], out[spec.talker_new_value(i)][0])
-    kv.length = length
-    seq = QwenSequence(
+    length = int(prompt.embeds.shape[0])
+    return QwenSequence(
         initial_chunk_frames=req.initial_chunk_frames,
         chunk_frames=req.chunk_frames,
         text_tokens=prompt.text_tokens,
@@ -87,42 +141,131 @@ def admit(p: Pipeline, request: SynthesisRequest) -> QwenSequence:
         # In-context cloning decodes ref_codes ++ codes and cuts the reference part: with an exact
         # streaming vocoder that is the reference frames run through first, their audio dropped.
         vocoder_prefix=req.ref_codes,
+        prompt_tokens=length,
         req=req,
         prompt=prompt,
         rng=np.random.default_rng(req.seed),
-        kv=kv,
-        logits=out["logits"][0],
-        hidden=out["hidden"][0],
+        planned=length + req.max_new_tokens,
+        seen=np.zeros(info.codec_vocab_size, bool),
     )
-    _sample_code0(p, seq)
-    return seq
 
 
-def _sample_code0(p: Pipeline, a: QwenSequence) -> None:
-    assert a.req is not None and a.logits is not None
-    eos = p.info.codec_ids["eos"]
-    scores = process_logits(
-        a.logits, np.asarray(a.history, np.int64), a.req.repetition_penalty, p.suppressed, eos, len(a.history)
-    )
-    s = a.req.talker
-    code0 = sample(scores, s.do_sample, s.temperature, s.top_k, s.top_p, float(a.rng.random()))
-    a.history.append(code0)
-    if code0 == eos:
-        a.finished = "stop"
-        a.code0 = None
-    else:
-        a.code0 = code0
+def prefill(p: Pipeline, work: list[tuple[QwenSequence, int]]) -> None:
+    """The next `n` prompt tokens of each sequence in ONE talker call (rows left-padded to the
+    longest chunk). Sequences whose prompt completes sample code0 and get their first frame."""
+    t = p.info.talker
+    arena = p.arena
+    for seq, _ in work:
+        if seq.row < 0:
+            arena.acquire(seq)
+    n_rows = len(work)
+    chunk = max(n for _, n in work)
+    past = max(seq.prefilled for seq, _ in work)
+    hidden = p.info.talker.hidden_size
+    x = np.zeros((n_rows, chunk, hidden), np.float32)
+    mask = np.zeros((n_rows, past + chunk), np.int64)
+    pos = np.zeros((n_rows, chunk), np.int64)
+    for r, (seq, n) in enumerate(work):
+        assert seq.prompt is not None
+        lead = chunk - n  # left padding: the last position of every row is a real token
+        x[r, lead:] = seq.prompt.embeds[seq.prefilled : seq.prefilled + n]
+        mask[r, : seq.prefilled] = 1
+        mask[r, past + lead :] = 1
+        pos[r, lead:] = seq.prefilled + np.arange(n)
+    feeds: dict[str, npt.NDArray[np.generic]] = {"inputs_embeds": x, "attention_mask": mask, "position_ids": pos}
+    rows = np.array([seq.row for seq, _ in work])
+    for i in range(t.num_layers):
+        # Continuation chunks of a long prompt read their own rows (a copy, only on this path).
+        feeds[spec.talker_past_key(i)] = np.ascontiguousarray(arena.k[i][rows, :, :past])
+        feeds[spec.talker_past_value(i)] = np.ascontiguousarray(arena.v[i][rows, :, :past])
+    arena.reserve(max(seq.prefilled + n for seq, n in work))
+    out = p.talker.run_bound(feeds)
+    for i in range(t.num_layers):
+        nk, nv = out[spec.talker_new_key(i)], out[spec.talker_new_value(i)]
+        for r, (seq, n) in enumerate(work):
+            arena.k[i][seq.row, :, seq.prefilled : seq.prefilled + n] = nk[r, :, chunk - n :]
+            arena.v[i][seq.row, :, seq.prefilled : seq.prefilled + n] = nv[r, :, chunk - n :]
+    done = []
+    for r, (seq, n) in enumerate(work):
+        seq.prefilled += n
+        seq.length = seq.prefilled
+        if seq.prefilled == seq.prompt_tokens:
+            done.append(r)
+    if done:
+        seqs = [work[r][0] for r in done]
+        _frame(p, seqs, out["logits"][done], out["hidden"][done])
 
 
 def step(p: Pipeline, batch: list[QwenSequence]) -> None:
-    """One frame for every sequence of the batch (all unfinished)."""
+    """One frame for every sequence of the batch (prefilled, unfinished): talker, code0, code predictor."""
+    t = p.info.talker
+    arena = p.arena
+    rows = np.array([a.row for a in batch])
+    n_rows = int(rows.max()) + 1  # feed the dense prefix arena[:n_rows]: a view, never a copy
+    lengths = np.zeros(n_rows, np.int64)
+    lengths[rows] = [a.length for a in batch]
+    arena.reserve(int(lengths.max()) + 1)
+    cap = arena.capacity
+    x = np.zeros((n_rows, 1, t.hidden_size), np.float32)
+    x[rows, 0] = np.stack([a.next_input for a in batch if a.next_input is not None])
+    mask = np.zeros((n_rows, cap + 1), np.int64)
+    mask[:, :cap] = np.arange(cap)[None, :] < lengths[:, None]
+    mask[:, cap] = 1  # the new token (rows outside the batch compute a throwaway result)
+    feeds: dict[str, npt.NDArray[np.generic]] = {
+        "inputs_embeds": x,
+        "attention_mask": mask,
+        "position_ids": lengths[:, None].copy(),
+    }
+    for i in range(t.num_layers):
+        feeds[spec.talker_past_key(i)] = arena.k[i][:n_rows]
+        feeds[spec.talker_past_value(i)] = arena.v[i][:n_rows]
+    out = p.talker.run_bound(feeds)
+    at = lengths[rows]
+    for i in range(t.num_layers):
+        arena.k[i][rows, :, at] = out[spec.talker_new_key(i)][rows, :, 0]
+        arena.v[i][rows, :, at] = out[spec.talker_new_value(i)][rows, :, 0]
+    for a in batch:
+        a.length += 1
+    _frame(p, batch, out["logits"][rows], out["hidden"][rows])
+
+
+def _frame(p: Pipeline, batch: list[QwenSequence], logits: F32, hidden: F32) -> None:
+    """Sample code0 from the talker's last logits, run the code predictor on the rows that did not
+    stop, append their frames and prepare each row's next talker input."""
+    eos = p.info.codec_ids["eos"]
+    reqs = [a.req for a in batch if a.req is not None]
+    seen = np.stack([a.seen for a in batch if a.seen is not None])
+    scores = process_logits_batch(
+        logits,
+        seen,
+        np.array([r.repetition_penalty for r in reqs], np.float32),
+        p.suppressed,
+        eos,
+        np.array([a.n_codes for a in batch]),
+    )
+    greedy = scores.argmax(-1)
+    code0 = np.empty(len(batch), np.int64)
+    for row, (a, r) in enumerate(zip(batch, reqs, strict=True)):
+        u = float(a.rng.random())  # drawn for greedy rows too: the seed's stream stays the same
+        s = r.talker
+        code0[row] = sample(scores[row], True, s.temperature, s.top_k, s.top_p, u) if s.do_sample else greedy[row]
+        assert a.seen is not None
+        a.seen[code0[row]] = True
+        a.n_codes += 1
+    live = [row for row in range(len(batch)) if code0[row] != eos]
+    for row in range(len(batch)):
+        if code0[row] == eos:
+            batch[row].finished = "stop"
+    if not live:
+        return
+    seqs = [batch[r] for r in live]
     g = p.info.num_code_groups - 1
-    noise = np.stack([a.rng.random(g) for a in batch]).astype(np.float32)
-    sub = [a.req.subtalker for a in batch if a.req is not None]
+    noise = np.stack([a.rng.random(g) for a in seqs]).astype(np.float32)
+    sub = [a.req.subtalker for a in seqs if a.req is not None]
     cp = p.code_predictor.run(
         {
-            "hidden": np.stack([a.hidden for a in batch if a.hidden is not None]).astype(np.float32),
-            "code0": np.array([a.code0 for a in batch], np.int64),
+            "hidden": np.ascontiguousarray(hidden[live], np.float32),
+            "code0": code0[live],
             "noise": noise,
             "do_sample": np.array([s.do_sample for s in sub], bool),
             "temperature": np.array([s.temperature for s in sub], np.float32),
@@ -130,54 +273,15 @@ def step(p: Pipeline, batch: list[QwenSequence]) -> None:
             "top_p": np.array([s.top_p for s in sub], np.float32),
         }
     )
-    codes, embed_sum = cp["codes"], cp["codec_embed_sum"]
-    inputs = np.empty((len(batch), 1, embed_sum.shape[1]), np.float32)
-    cont = []
-    for row, a in enumerate(batch):
+    frames = np.concatenate([code0[live, None], cp["codes"].astype(np.int64)], axis=1)
+    embed_sum = cp["codec_embed_sum"]
+    for i, a in enumerate(seqs):
         assert a.req is not None and a.prompt is not None
-        a.pending.append(np.concatenate([[a.code0], codes[row]]).astype(np.int64))
+        a.pending.append(frames[i])
         a.frames_out += 1
         n = a.frames_out - 1
         text = a.prompt.trailing[n] if n < a.prompt.trailing.shape[0] else a.prompt.pad
-        inputs[row, 0] = embed_sum[row] + text
-        # Requests whose budget is spent need no further talker step.
+        a.next_input = embed_sum[i] + text
+        # A request whose budget is spent needs no further talker step.
         if a.frames_out >= a.req.max_new_tokens:
             a.finished = "length"
-        else:
-            cont.append(row)
-    if cont:
-        _talker_step([batch[r] for r in cont], inputs[cont], p)
-
-
-def _talker_step(live: list[QwenSequence], inputs: F32, p: Pipeline) -> None:
-    t = p.info.talker
-    caches = [a.kv for a in live if a.kv is not None]
-    past = max(kv.length for kv in caches)
-    mask = np.zeros((len(live), past + 1), np.int64)
-    mask[:, past] = 1
-    feeds: dict[str, npt.NDArray[np.generic]] = {
-        "inputs_embeds": inputs,
-        "position_ids": np.array([[kv.length] for kv in caches], np.int64),
-    }
-    for i in range(t.num_layers):
-        pk = np.zeros((len(live), t.num_kv_heads, past, t.head_dim), np.float32)
-        pv = np.zeros((len(live), t.num_kv_heads, past, t.head_dim), np.float32)
-        for row, kv in enumerate(caches):
-            n = kv.length
-            # Left-pad: each row's cache ends right before the new token.
-            pk[row, :, past - n :] = kv.k[i][:, :n]
-            pv[row, :, past - n :] = kv.v[i][:, :n]
-            if i == 0:
-                mask[row, past - n : past] = 1
-        feeds[spec.talker_past_key(i)] = pk
-        feeds[spec.talker_past_value(i)] = pv
-    feeds["attention_mask"] = mask
-    out = p.talker.run(feeds)
-    for row, a in enumerate(live):
-        kv = caches[row]
-        for i in range(t.num_layers):
-            kv.append(i, out[spec.talker_new_key(i)][row], out[spec.talker_new_value(i)][row])
-        kv.length += 1
-        a.logits = out["logits"][row]
-        a.hidden = out["hidden"][row]
-        _sample_code0(p, a)

@@ -83,14 +83,35 @@ class Pipeline:
         self.talker_layers = self.info.talker.num_layers
         self.num_codebooks = self.info.num_code_groups
         self.suppressed = suppress_mask(self.info.codec_vocab_size, self.info.codec_ids["eos"])
+        t = self.info.talker
+        self.arena = decode.KVArena(t.num_layers, t.num_kv_heads, t.head_dim)
 
     # --- FamilyModel ---------------------------------------------------------------------------
+
+    @property
+    def frame_seconds(self) -> float:
+        return self.info.samples_per_frame / self.info.sample_rate
 
     def admit(self, request: SynthesisRequest) -> QwenSequence:
         return decode.admit(self, request)
 
+    def prefill(self, work: list[tuple[Sequence, int]]) -> None:
+        decode.prefill(self, [(s, n) for s, n in work if isinstance(s, QwenSequence)])
+
     def step(self, batch: list[Sequence]) -> None:
         decode.step(self, [s for s in batch if isinstance(s, QwenSequence)])
+
+    def release(self, seq: Sequence) -> None:
+        if isinstance(seq, QwenSequence):
+            self.arena.release(seq)
+
+    def memory(self) -> dict[str, int]:
+        return {
+            "kv_arena_bytes": self.arena.nbytes,
+            "kv_bytes_per_position": self.arena.bytes_per_position,
+            "kv_rows": self.arena.rows,
+            "kv_capacity": self.arena.capacity,
+        }
 
     @classmethod
     def load(

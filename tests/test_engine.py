@@ -1,0 +1,222 @@
+"""The family-agnostic engine's schedule, with a fake family (no model): batched prefill under a
+token budget, first chunk straight out of prefill, the chunk policies (no underrun after the first
+chunk for a stream produced faster than real time), KV slots released on every exit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ttscore.runtime.engine import Generator
+from ttscore.runtime.family import Sequence
+
+SPF = 4  # samples per frame of the fake vocoder
+FRAME_S = 0.08
+
+
+@dataclass
+class Req:
+    prompt: int  # prompt positions
+    frames: int  # frames to generate
+    initial: int = 1
+    chunk: int = 25
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeFamily:
+    """Every step costs `step_s` of fake time; prefill `prefill_s`."""
+
+    def __init__(self, clock: FakeClock, step_s: float = 0.01, prefill_s: float = 0.01) -> None:
+        self.clock, self.step_s, self.prefill_s = clock, step_s, prefill_s
+        self.prefill_calls: list[list[tuple[int, int]]] = []
+        self.step_batches: list[int] = []
+        self.released: list[int] = []
+        self.slots: set[int] = set()
+        self._ids = 0
+
+    vocoder = None
+    num_codebooks = 2
+    frame_seconds = FRAME_S
+
+    def admit(self, request: Req) -> Sequence:
+        seq = Sequence(initial_chunk_frames=request.initial, chunk_frames=request.chunk, text_tokens=1,
+                       prompt_tokens=request.prompt)
+        self._ids += 1
+        seq.ident = self._ids  # type: ignore[attr-defined]
+        seq.limit = request.frames  # type: ignore[attr-defined]
+        return seq
+
+    def _frame(self, seq: Sequence) -> None:
+        seq.pending.append(np.full(2, seq.frames_out, np.int64))
+        seq.frames_out += 1
+        if seq.frames_out >= seq.limit:  # type: ignore[attr-defined]
+            seq.finished = "length"
+
+    def prefill(self, work: list[tuple[Sequence, int]]) -> None:
+        self.clock.now += self.prefill_s
+        self.prefill_calls.append([(s.ident, n) for s, n in work])  # type: ignore[attr-defined]
+        for seq, n in work:
+            self.slots.add(seq.ident)  # type: ignore[attr-defined]
+            seq.prefilled += n
+            if seq.prefilled == seq.prompt_tokens:
+                self._frame(seq)
+
+    def step(self, batch: list[Sequence]) -> None:
+        self.clock.now += self.step_s
+        self.step_batches.append(len(batch))
+        for seq in batch:
+            self._frame(seq)
+
+    def release(self, seq: Sequence) -> None:
+        self.released.append(seq.ident)  # type: ignore[attr-defined]
+        self.slots.discard(seq.ident)  # type: ignore[attr-defined]
+
+    def memory(self) -> dict[str, int]:
+        return {}
+
+
+class FakeVocoder:
+    def __init__(self) -> None:
+        self.calls: list[list[int]] = []
+
+    def new_stream(self) -> Any:
+        return {"frames": 0}
+
+    def decode(self, items: list[tuple[Any, np.ndarray]]) -> list[np.ndarray]:
+        self.calls.append([int(c.shape[0]) for _, c in items])
+        out = []
+        for stream, codes in items:
+            # The sample values carry the frame index, so the test can check the concatenation.
+            out.append(np.repeat(codes[:, 0].astype(np.float32), SPF))
+            stream["frames"] += codes.shape[0]
+        return out
+
+
+def make(policy: str = "adaptive", budget: int = 256, step_s: float = 0.01) -> tuple[Generator, FakeFamily, FakeClock]:
+    clock = FakeClock()
+    fam = FakeFamily(clock, step_s=step_s)
+    gen = Generator(fam, max_batch=8, vocoder=FakeVocoder(), chunk_policy=policy, prefill_budget=budget,  # type: ignore[arg-type]
+                    clock=clock)
+    return gen, fam, clock
+
+
+def run(gen: Generator, clock: FakeClock) -> dict[str, list[tuple[float, int, bool, np.ndarray]]]:
+    got: dict[str, list[tuple[float, int, bool, np.ndarray]]] = {}
+    while gen.num_active:
+        for ev in gen.step():
+            got.setdefault(ev.req_id, []).append((clock.now, ev.frames, ev.final, ev.pcm))
+    return got
+
+
+def test_burst_of_joins_is_one_prefill_call_then_one_batched_step() -> None:
+    gen, fam, clock = make()
+    for i in range(5):
+        gen.submit(f"r{i}", Req(prompt=10, frames=3))
+    assert fam.prefill_calls == []  # submit only validates: no model call
+    events = gen.step()
+    assert fam.prefill_calls == [[(i + 1, 10) for i in range(5)]]
+    assert fam.step_batches == [5]
+    # Every first chunk came out of this one step: made by the prefill, vocoded before the decode.
+    firsts = [ev for ev in events if ev.frames == 1 and ev.pcm[0] == 0]
+    assert len(firsts) == 5
+    run(gen, clock)
+    assert sorted(fam.released) == [1, 2, 3, 4, 5] and not fam.slots
+
+
+def test_budget_splits_long_prompts_fifo_and_bounds_each_step() -> None:
+    gen, fam, clock = make(budget=8)
+    gen.submit("long", Req(prompt=20, frames=2))
+    gen.submit("short", Req(prompt=3, frames=2))
+    run(gen, clock)
+    assert fam.prefill_calls == [[(1, 8)], [(1, 8)], [(1, 4), (2, 3)]]
+    assert all(sum(n for _, n in call) <= 8 for call in fam.prefill_calls)
+
+
+def test_running_streams_keep_stepping_while_others_prefill() -> None:
+    gen, fam, clock = make(budget=4)
+    gen.submit("a", Req(prompt=2, frames=10))
+    gen.step()
+    gen.submit("b", Req(prompt=12, frames=2))
+    gen.step()
+    gen.step()
+    assert fam.step_batches[:3] == [1, 1, 1]  # a advanced in every step while b prefilled in chunks
+    assert fam.prefill_calls[1:3] == [[(2, 4)], [(2, 4)]]
+
+
+@pytest.mark.parametrize(
+    ("policy", "sizes"),
+    [("fixed", [1, 5, 5, 5, 4]), ("ramp", [1, 2, 4, 5, 5, 3])],
+)
+def test_fixed_and_ramp_chunk_sizes(policy: str, sizes: list[int]) -> None:
+    gen, fam, clock = make(policy)
+    gen.submit("a", Req(prompt=3, frames=20, chunk=5))
+    got = run(gen, clock)["a"]
+    assert [n for _, n, _, _ in got] == sizes
+    assert [f for _, _, f, _ in got] == [False] * (len(sizes) - 1) + [True]
+
+
+def underruns(chunks: list[tuple[float, int, bool, np.ndarray]]) -> int:
+    """perf_analyzer summary's rule: a chunk arriving after everything before it has played."""
+    t0, played, late = chunks[0][0], 0.0, 0
+    for i in range(1, len(chunks)):
+        played += chunks[i - 1][1] * FRAME_S
+        late += chunks[i][0] - t0 > played + 1e-9
+    return late
+
+
+@pytest.mark.parametrize("rtf", [0.3, 0.7, 0.95])
+def test_adaptive_never_underruns_faster_than_real_time(rtf: float) -> None:
+    gen, fam, clock = make("adaptive", step_s=rtf * FRAME_S)
+    gen.submit("a", Req(prompt=3, frames=120, chunk=25))
+    got = run(gen, clock)["a"]
+    assert underruns(got) == 0
+    assert sum(n for _, n, _, _ in got) == 120
+    # The audio is the frames in order whatever the schedule (the fake vocoder writes frame indices).
+    pcm = np.concatenate([c[3] for c in got])
+    np.testing.assert_array_equal(pcm, np.repeat(np.arange(120, dtype=np.float32), SPF))
+    if rtf <= 0.7:  # chunks grow with the playback buffer
+        assert max(n for _, n, _, _ in got) > 1
+
+
+def test_fixed_policy_underruns_where_adaptive_does_not() -> None:
+    gen, fam, clock = make("fixed", step_s=0.7 * FRAME_S)
+    gen.submit("a", Req(prompt=3, frames=60, chunk=25))
+    assert underruns(run(gen, clock)["a"]) > 0
+
+
+def test_cancel_and_finish_release_the_slot() -> None:
+    gen, fam, clock = make()
+    gen.submit("a", Req(prompt=3, frames=50))
+    gen.submit("b", Req(prompt=3, frames=1))
+    gen.step()
+    assert gen.cancel("a")
+    assert sorted(fam.released) == [1, 2] and not fam.slots  # b finished inside its prefill step
+    assert not gen.cancel("a")
+
+
+def test_bad_policy_and_budget_are_refused() -> None:
+    with pytest.raises(ValueError, match="chunk_policy"):
+        Generator(FakeFamily(FakeClock()), vocoder=FakeVocoder(), chunk_policy="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="prefill_budget"):
+        Generator(FakeFamily(FakeClock()), vocoder=FakeVocoder(), prefill_budget=0)  # type: ignore[arg-type]
+
+
+def test_first_chunks_are_emitted_before_the_decode_call() -> None:
+    gen, fam, clock = make()
+    gen.submit("a", Req(prompt=3, frames=4))
+    gen.step()
+    gen.submit("b", Req(prompt=3, frames=4))
+    seen: list[tuple[str, int]] = []
+    returned = gen.step(emit=lambda evs: seen.extend((ev.req_id, len(fam.step_batches)) for ev in evs))
+    assert seen == [("b", 1)]  # b's first chunk left while only the previous step had decoded
+    assert fam.step_batches == [1, 2] and all(ev.req_id != "b" or ev.frames > 1 or ev.pcm[0] != 0 for ev in returned)
