@@ -103,48 +103,47 @@ def export_checkpoint(
 
 
 def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str) -> dict[str, Any]:
+    """Every graph, one stage at a time, each holding only the weights it needs (see export.memory)."""
     import onnx
     import onnxruntime
     import torch
 
-    from .code2wav import export_code2wav
-    from .reference import load_reference
-    from .talker import export_code_predictor, export_tables, export_talker, quantize_int8
+    from .memory import MemoryMonitor
+    from .reference import StagedReference
 
     torch.manual_seed(0)
-    try:
-        ref = load_reference(src)
-    except Exception as exc:  # noqa: BLE001
-        raise CheckpointError(f"cannot load {src} with the reference implementation: {exc}") from exc
-    tts = ref.model
-    st_model = tts.speech_tokenizer.model
-
     reports: dict[str, Any] = {}
-    logger.info("exporting talker")
-    reports["talker"] = export_talker(tts, tmp)
-    logger.info("exporting code predictor")
-    reports["code_predictor"] = export_code_predictor(tts, tmp)
-    logger.info("writing embedding tables")
-    reports["tables"] = export_tables(tts, tmp)
-    logger.info("exporting code2wav")
-    c2w = export_code2wav(st_model, tmp)
-    state_size = int(c2w["state_size"])
-    # One report validates both graphs (offline vs reference, streaming vs offline and reference).
-    reports["code2wav_stream"] = reports["code2wav"] = c2w
-    if info.variant == "base":
-        from .encoders import export_mel_filters, export_speaker_encoder, export_speech_encoder
+    with MemoryMonitor() as mon:
+        with mon.stage("load"):
+            try:
+                ref = StagedReference(src)
+            except TTSError:
+                raise
+            except Exception as exc:  # noqa: BLE001
+                raise CheckpointError(f"cannot load {src} with the reference implementation: {exc}") from exc
+        with mon.stage("talker"):
+            reports["talker"] = _talker_stage(ref, tmp)
+        with mon.stage("code_predictor"):
+            reports["code_predictor"] = _code_predictor_stage(ref, tmp)
+        with mon.stage("tables"):
+            reports["tables"] = _tables_stage(ref, tmp)
+        with mon.stage("code2wav"):
+            c2w = _code2wav_stage(ref, tmp)
+        # One report validates both graphs (offline vs reference, streaming vs offline and reference).
+        reports["code2wav_stream"] = reports["code2wav"] = c2w
+        state_size = int(c2w["state_size"])
+        if info.variant == "base":
+            with mon.stage("speaker_encoder"):
+                reports["speaker_encoder"] = _speaker_encoder_stage(ref, tmp)
+            with mon.stage("speech_encoder"):
+                reports["speech_encoder"] = _speech_encoder_stage(ref, tmp)
 
-        logger.info("exporting speaker encoder and speech encoder")
-        reports["speaker_encoder"] = export_speaker_encoder(tts, tmp)
-        reports["speech_encoder"] = export_speech_encoder(st_model, tmp)
-        export_mel_filters(tmp)
-
-    specs = graph_specs(info, state_size)
-    if precision == "int8":
-        for name in ("talker", "code_predictor"):
-            q = quantize_int8(tmp / specs[name].filename)
-            os.replace(q, tmp / specs[name].filename)
-            reports[name]["quantized"] = "int8 dynamic (MatMul weights)"
+        specs = graph_specs(info, state_size)
+        if precision == "int8":
+            for name in ("talker", "code_predictor"):
+                with mon.stage(f"int8_{name}"):
+                    reports[name].update(_int8_stage(ref, tmp / specs[name].filename))
+    memory = mon.summary()
 
     tok_dir = tmp / "tokenizer"
     tok_dir.mkdir()
@@ -195,6 +194,7 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str) -> 
         "sample_rate": info.sample_rate,
         "samples_per_frame": info.samples_per_frame,
         "code2wav": {"state_size": state_size, "state_layout": c2w["state_layout"]},
+        "export": memory,
         "graphs": graphs,
         "tables": reports.get("tables", {}),
         "configs": configs,
@@ -206,3 +206,83 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str) -> 
             "python": platform.python_version(),
         },
     }
+
+
+# Each stage is a function so that every reference to its weights (wrappers, state dicts, the
+# speech tokenizer) is gone when it returns and the next stage starts without them.
+
+
+def _talker_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .memory import release_memory
+    from .reference import TALKER_WEIGHTS
+    from .talker import check_talker, export_talker, talker_reference
+
+    with ref.loaded(TALKER_WEIGHTS) as tts:
+        logger.info("exporting talker")
+        reference = talker_reference(tts)
+        report = export_talker(tts, tmp, validate=False)
+    # The PyTorch weights are gone before ONNX Runtime loads the graph: at 1.7B each is ~5.7 GB.
+    release_memory()
+    report.update(check_talker(reference, tmp / report["file"]))
+    return report
+
+
+def _code_predictor_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .reference import CODE_PREDICTOR_WEIGHTS
+    from .talker import export_code_predictor
+
+    # Validation runs the reference on the graph's own codes (teacher forcing), so both stay
+    # loaded here; the code predictor is small (0.7 GB at 1.7B).
+    with ref.loaded(CODE_PREDICTOR_WEIGHTS) as tts:
+        logger.info("exporting code predictor")
+        return export_code_predictor(tts, tmp)
+
+
+def _tables_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .reference import TABLE_WEIGHTS
+    from .talker import export_tables
+
+    with ref.loaded(TABLE_WEIGHTS) as tts:
+        logger.info("writing embedding tables")
+        return export_tables(tts, tmp)
+
+
+def _code2wav_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .code2wav import export_code2wav
+
+    with ref.speech_tokenizer() as st_model:
+        logger.info("exporting code2wav")
+        return export_code2wav(st_model, tmp)
+
+
+def _speaker_encoder_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .encoders import export_mel_filters, export_speaker_encoder
+    from .reference import SPEAKER_ENCODER_WEIGHTS
+
+    with ref.loaded(SPEAKER_ENCODER_WEIGHTS) as tts:
+        logger.info("exporting speaker encoder")
+        report = export_speaker_encoder(tts, tmp)
+    export_mel_filters(tmp)
+    return report
+
+
+def _speech_encoder_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .encoders import export_speech_encoder
+
+    with ref.speech_tokenizer() as st_model:
+        logger.info("exporting speech encoder")
+        return export_speech_encoder(st_model, tmp)
+
+
+def _int8_stage(ref: Any, path: Path) -> dict[str, Any]:
+    """Quantize a validated fp32 graph, check the int8 graph against it, and put it in its place."""
+    from .common import replace_graph
+    from .talker import quantize_int8, validate_int8
+
+    logger.info("quantizing %s to int8", path.name)
+    q = quantize_int8(path)
+    # validate_int8 reads only the configs: the weights stay on the meta device.
+    check = validate_int8(ref.model, path, q)
+    replace_graph(q, path)
+    check["file"] = path.name  # the int8 graph now serves under the fp32 graph's name
+    return {"quantized": "int8 dynamic (MatMul weights)", "int8": check}

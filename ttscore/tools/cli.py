@@ -37,6 +37,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         f"exported {manifest['variant']} ({manifest['precision']}) to {args.out} "
         f"in {time.time() - t0:.1f} s; graphs: {', '.join(manifest['graphs'])}"
     )
+    memory = manifest.get("export") or {}
+    stages = memory.get("stages") or {}
+    if stages:
+        per_stage = ", ".join(f"{name} {rec['peak_rss_gib']:.2f}" for name, rec in stages.items())
+        print(f"peak RSS per stage (GiB): {per_stage}; whole export {memory.get('process_peak_rss_gib', 0):.2f}")
     return 0
 
 
