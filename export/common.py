@@ -203,6 +203,8 @@ def bind_weights(
     except Exception as exc:  # noqa: BLE001
         raise ExportError(f"exported graph {traced.name} does not load: {exc}") from exc
     graph = model.graph
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in graph.node for a in n.attribute):
+        raise ExportError(f"{spec.name}: bind_weights does not rewrite subgraphs (If/Loop bodies)")
     real_inputs = {t.name for t in spec.inputs}
     params = {v.name: v for v in graph.input if v.name not in real_inputs}
     consumers: dict[str, list[Any]] = {name: [] for name in params}
@@ -214,15 +216,25 @@ def bind_weights(
     # (initializer name, source weight, permutation or None), in the order the graph lists the weights.
     plan: list[tuple[str, str, list[int] | None]] = []
     folded: list[Any] = []
+    # A weight used at several places (the code predictor runs its layers once per code group) has
+    # a Transpose at each: all of them share one stored copy.
+    alias: dict[str, str] = {}
     for name, users in consumers.items():
         if not users:
             continue
         keep = False
+        stored: dict[tuple[int, ...], str] = {}
         for node in users:
             if node.op_type == "Transpose" and len(node.input) == 1:
                 rank = len(params[name].type.tensor_type.shape.dim)
-                perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
-                plan.append((node.output[0], name, perm or list(reversed(range(rank)))))
+                perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None) or list(
+                    reversed(range(rank))
+                )
+                first = stored.setdefault(tuple(perm), node.output[0])
+                if first == node.output[0]:
+                    plan.append((first, name, perm))
+                else:
+                    alias[node.output[0]] = first
                 folded.append(node)
             else:
                 keep = True
@@ -230,6 +242,13 @@ def bind_weights(
             plan.append((name, name, None))
     for node in folded:
         graph.node.remove(node)
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in alias:
+                node.input[i] = alias[name]
+    for value in graph.output:
+        if value.name in alias:
+            raise ExportError(f"{spec.name}: graph output {value.name} is a transposed weight")
     kept = [v for v in graph.input if v.name in real_inputs]
     del graph.input[:]
     graph.input.extend(kept)

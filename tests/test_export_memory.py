@@ -143,6 +143,21 @@ def test_bound_weights_are_the_module_weights(tmp_path: Path, monkeypatch: pytes
     assert found == set(inits) - {k for k, v in inits.items() if v.size <= 1}
 
 
+def test_weights_used_at_every_code_group_are_stored_once(tmp_path: Path) -> None:
+    """The code predictor runs its layers once per code group (15 times per frame): each weight
+    must still be stored once (a 1.7B export once wrote 5.2 GB for its 0.7 GB of weights)."""
+    from test_export_talker import tiny_model
+
+    from export.talker import CodePredictorFrame, export_code_predictor
+
+    model = tiny_model(32)  # with the small_to_mtp projection
+    rep = export_code_predictor(model, tmp_path)
+    inits = _initializers(tmp_path / rep["file"])
+    weights = CodePredictorFrame(model).state_dict()
+    stored = sum(v.nbytes for v in inits.values())
+    assert stored <= sum(w.numel() * 4 for w in weights.values()) + 64 * 1024, (stored, len(inits))
+
+
 def test_replace_graph_moves_external_data_and_drops_the_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from onnx import TensorProto, helper, numpy_helper
 
