@@ -257,10 +257,10 @@ def bind_weights(
     data_path = out_file.with_name(out_file.name + ".data")
     offset = 0
     with data_path.open("wb") as data:
-        for init_name, src, perm in plan:
+        for init_name, src, axes in plan:
             arr = np.asarray(weights(src))
-            if perm is not None:
-                arr = np.transpose(arr, perm)
+            if axes is not None:
+                arr = np.transpose(arr, axes)
             arr = np.ascontiguousarray(arr)
             want = onnx.helper.tensor_dtype_to_np_dtype(dtypes[src])
             if arr.dtype != want:
