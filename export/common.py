@@ -329,51 +329,31 @@ def replace_graph(src: Path, dst: Path) -> Path:
 
 
 def quantize_int8(onnx_path: Path, out_path: Path | None = None) -> Path:
-    """Dynamic int8 quantization of the MatMul weights (CPU).
+    """Dynamic int8 quantization of the MatMul weights (CPU), as onnxruntime's `quantize_dynamic`
+    does it, one weight at a time.
 
-    The legacy exporter routes weights used more than once through Identity nodes, which
-    quantize_dynamic does not see through; onnxruntime's basic (semantics-preserving, provider
-    independent) optimization removes them first. Returns the new path (`<stem>.int8.onnx`) after
-    checking that onnxruntime loads it.
+    The legacy exporter routes weights used more than once through Identity nodes, which the
+    quantizer does not see through; onnxruntime's basic (semantics-preserving, provider
+    independent) optimization removes them first. Then `quantize_matmuls` rewrites each MatMul with
+    a constant weight (see there). Returns the new path (`<stem>.int8.onnx`) after checking that
+    onnxruntime loads it.
     """
-    import onnxruntime as ort
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     onnx_path = Path(onnx_path)
     if out_path is None:
         out_path = onnx_path.with_name(onnx_path.stem + ".int8.onnx")
-    large = file_size(onnx_path) > EXTERNAL_DATA_THRESHOLD
     t0 = time.perf_counter()
+    data = out_path.with_name(out_path.name + ".data")
     with scratch_dir(out_path.parent) as tmp:
-        optimized = tmp / "basic.onnx"
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.intra_op_num_threads = 1
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        so.optimized_model_filepath = str(optimized)
-        if large or onnx_path.with_name(onnx_path.name + ".data").exists():
-            # An input with external data must produce an optimized model with its own: ORT would
-            # otherwise copy the input's relative `location` into a file in another directory.
-            so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "basic.onnx.data")
-            so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        optimized = optimize_basic(onnx_path, tmp / "basic.onnx")
         try:
-            ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # noqa: BLE001
-            raise ExportError(f"onnxruntime cannot optimize {onnx_path.name} for quantization: {exc}") from exc
-        data = out_path.with_name(out_path.name + ".data")
-        if data.exists():
-            data.unlink()
-        try:
-            quantize_dynamic(
-                str(optimized), str(out_path), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                per_channel=False, use_external_data_format=large,
-                extra_options={"MatMulConstBOnly": True},
-            )
+            quantize_matmuls(optimized, out_path)
+        except ExportError:
+            raise
         except Exception as exc:  # noqa: BLE001
             raise ExportError(f"int8 quantization of {onnx_path.name} failed: {exc}") from exc
-    if large and data.exists() and data.stat().st_size < EXTERNAL_DATA_THRESHOLD:
+    if data.exists() and data.stat().st_size < EXTERNAL_DATA_THRESHOLD:
         # The int8 graph fits in one protobuf (e.g. the 1.7B talker: 5.7 GB fp32 -> ~1.4 GB): keep
-        # it a single self-contained file, so renaming it (talker.int8.onnx -> talker.onnx) is safe.
+        # it a single self-contained file.
         import onnx
 
         model = onnx.load(str(out_path), load_external_data=True)
@@ -383,3 +363,126 @@ def quantize_int8(onnx_path: Path, out_path: Path | None = None) -> Path:
     ort_session(out_path)  # loads = validated structurally; callers compare outputs
     logger.info("quantized %s -> %s in %.1fs", onnx_path.name, out_path.name, time.perf_counter() - t0)
     return out_path
+
+
+def optimize_basic(src: Path, dst: Path) -> Path:
+    """onnxruntime's basic graph optimizations of `src` written to `dst`, weights in `<dst>.data`."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = str(dst)
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name", dst.name + ".data")
+    so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    try:
+        ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001
+        raise ExportError(f"onnxruntime cannot optimize {Path(src).name} for quantization: {exc}") from exc
+    return dst
+
+
+def quantize_matmuls(src: Path, dst: Path) -> Path:
+    """Rewrite every float MatMul whose weight (B) is an initializer into onnxruntime's dynamic int8
+    pattern, writing `dst` with all of its weights in `<dst>.data`.
+
+    The result is what `onnxruntime.quantization.quantize_dynamic(weight_type=QInt8,
+    op_types_to_quantize=["MatMul"], per_channel=False, extra_options={"MatMulConstBOnly": True})`
+    makes of the same graph (tests/test_export_memory.py compares the two), with the same names so
+    that onnxruntime's load-time fusions (DynamicQuantizeMatMul) apply: the activation goes through
+    one DynamicQuantizeLinear per tensor (uint8), the weight is quantized by the quantizer's own
+    `quantize_data` (symmetric int8, one scale), and MatMulInteger -> Cast -> Mul by the product of
+    the two scales gives the original output. quantize_dynamic loads the whole float model into
+    protobuf and keeps copies while it works: 16 GiB for the 1.7B talker (5.7 GB of weights); here
+    one weight is in memory at a time.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization.quant_utils import quantize_data
+
+    src, dst = Path(src), Path(dst)
+    model = onnx.load(str(src), load_external_data=False)
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    del graph.initializer[:]
+
+    def read(t: Any) -> np.ndarray:
+        if t.data_location != TensorProto.EXTERNAL:
+            return numpy_helper.to_array(t)
+        info = {e.key: e.value for e in t.external_data}
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
+        count = int(np.prod(t.dims, dtype=np.int64))
+        with (src.parent / info["location"]).open("rb") as fh:
+            fh.seek(int(info.get("offset", 0)))
+            arr = np.fromfile(fh, dtype=dtype, count=count)
+        return arr.reshape(tuple(t.dims))
+
+    nodes: list[Any] = []
+    scale_products: set[str] = set()
+    quantized_weights: dict[str, tuple[str, str, str]] = {}  # weight -> (q, zero point, scale)
+    quantized_inputs: dict[str, tuple[str, str, str]] = {}  # activation -> (q, scale, zero point)
+    pending: list[tuple[str, Any]] = []  # (name, TensorProto or int8 array) to write, in order
+    for node in graph.node:
+        weight = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
+        if weight is None or weight.data_type != TensorProto.FLOAT or node.input[0] in inits:
+            nodes.append(node)
+            continue
+        x = node.input[0]
+        if x not in quantized_inputs:
+            quantized_inputs[x] = (x + "_quantized", x + "_scale", x + "_zero_point")
+            nodes.append(helper.make_node("DynamicQuantizeLinear", [x], list(quantized_inputs[x]), x + "_QuantizeLinear"))
+        if weight.name not in quantized_weights:
+            w_q, w_zp, w_scale = weight.name + "_quantized", weight.name + "_zero_point", weight.name + "_scale"
+            zero_point, scale, q = quantize_data(read(weight).flatten(), TensorProto.INT8, True, reduce_range=False)
+            pending.append((w_scale, helper.make_tensor(w_scale, weight.data_type, [], scale.reshape(-1).tolist())))
+            pending.append((w_zp, helper.make_tensor(w_zp, TensorProto.INT8, [], zero_point.reshape(-1).tolist())))
+            pending.append((w_q, np.asarray(q, dtype=np.int8).reshape(tuple(weight.dims))))
+            quantized_weights[weight.name] = (w_q, w_zp, w_scale)
+        x_q, x_scale, x_zp = quantized_inputs[x]
+        w_q, w_zp, w_scale = quantized_weights[weight.name]
+        y = node.output[0]
+        name = node.name + "_quant" if node.name else ""
+        nodes += [
+            helper.make_node("MatMulInteger", [x_q, w_q, x_zp, w_zp], [y + "_output_quantized"], name),
+            helper.make_node("Cast", [y + "_output_quantized"], [y + "_output_quantized_cast_output"],
+                             y + "_output_quantized_cast", to=TensorProto.FLOAT),
+        ]
+        scales = name + "_scales_mul" if name else f"{x_scale}_{w_scale}_mul"
+        if scales not in scale_products:  # unnamed MatMuls of one (input, weight) pair share it
+            scale_products.add(scales)
+            nodes.append(helper.make_node("Mul", [x_scale, w_scale], [scales + ":0"], scales))
+        nodes.append(helper.make_node("Mul", [y + "_output_quantized_cast_output", scales + ":0"], [y],
+                                      name + "_output_scale_mul" if name else ""))
+    used = {i for n in nodes for i in n.input}
+    pending = [(n, t) for n, t in inits.items() if n in used] + pending
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+    data_path = dst.with_name(dst.name + ".data")
+    offset = 0
+    with data_path.open("wb") as data:
+        for name, value in pending:
+            if isinstance(value, np.ndarray):
+                arr = value
+            elif value.data_location == TensorProto.EXTERNAL or value.ByteSize() >= _INLINE_BYTES:
+                arr = read(value)
+            else:
+                graph.initializer.append(value)
+                continue
+            if arr.nbytes < _INLINE_BYTES:
+                graph.initializer.append(numpy_helper.from_array(arr, name))
+                continue
+            offset = -(-offset // _ALIGN) * _ALIGN
+            data.seek(offset)
+            data.write(np.ascontiguousarray(arr).data)
+            tensor = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(arr.dtype), dims=arr.shape)
+            tensor.data_location = TensorProto.EXTERNAL
+            for key, val in (("location", data_path.name), ("offset", str(offset)), ("length", str(arr.nbytes))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, val
+            graph.initializer.append(tensor)
+            offset += arr.nbytes
+            del arr
+    dst.write_bytes(model.SerializeToString())
+    return dst

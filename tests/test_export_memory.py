@@ -192,6 +192,54 @@ def test_replace_graph_moves_external_data_and_drops_the_old(tmp_path: Path, mon
     assert np.allclose(run(dst), 192.0)
 
 
+@pytest.mark.parametrize("graph", ["talker", "code_predictor"])
+def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: str) -> None:
+    """quantize_matmuls (one weight in memory at a time) gives onnxruntime's quantize_dynamic
+    result: the same nodes, the same int8 weights and scales, the same outputs bit for bit."""
+    import collections
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    from test_export_talker import tiny_model
+
+    from export.common import optimize_basic, quantize_matmuls
+    from export.talker import export_code_predictor, export_talker
+
+    model = tiny_model(32)
+    rep = (export_talker if graph == "talker" else export_code_predictor)(model, tmp_path, validate=False)
+    optimized = optimize_basic(tmp_path / rep["file"], tmp_path / "basic.onnx")
+    theirs, ours = tmp_path / "theirs.onnx", tmp_path / "ours.onnx"
+    quantize_dynamic(str(optimized), str(theirs), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
+                     per_channel=False, extra_options={"MatMulConstBOnly": True})
+    quantize_matmuls(optimized, ours)
+
+    a, b = onnx.load(str(theirs)), onnx.load(str(ours))
+    assert collections.Counter(n.op_type for n in a.graph.node) == collections.Counter(n.op_type for n in b.graph.node)
+    assert sum(n.op_type == "MatMulInteger" for n in b.graph.node) >= 4
+    want = {t.name: onnx.numpy_helper.to_array(t) for t in a.graph.initializer}
+    got = {t.name: onnx.numpy_helper.to_array(t) for t in b.graph.initializer}
+    assert set(got) == set(want)
+    for name, value in want.items():
+        assert got[name].dtype == value.dtype and np.array_equal(got[name], value), name
+
+    rng = np.random.default_rng(0)
+    s_a, s_b = ort.InferenceSession(str(theirs)), ort.InferenceSession(str(ours))
+    feed: dict[str, np.ndarray] = {}
+    for inp in s_a.get_inputs():
+        shape = [d if isinstance(d, int) else 3 for d in inp.shape]
+        if inp.name == "attention_mask":
+            feed[inp.name] = np.ones(shape, np.int64)
+        elif inp.type == "tensor(int64)":
+            feed[inp.name] = rng.integers(0, 8, size=shape).astype(np.int64)
+        elif inp.type == "tensor(bool)":
+            feed[inp.name] = np.zeros(shape, bool)
+        else:
+            feed[inp.name] = rng.random(shape, dtype=np.float32)
+    if graph == "talker":  # new tokens 3, past 3: the mask spans both
+        feed["attention_mask"] = np.ones((3, 6), np.int64)
+    for x, y in zip(s_a.run(None, feed), s_b.run(None, feed), strict=True):
+        assert np.array_equal(x, y)
+
+
 # ---- MemoryMonitor ---------------------------------------------------------------------------------
 @pytest.mark.unit
 def test_memory_monitor_sees_a_stage_allocation() -> None:
