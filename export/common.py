@@ -11,7 +11,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -107,7 +107,7 @@ def ort_session(path: Path, *, threads: int | None = None, basic_only: bool = Fa
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     try:
         return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # surface as the typed export failure
+    except Exception as exc:
         raise ExportError(f"onnxruntime cannot load {path}: {exc}") from exc
 
 
@@ -174,21 +174,117 @@ def stamp_io(model: Any, spec: Any) -> None:
                     d.dim_value = int(want_dim)
 
 
-def finalize_onnx(tmp_file: Path, out_file: Path, metadata: dict[str, str], spec: Any = None) -> Path:
-    """Load what torch wrote (maybe with scattered external files), stamp the spec's I/O and metadata,
-    save and run the onnx checker."""
+# Offsets of external tensors are page aligned so that a runtime may memory-map them.
+_ALIGN = 4096
+# Tensors smaller than this stay inline in the graph file (onnx's own default threshold).
+_INLINE_BYTES = 1024
+
+
+def bind_weights(
+    traced: Path, out_file: Path, weights: Callable[[str], np.ndarray], metadata: dict[str, str], spec: Any
+) -> Path:
+    """Turn a graph traced with `export_params=False` into a self-describing model, one weight at a time.
+
+    Tracing without parameters leaves each weight as a graph input named like its module
+    parameter, and no weight bytes anywhere. Here each such input becomes an initializer read from
+    `weights(name)`; a weight consumed by a Transpose (nn.Linear on 3-D inputs) is stored
+    transposed under the Transpose's output name and the node dropped, which is what the
+    exporter's constant folding did. Every weight goes to `<file>.data` as it is read (page-aligned,
+    so a runtime may memory-map it), whatever the graph's size: building the graph inline needs the
+    protobuf copy plus its serialization, measured at 4x the weights (a 0.6B talker: 7.5 GB for
+    1.8 GB of weights), while this holds the graph structure and one weight. Then the spec's I/O
+    and `metadata` are stamped on and the onnx checker runs on the file.
+    """
     import onnx
+    from onnx import numpy_helper
 
     try:
-        model = onnx.load(str(tmp_file), load_external_data=True)
+        model = onnx.load(str(traced))
     except Exception as exc:
-        raise ExportError(f"exported graph {tmp_file.name} does not load: {exc}") from exc
-    if spec is not None:
-        stamp_io(model, spec)
+        raise ExportError(f"exported graph {traced.name} does not load: {exc}") from exc
+    graph = model.graph
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in graph.node for a in n.attribute):
+        raise ExportError(f"{spec.name}: bind_weights does not rewrite subgraphs (If/Loop bodies)")
+    real_inputs = {t.name for t in spec.inputs}
+    params = {v.name: v for v in graph.input if v.name not in real_inputs}
+    consumers: dict[str, list[Any]] = {name: [] for name in params}
+    for node in graph.node:
+        for name in node.input:
+            if name in consumers:
+                consumers[name].append(node)
+
+    # (initializer name, source weight, permutation or None), in the order the graph lists the weights.
+    plan: list[tuple[str, str, list[int] | None]] = []
+    folded: list[Any] = []
+    # A weight used at several places (the code predictor runs its layers once per code group) has
+    # a Transpose at each: all of them share one stored copy.
+    alias: dict[str, str] = {}
+    for name, users in consumers.items():
+        if not users:
+            continue
+        keep = False
+        stored: dict[tuple[int, ...], str] = {}
+        for node in users:
+            if node.op_type == "Transpose" and len(node.input) == 1:
+                rank = len(params[name].type.tensor_type.shape.dim)
+                perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None) or list(
+                    reversed(range(rank))
+                )
+                first = stored.setdefault(tuple(perm), node.output[0])
+                if first == node.output[0]:
+                    plan.append((first, name, perm))
+                else:
+                    alias[node.output[0]] = first
+                folded.append(node)
+            else:
+                keep = True
+        if keep:
+            plan.append((name, name, None))
+    for node in folded:
+        graph.node.remove(node)
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in alias:
+                node.input[i] = alias[name]
+    for value in graph.output:
+        if value.name in alias:
+            raise ExportError(f"{spec.name}: graph output {value.name} is a transposed weight")
+    kept = [v for v in graph.input if v.name in real_inputs]
+    del graph.input[:]
+    graph.input.extend(kept)
+
+    dtypes = {name: params[name].type.tensor_type.elem_type for name in params}
+    data_path = out_file.with_name(out_file.name + ".data")
+    offset = 0
+    with data_path.open("wb") as data:
+        for init_name, src, axes in plan:
+            arr = np.asarray(weights(src))
+            if axes is not None:
+                arr = np.transpose(arr, axes)
+            arr = np.ascontiguousarray(arr)
+            want = onnx.helper.tensor_dtype_to_np_dtype(dtypes[src])
+            if arr.dtype != want:
+                raise ExportError(f"{spec.name}: weight {src} is {arr.dtype}, the traced graph expects {want}")
+            if arr.nbytes < _INLINE_BYTES:
+                graph.initializer.append(numpy_helper.from_array(arr, init_name))
+            else:
+                offset = -(-offset // _ALIGN) * _ALIGN
+                data.seek(offset)
+                data.write(arr.data)
+                tensor = onnx.TensorProto(name=init_name, data_type=dtypes[src], dims=arr.shape)
+                tensor.data_location = onnx.TensorProto.EXTERNAL
+                for key, value in (("location", data_path.name), ("offset", str(offset)), ("length", str(arr.nbytes))):
+                    entry = tensor.external_data.add()
+                    entry.key, entry.value = key, value
+                graph.initializer.append(tensor)
+                offset += arr.nbytes
+            del arr
+    stamp_io(model, spec)
     for key, value in metadata.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
-    save_onnx(model, out_file)
+    out_file.write_bytes(model.SerializeToString())
+    del model
     try:
         onnx.checker.check_model(str(out_file))
     except Exception as exc:
@@ -202,13 +298,51 @@ def file_size(path: Path) -> int:
     return path.stat().st_size + (data.stat().st_size if data.exists() else 0)
 
 
+def remove_graph(path: Path) -> None:
+    """Delete an ONNX file and its `<file>.data`, if any."""
+    path = Path(path)
+    path.with_name(path.name + ".data").unlink(missing_ok=True)
+    path.unlink(missing_ok=True)
+
+
+def replace_graph(src: Path, dst: Path) -> Path:
+    """Move the ONNX file `src` (with its `<file>.data`, if any) to `dst`, replacing `dst` and its data.
+
+    A graph's external data file is named in the graph itself, so when `src` has one it is renamed
+    to `<dst>.data` and the graph rewritten to point at it; an old `<dst>.data` (e.g. the fp32 weights
+    of a graph replaced by its int8 version) is deleted rather than left behind.
+    """
+    import onnx
+
+    src, dst = Path(src), Path(dst)
+    src_data = src.with_name(src.name + ".data")
+    dst_data = dst.with_name(dst.name + ".data")
+    if dst_data.exists():
+        dst_data.unlink()
+    if not src_data.exists():
+        os.replace(src, dst)
+        return dst
+    model = onnx.load(str(src), load_external_data=False)
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                if entry.value != src_data.name:
+                    raise ExportError(f"{src.name}: tensor {tensor.name} is stored in {entry.value}, not {src_data.name}")
+                entry.value = dst_data.name
+    os.replace(src_data, dst_data)
+    dst.write_bytes(model.SerializeToString())
+    src.unlink()
+    return dst
+
+
 def quantize_weights(onnx_path: Path, bits: int, out_path: Path | None = None, block_size: int = 32) -> Path:
     """Weight-only quantization of the constant-weight MatMuls to MatMulNBits (`bits` 4 or 8,
     symmetric, one scale per `block_size` weights along K) with accuracy_level 4: activations are
     quantized to int8 per block at run time, the int8 GEMM/GEMV kernels of ONNX Runtime's MLAS.
-    Activations x activations MatMuls (attention) stay float32. Returns `<stem>.int{bits}.onnx`."""
+    Activations x activations MatMuls (attention) stay float32. Returns `<stem>.int{bits}.onnx`.
+    Unlike `quantize_int8` this loads the whole (basic-optimized) float graph: a 1.7B talker needs
+    its weights' size in memory a few times over."""
     import onnx
-    import onnxruntime as ort
     from onnxruntime.quantization.matmul_nbits_quantizer import (
         DefaultWeightOnlyQuantConfig,
         MatMulNBitsQuantizer,
@@ -219,22 +353,11 @@ def quantize_weights(onnx_path: Path, bits: int, out_path: Path | None = None, b
     out_path = out_path or onnx_path.with_name(f"{onnx_path.stem}.int{bits}.onnx")
     t0 = time.perf_counter()
     with scratch_dir(out_path.parent) as tmp:
-        optimized = tmp / "basic.onnx"
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.intra_op_num_threads = 1
         # Basic (semantics-preserving) optimization first: it folds the Identity nodes the legacy
         # exporter puts in front of shared weights, which the quantizer would not see through.
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        so.optimized_model_filepath = str(optimized)
-        if file_size(onnx_path) > EXTERNAL_DATA_THRESHOLD:
-            so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "basic.onnx.data")
-            so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        optimized = optimize_basic(onnx_path, tmp / "basic.onnx")
         try:
-            ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
-            config = DefaultWeightOnlyQuantConfig(
-                block_size=block_size, is_symmetric=True, accuracy_level=4, bits=bits
-            )
+            config = DefaultWeightOnlyQuantConfig(block_size=block_size, is_symmetric=True, accuracy_level=4, bits=bits)
             quantizer = MatMulNBitsQuantizer(onnx.load(str(optimized)), algo_config=config)
             quantizer.process()
             model = quantizer.model.model
@@ -248,49 +371,31 @@ def quantize_weights(onnx_path: Path, bits: int, out_path: Path | None = None, b
 
 
 def quantize_int8(onnx_path: Path, out_path: Path | None = None) -> Path:
-    """Dynamic int8 quantization of the MatMul weights (CPU).
+    """Dynamic int8 quantization of the MatMul weights (CPU), as onnxruntime's `quantize_dynamic`
+    does it, one weight at a time.
 
-    The legacy exporter routes weights used more than once through Identity nodes, which
-    quantize_dynamic does not see through; onnxruntime's basic (semantics-preserving, provider
-    independent) optimization removes them first. Returns the new path (`<stem>.int8.onnx`) after
-    checking that onnxruntime loads it.
+    The legacy exporter routes weights used more than once through Identity nodes, which the
+    quantizer does not see through; onnxruntime's basic (semantics-preserving, provider
+    independent) optimization removes them first. Then `quantize_matmuls` rewrites each MatMul with
+    a constant weight (see there). Returns the new path (`<stem>.int8.onnx`) after checking that
+    onnxruntime loads it.
     """
-    import onnxruntime as ort
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     onnx_path = Path(onnx_path)
     if out_path is None:
         out_path = onnx_path.with_name(onnx_path.stem + ".int8.onnx")
-    large = file_size(onnx_path) > EXTERNAL_DATA_THRESHOLD
     t0 = time.perf_counter()
+    data = out_path.with_name(out_path.name + ".data")
     with scratch_dir(out_path.parent) as tmp:
-        optimized = tmp / "basic.onnx"
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.intra_op_num_threads = 1
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        so.optimized_model_filepath = str(optimized)
-        if large:
-            so.add_session_config_entry("session.optimized_model_external_initializers_file_name", "basic.onnx.data")
-            so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+        optimized = optimize_basic(onnx_path, tmp / "basic.onnx")
         try:
-            ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
-        except Exception as exc:
-            raise ExportError(f"onnxruntime cannot optimize {onnx_path.name} for quantization: {exc}") from exc
-        data = out_path.with_name(out_path.name + ".data")
-        if data.exists():
-            data.unlink()
-        try:
-            quantize_dynamic(
-                str(optimized), str(out_path), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                per_channel=False, use_external_data_format=large,
-                extra_options={"MatMulConstBOnly": True},
-            )
+            quantize_matmuls(optimized, out_path)
+        except ExportError:
+            raise
         except Exception as exc:
             raise ExportError(f"int8 quantization of {onnx_path.name} failed: {exc}") from exc
-    if large and data.exists() and data.stat().st_size < EXTERNAL_DATA_THRESHOLD:
+    if data.exists() and data.stat().st_size < EXTERNAL_DATA_THRESHOLD:
         # The int8 graph fits in one protobuf (e.g. the 1.7B talker: 5.7 GB fp32 -> ~1.4 GB): keep
-        # it a single self-contained file, so renaming it (talker.int8.onnx -> talker.onnx) is safe.
+        # it a single self-contained file.
         import onnx
 
         model = onnx.load(str(out_path), load_external_data=True)
@@ -300,3 +405,126 @@ def quantize_int8(onnx_path: Path, out_path: Path | None = None) -> Path:
     ort_session(out_path)  # loads = validated structurally; callers compare outputs
     logger.info("quantized %s -> %s in %.1fs", onnx_path.name, out_path.name, time.perf_counter() - t0)
     return out_path
+
+
+def optimize_basic(src: Path, dst: Path) -> Path:
+    """onnxruntime's basic graph optimizations of `src` written to `dst`, weights in `<dst>.data`."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = str(dst)
+    so.add_session_config_entry("session.optimized_model_external_initializers_file_name", dst.name + ".data")
+    so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+    try:
+        ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ExportError(f"onnxruntime cannot optimize {Path(src).name} for quantization: {exc}") from exc
+    return dst
+
+
+def quantize_matmuls(src: Path, dst: Path) -> Path:
+    """Rewrite every float MatMul whose weight (B) is an initializer into onnxruntime's dynamic int8
+    pattern, writing `dst` with all of its weights in `<dst>.data`.
+
+    The result is what `onnxruntime.quantization.quantize_dynamic(weight_type=QInt8,
+    op_types_to_quantize=["MatMul"], per_channel=False, extra_options={"MatMulConstBOnly": True})`
+    makes of the same graph (tests/test_export_memory.py compares the two), with the same names so
+    that onnxruntime's load-time fusions (DynamicQuantizeMatMul) apply: the activation goes through
+    one DynamicQuantizeLinear per tensor (uint8), the weight is quantized by the quantizer's own
+    `quantize_data` (symmetric int8, one scale), and MatMulInteger -> Cast -> Mul by the product of
+    the two scales gives the original output. quantize_dynamic loads the whole float model into
+    protobuf and keeps copies while it works: 16 GiB for the 1.7B talker (5.7 GB of weights); here
+    one weight is in memory at a time.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization.quant_utils import quantize_data
+
+    src, dst = Path(src), Path(dst)
+    model = onnx.load(str(src), load_external_data=False)
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    del graph.initializer[:]
+
+    def read(t: Any) -> np.ndarray:
+        if t.data_location != TensorProto.EXTERNAL:
+            return numpy_helper.to_array(t)
+        info = {e.key: e.value for e in t.external_data}
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
+        count = int(np.prod(t.dims, dtype=np.int64))
+        with (src.parent / info["location"]).open("rb") as fh:
+            fh.seek(int(info.get("offset", 0)))
+            arr = np.fromfile(fh, dtype=dtype, count=count)
+        return arr.reshape(tuple(t.dims))
+
+    nodes: list[Any] = []
+    scale_products: set[str] = set()
+    quantized_weights: dict[str, tuple[str, str, str]] = {}  # weight -> (q, zero point, scale)
+    quantized_inputs: dict[str, tuple[str, str, str]] = {}  # activation -> (q, scale, zero point)
+    pending: list[tuple[str, Any]] = []  # (name, TensorProto or int8 array) to write, in order
+    for node in graph.node:
+        weight = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
+        if weight is None or weight.data_type != TensorProto.FLOAT or node.input[0] in inits:
+            nodes.append(node)
+            continue
+        x = node.input[0]
+        if x not in quantized_inputs:
+            quantized_inputs[x] = (x + "_quantized", x + "_scale", x + "_zero_point")
+            nodes.append(helper.make_node("DynamicQuantizeLinear", [x], list(quantized_inputs[x]), x + "_QuantizeLinear"))
+        if weight.name not in quantized_weights:
+            w_q, w_zp, w_scale = weight.name + "_quantized", weight.name + "_zero_point", weight.name + "_scale"
+            zero_point, scale, q = quantize_data(read(weight).flatten(), TensorProto.INT8, True, reduce_range=False)
+            pending.append((w_scale, helper.make_tensor(w_scale, weight.data_type, [], scale.reshape(-1).tolist())))
+            pending.append((w_zp, helper.make_tensor(w_zp, TensorProto.INT8, [], zero_point.reshape(-1).tolist())))
+            pending.append((w_q, np.asarray(q, dtype=np.int8).reshape(tuple(weight.dims))))
+            quantized_weights[weight.name] = (w_q, w_zp, w_scale)
+        x_q, x_scale, x_zp = quantized_inputs[x]
+        w_q, w_zp, w_scale = quantized_weights[weight.name]
+        y = node.output[0]
+        name = node.name + "_quant" if node.name else ""
+        nodes += [
+            helper.make_node("MatMulInteger", [x_q, w_q, x_zp, w_zp], [y + "_output_quantized"], name),
+            helper.make_node("Cast", [y + "_output_quantized"], [y + "_output_quantized_cast_output"],
+                             y + "_output_quantized_cast", to=TensorProto.FLOAT),
+        ]
+        scales = name + "_scales_mul" if name else f"{x_scale}_{w_scale}_mul"
+        if scales not in scale_products:  # unnamed MatMuls of one (input, weight) pair share it
+            scale_products.add(scales)
+            nodes.append(helper.make_node("Mul", [x_scale, w_scale], [scales + ":0"], scales))
+        nodes.append(helper.make_node("Mul", [y + "_output_quantized_cast_output", scales + ":0"], [y],
+                                      name + "_output_scale_mul" if name else ""))
+    used = {i for n in nodes for i in n.input}
+    pending = [(n, t) for n, t in inits.items() if n in used] + pending
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+    data_path = dst.with_name(dst.name + ".data")
+    offset = 0
+    with data_path.open("wb") as data:
+        for name, value in pending:
+            if isinstance(value, np.ndarray):
+                arr = value
+            elif value.data_location == TensorProto.EXTERNAL or value.ByteSize() >= _INLINE_BYTES:
+                arr = read(value)
+            else:
+                graph.initializer.append(value)
+                continue
+            if arr.nbytes < _INLINE_BYTES:
+                graph.initializer.append(numpy_helper.from_array(arr, name))
+                continue
+            offset = -(-offset // _ALIGN) * _ALIGN
+            data.seek(offset)
+            data.write(np.ascontiguousarray(arr).data)
+            tensor = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(arr.dtype), dims=arr.shape)
+            tensor.data_location = TensorProto.EXTERNAL
+            for key, val in (("location", data_path.name), ("offset", str(offset)), ("length", str(arr.nbytes))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, val
+            graph.initializer.append(tensor)
+            offset += arr.nbytes
+            del arr
+    dst.write_bytes(model.SerializeToString())
+    return dst

@@ -114,15 +114,17 @@ def export_checkpoint(
         raise ExportError(f"export failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _quantize(tts: Any, path: Path, graph: str, precision: str) -> dict[str, Any]:
-    """Quantize one exported graph in place (weight-only MatMulNBits, see export.common) and
-    measure it against the fp32 graph; returns the manifest fields `quantized` and `vs_fp32`."""
-    from .common import quantize_int8, quantize_weights
+def _quantize(model: Any, path: Path, graph: str, precision: str) -> dict[str, Any]:
+    """Quantize one validated fp32 graph, measure it against the fp32 graph and put it in its place;
+    returns the manifest fields `quantized` and `vs_fp32`. `model` is the reference model (only its
+    configs are read: the weights may stay on the meta device)."""
+    from .common import quantize_int8, quantize_weights, remove_graph, replace_graph
     from .talker import validate_int8
 
     # int8: dynamic quantization (MatMulInteger) was the fastest int8 form at batch 8 on the 2-core
     # development machine (0.6B code predictor: 1.1 s vs 2.3 s for 8-bit MatMulNBits under load);
     # int4: MatMulNBits, the fastest single-stream form (0.45 s vs 0.72 s for dynamic int8).
+    logger.info("quantizing %s to %s", path.name, precision)
     if precision == "int8":
         q = quantize_int8(path)
         method = "int8 dynamic (MatMulInteger, per-tensor weights)"
@@ -132,13 +134,13 @@ def _quantize(tts: Any, path: Path, graph: str, precision: str) -> dict[str, Any
     if graph == "code2wav_stream":
         vs = compare_vocoder(path, q)
         if vs["snr_db"] < VOCODER_MIN_SNR_DB:
-            q.unlink()
+            remove_graph(q)
             vs["kept"] = f"fp32 (SNR {vs['snr_db']} dB < {VOCODER_MIN_SNR_DB} dB)"
             return {"quantized": None, "vs_fp32": vs}
     else:
-        vs = validate_int8(tts, path, q)
+        vs = validate_int8(model, path, q)
         vs.pop("file", None)
-    os.replace(q, path)
+    replace_graph(q, path)  # the quantized graph serves under the fp32 graph's name
     return {"quantized": method, "vs_fp32": vs}
 
 
@@ -171,6 +173,14 @@ def compare_vocoder(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict
 
 def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
                  progress: ExportProgress | None = None) -> dict[str, Any]:
+    """Every graph, one stage at a time, each holding only the weights it needs (see export.memory)."""
+    import onnx
+    import onnxruntime
+    import torch
+
+    from .memory import MemoryMonitor
+    from .reference import StagedReference
+
     stages = ["loading the checkpoint", "talker", "code predictor", "embedding tables", "code2wav"]
     stages += ["speaker and speech encoders"] if info.variant == "base" else []
     stages += [f"{precision} quantization"] if precision != "fp32" else []
@@ -181,49 +191,46 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
         if progress is not None:
             progress(stages.index(label) + 1, len(stages), label)
 
-    stage("loading the checkpoint")
-    import onnx
-    import onnxruntime
-    import torch
-
-    from .code2wav import export_code2wav
-    from .reference import load_reference
-    from .talker import export_code_predictor, export_tables, export_talker
-
     torch.manual_seed(0)
-    try:
-        ref = load_reference(src)
-    except Exception as exc:
-        raise CheckpointError(f"cannot load {src} with the reference implementation: {exc}") from exc
-    tts = ref.model
-    st_model = tts.speech_tokenizer.model
-
     reports: dict[str, Any] = {}
-    stage("talker")
-    reports["talker"] = export_talker(tts, tmp)
-    stage("code predictor")
-    reports["code_predictor"] = export_code_predictor(tts, tmp)
-    stage("embedding tables")
-    reports["tables"] = export_tables(tts, tmp)
-    stage("code2wav")
-    c2w = export_code2wav(st_model, tmp)
-    state_size = int(c2w["state_size"])
-    # One report validates both graphs (offline vs reference, streaming vs offline and reference).
-    reports["code2wav_stream"] = reports["code2wav"] = c2w
-    if info.variant == "base":
-        from .encoders import export_mel_filters, export_speaker_encoder, export_speech_encoder
+    with MemoryMonitor() as mon:
+        stage("loading the checkpoint")
+        with mon.stage("load"):
+            try:
+                ref = StagedReference(src)
+            except TTSError:
+                raise
+            except Exception as exc:
+                raise CheckpointError(f"cannot load {src} with the reference implementation: {exc}") from exc
+        stage("talker")
+        with mon.stage("talker"):
+            reports["talker"] = _talker_stage(ref, tmp)
+        stage("code predictor")
+        with mon.stage("code_predictor"):
+            reports["code_predictor"] = _code_predictor_stage(ref, tmp)
+        stage("embedding tables")
+        with mon.stage("tables"):
+            reports["tables"] = _tables_stage(ref, tmp)
+        stage("code2wav")
+        with mon.stage("code2wav"):
+            c2w = _code2wav_stage(ref, tmp)
+        # One report validates both graphs (offline vs reference, streaming vs offline and reference).
+        reports["code2wav_stream"] = reports["code2wav"] = c2w
+        state_size = int(c2w["state_size"])
+        if info.variant == "base":
+            stage("speaker and speech encoders")
+            with mon.stage("speaker_encoder"):
+                reports["speaker_encoder"] = _speaker_encoder_stage(ref, tmp)
+            with mon.stage("speech_encoder"):
+                reports["speech_encoder"] = _speech_encoder_stage(ref, tmp)
 
-        stage("speaker and speech encoders")
-        reports["speaker_encoder"] = export_speaker_encoder(tts, tmp)
-        reports["speech_encoder"] = export_speech_encoder(st_model, tmp)
-        export_mel_filters(tmp)
-
-    specs = graph_specs(info, state_size)
-    if precision != "fp32":
-        stage(f"{precision} quantization")
-        for name in QUANTIZED_GRAPHS:
-            logger.info("quantizing %s to %s", name, precision)
-            reports[name] = {**reports[name], **_quantize(tts, tmp / specs[name].filename, name, precision)}
+        specs = graph_specs(info, state_size)
+        if precision != "fp32":
+            stage(f"{precision} quantization")
+            for name in QUANTIZED_GRAPHS:
+                with mon.stage(f"{precision}_{name}"):
+                    reports[name] = {**reports[name], **_quantize(ref.model, tmp / specs[name].filename, name, precision)}
+    memory = mon.summary()
 
     stage("manifest")
     tok_dir = tmp / "tokenizer"
@@ -275,6 +282,7 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
         "sample_rate": info.sample_rate,
         "samples_per_frame": info.samples_per_frame,
         "code2wav": {"state_size": state_size, "state_layout": c2w["state_layout"]},
+        "export": memory,
         "graphs": graphs,
         "tables": reports.get("tables", {}),
         "configs": configs,
@@ -286,3 +294,69 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
             "python": platform.python_version(),
         },
     }
+
+
+# Each stage is a function so that every reference to its weights (wrappers, state dicts, the
+# speech tokenizer) is gone when it returns and the next stage starts without them.
+
+
+def _talker_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .memory import release_memory
+    from .reference import TALKER_WEIGHTS
+    from .talker import check_talker, export_talker, talker_reference
+
+    with ref.loaded(TALKER_WEIGHTS) as tts:
+        logger.info("exporting talker")
+        reference = talker_reference(tts)
+        report = export_talker(tts, tmp, validate=False)
+    # The PyTorch weights are gone before ONNX Runtime loads the graph: at 1.7B each is ~5.7 GB.
+    release_memory()
+    report.update(check_talker(reference, tmp / report["file"]))
+    return report
+
+
+def _code_predictor_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .reference import CODE_PREDICTOR_WEIGHTS
+    from .talker import export_code_predictor
+
+    # Validation runs the reference on the graph's own codes (teacher forcing), so both stay
+    # loaded here; the code predictor is small (0.7 GB at 1.7B).
+    with ref.loaded(CODE_PREDICTOR_WEIGHTS) as tts:
+        logger.info("exporting code predictor")
+        return export_code_predictor(tts, tmp)
+
+
+def _tables_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .reference import TABLE_WEIGHTS
+    from .talker import export_tables
+
+    with ref.loaded(TABLE_WEIGHTS) as tts:
+        logger.info("writing embedding tables")
+        return export_tables(tts, tmp)
+
+
+def _code2wav_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .code2wav import export_code2wav
+
+    with ref.speech_tokenizer() as st_model:
+        logger.info("exporting code2wav")
+        return export_code2wav(st_model, tmp)
+
+
+def _speaker_encoder_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .encoders import export_mel_filters, export_speaker_encoder
+    from .reference import SPEAKER_ENCODER_WEIGHTS
+
+    with ref.loaded(SPEAKER_ENCODER_WEIGHTS) as tts:
+        logger.info("exporting speaker encoder")
+        report = export_speaker_encoder(tts, tmp)
+    export_mel_filters(tmp)
+    return report
+
+
+def _speech_encoder_stage(ref: Any, tmp: Path) -> dict[str, Any]:
+    from .encoders import export_speech_encoder
+
+    with ref.speech_tokenizer() as st_model:
+        logger.info("exporting speech encoder")
+        return export_speech_encoder(st_model, tmp)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,9 @@ from torch import nn
 
 from export.common import (
     ErrorTracker,
+    bind_weights,
     check,
     file_size,
-    finalize_onnx,
     max_abs,
     ort_session,
     quantize_int8,
@@ -42,7 +43,9 @@ from ttscore.contract.qwen3_tts import GraphSpec, code_predictor_spec, talker_sp
 
 __all__ = [
     "CodePredictorFrame",
+    "TalkerReference",
     "TalkerStep",
+    "check_talker",
     "code_predictor_graph_spec",
     "export_code_predictor",
     "export_tables",
@@ -52,6 +55,7 @@ __all__ = [
     "quantize_int8",
     "sort_window",
     "talker_graph_spec",
+    "talker_reference",
     "validate_code_predictor",
     "validate_int8",
     "validate_talker",
@@ -59,7 +63,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-EXPORTER = "torch.onnx.export(dynamo=False) (legacy TorchScript exporter)"
+EXPORTER = "torch.onnx.export(dynamo=False, export_params=False) (legacy TorchScript exporter) + bind_weights"
 # Validation tolerances (max abs error, fp32 ONNX Runtime vs fp32 PyTorch reference).
 TALKER_TOL = {"logits": 1e-4, "hidden": 1e-4, "new_key": 1e-4, "new_value": 1e-4}
 CODE_PREDICTOR_TOL = {"codec_embed_sum": 1e-4, "logits": 1e-4}
@@ -73,7 +77,8 @@ _NEG = torch.finfo(torch.float32).min
 def _talker(tts_model: Any) -> Any:
     talker: Any = getattr(tts_model, "talker", None)
     check(talker is not None, "model has no `talker` (expected Qwen3TTSForConditionalGeneration)")
-    params = list(talker.parameters())
+    # Weights still on the meta device belong to other export stages (export.reference.StagedReference).
+    params = [p for p in talker.parameters() if not p.is_meta]
     check(all(p.dtype == torch.float32 for p in params), "export needs a float32 model (load with dtype=float32)")
     check(all(p.device.type == "cpu" for p in params), "export runs on CPU: move the model to cpu first")
     tts_model.eval()
@@ -463,8 +468,22 @@ class CodePredictorFrame(nn.Module):
 
 
 def _export(module: nn.Module, args: tuple[torch.Tensor, ...], spec: GraphSpec, out_dir: Path, opset: int) -> Path:
+    """Trace `module` without its parameters (no weight is copied while tracing) and write the graph
+    with them bound one at a time (export.common.bind_weights).
+
+    Constant folding stays off: with parameters left out of the trace the exporter would fold a
+    Transpose of a weight into an anonymous graph input whose values it never writes. bind_weights
+    folds those Transposes itself; the remaining constant arithmetic (shapes, masks) is folded by
+    onnxruntime when a session loads the graph."""
     out_dir = Path(out_dir)
     out_file = out_dir / spec.filename
+    state = module.state_dict(keep_vars=True)
+
+    def weight(name: str) -> np.ndarray:
+        if name not in state:
+            raise ExportError(f"{spec.name}: the traced graph wants {name!r}, which the module does not have")
+        return state[name].detach().numpy()
+
     with scratch_dir(out_dir) as tmp:
         tmp_file = tmp / spec.filename
         with torch.no_grad(), warnings.catch_warnings():
@@ -478,12 +497,13 @@ def _export(module: nn.Module, args: tuple[torch.Tensor, ...], spec: GraphSpec, 
                     output_names=spec.output_names,
                     dynamic_axes=spec.dynamic_axes(),
                     opset_version=opset,
-                    do_constant_folding=True,
+                    do_constant_folding=False,
+                    export_params=False,
                     dynamo=False,
                 )
             except Exception as exc:
                 raise ExportError(f"torch.onnx.export of {spec.name} failed: {exc}") from exc
-        finalize_onnx(tmp_file, out_file, {"graph": spec.name, "exporter": EXPORTER}, spec)
+        bind_weights(tmp_file, out_file, weight, {"graph": spec.name, "exporter": EXPORTER}, spec)
     _check_io(out_file, spec)
     return out_file
 
@@ -655,6 +675,15 @@ def _talker_cases() -> list[tuple[str, int, int, int, str]]:
     ]
 
 
+@dataclass
+class TalkerReference:
+    """The talker validation inputs with the reference's outputs, computed before ONNX Runtime runs
+    so that export can release the PyTorch weights first (see `talker_reference`)."""
+
+    cases: list[tuple[str, dict[str, np.ndarray], list[dict[str, Any]], list[np.ndarray]]]  # name, feed, refs, valid
+    seconds: float
+
+
 def validate_talker(
     tts_model: Any, onnx_path: Path, *, seed: int = 0, tolerances: dict[str, float] | None = None,
     session: Any = None,
@@ -662,24 +691,25 @@ def validate_talker(
     """ONNX Runtime vs the reference talker (talker.model + codec_head, unpadded single-row runs)
     over prefill (P = 0), decode (T = 1), chunks, batch 1 and 3, ragged past and left-padded prefill.
     Raises ExportError when any output exceeds its tolerance. Returns max_abs_err / cases / seconds."""
+    return check_talker(talker_reference(tts_model, seed=seed), onnx_path, tolerances=tolerances, session=session)
+
+
+def talker_reference(tts_model: Any, *, seed: int = 0) -> TalkerReference:
+    """First half of `validate_talker`: the cases' inputs and the PyTorch reference outputs (a few
+    MB at 1.7B), so the talker's weights can be freed before the graph is loaded for `check_talker`."""
     with torch_threads(), torch.no_grad():
-        return _validate_talker(tts_model, onnx_path, seed=seed, tolerances=tolerances, session=session)
+        return _talker_reference(tts_model, seed)
 
 
-def _validate_talker(
-    tts_model: Any, onnx_path: Path, *, seed: int, tolerances: dict[str, float] | None, session: Any
-) -> dict[str, Any]:
+def _talker_reference(tts_model: Any, seed: int) -> TalkerReference:
     t0 = time.perf_counter()
     talker = _talker(tts_model)
     cfg = talker.config
     layers = cfg.num_hidden_layers
-    tol = {**TALKER_TOL, **(tolerances or {})}
-    sess = session if session is not None else ort_session(Path(onnx_path))
     kvh, hd, hid = cfg.num_key_value_heads, _head_dim(cfg), cfg.hidden_size
     rng = np.random.default_rng(seed)
-    errs = ErrorTracker()
-    cases = _talker_cases()
-    for name, b, p, t, layout in cases:
+    cases: list[tuple[str, dict[str, np.ndarray], list[dict[str, Any]], list[np.ndarray]]] = []
+    for name, b, p, t, layout in _talker_cases():
         mask = np.ones((b, p + t), dtype=np.int64)
         pos = np.zeros((b, t), dtype=np.int64)
         x = rng.standard_normal((b, t, hid)).astype(np.float32)
@@ -701,18 +731,33 @@ def _validate_talker(
             past_x = torch.from_numpy(rng.standard_normal((n_valid, hid)).astype(np.float32))
             ref = _reference_talker(talker, past_x, torch.from_numpy(x[r, lead:]))
             if ref["past"] is not None:
-                for li, (k, v) in enumerate(ref["past"]):
+                for li, (k, v) in enumerate(ref.pop("past")):
                     past[2 * li][r][:, slots] = k[0].numpy()
                     past[2 * li + 1][r][:, slots] = v[0].numpy()
             refs.append(ref)
             valid_new.append(np.arange(lead, t))
-        feed = {"inputs_embeds": x, "attention_mask": mask, "position_ids": pos}
+        feed: dict[str, np.ndarray] = {"inputs_embeds": x, "attention_mask": mask, "position_ids": pos}
         for li in range(layers):
             feed[f"past_key_{li}"] = past[2 * li]
             feed[f"past_value_{li}"] = past[2 * li + 1]
+        cases.append((name, feed, refs, valid_new))
+    return TalkerReference(cases, time.perf_counter() - t0)
+
+
+def check_talker(
+    reference: TalkerReference, onnx_path: Path, *, tolerances: dict[str, float] | None = None, session: Any = None
+) -> dict[str, Any]:
+    """Second half of `validate_talker`: run the graph on the cases and compare with the reference."""
+    t0 = time.perf_counter()
+    tol = {**TALKER_TOL, **(tolerances or {})}
+    sess = session if session is not None else ort_session(Path(onnx_path))
+    errs = ErrorTracker()
+    for name, feed, refs, valid_new in reference.cases:
         try:
             out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed), strict=True))
         except Exception as exc:
+            b, t = feed["inputs_embeds"].shape[:2]
+            p = feed["attention_mask"].shape[1] - t
             raise ExportError(f"talker: onnxruntime failed on case {name} (B={b}, P={p}, T={t}): {exc}") from exc
         for r, ref in enumerate(refs):
             case = f"{name}[row {r}]"
@@ -722,7 +767,8 @@ def _validate_talker(
                 errs.add("new_key", out[f"new_key_{li}"][r][:, valid_new[r]], k, case)
                 errs.add("new_value", out[f"new_value_{li}"][r][:, valid_new[r]], v, case)
     errs.enforce(tol, "talker")
-    return {"max_abs_err": errs.report(), "cases": len(cases), "validate_seconds": round(time.perf_counter() - t0, 2)}
+    seconds = reference.seconds + time.perf_counter() - t0
+    return {"max_abs_err": errs.report(), "cases": len(reference.cases), "validate_seconds": round(seconds, 2)}
 
 
 def _reference_greedy(talker: Any, hidden: torch.Tensor, code0: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:

@@ -152,7 +152,7 @@ def test_a_dead_bls_callee_fails_active_requests_as_unavailable(speech, fake_pb_
     gen = speech.generator_fake
     step = gen.step
 
-    def failing_step():
+    def failing_step(emit=None):
         if any(r.request.text == "upstream-down" for r in gen.active.values()):
             raise UpstreamUnavailable("code2wav: Stub process 'code2wav_0_0' is not healthy.")
         return step()

@@ -32,14 +32,19 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from ttscore.tools.progress import Stages
 
     t0 = time.time()
-    with Stages(f"export {Path(args.checkpoint).name}", quiet=args.quiet) as stages:
+    with Stages(f"export {Path(args.checkpoint).name}", quiet=args.quiet) as shown:
         manifest = export_checkpoint(
-            Path(args.checkpoint), Path(args.out), precision=args.precision, device=args.device, progress=stages.hook
+            Path(args.checkpoint), Path(args.out), precision=args.precision, device=args.device, progress=shown.hook
         )
     print(
         f"exported {manifest['variant']} ({manifest['precision']}) to {args.out} "
         f"in {time.time() - t0:.1f} s; graphs: {', '.join(manifest['graphs'])}"
     )
+    memory = manifest.get("export") or {}
+    stages = memory.get("stages") or {}
+    if stages:
+        per_stage = ", ".join(f"{name} {rec['peak_rss_gib']:.2f}" for name, rec in stages.items())
+        print(f"peak RSS per stage (GiB): {per_stage}; whole export {memory.get('process_peak_rss_gib', 0):.2f}")
     return 0
 
 
