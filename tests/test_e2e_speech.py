@@ -163,7 +163,8 @@ def test_long_input_streams_its_segments_in_order(stack, client):
         usage["text_tokens"] += int(r.response.headers["x-vllm-omni-input-text-tokens"])
         usage["output_tokens"] += int(r.response.headers["x-vllm-omni-output-tokens"])
     assert request_id and long_pcm.size == sum(p.size for p in parts) == len(segments) * frames * 1920
-    assert np.array_equal(long_pcm, np.concatenate(parts))
+    # Chunk boundaries follow the adaptive schedule's timing: equal up to float rounding (one 16-bit step).
+    assert np.abs(long_pcm.astype(np.int32) - np.concatenate(parts)).max() <= 1
     with httpx.stream("POST", stack["url"] + "/v1/audio/speech", timeout=120, json={
             "model": model, "voice": "ryan", "input": LONG_TEXT, "stream": True, "response_format": "pcm",
             **extra(max_new_tokens=frames)}) as r:

@@ -20,7 +20,11 @@ chunks are at most `chunk_frames` frames (both per request, the spec's fields), 
   iteration plus a margin (measured iteration time), otherwise frames accumulate up to
   `chunk_frames`. A stream produced faster than real time therefore never underruns after its
   first chunk, and chunks grow as its playback buffer grows.
-The exact streaming vocoder makes the audio identical for every schedule.
+The exact streaming vocoder makes the audio the same for every schedule up to float rounding: ONNX
+Runtime's kernels round differently for different chunk lengths (max 3e-6 measured on the tiny
+checkpoint, below one 16-bit step), and the same boundaries give bit-identical audio. "adaptive"
+follows the measured step time, so two runs of one request may differ by that rounding; "fixed"
+and "ramp" repeat bit for bit.
 
 Protocol: every submitted request yields exactly one ChunkEvent with final=True, unless cancelled
 (cancel() removes it silently; the caller owns reporting that).
