@@ -19,8 +19,9 @@ pytestmark = [pytest.mark.parity, pytest.mark.slow]
 N = 12  # max_new_tokens for the comparisons
 
 
-def run_ours(pipe, req: SynthesisRequest, **kw):
-    gen = Generator(pipe, max_batch=2)
+def run_ours(pipe, req: SynthesisRequest, chunk_policy: str = "fixed"):
+    # "fixed" repeats bit for bit; "adaptive" follows measured step times (see ttscore.runtime.engine)
+    gen = Generator(pipe, max_batch=2, chunk_policy=chunk_policy)
     pcm, codes, finals = [], [], 0
     for ev in gen.synthesize(req):
         pcm.append(ev.pcm)
@@ -163,6 +164,10 @@ def test_same_seed_same_audio(custom_voice):
     np.testing.assert_array_equal(a[0], b[0])
     c = run_ours(pipe, SynthesisRequest(text=req.text, speaker="vivian", max_new_tokens=10, seed=99))
     assert not np.array_equal(a[1], c[1])
+    # the timing-driven schedule: same codes, audio within one 16-bit step
+    d = run_ours(pipe, req, chunk_policy="adaptive")
+    np.testing.assert_array_equal(a[1], d[1])
+    np.testing.assert_allclose(d[0], a[0], rtol=0, atol=1 / 32768)
 
 
 def test_generator_refuses_more_than_max_batch(custom_voice):

@@ -89,7 +89,7 @@ def _cmd_say(args: argparse.Namespace) -> int:
     )
     if req.speaker is None and pipe.info.variant == "custom_voice":
         req.speaker = sorted(pipe.info.speakers)[0]
-    gen = Generator(pipe, max_batch=1)
+    gen = Generator(pipe, max_batch=1, chunk_policy="fixed")  # a file: chunk boundaries that repeat bit for bit
     t0 = time.time()
     chunks, frames, reason = [], 0, None
     for ev in gen.synthesize(req):
