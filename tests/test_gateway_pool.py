@@ -262,7 +262,7 @@ def test_voice_features_are_balanced_and_retried():
         for _ in range(4):
             await pool.voice_features("voice_features", audio, 24000, "rid")
         spread = {u: len(f.feature_calls) for u, f in fakes.items()}
-        list(fakes.values())[0].ready = False
+        next(iter(fakes.values())).ready = False
         for _ in range(2):
             await pool.voice_features("voice_features", audio, 24000, "rid")
         return spread, {u: len(f.feature_calls) for u, f in fakes.items()}
@@ -448,7 +448,7 @@ def test_websocket_utterance_stays_on_one_endpoint(tmp_path):
     with app_over_pool(tmp_path, fakes) as client, client.websocket_connect("/v1/audio/speech/stream") as ws:
         ws.send_json({"type": "session.config", "voice": "vivian", "max_new_tokens": 3,
                       "split_granularity": "sentence"})
-        for utterance in range(2):
+        for _ in range(2):
             ws.send_json({"type": "input.text", "text": "One. Two. Three. Four."})
             ws.send_json({"type": "input.done"})
             while True:
