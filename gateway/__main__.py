@@ -74,7 +74,7 @@ def api_keys_from_env(environ: Mapping[str, str]) -> list[str]:
     return [k.strip() for k in environ.get(API_KEYS_ENV, "").split(",") if k.strip()]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="deployment JSON (written by `triton-tts serve`)")
@@ -94,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds requests in flight get to finish after SIGTERM (default: the config's "
                         "drain_timeout_s, 30)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
