@@ -259,10 +259,19 @@ def test_load_spreads_then_a_killed_triton_loses_no_request_without_audio(cluste
     after_kill = [o for o in outcomes if o.started_at >= killed]
     in_flight = [o for o in before_kill if o.ended_at >= killed]
     failed = [o for o in outcomes if not o.ok]
+    from prometheus_text import parse
+
+    failed_on_victim = 0  # Triton requests that failed on the dead endpoint, by the gateways' own count
+    for g in gateways:
+        for (name, labels), value in parse(httpx.get(g.url + "/metrics", timeout=10).text).items():
+            if name == "tts_triton_endpoint_errors_total" and dict(labels)["endpoint"] == victim.grpc_url:
+                failed_on_victim += int(value)
     print(f"kill: {len(outcomes)} requests ({len(before_kill)} before the kill, {len(in_flight)} of them in flight; "
           f"{len(after_kill)} after); errors: {len(failed)} (all in-band, after audio: "
           f"{sum(1 for o in failed if o.audio > 0)}); dead endpoint out of /ready after "
-          + ", ".join(f"{v:.2f} s" for v in sorted(out_after.values())))
+          + ", ".join(f"{v:.2f} s" for v in sorted(out_after.values()))
+          + f"; Triton requests failed on the dead endpoint: {failed_on_victim} "
+          f"({failed_on_victim - len(failed)} of them retried on the other before any audio, successfully)")
     assert len(out_after) == len(gateways), f"the dead endpoint was not out everywhere within {OUT_WITHIN_S} s"
     assert after_kill, "no load after the kill"
     for o in failed:
