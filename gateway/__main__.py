@@ -20,7 +20,7 @@ from types import FrameType
 import uvicorn
 
 from .drain import Drain
-from .settings import DEFAULT_PORT, Settings, SettingsError
+from .settings import DEFAULT_PORT, TRITON_URLS_ENV, Settings, SettingsError, parse_url_list
 
 logger = logging.getLogger(__name__)
 
@@ -74,13 +74,15 @@ def api_keys_from_env(environ: Mapping[str, str]) -> list[str]:
     return [k.strip() for k in environ.get(API_KEYS_ENV, "").split(",") if k.strip()]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", required=True, help="deployment JSON (written by `triton-tts serve`)")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser.add_argument("--triton-url", help="override the config's Triton gRPC address (host:port)")
+    parser.add_argument("--triton-url", action="append", default=[],
+                        help="Triton gRPC endpoint(s), host:port; repeatable or comma-separated, names resolved to all "
+                        f"their addresses (gateway.pool). Replaces the config's triton_url(s) and ${TRITON_URLS_ENV}")
     parser.add_argument("--custom-voice-dir", help="precomputed voices (custom_voice_manifest.json + .safetensors)")
     parser.add_argument("--allowed-local-media-path", help="allow file:// ref_audio under this directory")
     parser.add_argument("--allow-private-urls", action="store_true",
@@ -92,13 +94,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds requests in flight get to finish after SIGTERM (default: the config's "
                         "drain_timeout_s, 30)")
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = Settings.from_file(args.config)
         keys = [*settings.api_keys, *api_keys_from_env(os.environ), *args.api_key]
+        urls = [u for arg in args.triton_url for u in parse_url_list(arg)] or list(
+            parse_url_list(os.environ.get(TRITON_URLS_ENV, "")))
         overrides = {
-            "triton_url": args.triton_url,
+            "triton_urls": tuple(dict.fromkeys(urls)) if urls else None,
             "custom_voice_dir": args.custom_voice_dir,
             "allowed_local_media_path": args.allowed_local_media_path,
             "allow_private_urls": True if args.allow_private_urls else None,

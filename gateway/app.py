@@ -56,10 +56,12 @@ BackendFactory = Callable[[Settings], InferenceBackend]
 
 
 def _triton_backend(settings: Settings) -> InferenceBackend:
+    """Every Triton endpoint of the settings behind one balancing pool (gateway.pool)."""
+    from .pool import pool_from_settings
     from .triton_client import TritonBackend  # tritonclient only when serving for real
 
     # Plain calls (voice_features) are bounded like a stalled stream.
-    return TritonBackend(settings.triton_url, unary_timeout_s=settings.stall_timeout_s)
+    return pool_from_settings(settings, lambda url: TritonBackend(url, unary_timeout_s=settings.stall_timeout_s))
 
 
 def new_request_id() -> str:
@@ -211,6 +213,10 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         backend = factory(settings)
         app.state.backend = backend
+        start = getattr(backend, "start", None)  # a pool (gateway.pool) resolves its endpoints first
+        if start is not None:
+            await start()
+        metrics.endpoints = getattr(backend, "stats", None)
         app.state.speech = speech = SpeechService(deployment, backend, settings, metrics)
         if speech.monitor is not None:
             speech.monitor.start()
@@ -220,7 +226,7 @@ def create_app(
         logger.info(
             "serving %s over Triton %s",
             ", ".join(f"{c.name} ({c.task} -> {c.triton_model})" for c in deployment.checkpoints),
-            settings.triton_url,
+            ", ".join(settings.endpoints()),
         )
         try:
             yield

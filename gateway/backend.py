@@ -14,7 +14,8 @@ Health (gateway.monitor): `server_live`, `model_components` (an ensemble's steps
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -26,10 +27,13 @@ from .usage import Usage
 __all__ = [
     "CANCELLED",
     "DEADLINE_EXCEEDED",
+    "ENDPOINT_AFFINITY",
     "INTERNAL",
     "INVALID_ARG",
     "UNAVAILABLE",
+    "Affinity",
     "BackendError",
+    "EndpointStats",
     "InferenceBackend",
     "ProbeResult",
     "SpeechChunk",
@@ -60,6 +64,29 @@ class SpeechChunk:
     usage: Usage  # so far; complete on the final chunk
     final: bool
     finish_reason: str = ""  # "stop" | "length" on the final chunk
+
+
+class Affinity:
+    """Calls made while ENDPOINT_AFFINITY holds one of these go to one Triton endpoint (a WebSocket
+    utterance: gateway.streaming); a backend over several endpoints records its choice here and
+    moves on only when that endpoint can no longer serve."""
+
+    def __init__(self) -> None:
+        self.endpoint: str | None = None
+
+
+ENDPOINT_AFFINITY: ContextVar[Affinity | None] = ContextVar("triton_endpoint_affinity", default=None)
+
+
+@dataclass(frozen=True)
+class EndpointStats:
+    """What a backend over several endpoints (gateway.pool) reports per endpoint, for /metrics."""
+
+    endpoint: str  # "address:port"
+    up: bool  # in service (selected for new requests)
+    requests: dict[str, int] = field(default_factory=dict)  # Triton model -> requests started
+    errors: dict[tuple[str, str], int] = field(default_factory=dict)  # (model, error code) -> failures
+    outstanding: dict[str, int] = field(default_factory=dict)  # Triton model -> requests in flight
 
 
 class BackendError(Exception):

@@ -54,10 +54,10 @@ async def _cancel(task: asyncio.Future[Any]) -> None:
 
 
 async def next_within(
-    stream: AsyncIterator[T], timeout_s: float, abort: asyncio.Future[Exception] | None = None
+    stream: AsyncIterator[T], timeout_s: float | None, abort: asyncio.Future[Exception] | None = None
 ) -> T:
     """The stream's next item, or END when it is exhausted. Raises asyncio.TimeoutError after
-    `timeout_s`, or the error `abort` resolves to, whichever comes first; the pending read is then
+    `timeout_s` (None: no limit), or the error `abort` resolves to, whichever comes first; the pending read is then
     cancelled and finished before this returns, so the stream can be closed right away."""
     read: asyncio.Future[T] = asyncio.ensure_future(stream.__anext__())
     waiting: set[asyncio.Future[Any]] = {read} if abort is None else {read, abort}

@@ -37,8 +37,12 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .backend import EndpointStats
 
 TRACE_KEY = "gateway.trace"
 ROUTE_OTHER = "other"  # a path no route matches
@@ -147,6 +151,9 @@ class GatewayMetrics:
         self.errors = Counter(
             "tts_errors", "Errors a client was told about (status, SSE/WebSocket error, batch item), by API error type",
             ["cause"], registry=r)
+        # The Triton endpoints of a pool (gateway.pool), asked at every scrape; set by the app.
+        self.endpoints: Callable[[], list[EndpointStats]] | None = None
+        r.register(_EndpointCollector(self))
         voices = Gauge("tts_uploaded_voices", "Voices in the uploaded-voice store", registry=r)
         voices.set_function(lambda: float(uploaded_voices()))
         for model in models:  # the series exist (at 0) before the first request
@@ -175,6 +182,40 @@ class GatewayMetrics:
             self.errors.labels(cause).inc()
         if client_gone:
             self.cancelled.labels(trace.route).inc()
+
+
+class _EndpointCollector(Collector):
+    """Per Triton endpoint: requests started, failures by error code, requests in flight, in service.
+    `endpoint` is an address:port (one per Triton pod: bounded by the pods a gateway has seen)."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []  # no fixed series: they follow the endpoints
+
+    def collect(self) -> list[Metric]:
+        source = self.metrics.endpoints
+        stats = source() if source is not None else []
+        requests = CounterMetricFamily("tts_triton_endpoint_requests", "Triton requests started on an endpoint "
+                                       "(speech streams, voice features; a retried request counts on each)",
+                                       labels=["endpoint", "model"])
+        errors = CounterMetricFamily("tts_triton_endpoint_errors", "Triton requests that failed on an endpoint, "
+                                     "by error code (client cancellations are not failures)",
+                                     labels=["endpoint", "model", "code"])
+        outstanding = GaugeMetricFamily("tts_triton_endpoint_outstanding", "Triton requests in flight on an endpoint",
+                                        labels=["endpoint", "model"])
+        up = GaugeMetricFamily("tts_triton_endpoint_up", "1 while an endpoint takes new requests, 0 while it is out",
+                               labels=["endpoint"])
+        for ep in stats:
+            up.add_metric([ep.endpoint], 1.0 if ep.up else 0.0)
+            for model, n in sorted(ep.requests.items()):
+                requests.add_metric([ep.endpoint, model], float(n))
+            for (model, code), n in sorted(ep.errors.items()):
+                errors.add_metric([ep.endpoint, model, code], float(n))
+            for model, n in sorted(ep.outstanding.items()):
+                outstanding.add_metric([ep.endpoint, model], float(n))
+        return [requests, errors, outstanding, up]
 
 
 class Generation:

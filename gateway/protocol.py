@@ -215,12 +215,20 @@ class Liveness(BaseModel):
     status: Literal["ok"] = "ok"
 
 
+class EndpointStatus(BaseModel):
+    serving: bool  # takes new requests (reachable, ready, no model held broken there)
+    reason: str | None = None  # why not
+    outstanding: int = 0  # requests in flight on it
+
+
 class Readiness(BaseModel):
     status: Literal["ready", "not_ready", "draining"]  # draining: shutting down after SIGTERM
     triton: bool
     models: dict[str, bool]
     # Models the health monitor found failed (stub dead, reload in progress...) -> why.
     broken: dict[str, str] = {}
+    # Triton endpoint (address:port) -> in service or not, and why (gateway.pool).
+    endpoints: dict[str, EndpointStatus] = {}
 
 
 # --- voices --------------------------------------------------------------------------------------

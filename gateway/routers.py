@@ -292,7 +292,9 @@ async def ready(request: Request) -> Any:
     ok, triton, models = await svc.readiness.check()
     # Draining (gateway.drain): not ready whatever Triton says, so load balancers stop sending.
     status = "draining" if request.app.state.drain.draining else "ready" if ok else "not_ready"
-    body = {"status": status, "triton": triton, "models": models, "broken": svc.readiness.broken()}
+    body: dict[str, Any] = {"status": status, "triton": triton, "models": models, "broken": svc.readiness.broken()}
+    if svc.endpoints is not None:  # several Triton endpoints (gateway.pool): which are in service
+        body["endpoints"] = svc.endpoints()
     if status == "ready":
         return body
     return JSONResponse(body, status_code=503, headers={"Retry-After": str(svc.settings.retry_after_s)})

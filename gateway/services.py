@@ -200,19 +200,21 @@ class SpeechService:
         self.metrics = metrics
         self.ref_settings = ref_audio_settings(settings)
         self.created = int(time.time())
-        needed = [c.triton_model for c in deployment.checkpoints]
-        needed += [c.voice_features_model for c in deployment.checkpoints if c.voice_features_model]
-        needed += list(settings.readiness_models)
+        needed = settings.triton_models()
         self.inflight = InflightStreams()
         self.monitor: HealthMonitor | None = None
-        if settings.health_interval_s > 0:  # started and stopped by the app's lifespan
+        # A backend over several endpoints (gateway.pool) watches each endpoint itself and says
+        # which models none of them can serve.
+        pooled: Callable[[], dict[str, str]] | None = getattr(backend, "unusable", None)
+        self.endpoints: Callable[[], dict[str, dict[str, Any]]] | None = getattr(backend, "endpoint_status", None)
+        if settings.health_interval_s > 0 and pooled is None:  # started and stopped by the app's lifespan
             self.monitor = HealthMonitor(
                 backend, needed, self.inflight, interval_s=settings.health_interval_s,
                 probe_timeout_s=settings.health_probe_timeout_s, reload=settings.health_reload,
                 reload_timeout_s=settings.health_reload_timeout_s, backoff_max_s=settings.health_backoff_max_s,
             )
         self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s,
-                                          self.monitor.unusable if self.monitor else None)
+                                          pooled or (self.monitor.unusable if self.monitor else None))
         # Features of inline reference audio, keyed by its decoded content: a batch or a client that
         # repeats one ref_audio runs the voice_features ensemble once (fetching/decoding still happens).
         self._ref_features: OrderedDict[tuple[str, int, str], asyncio.Future[Any]] = OrderedDict()

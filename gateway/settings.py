@@ -20,6 +20,8 @@ Voices and reference audio (all optional):
   VLLM_OMNI_SPEAKER_REGISTRATION_POLICY; SPEAKER_MAX_DURATION_S, SPEAKER_MIN_DURATION_S) and then to
   the defaults (~/.cache/vllm-omni/speakers, 1000, overwrite, 30 s, 1 s).
 - `speaker_cache_max_bytes` (512 MiB): the voice-features LRU.
+- `speaker_sync_interval_s` (1): gateway replicas sharing one voices directory see each other's
+  uploads and deletes in listings within this; a lookup by name always checks the file itself.
 - `custom_voice_dir`: precomputed voices (custom_voice_manifest.json + one .safetensors per voice).
 - `ref_audio`: `allowed_local_media_path` (file:// only under it; unset: file:// refused),
   `allow_private_urls` (false), `allowed_media_domains` ([] = any public host),
@@ -39,6 +41,15 @@ Long text (gateway.longtext):
   segments of at most this many characters, generated one after another as one audio stream.
 - `segment_lookahead` (2): segments of one request generated at once (the one being sent and the
   next ones, buffered so that order is kept).
+
+Triton endpoints (gateway.pool):
+- `triton_url` (one "host:port") or `triton_urls` (a list of them; not both). Each host that is a
+  name (not an IP address) is resolved to all its addresses every `triton_resolve_interval_s` (5;
+  0: never, gRPC resolves the name itself as one endpoint), so a Kubernetes headless Service
+  yields one endpoint per Triton pod. `python -m gateway --triton-url` (repeatable, or
+  comma-separated) and `TTS_TRITON_URLS` (comma-separated) replace the config's list.
+- `endpoint_check_interval_s` (2): how often every endpoint's readiness is checked (an endpoint out
+  of service is probed back in); also the health monitor's round per endpoint.
 
 Operations (all optional):
 - `api_keys`: a list of keys, any of which a request must present (gateway.auth); none: open.
@@ -68,6 +79,8 @@ from ttscore.contract.qwen3_tts import MAX_TEXT_CHARS, TASK_OF_VARIANT, VARIANTS
 from .aliases import DEFAULT_MODEL_ALIASES, AliasError, parse_model_aliases, parse_voice_aliases
 
 DEFAULT_TRITON_URL = "127.0.0.1:8001"
+TRITON_URLS_ENV = "TTS_TRITON_URLS"  # comma-separated; replaces the config's triton_url(s)
+_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]+)):(?P<port>[0-9]{1,5})$")
 DEFAULT_PORT = 8091
 MIB = 1024 * 1024
 DEFAULT_MAX_INPUT_CHARS = 100_000
@@ -85,6 +98,9 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
     "speaker_max_duration_s": (int, float),
     "speaker_min_duration_s": (int, float),
     "speaker_cache_max_bytes": int,
+    "speaker_sync_interval_s": (int, float),
+    "triton_resolve_interval_s": (int, float),
+    "endpoint_check_interval_s": (int, float),
     "custom_voice_dir": str,
     "allowed_local_media_path": str,
     "allow_private_urls": bool,
@@ -110,6 +126,19 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
 
 class SettingsError(TTSError):
     """The deployment description is unusable."""
+
+
+def split_host_port(url: str) -> tuple[str, int]:
+    """("host", port) of a "host:port" or "[v6 address]:port" endpoint; SettingsError naming it."""
+    m = _HOST_PORT.match(url.strip()) if isinstance(url, str) else None
+    if m is None or int(m.group("port")) > 65535:
+        raise SettingsError(f"Triton endpoint {url!r} is not \"host:port\" (IPv6: \"[address]:port\")")
+    return m.group("v6") or m.group("host"), int(m.group("port"))
+
+
+def parse_url_list(raw: str) -> tuple[str, ...]:
+    """A comma-separated list of endpoints (TTS_TRITON_URLS, --triton-url a,b)."""
+    return tuple(u.strip() for u in raw.split(",") if u.strip())
 
 
 @dataclass(frozen=True)
@@ -156,6 +185,10 @@ class CheckpointSettings:
 class Settings:
     models: tuple[CheckpointSettings, ...]
     triton_url: str = DEFAULT_TRITON_URL
+    # Several Triton endpoints (gateway.pool); empty: just `triton_url`.
+    triton_urls: tuple[str, ...] = ()
+    triton_resolve_interval_s: float = 5.0
+    endpoint_check_interval_s: float = 2.0
     # Models readiness checks besides each checkpoint's own (e.g. a shared code2wav).
     readiness_models: tuple[str, ...] = ()
     # How long a "ready" answer from Triton is trusted before it is checked again.
@@ -169,6 +202,7 @@ class Settings:
     speaker_max_duration_s: float | None = None
     speaker_min_duration_s: float | None = None
     speaker_cache_max_bytes: int = 512 * MIB
+    speaker_sync_interval_s: float = 1.0
     # Precomputed voices.
     custom_voice_dir: str | None = None
     # ref_audio sources (gateway.voices.sources).
@@ -217,6 +251,14 @@ class Settings:
                     "health_probe_timeout_s", "health_reload_timeout_s", "health_backoff_max_s"):
             if not getattr(self, key) > 0:
                 raise SettingsError(f"{key} must be positive")
+        for url in self.endpoints():
+            split_host_port(url)
+        if len(set(self.endpoints())) != len(self.endpoints()):
+            raise SettingsError("triton_urls lists an endpoint twice")
+        if self.triton_resolve_interval_s < 0 or self.speaker_sync_interval_s < 0:
+            raise SettingsError("triton_resolve_interval_s and speaker_sync_interval_s must not be negative")
+        if not self.endpoint_check_interval_s > 0:
+            raise SettingsError("endpoint_check_interval_s must be positive")
         if self.health_interval_s < 0:
             raise SettingsError("health_interval_s must not be negative (0 turns the health monitor off)")
         if not 1 <= self.segment_chars <= MAX_TEXT_CHARS:
@@ -237,6 +279,17 @@ class Settings:
         if len({m.triton_model for m in self.models}) != len(self.models):
             raise SettingsError("two served models share one triton_model")
 
+    def endpoints(self) -> tuple[str, ...]:
+        """The Triton gRPC addresses as configured (names not resolved yet)."""
+        return self.triton_urls or (self.triton_url,)
+
+    def triton_models(self) -> list[str]:
+        """Every Triton model the deployment needs: each checkpoint's, its voice_features ensemble,
+        and the readiness_models (a shared code2wav)."""
+        needed = [m.triton_model for m in self.models]
+        needed += [m.voice_features_model for m in self.models if m.voice_features_model]
+        return list(dict.fromkeys([*needed, *self.readiness_models]))
+
     def effective_model_aliases(self) -> dict[str, str | None]:
         return dict(DEFAULT_MODEL_ALIASES if self.model_aliases is None else self.model_aliases)
 
@@ -244,7 +297,7 @@ class Settings:
     def from_dict(cls, raw: Mapping[str, Any]) -> Settings:
         if not isinstance(raw, Mapping):
             raise SettingsError("the gateway config must be a JSON object")
-        known = {"triton_url", "models", "checkpoints", "readiness_models", "readiness_ttl_s", "retry_after_s",
+        known = {"triton_url", "triton_urls", "models", "checkpoints", "readiness_models", "readiness_ttl_s", "retry_after_s",
                  "batch_max_items", "allowed_media_domains", "api_keys", "model_aliases", "voice_aliases",
                  *_OPTIONAL_KEYS}
         unknown = sorted(set(raw) - known)
@@ -254,8 +307,16 @@ class Settings:
         if not isinstance(models_raw, Sequence) or isinstance(models_raw, str) or not models_raw:
             raise SettingsError("the gateway config needs a non-empty 'models' list")
         extra: dict[str, Any] = {}
+        if "triton_url" in raw and "triton_urls" in raw:
+            raise SettingsError("give triton_url or triton_urls, not both")
         if "triton_url" in raw:
             extra["triton_url"] = str(raw["triton_url"])
+        if "triton_urls" in raw:
+            urls = raw["triton_urls"]
+            if isinstance(urls, str) or not isinstance(urls, Sequence) or not urls \
+                    or not all(isinstance(u, str) for u in urls):
+                raise SettingsError("triton_urls must be a non-empty list of \"host:port\" strings")
+            extra["triton_urls"] = tuple(urls)
         if "readiness_models" in raw:
             extra["readiness_models"] = tuple(str(m) for m in raw["readiness_models"] or ())
         for key in ("readiness_ttl_s", "retry_after_s", "batch_max_items"):

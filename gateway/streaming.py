@@ -24,6 +24,8 @@ Obligations:
   which cancels the Triton request.
 - Drain (gateway.drain, `stop`): an idle session closes with 1001 (going away) after an `error`
   saying why; one with an utterance open finishes it (up to its `session.done`) first.
+- Over several Triton endpoints (gateway.pool) the sentences of one utterance run on one endpoint
+  (the one its first sentence went to, while it serves); the next utterance is balanced anew.
 - Metrics: each TTS request is counted like a REST request of the route (gateway.metrics), timed
   from the arrival of the message that completed its text, with the status REST would have given
   (499: the client went away).
@@ -44,6 +46,7 @@ from pydantic import BaseModel, ValidationError
 from ttscore.contract.errors import InvalidRequest
 
 from . import errors
+from .backend import ENDPOINT_AFFINITY, Affinity
 from .errors import APIError
 from .metrics import STATUS_CLIENT_GONE, RequestTrace
 from .planning import SpeechPlan
@@ -111,6 +114,8 @@ class StreamingSession:
         self.utterance_index = 0
         self.sentence_index = 0
         self.utterance_open = False  # text arrived since the last input.done
+        # Every sentence of one utterance goes to one Triton endpoint (gateway.pool), chosen at its first.
+        self.affinity = Affinity()
         self._queue: asyncio.Queue[Any] = asyncio.Queue(QUEUE_MESSAGES)  # (arrival time, message)
         self._gone = asyncio.Event()
         self._received_at = time.monotonic()  # arrival of the message being handled
@@ -300,6 +305,7 @@ class StreamingSession:
         self.utterance_index += 1
         self.sentence_index = 0
         self.utterance_open = False
+        self.affinity = Affinity()
 
     # --- one TTS request ----------------------------------------------------------------------------
 
@@ -318,6 +324,7 @@ class StreamingSession:
         failed = False
         trace = RequestTrace(self.route, self._received_at)
         status = 200
+        token = ENDPOINT_AFFINITY.set(self.affinity)  # (the work task below copies the context)
         try:
             await self._until_gone(self._generate(config, text, rid, sent, trace))
         except Disconnected:
@@ -340,6 +347,8 @@ class StreamingSession:
             trace.fail(status, cause)
             await self._error(f"Generation failed for utterance {utterance}, sentence {index}: "
                               f"{errors.ws_message(exc, rid)}")
+        finally:
+            ENDPOINT_AFFINITY.reset(token)
         self.service.metrics.finished(trace, status)
         await self.transport.send_json(AudioDone(
             utterance_index=utterance, sentence_index=index, total_bytes=sent[0], error=failed,

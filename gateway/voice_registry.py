@@ -103,7 +103,8 @@ class VoiceRegistry:
             raise SettingsError(str(exc)) from None
         reserved = [*self.builtin, *aliases, *(v.name for v in self.precomputed.values())]
         try:
-            self.store = VoiceStore.from_env(reserved, features=self.features, env=store_env(settings, env))
+            self.store = VoiceStore.from_env(reserved, features=self.features, env=store_env(settings, env),
+                                             sync_interval_s=settings.speaker_sync_interval_s)
         except (VoiceSettingsError, OSError) as exc:
             raise SettingsError(f"uploaded voices: {exc}") from None
 

@@ -405,7 +405,7 @@ def test_a_cancelled_request_still_completes_its_commit(tmp_path, monkeypatch):
         orig_to_thread = asyncio.to_thread
 
         async def to_thread(fn, *a, **k):
-            if fn is slow_write:
+            if fn is store_mod._write_voice_file:  # (which calls atomic_write_bytes)
                 loop.call_soon(started.set)
             return await orig_to_thread(fn, *a, **k)
 

@@ -15,7 +15,18 @@ Obligations:
   file is renamed into place, the index and the feature cache follow.
 - Invalid files found at start-up are skipped with a warning (never fatal, never deleted); files
   whose name collides with a built-in or precomputed voice are ignored with a warning.
-- One process owns a directory (the in-memory index is not shared between processes).
+- Several gateway replicas may share one directory (a ReadWriteMany volume). Each keeps its own
+  index and feature cache and follows the directory: a lookup by name stats that voice's file
+  (gone: deleted elsewhere; another inode, size or mtime: replaced elsewhere, re-read with its new
+  version, so cached features of the old one are never used), a miss looks for the file, and
+  listings rescan the directory when its mtime changed, at most every `sync_interval_s` (1 s).
+  Readers only ever see complete files (the rename is atomic). Concurrent uploads of one name
+  through two replicas: with `overwrite` the last rename wins (both answer 200, every replica
+  then serves the last one); with `immutable` the file is created with link(2), which fails when
+  it exists, so exactly one upload wins and the other gets the "already exists" 400. The
+  SPEAKER_MAX_UPLOADED cap is checked against the directory as last seen (best effort across
+  replicas). Temp files carry host name and pid: a replica removes only its host's orphans (or
+  any older than a minute).
 - Nothing here imports a web framework; errors are ttscore InvalidRequest subclasses.
 """
 
@@ -27,6 +38,8 @@ import logging
 import math
 import os
 import re
+import socket
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -75,7 +88,18 @@ MAX_DESCRIPTION_CHARS = 1024
 AUDIO_TENSOR = "audio"
 TEMP_PREFIX = ".voice-upload-"
 _ORPHAN_TEMP_AGE_S = 60.0  # a live upload holds its temp file for milliseconds
-_TEMP_RE = re.compile(re.escape(TEMP_PREFIX) + r"(\d+)-.*\.tmp$")
+# ".voice-upload-<host>.<pid>-<random>.tmp" (older releases: no "<host>.")
+_TEMP_RE = re.compile(re.escape(TEMP_PREFIX) + r"(?:([A-Za-z0-9_-]+)\.)?(\d+)-.*\.tmp$")
+_HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"
+DEFAULT_SYNC_INTERVAL_S = 1.0
+# A directory changed this recently is rescanned again at the next sync: two changes within one
+# mtime tick (coarse on some network filesystems) would otherwise look like one.
+_SETTLE_S = 2.0
+Signature = tuple[int, int, int]  # (inode, size, mtime ns) of a voice file
+
+
+def _signature(st: os.stat_result) -> Signature:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @dataclass(frozen=True)
@@ -93,6 +117,7 @@ class VoiceRecord:
     path: Path
     ref_text: str | None = None
     speaker_description: str | None = None
+    signature: Signature = field(default=(0, 0, 0), compare=False)  # of the file when indexed
 
     @property
     def key(self) -> str:
@@ -220,6 +245,7 @@ class VoiceStore:
         min_duration_s: float = DEFAULT_MIN_DURATION_S,
         features: FeatureCache | None = None,
         restore: bool = True,
+        sync_interval_s: float = DEFAULT_SYNC_INTERVAL_S,
     ) -> None:
         self.directory = Path(directory).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True)  # filesystem errors propagate: fail start-up
@@ -236,6 +262,10 @@ class VoiceStore:
         self._name_locks: dict[str, _KeyedLock] = {}
         self._commit_lock: asyncio.Lock | None = None
         self._last_created_at = 0
+        self.sync_interval_s = float(sync_interval_s)
+        self._next_sync = 0.0
+        self._dir_signature: tuple[int, int] | None = None
+        self._bad: dict[Path, Signature] = {}  # invalid files already warned about
         if restore:
             self.restore()
 
@@ -246,24 +276,50 @@ class VoiceStore:
         *,
         features: FeatureCache | None = None,
         env: Mapping[str, str] | None = None,
+        sync_interval_s: float = DEFAULT_SYNC_INTERVAL_S,
     ) -> VoiceStore:
         s = VoiceStoreSettings.from_env(env)
         return cls(
             s.directory, s.max_uploaded, s.policy, builtin_names,
             max_file_bytes=s.max_file_bytes, max_duration_s=s.max_duration_s, min_duration_s=s.min_duration_s,
-            features=features,
+            features=features, sync_interval_s=sync_interval_s,
         )
 
     # --- reading ----------------------------------------------------------------------------------
 
     def list(self) -> list[VoiceRecord]:
         """Uploaded voices, oldest first."""
+        self.sync()
         return sorted(self._index.values(), key=lambda r: (r.created_at, r.key))
 
     def get(self, name: str | None) -> VoiceRecord | None:
+        """The voice as its file is now (another replica may have replaced or deleted it)."""
         if not isinstance(name, str) or not name.strip():
             return None
-        return self._index.get(voice_key(name))
+        self.sync()
+        key = voice_key(name)
+        record = self._index.get(key)
+        path = record.path if record is not None else self.directory / voice_file_name(name)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            if record is not None:
+                logger.info("Voice %r was deleted (by another replica)", record.name)
+                self._forget(key)
+            return None
+        except OSError:
+            return record
+        if record is not None and record.signature == _signature(st):
+            return record
+        fresh = self._load_record(path, st)
+        if fresh is None or fresh.key != key or fresh.key in self._reserved:
+            return record if fresh is None else None
+        self._index[key] = fresh
+        if record is not None and record.version != fresh.version and self.features is not None:
+            self.features.invalidate(key)
+        if record is None:
+            logger.info("Voice %r found (uploaded through another replica)", fresh.name)
+        return fresh
 
     def require(self, name: str | None, param: str | None = "voice") -> VoiceRecord:
         record = self.get(name)
@@ -275,7 +331,81 @@ class VoiceStore:
         return isinstance(name, str) and self.get(name) is not None
 
     def __len__(self) -> int:
+        self.sync()
         return len(self._index)
+
+    # --- following a shared directory ----------------------------------------------------------------
+
+    def sync(self, force: bool = False) -> bool:
+        """Rescan the directory if it changed (at most every sync_interval_s unless `force`); True
+        when it was rescanned."""
+        now = time.monotonic()
+        if not force and now < self._next_sync:
+            return False
+        self._next_sync = now + self.sync_interval_s
+        try:
+            st = os.stat(self.directory)
+        except OSError as exc:
+            logger.warning("Cannot read the voices directory %s: %s", self.directory, exc)
+            return False
+        signature = (st.st_ino, st.st_mtime_ns)
+        if signature == self._dir_signature:
+            return False
+        self._dir_signature = signature if time.time() - st.st_mtime > _SETTLE_S else None
+        before = self._index
+        self._index = self._scan(before)
+        if self.features is not None:
+            for key, old in before.items():
+                new = self._index.get(key)
+                if new is None or new.version != old.version:
+                    self.features.invalidate(key)
+        return True
+
+    def _forget(self, key: str) -> None:
+        self._index.pop(key, None)
+        if self.features is not None:
+            self.features.invalidate(key)
+
+    def _load_record(self, path: Path, st: os.stat_result | None = None) -> VoiceRecord | None:
+        """The record of one file (None: invalid, warned about once per version of the file)."""
+        try:
+            st = st or path.stat()
+            return self._read_record(path, st)
+        except Exception as exc:  # any problem with one file only skips that file
+            sig = _signature(st) if st is not None else (0, 0, 0)
+            if self._bad.get(path) != sig:
+                self._bad[path] = sig
+                logger.warning("Skipping invalid voice file %s: %s", path, exc)
+            return None
+
+    def _scan(self, known: Mapping[str, VoiceRecord]) -> dict[str, VoiceRecord]:
+        """Every valid voice file of the directory; files whose signature matches a known record
+        are not read again."""
+        by_path = {r.path: r for r in known.values()}
+        found: dict[str, VoiceRecord] = {}
+        for path in sorted(self.directory.glob("*" + VOICE_FILE_SUFFIX)):
+            try:
+                st = path.stat()
+            except OSError:
+                continue  # deleted meanwhile
+            if not path.is_file():
+                continue
+            prev = by_path.get(path)
+            record = prev if prev is not None and prev.signature == _signature(st) else self._load_record(path, st)
+            if record is None:
+                continue
+            if record.key in self._reserved:
+                if prev is None:
+                    logger.warning("Ignoring voice file %s: %r collides with a built-in or precomputed voice", path,
+                                   record.name)
+                continue
+            other = found.get(record.key)
+            if other is not None:
+                keep, drop = (record, other) if record.created_at > other.created_at else (other, record)
+                logger.warning("Two voice files for %r: using %s, ignoring %s", record.name, keep.path, drop.path)
+                record = keep
+            found[record.key] = record
+        return found
 
     @property
     def reserved_names(self) -> frozenset[str]:
@@ -333,34 +463,18 @@ class VoiceStore:
     def restore(self) -> int:
         """Scan the directory: index every valid voice file, skip the rest with a warning."""
         self._remove_orphaned_temps()
-        found: dict[str, VoiceRecord] = {}
-        for path in sorted(self.directory.glob("*" + VOICE_FILE_SUFFIX)):
-            if not path.is_file():
-                continue
-            try:
-                record = self._read_record(path)
-            except Exception as exc:  # any problem with one file only skips that file
-                logger.warning("Skipping invalid voice file %s: %s", path, exc)
-                continue
-            if record.key in self._reserved:
-                logger.warning(
-                    "Ignoring voice file %s: %r collides with a built-in or precomputed voice", path, record.name
-                )
-                continue
-            other = found.get(record.key)
-            if other is not None:
-                keep, drop = (record, other) if record.created_at > other.created_at else (other, record)
-                logger.warning("Two voice files for %r: using %s, ignoring %s", record.name, keep.path, drop.path)
-                record = keep
-            found[record.key] = record
+        found = self._scan({})
         self._index = found
         self._last_created_at = max([self._last_created_at, *(r.created_at for r in found.values())])
         if len(found) > self.max_uploaded >= 0:
             logger.warning("%d uploaded voices on disk exceed %s=%d", len(found), ENV_MAX_UPLOADED, self.max_uploaded)
         logger.info("Restored %d uploaded voice(s) from %s", len(found), self.directory)
+        st = os.stat(self.directory)
+        self._dir_signature = (st.st_ino, st.st_mtime_ns) if time.time() - st.st_mtime > _SETTLE_S else None
+        self._next_sync = time.monotonic() + self.sync_interval_s
         return len(found)
 
-    def _read_record(self, path: Path) -> VoiceRecord:
+    def _read_record(self, path: Path, st: os.stat_result | None = None) -> VoiceRecord:
         from safetensors import safe_open
 
         with safe_open(str(path), framework="numpy") as f:
@@ -381,7 +495,7 @@ class VoiceStore:
         sample_rate = int(meta.get("sample_rate", ""))
         if not MIN_SAMPLE_RATE <= sample_rate <= MAX_SAMPLE_RATE:
             raise ValueError(f"sample_rate {sample_rate} out of range")
-        st = path.stat()
+        st = st or path.stat()
         created_at = int(meta["created_at"]) if meta.get("created_at") else int(st.st_mtime)
         file_size = int(meta["file_size"]) if meta.get("file_size") else int(st.st_size)
         return VoiceRecord(
@@ -396,6 +510,7 @@ class VoiceStore:
             path=path,
             ref_text=meta.get("ref_text") or None,
             speaker_description=meta.get("speaker_description") or None,
+            signature=_signature(st),
         )
 
     def _remove_orphaned_temps(self) -> None:
@@ -406,7 +521,9 @@ class VoiceStore:
                 age = now - tmp.stat().st_mtime
             except OSError:
                 continue
-            pid = int(m.group(1)) if m else None
+            host, pid = (m.group(1), int(m.group(2))) if m else (None, None)
+            if host not in (None, _HOST) and age <= _ORPHAN_TEMP_AGE_S:
+                continue  # another replica's upload in progress (its pid means nothing here)
             if age > _ORPHAN_TEMP_AGE_S or pid is None or not _pid_alive(pid) or pid == os.getpid():
                 try:
                     tmp.unlink()
@@ -437,6 +554,8 @@ class VoiceStore:
         ref_text = _optional_text(ref_text, "ref_text", MAX_REF_TEXT_CHARS)
         speaker_description = _optional_text(speaker_description, "speaker_description", MAX_DESCRIPTION_CHARS)
         key = voice_key(name)
+        self.sync(force=True)
+        self.get(name)  # the voice as the directory has it now (another replica's upload)
         self._check_admission(name)
         if audio is None:
             raise InvalidRequest("audio_sample is required", "audio_sample")
@@ -473,9 +592,13 @@ class VoiceStore:
             created_at = max(int(time.time()), self._last_created_at + 1)
             record = dataclasses.replace(draft, created_at=created_at, version=uuid.uuid4().hex)
             payload = save({AUDIO_TENSOR: np.ascontiguousarray(wav, dtype=np.float32)}, metadata=record.header())
-            await asyncio.to_thread(
-                atomic_write_bytes, record.path, payload, temp_prefix=f"{TEMP_PREFIX}{os.getpid()}-"
-            )
+            exclusive = self.policy == POLICY_IMMUTABLE
+            try:
+                signature = await asyncio.to_thread(_write_voice_file, record.path, payload, exclusive)
+            except FileExistsError:  # immutable: another replica registered the name meanwhile
+                self.get(record.name)
+                raise self._exists(record.name) from None
+            record = dataclasses.replace(record, signature=signature)
             self._last_created_at = created_at
             previous = self._index.get(record.key)
             self._index[record.key] = record
@@ -493,7 +616,7 @@ class VoiceStore:
 
     async def delete(self, name: str | None) -> VoiceRecord:
         """Remove an uploaded voice (file and cached features); VoiceNotFound (404) if there is none."""
-        if not isinstance(name, str) or not name.strip() or voice_key(name) not in self._index:
+        if not isinstance(name, str) or not name.strip() or self.get(name) is None:
             raise VoiceNotFound((name or "").strip() if isinstance(name, str) else "", "name")
         key = voice_key(name)
         async with self._name_lock(key):
@@ -521,11 +644,7 @@ class VoiceStore:
             )
         if key in self._index:
             if self.policy == POLICY_IMMUTABLE:
-                raise InvalidRequest(
-                    f"Voice '{name}' already exists; delete it (DELETE /v1/audio/voices/{name}) before "
-                    "registering it again",
-                    "name",
-                )
+                raise self._exists(name)
             return  # overwrite: replacing a voice does not grow the registry
         if len(self._index) >= self.max_uploaded:
             raise InvalidRequest(
@@ -533,6 +652,13 @@ class VoiceStore:
                 f"registering a new one, or raise the cap via {ENV_MAX_UPLOADED}.",
                 "name",
             )
+
+    @staticmethod
+    def _exists(name: str) -> InvalidRequest:
+        return InvalidRequest(
+            f"Voice '{name}' already exists; delete it (DELETE /v1/audio/voices/{name}) before registering it again",
+            "name",
+        )
 
     @asynccontextmanager
     async def _name_lock(self, key: str) -> AsyncIterator[None]:
@@ -576,6 +702,29 @@ def _bounded(value: str, param: str, max_chars: int) -> str:
     if "\x00" in value:
         raise InvalidRequest(f"{param} must not contain NUL characters", param)
     return value
+
+
+def _write_voice_file(path: Path, data: bytes, exclusive: bool) -> Signature:
+    """Write a voice file atomically (readers see the old file or the new one, never a prefix) and
+    return its signature. `exclusive`: create it only if absent (link(2) fails when the name exists,
+    also across hosts sharing the directory) -> FileExistsError."""
+    prefix = f"{TEMP_PREFIX}{_HOST}.{os.getpid()}-"
+    if not exclusive:
+        atomic_write_bytes(path, data, temp_prefix=prefix)
+        return _signature(path.stat())  # (another replica's rename in these microseconds is seen at its next lookup)
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(tmp, path)
+        signature = _signature(os.stat(tmp))
+    finally:
+        with suppress(OSError):
+            os.unlink(tmp)
+    fsync_dir(path.parent)
+    return signature
 
 
 def _unlink_durable(path: Path) -> None:
