@@ -20,8 +20,24 @@ logger = logging.getLogger("triton-tts")
 
 
 def _cmd_make_tiny(args: argparse.Namespace) -> int:
+    from ttscore.contract.errors import InvalidRequest
+
+    if args.family == "voxcpm2":
+        from export.voxcpm2.tiny import SIZES, make_tiny_voxcpm2
+
+        if args.variant or args.greedy:
+            raise InvalidRequest("--variant/--greedy are Qwen3-TTS options (not --family voxcpm2)", "variant")
+        if args.size not in SIZES:
+            raise InvalidRequest(f"--family voxcpm2 takes --size {' or '.join(SIZES)}", "size")
+        print(make_tiny_voxcpm2(Path(args.out), seed=args.seed, size=args.size))
+        return 0
+    from export.tiny import SIZES as QWEN_SIZES
     from export.tiny import make_tiny
 
+    if not args.variant:
+        raise InvalidRequest("--variant is required for --family qwen3_tts", "variant")
+    if args.size not in QWEN_SIZES:
+        raise InvalidRequest(f"--family qwen3_tts takes --size {', '.join(QWEN_SIZES)}", "size")
     path = make_tiny(args.variant, Path(args.out), seed=args.seed, size=args.size, greedy=args.greedy)
     print(path)
     return 0
@@ -130,10 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     t = sub.add_parser("make-tiny", help="write a random-weight checkpoint in the real layout")
-    t.add_argument("--variant", required=True, choices=["custom_voice", "voice_design", "base"])
+    t.add_argument("--family", default="qwen3_tts", choices=["qwen3_tts", "voxcpm2"])
+    t.add_argument("--variant", choices=["custom_voice", "voice_design", "base"], help="Qwen3-TTS only (required there)")
     t.add_argument("--out", required=True)
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--size", default="tiny", choices=["tiny", "0.6b", "1.7b"])
+    t.add_argument(
+        "--size", default="tiny", choices=["tiny", "0.6b", "1.7b", "real"],
+        help="qwen3_tts: tiny, 0.6b, 1.7b; voxcpm2: tiny, real",
+    )
     t.add_argument("--greedy", action="store_true", help="generation_config with do_sample false")
     t.set_defaults(func=_cmd_make_tiny)
 
