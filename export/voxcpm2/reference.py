@@ -102,3 +102,33 @@ def to_float32(model: Any) -> None:
     for lm in (model.base_lm, model.residual_lm):
         lm.setup_cache(1, model.config.max_length, "cpu", torch.float32)
     model.eval()
+
+
+@contextlib.contextmanager
+def fed_noise(noises: Iterator[Any]) -> Iterator[None]:
+    """The reference's diffusion noise taken from `noises` (numpy arrays, one per `torch.randn` call
+    of `UnifiedCFM.forward`, shaped as that call asks) instead of torch's global RNG, so a parity
+    test feeds both implementations the same noise. Scoped: the module's `torch` is restored after."""
+    import numpy as np
+    import torch
+
+    cfm = reference_classes()["cfm_module"]
+    real = cfm.torch
+
+    class _Torch:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        @staticmethod
+        def randn(*size: Any, device: Any = None, dtype: Any = None, **_: Any) -> Any:
+            shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], tuple | list) else tuple(size)
+            arr = np.asarray(next(noises), dtype=np.float32)
+            if arr.shape != shape:
+                raise AssertionError(f"fed noise has shape {arr.shape}, the reference asks for {shape}")
+            return torch.from_numpy(arr.copy()).to(device=device or "cpu", dtype=dtype or torch.float32)
+
+    cfm.torch = _Torch()
+    try:
+        yield
+    finally:
+        cfm.torch = real

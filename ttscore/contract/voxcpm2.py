@@ -84,7 +84,8 @@ def lm_new_value(i: int) -> str:
     return f"new_value_{i}"
 
 
-def lm_spec(name: str, layers: int, hidden: int, kv_heads: int, head_dim: int) -> GraphSpec:
+def lm_spec(name: str, layers: int, hidden: int, kv_heads: int, head_dim: int, rope: bool = True) -> GraphSpec:
+    """`position_ids` only where the stack has RoPE (the released residual LM has none)."""
     past = [
         t
         for i in range(layers)
@@ -106,7 +107,7 @@ def lm_spec(name: str, layers: int, hidden: int, kv_heads: int, head_dim: int) -
         (
             TensorSpec("inputs_embeds", "float32", ("batch", "tokens", hidden)),
             TensorSpec("attention_mask", "int64", ("batch", "total")),
-            TensorSpec("position_ids", "int64", ("batch", "tokens")),
+            *((TensorSpec("position_ids", "int64", ("batch", "tokens")),) if rope else ()),
             *past,
         ),
         (TensorSpec("hidden", "float32", ("batch", "tokens", hidden)), *new),
