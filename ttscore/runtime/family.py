@@ -19,7 +19,7 @@ import numpy.typing as npt
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.rules import FamilyRules
 
-Codes = npt.NDArray[np.int64]  # [frames, codebooks]
+Codes = npt.NDArray[Any]  # one row per frame: codec codes [frames, codebooks] (Qwen3-TTS) or latent patches [frames, P, D] (VoxCPM2)
 Pcm = npt.NDArray[np.float32]  # mono samples
 
 

@@ -25,7 +25,12 @@ def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None
     from ttscore.tools.progress import Stages
 
     src = checkpoint.resolve()
-    read_checkpoint(src)  # fail fast, before any heavy import
+    from ttscore.runtime.families.voxcpm2 import checkpoint as voxcpm2_checkpoint
+
+    if voxcpm2_checkpoint.is_voxcpm2(src):
+        voxcpm2_checkpoint.read_checkpoint(src)  # fail fast, before any heavy import
+    else:
+        read_checkpoint(src)
     fp = fingerprint(src)
     target = out or cache_root() / "artifacts" / f"{src.name}-{fp}-{precision}"
     try:
