@@ -26,7 +26,7 @@ from ttscore.tools.progress import add_quiet
 
 DEMO = (("custom_voice", "Qwen3-TTS-tiny-CustomVoice"), ("base", "Qwen3-TTS-tiny-Base"))
 # Models that run exported graphs (audio_preprocess is numpy; voice_features is an ensemble).
-GPU_MODELS = ("speech_generation", "code2wav", "speaker_encoder", "speech_encoder")
+GPU_MODELS = ("speech_generation", "code2wav", "speaker_encoder", "speech_encoder", "audiovae_decoder", "audiovae_encoder")
 
 
 class PrepareError(TTSError):

@@ -31,6 +31,7 @@ from ttscore.runtime.families.voxcpm2.checkpoint import VoxCPM2Info, parse_confi
 from ttscore.runtime.families.voxcpm2.solver import SolveRow, solve
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.vocoder import OrtVocoder
 
 logger = logging.getLogger(__name__)
 
@@ -130,10 +131,10 @@ class VoxCPM2Model:
         self.local_encoder, self.bridge, self.heads = graph("local_encoder"), graph("bridge"), graph("heads")
         self.locdit = graph("locdit_step")
         self.vae_encoder = graph("vae_encoder") if encoders else None
-        state_size = int((manifest.raw.get("vae_decoder") or {}).get("state_size") or 0)
-        if state_size <= 0:
-            raise ArtifactError(f"{artifacts}/manifest.json has no vae_decoder.state_size: re-export")
-        self.vocoder: VaeVocoder | None = VaeVocoder(graph("vae_decoder_stream"), state_size) if vocoder else None
+        self.state_size = decoder_state_size(manifest)
+        self.vocoder: OrtVocoder | None = (
+            OrtVocoder(graph("vae_decoder_stream"), self.state_size, self.vocoder_feeds) if vocoder else None
+        )
         path = artifacts / "text_embeddings.npy"
         if not path.is_file():
             raise ArtifactError(f"missing table {path}")
@@ -146,6 +147,18 @@ class VoxCPM2Model:
     @property
     def frame_seconds(self) -> float:
         return self.info.samples_per_patch / self.info.sample_rate
+
+    @property
+    def vocoder_state_size(self) -> int:
+        return self.state_size
+
+    @staticmethod
+    def vocoder_feeds(frames: npt.NDArray[Any], state: F32, position: npt.NDArray[np.int64]) -> dict[str, npt.NDArray[Any]]:
+        """vae_decoder_stream's inputs (the audiovae_decoder model's too): patches [B, T, P, D] ->
+        latent frames [B, D, T * P] in time order, and the state; the decoder keeps no position."""
+        b, d = frames.shape[0], frames.shape[-1]
+        latents = np.asarray(frames, np.float32).reshape(b, -1, d).transpose(0, 2, 1)
+        return {"latents": np.ascontiguousarray(latents), "state": state}
 
     def admit(self, request: VoxCPM2Request) -> VoxSequence:
         if not isinstance(request.text, str) or not request.text.strip():
@@ -327,49 +340,38 @@ class VoxCPM2Model:
     # --- reference audio ---------------------------------------------------------------------
 
     def encode_reference(self, audio: npt.NDArray[Any], sample_rate: int, *, pad: str = "right") -> F32:
-        """Audio -> patches [T, P, D] as the reference's `_encode_wav`: 16 kHz mono, zero-padded to
-        whole patches (right for a cloning reference, left for a continuation prompt), VAE-encoded."""
-        from ttscore.runtime.audio import resample
-
         if self.vae_encoder is None:
             raise ArtifactError("loaded without encoders")
-        wav = np.asarray(audio, np.float32)
-        if wav.ndim == 2:
-            wav = wav.mean(axis=1)
-        if int(sample_rate) != self.info.encode_sample_rate:
-            wav = resample(wav, int(sample_rate), self.info.encode_sample_rate).astype(np.float32)
-        if wav.size == 0:
-            raise InvalidRequest("reference audio is empty", "ref_audio")
-        n = self.info.encode_samples_per_patch
-        extra = (-wav.size) % n
-        wav = np.pad(wav, (extra, 0) if pad == "left" else (0, extra))
-        lat = self.vae_encoder.run({"audio": wav[None]})["latents"][0]  # [D, T * P]
-        d, p = self.info.feat_dim, self.info.patch_size
-        patches: F32 = np.ascontiguousarray(lat.reshape(d, -1, p).transpose(1, 2, 0), np.float32)
-        return patches
+        return encode_reference(self.vae_encoder, self.info, audio, sample_rate, pad=pad)
 
 
-class VaeVocoder:
-    """The exact streaming AudioVAE decoder in-process; streams with equal chunk lengths batch."""
+def decoder_state_size(manifest: Manifest) -> int:
+    """Floats of the streaming AudioVAE decoder's per-stream state (manifest `vae_decoder.state_size`)."""
+    state_size = manifest.vae_decoder_state_size
+    if state_size is None:
+        raise ArtifactError(f"{manifest.path}/manifest.json has no vae_decoder.state_size: re-export")
+    return state_size
 
-    def __init__(self, graph: OnnxGraph, state_size: int) -> None:
-        self.graph = graph
-        self.state_size = state_size
 
-    def new_stream(self) -> dict[str, F32]:
-        return {"state": np.zeros(self.state_size, np.float32)}
+def encode_reference(
+    encoder: OnnxGraph, info: VoxCPM2Info, audio: npt.NDArray[Any], sample_rate: int, *, pad: str = "right",
+    param: str = "ref_audio", rate_param: str | None = None,
+) -> F32:
+    """Audio -> patches [T, P, D] as the reference's `_encode_wav`: 16 kHz mono, zero-padded to
+    whole patches (right for a cloning reference, left for a continuation prompt), VAE-encoded.
+    The server's reference bounds apply (InvalidRequest naming `param` / `rate_param`)."""
+    from ttscore.runtime.audio import check_reference, resample
 
-    def decode(self, items: list[tuple[Any, npt.NDArray[Any]]]) -> list[F32]:
-        out: list[F32] = [np.zeros(0, np.float32)] * len(items)
-        by_len: dict[int, list[int]] = {}
-        for i, (_, patches) in enumerate(items):
-            by_len.setdefault(int(patches.shape[0]), []).append(i)
-        for idx in by_len.values():
-            # patches [T, P, D] -> latent frames [D, T * P] in time order
-            lat = np.stack([items[i][1].reshape(-1, items[i][1].shape[-1]).T for i in idx]).astype(np.float32)
-            state = np.stack([items[i][0]["state"] for i in idx])
-            res = self.graph.run({"latents": np.ascontiguousarray(lat), "state": state})
-            for r, i in enumerate(idx):
-                items[i][0]["state"] = np.array(res["new_state"][r], np.float32)
-                out[i] = np.array(res["pcm"][r], np.float32)
-        return out
+    wav = np.asarray(audio, np.float32)
+    if wav.ndim == 2:
+        wav = wav.mean(axis=1)
+    wav = check_reference(wav, int(sample_rate), param, rate_param)
+    if int(sample_rate) != info.encode_sample_rate:
+        wav = resample(wav, int(sample_rate), info.encode_sample_rate).astype(np.float32)
+    n = info.encode_samples_per_patch
+    extra = (-wav.size) % n
+    wav = np.pad(wav, (extra, 0) if pad == "left" else (0, extra))
+    lat = encoder.run({"audio": wav[None]})["latents"][0]  # [D, T * P]
+    d, p = info.feat_dim, info.patch_size
+    patches: F32 = np.ascontiguousarray(lat.reshape(d, -1, p).transpose(1, 2, 0), np.float32)
+    return patches
