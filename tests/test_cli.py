@@ -43,6 +43,29 @@ def test_say_writes_a_24khz_wav_of_the_generated_frames(tiny_custom_voice, tmp_p
     assert info.frames == frames * 1920 and 1 <= frames <= 17
     audio, _ = sf.read(str(out))
     assert np.sqrt(np.mean(audio**2)) > 1e-3
+    again = tmp_path / "again.wav"  # same seed: the same file, byte for byte
+    proc = cli("say", "--artifacts", str(art), "--voice", "vivian", "--language", "English",
+               "--max-new-tokens", "17", "--seed", "3", "-o", str(again), "Hello there, this is a test.")
+    assert proc.returncode == 0, proc.stderr
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_bench_breakdown_accounts_for_each_graph(tiny_custom_voice, tmp_path):
+    _, art, _ = tiny_custom_voice
+    out = tmp_path / "breakdown.json"
+    proc = cli("bench", "breakdown", "--artifacts", str(art), "--batch", "1", "3", "--frames", "6",
+               "--chunk-frames", "4", "--out", str(out), "-q")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["batch"] for r in rows] == [1, 3]
+    for r in rows:
+        assert set(r["graph_ms_per_step"]) == {"talker", "code_predictor", "vocoder"}
+        assert all(v > 0 for v in r["graph_ms_per_step"].values())
+        assert r["outside_ms_per_step"] >= 0
+        # the parts add up to the step: graphs + the rest
+        assert abs(sum(r["graph_ms_per_step"].values()) + r["outside_ms_per_step"] - r["step_ms"]) < 1e-6 * r["step_ms"] + 1e-9
+        assert r["frames_per_stream"] == 6
+    assert "| batch | step ms |" in proc.stdout and out.with_suffix(".md").is_file()
 
 
 def test_say_clones_from_a_reference_file(tiny_base, tmp_path):

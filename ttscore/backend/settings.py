@@ -12,6 +12,7 @@ from typing import Any
 from ttscore.contract import manifest as contract_manifest
 from ttscore.contract.errors import ArtifactError, TTSError
 from ttscore.contract.manifest import Manifest
+from ttscore.runtime import engine
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,8 @@ class SpeechGenerationSettings:
     intra_op_threads: int  # 0 = ONNX Runtime default
     vocoder: str = "inline"  # "inline": in-process ORT session; else the code2wav model called by BLS
 
-    chunk_policy: str = "adaptive"  # chunk sizes after the first (ttscore.runtime.engine)
-    prefill_token_budget: int = 256  # prompt positions prefilled per step, batched across joins
+    chunk_policy: str = engine.DEFAULT_CHUNK_POLICY  # chunk sizes after the first (ttscore.runtime.engine)
+    prefill_token_budget: int = engine.DEFAULT_PREFILL_BUDGET  # prompt positions prefilled per step, batched across joins
 
     PARAMETERS = (
         "artifacts_dir",
@@ -127,7 +128,6 @@ class SpeechGenerationSettings:
         "chunk_policy",
         "prefill_token_budget",
     )
-    CHUNK_POLICIES = ("adaptive", "ramp", "fixed")  # == ttscore.runtime.engine.CHUNK_POLICIES
 
     @classmethod
     def from_model_config(cls, model_config: Mapping[str, Any], check_artifacts: bool = True) -> SpeechGenerationSettings:
@@ -148,8 +148,10 @@ class SpeechGenerationSettings:
             max_pending_requests=_int_param(name, params, "max_pending_requests", 64, 0),
             intra_op_threads=_int_param(name, params, "intra_op_threads", 0, 0),
             vocoder=str(params.get("vocoder", "inline") or "inline"),
-            chunk_policy=_choice_param(name, params, "chunk_policy", "adaptive", cls.CHUNK_POLICIES),
-            prefill_token_budget=_int_param(name, params, "prefill_token_budget", 256, 1),
+            chunk_policy=_choice_param(
+                name, params, "chunk_policy", engine.DEFAULT_CHUNK_POLICY, engine.CHUNK_POLICIES
+            ),
+            prefill_token_budget=_int_param(name, params, "prefill_token_budget", engine.DEFAULT_PREFILL_BUDGET, 1),
         )
 
 

@@ -16,7 +16,8 @@ class OnnxGraph:
     """One ONNX Runtime session, fed and read by the names of its GraphSpec.
 
     `OnnxGraph.seconds` adds up the wall time spent inside ONNX Runtime by every graph of this
-    process, so the engine can tell model time from its own per-step work."""
+    process, so the engine can tell model time from its own per-step work; `spent` and `calls`
+    are this graph's own share (where a frame's time goes: `triton-tts bench breakdown`)."""
 
     seconds: float = 0.0  # process-wide; only the step thread runs graphs
 
@@ -40,6 +41,8 @@ class OnnxGraph:
             device_id = int(os.environ.get("TTS_CUDA_DEVICE", "0"))
             providers = [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
         self.session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+        self.spent = 0.0
+        self.calls = 0
         self.input_names = [t["name"] for t in graph["inputs"]]
         self.output_names = [t["name"] for t in graph["outputs"]]
         got = [i.name for i in self.session.get_inputs()]
@@ -49,7 +52,7 @@ class OnnxGraph:
     def run(self, feeds: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
         t0 = time.perf_counter()
         outs = self.session.run(self.output_names, feeds)
-        OnnxGraph.seconds += time.perf_counter() - t0
+        self._count(time.perf_counter() - t0)
         return dict(zip(self.output_names, outs, strict=True))
 
     def run_bound(self, feeds: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
@@ -65,5 +68,10 @@ class OnnxGraph:
             binding.bind_output(name)
         self.session.run_with_iobinding(binding)
         outs = binding.copy_outputs_to_cpu()
-        OnnxGraph.seconds += time.perf_counter() - t0
+        self._count(time.perf_counter() - t0)
         return dict(zip(self.output_names, outs, strict=True))
+
+    def _count(self, seconds: float) -> None:
+        OnnxGraph.seconds += seconds
+        self.spent += seconds
+        self.calls += 1
