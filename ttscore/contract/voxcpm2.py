@@ -59,7 +59,10 @@ RULES = FamilyRules(
     ),
 )
 # Speech API fields this family does not take (a request giving one is refused naming it).
-UNSUPPORTED_FIELDS = ("instructions", "language", "x_vector_only_mode", "speaker_embedding")
+# `language` "Auto" (the spec's default, meaning no language) is accepted.
+UNSUPPORTED_FIELDS = ("instructions", "language", "x_vector_only_mode", "speaker_embedding", "non_streaming_mode")
+# `voice` for the model's own zero-shot voice (like omitting it; the openai SDK always sends one).
+ZERO_SHOT_VOICE = "default"
 
 
 # --- graphs -------------------------------------------------------------------------------------
