@@ -1,8 +1,8 @@
 """`triton-tts prepare`: everything a deployment needs before Triton starts (docker-compose.yml's init service).
 
 1. the checkpoints: every Qwen3-TTS checkpoint in `--checkpoints` (that directory itself, or its
-   immediate subdirectories), or with `--demo` the tiny random-weight CustomVoice + Base pair of
-   `triton-tts serve` (built once under `<artifacts>/demo-checkpoints`);
+   immediate subdirectories), or with `--demo` the tiny random-weight CustomVoice + Base + VoxCPM2
+   checkpoints of `triton-tts serve` (built once under `<artifacts>/demo-checkpoints`);
 2. each exported into `<artifacts>/<model id>`, skipped when the export there is current (same
    source fingerprint and precision, as `serve` decides);
 3. the Triton model repository rendered into `--repository` (as `serve` renders it; `--device gpu`
@@ -25,6 +25,7 @@ from ttscore.contract.errors import TTSError
 from ttscore.tools.progress import add_quiet
 
 DEMO = (("custom_voice", "Qwen3-TTS-tiny-CustomVoice"), ("base", "Qwen3-TTS-tiny-Base"))
+VOXCPM2_DEMO = "VoxCPM2-tiny"
 # Models that run exported graphs (audio_preprocess is numpy; voice_features is an ensemble).
 GPU_MODELS = ("speech_generation", "code2wav", "speaker_encoder", "speech_encoder", "audiovae_decoder", "audiovae_encoder")
 
@@ -48,7 +49,10 @@ def find_checkpoints(root: Path) -> list[Path]:
 
 
 def demo_checkpoints(root: Path) -> list[Path]:
+    """The tiny random-weight demo checkpoints (built once under `root`): Qwen3-TTS CustomVoice and
+    Base, and VoxCPM2."""
     from export.tiny import make_tiny
+    from export.voxcpm2.tiny import make_tiny_voxcpm2
 
     out = []
     for variant, name in DEMO:
@@ -56,6 +60,10 @@ def demo_checkpoints(root: Path) -> list[Path]:
         if not (path / "model.safetensors").is_file():
             make_tiny(variant, path, seed=0)
         out.append(path)
+    vox = root / VOXCPM2_DEMO
+    if not (vox / "model.safetensors").is_file():
+        make_tiny_voxcpm2(vox, seed=0)
+    out.append(vox)
     return out
 
 

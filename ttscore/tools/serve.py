@@ -175,16 +175,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     checkpoints = [Path(c) for c in args.checkpoint or []]
     if not checkpoints:
-        from export.tiny import make_tiny
+        from ttscore.tools.prepare import demo_checkpoints
 
         # CustomVoice for the preset speakers, Base so that the spec's voice-cloning examples
-        # (uploaded voices, ref_audio, the WebSocket with a cloned voice) work too.
-        for variant, name in (("custom_voice", "Qwen3-TTS-tiny-CustomVoice"), ("base", "Qwen3-TTS-tiny-Base")):
-            demo = cache_root() / "demo" / name
-            if not (demo / "model.safetensors").is_file():
-                print(f"no --checkpoint given: building the tiny random-weight demo checkpoint in {demo}", flush=True)
-                make_tiny(variant, demo, seed=0)
-            checkpoints.append(demo)
+        # (uploaded voices, ref_audio, the WebSocket with a cloned voice) work too, and VoxCPM2.
+        print(f"no --checkpoint given: the tiny random-weight demo checkpoints in {cache_root() / 'demo'}", flush=True)
+        checkpoints = demo_checkpoints(cache_root() / "demo")
 
     work = Path(args.work or cache_root() / "serve")
     taken: set[str] = set()
