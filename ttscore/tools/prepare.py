@@ -24,8 +24,6 @@ from typing import Any
 from ttscore.contract.errors import TTSError
 from ttscore.tools.progress import add_quiet
 
-DEMO = (("custom_voice", "Qwen3-TTS-tiny-CustomVoice"), ("base", "Qwen3-TTS-tiny-Base"))
-VOXCPM2_DEMO = "VoxCPM2-tiny"
 # Models that run exported graphs (audio_preprocess is numpy; voice_features is an ensemble).
 GPU_MODELS = ("speech_generation", "code2wav", "speaker_encoder", "speech_encoder", "audiovae_decoder", "audiovae_encoder")
 
@@ -46,25 +44,6 @@ def find_checkpoints(root: Path) -> list[Path]:
             f"no Qwen3-TTS checkpoint in {root}: point TTS_CHECKPOINTS at a checkpoint directory or at a "
             "directory of them (or use the cpu profile for the tiny demo)")
     return found
-
-
-def demo_checkpoints(root: Path) -> list[Path]:
-    """The tiny random-weight demo checkpoints (built once under `root`): Qwen3-TTS CustomVoice and
-    Base, and VoxCPM2."""
-    from export.tiny import make_tiny
-    from export.voxcpm2.tiny import make_tiny_voxcpm2
-
-    out = []
-    for variant, name in DEMO:
-        path = root / name
-        if not (path / "model.safetensors").is_file():
-            make_tiny(variant, path, seed=0)
-        out.append(path)
-    vox = root / VOXCPM2_DEMO
-    if not (vox / "model.safetensors").is_file():
-        make_tiny_voxcpm2(vox, seed=0)
-    out.append(vox)
-    return out
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -106,6 +85,8 @@ def prepare(checkpoints: list[Path], artifacts: Path, repository: Path, gateway_
 def _cmd_prepare(args: argparse.Namespace) -> int:
     artifacts = Path(args.artifacts)
     if args.demo:
+        from ttscore.tools.artifacts import demo_checkpoints
+
         checkpoints = demo_checkpoints(artifacts / "demo-checkpoints")
     elif args.checkpoints:
         checkpoints = find_checkpoints(Path(args.checkpoints))

@@ -175,7 +175,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     checkpoints = [Path(c) for c in args.checkpoint or []]
     if not checkpoints:
-        from ttscore.tools.prepare import demo_checkpoints
+        from ttscore.tools.artifacts import demo_checkpoints
 
         # CustomVoice for the preset speakers, Base so that the spec's voice-cloning examples
         # (uploaded voices, ref_audio, the WebSocket with a cloned voice) work too, and VoxCPM2.
