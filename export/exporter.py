@@ -56,6 +56,15 @@ def fingerprint(checkpoint: Path) -> str:
     return h.hexdigest()[:16]
 
 
+def source_record(src: Path) -> dict[str, Any]:
+    """The manifest's `source`: path, fingerprint and every file's checksum."""
+    files = {}
+    for p in sorted(src.rglob("*")):
+        if p.is_file():
+            files[str(p.relative_to(src))] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
+    return {"path": str(src), "fingerprint": fingerprint(src), "files": files}
+
+
 def graph_specs(info: CheckpointInfo, state_size: int | None = None) -> dict[str, spec.GraphSpec]:
     t = info.talker
     specs = {
@@ -85,7 +94,11 @@ def export_checkpoint(
         raise ExportError("TensorRT engines are built on a GPU host (device=gpu); this machine has none")
     src = Path(checkpoint).resolve()
     dst = Path(out).resolve()
-    info = read_checkpoint(src)
+    from ttscore.runtime.families.voxcpm2 import checkpoint as voxcpm2_checkpoint
+
+    # The checkpoint's config.json decides the family (the one dispatch point of export).
+    voxcpm2_info = voxcpm2_checkpoint.read_checkpoint(src) if voxcpm2_checkpoint.is_voxcpm2(src) else None
+    info = read_checkpoint(src) if voxcpm2_info is None else None
     if dst == src or src in dst.parents:
         raise ExportError("the output directory must not be inside the source checkpoint")
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -94,7 +107,13 @@ def export_checkpoint(
     tmp.mkdir()
     started = time.time()
     try:
-        manifest = _export_into(src, tmp, info, precision, progress)
+        if voxcpm2_info is not None:
+            from .voxcpm2.exporter import export_voxcpm2
+
+            manifest = export_voxcpm2(src, tmp, voxcpm2_info, precision, progress, source_record(src))
+        else:
+            assert info is not None
+            manifest = _export_into(src, tmp, info, precision, progress)
         manifest["export_seconds"] = round(time.time() - started, 1)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False))
         if dst.exists():
@@ -253,15 +272,10 @@ def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
             raise ExportError(f"export produced no {gspec.filename}")
         graphs[name] = entry
 
-    files = {}
-    for p in sorted(src.rglob("*")):
-        if p.is_file():
-            files[str(p.relative_to(src))] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-
     return {
         "format_version": MANIFEST_FORMAT,
         "family": "qwen3_tts",
-        "source": {"path": str(src), "fingerprint": fingerprint(src), "files": files},
+        "source": source_record(src),
         "variant": info.variant,
         "model_size": info.model_size,
         "precision": precision,

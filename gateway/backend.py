@@ -111,6 +111,13 @@ class InferenceBackend(Protocol):
         """(x_vector [D] float32, ref_codes [T, 16] int64) of a reference clip."""
         ...
 
+    async def reference_patches(
+        self, model: str, audio: np.ndarray, sample_rate: int, prompt: bool, request_id: str
+    ) -> np.ndarray:
+        """VoxCPM2: latent patches [T, P, D] float32 of a reference clip (audiovae_encoder); `prompt`:
+        a continuation prompt (the request has its transcript) rather than a cloning reference."""
+        ...
+
     async def server_ready(self) -> bool: ...
 
     async def model_ready(self, model: str) -> bool: ...

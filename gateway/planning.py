@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ttscore.contract import qwen3_tts
+from ttscore.contract import families, qwen3_tts, voxcpm2
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.qwen3_tts import TASK_OF_VARIANT, VARIANT_OF_TASK
 
@@ -89,6 +89,7 @@ def merge_batch_item(defaults: dict[str, Any], item: dict[str, Any], model: str 
 
 
 FeaturesFn = Callable[[bool], Awaitable[tuple[np.ndarray, "np.ndarray | None"]]]
+PatchesFn = Callable[[str, bool], Awaitable[np.ndarray]]  # VoxCPM2: (audiovae_encoder model, prompt) -> ref_patches
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,7 @@ class StoredVoice:
     x_vector: np.ndarray | None = None
     ref_codes: np.ndarray | None = None
     features: FeaturesFn | None = None
+    patches: PatchesFn | None = None  # VoxCPM2: its latent patches, computed once (at upload) and cached
 
 
 class VoiceResolver(Protocol):
@@ -153,15 +155,27 @@ class SpeechPlan:
     x_vector_only: bool
     stored_voice: StoredVoice | None
     non_streaming_mode: bool | None
-    max_new_tokens: int
+    max_new_tokens: int | None  # None: the family's own cap (VoxCPM2)
     seed: int | None
     initial_chunk_frames: int | None
     output: OutputSpec
     segments: tuple[str, ...] = ()  # long text (gateway.longtext); empty: `text` is one generation
 
     @property
+    def family(self) -> str:
+        return self.checkpoint.family
+
+    @property
     def needs_voice_features(self) -> bool:
-        return self.task == "Base"
+        """Qwen3-TTS Base always clones; VoxCPM2 only with a reference (else its zero-shot voice)."""
+        if self.checkpoint.is_qwen:
+            return self.task == "Base"
+        return self.ref_audio is not None or self.stored_voice is not None
+
+    @property
+    def ref_is_prompt(self) -> bool:
+        """VoxCPM2: the reference comes with its transcript, so it is a continuation prompt."""
+        return self.ref_text is not None
 
     @property
     def texts(self) -> tuple[str, ...]:
@@ -171,6 +185,14 @@ class SpeechPlan:
     def generation_fields(self, segment: int = 0) -> dict[str, Any]:
         """speech_generation inputs (ttscore.contract.tensors names) of one segment, except the
         reference features."""
+        if not self.checkpoint.is_qwen:  # VoxCPM2 (ttscore.contract.tensors: the inputs it takes)
+            return {
+                "text": self.texts[segment],
+                "ref_text": self.ref_text,
+                "max_new_tokens": self.max_new_tokens,
+                "seed": segment_seed(self.seed, segment),
+                "initial_chunk_frames": self.initial_chunk_frames,
+            }
         return {
             "text": self.texts[segment],
             "task_type": VARIANT_OF_TASK[self.task],
@@ -223,7 +245,13 @@ class Deployment:
 
     def default_model(self) -> ServedCheckpoint:
         """Where a request without `model` and with a preset voice goes: the first CustomVoice checkpoint."""
-        return next((c for c in self.checkpoints if c.task == "CustomVoice"), self.checkpoints[0])
+        return next((c for c in self.checkpoints if c.is_qwen and c.task == "CustomVoice"), self.checkpoints[0])
+
+    def routed_by_task(self) -> list[ServedCheckpoint]:
+        """The checkpoints a request without `model` is routed among (by task): the Qwen3-TTS ones
+        when any is served (other families answer when `model` names them), else all."""
+        qwen = [c for c in self.checkpoints if c.is_qwen]
+        return qwen or list(self.checkpoints)
 
     def builtin_voices(self) -> list[str]:
         return sorted({s for c in self.checkpoints for s in c.speakers})
@@ -338,6 +366,11 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
             if named is None:
                 raise model_not_found(f.model)
 
+    if named is None and not deployment.routed_by_task()[0].is_qwen:
+        named = deployment.routed_by_task()[0]  # only other families are served: the first one
+    if named is not None and not named.is_qwen:
+        return _plan_other_family(f, named, text, deployment)
+
     if f.task_type is not None and f.task_type not in TASKS:
         raise bad_request(f"Invalid task_type '{f.task_type}'. Supported: {', '.join(TASKS)}", "task_type")
     voice = _text(f.voice, "voice", 256, required=False)
@@ -437,14 +470,68 @@ def _route(task: str, voice: str | None, named: ServedCheckpoint | None, deploym
         if named.task != task:
             raise task_mismatch([named.task], task)
         return named
-    candidates = [c for c in deployment.checkpoints if c.task == task]
+    routed = deployment.routed_by_task()
+    candidates = [c for c in routed if c.task == task]
     if not candidates:
-        raise task_mismatch([c.task for c in deployment.checkpoints], task)
+        raise task_mismatch([c.task for c in routed], task)
     if task == "CustomVoice" and voice is not None:
         for c in candidates:
             if voice in c.speakers:
                 return c
     return candidates[0]
+
+
+def _plan_other_family(f: SpeechFields, ckpt: ServedCheckpoint, text: str, deployment: Deployment) -> SpeechPlan:
+    """A request for a checkpoint of another family than Qwen3-TTS (today VoxCPM2): its FamilyRules
+    and unsupported fields (ttscore.contract.families); `voice` is an uploaded/precomputed voice,
+    or omitted / "default" for the model's own zero-shot voice; `ref_audio` + optional `ref_text`."""
+    name = families.DISPLAY_NAMES.get(ckpt.family, ckpt.family)
+    given = {
+        "instructions": f.instructions, "x_vector_only_mode": f.x_vector_only_mode,
+        "non_streaming_mode": f.non_streaming_mode,
+        "language": None if isinstance(f.language, str) and f.language.strip().lower() == "auto" else f.language,
+    }
+    for field in families.UNSUPPORTED_FIELDS.get(ckpt.family, ()):
+        if given.get(field) is not None:
+            raise bad_request(f"'{field}' is not supported by {name} models", field)
+    rules = ckpt.rules
+    if f.task_type is not None and f.task_type not in rules.tasks:
+        raise bad_request(
+            f"{name} models do not support task_type='{f.task_type}'. Use task_type='{rules.tasks[0]}' or omit it.",
+            "task_type",
+        )
+    voice = _text(f.voice, "voice", 256, required=False)
+    voice = (voice or "").strip().lower() or None
+    ref_text = _text(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS, required=False)
+    ref_text = ref_text if ref_text and ref_text.strip() else None
+    ref_audio = _text(f.ref_audio, "ref_audio", 1 << 30, required=False)
+    stored: StoredVoice | None = None
+    if voice is not None and voice != voxcpm2.ZERO_SHOT_VOICE:
+        stored = deployment.resolve_voice(voice)
+        if stored is None:
+            raise bad_request(
+                f"Invalid voice '{f.voice}' for {name}: use an uploaded voice, or omit 'voice' "
+                f"(or '{voxcpm2.ZERO_SHOT_VOICE}') for the model's own voice", "voice")
+    if ref_audio is not None:
+        stored = None  # inline ref_audio overrides an uploaded voice (spec)
+    elif stored is not None and ref_text is None:
+        ref_text = stored.ref_text.strip() if stored.ref_text and stored.ref_text.strip() else None
+    elif stored is None and ref_text is not None:
+        raise bad_request("'ref_text' is the transcript of 'ref_audio': give 'ref_audio' too", "ref_text")
+    output = plan_output(f, ckpt.sample_rate)
+    try:
+        max_new = rules.field("max_new_tokens").check(f.max_new_tokens)
+        initial = rules.field("initial_codec_chunk_frames").check(f.initial_codec_chunk_frames)
+        seed = rules.field("seed").check(f.seed)
+    except InvalidRequest as exc:
+        raise from_invalid_request(exc) from None
+    segments = split_segments(text, deployment.segment_chars)
+    return SpeechPlan(
+        checkpoint=ckpt, task=rules.tasks[0], text=text, speaker=None, language="auto", instructions=None,
+        ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
+        non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=initial, output=output,
+        segments=tuple(segments) if len(segments) > 1 else (),
+    )
 
 
 __all__ = [

@@ -196,6 +196,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "triton-tts"
+    family: str = Field("qwen3_tts", description="The model family (qwen3_tts, voxcpm2): which request fields it takes.")
     task_type: TaskType
     voices: list[str] = Field(default_factory=list)
     languages: list[str] = Field(default_factory=list)

@@ -50,7 +50,8 @@ from .voices.sources import RefAudioSettings
 
 logger = logging.getLogger(__name__)
 
-Features = tuple[np.ndarray, "np.ndarray | None"]  # (x_vector, ref_codes) of a Base reference
+# (x_vector, ref_codes) of a Qwen3-TTS Base reference; (ref_patches, None) of a VoxCPM2 one
+Features = tuple[np.ndarray, "np.ndarray | None"]
 
 
 def ref_audio_settings(settings: Settings) -> RefAudioSettings:
@@ -244,6 +245,8 @@ class SpeechService:
         return await self._voice_features(plan, request_id)
 
     async def _voice_features(self, plan: SpeechPlan, request_id: str) -> Features:
+        if not plan.checkpoint.is_qwen:
+            return await self._reference_patches(plan, request_id), None
         stored = plan.stored_voice
         if stored is not None and stored.features is not None:
             try:
@@ -294,9 +297,55 @@ class SpeechService:
                 raise self._api_error(exc, request_id) from None
             raise
 
+    async def _reference_patches(self, plan: SpeechPlan, request_id: str) -> np.ndarray:
+        """VoxCPM2: the reference's latent patches, from the stored voice (computed once, at upload)
+        or from `ref_audio` through the checkpoint's audiovae_encoder (shared cache, like Qwen's)."""
+        model = plan.checkpoint.voice_features_model
+        if not model:
+            raise errors.bad_request(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
+        stored = plan.stored_voice
+        try:
+            if stored is not None:
+                if stored.patches is None:
+                    raise errors.bad_request(f"Voice '{stored.name}' cannot be used with {plan.checkpoint.name}", "voice")
+                return await stored.patches(model, plan.ref_is_prompt)
+            assert plan.ref_audio is not None
+            audio, rate = await refaudio.resolve_ref_audio(plan.ref_audio, self.ref_settings)
+        except InvalidRequest as exc:
+            raise errors.bad_request(exc.message, exc.param) from None
+        except BackendError as exc:
+            raise self._api_error(exc, request_id) from None
+        digest = hashlib.sha256(np.ascontiguousarray(audio, dtype=np.float32).tobytes()).hexdigest()
+        key = (model, int(rate), f"{digest}:{'prompt' if plan.ref_is_prompt else 'reference'}")
+        task: asyncio.Future[Any] | None = self._ref_features.get(key)
+        if task is None:
+            task = asyncio.ensure_future(
+                self.backend.reference_patches(model, audio, rate, plan.ref_is_prompt, request_id))
+            self._ref_features[key] = task
+            while len(self._ref_features) > REF_FEATURES_CACHE:
+                self._ref_features.popitem(last=False)
+        else:
+            self._ref_features.move_to_end(key)
+        try:
+            patches: np.ndarray = await asyncio.shield(task)
+            return patches
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if self._ref_features.get(key) is task:
+                del self._ref_features[key]  # failures are not cached
+            if isinstance(exc, BackendError):
+                if exc.code == "INVALID_ARG":  # the encoder refused the clip: the client's ref_audio
+                    raise errors.bad_request(exc.message, "ref_audio") from None
+                raise self._api_error(exc, request_id) from None
+            raise
+
     def _inputs(self, plan: SpeechPlan, segment: int, features: Features | None) -> dict[str, np.ndarray]:
         fields = plan.generation_fields(segment)
-        if plan.needs_voice_features:
+        if plan.needs_voice_features and not plan.checkpoint.is_qwen:
+            assert features is not None
+            fields["ref_patches"] = features[0]
+        elif plan.needs_voice_features:
             assert features is not None
             x_vector, ref_codes = features
             fields["x_vector"] = x_vector
@@ -474,6 +523,7 @@ class SpeechService:
                 "object": "model",
                 "created": self.created,
                 "owned_by": "triton-tts",
+                "family": c.family,
                 "task_type": c.task,
                 "voices": list(c.speakers),
                 "languages": sorted("Auto" if x == "auto" else x.title() for x in c.languages),

@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ttscore.contract import families
 from ttscore.contract.errors import TTSError
 from ttscore.contract.manifest import Manifest, read_manifest
 from ttscore.contract.qwen3_tts import MAX_TEXT_CHARS, TASK_OF_VARIANT, VARIANTS
@@ -368,6 +369,7 @@ class ServedCheckpoint:
     extra: dict[str, Any] = field(default_factory=dict)
     speaker_embed_dim: int | None = None  # Base: the x-vector size (checks precomputed voices)
     num_code_groups: int | None = None
+    family: str = "qwen3_tts"  # the manifest's model family (ttscore.contract.families)
 
     @property
     def name(self) -> str:
@@ -380,6 +382,14 @@ class ServedCheckpoint:
     @property
     def task(self) -> str:
         return TASK_OF_VARIANT[self.settings.variant]
+
+    @property
+    def rules(self) -> families.FamilyRules:
+        return families.RULES[self.family]
+
+    @property
+    def is_qwen(self) -> bool:
+        return self.family == "qwen3_tts"
 
     @property
     def triton_model(self) -> str:
@@ -401,6 +411,8 @@ class ServedCheckpoint:
                 f"served model {settings.name!r} is declared {settings.variant} but its artifacts "
                 f"({settings.artifacts_dir}) are {manifest.variant}"
             )
+        if manifest.family not in families.RULES:
+            raise SettingsError(f"served model {settings.name!r}: unknown model family {manifest.family!r}")
         if settings.variant == "base" and not settings.voice_features_model:
             raise SettingsError(f"Base model {settings.name!r} needs a voice_features_model")
         if manifest.sample_rate is None or manifest.samples_per_frame is None:
@@ -417,6 +429,7 @@ class ServedCheckpoint:
             model_size=manifest.model_size,
             speaker_embed_dim=manifest.speaker_embed_dim,
             num_code_groups=manifest.num_code_groups,
+            family=manifest.family,
         )
 
 

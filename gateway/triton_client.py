@@ -284,6 +284,24 @@ class TritonBackend:
             raise BackendError(INTERNAL, f"{model} returned no x_vector/ref_codes")
         return np.asarray(x_vector, np.float32).reshape(-1), np.asarray(ref_codes, np.int64)
 
+    async def reference_patches(
+        self, model: str, audio: np.ndarray, sample_rate: int, prompt: bool, request_id: str
+    ) -> np.ndarray:
+        inputs = _inputs({
+            "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
+            "sample_rate": np.array([sample_rate], dtype=np.int32),
+            "prompt": np.array([prompt], dtype=np.bool_),
+        })
+        try:
+            result = await self._client.infer(model, inputs, request_id=request_id,
+                                              client_timeout=self.unary_timeout_s)
+        except InferenceServerException as exc:
+            raise _from_exception(exc) from None
+        patches = result.as_numpy("ref_patches")
+        if patches is None:
+            raise BackendError(INTERNAL, f"{model} returned no ref_patches")
+        return np.asarray(patches, np.float32)
+
     async def stream_speech(
         self, model: str, inputs: dict[str, np.ndarray], request_id: str
     ) -> AsyncGenerator[SpeechChunk, None]:

@@ -18,6 +18,7 @@ bound at start-up (`bind`).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import uuid
@@ -83,8 +84,12 @@ class VoiceRegistry:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.builtin = sorted({s for c in checkpoints for s in c.speakers})
-        base = next((c for c in checkpoints if c.variant == "base"), None)
+        base = next((c for c in checkpoints if c.is_qwen and c.variant == "base"), None)
         self.base = base
+        # VoxCPM2 checkpoints: an uploaded voice's latent patches per (encoder model, prompt mode),
+        # computed once at upload through each one's audiovae_encoder and kept (by voice version).
+        self.patch_models = [c.voice_features_model for c in checkpoints if not c.is_qwen and c.voice_features_model]
+        self._patches: dict[tuple[str, str, str, bool], asyncio.Future[np.ndarray]] = {}
         self._backend: InferenceBackend | None = None
         self.features: FeatureCache | None = None
         if base is not None and base.voice_features_model:
@@ -144,7 +149,10 @@ class VoiceRegistry:
         async def features(x_vector_only: bool) -> tuple[np.ndarray, np.ndarray | None]:
             return await self._uploaded_features(record.name, x_vector_only)
 
-        return StoredVoice(record.name, ref_text=record.ref_text, features=features)
+        async def patches(model: str, prompt: bool) -> np.ndarray:
+            return await self._uploaded_patches(record.name, model, prompt)
+
+        return StoredVoice(record.name, ref_text=record.ref_text, features=features, patches=patches)
 
     def uploaded_voices(self) -> list[dict[str, Any]]:
         return [r.to_json() for r in self.store.list()]
@@ -164,6 +172,30 @@ class VoiceRegistry:
             record.key, record.version, not x_vector_only, lambda: self.store.load_audio(record)
         )
         return feats.x_vector, feats.ref_codes
+
+    async def _uploaded_patches(self, name: str, model: str, prompt: bool) -> np.ndarray:
+        record = self.store.get(name)
+        if record is None:
+            raise InvalidRequest(f"Invalid voice '{name}': it was deleted", "voice")
+        key = (model, record.key, record.version, prompt)
+        task = self._patches.get(key)
+        if task is None:
+            if self._backend is None:
+                raise RuntimeError("voice features need a running backend")
+            audio, rate = self.store.load_audio(record)
+            task = asyncio.ensure_future(self._backend.reference_patches(
+                model, audio, int(rate), prompt, f"voice-features-{uuid.uuid4().hex}"))
+            self._patches[key] = task
+        try:
+            return await asyncio.shield(task)
+        except Exception:
+            if self._patches.get(key) is task:
+                del self._patches[key]  # failures are not cached
+            raise
+
+    def _forget_patches(self, key: str) -> None:
+        for k in [k for k in self._patches if k[1] == key]:
+            del self._patches[k]
 
     # --- upload / delete -------------------------------------------------------------------------
 
@@ -196,6 +228,17 @@ class VoiceRegistry:
             if exc.code not in ("UNAVAILABLE", "CANCELLED"):
                 logger.error("voice upload: computing the features failed in Triton: %s", exc)
             raise errors.from_backend(exc.code, exc.message, exc.param, None) from None
+        self._forget_patches(record.key)  # a re-upload replaces the voice
+        try:  # VoxCPM2's prompt cache of the voice: computed once, now (the mode its transcript selects)
+            for model in self.patch_models:
+                await self._uploaded_patches(record.name, model, bool((record.ref_text or "").strip()))
+        except (BackendError, InvalidRequest) as exc:
+            await self.store.delete(record.name)
+            if isinstance(exc, InvalidRequest):
+                raise
+            if exc.code == INVALID_ARG:
+                raise InvalidRequest(exc.message, "audio_sample") from None
+            raise errors.from_backend(exc.code, exc.message, exc.param, None) from None
         return upload_response(record)
 
     async def delete(self, name: str) -> dict[str, Any]:
@@ -205,6 +248,7 @@ class VoiceRegistry:
             kind = "precomputed" if key in self.precomputed else "built-in"
             raise InvalidRequest(f"Voice '{name.strip()}' is a {kind} voice and cannot be deleted", "name")
         record = await self.store.delete(name)
+        self._forget_patches(record.key)
         return delete_response(record.name)
 
 

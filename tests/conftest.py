@@ -111,3 +111,20 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
     yield start
     for server in reversed(started):
         server.stop()
+
+
+# --- VoxCPM2 (tests/test_voxcpm2_*.py): one tiny checkpoint and its export for the whole session.
+@pytest.fixture(scope="session")
+def voxcpm2_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.voxcpm2.tiny import make_tiny_voxcpm2
+
+    return make_tiny_voxcpm2(tmp_path_factory.mktemp("voxcpm2") / "VoxCPM2-tiny", seed=0)
+
+
+@pytest.fixture(scope="session")
+def voxcpm2_artifacts(voxcpm2_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.exporter import export_checkpoint
+
+    out = tmp_path_factory.mktemp("voxcpm2-art") / "artifacts"
+    export_checkpoint(voxcpm2_tiny, out)
+    return out

@@ -1,8 +1,9 @@
 """The end-to-end Triton deployment, shared by the e2e test modules (registered in conftest.py).
 
-`e2e_triton`: the real tritonserver rendered exactly as `triton-tts serve` renders it for a greedy
-CustomVoice, a VoiceDesign and a greedy Base tiny checkpoint (one shared code2wav, the
-voice_features ensemble), one request at a time per model. Started once per session; each e2e
+`e2e_triton`: the real tritonserver rendered exactly as `triton-tts serve` renders it for a mixed
+deployment: a greedy CustomVoice, a VoiceDesign and a greedy Base tiny Qwen3-TTS checkpoint (one
+shared code2wav, the voice_features ensemble) and a tiny VoxCPM2 checkpoint (its audiovae_decoder
+and audiovae_encoder), one request at a time per model. Keys: the Qwen3-TTS variant, or "voxcpm2". Started once per session; each e2e
 module runs its own gateway(s) against it.
 """
 
@@ -15,12 +16,15 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_voice_design, tiny_base_greedy
-               ) -> dict[str, Any]:
+def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_voice_design, tiny_base_greedy,
+               voxcpm2_tiny, voxcpm2_artifacts) -> dict[str, Any]:
     from gateway_fixtures import render_stack_repository
 
+    from ttscore.runtime.families import load_model
+
     work = tmp_path_factory.mktemp("e2e")
-    variants = {"custom_voice": tiny_custom_voice_greedy, "voice_design": tiny_voice_design, "base": tiny_base_greedy}
+    variants = {"custom_voice": tiny_custom_voice_greedy, "voice_design": tiny_voice_design, "base": tiny_base_greedy,
+                "voxcpm2": (voxcpm2_tiny, voxcpm2_artifacts, load_model(voxcpm2_artifacts))}
     pairs = [(t[0], t[1]) for t in variants.values()]
     # One request at a time per model: a request that was not cancelled would block the next one.
     repo, cfg = render_stack_repository(work, pairs, max_active=1)
@@ -32,8 +36,8 @@ def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_v
         "repo": repo,
         "config": cfg,
         "work": work,
-        "names": {m["variant"]: m["name"] for m in cfg["models"]},
-        "triton_models": {m["variant"]: m["triton_model"] for m in cfg["models"]},
+        "names": dict(zip(variants, (m["name"] for m in cfg["models"]), strict=True)),
+        "triton_models": dict(zip(variants, (m["triton_model"] for m in cfg["models"]), strict=True)),
         "checkpoints": {v: t[0] for v, t in variants.items()},
         "artifacts": {v: t[1] for v, t in variants.items()},
         "pipelines": {v: t[2] for v, t in variants.items()},

@@ -414,12 +414,12 @@ def test_listings_and_readiness(stack):
         assert "vivian" in voices["voices"] and voices["uploaded_voices"] == []
         cards = c.get("/v1/models").json()["data"]
         assert [m["id"] for m in cards if "alias_of" not in m] == [
-            stack["names"][v] for v in ("custom_voice", "voice_design", "base")]
+            stack["names"][v] for v in ("custom_voice", "voice_design", "base", "voxcpm2")]
         assert {m["id"]: m["alias_of"] for m in cards if "alias_of" in m} == dict.fromkeys(
             ("tts-1", "tts-1-hd", "gpt-4o-mini-tts"), stack["names"]["custom_voice"])
         ready = c.get("/ready")
         assert ready.status_code == 200 and ready.json()["status"] == "ready" and all(ready.json()["models"].values())
-    # the three checkpoints' speech tokenizers are identical: one code2wav serves them all
+    # the three Qwen3-TTS checkpoints' speech tokenizers are identical: one code2wav serves them all
     assert (stack["repo"] / "code2wav").is_dir()
     assert sorted(p.name for p in stack["repo"].iterdir() if p.name.startswith("speech_generation")) == sorted(
         stack["triton_models"].values())

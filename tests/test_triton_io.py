@@ -5,18 +5,25 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ttscore.backend.generation import request_from_tensors
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.engine import ChunkEvent, Usage
+from ttscore.runtime.families import FAMILIES
 from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 
 pytestmark = pytest.mark.unit
+request_from_tensors = FAMILIES["qwen3_tts"].request_from_tensors
 
 
-def test_every_input_is_a_synthesis_request_field():
-    fields = set(SynthesisRequest.__dataclass_fields__)
-    assert {t.name for t in triton_io.SPEECH_INPUTS} <= fields
+def test_every_input_is_a_field_of_the_request_of_each_family_taking_it():
+    from ttscore.runtime.families.voxcpm2.model import VoxCPM2Request
+
+    qwen = {t.name for t in triton_io.SPEECH_INPUTS if "qwen3_tts" in t.families}
+    assert qwen <= set(SynthesisRequest.__dataclass_fields__)
+    vox = {t.name for t in triton_io.SPEECH_INPUTS if "voxcpm2" in t.families}
+    # ref_patches / ref_text become the reference or continuation prompt (the family's request_from_tensors).
+    assert vox - {"ref_patches", "ref_text"} <= set(VoxCPM2Request.__dataclass_fields__)
+    assert {t.name for t in triton_io.SPEECH_INPUTS} == qwen | vox
     # Only text is required, on the wire and in the dataclass.
     assert [t.name for t in triton_io.SPEECH_INPUTS if not t.optional] == ["text"]
 
@@ -48,7 +55,7 @@ def test_round_trip_of_every_field():
         chunk_frames=25,
     )
     tensors = triton_io.request_tensors(**fields)
-    assert set(tensors) == {t.name for t in triton_io.SPEECH_INPUTS}
+    assert set(tensors) == {t.name for t in triton_io.SPEECH_INPUTS if "qwen3_tts" in t.families}
     req = request_from_tensors(tensors)
     assert isinstance(req, SynthesisRequest)
     for name, value in fields.items():
@@ -139,3 +146,32 @@ def test_a_dead_stub_is_unavailable_not_a_server_bug():
     e = triton_io.parse_error("Stub process 'speech_generation_0_0' is not healthy.")
     assert e.code == triton_io.UNAVAILABLE
     assert triton_io.parse_error("some other server error").code == ""
+
+
+def test_voxcpm2_request_from_tensors_maps_the_reference_modes_and_refuses_qwen_inputs():
+    from ttscore.runtime.families.voxcpm2.model import VoxCPM2Request
+
+    vox = FAMILIES["voxcpm2"].request_from_tensors
+    patches = np.ones((3, 2, 4), np.float32)
+    req = vox(triton_io.request_tensors(text="hi", seed=3, inference_timesteps=5, max_new_tokens=9))
+    assert isinstance(req, VoxCPM2Request) and (req.seed, req.inference_timesteps, req.max_new_tokens) == (3, 5, 9)
+    assert req.ref_patches is None and req.prompt_patches is None
+    cloned = vox(triton_io.request_tensors(text="hi", ref_patches=patches))
+    np.testing.assert_array_equal(cloned.ref_patches, patches)
+    assert cloned.prompt_patches is None
+    cont = vox(triton_io.request_tensors(text="hi", ref_patches=patches, ref_text="the prompt"))
+    assert cont.ref_patches is None and cont.prompt_text == "the prompt"
+    np.testing.assert_array_equal(cont.prompt_patches, patches)
+    for bad, param in (
+        (dict(speaker="vivian"), "speaker"),
+        (dict(x_vector=np.ones(4)), "x_vector"),
+        (dict(ref_text="no audio"), "ref_text"),
+        (dict(ref_patches=np.full((1, 2, 4), np.nan, np.float32)), "ref_patches"),
+    ):
+        with pytest.raises(InvalidRequest) as exc:
+            vox(triton_io.request_tensors(text="hi", **bad))
+        assert exc.value.param == param
+    # and the other way round: a Qwen3-TTS checkpoint refuses VoxCPM2's inputs
+    with pytest.raises(InvalidRequest) as exc:
+        request_from_tensors(triton_io.request_tensors(text="hi", ref_patches=patches))
+    assert exc.value.param == "ref_patches"

@@ -21,10 +21,13 @@ import pytest
 from fakes.fake_generator import FakeGenerator
 
 from ttscore.backend import triton_metrics
-from ttscore.backend.generation import GenerationScheduler, request_from_tensors
+from ttscore.backend.generation import GenerationScheduler
 from ttscore.backend.triton_metrics import GenerationMetrics, MetricSpec, TritonMetricsPublisher
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.tensors import UNAVAILABLE, WireError
+from ttscore.runtime.families import FAMILIES
+
+request_from_tensors = FAMILIES["qwen3_tts"].request_from_tensors
 
 TESTS = Path(__file__).resolve().parent
 FAKE_GENERATION_MODEL = TESTS / "data" / "fake_speech_generation_model.py"

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.unit
 def test_committed_repository_is_clean_and_valid():
     models = r.committed_models()
     assert set(models) == {
-        "code2wav", "speech_generation", "voice_features", "audio_preprocess", "speaker_encoder", "speech_encoder"
+        "code2wav", "speech_generation", "voice_features", "audio_preprocess", "speaker_encoder", "speech_encoder",
+        "audiovae_decoder", "audiovae_encoder",
     }
     configs = {name: r.load_config(path / "config.pbtxt") for name, path in models.items()}
     for config in configs.values():
@@ -176,6 +177,65 @@ def test_readme_documents_the_public_tensors_exactly():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 3 and cells[0].startswith("`") and cells[1] in triton_io.NUMPY_DTYPES:
             rows.setdefault(cells[0].strip("`"), []).append((cells[1], cells[2]))
-    for t in (*triton_io.SPEECH_INPUTS, *triton_io.SPEECH_OUTPUTS):
+    for t in (*triton_io.SPEECH_INPUTS, *triton_io.SPEECH_OUTPUTS, *triton_io.AUDIOVAE_ENCODER_INPUTS,
+              *triton_io.AUDIOVAE_ENCODER_OUTPUTS):
         dims = "[" + ", ".join(str(d) for d in t.dims) + "]"
         assert (t.dtype, dims) in rows.get(t.name, []), f"README row for {t.name} is missing or stale"
+
+
+def _served(tmp_path, name, raw):
+    from ttscore.contract.manifest import Manifest
+    from ttscore.tools.serve import Served
+
+    art = tmp_path / name
+    art.mkdir()
+    raw = {"format_version": 1, **raw}
+    (art / "manifest.json").write_text(json.dumps(raw))
+    return Served(name, art, art, Manifest.parse(art, raw))
+
+
+def test_mixed_deployment_renders_qwen_and_voxcpm2_side_by_side(tmp_path):
+    from ttscore.tools.serve import gateway_config, plan_deployment
+
+    tok = {"source": {"files": {"speech_tokenizer/model.safetensors": {"sha256": "same"}}}, "code2wav": {"state_size": 12}}
+    served = [
+        _served(tmp_path, "cv", {"family": "qwen3_tts", "variant": "custom_voice", **tok}),
+        _served(tmp_path, "base", {"family": "qwen3_tts", "variant": "base", **tok}),
+        _served(tmp_path, "vox", {"family": "voxcpm2", "variant": "base", "vae_decoder": {"state_size": 7}}),
+    ]
+    plan = plan_deployment(served)
+    assert plan["shared_code2wav"]  # the VoxCPM2 checkpoint has no speech tokenizer: it does not break sharing
+    assert set(plan["models"]) == {
+        "speech_generation_cv", "speech_generation_base", "speech_generation_vox", "code2wav",
+        "voice_features", "audio_preprocess", "speaker_encoder", "speech_encoder", "audiovae_decoder", "audiovae_encoder",
+    }
+    params = {m: plan["settings"][m]["parameters"] for m in ("speech_generation_cv", "speech_generation_vox")}
+    assert params["speech_generation_cv"]["vocoder"] == "code2wav"
+    assert params["speech_generation_vox"]["vocoder"] == "audiovae_decoder"
+    assert plan["settings"]["audiovae_decoder"]["parameters"]["artifacts_dir"] == str(tmp_path / "vox")
+    out = r.render_repository(tmp_path / "repo", plan["settings"], models=plan["models"], aliases=plan["aliases"])
+    assert {p.name for p in out.iterdir()} == set(plan["models"])
+    dec = r.load_config(out / "audiovae_decoder" / "config.pbtxt")
+    assert dec.parameters["artifacts_dir"].string_value == str(tmp_path / "vox")
+    config = gateway_config(served, "127.0.0.1:8001", plan)
+    by_name = {m["name"]: m for m in config["models"]}
+    assert by_name["vox"]["voice_features_model"] == "audiovae_encoder"
+    assert by_name["vox"]["aliases"] == ["openbmb/vox"] and by_name["base"]["aliases"] == ["Qwen/base"]
+    assert by_name["cv"]["voice_features_model"] is None and by_name["base"]["voice_features_model"] == "voice_features"
+    assert config["readiness_models"] == ["code2wav", "audiovae_decoder"]
+    # two VoxCPM2 checkpoints: one decoder/encoder pair each, named after the checkpoint
+    two = plan_deployment([*served, _served(tmp_path, "vox2", {"family": "voxcpm2", "variant": "base",
+                                                                   "vae_decoder": {"state_size": 7}})])
+    assert {"audiovae_decoder_vox", "audiovae_encoder_vox2"} <= set(two["models"])
+    assert two["settings"]["speech_generation_vox2"]["parameters"]["vocoder"] == "audiovae_decoder_vox2"
+
+
+def test_voxcpm2_decoder_state_dims_checked_against_its_manifest(tmp_path):
+    vox = _served(tmp_path, "vox", {"family": "voxcpm2", "variant": "base", "vae_decoder": {"state_size": 7}})
+    src = tmp_path / "src"
+    shutil.copytree(r.SOURCE_REPOSITORY, src)
+    cfg = src / "audiovae_decoder" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("dims: [ -1 ]  # manifest vae_decoder", "dims: [ 9 ]  # manifest vae_decoder"))
+    with pytest.raises(r.RepositoryError, match="audiovae_decoder: state dims"):
+        r.render_repository(tmp_path / "o", {"audiovae_decoder": {"parameters": {"artifacts_dir": str(vox.artifacts)}}},
+                            models=["audiovae_decoder"], source=src)

@@ -1,24 +1,22 @@
-"""code2wav: validate each request's (codes, state, position), batch by frame count, run once, scatter."""
+"""code2wav (Qwen3-TTS): validate each request's (codes, state, position); batching and scattering
+are the streaming vocoder models' shared logic (ttscore.backend.vocoder)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ttscore.backend.settings import ModelSettingsError
+from ttscore.backend.vocoder import VocoderItem
 from ttscore.contract import qwen3_tts as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
-from ttscore.contract.tensors import INTERNAL, INTERNAL_MESSAGE, WireError
 
 log = logging.getLogger(__name__)
-
-
-# --- code2wav: gather, run once per frame count, scatter ----------------------------------------
 
 
 @dataclass(frozen=True)
@@ -45,31 +43,7 @@ def codec_facts(model: str, manifest: Manifest, artifacts_dir: Path) -> CodecFac
     return CodecFacts(state_size, groups, spf, codebook)
 
 
-def check_state_dims(model: str, config_dims: Sequence[int], state_size: int, tensor: str) -> None:
-    """config.pbtxt may leave the state dim as -1; a fixed one must equal the manifest."""
-    dims = [int(d) for d in config_dims]
-    if dims not in ([-1], [state_size]):
-        raise ModelSettingsError(f"{model}: {tensor} dims {dims} do not match the manifest state_size {state_size}")
-
-
-@dataclass
-class Code2WavItem:
-    """One request's rows: codes [b, F, G], state [b, S], position [b]."""
-
-    codes: np.ndarray
-    state: np.ndarray
-    position: np.ndarray
-
-    @property
-    def rows(self) -> int:
-        return int(self.codes.shape[0])
-
-    @property
-    def frames(self) -> int:
-        return int(self.codes.shape[1])
-
-
-def code2wav_item(tensors: Mapping[str, np.ndarray], facts: CodecFacts) -> Code2WavItem:
+def code2wav_item(tensors: Mapping[str, np.ndarray], facts: CodecFacts) -> VocoderItem:
     """Validate one request's tensors (with Triton's batch dim). Raises InvalidRequest naming the tensor."""
     codes, state, position = (np.asarray(tensors[n]) if n in tensors else None for n in ("codes", "state", "position"))
     for name, value in (("codes", codes), ("state", state), ("position", position)):
@@ -90,61 +64,7 @@ def code2wav_item(tensors: Mapping[str, np.ndarray], facts: CodecFacts) -> Code2
         raise InvalidRequest("input 'position' must be >= 0", "position")
     if not np.all(np.isfinite(state)):
         raise InvalidRequest("input 'state' must be finite", "state")
-    return Code2WavItem(codes.astype(np.int64, copy=False), state.astype(np.float32, copy=False), position)
-
-
-Code2WavResult = tuple[np.ndarray, np.ndarray]  # pcm [b, F*spf], new_state [b, S]
-
-
-def run_code2wav(
-    run: Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]],
-    items: Sequence[Code2WavItem | WireError],
-) -> list[Code2WavResult | WireError]:
-    """Batch every valid item by frame count, run once per group, scatter back in order.
-
-    A failing group run is retried item by item, so one bad request fails alone (INTERNAL for
-    that request only, logged) and its neighbours still get audio.
-    """
-    results: list[Code2WavResult | WireError | None] = [None] * len(items)
-    groups: dict[int, list[int]] = {}
-    for i, item in enumerate(items):
-        if isinstance(item, WireError):
-            results[i] = item
-        elif item.rows == 0:
-            results[i] = (np.zeros((0, 0), np.float32), np.zeros_like(item.state))
-        else:
-            groups.setdefault(item.frames, []).append(i)
-
-    def one_run(idx: list[int]) -> None:
-        batch = [items[i] for i in idx]
-        assert all(isinstance(b, Code2WavItem) for b in batch)
-        out = run(
-            {
-                "codes": np.concatenate([b.codes for b in batch]),  # type: ignore[union-attr]
-                "state": np.concatenate([b.state for b in batch]),  # type: ignore[union-attr]
-                "position": np.concatenate([b.position for b in batch]),  # type: ignore[union-attr]
-            }
-        )
-        pcm, new_state = out["pcm"], out["new_state"]
-        row = 0
-        for i, b in zip(idx, batch, strict=True):
-            n = b.rows  # type: ignore[union-attr]
-            results[i] = (np.ascontiguousarray(pcm[row : row + n]), np.ascontiguousarray(new_state[row : row + n]))
-            row += n
-
-    for idx in groups.values():
-        try:
-            one_run(idx)
-        except Exception:
-            if len(idx) == 1:
-                log.exception("code2wav failed for one request")
-                results[idx[0]] = WireError(INTERNAL, INTERNAL_MESSAGE)
-                continue
-            log.warning("code2wav batch of %d failed; retrying its requests one by one", len(idx), exc_info=True)
-            for i in idx:
-                try:
-                    one_run([i])
-                except Exception:
-                    log.exception("code2wav failed for one request")
-                    results[i] = WireError(INTERNAL, INTERNAL_MESSAGE)
-    return [r if r is not None else WireError(INTERNAL, INTERNAL_MESSAGE) for r in results]
+    return VocoderItem(
+        {"codes": codes.astype(np.int64, copy=False), "state": state.astype(np.float32, copy=False), "position": position},
+        frames=int(codes.shape[1]),
+    )

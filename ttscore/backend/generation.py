@@ -22,11 +22,20 @@ from ttscore.contract.tensors import CANCELLED, INTERNAL, INTERNAL_MESSAGE, UNAV
 log = logging.getLogger(__name__)
 
 
-def request_from_tensors(tensors: Mapping[str, np.ndarray]) -> Any:
-    """A SynthesisRequest from a speech_generation request; raises InvalidRequest naming the tensor."""
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+def request_decoder(settings: SpeechGenerationSettings) -> Callable[[Mapping[str, np.ndarray]], Any]:
+    """The served checkpoint's family's request-from-tensors (ttscore.runtime.family.Family): turns
+    a speech_generation request into what the family's `admit` takes; raises InvalidRequest naming
+    the tensor."""
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.families import FAMILIES
 
-    return SynthesisRequest(**triton_io.request_kwargs(tensors))
+    try:
+        family = read_manifest(settings.artifacts_dir).family
+    except ArtifactError as exc:
+        raise ModelSettingsError(f"speech_generation: {exc}") from None
+    if family not in FAMILIES:
+        raise ModelSettingsError(f"speech_generation: unknown model family {family!r} (known: {', '.join(FAMILIES)})")
+    return FAMILIES[family].request_from_tensors
 
 
 # --- speech_generation: the step loop -----------------------------------------------------------
@@ -53,27 +62,23 @@ class GeneratorLike(Protocol):
 
 def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
     """The production generator: the checkpoint's family model (ONNX Runtime sessions) + continuous batching."""
-    from ttscore.contract.manifest import read_manifest  # heavy imports below: only inside the server
-    from ttscore.runtime.engine import Generator
+    from ttscore.runtime.engine import Generator  # heavy imports below: only inside the server
     from ttscore.runtime.families import load_model
 
     inline = settings.vocoder == "inline"
     try:
-        # Voice features come from the voice_features ensemble, so this model never loads the
-        # encoders; with a BLS vocoder it does not load code2wav either.
+        # Voice features come from the voice-features models, so this model never loads the
+        # encoders; with a BLS vocoder it does not load the vocoder graph either.
         model = load_model(
             settings.artifacts_dir, threads=settings.intra_op_threads or None, vocoder=inline, encoders=False
         )
-        state_size = read_manifest(settings.artifacts_dir).code2wav_state_size
     except ArtifactError as exc:
         raise ModelSettingsError(f"speech_generation: {exc}") from None
     vocoder = None
     if not inline:
         from ttscore.backend.glue import BlsVocoder  # pb_utils: only inside the stub
 
-        if state_size is None:
-            raise ModelSettingsError(f"speech_generation: {settings.artifacts_dir} has no code2wav state size")
-        vocoder = BlsVocoder(settings.vocoder, state_size)
+        vocoder = BlsVocoder(settings.vocoder, model.vocoder_state_size, model.vocoder_feeds)
     memory = model.memory()
     if "kv_bytes_per_position" in memory:
         log.info(

@@ -130,27 +130,30 @@ def _unavailable(error: Any) -> bool:
 
 
 class BlsVocoder:
-    """The generator's vocoder as BLS calls to the `code2wav` model (shared by every checkpoint
-    whose speech tokenizer is the same). Streams are batched by the caller: one BLS request per
-    distinct chunk length, with one row per stream."""
+    """The generator's vocoder as BLS calls to a streaming vocoder model (`code2wav`, shared by
+    every Qwen3-TTS checkpoint with the same speech tokenizer; `audiovae_decoder` for VoxCPM2).
+    Streams are batched by the caller: one BLS request per distinct chunk length, one row per
+    stream. `feeds` is the family's FamilyModel.vocoder_feeds (the model's input names)."""
 
     external = True  # runs in another process: the engine counts its time apart from its own work
 
-    def __init__(self, model_name: str, state_size: int, max_rows: int = 8) -> None:
+    def __init__(self, model_name: str, state_size: int, feeds: Callable[..., dict[str, np.ndarray]],
+                 max_rows: int = 8) -> None:
         self.model_name = model_name
         self.state_size = state_size
-        self.max_rows = max_rows  # the code2wav model's max_batch_size
+        self.feeds = feeds
+        self.max_rows = max_rows  # the vocoder model's max_batch_size
 
     def new_stream(self) -> Any:
-        from ttscore.runtime.vocoder import VocoderStream
+        from ttscore.runtime.vocoder import new_stream
 
-        return VocoderStream(np.zeros(self.state_size, dtype=np.float32))
+        return new_stream(self.state_size)
 
-    def _run(self, codes: np.ndarray, state: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _run(self, frames: np.ndarray, state: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # A per-row scalar is [1] per request in a batching model's config: [B] -> [B, 1].
         inputs = [
-            pb_utils.Tensor("codes", codes),
-            pb_utils.Tensor("state", state),
-            pb_utils.Tensor("position", position.reshape(-1, 1)),
+            pb_utils.Tensor(name, value.reshape(-1, 1) if value.ndim == 1 else value)
+            for name, value in self.feeds(frames, state, position).items()
         ]
         res = pb_utils.InferenceRequest(
             model_name=self.model_name, inputs=inputs, requested_output_names=["pcm", "new_state"]

@@ -32,6 +32,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from ttscore.contract import qwen3_tts as spec
 from ttscore.contract import tensors as triton_io
+from ttscore.contract import voxcpm2
 from ttscore.contract.errors import ArtifactError, TTSError
 from ttscore.contract.manifest import MANIFEST, read_manifest
 
@@ -41,6 +42,8 @@ SOURCE_REPOSITORY = Path(__file__).resolve().parent / "model_repository"
 ROOT_FILES = ("README.md",)
 
 SPEC_DTYPES = {"float32": "TYPE_FP32", "int64": "TYPE_INT64", "int32": "TYPE_INT32", "bool": "TYPE_BOOL"}
+# The streaming vocoder models: their state / new_state dims must fit the manifest's state size.
+VOCODER_STATE = {"code2wav": "code2wav_state_size", "audiovae_decoder": "vae_decoder_state_size"}
 
 
 class RepositoryError(TTSError):
@@ -188,7 +191,7 @@ def _check_graph_io(
     got = {t.name: t for t in tensors}
     want = {t.name: t for t in specs}
     if set(got) != set(want):
-        raise RepositoryError(f"{model}: {kind}s {sorted(got)} differ from the graph's {sorted(want)} (ttscore/contract/qwen3_tts.py)")
+        raise RepositoryError(f"{model}: {kind}s {sorted(got)} differ from the graph's {sorted(want)} (ttscore/contract/)")
     for name, ts in want.items():
         c = got[name]
         dtype = mc.DataType.Name(c.data_type)
@@ -215,6 +218,8 @@ def graph_spec_for(model: str) -> spec.GraphSpec | None:
         return spec.speaker_encoder_spec(spec.MEL_BINS, "embed_dim")  # type: ignore[arg-type]
     if model == "speech_encoder":
         return spec.speech_encoder_spec(g)
+    if model == "audiovae_decoder":
+        return voxcpm2.vae_decoder_spec("feat_dim", "state_size")  # type: ignore[arg-type]
     return None
 
 
@@ -234,10 +239,10 @@ def check_config(config: mc.ModelConfig, state_size: int | None = None) -> None:
             raise RepositoryError("speech_generation must be decoupled")
         if config.max_batch_size != 0:
             raise RepositoryError("speech_generation must have max_batch_size 0 (the generator batches)")
-    if name == "code2wav" and state_size is not None:
+    if name in VOCODER_STATE and state_size is not None:
         for t in (*config.input, *config.output):
             if t.name in ("state", "new_state") and _dims(t.dims) not in ([-1], [state_size]):
-                raise RepositoryError(f"code2wav: {t.name} dims {_dims(t.dims)} != manifest state_size {state_size}")
+                raise RepositoryError(f"{name}: {t.name} dims {_dims(t.dims)} != manifest state_size {state_size}")
 
 
 def check_ensembles(configs: Mapping[str, mc.ModelConfig]) -> None:
@@ -301,13 +306,14 @@ def apply_settings(config: mc.ModelConfig, settings: ModelSettings) -> mc.ModelC
     return out
 
 
-def _manifest_state_size(artifacts_dir: str | None) -> int | None:
-    if not artifacts_dir:
+def _manifest_state_size(model: str, artifacts_dir: str | None) -> int | None:
+    if model not in VOCODER_STATE or not artifacts_dir:
         return None
     if not (Path(artifacts_dir) / MANIFEST).is_file():  # e.g. a container path that only exists inside the image
         return None
     try:
-        return read_manifest(artifacts_dir).code2wav_state_size
+        size: int | None = getattr(read_manifest(artifacts_dir), VOCODER_STATE[model])
+        return size
     except ArtifactError:
         return None
 
@@ -360,7 +366,7 @@ def render_repository(
             )
         config = apply_settings(config, model_settings)
         state_dir = config.parameters["artifacts_dir"].string_value if "artifacts_dir" in config.parameters else None
-        check_config(config, _manifest_state_size(state_dir))  # under the committed model's name
+        check_config(config, _manifest_state_size(config.name, state_dir))  # under the committed model's name
         config.name = name
         configs[name] = config
     check_ensembles(configs)

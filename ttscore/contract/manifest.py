@@ -54,6 +54,11 @@ class Manifest:
         return _int_or_none((self.raw.get("code2wav") or {}).get("state_size"))
 
     @property
+    def vae_decoder_state_size(self) -> int | None:
+        """VoxCPM2: floats of the streaming AudioVAE decoder's per-stream state."""
+        return _int_or_none((self.raw.get("vae_decoder") or {}).get("state_size"))
+
+    @property
     def speaker_embed_dim(self) -> int | None:
         """The x-vector size of a voice-cloning checkpoint (None: unknown)."""
         config = self.configs.get("config.json") or {}

@@ -22,9 +22,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ttscore.contract import qwen3_tts, voxcpm2
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.qwen3_tts import NUM_CODE_GROUPS
 from ttscore.contract.usage import Usage
+
+QWEN = (qwen3_tts.FAMILY,)
+VOXCPM2 = (voxcpm2.FAMILY,)
+BOTH = QWEN + VOXCPM2
 
 # --- tensor tables ------------------------------------------------------------------------------
 
@@ -44,45 +49,53 @@ class TensorIO:
     dims: tuple[int, ...]  # per request, -1 = any length
     optional: bool = False
     doc: str = ""
+    families: tuple[str, ...] = BOTH  # speech_generation inputs: the model families that take it
 
     @property
     def config_dtype(self) -> str:
         return f"TYPE_{'STRING' if self.dtype == 'BYTES' else self.dtype}"
 
 
-def _str(name: str, doc: str, optional: bool = True) -> TensorIO:
-    return TensorIO(name, "BYTES", (1,), optional, doc)
+def _str(name: str, doc: str, optional: bool = True, families: tuple[str, ...] = QWEN) -> TensorIO:
+    return TensorIO(name, "BYTES", (1,), optional, doc, families)
 
 
 SPEECH_GENERATION = "speech_generation"
+# One entry model for every family (one instance per served checkpoint): the table is the union of
+# the families' inputs and each row names the families that take it; a request giving an input its
+# checkpoint's family does not take is INVALID_ARG naming it (`request_kwargs`).
 SPEECH_INPUTS: tuple[TensorIO, ...] = (
-    _str("text", "UTF-8 text to speak (required).", optional=False),
+    _str("text", "UTF-8 text to speak (required).", optional=False, families=BOTH),
     _str("task_type", "custom_voice, voice_design or base; the checkpoint's variant when absent."),
     _str("speaker", "Preset speaker name (CustomVoice)."),
     _str("language", "Language name or Auto."),
     _str("instructions", "Style / voice description (VoiceDesign, 1.7B CustomVoice)."),
-    _str("ref_text", "Transcript of the reference audio (Base, in-context cloning)."),
-    TensorIO("ref_codes", "INT64", (-1, NUM_CODE_GROUPS), True, "Reference codes [T,16] from voice_features."),
-    TensorIO("x_vector", "FP32", (-1,), True, "Speaker embedding from voice_features (Base)."),
-    TensorIO("x_vector_only", "BOOL", (1,), True, "Clone from the x-vector only (no ICL)."),
-    TensorIO("non_streaming_mode", "BOOL", (1,), True, "Whole text in the prompt (model default when absent)."),
-    TensorIO("max_new_tokens", "INT32", (1,), True, "Frame budget (12.5 frames per second of audio)."),
-    TensorIO("seed", "INT64", (1,), True, "Makes sampling reproducible."),
-    TensorIO("do_sample", "BOOL", (1,), True, "False = greedy."),
-    TensorIO("temperature", "FP32", (1,), True, "Sampling knobs: default from generation_config.json."),
-    TensorIO("top_k", "INT32", (1,), True, ""),
-    TensorIO("top_p", "FP32", (1,), True, ""),
-    TensorIO("repetition_penalty", "FP32", (1,), True, ""),
-    TensorIO("subtalker_do_sample", "BOOL", (1,), True, "Code-predictor sampling switch."),
-    TensorIO("subtalker_temperature", "FP32", (1,), True, "Code-predictor sampling knobs."),
-    TensorIO("subtalker_top_k", "INT32", (1,), True, ""),
-    TensorIO("subtalker_top_p", "FP32", (1,), True, ""),
+    _str("ref_text", "Transcript of the reference audio (Qwen3-TTS Base ICL; VoxCPM2: continuation prompt).",
+         families=BOTH),
+    TensorIO("ref_codes", "INT64", (-1, NUM_CODE_GROUPS), True, "Reference codes [T,16] from voice_features.", QWEN),
+    TensorIO("x_vector", "FP32", (-1,), True, "Speaker embedding from voice_features (Base).", QWEN),
+    TensorIO("ref_patches", "FP32", (-1, -1, -1), True,
+             "VoxCPM2 reference latent patches [T, P, D] from audiovae_encoder.", VOXCPM2),
+    TensorIO("x_vector_only", "BOOL", (1,), True, "Clone from the x-vector only (no ICL).", QWEN),
+    TensorIO("non_streaming_mode", "BOOL", (1,), True, "Whole text in the prompt (model default when absent).", QWEN),
+    TensorIO("max_new_tokens", "INT32", (1,), True, "Frame budget (Qwen3-TTS: 12.5 frames/s; VoxCPM2: patches)."),
+    TensorIO("seed", "INT64", (1,), True, "Makes sampling (VoxCPM2: the diffusion noise) reproducible."),
+    TensorIO("do_sample", "BOOL", (1,), True, "False = greedy.", QWEN),
+    TensorIO("temperature", "FP32", (1,), True, "Sampling knobs: default from generation_config.json.", QWEN),
+    TensorIO("top_k", "INT32", (1,), True, "", QWEN),
+    TensorIO("top_p", "FP32", (1,), True, "", QWEN),
+    TensorIO("repetition_penalty", "FP32", (1,), True, "", QWEN),
+    TensorIO("subtalker_do_sample", "BOOL", (1,), True, "Code-predictor sampling switch.", QWEN),
+    TensorIO("subtalker_temperature", "FP32", (1,), True, "Code-predictor sampling knobs.", QWEN),
+    TensorIO("subtalker_top_k", "INT32", (1,), True, "", QWEN),
+    TensorIO("subtalker_top_p", "FP32", (1,), True, "", QWEN),
+    TensorIO("inference_timesteps", "INT32", (1,), True, "VoxCPM2 flow-matching solver steps per patch.", VOXCPM2),
     TensorIO("initial_chunk_frames", "INT32", (1,), True, "Frames in the first audio chunk."),
     TensorIO("chunk_frames", "INT32", (1,), True, "Frames in every later chunk."),
 )
 SPEECH_OUTPUTS: tuple[TensorIO, ...] = (
-    TensorIO("audio", "FP32", (-1,), doc="PCM chunk, mono float32, 24 kHz."),
-    TensorIO("frames", "INT32", (1,), doc="Codec frames in this chunk."),
+    TensorIO("audio", "FP32", (-1,), doc="PCM chunk, mono float32, the model's rate (Qwen3-TTS 24 kHz, VoxCPM2 48 kHz)."),
+    TensorIO("frames", "INT32", (1,), doc="Frames in this chunk (Qwen3-TTS codec frames, VoxCPM2 patches)."),
     TensorIO("finish_reason", "BYTES", (1,), doc='"" until the final chunk, then "stop" or "length".'),
     TensorIO("usage", "INT32", (3,), doc="Usage so far (ttscore.contract.usage): text, audio, output tokens."),
 )
@@ -97,9 +110,23 @@ VOICE_FEATURES_OUTPUTS: tuple[TensorIO, ...] = (
     TensorIO("ref_codes", "INT64", (-1, NUM_CODE_GROUPS), doc="Reference codes for in-context cloning."),
 )
 
+# VoxCPM2's voice features: the AudioVAE encoder (one per VoxCPM2 checkpoint).
+AUDIOVAE_ENCODER = "audiovae_encoder"
+AUDIOVAE_ENCODER_INPUTS: tuple[TensorIO, ...] = (
+    TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
+    TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 16 kHz)."),
+    TensorIO("prompt", "BOOL", (1,), True,
+             "True: a continuation prompt (the request also sends ref_text), zero-padded on the left; "
+             "false/absent: a cloning reference, padded on the right."),
+)
+AUDIOVAE_ENCODER_OUTPUTS: tuple[TensorIO, ...] = (
+    TensorIO("ref_patches", "FP32", (-1, -1, -1), doc="Latent patches [T, P, D] for speech_generation's ref_patches."),
+)
+
 PUBLIC_MODELS: dict[str, tuple[tuple[TensorIO, ...], tuple[TensorIO, ...]]] = {
     SPEECH_GENERATION: (SPEECH_INPUTS, SPEECH_OUTPUTS),
     VOICE_FEATURES: (VOICE_FEATURES_INPUTS, VOICE_FEATURES_OUTPUTS),
+    AUDIOVAE_ENCODER: (AUDIOVAE_ENCODER_INPUTS, AUDIOVAE_ENCODER_OUTPUTS),
 }
 
 # Which SynthesisRequest field each input fills (identical names, by design) and how to decode it.
@@ -207,16 +234,23 @@ def _scalar(spec: TensorIO, value: NDArray[Any]) -> Any:
     return f
 
 
-def request_kwargs(tensors: Mapping[str, NDArray[Any]]) -> dict[str, Any]:
-    """SynthesisRequest keyword arguments from the request's input tensors (absent = not passed,
+def request_kwargs(tensors: Mapping[str, NDArray[Any]], family: str = qwen3_tts.FAMILY) -> dict[str, Any]:
+    """The family's request keyword arguments from the request's input tensors (absent = not passed,
     so the dataclass default / checkpoint default applies). Semantic checks (ranges, task rules)
-    belong to the family's runtime; this only decodes and checks the wire types."""
+    belong to the family's runtime; this only decodes and checks the wire types, and refuses an
+    input of the table that `family` does not take."""
     known = {t.name for t in SPEECH_INPUTS}
     unknown = sorted(set(tensors) - known)
     if unknown:
         raise InvalidRequest(f"unknown input '{unknown[0]}'", unknown[0])
+    taken = {t.name for t in SPEECH_INPUTS if family in t.families}
+    foreign = [t.name for t in SPEECH_INPUTS if t.name in tensors and t.name not in taken]
+    if foreign:
+        raise InvalidRequest(f"input '{foreign[0]}' is not supported by {family} checkpoints", foreign[0])
     kwargs: dict[str, Any] = {}
     for spec in SPEECH_INPUTS:
+        if spec.name not in taken:
+            continue
         value = tensors.get(spec.name)
         if value is None:
             if not spec.optional:
@@ -228,9 +262,9 @@ def request_kwargs(tensors: Mapping[str, NDArray[Any]]) -> dict[str, Any]:
         # tensors) may be released once execute() returns, long before the generator reads them.
         if spec.name == "ref_codes":
             kwargs[spec.name] = np.array(value, dtype=np.int64, copy=True)
-        elif spec.name == "x_vector":
+        elif spec.name in ("x_vector", "ref_patches"):
             if not np.all(np.isfinite(value)):
-                raise InvalidRequest("input 'x_vector' must be finite", spec.name)
+                raise InvalidRequest(f"input '{spec.name}' must be finite", spec.name)
             kwargs[spec.name] = np.array(value, dtype=np.float32, copy=True)
         else:
             kwargs[spec.name] = _scalar(spec, value)

@@ -120,17 +120,11 @@ def pad_to_frames(audio: NDArray[Any], samples_per_frame: int = SAMPLES_PER_FRAM
     return np.pad(audio, [(0, 0)] * (audio.ndim - 1) + [(0, extra)])
 
 
-def prepare_reference(
-    audio: NDArray[Any],
-    sample_rate: int,
-    mel_filters: NDArray[Any],
-    param: str = "ref_audio",
-    rate_param: str | None = None,
-) -> tuple[NDArray[Any], NDArray[Any]]:
-    """A reference clip -> (24 kHz audio for the speech encoder, log-mel [frames, 128] for the
-    speaker encoder). The audio is NOT padded: the speech-encoder graph takes any length and
-    returns ceil(samples / 1920) frames, exactly like the reference `encode` (zero-padding first
-    changes the last frame's codes). Raises InvalidRequest(param=...)."""
+def check_reference(
+    audio: NDArray[Any], sample_rate: int, param: str = "ref_audio", rate_param: str | None = None
+) -> NDArray[np.float32]:
+    """The server's bounds on any reference clip (every family): rate, duration, finite samples.
+    Returns it as flat float32; raises InvalidRequest(param=...)."""
     wav = np.asarray(audio, dtype=np.float32).reshape(-1)
     if not REF_AUDIO_MIN_RATE <= int(sample_rate) <= REF_AUDIO_MAX_RATE:
         raise InvalidRequest(
@@ -144,5 +138,20 @@ def prepare_reference(
         )
     if not np.all(np.isfinite(wav)):
         raise InvalidRequest("reference audio must be finite", param)
+    return wav
+
+
+def prepare_reference(
+    audio: NDArray[Any],
+    sample_rate: int,
+    mel_filters: NDArray[Any],
+    param: str = "ref_audio",
+    rate_param: str | None = None,
+) -> tuple[NDArray[Any], NDArray[Any]]:
+    """A reference clip -> (24 kHz audio for the speech encoder, log-mel [frames, 128] for the
+    speaker encoder). The audio is NOT padded: the speech-encoder graph takes any length and
+    returns ceil(samples / 1920) frames, exactly like the reference `encode` (zero-padding first
+    changes the last frame's codes). Raises InvalidRequest(param=...)."""
+    wav = check_reference(audio, sample_rate, param, rate_param)
     wav24 = resample(wav, int(sample_rate), SAMPLE_RATE) if int(sample_rate) != SAMPLE_RATE else wav
     return wav24.astype(np.float32), np.asarray(log_mel(wav24, mel_filters), dtype=np.float32)

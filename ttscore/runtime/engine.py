@@ -62,7 +62,9 @@ class ChunkEvent:
     final: bool
     finish_reason: str | None  # "stop" | "length" on the final event
     usage: Usage
-    codes: NDArray[Any] | None = None  # [frames, G] codec frames of this chunk
+    # This chunk's frames, in-process only (offline tools, tests; chunk_outputs does not send them):
+    # Qwen3-TTS codec codes [frames, G] int64, VoxCPM2 latent patches [frames, P, D] float32.
+    codes: NDArray[Any] | None = None
 
 
 @dataclass
@@ -89,6 +91,7 @@ class _Active:
     chunks_out: int = 0
     first_sent: float = 0.0  # clock() when the first chunk was made
     sent_seconds: float = 0.0  # audio seconds made so far
+    no_frames: NDArray[Any] | None = None  # [0, *frame shape] in the family's dtype, once a frame was made
 
 
 class Generator:
@@ -233,7 +236,11 @@ class Generator:
             seq = a.seq
             n = len(seq.pending)
             pcm = next(pcms) if n else np.zeros(0, np.float32)
-            codes = np.stack(seq.pending) if n else np.zeros((0, self.model.num_codebooks), np.int64)
+            if n:
+                codes = np.stack(seq.pending)
+                a.no_frames = codes[:0]
+            else:  # an empty (final) chunk: no frames, of the family's frame shape and dtype
+                codes = a.no_frames if a.no_frames is not None else np.zeros((0, self.model.num_codebooks), np.int64)
             seq.pending = []
             if a.chunks_out == 0:
                 a.first_sent = now

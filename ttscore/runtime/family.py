@@ -9,6 +9,7 @@ Registration: ttscore.runtime.families.FAMILIES.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,7 +20,7 @@ import numpy.typing as npt
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.rules import FamilyRules
 
-Codes = npt.NDArray[np.int64]  # [frames, codebooks]
+Codes = npt.NDArray[Any]  # one row per frame: codec codes [frames, codebooks] (Qwen3-TTS) or latent patches [frames, P, D] (VoxCPM2)
 Pcm = npt.NDArray[np.float32]  # mono samples
 
 
@@ -63,6 +64,18 @@ class FamilyModel(Protocol):
         """Audio seconds of one frame (the chunk schedule paces streams with it)."""
         ...
 
+    @property
+    def vocoder_state_size(self) -> int:
+        """Floats of the streaming vocoder's per-stream state (ttscore.runtime.vocoder)."""
+        ...
+
+    def vocoder_feeds(
+        self, frames: npt.NDArray[Any], state: npt.NDArray[np.float32], position: npt.NDArray[np.int64]
+    ) -> dict[str, npt.NDArray[Any]]:
+        """The vocoder graph's inputs for one batch of chunks (frames [B, T, ...], state [B, S],
+        position [B]); the same names serve the in-process graph and the Triton vocoder model."""
+        ...
+
     def admit(self, request: Any) -> Sequence:
         """Validate (InvalidRequest naming the field) and prepare one request; no model call, so a
         burst of joins costs nothing until the engine schedules their prefill."""
@@ -93,3 +106,8 @@ class Family(Protocol):
     def load(
         self, artifacts: Path, manifest: Manifest, *, threads: int | None, vocoder: bool, encoders: bool
     ) -> FamilyModel: ...
+
+    def request_from_tensors(self, tensors: Mapping[str, npt.NDArray[Any]]) -> Any:
+        """The family's request (what `admit` takes) from a speech_generation request's input
+        tensors; raises InvalidRequest naming the tensor (one the family does not take included)."""
+        ...

@@ -1,8 +1,15 @@
-"""The exact streaming vocoder's per-stream state and its batched decode (any family with a
-`(codes, state, position) -> (pcm, new_state)` vocoder graph)."""
+"""The exact streaming vocoder's per-stream state and its batched decode, for any family whose
+vocoder graph is a pure function `(frames, state[, position]) -> (pcm, new_state)`.
+
+What differs between families is only how a batch of frames becomes the graph's inputs
+(`FamilyModel.vocoder_feeds`: Qwen3-TTS codes + position, VoxCPM2 latent frames); the stream
+state, the grouping by chunk length and the state update are the same, in-process (OrtVocoder)
+and over Triton BLS (ttscore.backend.glue.BlsVocoder).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,55 +18,63 @@ from numpy.typing import NDArray
 
 from ttscore.runtime.onnx import OnnxGraph
 
+# frames [B, T, ...] (one chunk per stream), state [B, S], position [B] -> the vocoder's inputs
+Feeds = Callable[[NDArray[Any], NDArray[np.float32], NDArray[np.int64]], dict[str, NDArray[Any]]]
+# the same arguments -> (pcm [B, samples], new_state [B, S])
+RunVocoder = Callable[[NDArray[Any], NDArray[np.float32], NDArray[np.int64]], tuple[NDArray[Any], NDArray[Any]]]
+
 
 @dataclass
 class VocoderStream:
     """Per-stream state of the exact streaming vocoder."""
 
     state: NDArray[Any]
-    position: int = 0
+    position: int = 0  # frames already decoded on this stream
+
+
+def new_stream(state_size: int) -> VocoderStream:
+    return VocoderStream(np.zeros(state_size, dtype=np.float32))
 
 
 def decode_streams(
     items: list[tuple[VocoderStream, NDArray[Any]]],
-    run: Any,
+    run: RunVocoder,
     max_rows: int | None = None,
 ) -> list[NDArray[Any]]:
-    """Decode each (stream, codes [T, G]) pair and advance its stream. Streams whose chunks have the
-    same length go through one batched call (at most `max_rows` rows) `run(codes [B,T,G],
-    state [B,S], position [B]) -> (pcm [B, T*spf], new_state [B, S])`; returns the PCM per item."""
+    """Decode each (stream, frames [T, ...]) pair and advance its stream. Streams whose chunks have
+    the same length go through one batched `run` (at most `max_rows` rows); returns the PCM per item."""
     out: list[NDArray[Any]] = [np.zeros(0, np.float32)] * len(items)
     by_len: dict[int, list[int]] = {}
-    for i, (_, codes) in enumerate(items):
-        by_len.setdefault(int(codes.shape[0]), []).append(i)
+    for i, (_, frames) in enumerate(items):
+        by_len.setdefault(int(frames.shape[0]), []).append(i)
     groups = [g[k : k + (max_rows or len(g))] for g in by_len.values() for k in range(0, len(g), max_rows or len(g))]
     for idx in groups:
         pcm, state = run(
-            np.stack([items[i][1] for i in idx]).astype(np.int64),
+            np.stack([items[i][1] for i in idx]),
             np.stack([items[i][0].state for i in idx]).astype(np.float32),
             np.array([items[i][0].position for i in idx], dtype=np.int64),
         )
         for row, i in enumerate(idx):
-            stream, codes = items[i]
+            stream, frames = items[i]
             stream.state = np.array(state[row], dtype=np.float32)
-            stream.position += int(codes.shape[0])
+            stream.position += int(frames.shape[0])
             out[i] = np.array(pcm[row], dtype=np.float32)
     return out
 
 
 class OrtVocoder:
-    """code2wav_stream run in-process; requests with equal chunk lengths are batched."""
+    """The vocoder graph run in-process; streams with equal chunk lengths are batched."""
 
-    def __init__(self, graph: OnnxGraph, state_size: int, samples_per_frame: int) -> None:
+    def __init__(self, graph: OnnxGraph, state_size: int, feeds: Feeds) -> None:
         self.graph = graph
         self.state_size = state_size
-        self.samples_per_frame = samples_per_frame
+        self.feeds = feeds
 
     def new_stream(self) -> VocoderStream:
-        return VocoderStream(np.zeros(self.state_size, dtype=np.float32))
+        return new_stream(self.state_size)
 
-    def _run(self, codes: NDArray[Any], state: NDArray[Any], position: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
-        res = self.graph.run({"codes": codes, "state": state, "position": position})
+    def _run(self, frames: NDArray[Any], state: NDArray[np.float32], position: NDArray[np.int64]) -> tuple[NDArray[Any], NDArray[Any]]:
+        res = self.graph.run(self.feeds(frames, state, position))
         return res["pcm"], res["new_state"]
 
     def decode(self, items: list[tuple[VocoderStream, NDArray[Any]]]) -> list[NDArray[Any]]:

@@ -25,7 +25,12 @@ def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None
     from ttscore.tools.progress import Stages
 
     src = checkpoint.resolve()
-    read_checkpoint(src)  # fail fast, before any heavy import
+    from ttscore.runtime.families.voxcpm2 import checkpoint as voxcpm2_checkpoint
+
+    if voxcpm2_checkpoint.is_voxcpm2(src):
+        voxcpm2_checkpoint.read_checkpoint(src)  # fail fast, before any heavy import
+    else:
+        read_checkpoint(src)
     fp = fingerprint(src)
     target = out or cache_root() / "artifacts" / f"{src.name}-{fp}-{precision}"
     try:
@@ -38,3 +43,26 @@ def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None
     with Stages(f"export {checkpoint.name}", quiet=quiet) as stages:
         export_checkpoint(src, target, precision=precision, progress=stages.hook)
     return target
+
+
+DEMO = (("custom_voice", "Qwen3-TTS-tiny-CustomVoice"), ("base", "Qwen3-TTS-tiny-Base"))
+VOXCPM2_DEMO = "VoxCPM2-tiny"
+
+
+def demo_checkpoints(root: Path) -> list[Path]:
+    """The tiny random-weight demo checkpoints of `serve` and `prepare --demo` (built once under
+    `root`): Qwen3-TTS CustomVoice and Base, and VoxCPM2."""
+    from export.tiny import make_tiny
+    from export.voxcpm2.tiny import make_tiny_voxcpm2
+
+    out = []
+    for variant, name in DEMO:
+        path = root / name
+        if not (path / "model.safetensors").is_file():
+            make_tiny(variant, path, seed=0)
+        out.append(path)
+    vox = root / VOXCPM2_DEMO
+    if not (vox / "model.safetensors").is_file():
+        make_tiny_voxcpm2(vox, seed=0)
+    out.append(vox)
+    return out

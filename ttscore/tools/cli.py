@@ -20,8 +20,24 @@ logger = logging.getLogger("triton-tts")
 
 
 def _cmd_make_tiny(args: argparse.Namespace) -> int:
+    from ttscore.contract.errors import InvalidRequest
+
+    if args.family == "voxcpm2":
+        from export.voxcpm2.tiny import SIZES, make_tiny_voxcpm2
+
+        if args.variant or args.greedy:
+            raise InvalidRequest("--variant/--greedy are Qwen3-TTS options (not --family voxcpm2)", "variant")
+        if args.size not in SIZES:
+            raise InvalidRequest(f"--family voxcpm2 takes --size {' or '.join(SIZES)}", "size")
+        print(make_tiny_voxcpm2(Path(args.out), seed=args.seed, size=args.size))
+        return 0
+    from export.tiny import SIZES as QWEN_SIZES
     from export.tiny import make_tiny
 
+    if not args.variant:
+        raise InvalidRequest("--variant is required for --family qwen3_tts", "variant")
+    if args.size not in QWEN_SIZES:
+        raise InvalidRequest(f"--family qwen3_tts takes --size {', '.join(QWEN_SIZES)}", "size")
     path = make_tiny(args.variant, Path(args.out), seed=args.seed, size=args.size, greedy=args.greedy)
     print(path)
     return 0
@@ -61,6 +77,10 @@ def _cmd_say(args: argparse.Namespace) -> int:
     if bool(args.checkpoint) == bool(args.artifacts):
         raise InvalidRequest("give exactly one of --checkpoint or --artifacts", "checkpoint")
     artifacts = Path(args.artifacts) if args.artifacts else ensure_artifacts(Path(args.checkpoint), args.precision)
+    from ttscore.contract.manifest import read_manifest
+
+    if read_manifest(artifacts).family == "voxcpm2":
+        return _say_voxcpm2(args, artifacts)
     pipe = Pipeline.load(artifacts)
     ref_codes = x_vector = None
     if args.ref_audio:
@@ -107,6 +127,58 @@ def _cmd_say(args: argparse.Namespace) -> int:
     return 0
 
 
+def _say_voxcpm2(args: argparse.Namespace, artifacts: Path) -> int:
+    """`say` for a VoxCPM2 checkpoint: zero-shot, or cloning with --ref-audio (+ --ref-text: the
+    reference's continuation mode, where the clip is the prompt audio and the text its transcript)."""
+    import numpy as np
+    import soundfile as sf
+
+    from ttscore.contract.errors import InvalidRequest
+    from ttscore.runtime.audio import load_audio
+    from ttscore.runtime.engine import Generator
+    from ttscore.runtime.families import load_model
+    from ttscore.runtime.families.voxcpm2.model import VoxCPM2Model, VoxCPM2Request
+
+    for flag, value in (("--voice", args.voice), ("--language", args.language), ("--instructions", args.instructions)):
+        if value:
+            raise InvalidRequest(f"{flag} is not supported by VoxCPM2 checkpoints", flag.lstrip("-"))
+    if args.x_vector_only or args.greedy or args.non_streaming_mode is not None:
+        raise InvalidRequest("--x-vector-only/--greedy/--non-streaming-mode are Qwen3-TTS options", "ref_audio")
+    model = load_model(artifacts)
+    assert isinstance(model, VoxCPM2Model)
+    req = VoxCPM2Request(text=args.text, seed=args.seed, max_new_tokens=args.max_new_tokens)
+    if args.ref_audio:
+        try:
+            data = Path(args.ref_audio).read_bytes()
+        except OSError as exc:
+            raise InvalidRequest(f"cannot read reference audio {args.ref_audio}: {exc}", "ref_audio") from None
+        wav, sr = load_audio(data)
+        if args.ref_text:
+            req.prompt_patches = model.encode_reference(wav, sr, pad="left")
+            req.prompt_text = args.ref_text
+        else:
+            req.ref_patches = model.encode_reference(wav, sr, pad="right")
+    elif args.ref_text:
+        raise InvalidRequest("--ref-text needs --ref-audio", "ref_audio")
+    gen = Generator(model, max_batch=1, chunk_policy="fixed")
+    t0 = time.time()
+    chunks, frames, reason = [], 0, None
+    for ev in gen.synthesize(req):
+        chunks.append(ev.pcm)
+        frames += ev.frames
+        reason = ev.finish_reason or reason
+    pcm = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
+    elapsed = time.time() - t0
+    rate = model.info.sample_rate
+    sf.write(args.output, pcm, rate, subtype="PCM_16")
+    seconds = pcm.shape[0] / rate
+    print(
+        f"wrote {args.output}: {frames} patches, {seconds:.2f} s at {rate} Hz "
+        f"(finish: {reason}; {elapsed:.2f} s, RTF {elapsed / max(seconds, 1e-9):.2f})"
+    )
+    return 0
+
+
 BENCHES = {
     "offline": "ttscore.tools.bench.offline",  # exported pipeline vs the reference PyTorch generate
     "triton": "ttscore.tools.bench.throughput",  # throughput through Triton vs the offline pipeline
@@ -131,10 +203,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
 
     t = sub.add_parser("make-tiny", help="write a random-weight checkpoint in the real layout")
-    t.add_argument("--variant", required=True, choices=["custom_voice", "voice_design", "base"])
+    t.add_argument("--family", default="qwen3_tts", choices=["qwen3_tts", "voxcpm2"])
+    t.add_argument("--variant", choices=["custom_voice", "voice_design", "base"], help="Qwen3-TTS only (required there)")
     t.add_argument("--out", required=True)
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--size", default="tiny", choices=["tiny", "0.6b", "1.7b"])
+    t.add_argument(
+        "--size", default="tiny", choices=["tiny", "0.6b", "1.7b", "real"],
+        help="qwen3_tts: tiny, 0.6b, 1.7b; voxcpm2: tiny, real",
+    )
     t.add_argument("--greedy", action="store_true", help="generation_config with do_sample false")
     t.set_defaults(func=_cmd_make_tiny)
 

@@ -1,8 +1,8 @@
 """`triton-tts prepare`: everything a deployment needs before Triton starts (docker-compose.yml's init service).
 
 1. the checkpoints: every Qwen3-TTS checkpoint in `--checkpoints` (that directory itself, or its
-   immediate subdirectories), or with `--demo` the tiny random-weight CustomVoice + Base pair of
-   `triton-tts serve` (built once under `<artifacts>/demo-checkpoints`);
+   immediate subdirectories), or with `--demo` the tiny random-weight CustomVoice + Base + VoxCPM2
+   checkpoints of `triton-tts serve` (built once under `<artifacts>/demo-checkpoints`);
 2. each exported into `<artifacts>/<model id>`, skipped when the export there is current (same
    source fingerprint and precision, as `serve` decides);
 3. the Triton model repository rendered into `--repository` (as `serve` renders it; `--device gpu`
@@ -24,9 +24,8 @@ from typing import Any
 from ttscore.contract.errors import TTSError
 from ttscore.tools.progress import add_quiet
 
-DEMO = (("custom_voice", "Qwen3-TTS-tiny-CustomVoice"), ("base", "Qwen3-TTS-tiny-Base"))
 # Models that run exported graphs (audio_preprocess is numpy; voice_features is an ensemble).
-GPU_MODELS = ("speech_generation", "code2wav", "speaker_encoder", "speech_encoder")
+GPU_MODELS = ("speech_generation", "code2wav", "speaker_encoder", "speech_encoder", "audiovae_decoder", "audiovae_encoder")
 
 
 class PrepareError(TTSError):
@@ -45,18 +44,6 @@ def find_checkpoints(root: Path) -> list[Path]:
             f"no Qwen3-TTS checkpoint in {root}: point TTS_CHECKPOINTS at a checkpoint directory or at a "
             "directory of them (or use the cpu profile for the tiny demo)")
     return found
-
-
-def demo_checkpoints(root: Path) -> list[Path]:
-    from export.tiny import make_tiny
-
-    out = []
-    for variant, name in DEMO:
-        path = root / name
-        if not (path / "model.safetensors").is_file():
-            make_tiny(variant, path, seed=0)
-        out.append(path)
-    return out
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -98,6 +85,8 @@ def prepare(checkpoints: list[Path], artifacts: Path, repository: Path, gateway_
 def _cmd_prepare(args: argparse.Namespace) -> int:
     artifacts = Path(args.artifacts)
     if args.demo:
+        from ttscore.tools.artifacts import demo_checkpoints
+
         checkpoints = demo_checkpoints(artifacts / "demo-checkpoints")
     elif args.checkpoints:
         checkpoints = find_checkpoints(Path(args.checkpoints))

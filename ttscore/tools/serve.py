@@ -1,9 +1,10 @@
 """`triton-tts serve`: export (if needed) -> render the model repository -> tritonserver -> gateway.
 
 One `speech_generation` model per served checkpoint (named `speech_generation` when only one is
-served, `speech_generation_<name>` otherwise), all sharing one `code2wav` model through BLS when
-their speech tokenizers are byte-identical; the Base checkpoint (at most one) also gets the
-`voice_features` ensemble. Ctrl-C / SIGTERM drains the gateway (it finishes what is in flight,
+served, `speech_generation_<name>` otherwise). Qwen3-TTS checkpoints share one `code2wav` model
+through BLS when their speech tokenizers are byte-identical, and the Base checkpoint (at most one)
+gets the `voice_features` ensemble; a VoxCPM2 checkpoint gets its `audiovae_decoder` (BLS vocoder)
+and `audiovae_encoder` (voice features). Ctrl-C / SIGTERM drains the gateway (it finishes what is in flight,
 up to --drain-timeout), then stops Triton. A tritonserver that dies is restarted with backoff
 (ttscore.tools.supervisor); serve exits 1 only when restarts keep failing.
 """
@@ -30,6 +31,10 @@ from ttscore.tools.progress import add_quiet
 
 logger = logging.getLogger(__name__)
 
+QWEN, VOXCPM2 = "qwen3_tts", "voxcpm2"  # manifest families (ttscore.runtime.families.FAMILIES)
+# The Hugging Face organisation of each family's released checkpoints: `<org>/<name>` is accepted as
+# a model id too (the form the OpenAI examples use, e.g. Qwen/Qwen3-TTS-12Hz-0.6B-Base).
+HUB_ORGS = {QWEN: "Qwen", VOXCPM2: "openbmb"}
 VOICE_FEATURE_MODELS = ("voice_features", "audio_preprocess", "speaker_encoder", "speech_encoder")
 DRAIN_MARGIN_S = 10.0  # past the gateway's drain time: its own shutdown grace, then it is killed
 
@@ -45,6 +50,7 @@ class Served:
     artifacts: Path
     manifest: Manifest
     triton_model: str = "speech_generation"
+    voice_features_model: str | None = None  # set by plan_deployment
 
     @property
     def variant(self) -> str:
@@ -64,33 +70,62 @@ def _model_id(path: Path, taken: set[str]) -> str:
     return name
 
 
+def _family_model(base: str, s: Served, one: bool) -> str:
+    return base if one else f"{base}_{s.name}"
+
+
 def plan_deployment(served: list[Served], max_active: int | None = None) -> dict[str, Any]:
-    """Model names, aliases and per-model settings for render_repository (pure)."""
-    bases = [s for s in served if s.variant == "base"]
+    """Model names, aliases and per-model settings for render_repository (pure).
+
+    Qwen3-TTS checkpoints share one code2wav when their speech tokenizers are byte-identical; each
+    VoxCPM2 checkpoint gets its own audiovae_decoder (BLS vocoder) and audiovae_encoder (voice
+    features), suffixed with its name when several are served."""
+    qwen = [s for s in served if s.manifest.family == QWEN]
+    vox = [s for s in served if s.manifest.family == VOXCPM2]
+    other = sorted({s.manifest.family for s in served} - {QWEN, VOXCPM2})
+    if other:
+        raise ServeError(f"cannot serve model family {other[0]!r} (known: {QWEN}, {VOXCPM2})")
+    bases = [s for s in qwen if s.variant == "base"]
     if len(bases) > 1:
-        raise ServeError("at most one Base checkpoint can be served at a time (one voice_features ensemble)")
-    shared = len({s.tokenizer_sha for s in served}) == 1 and served[0].tokenizer_sha is not None
+        raise ServeError("at most one Qwen3-TTS Base checkpoint can be served at a time (one voice_features ensemble)")
+    shared = bool(qwen) and len({s.tokenizer_sha for s in qwen}) == 1 and qwen[0].tokenizer_sha is not None
     aliases: dict[str, str] = {}
     settings: dict[str, Any] = {}
     models: list[str] = []
+
+    def add(name: str, origin: str, params: dict[str, str]) -> None:
+        if name != origin:
+            aliases[name] = origin
+        settings[name] = {"parameters": params}
+        models.append(name)
+
     for s in served:
-        s.triton_model = "speech_generation" if len(served) == 1 else f"speech_generation_{s.name}"
-        if s.triton_model != "speech_generation":
-            aliases[s.triton_model] = "speech_generation"
-        params = {"artifacts_dir": str(s.artifacts), "vocoder": "code2wav" if shared else "inline"}
+        s.triton_model = _family_model("speech_generation", s, len(served) == 1)
+        if s.manifest.family == VOXCPM2:
+            vocoder = _family_model("audiovae_decoder", s, len(vox) == 1)
+            s.voice_features_model = _family_model("audiovae_encoder", s, len(vox) == 1)
+        else:
+            vocoder = "code2wav" if shared else "inline"
+            s.voice_features_model = "voice_features" if s.variant == "base" else None
+        params = {"artifacts_dir": str(s.artifacts), "vocoder": vocoder}
         if max_active:
             params["max_active_requests"] = str(max_active)
-        settings[s.triton_model] = {"parameters": params}
-        models.append(s.triton_model)
+        add(s.triton_model, "speech_generation", params)
+    for s in vox:
+        art = {"artifacts_dir": str(s.artifacts)}
+        add(_family_model("audiovae_decoder", s, len(vox) == 1), "audiovae_decoder", dict(art))
+        add(_family_model("audiovae_encoder", s, len(vox) == 1), "audiovae_encoder", dict(art))
     if shared:
         models.append("code2wav")
-        settings["code2wav"] = {"parameters": {"artifacts_dir": str(served[0].artifacts)}}
+        settings["code2wav"] = {"parameters": {"artifacts_dir": str(qwen[0].artifacts)}}
     if bases:
         for m in VOICE_FEATURE_MODELS:
             models.append(m)
             if m != "voice_features":
                 settings[m] = {"parameters": {"artifacts_dir": str(bases[0].artifacts)}}
-    return {"models": models, "aliases": aliases, "settings": settings, "shared_code2wav": shared}
+    vocoders = (["code2wav"] if shared else []) + [m for m in models if aliases.get(m, m) == "audiovae_decoder"]
+    return {"models": models, "aliases": aliases, "settings": settings, "shared_code2wav": shared,
+            "vocoders": vocoders}
 
 
 def gateway_config(
@@ -98,7 +133,7 @@ def gateway_config(
 ) -> dict[str, Any]:
     """The gateway's JSON config; `voices`: optional gateway settings (custom_voice_dir,
     allowed_local_media_path, allow_private_urls), left out when None."""
-    extra: dict[str, Any] = {"readiness_models": ["code2wav"]} if plan and plan.get("shared_code2wav") else {}
+    extra: dict[str, Any] = {"readiness_models": plan["vocoders"]} if plan and plan.get("vocoders") else {}
     extra.update({k: v for k, v in (voices or {}).items() if v is not None})
     return {
         **extra,
@@ -108,10 +143,9 @@ def gateway_config(
                 "name": s.name,
                 "variant": s.variant,
                 "triton_model": s.triton_model,
-                "voice_features_model": "voice_features" if s.variant == "base" else None,
+                "voice_features_model": s.voice_features_model,
                 "artifacts_dir": str(s.artifacts),
-                # the Hugging Face repo id form the OpenAI examples use, e.g. Qwen/Qwen3-TTS-12Hz-0.6B-Base
-                "aliases": [f"Qwen/{s.name}"],
+                "aliases": [f"{HUB_ORGS[s.manifest.family]}/{s.name}"],
             }
             for s in served
         ],
@@ -141,16 +175,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     checkpoints = [Path(c) for c in args.checkpoint or []]
     if not checkpoints:
-        from export.tiny import make_tiny
+        from ttscore.tools.artifacts import demo_checkpoints
 
         # CustomVoice for the preset speakers, Base so that the spec's voice-cloning examples
-        # (uploaded voices, ref_audio, the WebSocket with a cloned voice) work too.
-        for variant, name in (("custom_voice", "Qwen3-TTS-tiny-CustomVoice"), ("base", "Qwen3-TTS-tiny-Base")):
-            demo = cache_root() / "demo" / name
-            if not (demo / "model.safetensors").is_file():
-                print(f"no --checkpoint given: building the tiny random-weight demo checkpoint in {demo}", flush=True)
-                make_tiny(variant, demo, seed=0)
-            checkpoints.append(demo)
+        # (uploaded voices, ref_audio, the WebSocket with a cloned voice) work too, and VoxCPM2.
+        print(f"no --checkpoint given: the tiny random-weight demo checkpoints in {cache_root() / 'demo'}", flush=True)
+        checkpoints = demo_checkpoints(cache_root() / "demo")
 
     work = Path(args.work or cache_root() / "serve")
     taken: set[str] = set()

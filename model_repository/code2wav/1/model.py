@@ -1,7 +1,8 @@
 """code2wav: exact streaming vocoder over ONNX Runtime, batched across requests.
 
 Requests of one execute() are grouped by frame count, each group runs once, results are scattered
-back; a request with bad inputs gets its own INVALID_ARG response and the others still get audio.
+back (ttscore.backend.vocoder, shared with audiovae_decoder); a request with bad inputs gets its
+own INVALID_ARG response and the others still get audio.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import logging
 import triton_python_backend_utils as pb_utils
 
 from ttscore.backend import code2wav as code2wav_logic
-from ttscore.backend import glue
+from ttscore.backend import glue, vocoder
 from ttscore.backend import settings as model_settings
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
@@ -27,10 +28,10 @@ class TritonPythonModel:
         settings = model_settings.OrtModelSettings.from_model_config(config)
         model_settings.Instance.from_args(args).configure_process()
         self.facts = code2wav_logic.codec_facts(name, settings.manifest, settings.artifacts_dir)
-        code2wav_logic.check_state_dims(
+        vocoder.check_state_dims(
             name, pb_utils.get_input_config_by_name(config, "state")["dims"], self.facts.state_size, "state"
         )
-        code2wav_logic.check_state_dims(
+        vocoder.check_state_dims(
             name, pb_utils.get_output_config_by_name(config, "new_state")["dims"], self.facts.state_size, "new_state"
         )
         self.graph = model_settings.open_graph(name, settings, "code2wav_stream")
@@ -50,14 +51,7 @@ class TritonPythonModel:
             except Exception:
                 log.exception("could not decode a code2wav request")
                 items.append(triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE))
-        responses = []
-        for result in code2wav_logic.run_code2wav(self.graph.run, items):
-            if isinstance(result, triton_io.WireError):
-                responses.append(glue.response(error=result))
-            else:
-                pcm, new_state = result
-                responses.append(glue.response({"pcm": pcm, "new_state": new_state}))
-        return responses
+        return vocoder.vocoder_responses(vocoder.run_vocoder(self.graph.run, items), glue.response)
 
     def finalize(self):
         self.graph = None

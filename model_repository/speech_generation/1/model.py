@@ -1,8 +1,8 @@
 """speech_generation: the decoupled entry model hosting ttscore.runtime.engine.Generator.
 
 execute() only decodes each request and hands it to the GenerationScheduler's inbox, then returns;
-a background thread runs the step loop (one batched talker + code-predictor step for every active
-request), checks cancellation between steps and streams every audio chunk. Exactly one FINAL per
+a background thread runs the step loop (one batched decode step of the checkpoint's family for every
+active request), checks cancellation between steps and streams every audio chunk. Exactly one FINAL per
 request on every path is the scheduler's obligation (ttscore/backend/generation.py).
 """
 
@@ -28,6 +28,8 @@ class TritonPythonModel:
         self.settings = model_settings.SpeechGenerationSettings.from_model_config(config)
         model_settings.Instance.from_args(args).configure_process()
         self.generator = self._load_generator(self.settings)
+        # The checkpoint's family decodes the request tensors (ttscore.runtime.family.Family).
+        self.request_from_tensors = generation.request_decoder(self.settings)
         # Per-step batch/time/load metrics on Triton's metrics port; never fails initialize.
         self.publisher = triton_metrics.TritonMetricsPublisher.for_model(pb_utils, args)
         self.scheduler = generation.GenerationScheduler(
@@ -55,7 +57,7 @@ class TritonPythonModel:
                 self.scheduler.probe(stream)
                 continue
             try:
-                synthesis = generation.request_from_tensors(glue.input_arrays(request))
+                synthesis = self.request_from_tensors(glue.input_arrays(request))
             except InvalidRequest as exc:
                 self.scheduler.reject(stream, triton_io.invalid_request_error(exc))
                 continue

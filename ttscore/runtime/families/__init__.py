@@ -6,10 +6,10 @@ from pathlib import Path
 
 from ttscore.contract.errors import ArtifactError
 from ttscore.contract.manifest import read_manifest
-from ttscore.runtime.families import qwen3_tts
+from ttscore.runtime.families import qwen3_tts, voxcpm2
 from ttscore.runtime.family import Family, FamilyModel
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (qwen3_tts.FAMILY,)}
+FAMILIES: dict[str, Family] = {f.name: f for f in (qwen3_tts.FAMILY, voxcpm2.FAMILY)}
 
 
 def load_model(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from numpy.typing import NDArray
 
 from ttscore.contract import qwen3_tts
+from ttscore.contract import tensors as triton_io
 from ttscore.contract.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -22,6 +26,11 @@ class Qwen3TTS:
         from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline  # onnxruntime
 
         return Pipeline(artifacts, manifest, threads, vocoder=vocoder, encoders=encoders)
+
+    def request_from_tensors(self, tensors: Mapping[str, NDArray[Any]]) -> Any:
+        from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+
+        return SynthesisRequest(**triton_io.request_kwargs(tensors, self.name))
 
 
 FAMILY = Qwen3TTS()

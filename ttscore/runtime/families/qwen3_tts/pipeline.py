@@ -59,8 +59,7 @@ class Pipeline:
         self.talker = graph("talker")
         self.code_predictor = graph("code_predictor")
         self.vocoder: OrtVocoder | None = (
-            OrtVocoder(graph("code2wav_stream"), self.state_size, self.info.samples_per_frame)
-            if vocoder
+            OrtVocoder(graph("code2wav_stream"), self.state_size, self.vocoder_feeds) if vocoder
             else None
         )
         self.speaker_encoder = graph("speaker_encoder") if encoders and "speaker_encoder" in graphs else None
@@ -91,6 +90,15 @@ class Pipeline:
     @property
     def frame_seconds(self) -> float:
         return self.info.samples_per_frame / self.info.sample_rate
+
+    @property
+    def vocoder_state_size(self) -> int:
+        return self.state_size
+
+    @staticmethod
+    def vocoder_feeds(frames: NDArray[Any], state: NDArray[np.float32], position: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        """code2wav_stream's inputs (the code2wav model's too): codes [B, T, G], state, position."""
+        return {"codes": frames.astype(np.int64, copy=False), "state": state, "position": position}
 
     def admit(self, request: SynthesisRequest) -> QwenSequence:
         return decode.admit(self, request)

@@ -1,0 +1,385 @@
+"""VoxCPM2 checkpoint -> validated ONNX graphs + text embedding table + manifest.json.
+
+Called by export.exporter.export_checkpoint (which owns the partial directory and the rename into
+place) when the checkpoint's config.json is a VoxCPM2 config. Each graph is traced from the
+wrappers in export/voxcpm2/graphs.py with the legacy TorchScript exporter and checked in ONNX
+Runtime against the reference's own modules (not the wrappers) over several shapes per dynamic
+axis; the LocDiT step graph is checked together with the runtime's numpy Euler solver against the
+reference `UnifiedCFM.forward` with the same noise. Any error above tolerance is an ExportError.
+
+Memory: the reference model is loaded once in float32 (from_local). That is fine for tiny
+checkpoints and ~10 GB at the released size; a staged loader like Qwen3-TTS's (one stage's
+weights at a time) is still to do for VoxCPM2.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from export.common import ErrorTracker, check, ort_session, save_onnx, stamp_io
+from ttscore.contract import voxcpm2 as spec
+from ttscore.contract.errors import ExportError
+from ttscore.contract.graphs import GraphSpec
+from ttscore.contract.manifest import MANIFEST_FORMAT
+from ttscore.runtime.families.voxcpm2.checkpoint import TOKENIZER_FILES, VoxCPM2Info
+from ttscore.runtime.families.voxcpm2.solver import SolveRow, solve
+
+logger = logging.getLogger(__name__)
+
+OPSET = 18
+EXPORTER = "torch.onnx.export(dynamo=False) (legacy TorchScript exporter)"
+TOLERANCE = 1e-3  # max abs error of any validated output (tiny measured: <= ~3e-6)
+TEXT_TABLE = "text_embeddings"
+
+
+def graph_specs(info: VoxCPM2Info, state_size: int) -> dict[str, GraphSpec]:
+    lm, res = info.lm, info.residual
+    return {
+        "base_lm": spec.lm_spec("base_lm", lm.num_layers, lm.hidden_size, lm.num_kv_heads, lm.head_dim, lm.rope),
+        "residual_lm": spec.lm_spec("residual_lm", res.num_layers, res.hidden_size, res.num_kv_heads, res.head_dim,
+                                    res.rope),
+        "local_encoder": spec.local_encoder_spec(info.patch_size, info.feat_dim, lm.hidden_size),
+        "bridge": spec.bridge_spec(lm.hidden_size),
+        "heads": spec.heads_spec(lm.hidden_size, info.dit.hidden_size),
+        "locdit_step": spec.locdit_spec(info.patch_size, info.feat_dim, info.dit.hidden_size),
+        "vae_encoder": spec.vae_encoder_spec(info.feat_dim),
+        "vae_decoder_stream": spec.vae_decoder_spec(info.feat_dim, state_size),
+    }
+
+
+def _trace(module: Any, args: tuple[Any, ...], gspec: GraphSpec, out_dir: Path) -> Path:
+    import onnx
+    import torch
+
+    path = out_dir / gspec.filename
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.onnx.export(
+                module, args, str(path), input_names=gspec.input_names, output_names=gspec.output_names,
+                dynamic_axes=gspec.dynamic_axes(), opset_version=OPSET, dynamo=False,
+            )
+        except Exception as exc:
+            raise ExportError(f"torch.onnx.export of {gspec.name} failed: {exc}") from exc
+    model = onnx.load(str(path))
+    stamp_io(model, gspec)
+    onnx.helper.set_model_props(model, {"graph": gspec.name, "exporter": EXPORTER})
+    save_onnx(model, path)
+    onnx.checker.check_model(str(path))
+    return path
+
+
+def _run(session: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    names = {i.name for i in session.get_inputs()}
+    out: list[np.ndarray] = session.run(None, {k: v for k, v in feeds.items() if k in names})
+    return out
+
+
+def _finish(tracker: ErrorTracker, name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    worst = max(tracker.max.values(), default=0.0)
+    check(worst <= TOLERANCE, f"{name}: ONNX Runtime vs reference max abs error {worst:.3g} > {TOLERANCE} "
+          f"({max(tracker.max, key=lambda k: tracker.max[k])} at {tracker.where})")
+    return {"max_abs_error": {k: float(f"{v:.3g}") for k, v in tracker.max.items()}, "tolerance": TOLERANCE,
+            **(extra or {})}
+
+
+def _lm_stage(model: Any, stack: Any, name: str, gspec: GraphSpec, out: Path) -> dict[str, Any]:
+    import torch
+
+    from .graphs import LMStep
+
+    hidden = stack.config.hidden_size
+    layers = len(stack.layers)
+    kvh = stack.config.num_key_value_heads
+    hd = stack.config.kv_channels or hidden // stack.config.num_attention_heads
+    g = torch.Generator().manual_seed(1)
+    ex = (torch.randn(1, 3, hidden, generator=g), torch.ones(1, 5, dtype=torch.long), torch.arange(2, 5)[None],
+          *[torch.randn(1, kvh, 2, hd, generator=g) for _ in range(2 * layers)])
+    if "position_ids" not in gspec.input_names:  # no RoPE: the wrapper ignores them, the graph has none
+        ex = (ex[0], ex[1], *ex[3:])
+    path = _trace(LMStep(stack).eval(), ex, gspec, out)
+    sess = ort_session(path)
+    tr = ErrorTracker()
+    with torch.inference_mode():
+        for t_len in (1, 6, 11):
+            x = torch.randn(1, t_len, hidden, generator=g)
+            ref_h, ref_kv = stack(x, is_causal=True)
+            feeds = {"inputs_embeds": x.numpy(), "attention_mask": np.ones((1, t_len), np.int64),
+                     "position_ids": np.arange(t_len, dtype=np.int64)[None]}
+            for i in range(layers):
+                feeds[spec.lm_past_key(i)] = np.zeros((1, kvh, 0, hd), np.float32)
+                feeds[spec.lm_past_value(i)] = np.zeros((1, kvh, 0, hd), np.float32)
+            got = _run(sess, feeds)
+            case = f"prefill T={t_len}"
+            tr.add("hidden", got[0], ref_h.numpy(), case)
+            tr.add("new_kv", np.stack(got[1:]), np.stack([t.numpy() for kv in ref_kv for t in kv]), case)
+            # Two decode steps against the reference's static-cache forward_step.
+            stack.kv_cache.fill_caches(ref_kv)
+            past = list(got[1:])
+            for s in range(2):
+                x1 = torch.randn(1, hidden, generator=g)
+                want = stack.forward_step(x1, torch.tensor([stack.kv_cache.step()])).numpy()
+                p = t_len + s
+                feeds = {"inputs_embeds": x1.numpy()[:, None], "attention_mask": np.ones((1, p + 1), np.int64),
+                         "position_ids": np.array([[p]], np.int64)}
+                for i in range(layers):
+                    feeds[spec.lm_past_key(i)] = past[2 * i]
+                    feeds[spec.lm_past_value(i)] = past[2 * i + 1]
+                step = _run(sess, feeds)
+                tr.add("hidden", step[0][:, 0], want, f"decode past={p}")
+                past = [np.concatenate([a, b], axis=2) for a, b in zip(past, step[1:], strict=True)]
+        # A padded batch (ragged past, left-padded new tokens) equals each row alone.
+        rows: list[tuple[np.ndarray, np.ndarray, int, int]] = []
+        for n_past, n_new in ((3, 2), (1, 1)):
+            xt = torch.randn(1, n_past + n_new, hidden, generator=g)
+            ref_h, _ = stack(xt, is_causal=True)
+            rows.append((xt.numpy(), ref_h.numpy(), n_past, n_new))
+        pmax, tmax = max(r[2] for r in rows), max(r[3] for r in rows)
+        feeds = {"inputs_embeds": np.zeros((2, tmax, hidden), np.float32),
+                 "attention_mask": np.zeros((2, pmax + tmax), np.int64), "position_ids": np.zeros((2, tmax), np.int64)}
+        pasts = [np.zeros((2, kvh, pmax, hd), np.float32) for _ in range(2 * layers)]
+        for r, (xa, _, n_past, n_new) in enumerate(rows):
+            pre: dict[str, np.ndarray] = {"inputs_embeds": xa[:, :n_past], "attention_mask": np.ones((1, n_past), np.int64),
+                   "position_ids": np.arange(n_past, dtype=np.int64)[None]}
+            for i in range(layers):
+                pre[spec.lm_past_key(i)] = np.zeros((1, kvh, 0, hd), np.float32)
+                pre[spec.lm_past_value(i)] = np.zeros((1, kvh, 0, hd), np.float32)
+            kv = _run(sess, pre)[1:]
+            for j in range(2 * layers):
+                pasts[j][r, :, :n_past] = kv[j][0]
+            lead = tmax - n_new
+            feeds["inputs_embeds"][r, lead:] = xa[0, n_past:]
+            feeds["attention_mask"][r, :n_past] = 1
+            feeds["attention_mask"][r, pmax + lead:] = 1
+            feeds["position_ids"][r, lead:] = n_past + np.arange(n_new)
+        for i in range(layers):
+            feeds[spec.lm_past_key(i)] = pasts[2 * i]
+            feeds[spec.lm_past_value(i)] = pasts[2 * i + 1]
+        batched = _run(sess, feeds)[0]
+        for r, (_, want_h, n_past, n_new) in enumerate(rows):
+            tr.add("hidden", batched[r, tmax - n_new:], want_h[0, n_past:], f"batched row {r}")
+    stack.kv_cache.current_length = 0
+    return _finish(tr, name)
+
+
+def _small_stages(model: Any, info: VoxCPM2Info, specs: dict[str, GraphSpec], out: Path) -> dict[str, Any]:
+    import torch
+
+    from .graphs import Bridge, Heads, LocalEncoder
+
+    g = torch.Generator().manual_seed(2)
+    h = info.lm.hidden_size
+    reports: dict[str, Any] = {}
+    with torch.inference_mode():
+        # local encoder
+        path = _trace(LocalEncoder(model).eval(), (torch.randn(2, info.patch_size, info.feat_dim),),
+                      specs["local_encoder"], out)
+        sess, tr = ort_session(path), ErrorTracker()
+        for n in (1, 5):
+            f = torch.randn(n, info.patch_size, info.feat_dim, generator=g)
+            want = model.enc_to_lm_proj(model.feat_encoder(f.unsqueeze(1)))[:, 0]
+            tr.add("embeds", _run(sess, {"feats": f.numpy()})[0], want.numpy(), f"n={n}")
+        reports["local_encoder"] = _finish(tr, "local_encoder")
+        # bridge
+        path = _trace(Bridge(model).eval(), (torch.randn(3, h), torch.randn(3, h), torch.tensor([True, False, True])),
+                      specs["bridge"], out)
+        sess, tr = ort_session(path), ErrorTracker()
+        for n in (1, 7):
+            lm_out, emb = torch.randn(n, h, generator=g) * 3, torch.randn(n, h, generator=g)
+            mask = torch.rand(n, generator=g) > 0.5
+            fm = mask.float().unsqueeze(-1)
+            lm_hidden = model.fsq_layer(lm_out) * fm + lm_out * (1 - fm)
+            res_in = model.fusion_concat_proj(torch.cat([lm_hidden, fm * emb], dim=-1))
+            got = _run(sess, {"lm_out": lm_out.numpy(), "feat_embeds": emb.numpy(), "audio_mask": mask.numpy()})
+            tr.add("lm_hidden", got[0], lm_hidden.numpy(), f"n={n}")
+            tr.add("residual_input", got[1], res_in.numpy(), f"n={n}")
+        reports["bridge"] = _finish(tr, "bridge")
+        # heads
+        path = _trace(Heads(model).eval(), (torch.randn(2, h), torch.randn(2, h)), specs["heads"], out)
+        sess, tr = ort_session(path), ErrorTracker()
+        for n in (1, 4):
+            a, b = torch.randn(n, h, generator=g), torch.randn(n, h, generator=g)
+            mu = torch.cat([model.lm_to_dit_proj(a), model.res_to_dit_proj(b)], dim=-1)
+            stop = model.stop_head(model.stop_actn(model.stop_proj(a)))
+            got = _run(sess, {"lm_hidden": a.numpy(), "residual_hidden": b.numpy()})
+            tr.add("mu", got[0], mu.numpy(), f"n={n}")
+            tr.add("stop_logits", got[1], stop.numpy(), f"n={n}")
+        reports["heads"] = _finish(tr, "heads")
+    return reports
+
+
+def _locdit_stage(model: Any, info: VoxCPM2Info, gspec: GraphSpec, out: Path) -> dict[str, Any]:
+    import torch
+
+    from .graphs import LocDiTStep
+    from .reference import fed_noise
+
+    d, p, m = info.feat_dim, info.patch_size, 2 * info.dit.hidden_size
+    ex = (torch.randn(2, d, p), torch.randn(2, m), torch.randn(2, d, p), torch.rand(2), torch.zeros(2),
+          torch.full((2,), 2.0))
+    path = _trace(LocDiTStep(model).eval(), ex, gspec, out)
+    sess = ort_session(path)
+
+    def run(x: Any, mu: Any, cond: Any, t: Any, dt: Any, cfg: Any) -> Any:
+        return _run(sess, {"x": x, "mu": mu, "cond": cond, "t": t, "dt": dt, "cfg_value": cfg})[0]
+
+    tr = ErrorTracker()
+    rng = np.random.default_rng(3)
+    with torch.inference_mode():
+        for n_steps, cfg, batch in ((10, 2.0, 1), (4, 1.5, 3), (25, 3.0, 2)):
+            noise = rng.standard_normal((batch, d, p)).astype(np.float32)
+            mu = rng.standard_normal((batch, m)).astype(np.float32)
+            cond = rng.standard_normal((batch, d, p)).astype(np.float32)
+            with fed_noise(iter([noise])):
+                want = model.feat_decoder(mu=torch.from_numpy(mu), n_timesteps=n_steps, patch_size=p,
+                                          cond=torch.from_numpy(cond), cfg_value=cfg).numpy()
+            rows = [SolveRow(noise[i], mu[i], cond[i], n_steps, cfg) for i in range(batch)]
+            got = np.stack(solve(rows, run, mean_mode=info.mean_mode))
+            tr.add("patch", got, want, f"steps={n_steps} cfg={cfg} batch={batch}")
+        # Rows with different step counts in one solve equal each row solved alone.
+        rows = [SolveRow(rng.standard_normal((d, p)).astype(np.float32), rng.standard_normal(m).astype(np.float32),
+                         rng.standard_normal((d, p)).astype(np.float32), n, 2.0) for n in (10, 3)]
+        mixed = solve(rows, run, mean_mode=info.mean_mode)
+        for i, row in enumerate(rows):
+            tr.add("patch", mixed[i], solve([row], run, mean_mode=info.mean_mode)[0], f"mixed steps row {i}")
+    return _finish(tr, "locdit_step", {"validated_with": "ttscore.runtime.families.voxcpm2.solver.solve"})
+
+
+def _vae_stages(model: Any, info: VoxCPM2Info, specs: dict[str, GraphSpec], out: Path) -> dict[str, Any]:
+    import torch
+
+    from .graphs import VaeDecoderStream, VaeEncoder
+
+    vae = model.audio_vae
+    g = torch.Generator().manual_seed(4)
+    reports: dict[str, Any] = {}
+    with torch.inference_mode():
+        path = _trace(VaeEncoder(vae).eval(), (torch.randn(1, 2 * info.encode_hop),), specs["vae_encoder"], out)
+        sess, tr = ort_session(path), ErrorTracker()
+        for frames, b in ((4, 1), (12, 2)):
+            audio = torch.randn(b, frames * info.encode_hop, generator=g) * 0.3
+            want = vae.encode(audio.unsqueeze(1), info.encode_sample_rate)
+            tr.add("latents", _run(sess, {"audio": audio.numpy()})[0], want.numpy(), f"frames={frames} batch={b}")
+        reports["vae_encoder"] = _finish(tr, "vae_encoder")
+
+        dec = VaeDecoderStream(vae).eval()
+        state0 = torch.zeros(1, dec.state_size)
+        path = _trace(dec, (torch.randn(1, info.feat_dim, 2), state0), specs["vae_decoder_stream"], out)
+        sess, tr = ort_session(path), ErrorTracker()
+        z = torch.randn(2, info.feat_dim, 6 * info.patch_size, generator=g)
+        whole = vae.decode(z)[:, 0].numpy()
+        for chunks in ((6,), (1, 2, 3), (1, 1, 1, 1, 1, 1)):
+            state = np.zeros((2, dec.state_size), np.float32)
+            parts, at = [], 0
+            for c in chunks:
+                pcm, state = _run(sess, {"latents": z[..., at * info.patch_size:(at + c) * info.patch_size].numpy(),
+                                         "state": state})
+                parts.append(pcm)
+                at += c
+            tr.add("pcm", np.concatenate(parts, axis=1), whole, f"chunks={chunks}")
+        reports["vae_decoder_stream"] = _finish(
+            tr, "vae_decoder_stream", {"state_size": dec.state_size, "state_layout": dec.layout,
+                                       "causal": "strict (exact streaming)"})
+    return reports
+
+
+def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
+                   progress: Callable[[int, int, str], None] | None, source: dict[str, Any]) -> dict[str, Any]:
+    """Every graph into `tmp`; returns the manifest (the caller writes it and renames `tmp` into place)."""
+    import shutil
+
+    import onnx
+    import onnxruntime
+    import torch
+
+    from export.memory import MemoryMonitor
+
+    from .reference import load_reference
+
+    if precision != "fp32":
+        raise ExportError(f"VoxCPM2 export supports fp32 only so far, not {precision}")
+    stages = ["loading the checkpoint", "base LM", "residual LM", "local encoder, bridge, heads", "LocDiT",
+              "AudioVAE", "manifest"]
+
+    def stage(label: str) -> None:
+        logger.info("export stage: %s", label)
+        if progress is not None:
+            progress(stages.index(label) + 1, len(stages), label)
+
+    torch.manual_seed(0)
+    reports: dict[str, Any] = {}
+    with MemoryMonitor() as mon:
+        stage("loading the checkpoint")
+        with mon.stage("load"):
+            model = load_reference(src)
+        state_size = sum(c * n for c, n in _decoder_layout(model))
+        specs = graph_specs(info, state_size)
+        stage("base LM")
+        with mon.stage("base_lm"):
+            reports["base_lm"] = _lm_stage(model, model.base_lm, "base_lm", specs["base_lm"], tmp)
+        stage("residual LM")
+        with mon.stage("residual_lm"):
+            reports["residual_lm"] = _lm_stage(model, model.residual_lm, "residual_lm", specs["residual_lm"], tmp)
+        stage("local encoder, bridge, heads")
+        with mon.stage("small"):
+            reports.update(_small_stages(model, info, specs, tmp))
+            table = model.base_lm.embed_tokens.weight.detach().float() * info.scale_emb
+            np.save(tmp / f"{TEXT_TABLE}.npy", table.numpy().astype(np.float32))
+        stage("LocDiT")
+        with mon.stage("locdit"):
+            reports["locdit_step"] = _locdit_stage(model, info, specs["locdit_step"], tmp)
+        stage("AudioVAE")
+        with mon.stage("audio_vae"):
+            reports.update(_vae_stages(model, info, specs, tmp))
+        del model
+    memory = mon.summary()
+
+    stage("manifest")
+    tok_dir = tmp / "tokenizer"
+    tok_dir.mkdir()
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, tok_dir / name)
+    graphs: dict[str, Any] = {}
+    for name, gspec in specs.items():
+        if not (tmp / gspec.filename).is_file():
+            raise ExportError(f"export produced no {gspec.filename}")
+        graphs[name] = {**gspec.to_json(), "validation": reports.get(name, {})}
+    dec_report = reports["vae_decoder_stream"]
+    return {
+        "format_version": MANIFEST_FORMAT,
+        "family": spec.FAMILY,
+        "source": source,
+        "variant": "base",
+        "model_size": "real" if info.lm.hidden_size >= 1024 else "tiny",
+        "precision": precision,
+        "device": "cpu",
+        "sizes": info.to_json(),
+        "speakers": {},
+        "languages": [],
+        "sample_rate": info.sample_rate,
+        "samples_per_frame": info.samples_per_patch,
+        "vae_decoder": {"state_size": dec_report["state_size"], "state_layout": dec_report["state_layout"]},
+        "tables": {TEXT_TABLE: {"rows": info.vocab_size, "scale_emb_folded": info.scale_emb}},
+        "export": memory,
+        "graphs": graphs,
+        "configs": {"config.json": json.loads((src / "config.json").read_text(encoding="utf-8"))},
+        "versions": {
+            "onnx_opset": OPSET, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
+            "torch": torch.__version__, "python": platform.python_version(),
+        },
+    }
+
+
+def _decoder_layout(model: Any) -> list[tuple[int, int]]:
+    from .graphs import VaeDecoderStream
+
+    return VaeDecoderStream(model.audio_vae).layout

@@ -1,0 +1,134 @@
+"""Loading the VoxCPM2 reference implementation (the `voxcpm` package) for export and parity checks.
+
+`voxcpm.model` imports its first-generation model (`voxcpm/model/voxcpm.py`) next to VoxCPM2, and
+that module imports `torchaudio` at import time for prompt loading we never call; torchaudio would
+pull another torch build. `voxcpm_imports` installs an inert stand-in for it while `voxcpm` is first
+imported (unless the real one is already there) and removes it again. Nothing else of voxcpm's
+declared dependencies (gradio, funasr, modelscope, ...) is needed for VoxCPM2 load and generate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ttscore.contract.errors import CheckpointError
+
+_STUBBED = ("torchaudio",)
+
+
+@contextlib.contextmanager
+def voxcpm_imports() -> Iterator[None]:
+    added: list[str] = []
+    if "voxcpm" not in sys.modules:
+        for name in _STUBBED:
+            if name not in sys.modules:
+                mod = types.ModuleType(name)
+                mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+                sys.modules[name] = mod
+                added.append(name)
+    try:
+        import voxcpm.model.voxcpm2  # noqa: F401
+    finally:
+        for name in added:
+            sys.modules.pop(name, None)
+    yield
+
+
+def reference_classes() -> dict[str, Any]:
+    """The reference's config and module classes, by role."""
+    with voxcpm_imports():
+        from voxcpm.model.voxcpm2 import VoxCPM2Model, VoxCPMConfig
+        from voxcpm.modules.audiovae import AudioVAEConfigV2, AudioVAEV2, audio_vae_v2
+        from voxcpm.modules.locdit import unified_cfm
+    return {
+        "config": VoxCPMConfig,
+        "model": VoxCPM2Model,
+        "vae_config": AudioVAEConfigV2,
+        "vae": AudioVAEV2,
+        "vae_module": audio_vae_v2,
+        "cfm_module": unified_cfm,
+    }
+
+
+def load_reference(checkpoint: str | Path) -> Any:
+    """`VoxCPM2Model.from_local` on CPU, converted to float32 (export and parity run in float32).
+
+    from_local loads with `strict=False`; a checkpoint whose tensors do not match the model exactly
+    would load silently, so the key sets are compared here and any difference is a CheckpointError.
+    """
+
+    path = Path(checkpoint)
+    classes = reference_classes()
+    try:
+        model = classes["model"].from_local(str(path), optimize=False, device="cpu")
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: the voxcpm reference cannot load it: {exc}") from exc
+    missing, unexpected = checkpoint_key_diff(model, path)
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{path}: weights do not match the model: {len(missing)} missing (e.g. {missing[:1]}), "
+            f"{len(unexpected)} unexpected (e.g. {unexpected[:1]})"
+        )
+    to_float32(model)
+    return model
+
+
+def checkpoint_key_diff(model: Any, path: Path) -> tuple[list[str], list[str]]:
+    """(missing, unexpected) tensor names of `model.safetensors` + `audiovae.safetensors` vs the model."""
+    from safetensors import safe_open
+
+    have: set[str] = set()
+    with safe_open(str(path / "model.safetensors"), framework="pt") as fh:
+        have.update(fh.keys())
+    with safe_open(str(path / "audiovae.safetensors"), framework="pt") as fh:
+        vae_names = list(fh.keys())
+    have.update(f"audio_vae.{k}" for k in vae_names)
+    want = set(model.state_dict().keys())
+    return sorted(want - have), sorted(have - want)
+
+
+def to_float32(model: Any) -> None:
+    """Everything in float32, the static KV caches included (they are plain attributes, not buffers)."""
+    import torch
+
+    model.to(torch.float32)
+    model.config.dtype = "float32"
+    for lm in (model.base_lm, model.residual_lm):
+        lm.setup_cache(1, model.config.max_length, "cpu", torch.float32)
+    model.eval()
+
+
+@contextlib.contextmanager
+def fed_noise(noises: Iterator[Any]) -> Iterator[None]:
+    """The reference's diffusion noise taken from `noises` (numpy arrays, one per `torch.randn` call
+    of `UnifiedCFM.forward`, shaped as that call asks) instead of torch's global RNG, so a parity
+    test feeds both implementations the same noise. Scoped: the module's `torch` is restored after."""
+    import numpy as np
+    import torch
+
+    cfm = reference_classes()["cfm_module"]
+    real = cfm.torch
+
+    class _Torch:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        @staticmethod
+        def randn(*size: Any, device: Any = None, dtype: Any = None, **_: Any) -> Any:
+            shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], tuple | list) else tuple(size)
+            arr = np.asarray(next(noises), dtype=np.float32)
+            if arr.shape != shape:
+                raise AssertionError(f"fed noise has shape {arr.shape}, the reference asks for {shape}")
+            return torch.from_numpy(arr.copy()).to(device=device or "cpu", dtype=dtype or torch.float32)
+
+    cfm.torch = _Torch()
+    try:
+        yield
+    finally:
+        cfm.torch = real

@@ -1,0 +1,54 @@
+"""VoxCPM2 export: every graph validated against the reference during export, the manifest, and a
+checkpoint the project did not make (reference config classes) exports too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ttscore.contract import voxcpm2 as spec
+from ttscore.contract.errors import ExportError
+from ttscore.contract.manifest import read_manifest
+
+pytestmark = [pytest.mark.export, pytest.mark.slow]
+
+
+def test_manifest_and_graphs(voxcpm2_artifacts: Path) -> None:
+    m = read_manifest(voxcpm2_artifacts)
+    assert m.family == spec.FAMILY and m.sample_rate == spec.SAMPLE_RATE
+    assert m.samples_per_frame == 4 * 1920
+    assert set(m.graphs) == set(spec.GRAPH_NAMES)
+    for name, entry in m.graphs.items():
+        report = entry["validation"]
+        assert report["max_abs_error"], name
+        assert max(report["max_abs_error"].values()) <= 1e-4, (name, report)  # measured <= ~5e-6
+        assert (voxcpm2_artifacts / entry["file"]).is_file()
+    raw = json.loads((voxcpm2_artifacts / "manifest.json").read_text())
+    assert raw["vae_decoder"]["state_size"] == sum(c * n for c, n in raw["vae_decoder"]["state_layout"])
+    assert (voxcpm2_artifacts / "tokenizer" / "tokenizer.json").is_file()
+    assert (voxcpm2_artifacts / "text_embeddings.npy").is_file()
+    # The residual LM has no RoPE (as released): its graph takes no position ids.
+    assert "position_ids" not in [t["name"] for t in m.graphs["residual_lm"]["inputs"]]
+
+
+def test_foreign_checkpoint_exports(tmp_path: Path) -> None:
+    from test_voxcpm2_tiny import foreign_checkpoint
+
+    from export.exporter import export_checkpoint
+
+    ck = foreign_checkpoint(tmp_path / "foreign")
+    export_checkpoint(ck, tmp_path / "art")
+    m = read_manifest(tmp_path / "art")
+    assert m.family == spec.FAMILY
+    # Its residual LM keeps RoPE: the graph takes position ids.
+    assert "position_ids" in [t["name"] for t in m.graphs["residual_lm"]["inputs"]]
+
+
+def test_quantized_precisions_are_refused_for_now(voxcpm2_tiny: Path, tmp_path: Path) -> None:
+    from export.exporter import export_checkpoint
+
+    with pytest.raises(ExportError, match="fp32 only"):
+        export_checkpoint(voxcpm2_tiny, tmp_path / "q", precision="int8")
+    assert not (tmp_path / "q").exists()
