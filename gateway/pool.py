@@ -44,7 +44,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -62,6 +62,8 @@ from .deadline import END, next_within
 from .health import InflightStreams
 from .monitor import HealthMonitor
 from .settings import Settings, split_host_port
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -381,6 +383,18 @@ class TritonPool:
 
     async def voice_features(self, model: str, audio: np.ndarray, sample_rate: int, request_id: str
                              ) -> tuple[np.ndarray, np.ndarray]:
+        return await self._unary(model, request_id, "voice features",
+                                 lambda b: b.voice_features(model, audio, sample_rate, request_id))
+
+    async def reference_patches(self, model: str, audio: np.ndarray, sample_rate: int, prompt: bool,
+                                request_id: str) -> np.ndarray:
+        return await self._unary(model, request_id, "reference patches",
+                                 lambda b: b.reference_patches(model, audio, sample_rate, prompt, request_id))
+
+    async def _unary(self, model: str, request_id: str, what: str,
+                     call: Callable[[InferenceBackend], Awaitable[T]]) -> T:
+        """One unary call on the least-loaded endpoint serving `model`, retried once elsewhere on
+        UNAVAILABLE (a unary call has sent nothing to the client yet)."""
         tried: set[str] = set()
         while True:
             retry = bool(tried)
@@ -391,14 +405,14 @@ class TritonPool:
             ep.outstanding[model] += 1
             ep.requests[model] += 1
             try:
-                return await ep.backend.voice_features(model, audio, sample_rate, request_id)
+                return await call(ep.backend)
             except BackendError as exc:
                 self._failed(ep, model, exc)
                 if exc.code != UNAVAILABLE or not self._can_retry((model,), tried):
                     raise
                 self.retries[model] += 1
-                logger.warning("voice features %s failed on %s (%s); retrying on another endpoint",
-                               request_id, ep.url, exc.message)
+                logger.warning("%s %s failed on %s (%s); retrying on another endpoint",
+                               what, request_id, ep.url, exc.message)
             finally:
                 ep.outstanding[model] -= 1
 
