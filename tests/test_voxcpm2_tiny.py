@@ -1,15 +1,15 @@
 """VoxCPM2 tiny checkpoints: the real on-disk layout, loadable by the reference; and a checkpoint the
-project did not make (built from the reference's own config classes) is accepted by our code."""
+project did not make (tests/voxcpm2_foreign.py: the reference's own config classes) is accepted by
+our code (its export and parity: tests/test_voxcpm2_foreign.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from export.voxcpm2.reference import checkpoint_key_diff, load_reference, reference_classes
-from export.voxcpm2.tiny import make_tiny_voxcpm2, model_config, tokenizer_config, tokenizer_json
+from export.voxcpm2.tiny import make_tiny_voxcpm2, model_config
 from ttscore.runtime.families.voxcpm2.checkpoint import is_voxcpm2, read_checkpoint
 
 pytestmark = pytest.mark.export
@@ -18,48 +18,6 @@ pytestmark = pytest.mark.export
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_voxcpm2(tmp_path_factory.mktemp("vx") / "tiny", seed=3)
-
-
-def foreign_checkpoint(out: Path) -> Path:
-    """A VoxCPM2 checkpoint built directly from the reference package: its config classes, its
-    modules' own (torch default) initialization, `model_dump_json` as config.json. Only the
-    tokenizer is ours (the reference has no way to make one)."""
-    import torch
-    from safetensors.torch import save_file
-    from transformers import LlamaTokenizerFast
-
-    c = reference_classes()
-    cfg = model_config("tiny")
-    lm = c["config"].model_fields["lm_config"].annotation(**cfg["lm_config"])
-    enc_cls = c["config"].model_fields["encoder_config"].annotation
-    dit_cls = c["config"].model_fields["dit_config"].annotation
-    cfm = dit_cls.model_fields["cfm_config"].annotation(inference_cfg_rate=2.0)
-    config = c["config"](
-        lm_config=lm,
-        patch_size=4,
-        feat_dim=8,
-        residual_lm_num_layers=2,
-        residual_lm_no_rope=False,  # the other RoPE setting than ours
-        scalar_quantization_latent_dim=16,
-        encoder_config=enc_cls(hidden_dim=48, ffn_dim=96, num_heads=4, num_layers=1, kv_channels=16),
-        dit_config=dit_cls(hidden_dim=48, ffn_dim=96, num_heads=4, num_layers=2, kv_channels=16, cfm_config=cfm),
-        audio_vae_config=c["vae_config"](encoder_dim=8, latent_dim=8, decoder_dim=64),
-        max_length=512,
-        dtype="float32",
-    )
-    out.mkdir(parents=True)
-    (out / "tokenizer.json").write_text(tokenizer_json(), encoding="utf-8")
-    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer_config()), encoding="utf-8")
-    tok = LlamaTokenizerFast.from_pretrained(str(out))
-    torch.manual_seed(11)
-    vae = c["vae"](config=config.audio_vae_config)
-    model = c["model"](config, tok, vae, device="cpu")
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    save_file({k[len("audio_vae."):]: v for k, v in state.items() if k.startswith("audio_vae.")},
-              str(out / "audiovae.safetensors"))
-    save_file({k: v for k, v in state.items() if not k.startswith("audio_vae.")}, str(out / "model.safetensors"))
-    (out / "config.json").write_text(config.model_dump_json(indent=2), encoding="utf-8")
-    return out
 
 
 def test_tiny_loads_in_the_reference_with_every_tensor(tiny: Path) -> None:
@@ -116,9 +74,14 @@ def test_real_size_config_parses_in_the_reference() -> None:
 
 
 def test_foreign_checkpoint_loads_in_our_code(tmp_path: Path) -> None:
-    ck = foreign_checkpoint(tmp_path / "foreign")
+    """tests/voxcpm2_foreign.py: made from the reference's config classes, not by make-tiny."""
+    from voxcpm2_foreign import DIT, FEAT_DIM, PATCH_SIZE, RESIDUAL_LAYERS, independent_checkpoint
+
+    ck = independent_checkpoint(tmp_path / "foreign")
     assert is_voxcpm2(ck)
     info = read_checkpoint(ck)
-    assert info.feat_dim == 8 and info.residual.rope and info.dit.num_layers == 2
+    assert (info.feat_dim, info.patch_size) == (FEAT_DIM, PATCH_SIZE)
+    assert info.residual.rope and info.residual.num_layers == RESIDUAL_LAYERS
+    assert info.dit.num_layers == DIT["num_layers"] and info.dit.head_dim == DIT["kv_channels"]
     model = load_reference(ck)
     assert checkpoint_key_diff(model, ck) == ([], [])
