@@ -17,10 +17,12 @@ connections: one pod would take everything. So the gateway balances itself, per 
   `check_interval_s` each endpoint's readiness (server and models) is asked again, which brings a
   recovered one back in. When no endpoint serves, a request still tries the best one (it fails fast
   with UNAVAILABLE if that is down): a single restarted Triton is used as soon as it answers.
-- Retry. A speech request that fails with UNAVAILABLE before its first chunk was passed on is sent
-  once more, to another endpoint that serves; never after a chunk went out (the client has audio).
-  A voice_features call (no audio) is retried the same way. Other errors (INVALID_ARG, INTERNAL,
-  CANCELLED) are the request's, not the endpoint's: they are not retried.
+- Retry. A speech request that fails with UNAVAILABLE or INTERNAL before its first chunk was passed
+  on is sent once more, to another endpoint that serves; never after a chunk went out (the client
+  has audio). Unary calls (voice features, reference patches: no audio) are retried the same way.
+  INTERNAL is retried because a Triton going down can answer it (a stub failing as its server dies)
+  and a second endpoint costs one attempt; only UNAVAILABLE takes the endpoint out. INVALID_ARG,
+  CANCELLED and DEADLINE_EXCEEDED are the request's own outcome: never retried.
 - Health (gateway.monitor). One HealthMonitor per endpoint, driven by this module's rounds: it
   probes that endpoint's stubs, ends that endpoint's streams when a model breaks there (raised here
   as UNAVAILABLE, so a stream without audio yet is retried elsewhere) and reloads it there.
@@ -51,6 +53,7 @@ import numpy as np
 from .backend import (
     CANCELLED,
     ENDPOINT_AFFINITY,
+    INTERNAL,
     UNAVAILABLE,
     BackendError,
     EndpointStats,
@@ -68,6 +71,7 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 RESOLVE_TIMEOUT_S = 5.0
+RETRYABLE = frozenset({UNAVAILABLE, INTERNAL})  # before any audio: worth one more endpoint
 MonitorFactory = Callable[[InferenceBackend, InflightStreams], "HealthMonitor | None"]
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -373,7 +377,7 @@ class TritonPool:
                             yield chunk
             except BackendError as exc:
                 self._failed(ep, model, exc)
-                if started or exc.code != UNAVAILABLE or not self._can_retry(needs, tried):
+                if started or exc.code not in RETRYABLE or not self._can_retry(needs, tried):
                     raise
                 self.retries[model] += 1
                 logger.warning("request %s failed on %s before any audio (%s); retrying on another endpoint",
@@ -394,7 +398,7 @@ class TritonPool:
     async def _unary(self, model: str, request_id: str, what: str,
                      call: Callable[[InferenceBackend], Awaitable[T]]) -> T:
         """One unary call on the least-loaded endpoint serving `model`, retried once elsewhere on
-        UNAVAILABLE (a unary call has sent nothing to the client yet)."""
+        a RETRYABLE error (a unary call has sent nothing to the client yet)."""
         tried: set[str] = set()
         while True:
             retry = bool(tried)
@@ -408,7 +412,7 @@ class TritonPool:
                 return await call(ep.backend)
             except BackendError as exc:
                 self._failed(ep, model, exc)
-                if exc.code != UNAVAILABLE or not self._can_retry((model,), tried):
+                if exc.code not in RETRYABLE or not self._can_retry((model,), tried):
                     raise
                 self.retries[model] += 1
                 logger.warning("%s %s failed on %s (%s); retrying on another endpoint",

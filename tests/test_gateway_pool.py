@@ -206,16 +206,27 @@ def test_failure_after_audio_is_never_retried():
     assert sorted(calls.values()) == [0, 1]  # one endpoint, one attempt
 
 
-@pytest.mark.parametrize(("text", "code"), [("fail-invalid", INVALID_ARG), ("fail-internal", INTERNAL)])
-def test_errors_of_the_request_are_not_retried(text, code):
+def test_errors_of_the_request_are_not_retried():
     async def run():
         pool, fakes = make_pool(2)
         with pytest.raises(BackendError) as err:
-            await drain(pool, text)
+            await drain(pool, "fail-invalid")
         return err.value.code, counts(fakes), [ep.up for ep in pool.endpoints.values()]
 
     got, calls, up = asyncio.run(run())
-    assert got == code and sorted(calls.values()) == [0, 1] and up == [True, True]
+    assert got == INVALID_ARG and sorted(calls.values()) == [0, 1] and up == [True, True]
+
+
+def test_internal_before_audio_is_retried_once_and_keeps_the_endpoint_in():
+    async def run():
+        pool, fakes = make_pool(2)
+        with pytest.raises(BackendError) as err:
+            await drain(pool, "fail-internal")  # every endpoint fails it: two attempts, then the error
+        return err.value.code, counts(fakes), [ep.up for ep in pool.endpoints.values()], dict(pool.retries)
+
+    got, calls, up, retries = asyncio.run(run())
+    assert got == INTERNAL and sorted(calls.values()) == [1, 1] and up == [True, True]
+    assert retries == {MODEL: 1}
 
 
 def test_no_endpoint_serving_fails_fast_naming_each():
