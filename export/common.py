@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.contract.errors import ExportError
+from ttscore.contract.errors import CheckpointError, ExportError
 
 logger = logging.getLogger(__name__)
 
@@ -289,6 +289,98 @@ def bind_weights(
         onnx.checker.check_model(str(out_file))
     except Exception as exc:
         raise ExportError(f"{out_file.name} fails onnx.checker: {exc}") from exc
+    return out_file
+
+
+def load_tensors(model: Any, names: list[str], files: dict[str, tuple[Path, str]], where: Path) -> None:
+    """Materialize the parameters (or persistent buffers) `names` of `model` from safetensors, one
+    tensor at a time; floating tensors are cast to float32, others keep their dtype.
+
+    `files` maps a state-dict name to (safetensors file, key in that file). Each tensor opens its
+    own mapping: every page read stays resident while a mapping is open, so one mapping for a whole
+    stage would hold the stage's on-disk (e.g. bf16) bytes on top of their float32 copies. The
+    lazy-loading half of bounded export memory (export/reference.py StagedReference for Qwen3-TTS,
+    export/voxcpm2/reference.py StagedVoxCPM2): the model is built on the meta device and each
+    export stage loads only what it traces, then `unload_tensors` puts it back.
+    """
+    import torch
+    from safetensors import safe_open
+
+    missing = [n for n in names if n not in files]
+    if missing:
+        raise CheckpointError(f"{where}: {len(missing)} weights missing from the safetensors files, e.g. {missing[0]}")
+    for n in names:
+        module, leaf = _owner(model, n)
+        is_param = leaf in module._parameters
+        want = module._parameters[leaf] if is_param else module._buffers.get(leaf)
+        if want is None:
+            raise CheckpointError(f"{where}: {n} is neither a parameter nor a buffer of the model")
+        path, key = files[n]
+        with safe_open(str(path), framework="pt") as fh:
+            tensor = fh.get_tensor(key)
+        if tensor.is_floating_point():
+            tensor = tensor.to(torch.float32)
+        if tuple(tensor.shape) != tuple(want.shape):
+            raise CheckpointError(f"{where}: {n} has shape {tuple(tensor.shape)}, the config says {tuple(want.shape)}")
+        if is_param:
+            module._parameters[leaf] = torch.nn.Parameter(tensor, requires_grad=False)
+        else:
+            module._buffers[leaf] = tensor
+
+
+def unload_tensors(model: Any, names: list[str]) -> None:
+    """Put the parameters `names` back on the meta device (their memory is freed once no one else
+    holds them); buffers are left as they are."""
+    import torch
+
+    for n in names:
+        module, leaf = _owner(model, n)
+        p = module._parameters.get(leaf)
+        if p is not None and not p.is_meta:
+            module._parameters[leaf] = torch.nn.Parameter(
+                torch.empty(p.shape, dtype=p.dtype, device="meta"), requires_grad=False
+            )
+
+
+def _owner(model: Any, name: str) -> tuple[Any, str]:
+    path, _, leaf = name.rpartition(".")
+    return (model.get_submodule(path) if path else model), leaf
+
+
+def export_bound(module: Any, args: tuple[Any, ...], spec: Any, out_dir: Path, opset: int, exporter: str) -> Path:
+    """Trace `module` without its parameters (no weight is copied while tracing) and write the graph
+    with them bound one at a time (`bind_weights`): `<spec.filename>` plus `<spec.filename>.data`.
+
+    Constant folding stays off: with parameters left out of the trace the exporter would fold a
+    Transpose of a weight into an anonymous graph input whose values it never writes. bind_weights
+    folds those Transposes itself; the remaining constant arithmetic (shapes, masks) is folded by
+    onnxruntime when a session loads the graph. `exporter` goes into the graph's metadata."""
+    import warnings
+
+    import torch
+
+    out_dir = Path(out_dir)
+    out_file = out_dir / spec.filename
+    state = module.state_dict(keep_vars=True)
+
+    def weight(name: str) -> np.ndarray:
+        if name not in state:
+            raise ExportError(f"{spec.name}: the traced graph wants {name!r}, which the module does not have")
+        return state[name].detach().numpy()
+
+    with scratch_dir(out_dir) as tmp:
+        tmp_file = tmp / spec.filename
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                torch.onnx.export(
+                    module, args, str(tmp_file), input_names=spec.input_names, output_names=spec.output_names,
+                    dynamic_axes=spec.dynamic_axes(), opset_version=opset, do_constant_folding=False,
+                    export_params=False, dynamo=False,
+                )
+            except Exception as exc:
+                raise ExportError(f"torch.onnx.export of {spec.name} failed: {exc}") from exc
+        bind_weights(tmp_file, out_file, weight, {"graph": spec.name, "exporter": exporter}, spec)
     return out_file
 
 

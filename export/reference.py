@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from export.common import load_tensors, unload_tensors
 from ttscore.contract.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -121,9 +122,6 @@ class StagedReference:
             self._unload(names)
 
     def _load(self, prefixes: tuple[str, ...], names: list[str]) -> None:
-        import torch
-        from safetensors import safe_open
-
         missing = [n for n in names if n not in self._files]
         if missing:
             raise CheckpointError(
@@ -135,34 +133,10 @@ class StagedReference:
         unexpected = [n for n in self._files if n.startswith(prefixes) and n not in wanted]
         if unexpected:
             raise CheckpointError(f"{self.checkpoint}: unexpected tensor {unexpected[0]} (not a parameter of the model)")
-        for n in names:
-            module, leaf = self._owner(n)
-            want = module._parameters[leaf]
-            # The file is mapped once per tensor: every page read stays resident while the mapping
-            # is open, so one mapping for the whole stage would hold the stage's bf16 bytes on top
-            # of their float32 copies (2.7 GB more for the 1.7B talker).
-            with safe_open(str(self._files[n]), framework="pt") as fh:
-                tensor = fh.get_tensor(n).to(torch.float32)
-            if tuple(tensor.shape) != tuple(want.shape):
-                raise CheckpointError(
-                    f"{self.checkpoint}: {n} has shape {tuple(tensor.shape)}, the config says {tuple(want.shape)}"
-                )
-            module._parameters[leaf] = torch.nn.Parameter(tensor, requires_grad=False)
+        load_tensors(self.model, names, {n: (f, n) for n, f in self._files.items()}, self.checkpoint)
 
     def _unload(self, names: list[str]) -> None:
-        import torch
-
-        for n in names:
-            module, leaf = self._owner(n)
-            p = module._parameters[leaf]
-            if p is not None and not p.is_meta:
-                module._parameters[leaf] = torch.nn.Parameter(
-                    torch.empty(p.shape, dtype=p.dtype, device="meta"), requires_grad=False
-                )
-
-    def _owner(self, name: str) -> tuple[Any, str]:
-        path, _, leaf = name.rpartition(".")
-        return self.model.get_submodule(path), leaf
+        unload_tensors(self.model, names)
 
     @contextlib.contextmanager
     def speech_tokenizer(self) -> Iterator[Any]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,13 +28,12 @@ from torch import nn
 
 from export.common import (
     ErrorTracker,
-    bind_weights,
     check,
+    export_bound,
     file_size,
     max_abs,
     ort_session,
     quantize_int8,
-    scratch_dir,
     torch_threads,
 )
 from ttscore.contract.errors import ExportError
@@ -468,44 +466,10 @@ class CodePredictorFrame(nn.Module):
 
 
 def _export(module: nn.Module, args: tuple[torch.Tensor, ...], spec: GraphSpec, out_dir: Path, opset: int) -> Path:
-    """Trace `module` without its parameters (no weight is copied while tracing) and write the graph
-    with them bound one at a time (export.common.bind_weights).
-
-    Constant folding stays off: with parameters left out of the trace the exporter would fold a
-    Transpose of a weight into an anonymous graph input whose values it never writes. bind_weights
-    folds those Transposes itself; the remaining constant arithmetic (shapes, masks) is folded by
-    onnxruntime when a session loads the graph."""
-    out_dir = Path(out_dir)
-    out_file = out_dir / spec.filename
-    state = module.state_dict(keep_vars=True)
-
-    def weight(name: str) -> np.ndarray:
-        if name not in state:
-            raise ExportError(f"{spec.name}: the traced graph wants {name!r}, which the module does not have")
-        return state[name].detach().numpy()
-
-    with scratch_dir(out_dir) as tmp:
-        tmp_file = tmp / spec.filename
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                torch.onnx.export(
-                    module,
-                    args,
-                    str(tmp_file),
-                    input_names=spec.input_names,
-                    output_names=spec.output_names,
-                    dynamic_axes=spec.dynamic_axes(),
-                    opset_version=opset,
-                    do_constant_folding=False,
-                    export_params=False,
-                    dynamo=False,
-                )
-            except Exception as exc:
-                raise ExportError(f"torch.onnx.export of {spec.name} failed: {exc}") from exc
-        bind_weights(tmp_file, out_file, weight, {"graph": spec.name, "exporter": EXPORTER}, spec)
-    _check_io(out_file, spec)
-    return out_file
+    """export.common.export_bound with this module's exporter note."""
+    path = export_bound(module, args, spec, out_dir, opset, EXPORTER)
+    _check_io(path, spec)
+    return path
 
 
 def _check_io(path: Path, spec: GraphSpec) -> None:

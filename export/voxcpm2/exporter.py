@@ -7,9 +7,13 @@ Runtime against the reference's own modules (not the wrappers) over several shap
 axis; the LocDiT step graph is checked together with the runtime's numpy Euler solver against the
 reference `UnifiedCFM.forward` with the same noise. Any error above tolerance is an ExportError.
 
-Memory: the reference model is loaded once in float32 (from_local). That is fine for tiny
-checkpoints and ~10 GB at the released size; a staged loader like Qwen3-TTS's (one stage's
-weights at a time) is still to do for VoxCPM2.
+Memory is bounded as for Qwen3-TTS (export/common.py, export/memory.py): the reference is built
+on the meta device (reference.StagedVoxCPM2) and each stage loads only the weights it traces, one
+tensor at a time; the reference outputs are computed first, the graph is traced without its
+parameters and the weights bound one at a time into `<graph>.onnx.data` (bind_weights), and the
+weights go back to the meta device before ONNX Runtime loads the graph for validation. Each
+stage's peak RSS goes into the manifest (`export.stages`). The AudioVAE graphs (0.09 B
+parameters, weight norm folded) are still traced with their weights inline.
 """
 
 from __future__ import annotations
@@ -24,7 +28,17 @@ from typing import Any
 
 import numpy as np
 
-from export.common import ErrorTracker, check, ort_session, save_onnx, stamp_io
+from export.common import (
+    ErrorTracker,
+    check,
+    export_bound,
+    file_size,
+    ort_session,
+    save_onnx,
+    stamp_io,
+    torch_threads,
+)
+from export.memory import release_memory
 from ttscore.contract import voxcpm2 as spec
 from ttscore.contract.errors import ExportError
 from ttscore.contract.graphs import GraphSpec
@@ -36,6 +50,7 @@ logger = logging.getLogger(__name__)
 
 OPSET = 18
 EXPORTER = "torch.onnx.export(dynamo=False) (legacy TorchScript exporter)"
+EXPORTER_BOUND = "torch.onnx.export(dynamo=False, export_params=False) (legacy TorchScript exporter) + bind_weights"
 TOLERANCE = 1e-3  # max abs error of any validated output (tiny measured: <= ~3e-6)
 TEXT_TABLE = "text_embeddings"
 
@@ -91,149 +106,178 @@ def _finish(tracker: ErrorTracker, name: str, extra: dict[str, Any] | None = Non
             **(extra or {})}
 
 
-def _lm_stage(model: Any, stack: Any, name: str, gspec: GraphSpec, out: Path) -> dict[str, Any]:
+def _bound(module: Any, args: tuple[Any, ...], gspec: GraphSpec, out: Path) -> Path:
+    """Trace without parameters, bind them one at a time into `<graph>.onnx.data` (export.common)."""
+    return export_bound(module, args, gspec, out, OPSET, EXPORTER_BOUND)
+
+
+def _empty_past(feeds: dict[str, np.ndarray], layers: int, kvh: int, hd: int, b: int = 1) -> None:
+    for i in range(layers):
+        feeds[spec.lm_past_key(i)] = np.zeros((b, kvh, 0, hd), np.float32)
+        feeds[spec.lm_past_value(i)] = np.zeros((b, kvh, 0, hd), np.float32)
+
+
+def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any]:
+    """Base or residual LM: the reference's outputs first, then the trace, then (weights freed) ORT."""
     import torch
 
     from .graphs import LMStep
 
-    hidden = stack.config.hidden_size
-    layers = len(stack.layers)
-    kvh = stack.config.num_key_value_heads
-    hd = stack.config.kv_channels or hidden // stack.config.num_attention_heads
-    g = torch.Generator().manual_seed(1)
-    ex = (torch.randn(1, 3, hidden, generator=g), torch.ones(1, 5, dtype=torch.long), torch.arange(2, 5)[None],
-          *[torch.randn(1, kvh, 2, hd, generator=g) for _ in range(2 * layers)])
-    if "position_ids" not in gspec.input_names:  # no RoPE: the wrapper ignores them, the graph has none
-        ex = (ex[0], ex[1], *ex[3:])
-    path = _trace(LMStep(stack).eval(), ex, gspec, out)
-    sess = ort_session(path)
-    tr = ErrorTracker()
-    with torch.inference_mode():
+    exclude = ("base_lm.embed_tokens.",)  # the text table is its own stage
+    with ref.loaded((f"{attr}.",), exclude) as model, torch_threads(), torch.inference_mode():
+        stack = getattr(model, attr)
+        hidden = stack.config.hidden_size
+        layers = len(stack.layers)
+        kvh = stack.config.num_key_value_heads
+        hd = stack.config.kv_channels or hidden // stack.config.num_attention_heads
+        g = torch.Generator().manual_seed(1)
+        prefills: list[tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]]]] = []
         for t_len in (1, 6, 11):
             x = torch.randn(1, t_len, hidden, generator=g)
             ref_h, ref_kv = stack(x, is_causal=True)
-            feeds = {"inputs_embeds": x.numpy(), "attention_mask": np.ones((1, t_len), np.int64),
-                     "position_ids": np.arange(t_len, dtype=np.int64)[None]}
-            for i in range(layers):
-                feeds[spec.lm_past_key(i)] = np.zeros((1, kvh, 0, hd), np.float32)
-                feeds[spec.lm_past_value(i)] = np.zeros((1, kvh, 0, hd), np.float32)
-            got = _run(sess, feeds)
-            case = f"prefill T={t_len}"
-            tr.add("hidden", got[0], ref_h.numpy(), case)
-            tr.add("new_kv", np.stack(got[1:]), np.stack([t.numpy() for kv in ref_kv for t in kv]), case)
             # Two decode steps against the reference's static-cache forward_step.
             stack.kv_cache.fill_caches(ref_kv)
-            past = list(got[1:])
-            for s in range(2):
+            steps = []
+            for _ in range(2):
                 x1 = torch.randn(1, hidden, generator=g)
-                want = stack.forward_step(x1, torch.tensor([stack.kv_cache.step()])).numpy()
-                p = t_len + s
-                feeds = {"inputs_embeds": x1.numpy()[:, None], "attention_mask": np.ones((1, p + 1), np.int64),
-                         "position_ids": np.array([[p]], np.int64)}
-                for i in range(layers):
-                    feeds[spec.lm_past_key(i)] = past[2 * i]
-                    feeds[spec.lm_past_value(i)] = past[2 * i + 1]
-                step = _run(sess, feeds)
-                tr.add("hidden", step[0][:, 0], want, f"decode past={p}")
-                past = [np.concatenate([a, b], axis=2) for a, b in zip(past, step[1:], strict=True)]
+                want = stack.forward_step(x1, torch.tensor([stack.kv_cache.step()]))
+                steps.append((x1.numpy().copy(), want.numpy().copy()))
+            prefills.append((x.numpy(), ref_h.numpy(), np.stack([t.numpy() for kv in ref_kv for t in kv]), steps))
         # A padded batch (ragged past, left-padded new tokens) equals each row alone.
         rows: list[tuple[np.ndarray, np.ndarray, int, int]] = []
         for n_past, n_new in ((3, 2), (1, 1)):
             xt = torch.randn(1, n_past + n_new, hidden, generator=g)
             ref_h, _ = stack(xt, is_causal=True)
             rows.append((xt.numpy(), ref_h.numpy(), n_past, n_new))
-        pmax, tmax = max(r[2] for r in rows), max(r[3] for r in rows)
-        feeds = {"inputs_embeds": np.zeros((2, tmax, hidden), np.float32),
-                 "attention_mask": np.zeros((2, pmax + tmax), np.int64), "position_ids": np.zeros((2, tmax), np.int64)}
-        pasts = [np.zeros((2, kvh, pmax, hd), np.float32) for _ in range(2 * layers)]
-        for r, (xa, _, n_past, n_new) in enumerate(rows):
-            pre: dict[str, np.ndarray] = {"inputs_embeds": xa[:, :n_past], "attention_mask": np.ones((1, n_past), np.int64),
-                   "position_ids": np.arange(n_past, dtype=np.int64)[None]}
+        stack.kv_cache.current_length = 0
+        ex = (torch.randn(1, 3, hidden, generator=g), torch.ones(1, 5, dtype=torch.long), torch.arange(2, 5)[None],
+              *[torch.randn(1, kvh, 2, hd, generator=g) for _ in range(2 * layers)])
+        if "position_ids" not in gspec.input_names:  # no RoPE: the wrapper ignores them, the graph has none
+            ex = (ex[0], ex[1], *ex[3:])
+        wrapper = LMStep(stack).eval()
+        path = _bound(wrapper, ex, gspec, out)
+        del wrapper, stack, model
+    # The PyTorch weights are back on the meta device before ONNX Runtime loads the graph.
+    release_memory()
+    sess = ort_session(path)
+    tr = ErrorTracker()
+    feeds: dict[str, np.ndarray]
+    for x_np, h_np, kv_np, steps in prefills:
+        t_len = x_np.shape[1]
+        feeds = {"inputs_embeds": x_np, "attention_mask": np.ones((1, t_len), np.int64),
+                 "position_ids": np.arange(t_len, dtype=np.int64)[None]}
+        _empty_past(feeds, layers, kvh, hd)
+        got = _run(sess, feeds)
+        case = f"prefill T={t_len}"
+        tr.add("hidden", got[0], h_np, case)
+        tr.add("new_kv", np.stack(got[1:]), kv_np, case)
+        past = list(got[1:])
+        for s, (x1_np, want_np) in enumerate(steps):
+            p = t_len + s
+            feeds = {"inputs_embeds": x1_np[:, None], "attention_mask": np.ones((1, p + 1), np.int64),
+                     "position_ids": np.array([[p]], np.int64)}
             for i in range(layers):
-                pre[spec.lm_past_key(i)] = np.zeros((1, kvh, 0, hd), np.float32)
-                pre[spec.lm_past_value(i)] = np.zeros((1, kvh, 0, hd), np.float32)
-            kv = _run(sess, pre)[1:]
-            for j in range(2 * layers):
-                pasts[j][r, :, :n_past] = kv[j][0]
-            lead = tmax - n_new
-            feeds["inputs_embeds"][r, lead:] = xa[0, n_past:]
-            feeds["attention_mask"][r, :n_past] = 1
-            feeds["attention_mask"][r, pmax + lead:] = 1
-            feeds["position_ids"][r, lead:] = n_past + np.arange(n_new)
-        for i in range(layers):
-            feeds[spec.lm_past_key(i)] = pasts[2 * i]
-            feeds[spec.lm_past_value(i)] = pasts[2 * i + 1]
-        batched = _run(sess, feeds)[0]
-        for r, (_, want_h, n_past, n_new) in enumerate(rows):
-            tr.add("hidden", batched[r, tmax - n_new:], want_h[0, n_past:], f"batched row {r}")
-    stack.kv_cache.current_length = 0
-    return _finish(tr, name)
+                feeds[spec.lm_past_key(i)] = past[2 * i]
+                feeds[spec.lm_past_value(i)] = past[2 * i + 1]
+            step = _run(sess, feeds)
+            tr.add("hidden", step[0][:, 0], want_np, f"decode past={p}")
+            past = [np.concatenate([a, b], axis=2) for a, b in zip(past, step[1:], strict=True)]
+    pmax, tmax = max(r[2] for r in rows), max(r[3] for r in rows)
+    feeds = {"inputs_embeds": np.zeros((2, tmax, hidden), np.float32),
+             "attention_mask": np.zeros((2, pmax + tmax), np.int64), "position_ids": np.zeros((2, tmax), np.int64)}
+    pasts = [np.zeros((2, kvh, pmax, hd), np.float32) for _ in range(2 * layers)]
+    for r, (xa, _, n_past, n_new) in enumerate(rows):
+        pre: dict[str, np.ndarray] = {"inputs_embeds": xa[:, :n_past], "attention_mask": np.ones((1, n_past), np.int64),
+                                      "position_ids": np.arange(n_past, dtype=np.int64)[None]}
+        _empty_past(pre, layers, kvh, hd)
+        kv = _run(sess, pre)[1:]
+        for j in range(2 * layers):
+            pasts[j][r, :, :n_past] = kv[j][0]
+        lead = tmax - n_new
+        feeds["inputs_embeds"][r, lead:] = xa[0, n_past:]
+        feeds["attention_mask"][r, :n_past] = 1
+        feeds["attention_mask"][r, pmax + lead:] = 1
+        feeds["position_ids"][r, lead:] = n_past + np.arange(n_new)
+    for i in range(layers):
+        feeds[spec.lm_past_key(i)] = pasts[2 * i]
+        feeds[spec.lm_past_value(i)] = pasts[2 * i + 1]
+    batched = _run(sess, feeds)[0]
+    for r, (_, want_h, n_past, n_new) in enumerate(rows):
+        tr.add("hidden", batched[r, tmax - n_new:], want_h[0, n_past:], f"batched row {r}")
+    del sess
+    return _finish(tr, gspec.name, {"bytes": file_size(path)})
 
 
-def _small_stages(model: Any, info: VoxCPM2Info, specs: dict[str, GraphSpec], out: Path) -> dict[str, Any]:
+SMALL_WEIGHTS = ("feat_encoder.", "enc_to_lm_proj.", "fsq_layer.", "fusion_concat_proj.", "lm_to_dit_proj.",
+                 "res_to_dit_proj.", "stop_proj.", "stop_head.", "base_lm.embed_tokens.")
+
+
+def _small_stages(ref: Any, info: VoxCPM2Info, specs: dict[str, GraphSpec], out: Path) -> dict[str, Any]:
+    """Local encoder, bridge, heads and the text embedding table."""
     import torch
 
     from .graphs import Bridge, Heads, LocalEncoder
 
     g = torch.Generator().manual_seed(2)
     h = info.lm.hidden_size
-    reports: dict[str, Any] = {}
-    with torch.inference_mode():
-        # local encoder
-        path = _trace(LocalEncoder(model).eval(), (torch.randn(2, info.patch_size, info.feat_dim),),
-                      specs["local_encoder"], out)
-        sess, tr = ort_session(path), ErrorTracker()
+    enc_cases, bridge_cases, head_cases = [], [], []
+    with ref.loaded(SMALL_WEIGHTS) as model, torch_threads(), torch.inference_mode():
         for n in (1, 5):
             f = torch.randn(n, info.patch_size, info.feat_dim, generator=g)
             want = model.enc_to_lm_proj(model.feat_encoder(f.unsqueeze(1)))[:, 0]
-            tr.add("embeds", _run(sess, {"feats": f.numpy()})[0], want.numpy(), f"n={n}")
-        reports["local_encoder"] = _finish(tr, "local_encoder")
-        # bridge
-        path = _trace(Bridge(model).eval(), (torch.randn(3, h), torch.randn(3, h), torch.tensor([True, False, True])),
-                      specs["bridge"], out)
-        sess, tr = ort_session(path), ErrorTracker()
+            enc_cases.append((n, {"feats": f.numpy()}, [want.numpy()]))
         for n in (1, 7):
             lm_out, emb = torch.randn(n, h, generator=g) * 3, torch.randn(n, h, generator=g)
             mask = torch.rand(n, generator=g) > 0.5
             fm = mask.float().unsqueeze(-1)
             lm_hidden = model.fsq_layer(lm_out) * fm + lm_out * (1 - fm)
             res_in = model.fusion_concat_proj(torch.cat([lm_hidden, fm * emb], dim=-1))
-            got = _run(sess, {"lm_out": lm_out.numpy(), "feat_embeds": emb.numpy(), "audio_mask": mask.numpy()})
-            tr.add("lm_hidden", got[0], lm_hidden.numpy(), f"n={n}")
-            tr.add("residual_input", got[1], res_in.numpy(), f"n={n}")
-        reports["bridge"] = _finish(tr, "bridge")
-        # heads
-        path = _trace(Heads(model).eval(), (torch.randn(2, h), torch.randn(2, h)), specs["heads"], out)
-        sess, tr = ort_session(path), ErrorTracker()
+            bridge_cases.append((n, {"lm_out": lm_out.numpy(), "feat_embeds": emb.numpy(), "audio_mask": mask.numpy()},
+                                 [lm_hidden.numpy(), res_in.numpy()]))
         for n in (1, 4):
             a, b = torch.randn(n, h, generator=g), torch.randn(n, h, generator=g)
             mu = torch.cat([model.lm_to_dit_proj(a), model.res_to_dit_proj(b)], dim=-1)
             stop = model.stop_head(model.stop_actn(model.stop_proj(a)))
-            got = _run(sess, {"lm_hidden": a.numpy(), "residual_hidden": b.numpy()})
-            tr.add("mu", got[0], mu.numpy(), f"n={n}")
-            tr.add("stop_logits", got[1], stop.numpy(), f"n={n}")
-        reports["heads"] = _finish(tr, "heads")
+            head_cases.append((n, {"lm_hidden": a.numpy(), "residual_hidden": b.numpy()}, [mu.numpy(), stop.numpy()]))
+        paths = {
+            "local_encoder": _bound(LocalEncoder(model).eval(), (torch.randn(2, info.patch_size, info.feat_dim),),
+                                    specs["local_encoder"], out),
+            "bridge": _bound(Bridge(model).eval(), (torch.randn(3, h), torch.randn(3, h),
+                                                    torch.tensor([True, False, True])), specs["bridge"], out),
+            "heads": _bound(Heads(model).eval(), (torch.randn(2, h), torch.randn(2, h)), specs["heads"], out),
+        }
+        table = np.lib.format.open_memmap(tmp_table := out / f"{TEXT_TABLE}.npy", mode="w+", dtype=np.float32,
+                                          shape=(info.vocab_size, h))
+        weight = model.base_lm.embed_tokens.weight
+        for start in range(0, info.vocab_size, 8192):
+            table[start:start + 8192] = (weight[start:start + 8192].float() * info.scale_emb).numpy()
+        table.flush()
+        del table, weight, model
+    release_memory()
+    check(tmp_table.stat().st_size > 0, "text table not written")
+    reports: dict[str, Any] = {}
+    for name, cases, outs in (("local_encoder", enc_cases, ("embeds",)), ("bridge", bridge_cases,
+                              ("lm_hidden", "residual_input")), ("heads", head_cases, ("mu", "stop_logits"))):
+        sess, tr = ort_session(paths[name]), ErrorTracker()
+        for n, feeds, wants in cases:
+            got = _run(sess, feeds)
+            for o, gv, wv in zip(outs, got, wants, strict=True):
+                tr.add(o, gv, wv, f"n={n}")
+        reports[name] = _finish(tr, name, {"bytes": file_size(paths[name])})
+        del sess
     return reports
 
 
-def _locdit_stage(model: Any, info: VoxCPM2Info, gspec: GraphSpec, out: Path) -> dict[str, Any]:
+def _locdit_stage(ref: Any, info: VoxCPM2Info, gspec: GraphSpec, out: Path) -> dict[str, Any]:
     import torch
 
     from .graphs import LocDiTStep
     from .reference import fed_noise
 
     d, p, m = info.feat_dim, info.patch_size, 2 * info.dit.hidden_size
-    ex = (torch.randn(2, d, p), torch.randn(2, m), torch.randn(2, d, p), torch.rand(2), torch.zeros(2),
-          torch.full((2,), 2.0))
-    path = _trace(LocDiTStep(model).eval(), ex, gspec, out)
-    sess = ort_session(path)
-
-    def run(x: Any, mu: Any, cond: Any, t: Any, dt: Any, cfg: Any) -> Any:
-        return _run(sess, {"x": x, "mu": mu, "cond": cond, "t": t, "dt": dt, "cfg_value": cfg})[0]
-
-    tr = ErrorTracker()
     rng = np.random.default_rng(3)
-    with torch.inference_mode():
+    cases = []
+    with ref.loaded(("feat_decoder.",)) as model, torch_threads(), torch.inference_mode():
         for n_steps, cfg, batch in ((10, 2.0, 1), (4, 1.5, 3), (25, 3.0, 2)):
             noise = rng.standard_normal((batch, d, p)).astype(np.float32)
             mu = rng.standard_normal((batch, m)).astype(np.float32)
@@ -241,59 +285,83 @@ def _locdit_stage(model: Any, info: VoxCPM2Info, gspec: GraphSpec, out: Path) ->
             with fed_noise(iter([noise])):
                 want = model.feat_decoder(mu=torch.from_numpy(mu), n_timesteps=n_steps, patch_size=p,
                                           cond=torch.from_numpy(cond), cfg_value=cfg).numpy()
-            rows = [SolveRow(noise[i], mu[i], cond[i], n_steps, cfg) for i in range(batch)]
-            got = np.stack(solve(rows, run, mean_mode=info.mean_mode))
-            tr.add("patch", got, want, f"steps={n_steps} cfg={cfg} batch={batch}")
-        # Rows with different step counts in one solve equal each row solved alone.
-        rows = [SolveRow(rng.standard_normal((d, p)).astype(np.float32), rng.standard_normal(m).astype(np.float32),
-                         rng.standard_normal((d, p)).astype(np.float32), n, 2.0) for n in (10, 3)]
-        mixed = solve(rows, run, mean_mode=info.mean_mode)
-        for i, row in enumerate(rows):
-            tr.add("patch", mixed[i], solve([row], run, mean_mode=info.mean_mode)[0], f"mixed steps row {i}")
-    return _finish(tr, "locdit_step", {"validated_with": "ttscore.runtime.families.voxcpm2.solver.solve"})
+            cases.append((noise, mu, cond, n_steps, cfg, batch, want))
+        ex = (torch.randn(2, d, p), torch.randn(2, m), torch.randn(2, d, p), torch.rand(2), torch.zeros(2),
+              torch.full((2,), 2.0))
+        path = _bound(LocDiTStep(model).eval(), ex, gspec, out)
+        del model
+    release_memory()
+    sess = ort_session(path)
+
+    def run(x: Any, mu: Any, cond: Any, t: Any, dt: Any, cfg: Any) -> Any:
+        return _run(sess, {"x": x, "mu": mu, "cond": cond, "t": t, "dt": dt, "cfg_value": cfg})[0]
+
+    tr = ErrorTracker()
+    for noise, mu, cond, n_steps, cfg, batch, want in cases:
+        rows = [SolveRow(noise[i], mu[i], cond[i], n_steps, cfg) for i in range(batch)]
+        got = np.stack(solve(rows, run, mean_mode=info.mean_mode))
+        tr.add("patch", got, want, f"steps={n_steps} cfg={cfg} batch={batch}")
+    # Rows with different step counts in one solve equal each row solved alone.
+    rows = [SolveRow(rng.standard_normal((d, p)).astype(np.float32), rng.standard_normal(m).astype(np.float32),
+                     rng.standard_normal((d, p)).astype(np.float32), n, 2.0) for n in (10, 3)]
+    mixed = solve(rows, run, mean_mode=info.mean_mode)
+    for i, row in enumerate(rows):
+        tr.add("patch", mixed[i], solve([row], run, mean_mode=info.mean_mode)[0], f"mixed steps row {i}")
+    return _finish(tr, "locdit_step", {"validated_with": "ttscore.runtime.families.voxcpm2.solver.solve",
+                                       "bytes": file_size(path)})
 
 
-def _vae_stages(model: Any, info: VoxCPM2Info, specs: dict[str, GraphSpec], out: Path) -> dict[str, Any]:
+def _vae_stages(ref: Any, info: VoxCPM2Info, specs: dict[str, GraphSpec], out: Path) -> dict[str, Any]:
+    """AudioVAE encoder and streaming decoder (0.09 B parameters: traced with their weights inline,
+    folded weight norm; far below protobuf's 2 GiB)."""
     import torch
 
     from .graphs import VaeDecoderStream, VaeEncoder
 
-    vae = model.audio_vae
     g = torch.Generator().manual_seed(4)
-    reports: dict[str, Any] = {}
-    with torch.inference_mode():
-        path = _trace(VaeEncoder(vae).eval(), (torch.randn(1, 2 * info.encode_hop),), specs["vae_encoder"], out)
-        sess, tr = ort_session(path), ErrorTracker()
+    enc_cases = []
+    with ref.loaded(("audio_vae.",)) as model, torch_threads(), torch.inference_mode():
+        vae = model.audio_vae
         for frames, b in ((4, 1), (12, 2)):
             audio = torch.randn(b, frames * info.encode_hop, generator=g) * 0.3
             want = vae.encode(audio.unsqueeze(1), info.encode_sample_rate)
-            tr.add("latents", _run(sess, {"audio": audio.numpy()})[0], want.numpy(), f"frames={frames} batch={b}")
-        reports["vae_encoder"] = _finish(tr, "vae_encoder")
-
+            enc_cases.append((frames, b, audio.numpy(), want.numpy()))
+        enc_path = _trace(VaeEncoder(vae).eval(), (torch.randn(1, 2 * info.encode_hop),), specs["vae_encoder"], out)
         dec = VaeDecoderStream(vae).eval()
-        state0 = torch.zeros(1, dec.state_size)
-        path = _trace(dec, (torch.randn(1, info.feat_dim, 2), state0), specs["vae_decoder_stream"], out)
-        sess, tr = ort_session(path), ErrorTracker()
+        state_size, layout = dec.state_size, dec.layout
         z = torch.randn(2, info.feat_dim, 6 * info.patch_size, generator=g)
         whole = vae.decode(z)[:, 0].numpy()
-        for chunks in ((6,), (1, 2, 3), (1, 1, 1, 1, 1, 1)):
-            state = np.zeros((2, dec.state_size), np.float32)
-            parts, at = [], 0
-            for c in chunks:
-                pcm, state = _run(sess, {"latents": z[..., at * info.patch_size:(at + c) * info.patch_size].numpy(),
-                                         "state": state})
-                parts.append(pcm)
-                at += c
-            tr.add("pcm", np.concatenate(parts, axis=1), whole, f"chunks={chunks}")
-        reports["vae_decoder_stream"] = _finish(
-            tr, "vae_decoder_stream", {"state_size": dec.state_size, "state_layout": dec.layout,
-                                       "causal": "strict (exact streaming)"})
+        z_np = z.numpy()
+        dec_path = _trace(dec, (torch.randn(1, info.feat_dim, 2), torch.zeros(1, state_size)),
+                          specs["vae_decoder_stream"], out)
+        del dec, vae, model
+    release_memory()
+    reports: dict[str, Any] = {}
+    sess, tr = ort_session(enc_path), ErrorTracker()
+    for frames, b, audio_np, want_np in enc_cases:
+        tr.add("latents", _run(sess, {"audio": audio_np})[0], want_np, f"frames={frames} batch={b}")
+    reports["vae_encoder"] = _finish(tr, "vae_encoder")
+    sess, tr = ort_session(dec_path), ErrorTracker()
+    for chunks in ((6,), (1, 2, 3), (1, 1, 1, 1, 1, 1)):
+        state = np.zeros((2, state_size), np.float32)
+        parts, at = [], 0
+        for c in chunks:
+            pcm, state = _run(sess, {"latents": z_np[..., at * info.patch_size:(at + c) * info.patch_size],
+                                     "state": state})
+            parts.append(pcm)
+            at += c
+        tr.add("pcm", np.concatenate(parts, axis=1), whole, f"chunks={chunks}")
+    del sess
+    reports["vae_decoder_stream"] = _finish(
+        tr, "vae_decoder_stream", {"state_size": state_size, "state_layout": layout,
+                                   "causal": "strict (exact streaming)"})
     return reports
 
 
 def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
                    progress: Callable[[int, int, str], None] | None, source: dict[str, Any]) -> dict[str, Any]:
-    """Every graph into `tmp`; returns the manifest (the caller writes it and renames `tmp` into place)."""
+    """Every graph into `tmp`, one stage at a time, each holding only the weights it traces (see
+    export.memory); returns the manifest (the caller writes it and renames `tmp` into place)."""
     import shutil
 
     import onnx
@@ -302,7 +370,7 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
 
     from export.memory import MemoryMonitor
 
-    from .reference import load_reference
+    from .reference import StagedVoxCPM2
 
     if precision != "fp32":
         raise ExportError(f"VoxCPM2 export supports fp32 only so far, not {precision}")
@@ -319,27 +387,27 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     with MemoryMonitor() as mon:
         stage("loading the checkpoint")
         with mon.stage("load"):
-            model = load_reference(src)
-        state_size = sum(c * n for c, n in _decoder_layout(model))
+            ref = StagedVoxCPM2(src)
+            with ref.loaded(("audio_vae.decoder.",)) as model:
+                state_size = sum(c * n for c, n in _decoder_layout(model))
+                del model
         specs = graph_specs(info, state_size)
         stage("base LM")
         with mon.stage("base_lm"):
-            reports["base_lm"] = _lm_stage(model, model.base_lm, "base_lm", specs["base_lm"], tmp)
+            reports["base_lm"] = _lm_stage(ref, "base_lm", specs["base_lm"], tmp)
         stage("residual LM")
         with mon.stage("residual_lm"):
-            reports["residual_lm"] = _lm_stage(model, model.residual_lm, "residual_lm", specs["residual_lm"], tmp)
+            reports["residual_lm"] = _lm_stage(ref, "residual_lm", specs["residual_lm"], tmp)
         stage("local encoder, bridge, heads")
         with mon.stage("small"):
-            reports.update(_small_stages(model, info, specs, tmp))
-            table = model.base_lm.embed_tokens.weight.detach().float() * info.scale_emb
-            np.save(tmp / f"{TEXT_TABLE}.npy", table.numpy().astype(np.float32))
+            reports.update(_small_stages(ref, info, specs, tmp))
         stage("LocDiT")
         with mon.stage("locdit"):
-            reports["locdit_step"] = _locdit_stage(model, info, specs["locdit_step"], tmp)
+            reports["locdit_step"] = _locdit_stage(ref, info, specs["locdit_step"], tmp)
         stage("AudioVAE")
         with mon.stage("audio_vae"):
-            reports.update(_vae_stages(model, info, specs, tmp))
-        del model
+            reports.update(_vae_stages(ref, info, specs, tmp))
+        del ref
     memory = mon.summary()
 
     stage("manifest")

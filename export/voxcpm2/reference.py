@@ -79,6 +79,81 @@ def load_reference(checkpoint: str | Path) -> Any:
     return model
 
 
+class StagedVoxCPM2:
+    """The reference `VoxCPM2Model` (float32) with its parameters on the meta device until an export
+    stage asks for some of them: the VoxCPM2 use of the staged loading in export/common.py
+    (`load_tensors` / `unload_tensors`, as Qwen3-TTS's export.reference.StagedReference).
+
+    `load_reference` materializes all ~2.39 B parameters in float32 (~10 GB at the released size).
+    Here the module tree is built empty exactly as `from_local` builds it (same constructors, the
+    same `.to(config dtype)` of its buffers, then `to_float32`), so the RoPE tables and static KV
+    caches are what `load_reference` gives; the persistent buffers (AudioVAE's sr_bin_boundaries)
+    are read from the checkpoint at once, and `loaded(names)` reads only the named parameters, one
+    tensor at a time from `model.safetensors` / `audiovae.safetensors`, putting them back on the
+    meta device when the block ends.
+    """
+
+    def __init__(self, checkpoint: str | Path) -> None:
+        import torch
+        from accelerate import init_empty_weights
+        from safetensors import safe_open
+
+        from export.common import load_tensors
+
+        self.checkpoint = path = Path(checkpoint)
+        classes = reference_classes()
+        with voxcpm_imports():
+            from transformers import LlamaTokenizerFast
+            from voxcpm.model.utils import get_dtype
+
+        try:
+            config = classes["config"].model_validate_json((path / "config.json").read_text(encoding="utf-8"))
+            tokenizer = LlamaTokenizerFast.from_pretrained(str(path))
+            self.files: dict[str, tuple[Path, str]] = {}
+            for file, prefix in (("model.safetensors", ""), ("audiovae.safetensors", "audio_vae.")):
+                with safe_open(str(path / file), framework="pt") as fh:
+                    keys = list(fh.keys())
+                self.files.update({prefix + k: (path / file, k) for k in keys})
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"{path}: the voxcpm reference cannot load it: {exc}") from exc
+        with init_empty_weights(include_buffers=False):
+            vae_cfg = getattr(config, "audio_vae_config", None)
+            vae = classes["vae"](config=vae_cfg) if vae_cfg else classes["vae"]()
+            model = classes["model"](config, tokenizer, vae, None, device="cpu")
+        model = model.to(get_dtype(model.config.dtype))  # as from_local: buffers rounded like the reference's
+        model.audio_vae = model.audio_vae.to(torch.float32)
+        model.eval()
+        want = set(model.state_dict().keys())
+        missing, unexpected = sorted(want - set(self.files)), sorted(set(self.files) - want)
+        if missing or unexpected:
+            raise CheckpointError(
+                f"{path}: weights do not match the model: {len(missing)} missing (e.g. {missing[:1]}), "
+                f"{len(unexpected)} unexpected (e.g. {unexpected[:1]})"
+            )
+        params = {n for n, _ in model.named_parameters()}
+        load_tensors(model, sorted(want - params), self.files, path)  # persistent buffers, once
+        to_float32(model)
+        self.model = model
+
+    def parameter_names(self, prefixes: tuple[str, ...], exclude: tuple[str, ...] = ()) -> list[str]:
+        return [n for n, _ in self.model.named_parameters()
+                if n.startswith(prefixes) and not (exclude and n.startswith(exclude))]
+
+    @contextlib.contextmanager
+    def loaded(self, prefixes: tuple[str, ...], exclude: tuple[str, ...] = ()) -> Iterator[Any]:
+        """The model with the parameters under `prefixes` (but not `exclude`) loaded for the block."""
+        from export.common import load_tensors, unload_tensors
+
+        names = self.parameter_names(prefixes, exclude)
+        if not names:
+            raise ValueError(f"no parameters under {prefixes}")
+        try:
+            load_tensors(self.model, names, self.files, self.checkpoint)
+            yield self.model
+        finally:
+            unload_tensors(self.model, names)
+
+
 def checkpoint_key_diff(model: Any, path: Path) -> tuple[list[str], list[str]]:
     """(missing, unexpected) tensor names of `model.safetensors` + `audiovae.safetensors` vs the model."""
     from safetensors import safe_open
