@@ -30,9 +30,8 @@ PRECISIONS = ("fp32", "int8", "int4")
 # Quantized precisions: the graphs whose constant-weight MatMuls are quantized, each checked against
 # its fp32 export (the error is reported per graph in the manifest, `validation.vs_fp32`).
 QUANTIZED_GRAPHS = ("talker", "code_predictor", "code2wav_stream")
-# The vocoder keeps a quantized graph only while its audio stays this close to fp32's (SNR, dB);
-# otherwise it stays fp32 and the manifest says why.
-VOCODER_MIN_SNR_DB = 30.0
+# The vocoder keeps a quantized graph only while its audio stays within
+# export.common.VOCODER_MIN_SNR_DB of fp32's; otherwise it stays fp32 and the manifest says why.
 
 # Progress hook: (stage number from 1, number of stages, what the stage does), called as each starts.
 ExportProgress = Callable[[int, int, str], None]
@@ -134,40 +133,22 @@ def export_checkpoint(
 
 
 def _quantize(model: Any, path: Path, graph: str, precision: str) -> dict[str, Any]:
-    """Quantize one validated fp32 graph, measure it against the fp32 graph and put it in its place;
-    returns the manifest fields `quantized` and `vs_fp32`. `model` is the reference model (only its
-    configs are read: the weights may stay on the meta device)."""
-    from .common import quantize_int8, quantize_weights, remove_graph, replace_graph
+    """Quantize one validated fp32 graph (export.common.quantize_graph); returns the manifest fields
+    `quantized` and `vs_fp32`. `model` is the reference model (only its configs are read: the
+    weights may stay on the meta device)."""
+    from .common import quantize_graph
     from .talker import validate_int8
 
-    # int8: dynamic quantization (MatMulInteger) was the fastest int8 form at batch 8 on the 2-core
-    # development machine (0.6B code predictor: 1.1 s vs 2.3 s for 8-bit MatMulNBits under load);
-    # int4: MatMulNBits, the fastest single-stream form (0.45 s vs 0.72 s for dynamic int8).
-    logger.info("quantizing %s to %s", path.name, precision)
-    if precision == "int8":
-        q = quantize_int8(path)
-        method = "int8 dynamic (MatMulInteger, per-tensor weights)"
-    else:
-        q = quantize_weights(path, 4)
-        method = "int4 weight-only MatMulNBits (block 32, symmetric, int8 activations)"
     if graph == "code2wav_stream":
-        vs = compare_vocoder(path, q)
-        if vs["snr_db"] < VOCODER_MIN_SNR_DB:
-            remove_graph(q)
-            vs["kept"] = f"fp32 (SNR {vs['snr_db']} dB < {VOCODER_MIN_SNR_DB} dB)"
-            return {"quantized": None, "vs_fp32": vs}
-    else:
-        vs = validate_int8(model, path, q)
-        vs.pop("file", None)
-    replace_graph(q, path)  # the quantized graph serves under the fp32 graph's name
-    return {"quantized": method, "vs_fp32": vs}
+        return quantize_graph(path, precision, compare_vocoder, audio=True)
+    return quantize_graph(path, precision, lambda fp32, q: validate_int8(model, fp32, q))
 
 
 def compare_vocoder(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict[str, Any]:
     """Streamed decode of random codes (two chunks, state carried) by both graphs: audio error."""
     import numpy as np
 
-    from .common import ort_session
+    from .common import ort_session, snr_db
 
     a, b = ort_session(fp32_path), ort_session(quant_path)
     codes_in = next(i for i in a.get_inputs() if i.name == "codes")
@@ -185,9 +166,7 @@ def compare_vocoder(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict
             pcm.append(chunk)
         outs.append(np.concatenate(pcm, axis=1))
     ref, got = outs
-    err = got - ref
-    snr = 10 * np.log10(float((ref**2).sum()) / max(float((err**2).sum()), 1e-30))
-    return {"audio_max_abs": float(f"{np.abs(err).max():.3g}"), "snr_db": round(float(snr), 1)}
+    return {"audio_max_abs": float(f"{np.abs(got - ref).max():.3g}"), "snr_db": snr_db(ref, got)}
 
 
 def _export_into(src: Path, tmp: Path, info: CheckpointInfo, precision: str,

@@ -291,7 +291,7 @@ def test_validation_needs_frames_past_the_window(tokenizer, exported):
 def test_quantized_vocoder_is_measured_and_kept_only_within_tolerance(exported, tmp_path, monkeypatch):
     import shutil
 
-    from export import exporter
+    from export import common, exporter
 
     out, _ = exported
     path = tmp_path / "code2wav_stream.onnx"
@@ -299,11 +299,11 @@ def test_quantized_vocoder_is_measured_and_kept_only_within_tolerance(exported, 
         if (out / f"code2wav_stream.onnx{suffix}").exists():
             shutil.copy2(out / f"code2wav_stream.onnx{suffix}", tmp_path / f"code2wav_stream.onnx{suffix}")
     original = path.read_bytes()
-    monkeypatch.setattr(exporter, "VOCODER_MIN_SNR_DB", 1000.0)  # no quantized vocoder is that close
+    monkeypatch.setattr(common, "VOCODER_MIN_SNR_DB", 1000.0)  # no quantized vocoder is that close
     rep = exporter._quantize(None, path, "code2wav_stream", "int8")
     assert rep["quantized"] is None and rep["vs_fp32"]["kept"].startswith("fp32")
     assert path.read_bytes() == original and not list(tmp_path.glob("*.int8*"))
-    monkeypatch.setattr(exporter, "VOCODER_MIN_SNR_DB", -1000.0)
+    monkeypatch.setattr(common, "VOCODER_MIN_SNR_DB", -1000.0)
     rep = exporter._quantize(None, path, "code2wav_stream", "int8")
     assert rep["quantized"].startswith("int8") and np.isfinite(rep["vs_fp32"]["snr_db"])
     assert path.read_bytes() != original

@@ -1,5 +1,6 @@
 """VoxCPM2 export: every graph validated against the reference during export, and the manifest.
-A checkpoint the project did not make exports too: tests/test_voxcpm2_foreign.py."""
+A checkpoint the project did not make exports too: tests/test_voxcpm2_foreign.py; int8/int4:
+tests/test_voxcpm2_quant.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from ttscore.contract import voxcpm2 as spec
-from ttscore.contract.errors import ExportError
 from ttscore.contract.manifest import read_manifest
 
 pytestmark = [pytest.mark.export, pytest.mark.slow]
@@ -31,11 +31,3 @@ def test_manifest_and_graphs(voxcpm2_artifacts: Path) -> None:
     assert (voxcpm2_artifacts / "text_embeddings.npy").is_file()
     # The residual LM has no RoPE (as released): its graph takes no position ids.
     assert "position_ids" not in [t["name"] for t in m.graphs["residual_lm"]["inputs"]]
-
-
-def test_quantized_precisions_are_refused_for_now(voxcpm2_tiny: Path, tmp_path: Path) -> None:
-    from export.exporter import export_checkpoint
-
-    with pytest.raises(ExportError, match="fp32 only"):
-        export_checkpoint(voxcpm2_tiny, tmp_path / "q", precision="int8")
-    assert not (tmp_path / "q").exists()

@@ -31,10 +31,14 @@ import numpy as np
 from export.common import (
     ErrorTracker,
     check,
+    compare_outputs,
     export_bound,
     file_size,
+    max_abs,
     ort_session,
+    quantize_graph,
     save_onnx,
+    snr_db,
     stamp_io,
     torch_threads,
 )
@@ -53,6 +57,12 @@ EXPORTER = "torch.onnx.export(dynamo=False) (legacy TorchScript exporter)"
 EXPORTER_BOUND = "torch.onnx.export(dynamo=False, export_params=False) (legacy TorchScript exporter) + bind_weights"
 TOLERANCE = 1e-3  # max abs error of any validated output (tiny measured: <= ~3e-6)
 TEXT_TABLE = "text_embeddings"
+# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.common.
+# quantize_graph, as for Qwen3-TTS), each measured against its fp32 export (`validation.vs_fp32`).
+# The AudioVAE decoder is offered too under the vocoder rule (kept only at >= VOCODER_MIN_SNR_DB);
+# it is all convolutions, so it stays fp32. bridge and heads (a few small projections, the stop
+# head) and the AudioVAE encoder (reference audio only) stay fp32.
+QUANTIZED_GRAPHS = ("base_lm", "residual_lm", "local_encoder", "locdit_step", "vae_decoder_stream")
 
 
 def graph_specs(info: VoxCPM2Info, state_size: int) -> dict[str, GraphSpec]:
@@ -372,10 +382,10 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
 
     from .reference import StagedVoxCPM2
 
-    if precision != "fp32":
-        raise ExportError(f"VoxCPM2 export supports fp32 only so far, not {precision}")
     stages = ["loading the checkpoint", "base LM", "residual LM", "local encoder, bridge, heads", "LocDiT",
-              "AudioVAE", "manifest"]
+              "AudioVAE"]
+    stages += [f"{precision} quantization"] if precision != "fp32" else []
+    stages += ["manifest"]
 
     def stage(label: str) -> None:
         logger.info("export stage: %s", label)
@@ -408,6 +418,11 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
         with mon.stage("audio_vae"):
             reports.update(_vae_stages(ref, info, specs, tmp))
         del ref
+        if precision != "fp32":
+            stage(f"{precision} quantization")
+            for name in QUANTIZED_GRAPHS:
+                with mon.stage(f"{precision}_{name}"):
+                    reports[name] = {**reports[name], **_quantize(info, tmp / specs[name].filename, name, precision)}
     memory = mon.summary()
 
     stage("manifest")
@@ -445,6 +460,84 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
             "torch": torch.__version__, "python": platform.python_version(),
         },
     }
+
+
+def _quantize(info: VoxCPM2Info, path: Path, graph: str, precision: str) -> dict[str, Any]:
+    """One graph through export.common.quantize_graph (the Qwen3-TTS path): the fields `quantized`
+    and `vs_fp32` of its manifest entry."""
+    if graph == "vae_decoder_stream":
+        return quantize_graph(path, precision, _vae_decoder_vs_fp32, audio=True)
+    if graph == "locdit_step":
+        return quantize_graph(path, precision, lambda fp32, q: _locdit_vs_fp32(info, fp32, q))
+    return quantize_graph(path, precision, lambda fp32, q: compare_outputs(fp32, q, _quant_feeds(info, graph)))
+
+
+def _quant_feeds(info: VoxCPM2Info, graph: str, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Random inputs for comparing a quantized graph with its fp32 form (prefill and decode shapes
+    for the LMs, one patch and several for the local encoder)."""
+    rng = np.random.default_rng(seed)
+    if graph == "local_encoder":
+        return [{"feats": rng.standard_normal((n, info.patch_size, info.feat_dim)).astype(np.float32)} for n in (1, 5)]
+    cfg = info.lm if graph == "base_lm" else info.residual
+    feeds = []
+    for b, p, t in ((1, 0, 8), (4, 12, 1)):
+        feed: dict[str, np.ndarray] = {
+            "inputs_embeds": rng.standard_normal((b, t, cfg.hidden_size)).astype(np.float32),
+            "attention_mask": np.ones((b, p + t), np.int64),
+        }
+        if cfg.rope:
+            feed["position_ids"] = np.tile(np.arange(p, p + t, dtype=np.int64), (b, 1))
+        for i in range(cfg.num_layers):
+            for name in (spec.lm_past_key(i), spec.lm_past_value(i)):
+                feed[name] = rng.standard_normal((b, cfg.num_kv_heads, p, cfg.head_dim)).astype(np.float32)
+        feeds.append(feed)
+    return feeds
+
+
+def _locdit_vs_fp32(info: VoxCPM2Info, fp32_path: Path, quant_path: Path) -> dict[str, Any]:
+    """One step's velocity (compare_outputs) and a whole 10-step solve's patch (the runtime's solver)."""
+    rng = np.random.default_rng(0)
+    d, p, m = info.feat_dim, info.patch_size, 2 * info.dit.hidden_size
+
+    def rand(*shape: int) -> np.ndarray:
+        return rng.standard_normal(shape).astype(np.float32)
+
+    feeds = [{"x": rand(b, d, p), "mu": rand(b, m), "cond": rand(b, d, p), "t": rng.random(b, dtype=np.float32),
+              "dt": np.full(b, 0.1, np.float32), "cfg_value": np.full(b, 2.0, np.float32)} for b in (1, 3)]
+    report = compare_outputs(fp32_path, quant_path, feeds)
+    rows = [SolveRow(rand(d, p), rand(m), rand(d, p), 10, 2.0) for _ in range(2)]
+    patches = []
+    for path in (fp32_path, quant_path):
+        sess = ort_session(path)
+
+        def step(x: Any, mu: Any, cond: Any, t: Any, dt: Any, cfg: Any, s: Any = sess) -> Any:
+            return _run(s, {"x": x, "mu": mu, "cond": cond, "t": t, "dt": dt, "cfg_value": cfg})[0]
+
+        patches.append(np.stack(solve(rows, step, mean_mode=info.mean_mode)))
+        del sess, step
+    report["max_abs_err"]["patch (10-step solve)"] = float(f"{max_abs(patches[1], patches[0]):.3g}")
+    report["snr_db_per_output"]["patch (10-step solve)"] = snr_db(patches[0], patches[1])
+    return report
+
+
+def _vae_decoder_vs_fp32(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict[str, Any]:
+    """Streamed decode of random latents (two chunks, state carried) by both graphs: audio error
+    (as export.exporter.compare_vocoder does for Qwen3-TTS)."""
+    rng = np.random.default_rng(seed)
+    a, b = ort_session(fp32_path), ort_session(quant_path)
+    lat = next(i for i in a.get_inputs() if i.name == "latents")
+    st = next(i for i in a.get_inputs() if i.name == "state")
+    z = rng.standard_normal((2, int(lat.shape[1]), 12)).astype(np.float32)
+    outs = []
+    for sess in (a, b):
+        state = np.zeros((2, int(st.shape[1])), np.float32)
+        pcm = []
+        for lo, hi in ((0, 4), (4, 12)):
+            chunk, state = _run(sess, {"latents": z[..., lo:hi], "state": state})
+            pcm.append(chunk)
+        outs.append(np.concatenate(pcm, axis=1))
+    ref, got = outs
+    return {"audio_max_abs": float(f"{np.abs(got - ref).max():.3g}"), "snr_db": snr_db(ref, got)}
 
 
 def _decoder_layout(model: Any) -> list[tuple[int, int]]:
