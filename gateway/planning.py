@@ -108,6 +108,16 @@ class StoredVoice:
     ref_codes: np.ndarray | None = None
     features: FeaturesFn | None = None
     patches: PatchesFn | None = None  # VoxCPM2: its latent patches, computed once (at upload) and cached
+    # Precomputed voices (custom_voice_dir) are made for one family (None: an upload, any family) and,
+    # VoxCPM2, for the served checkpoints whose AudioVAE made its patches (None: not checked).
+    family: str | None = None
+    models: tuple[str, ...] | None = None
+    ref_patches: np.ndarray | None = None  # VoxCPM2 precomputed: the isolated reference [T, P, D]
+    prompt_patches: np.ndarray | None = None  # ... and the continuation prompt `ref_text` transcribes
+
+    @property
+    def precomputed_patches(self) -> bool:
+        return self.ref_patches is not None or self.prompt_patches is not None
 
 
 class VoiceResolver(Protocol):
@@ -384,6 +394,10 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
 
     # Task inference (spec): a stored voice always means Base; ref_audio / ref_text infer Base.
     stored = deployment.resolve_voice(voice) if voice is not None else None
+    if stored is not None and stored.family not in (None, qwen3_tts.FAMILY):
+        name = families.DISPLAY_NAMES.get(stored.family, stored.family)
+        raise bad_request(f"Voice '{stored.name}' is a precomputed {name} voice: it cannot be used with Qwen3-TTS "
+                          f"models (name a {name} model)", "voice")
     if stored is None and voice is not None:
         voice = deployment.preset_voice(voice)  # an OpenAI voice name -> its preset speaker
     if stored is not None or (f.task_type is None and (ref_audio is not None or ref_text is not None)):
@@ -512,8 +526,20 @@ def _plan_other_family(f: SpeechFields, ckpt: ServedCheckpoint, text: str, deplo
             raise bad_request(
                 f"Invalid voice '{f.voice}' for {name}: use an uploaded voice, or omit 'voice' "
                 f"(or '{voxcpm2.ZERO_SHOT_VOICE}') for the model's own voice", "voice")
+    if stored is not None and stored.family not in (None, ckpt.family):
+        made = families.DISPLAY_NAMES.get(stored.family, stored.family)
+        raise bad_request(f"Voice '{stored.name}' is a precomputed {made} voice: it cannot be used with {name} "
+                          f"model `{ckpt.name}`", "voice")
+    if stored is not None and stored.models is not None and ckpt.name not in stored.models:
+        raise bad_request(f"Voice '{stored.name}' was precomputed with another {name} checkpoint "
+                          f"(it fits {', '.join(stored.models)}), not `{ckpt.name}`", "voice")
     if ref_audio is not None:
         stored = None  # inline ref_audio overrides an uploaded voice (spec)
+    elif stored is not None and stored.precomputed_patches:
+        if ref_text is not None:  # its patches are padded for the mode it was made with
+            raise bad_request(f"Voice '{stored.name}' is precomputed with its own prompt mode and transcript: "
+                              "omit 'ref_text' (or give 'ref_audio' with it)", "ref_text")
+        ref_text = stored.ref_text.strip() if stored.ref_text and stored.ref_text.strip() else None
     elif stored is not None and ref_text is None:
         ref_text = stored.ref_text.strip() if stored.ref_text and stored.ref_text.strip() else None
     elif stored is None and ref_text is not None:

@@ -50,7 +50,7 @@ from .voices.sources import RefAudioSettings
 
 logger = logging.getLogger(__name__)
 
-# (x_vector, ref_codes) of a Qwen3-TTS Base reference; (ref_patches, None) of a VoxCPM2 one
+# (x_vector, ref_codes) of a Qwen3-TTS Base reference; (ref_patches, prompt_patches or None) of a VoxCPM2 one
 Features = tuple[np.ndarray, "np.ndarray | None"]
 
 
@@ -246,7 +246,7 @@ class SpeechService:
 
     async def _voice_features(self, plan: SpeechPlan, request_id: str) -> Features:
         if not plan.checkpoint.is_qwen:
-            return await self._reference_patches(plan, request_id), None
+            return await self._reference_patches(plan, request_id)
         stored = plan.stored_voice
         if stored is not None and stored.features is not None:
             try:
@@ -297,18 +297,26 @@ class SpeechService:
                 raise self._api_error(exc, request_id) from None
             raise
 
-    async def _reference_patches(self, plan: SpeechPlan, request_id: str) -> np.ndarray:
-        """VoxCPM2: the reference's latent patches, from the stored voice (computed once, at upload)
-        or from `ref_audio` through the checkpoint's audiovae_encoder (shared cache, like Qwen's)."""
+    async def _reference_patches(self, plan: SpeechPlan, request_id: str) -> Features:
+        """VoxCPM2: (patches, prompt patches or None) of the reference: from a precomputed voice (both
+        for its ref_continuation mode: speech_generation's ref_patches + prompt_patches), from an
+        uploaded voice (computed once, at upload), or from `ref_audio` through the checkpoint's
+        audiovae_encoder (shared cache, like Qwen's)."""
+        stored = plan.stored_voice
+        if stored is not None and stored.precomputed_patches:
+            if stored.ref_patches is not None and stored.prompt_patches is not None:
+                return stored.ref_patches, stored.prompt_patches  # ref_continuation
+            single = stored.ref_patches if stored.ref_patches is not None else stored.prompt_patches
+            assert single is not None
+            return single, None  # reference (no ref_text) or continuation (with its ref_text)
         model = plan.checkpoint.voice_features_model
         if not model:
             raise errors.bad_request(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
-        stored = plan.stored_voice
         try:
             if stored is not None:
                 if stored.patches is None:
                     raise errors.bad_request(f"Voice '{stored.name}' cannot be used with {plan.checkpoint.name}", "voice")
-                return await stored.patches(model, plan.ref_is_prompt)
+                return await stored.patches(model, plan.ref_is_prompt), None
             assert plan.ref_audio is not None
             audio, rate = await refaudio.resolve_ref_audio(plan.ref_audio, self.ref_settings)
         except InvalidRequest as exc:
@@ -328,7 +336,7 @@ class SpeechService:
             self._ref_features.move_to_end(key)
         try:
             patches: np.ndarray = await asyncio.shield(task)
-            return patches
+            return patches, None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -345,6 +353,8 @@ class SpeechService:
         if plan.needs_voice_features and not plan.checkpoint.is_qwen:
             assert features is not None
             fields["ref_patches"] = features[0]
+            if features[1] is not None:  # ref_continuation: the reference + the transcribed prompt
+                fields["prompt_patches"] = features[1]
         elif plan.needs_voice_features:
             assert features is not None
             x_vector, ref_codes = features

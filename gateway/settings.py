@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ttscore.contract import families
+from ttscore.contract import families, voxcpm2
 from ttscore.contract.errors import TTSError
 from ttscore.contract.manifest import Manifest, read_manifest
 from ttscore.contract.qwen3_tts import MAX_TEXT_CHARS, TASK_OF_VARIANT, VARIANTS
@@ -370,6 +370,8 @@ class ServedCheckpoint:
     speaker_embed_dim: int | None = None  # Base: the x-vector size (checks precomputed voices)
     num_code_groups: int | None = None
     family: str = "qwen3_tts"  # the manifest's model family (ttscore.contract.families)
+    patch_shape: tuple[int, int] | None = None  # VoxCPM2: (patch_size, feat_dim) (checks precomputed voices)
+    audiovae_sha256: str | None = None  # VoxCPM2: checksum of the checkpoint's audiovae.safetensors
 
     @property
     def name(self) -> str:
@@ -430,6 +432,9 @@ class ServedCheckpoint:
             speaker_embed_dim=manifest.speaker_embed_dim,
             num_code_groups=manifest.num_code_groups,
             family=manifest.family,
+            patch_shape=(voxcpm2.patch_shape(dict(manifest.configs.get("config.json") or {}))
+                         if manifest.family == voxcpm2.FAMILY else None),
+            audiovae_sha256=manifest.source_sha256(voxcpm2.AUDIOVAE_FILE) if manifest.family == voxcpm2.FAMILY else None,
         )
 
 

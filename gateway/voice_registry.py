@@ -7,7 +7,10 @@
   speaking with voice="name" needs no reference processing; a voice restored from disk is computed
   once, on first use.
 - Precomputed voices come from `custom_voice_dir` (gateway.voices.precomputed), loaded at start-up
-  and checked against the served Base checkpoint's embedding size.
+  and checked against the served checkpoints of their family: a Qwen3-TTS profile against the Base
+  checkpoint's embedding size, a VoxCPM2 one (latent patches for its prompt mode, made offline by
+  `triton-tts precompute-voice`) against each VoxCPM2 checkpoint's patch shape and AudioVAE. Each
+  knows its family, so a request for a model of another family is a 400 naming `voice`.
 - Both are Base voice-cloning inputs (planning.StoredVoice): a voice with a transcript clones in
   context (x-vector + reference codes), one without clones from its x-vector only.
 
@@ -28,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.voicefile import voice_key
+from ttscore.contract.voicefile import MODEL_TYPE, VOXCPM2_MODEL_TYPE, voice_key
 
 from . import errors
 from .aliases import AliasError, effective_voice_aliases
@@ -38,6 +41,7 @@ from .settings import ServedCheckpoint, Settings, SettingsError
 from .voices import (
     FeatureCache,
     MultipartForm,
+    PatchTarget,
     PrecomputedVoice,
     VoiceNotFound,
     VoiceRecord,
@@ -99,9 +103,17 @@ class VoiceRegistry:
             embedding_dim=base.speaker_embed_dim if base is not None else None,
             num_code_groups=base.num_code_groups if base is not None else None,
             reserved_names=self.builtin,
+            voxcpm2=[PatchTarget(c.name, c.patch_shape, c.audiovae_sha256)
+                     for c in checkpoints if c.family == VOXCPM2_MODEL_TYPE and c.patch_shape is not None],
         )
-        if settings.custom_voice_dir and base is None and self.precomputed:
-            logger.warning("precomputed voices are loaded but no Base checkpoint is served: they cannot be spoken")
+        families = {c.family for c in checkpoints}
+        for family in sorted({v.model_type for v in self.precomputed.values()}):
+            if family == MODEL_TYPE and base is None:
+                logger.warning("Qwen3-TTS precomputed voices are loaded but no Base checkpoint is served: "
+                               "they cannot be spoken")
+            elif family != MODEL_TYPE and family not in families:
+                logger.warning("%s precomputed voices are loaded but no %s checkpoint is served: they cannot be spoken",
+                               family, family)
         try:  # OpenAI voice names are reserved like built-ins, so an upload never shadows an alias
             aliases = effective_voice_aliases(settings.voice_aliases, self.builtin)
         except AliasError as exc:
@@ -135,12 +147,17 @@ class VoiceRegistry:
             return None
         key = voice_key(name)
         pre = self.precomputed.get(key)
+        if pre is not None and pre.model_type == VOXCPM2_MODEL_TYPE:
+            return StoredVoice(pre.name, ref_text=pre.ref_text, family=pre.model_type, models=pre.models,
+                               ref_patches=pre.ref_patches, prompt_patches=pre.prompt_patches)
         if pre is not None:
+            assert pre.features is not None
             return StoredVoice(
                 pre.name,
                 ref_text=pre.ref_text if pre.mode == "icl" else None,
                 x_vector=pre.features.x_vector,
                 ref_codes=pre.features.ref_codes,
+                family=pre.model_type,
             )
         record = self.store.get(name)
         if record is None:

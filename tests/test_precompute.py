@@ -79,8 +79,8 @@ def test_write_rejects_bad_input(tmp_path, kwargs, param):
 
 @pytest.mark.unit
 def test_foreign_manifest_is_not_clobbered(tmp_path):
-    (tmp_path / MANIFEST_NAME).write_text(json.dumps({"schema_version": 1, "model_type": "voxcpm2", "voices": {}}))
-    with pytest.raises(InvalidRequest, match="voxcpm2"):
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps({"schema_version": 1, "model_type": "cosyvoice3", "voices": {}}))
+    with pytest.raises(InvalidRequest, match="cosyvoice3"):
         write_voice_profile(tmp_path, "a", np.ones(4), None, mode="xvec")
     (tmp_path / MANIFEST_NAME).write_text("{broken")
     with pytest.raises(InvalidRequest, match="unreadable"):
@@ -98,7 +98,7 @@ def test_parser_registers_the_issue_arguments():
         "ckpt", "alice", "a.wav", "hello", "icl", "out")
     assert args.func is precompute._cmd_precompute_voice
     assert parser.parse_args(["precompute-voice", "--checkpoint", "c", "--voice-name", "v", "--ref-audio", "a",
-                              "--output-dir", "o"]).mode == "xvec"
+                              "--output-dir", "o"]).mode is None  # xvec (Qwen3-TTS) or by --prompt-text (VoxCPM2)
     with pytest.raises(SystemExit):
         parser.parse_args(["precompute-voice", "--checkpoint", "c", "--voice-name", "v", "--ref-audio", "a",
                            "--output-dir", "o", "--mode", "full"])

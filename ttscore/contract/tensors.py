@@ -76,6 +76,9 @@ SPEECH_INPUTS: tuple[TensorIO, ...] = (
     TensorIO("x_vector", "FP32", (-1,), True, "Speaker embedding from voice_features (Base).", QWEN),
     TensorIO("ref_patches", "FP32", (-1, -1, -1), True,
              "VoxCPM2 reference latent patches [T, P, D] from audiovae_encoder.", VOXCPM2),
+    TensorIO("prompt_patches", "FP32", (-1, -1, -1), True,
+             "VoxCPM2 continuation prompt patches [T, P, D] (audiovae_encoder with prompt=true) that ref_text "
+             "transcribes; with ref_patches: the reference's ref_continuation mode.", VOXCPM2),
     TensorIO("x_vector_only", "BOOL", (1,), True, "Clone from the x-vector only (no ICL).", QWEN),
     TensorIO("non_streaming_mode", "BOOL", (1,), True, "Whole text in the prompt (model default when absent).", QWEN),
     TensorIO("max_new_tokens", "INT32", (1,), True, "Frame budget (Qwen3-TTS: 12.5 frames/s; VoxCPM2: patches)."),
@@ -262,7 +265,7 @@ def request_kwargs(tensors: Mapping[str, NDArray[Any]], family: str = qwen3_tts.
         # tensors) may be released once execute() returns, long before the generator reads them.
         if spec.name == "ref_codes":
             kwargs[spec.name] = np.array(value, dtype=np.int64, copy=True)
-        elif spec.name in ("x_vector", "ref_patches"):
+        elif spec.name in ("x_vector", "ref_patches", "prompt_patches"):
             if not np.all(np.isfinite(value)):
                 raise InvalidRequest(f"input '{spec.name}' must be finite", spec.name)
             kwargs[spec.name] = np.array(value, dtype=np.float32, copy=True)

@@ -45,6 +45,19 @@ SEED_MAX = 2**63 - 1
 # Prompt modes (the reference's build_prompt_cache modes, plus zero-shot).
 MODES = ("zero_shot", "reference", "continuation", "ref_continuation")
 
+# Precomputed voices (ttscore.contract.voicefile): the prompt modes a profile can store, and what
+# ties its latent patches to a checkpoint (the AudioVAE that encoded them: its patch shape and the
+# checksum of the checkpoint's audiovae.safetensors).
+PROFILE_MODES = ("reference", "continuation", "ref_continuation")
+AUDIOVAE_FILE = "audiovae.safetensors"
+
+
+def patch_shape(config: dict[str, object]) -> tuple[int, int]:
+    """(patch_size, feat_dim) of a VoxCPM2 config.json (the reference's defaults 4 and 64)."""
+    p, d = config.get("patch_size", 4), config.get("feat_dim", 64)
+    return int(p) if isinstance(p, int) else 4, int(d) if isinstance(d, int) else 64
+
+
 # The Speech API's view: one task (cloning-capable TTS); the zero-shot voice when no reference.
 TASK = "Base"
 RULES = FamilyRules(

@@ -29,13 +29,21 @@ class VoxCPM2:
         return VoxCPM2Model(artifacts, manifest, threads, vocoder=vocoder, encoders=encoders)
 
     def request_from_tensors(self, tensors: Mapping[str, NDArray[Any]]) -> Any:
-        """`ref_patches` alone: the reference's "reference" mode (voice cloning); with `ref_text`:
-        its "continuation" mode, the patches being the prompt audio that `ref_text` transcribes
-        (audiovae_encoder's `prompt` input pads them for that mode)."""
+        """The reference's prompt modes: `ref_patches` alone is "reference" (voice cloning from an
+        isolated reference); `ref_text` with `prompt_patches` is "continuation" (the prompt audio
+        that `ref_text` transcribes, audiovae_encoder's `prompt` padding), and with `ref_patches`
+        too "ref_continuation" (the same or another clip as the reference). `ref_patches` + `ref_text`
+        without `prompt_patches` is the continuation prompt as well (the patches are the prompt)."""
         from ttscore.runtime.families.voxcpm2.model import VoxCPM2Request
 
         kw = triton_io.request_kwargs(tensors, self.name)
         patches, ref_text = kw.pop("ref_patches", None), kw.pop("ref_text", None)
+        prompt = kw.pop("prompt_patches", None)
+        if prompt is not None:
+            if ref_text is None:
+                raise InvalidRequest("input 'prompt_patches' needs 'ref_text' (the transcript of the prompt audio)",
+                                     "ref_text")
+            return VoxCPM2Request(ref_patches=patches, prompt_patches=prompt, prompt_text=ref_text, **kw)
         if ref_text is not None and patches is None:
             raise InvalidRequest("input 'ref_text' needs 'ref_patches' (the reference audio it transcribes)", "ref_text")
         if patches is not None and ref_text is not None:
