@@ -10,19 +10,21 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from ttscore.contract.errors import UpstreamUnavailable
+from ttscore.contract.errors import InvalidRequest, UpstreamUnavailable
 from ttscore.contract.tensors import (
     CANCELLED,
     HEALTH_PROBE_PARAMETER,
     INTERNAL,
+    INTERNAL_MESSAGE,
     INVALID_ARG,
     UNAVAILABLE,
     WireError,
+    invalid_request_error,
 )
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -52,6 +54,32 @@ def response(outputs: Mapping[str, np.ndarray] | None = None, error: WireError |
 
 def input_arrays(request: Any) -> dict[str, np.ndarray]:
     return {t.name(): t.as_numpy() for t in request.inputs()}
+
+
+T = TypeVar("T")
+
+
+def request_items(requests: list[Any], parse: Callable[[dict[str, np.ndarray]], T], log: logging.Logger,
+                  what: str) -> list[T | WireError]:
+    """`parse(inputs)` of each request, or its error: InvalidRequest -> INVALID_ARG naming the
+    field, anything else -> INTERNAL (logged with `what`, the client sees a generic message)."""
+    items: list[T | WireError] = []
+    for request in requests:
+        try:
+            items.append(parse(input_arrays(request)))
+        except InvalidRequest as exc:
+            items.append(invalid_request_error(exc))
+        except Exception:
+            log.exception("%s failed", what)
+            items.append(WireError(INTERNAL, INTERNAL_MESSAGE))
+    return items
+
+
+def each_request(requests: list[Any], handle: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]],
+                 log: logging.Logger, what: str) -> list[Any]:
+    """One response per request: `handle(inputs)`'s outputs, or its error (see request_items)."""
+    return [response(error=x) if isinstance(x, WireError) else response(x)
+            for x in request_items(requests, handle, log, what)]
 
 
 def is_probe(request: Any) -> bool:

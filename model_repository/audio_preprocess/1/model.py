@@ -13,8 +13,6 @@ import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the p
 from ttscore.backend import code2wav as code2wav_logic
 from ttscore.backend import encoders, glue
 from ttscore.backend import settings as model_settings
-from ttscore.contract import tensors as triton_io
-from ttscore.contract.errors import InvalidRequest
 
 log = logging.getLogger("ttscore.model.audio_preprocess")
 
@@ -33,22 +31,13 @@ class TritonPythonModel:
         return glue.answer_probes(requests, self._execute)
 
     def _execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                tensors = glue.input_arrays(request)
-                audio_24k, mels = encoders.preprocess_reference(
-                    tensors["audio"],
-                    int(tensors["sample_rate"].reshape(-1)[0]),
-                    self.mel_filters,
-                )
-                responses.append(glue.response({"audio_24k": audio_24k, "mels": mels}))
-            except InvalidRequest as exc:
-                responses.append(glue.response(error=triton_io.invalid_request_error(exc)))
-            except Exception:
-                log.exception("audio preprocessing failed")
-                responses.append(glue.response(error=triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE)))
-        return responses
+        return glue.each_request(requests, self._preprocess, log, "audio preprocessing")
+
+    def _preprocess(self, tensors):
+        audio_24k, mels = encoders.preprocess_reference(
+            tensors["audio"], int(tensors["sample_rate"].reshape(-1)[0]), self.mel_filters
+        )
+        return {"audio_24k": audio_24k, "mels": mels}
 
     def finalize(self):
         self.mel_filters = None

@@ -13,8 +13,6 @@ import triton_python_backend_utils as pb_utils
 
 from ttscore.backend import audiovae, glue, vocoder
 from ttscore.backend import settings as model_settings
-from ttscore.contract import tensors as triton_io
-from ttscore.contract.errors import InvalidRequest
 
 log = logging.getLogger("ttscore.model.audiovae_decoder")
 
@@ -38,15 +36,8 @@ class TritonPythonModel:
         return glue.answer_probes(requests, self._execute)
 
     def _execute(self, requests):
-        items = []
-        for request in requests:
-            try:
-                items.append(audiovae.decoder_item(glue.input_arrays(request), self.facts))
-            except InvalidRequest as exc:
-                items.append(triton_io.invalid_request_error(exc))
-            except Exception:
-                log.exception("could not decode an audiovae_decoder request")
-                items.append(triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE))
+        items = glue.request_items(requests, lambda t: audiovae.decoder_item(t, self.facts), log,
+                                   "reading an audiovae_decoder request")
         return vocoder.vocoder_responses(vocoder.run_vocoder(self.graph.run, items), glue.response)
 
     def finalize(self):

@@ -12,8 +12,6 @@ import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the p
 
 from ttscore.backend import audiovae, glue
 from ttscore.backend import settings as model_settings
-from ttscore.contract import tensors as triton_io
-from ttscore.contract.errors import InvalidRequest
 
 log = logging.getLogger("ttscore.model.audiovae_encoder")
 
@@ -33,17 +31,10 @@ class TritonPythonModel:
         return glue.answer_probes(requests, self._execute)
 
     def _execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                patches = audiovae.encode_request(glue.input_arrays(request), self.graph, self.info)
-                responses.append(glue.response({"ref_patches": patches}))
-            except InvalidRequest as exc:
-                responses.append(glue.response(error=triton_io.invalid_request_error(exc)))
-            except Exception:
-                log.exception("reference encoding failed")
-                responses.append(glue.response(error=triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE)))
-        return responses
+        return glue.each_request(
+            requests, lambda t: {"ref_patches": audiovae.encode_request(t, self.graph, self.info)}, log,
+            "reference encoding",
+        )
 
     def finalize(self):
         self.graph = None

@@ -14,8 +14,6 @@ import triton_python_backend_utils as pb_utils
 from ttscore.backend import code2wav as code2wav_logic
 from ttscore.backend import glue, vocoder
 from ttscore.backend import settings as model_settings
-from ttscore.contract import tensors as triton_io
-from ttscore.contract.errors import InvalidRequest
 
 log = logging.getLogger("ttscore.model.code2wav")
 
@@ -42,15 +40,8 @@ class TritonPythonModel:
         return glue.answer_probes(requests, self._execute)
 
     def _execute(self, requests):
-        items = []
-        for request in requests:
-            try:
-                items.append(code2wav_logic.code2wav_item(glue.input_arrays(request), self.facts))
-            except InvalidRequest as exc:
-                items.append(triton_io.invalid_request_error(exc))
-            except Exception:
-                log.exception("could not decode a code2wav request")
-                items.append(triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE))
+        items = glue.request_items(requests, lambda t: code2wav_logic.code2wav_item(t, self.facts), log,
+                                   "reading a code2wav request")
         return vocoder.vocoder_responses(vocoder.run_vocoder(self.graph.run, items), glue.response)
 
     def finalize(self):

@@ -9,7 +9,6 @@ import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the p
 
 from ttscore.backend import glue
 from ttscore.backend import settings as model_settings
-from ttscore.contract import tensors as triton_io
 
 log = logging.getLogger("ttscore.model.speaker_encoder")
 
@@ -27,16 +26,12 @@ class TritonPythonModel:
         return glue.answer_probes(requests, self._execute)
 
     def _execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                mels = glue.input_arrays(request)["mels"].astype(np.float32, copy=False)
-                x_vector = self.graph.run({"mels": mels[None]})["x_vector"][0]
-                responses.append(glue.response({"x_vector": np.ascontiguousarray(x_vector, dtype=np.float32)}))
-            except Exception:
-                log.exception("speaker encoder failed")
-                responses.append(glue.response(error=triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE)))
-        return responses
+        return glue.each_request(requests, self._x_vector, log, "speaker encoder")
+
+    def _x_vector(self, tensors):
+        mels = tensors["mels"].astype(np.float32, copy=False)
+        x_vector = self.graph.run({"mels": mels[None]})["x_vector"][0]
+        return {"x_vector": np.ascontiguousarray(x_vector, dtype=np.float32)}
 
     def finalize(self):
         self.graph = None

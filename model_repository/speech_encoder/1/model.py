@@ -10,7 +10,6 @@ import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the p
 from ttscore.backend import code2wav as code2wav_logic
 from ttscore.backend import glue
 from ttscore.backend import settings as model_settings
-from ttscore.contract import tensors as triton_io
 
 log = logging.getLogger("ttscore.model.speech_encoder")
 
@@ -30,19 +29,15 @@ class TritonPythonModel:
         return glue.answer_probes(requests, self._execute)
 
     def _execute(self, requests):
-        responses = []
-        for request in requests:
-            try:
-                audio = glue.input_arrays(request)["audio"].astype(np.float32, copy=False).reshape(-1)
-                if audio.size == 0:
-                    raise ValueError("empty audio")
-                codes = self.graph.run({"audio": audio[None]})["codes"][0]
-                codes = codes[: -(-audio.size // self.facts.samples_per_frame)]  # ceil(samples / spf) frames
-                responses.append(glue.response({"codes": np.ascontiguousarray(codes, dtype=np.int64)}))
-            except Exception:
-                log.exception("speech encoder failed")
-                responses.append(glue.response(error=triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE)))
-        return responses
+        return glue.each_request(requests, self._codes, log, "speech encoder")
+
+    def _codes(self, tensors):
+        audio = tensors["audio"].astype(np.float32, copy=False).reshape(-1)
+        if audio.size == 0:
+            raise ValueError("empty audio")
+        codes = self.graph.run({"audio": audio[None]})["codes"][0]
+        codes = codes[: -(-audio.size // self.facts.samples_per_frame)]  # ceil(samples / spf) frames
+        return {"codes": np.ascontiguousarray(codes, dtype=np.int64)}
 
     def finalize(self):
         self.graph = None
