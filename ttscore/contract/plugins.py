@@ -1,0 +1,54 @@
+"""Model families that live outside this project: discovered once, by every layer the same way.
+
+A family is one folder per layer. The project's own families are registered by one line in each
+layer's registry; a family shipped as a package of its own is found here and registered the same
+way. A family package `pkg` provides one module per layer it takes part in, each exposing `FAMILY`:
+
+    pkg.contract   FAMILY: FamilyRules            (what the gateway and runtime check requests with)
+    pkg.runtime    FAMILY: runtime Family         (ttscore.runtime.family)
+    pkg.backend    FAMILY: backend family glue    (Triton side)
+    pkg.gateway    FAMILY: gateway adapter        (gateway.families)
+    pkg.export     FAMILY: export entry           (export.families)
+
+The packages come from the entry-point group `triton_tts.families` (the value is the package
+name) and from `TTS_FAMILY_PACKAGES` (comma-separated package names; what tests and a Triton stub,
+which inherits the environment, use).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from importlib import metadata
+from types import ModuleType
+
+ENTRY_POINT_GROUP = "triton_tts.families"
+PACKAGES_ENV = "TTS_FAMILY_PACKAGES"
+LAYERS = ("contract", "runtime", "backend", "gateway", "export")
+
+
+def family_packages() -> list[str]:
+    """The external family packages, entry points first, then the environment; each once."""
+    names = [ep.value for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)]
+    names += [name.strip() for name in os.environ.get(PACKAGES_ENV, "").split(",") if name.strip()]
+    return list(dict.fromkeys(names))
+
+
+def layer_modules(layer: str) -> list[ModuleType]:
+    """`pkg.<layer>` of every external family package that has one (a package may skip a layer)."""
+    if layer not in LAYERS:
+        raise ValueError(f"unknown layer {layer!r} (one of {', '.join(LAYERS)})")
+    modules = []
+    for package in family_packages():
+        importlib.import_module(package)  # a missing package is an error, not a silent skip
+        try:
+            modules.append(importlib.import_module(f"{package}.{layer}"))
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{package}.{layer}":
+                raise
+    return modules
+
+
+def layer_families(layer: str) -> list[object]:
+    """The `FAMILY` objects external packages give for `layer`."""
+    return [module.FAMILY for module in layer_modules(layer)]
