@@ -47,10 +47,10 @@ def test_ref5_has_the_pinned_transformers_and_the_next_families_classes():
 
 
 def test_main_has_the_4_57_transformers_the_qwen_tts_reference_pins():
-    got = refenv.run("main", PROBE, args=["versions", "transformers:Qwen3Model"])
-    assert _str(got["transformers"]) == refenv.ENVS["main"].transformers_pin() == "4.57.3"
-    with pytest.raises(refenv.RefEnvError, match="ImportError|AttributeError"):  # why ref5 exists
-        refenv.run("main", PROBE, args=["versions", REF5_CLASSES[1]])
+    import transformers  # pytest runs in main
+
+    assert transformers.__version__ == refenv.ENVS["main"].transformers_pin() == "4.57.3"
+    assert not hasattr(transformers, "Qwen3_5TextModel")  # why ref5 exists
 
 
 def test_tiny_qwen3_forward_agrees_across_environments(tmp_path):
