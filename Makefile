@@ -4,12 +4,16 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The second reference environment: transformers 5.x for the references that need it (README
+# "Reference environments"; tests/refenv.py runs a family's reference in its environment).
+REF5 := .venv-ref5
+REF5_STAMP := $(REF5)/.installed
 DEMO_DIR ?= build/demo
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: setup demo say-demo test test-fast lint clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(REF5_STAMP)
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
@@ -26,6 +30,12 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 
+# Only what the references need (no project install: tests/refenv.py puts the checkout on PYTHONPATH).
+$(REF5_STAMP): requirements-ref5.txt
+	test -x $(REF5)/bin/python || $(PYTHON) -m venv $(REF5)
+	$(REF5)/bin/python -m pip install -q -r requirements-ref5.txt
+	touch $(REF5_STAMP)
+
 # Serve the tiny random-weight demo checkpoint: Triton (8000/8001/8002) + Speech API (8091).
 # Pass your own: make demo CHECKPOINTS="--checkpoint /path/to/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 demo: $(STAMP)
@@ -37,12 +47,12 @@ say-demo: $(STAMP)
 	$(VENV)/bin/triton-tts say --checkpoint $(DEMO_DIR)/checkpoint-custom_voice --voice vivian \
 	  --language English --max-new-tokens 40 --seed 7 -o $(DEMO_DIR)/hello.wav "Hello from Triton TTS."
 
-test: $(STAMP)
+test: $(STAMP) $(REF5_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy ttscore gateway export
 	$(VENV)/bin/mypy --strict ttscore/contract ttscore/runtime
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

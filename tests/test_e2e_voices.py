@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shlex
 import shutil
@@ -25,17 +24,16 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 import soundfile as sf
+from gateway_process import GatewayProcess
 from voices_audio import tone
 
 from gateway import encoding, refaudio
-from ttscore.backend.launcher import free_port
 from ttscore.runtime.audio import load_audio
 from ttscore.runtime.engine import Generator
 from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
@@ -50,48 +48,6 @@ IDLE_S = 3
 SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec" / "speech_api.md"
 VOICES = "/v1/audio/voices"
 SPEECH = "/v1/audio/speech"
-
-
-class GatewayProcess:
-    """`python -m gateway` on a free port, restartable; its output goes to a log file."""
-
-    def __init__(self, config: Path, port: int, env: dict[str, str], args: list[str], log: Path) -> None:
-        self.cmd = [sys.executable, "-m", "gateway", "--config", str(config), "--host", "127.0.0.1",
-                    "--port", str(port), "--log-level", "warning", *args]
-        self.env, self.log, self.port = env, log, port
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout_s: float = 60) -> None:
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(self.cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"gateway exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        pytest.fail(f"gateway not up in {timeout_s}s:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -110,9 +66,9 @@ def stack(e2e_triton, tmp_path_factory):
     assert done.returncode == 0, done.stderr
     cfg = {**e2e_triton["config"], "ws_idle_timeout_s": IDLE_S}
     (work / "gateway.json").write_text(json.dumps(cfg))
-    env = {**os.environ, "SPEAKER_SAMPLES_DIR": str(speakers)}
-    gw = GatewayProcess(work / "gateway.json", free_port(), env,
-                        ["--custom-voice-dir", str(custom), "--allowed-local-media-path", str(media)], work / "gateway.log")
+    gw = GatewayProcess(work / "gateway.json", work / "gateway.log", env={"SPEAKER_SAMPLES_DIR": str(speakers)},
+                        args=("--log-level", "warning", "--custom-voice-dir", str(custom),
+                              "--allowed-local-media-path", str(media)))
     gw.start()
     yield {"gw": gw, "url": gw.url, "ref": ref, "media": media, "speakers": speakers, "work": work,
            "pipeline": e2e_triton["pipelines"]["base"], "artifacts": e2e_triton["artifacts"]["base"],
@@ -237,7 +193,7 @@ def test_a_killed_upload_leaves_no_trace(stack, http, narrator):
                  f"Content-Type: multipart/form-data; boundary={boundary}\r\n\r\n".encode())
     sock.sendall(body[: len(body) // 2])
     time.sleep(0.5)  # the gateway is reading the body
-    stack["gw"].kill()
+    stack["gw"].stop(signal.SIGKILL)
     sock.close()
     stack["gw"].start()
     assert voice_names(http) == names_before and "ghost" not in http.get(VOICES).json()["voices"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -30,6 +29,7 @@ from typing import Any
 import httpx
 import pytest
 from gateway_fixtures import fake_deployment, start_gateway
+from procs import Proc, poll, wait_until
 from websockets.sync.client import connect
 
 from gateway import sse
@@ -75,16 +75,6 @@ def child_with(parent: int, fragment: str) -> int:
     pids = [pid for pid, ppid, args in processes() if ppid == parent and fragment in args]
     assert len(pids) == 1, f"expected one child of {parent} running {fragment!r}, found {pids}"
     return pids[0]
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    return None
 
 
 def ready(url: str) -> httpx.Response | None:
@@ -226,7 +216,8 @@ def stack(triton_server, dummy_artifacts, tmp_path):
     gw, thread = start_gateway(settings, port)
     url = f"http://127.0.0.1:{port}"
     try:
-        assert wait_for(lambda: ready_status(url) == 200, 60), ready(url).text if ready(url) else "no gateway"
+        wait_until(lambda: ready_status(url) == 200, 60, f"the gateway's /ready ({url})",
+                   detail=lambda: ((r := ready(url)) is not None and r.text) or "no gateway")
         yield {"server": server, "url": url, "port": port}
     finally:
         gw.should_exit = True
@@ -321,14 +312,11 @@ def test_tritonserver_killed_under_serve(tiny_custom_voice_greedy, tiny_base_gre
            "--checkpoint", str(tiny_base_greedy[0]), "--host", "127.0.0.1", "--port", str(port),
            "--triton-http-port", str(http_port), "--triton-grpc-port", str(grpc_port),
            "--triton-metrics-port", str(metrics_port), "--work", str(tmp_path / "work"), "--max-active", "4"]
-    log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        serve = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=TESTS.parent)
+    serve = Proc(cmd, tmp_path / "serve.log", env=env, cwd=TESTS.parent, name="triton-tts serve").start()
     url = f"http://127.0.0.1:{port}"
     family: list[int] = []
     try:
-        assert wait_for(lambda: serve.poll() is not None or ready_status(url) == 200, 240), log.read_text()[-3000:]
-        assert serve.poll() is None, log.read_text()[-3000:]
+        wait_until(lambda: ready_status(url) == 200, 240, f"triton-tts serve's /ready ({url})", logs=[serve])
         family = [serve.pid, *descendants(serve.pid)]
         cv, base = (json.loads((tmp_path / "work" / "gateway.json").read_text())["models"][i]["name"] for i in (0, 1))
         r = httpx.post(url + "/v1/audio/voices", files={"audio_sample": ("me.wav", wav(1.5), "audio/wav")},
@@ -348,7 +336,7 @@ def test_tritonserver_killed_under_serve(tiny_custom_voice_greedy, tiny_base_gre
               f"(triton={body['triton']}), 200 again after {ready_s:.2f} s")
         assert error_s < 10 and body["triton"] is False
         assert child_with(serve.pid, "bin/tritonserver --model-repository") != triton
-        assert "restarting tritonserver in 1 s" in log.read_text()
+        assert "restarting tritonserver in 1 s" in serve.log_text()
 
         ok = httpx.post(url + SPEECH, json={"model": cv, "input": "Hello again.", "voice": "vivian",
                                             "max_new_tokens": 8}, timeout=60)
@@ -360,16 +348,11 @@ def test_tritonserver_killed_under_serve(tiny_custom_voice_greedy, tiny_base_gre
         assert cloned.status_code == 200, cloned.text
         family = [serve.pid, *descendants(serve.pid)]
     finally:
-        if serve.poll() is None:
+        if serve.alive():
             family = list(dict.fromkeys([*family, *descendants(serve.pid)]))
-            serve.send_signal(signal.SIGINT)
-            try:
-                serve.wait(60)
-            except subprocess.TimeoutExpired:
-                serve.kill()
-                serve.wait(10)
+        serve.stop(signal.SIGINT, timeout_s=60)
         for pid in family:  # nothing may outlive serve: gateway, tritonserver, stubs
-            if pid != serve.pid and wait_for(lambda p=pid: not Path(f"/proc/{p}").exists(), 10) is None:
+            if pid != serve.pid and poll(lambda p=pid: not Path(f"/proc/{p}").exists(), 10) is None:
                 os.kill(pid, signal.SIGKILL)
                 pytest.fail(f"process {pid} outlived triton-tts serve")
-    assert serve.returncode == 0, log.read_text()[-3000:]
+    assert serve.returncode == 0, serve.log_tail()

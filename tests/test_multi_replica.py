@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 from gateway_process import GatewayProcess
+from procs import poll, wait_until
 from voices_audio import wav
 
 from gateway import sse
@@ -141,16 +142,6 @@ def ready_body(url: str) -> dict:
     return r.json()
 
 
-def wait_for(predicate, timeout: float, step: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return None
-
-
 @pytest.fixture(scope="module")
 def cluster(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_base_greedy):
     from gateway_fixtures import render_stack_repository
@@ -172,7 +163,7 @@ def cluster(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_base
         for g in gateways:
             g.start(120)
         for g in gateways:
-            assert wait_for(lambda g=g: ready_body(g.url).get("status") == "ready", 120), g.log_text()[-3000:]
+            wait_until(lambda g=g: ready_body(g.url).get("status") == "ready", 120, f"{g.url}/ready", logs=[g])
         names = {m["variant"]: m["name"] for m in cfg["models"]}
         triton_models = {m["variant"]: m["triton_model"] for m in cfg["models"]}
         yield {"tritons": tritons, "gateways": gateways, "names": names, "triton_models": triton_models, "cfg": cfg}
@@ -205,8 +196,8 @@ def test_a_voice_uploaded_on_one_gateway_speaks_on_the_other(cluster):
                                             "max_new_tokens": 8}, timeout=60)
     # (to a Base model a name that is no voice is no cloning reference: the spec's 400)
     assert gone.status_code == 400 and gone.json()["error"]["type"] == "BadRequestError", gone.text
-    listed = wait_for(lambda: "shared_me" not in httpx.get(a.url + VOICES, timeout=10).json()["voices"], 5)
-    assert listed, "the delete on B never reached A's listing"
+    wait_until(lambda: "shared_me" not in httpx.get(a.url + VOICES, timeout=10).json()["voices"], 5,
+               "the delete on B to reach A's listing", logs=[a, b])
     print("\nvoice uploaded on A spoke on B; deleted on B, refused on A at once")
 
 
@@ -231,7 +222,7 @@ def test_load_spreads_then_a_killed_triton_loses_no_request_without_audio(cluste
         n = served()
         return n if sum(n) >= SPREAD_REQUESTS else None
 
-    counted = wait_for(all_counted, 10) or served()
+    counted = poll(all_counted, 10) or served()
     assert sum(counted) == SPREAD_REQUESTS, counted  # each request ran once, on one Triton
     shares = [n / SPREAD_REQUESTS for n in counted]
     print(f"\nspread: {SPREAD_REQUESTS} streaming requests over 2 gateways, {CLIENTS} clients -> completed per "
@@ -255,7 +246,7 @@ def test_load_spreads_then_a_killed_triton_loses_no_request_without_audio(cluste
                     out_after[g.url] = time.monotonic() - killed
         return len(out_after) == len(gateways)
 
-    wait_for(out_everywhere, OUT_WITHIN_S, step=0.02)
+    poll(out_everywhere, OUT_WITHIN_S, step=0.02)
     time.sleep(max(0.0, LOAD_AFTER_KILL_S - (time.monotonic() - killed)))
     load.stop.set()
     load.join(CLIENT_TIMEOUT_S)

@@ -1,0 +1,133 @@
+"""Reference environments: the virtual environments in which the families' references run.
+
+A family's export and parity tests compare our code with the family's reference package, and the
+references need different `transformers` releases: qwen-tts pins 4.57.3 and does not import on 5.x,
+while the next families' reference classes exist only in 5.x. `make setup` builds one environment
+per release line (README "Reference environments"):
+
+- "main": `.venv`, requirements.txt (+ requirements-nodeps.txt): serving, tests, and the 4.57.3
+  references (qwen-tts, voxcpm). It is the environment pytest runs in.
+- "ref5": `.venv-ref5`, requirements-ref5.txt: transformers 5.x, the same torch build, nothing else.
+
+A test reaches another environment only through `run`: it writes its input arrays to an .npz file,
+runs a script with that environment's python as a subprocess (the checkout and tests/ on its
+PYTHONPATH, Hugging Face offline), and reads the script's output arrays back from another .npz file.
+The script's side is `serve(fn)`, at the bottom of this module, which therefore imports nothing but
+the standard library and numpy (both environments have them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+STAMP = ".installed"  # the Makefile's $(STAMP): written last, so a half-built environment has none
+
+
+@dataclass(frozen=True)
+class RefEnv:
+    name: str
+    venv: str  # the folder `make setup` builds, relative to the checkout
+    requirements: str  # where its transformers pin is
+
+    def transformers_pin(self) -> str:
+        text = (ROOT / self.requirements).read_text()
+        match = re.search(r"^transformers==(\S+)", text, re.MULTILINE)
+        if match is None:
+            raise RefEnvError(f"{self.requirements} pins no transformers version")
+        return match.group(1)
+
+
+ENVS = {
+    "main": RefEnv("main", ".venv", "requirements.txt"),
+    "ref5": RefEnv("ref5", ".venv-ref5", "requirements-ref5.txt"),
+}
+
+# Family -> the environment its reference runs in. A new family whose reference needs transformers
+# 5.x (Breeze-TTS-2's T5Gemma2, Gepard's Qwen3.5, OmniVoice's Higgs audio tokenizer) adds a "ref5" line.
+FAMILY_ENV = {
+    "qwen3_tts": "main",  # qwen-tts==0.1.1
+    "voxcpm2": "main",  # voxcpm==2.0.3
+}
+
+
+class RefEnvError(RuntimeError):
+    pass
+
+
+def env_for(family: str) -> RefEnv:
+    try:
+        return ENVS[FAMILY_ENV[family]]
+    except KeyError:
+        raise RefEnvError(f"no reference environment for family {family!r}: add it to FAMILY_ENV in "
+                          f"{Path(__file__).name}") from None
+
+
+def python(env: str | RefEnv) -> Path:
+    """The interpreter of a built environment. Looked for in the checkout, then beside the environment
+    pytest runs in (a git worktree that borrows another checkout's .venv borrows its .venv-ref5 too)."""
+    ref = ENVS[env] if isinstance(env, str) else env
+    places = [ROOT / ref.venv]
+    running = Path(sys.prefix)
+    if running != Path(sys.base_prefix):  # pytest runs in a virtual environment
+        places.append(running.parent / ref.venv)
+    for place in places:
+        if (place / STAMP).is_file() and (place / "bin" / "python").is_file():
+            return place / "bin" / "python"
+    raise RefEnvError(f"reference environment {ref.name!r} is not built (no {ref.venv}/{STAMP} in "
+                      f"{' or '.join(str(p.parent) for p in dict.fromkeys(places))}): run `make setup`")
+
+
+def run(env: str | RefEnv, script: Path | str, inputs: Mapping[str, np.ndarray] | None = None,
+        args: Sequence[str] = (), *, timeout_s: float = 300) -> dict[str, np.ndarray]:
+    """Run `script` (a file that ends in `serve(fn)`) with the environment's python, `inputs` in,
+    its output arrays out. Fails with the script's stderr if it exits non-zero or times out."""
+    exe = python(env)
+    name = env if isinstance(env, str) else env.name
+    with tempfile.TemporaryDirectory(prefix=f"refenv-{name}-") as tmp:
+        src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+        np.savez(src, **dict(inputs or {}))
+        child_env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+        child_env.update(PYTHONPATH=os.pathsep.join((str(ROOT), str(TESTS))), PYTHONNOUSERSITE="1",
+                         HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+        cmd = [str(exe), str(script), str(src), str(dst), *args]
+        try:
+            done = subprocess.run(cmd, cwd=tmp, env=child_env, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise RefEnvError(f"{Path(script).name} in {name!r} ran past {timeout_s} s:\n"
+                              f"{_tail(exc.stderr)}") from None
+        if done.returncode != 0:
+            raise RefEnvError(f"{Path(script).name} in {name!r} ({exe}) exited with {done.returncode}:\n"
+                              f"{_tail(done.stderr)}")
+        if not dst.is_file():
+            raise RefEnvError(f"{Path(script).name} in {name!r} wrote no outputs (does it end in serve(fn)?)")
+        with np.load(dst, allow_pickle=False) as out:
+            return {k: out[k] for k in out.files}
+
+
+def _tail(text: str | bytes | None, lines: int = 40) -> str:
+    if isinstance(text, bytes):
+        text = text.decode(errors="replace")
+    return "\n".join((text or "").splitlines()[-lines:])
+
+
+# --- the script's side (runs in the reference environment) ------------------------------------------
+
+
+def serve(fn: Callable[..., Mapping[str, object]]) -> None:
+    """`python script.py IN.npz OUT.npz [args...]`: fn(inputs, *args) -> output arrays."""
+    src, dst, *args = sys.argv[1:]
+    with np.load(src, allow_pickle=False) as data:
+        inputs = {k: data[k] for k in data.files}
+    outputs = fn(inputs, *args)
+    np.savez(dst, **{k: np.asarray(v) for k, v in outputs.items()})
