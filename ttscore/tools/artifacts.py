@@ -52,7 +52,7 @@ VOXCPM2_DEMO = "VoxCPM2-tiny"
 def demo_checkpoints(root: Path) -> list[Path]:
     """The tiny random-weight demo checkpoints of `serve` and `prepare --demo` (built once under
     `root`): Qwen3-TTS CustomVoice and Base, and VoxCPM2."""
-    from export.tiny import make_tiny
+    from export.qwen3_tts.tiny import make_tiny
     from export.voxcpm2.tiny import make_tiny_voxcpm2
 
     out = []

@@ -31,8 +31,8 @@ def _cmd_make_tiny(args: argparse.Namespace) -> int:
             raise InvalidRequest(f"--family voxcpm2 takes --size {' or '.join(SIZES)}", "size")
         print(make_tiny_voxcpm2(Path(args.out), seed=args.seed, size=args.size))
         return 0
-    from export.tiny import SIZES as QWEN_SIZES
-    from export.tiny import make_tiny
+    from export.qwen3_tts.tiny import SIZES as QWEN_SIZES
+    from export.qwen3_tts.tiny import make_tiny
 
     if not args.variant:
         raise InvalidRequest("--variant is required for --family qwen3_tts", "variant")

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from export.code2wav import DEFAULT_OPSET, PARITY_ATOL, onnx_export, ort_session
+from export.qwen3_tts.code2wav import DEFAULT_OPSET, PARITY_ATOL, onnx_export, ort_session
 from ttscore.contract.errors import ExportError
 from ttscore.contract.qwen3_tts import (
     MEL_BINS,

@@ -69,7 +69,7 @@ def get_decoder(model: Any) -> Any:
     raise ExportError(f"no code2wav decoder found in {type(model).__name__}")
 
 
-# --- onnx helpers shared with export.encoders -----------------------------------------------------
+# --- onnx helpers shared with export.qwen3_tts.encoders -----------------------------------------------------
 
 
 def apply_spec_dims(model_proto: Any, spec: GraphSpec) -> None:
@@ -772,7 +772,7 @@ def _main() -> None:  # pragma: no cover - manual timing tool
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    from export.reference import reference_imports
+    from export.qwen3_tts.reference import reference_imports
 
     with reference_imports():
         from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (

@@ -75,7 +75,7 @@ _NEG = torch.finfo(torch.float32).min
 def _talker(tts_model: Any) -> Any:
     talker: Any = getattr(tts_model, "talker", None)
     check(talker is not None, "model has no `talker` (expected Qwen3TTSForConditionalGeneration)")
-    # Weights still on the meta device belong to other export stages (export.reference.StagedReference).
+    # Weights still on the meta device belong to other export stages (export.qwen3_tts.reference.StagedReference).
     params = [p for p in talker.parameters() if not p.is_meta]
     check(all(p.dtype == torch.float32 for p in params), "export needs a float32 model (load with dtype=float32)")
     check(all(p.device.type == "cpu" for p in params), "export runs on CPU: move the model to cpu first")
