@@ -14,19 +14,17 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from export.families import family_of
+from export.family import ExportProgress
 from ttscore.contract.errors import ExportError, TTSError
 from ttscore.contract.manifest import MANIFEST
 
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "int8", "int4")
-
-# Progress hook: (stage number from 1, number of stages, what the stage does), called as each starts.
-ExportProgress = Callable[[int, int, str], None]
 
 
 def sha256_file(path: Path) -> str:
@@ -68,12 +66,9 @@ def export_checkpoint(
         raise ExportError("TensorRT engines are built on a GPU host (device=gpu); this machine has none")
     src = Path(checkpoint).resolve()
     dst = Path(out).resolve()
-    from ttscore.runtime.families.qwen3_tts.checkpoint import read_checkpoint
-    from ttscore.runtime.families.voxcpm2 import checkpoint as voxcpm2_checkpoint
-
     # The checkpoint's config.json decides the family (the one dispatch point of export).
-    voxcpm2_info = voxcpm2_checkpoint.read_checkpoint(src) if voxcpm2_checkpoint.is_voxcpm2(src) else None
-    info = read_checkpoint(src) if voxcpm2_info is None else None
+    family = family_of(src)
+    family.check(src)
     if dst == src or src in dst.parents:
         raise ExportError("the output directory must not be inside the source checkpoint")
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -82,15 +77,7 @@ def export_checkpoint(
     tmp.mkdir()
     started = time.time()
     try:
-        if voxcpm2_info is not None:
-            from export.voxcpm2.exporter import export_voxcpm2
-
-            manifest = export_voxcpm2(src, tmp, voxcpm2_info, precision, progress, source_record(src))
-        else:
-            from export.qwen3_tts.exporter import export_qwen3_tts
-
-            assert info is not None
-            manifest = export_qwen3_tts(src, tmp, info, precision, progress, source_record(src))
+        manifest = family.export(src, tmp, precision, progress, source_record(src))
         manifest["export_seconds"] = round(time.time() - started, 1)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False))
         if dst.exists():
