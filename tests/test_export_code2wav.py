@@ -12,12 +12,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
+from export.common import ort_session  # noqa: E402
 from export.qwen3_tts.code2wav import (  # noqa: E402
     Code2WavStream,
     build_state_layout,
     export_code2wav,
     get_decoder,
-    ort_session,
     reference_decode,
     stream_decode,
     validate_code2wav,

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from export.common import (
+    EXPORTER_BOUND,
     ErrorTracker,
     check,
     export_bound,
@@ -61,7 +62,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-EXPORTER = "torch.onnx.export(dynamo=False, export_params=False) (legacy TorchScript exporter) + bind_weights"
 # Validation tolerances (max abs error, fp32 ONNX Runtime vs fp32 PyTorch reference).
 TALKER_TOL = {"logits": 1e-4, "hidden": 1e-4, "new_key": 1e-4, "new_value": 1e-4}
 CODE_PREDICTOR_TOL = {"codec_embed_sum": 1e-4, "logits": 1e-4}
@@ -467,7 +467,7 @@ class CodePredictorFrame(nn.Module):
 
 def _export(module: nn.Module, args: tuple[torch.Tensor, ...], spec: GraphSpec, out_dir: Path, opset: int) -> Path:
     """export.common.export_bound with this module's exporter note."""
-    path = export_bound(module, args, spec, out_dir, opset, EXPORTER)
+    path = export_bound(module, args, spec, out_dir, opset, EXPORTER_BOUND)
     _check_io(path, spec)
     return path
 
@@ -507,7 +507,7 @@ def export_talker(
     report: dict[str, Any] = {
         "file": path.name,
         "bytes": file_size(path),
-        "exporter": EXPORTER,
+        "exporter": EXPORTER_BOUND,
         "opset": opset,
         "seconds": round(seconds, 2),
         "spec": spec.to_json(),
@@ -541,7 +541,7 @@ def export_code_predictor(
     report: dict[str, Any] = {
         "file": path.name,
         "bytes": file_size(path),
-        "exporter": EXPORTER,
+        "exporter": EXPORTER_BOUND,
         "opset": opset,
         "seconds": round(seconds, 2),
         "spec": spec.to_json(),
