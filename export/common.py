@@ -42,6 +42,18 @@ EXPORTER_INLINE = "torch.onnx.export(dynamo=False) (legacy TorchScript exporter)
 EXPORTER_BOUND = "torch.onnx.export(dynamo=False, export_params=False) (legacy TorchScript exporter) + bind_weights"
 
 
+def versions(opset: int = OPSET) -> dict[str, Any]:
+    """The manifest's `versions`: the opset and the exporting stack's versions."""
+    import platform
+
+    import onnx
+    import onnxruntime
+    import torch
+
+    return {"onnx_opset": opset, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
+            "torch": torch.__version__, "python": platform.python_version()}
+
+
 def max_abs(a: Any, b: Any) -> float:
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ttscore.contract import qwen3_tts as contract
 from ttscore.contract import qwen3_tts as spec
-from ttscore.contract.errors import CheckpointError, ExportError, TTSError
-from ttscore.contract.manifest import MANIFEST_FORMAT
+from ttscore.contract.errors import CheckpointError, TTSError
+from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo
 from ttscore.runtime.families.qwen3_tts.tokenizer import TOKENIZER_FILES
 
@@ -88,10 +88,9 @@ def export_qwen3_tts(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
                      progress: Callable[[int, int, str], None] | None, source: dict[str, Any]) -> dict[str, Any]:
     """Every graph into `tmp`, one stage at a time, each holding only the weights it needs (see
     export.memory); returns the manifest (the caller writes it and renames `tmp` into place)."""
-    import onnx
-    import onnxruntime
     import torch
 
+    from export.common import versions
     from export.memory import MemoryMonitor
 
     from .reference import StagedReference
@@ -160,23 +159,14 @@ def export_qwen3_tts(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
             (src / "speech_tokenizer" / "config.json").read_text(encoding="utf-8")
         ),
     }
-    graphs: dict[str, Any] = {}
-    for name, gspec in specs.items():
-        entry = gspec.to_json()
-        entry["validation"] = reports.get(name, {})
-        if not (tmp / gspec.filename).is_file():
-            raise ExportError(f"export produced no {gspec.filename}")
-        graphs[name] = entry
-
-    return {
-        "format_version": MANIFEST_FORMAT,
-        "family": "qwen3_tts",
-        "source": source,
-        "variant": info.variant,
-        "model_size": info.model_size,
-        "precision": precision,
-        "device": "cpu",
-        "sizes": {
+    return build_manifest(
+        tmp,
+        family=contract.FAMILY,
+        source=source,
+        variant=info.variant,
+        model_size=info.model_size,
+        precision=precision,
+        sizes={
             "talker": info.talker.__dict__,
             "code_predictor": info.code_predictor.__dict__,
             "codec_vocab_size": info.codec_vocab_size,
@@ -184,26 +174,22 @@ def export_qwen3_tts(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
             "num_code_groups": info.num_code_groups,
             "text_vocab_size": info.text_vocab_size,
         },
-        "special_text_ids": info.special_text_ids,
-        "codec_ids": info.codec_ids,
-        "speakers": info.speakers,
-        "speaker_dialects": info.speaker_dialects,
-        "languages": info.supported_languages,
-        "sample_rate": info.sample_rate,
-        "samples_per_frame": info.samples_per_frame,
-        "code2wav": {"state_size": state_size, "state_layout": c2w["state_layout"]},
-        "export": memory,
-        "graphs": graphs,
-        "tables": reports.get("tables", {}),
-        "configs": configs,
-        "versions": {
-            "onnx_opset": 18,
-            "onnx": onnx.__version__,
-            "onnxruntime": onnxruntime.__version__,
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-        },
-    }
+        special_text_ids=info.special_text_ids,
+        codec_ids=info.codec_ids,
+        speaker_dialects=info.speaker_dialects,
+        speakers=info.speakers,
+        languages=info.supported_languages,
+        sample_rate=info.sample_rate,
+        samples_per_frame=info.samples_per_frame,
+        vocoder_state_size=state_size,
+        vocoder_state_layout=c2w["state_layout"],
+        memory=memory,
+        graphs=specs,
+        validation=reports,
+        tables=reports.get("tables", {}),
+        configs=configs,
+        versions=versions(),
+    )
 
 
 # Each stage is a function so that every reference to its weights (wrappers, state dicts, the

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -41,12 +40,12 @@ from export.common import (
     quantize_graph,
     snr_db,
     torch_threads,
+    versions,
 )
 from export.memory import release_memory
 from ttscore.contract import voxcpm2 as spec
-from ttscore.contract.errors import ExportError
 from ttscore.contract.graphs import GraphSpec
-from ttscore.contract.manifest import MANIFEST_FORMAT
+from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.voxcpm2.checkpoint import TOKENIZER_FILES, VoxCPM2Info
 from ttscore.runtime.families.voxcpm2.solver import SolveRow, solve
 
@@ -337,8 +336,6 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     export.memory); returns the manifest (the caller writes it and renames `tmp` into place)."""
     import shutil
 
-    import onnx
-    import onnxruntime
     import torch
 
     from export.memory import MemoryMonitor
@@ -394,35 +391,26 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     for name in TOKENIZER_FILES:
         if (src / name).is_file():
             shutil.copy2(src / name, tok_dir / name)
-    graphs: dict[str, Any] = {}
-    for name, gspec in specs.items():
-        if not (tmp / gspec.filename).is_file():
-            raise ExportError(f"export produced no {gspec.filename}")
-        graphs[name] = {**gspec.to_json(), "validation": reports.get(name, {})}
     dec_report = reports["vae_decoder_stream"]
-    return {
-        "format_version": MANIFEST_FORMAT,
-        "family": spec.FAMILY,
-        "source": source,
-        "variant": "base",
-        "model_size": "real" if info.lm.hidden_size >= 1024 else "tiny",
-        "precision": precision,
-        "device": "cpu",
-        "sizes": info.to_json(),
-        "speakers": {},
-        "languages": [],
-        "sample_rate": info.sample_rate,
-        "samples_per_frame": info.samples_per_patch,
-        "vae_decoder": {"state_size": dec_report["state_size"], "state_layout": dec_report["state_layout"]},
-        "tables": {TEXT_TABLE: {"rows": info.vocab_size, "scale_emb_folded": info.scale_emb}},
-        "export": memory,
-        "graphs": graphs,
-        "configs": {"config.json": json.loads((src / "config.json").read_text(encoding="utf-8"))},
-        "versions": {
-            "onnx_opset": OPSET, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
-            "torch": torch.__version__, "python": platform.python_version(),
-        },
-    }
+    return build_manifest(
+        tmp,
+        family=spec.FAMILY,
+        source=source,
+        variant="base",
+        model_size="real" if info.lm.hidden_size >= 1024 else "tiny",
+        precision=precision,
+        sizes=info.to_json(),
+        sample_rate=info.sample_rate,
+        samples_per_frame=info.samples_per_patch,
+        vocoder_state_size=dec_report["state_size"],
+        vocoder_state_layout=dec_report["state_layout"],
+        tables={TEXT_TABLE: {"rows": info.vocab_size, "scale_emb_folded": info.scale_emb}},
+        memory=memory,
+        graphs=specs,
+        validation=reports,
+        configs={"config.json": json.loads((src / "config.json").read_text(encoding="utf-8"))},
+        versions=versions(OPSET),
+    )
 
 
 def _quantize(info: VoxCPM2Info, path: Path, graph: str, precision: str) -> dict[str, Any]:
