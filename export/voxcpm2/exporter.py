@@ -1,8 +1,9 @@
 """VoxCPM2 checkpoint -> validated ONNX graphs + text embedding table + manifest.json.
 
-Called by export.exporter.export_checkpoint (which owns the partial directory and the rename into
-place) when the checkpoint's config.json is a VoxCPM2 config. Each graph is traced from the
-wrappers in export/voxcpm2/graphs.py with the legacy TorchScript exporter and checked in ONNX
+Called (through export/voxcpm2/family.py) by export.exporter.export_checkpoint, which owns the
+partial directory and the rename into place, when the checkpoint's config.json is a VoxCPM2 config.
+Each graph is traced from the wrappers in export/voxcpm2/graphs.py (export.common.export_bound, or
+export_inline for the AudioVAE) with the legacy TorchScript exporter and checked in ONNX
 Runtime against the reference's own modules (not the wrappers) over several shapes per dynamic
 axis; the LocDiT step graph is checked together with the runtime's numpy Euler solver against the
 reference `UnifiedCFM.forward` with the same noise. Any error above tolerance is an ExportError.
@@ -473,7 +474,7 @@ def _locdit_vs_fp32(info: VoxCPM2Info, fp32_path: Path, quant_path: Path) -> dic
 
 def _vae_decoder_vs_fp32(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict[str, Any]:
     """Streamed decode of random latents (two chunks, state carried) by both graphs: audio error
-    (as export.exporter.compare_vocoder does for Qwen3-TTS)."""
+    (as export.qwen3_tts.exporter.compare_vocoder does for Qwen3-TTS)."""
     rng = np.random.default_rng(seed)
     a, b = ort_session(fp32_path), ort_session(quant_path)
     lat = next(i for i in a.get_inputs() if i.name == "latents")
