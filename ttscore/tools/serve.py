@@ -3,8 +3,8 @@
 One `speech_generation` model per served checkpoint (named `speech_generation` when only one is
 served, `speech_generation_<name>` otherwise); what else a family's checkpoints need (a shared or
 per-checkpoint vocoder, voice-feature models) its export entry says (export.family.ExportFamily.deploy).
-Ctrl-C / SIGTERM drains the gateway (it finishes what is in flight,
-up to --drain-timeout), then stops Triton. A tritonserver that dies is restarted with backoff
+Ctrl-C / SIGTERM drains the gateway (it finishes what is in flight, up to --drain-timeout), then
+stops Triton. A tritonserver that dies is restarted with backoff
 (ttscore.tools.supervisor); serve exits 1 only when restarts keep failing.
 """
 
