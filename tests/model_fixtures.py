@@ -23,7 +23,7 @@ def _root(tmp_path_factory) -> Path:
 
 def _variant(tmp_path_factory, variant: str, greedy: bool = False):
     from export.exporter import export_checkpoint
-    from export.tiny import make_tiny
+    from export.qwen3_tts.tiny import make_tiny
     from ttscore.contract.manifest import read_manifest
     from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
 
@@ -56,7 +56,7 @@ def tiny_base(tmp_path_factory):
 
 
 def _with_reference(t):
-    from export.reference import load_reference
+    from export.qwen3_tts.reference import load_reference
 
     ckpt, art, pipe = t
     return ckpt, pipe, load_reference(ckpt)

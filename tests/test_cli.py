@@ -82,7 +82,7 @@ def test_say_clones_from_a_reference_file(tiny_base, tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_copy(tmp_path_factory):
-    from export.tiny import make_tiny
+    from export.qwen3_tts.tiny import make_tiny
 
     return make_tiny("custom_voice", tmp_path_factory.mktemp("ck") / "ckpt", seed=1)
 

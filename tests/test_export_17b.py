@@ -66,7 +66,7 @@ def test_export_stayed_within_the_memory_bound(manifest: Any) -> None:
 def test_pipeline_equals_the_reference(art: Path, manifest: Any) -> None:
     from test_parity import assert_parity, run_ours, run_reference
 
-    from export.reference import load_reference
+    from export.qwen3_tts.reference import load_reference
     from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
     from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
 

@@ -12,17 +12,17 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from export.code2wav import (  # noqa: E402
+from export.common import ort_session  # noqa: E402
+from export.qwen3_tts.code2wav import (  # noqa: E402
     Code2WavStream,
     build_state_layout,
     export_code2wav,
     get_decoder,
-    ort_session,
     reference_decode,
     stream_decode,
     validate_code2wav,
 )
-from export.reference import reference_imports  # noqa: E402
+from export.qwen3_tts.reference import reference_imports  # noqa: E402
 from ttscore.contract.errors import ExportError  # noqa: E402
 
 TINY_DECODER = dict(
@@ -291,7 +291,8 @@ def test_validation_needs_frames_past_the_window(tokenizer, exported):
 def test_quantized_vocoder_is_measured_and_kept_only_within_tolerance(exported, tmp_path, monkeypatch):
     import shutil
 
-    from export import common, exporter
+    from export import common
+    from export.qwen3_tts import exporter
 
     out, _ = exported
     path = tmp_path / "code2wav_stream.onnx"

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from export.encoders import (  # noqa: E402
+from export.qwen3_tts.encoders import (  # noqa: E402
     SpeechEncoderGraph,
     export_mel_filters,
     export_speaker_encoder,
@@ -23,7 +23,7 @@ from export.encoders import (  # noqa: E402
     validate_speech_encoder,
     validation_audio,
 )
-from export.reference import reference_imports  # noqa: E402
+from export.qwen3_tts.reference import reference_imports  # noqa: E402
 from ttscore.contract.errors import AudioDecodeError, ExportError, InvalidRequest  # noqa: E402
 from ttscore.contract.qwen3_tts import MEL_BINS  # noqa: E402
 from ttscore.runtime import audio as ta  # noqa: E402
@@ -163,7 +163,7 @@ def test_speaker_encoder_parity(speaker_encoder, speaker_report, out_dir):
     assert speaker_report["min_mel_frames"] == 5  # dilation 4, kernel 3: reflect pad 4
     assert speaker_report["validation"]["frame_counts"][0] == 5
     assert speaker_report["validation"]["max_abs_err"] < 1e-4
-    from export.code2wav import ort_session
+    from export.common import ort_session
 
     sess = ort_session(out_dir / "speaker_encoder.onnx")
     assert [(i.name, i.shape) for i in sess.get_inputs()] == [("mels", ["batch", "mel_frames", MEL_BINS])]
@@ -203,7 +203,7 @@ def test_speaker_encoder_needs_one():
 def test_speech_encoder_codes_identical(speech_tokenizer, speech_report, out_dir):
     v = speech_report["validation"]
     assert v["codes_identical"]
-    from export.code2wav import ort_session
+    from export.common import ort_session
 
     sess = ort_session(out_dir / "speech_encoder.onnx")
     assert [(i.name, i.shape) for i in sess.get_inputs()] == [("audio", ["batch", "samples"])]

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.export
 
 @pytest.fixture(scope="module")
 def tiny_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from export.tiny import make_tiny
+    from export.qwen3_tts.tiny import make_tiny
 
     root = tmp_path_factory.mktemp("staged")
     return {v: make_tiny(v, root / v) for v in ("custom_voice", "voice_design", "base")}
@@ -38,7 +38,7 @@ def tiny_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 # ---- StagedReference -------------------------------------------------------------------------------
 @pytest.mark.parametrize("variant", ["custom_voice", "voice_design", "base"])
 def test_staged_reference_is_the_from_pretrained_model(tiny_ckpts: dict[str, Path], variant: str) -> None:
-    from export.reference import (
+    from export.qwen3_tts.reference import (
         CODE_PREDICTOR_WEIGHTS,
         SPEAKER_ENCODER_WEIGHTS,
         TABLE_WEIGHTS,
@@ -88,7 +88,7 @@ def test_staged_reference_refuses_incomplete_checkpoints(tiny_ckpts: dict[str, P
 
     from safetensors.torch import load_file, save_file
 
-    from export.reference import TALKER_WEIGHTS, StagedReference
+    from export.qwen3_tts.reference import TALKER_WEIGHTS, StagedReference
 
     src = tiny_ckpts["custom_voice"]
     ckpt = tmp_path / "ckpt"
@@ -118,7 +118,7 @@ def test_bound_weights_are_the_module_weights(tmp_path: Path, monkeypatch: pytes
     from test_export_talker import tiny_model
 
     import export.common
-    from export.talker import TalkerStep, export_talker, talker_graph_spec
+    from export.qwen3_tts.talker import TalkerStep, export_talker, talker_graph_spec
 
     model = tiny_model(64)
     monkeypatch.setattr(export.common, "EXTERNAL_DATA_THRESHOLD", 1000)
@@ -148,7 +148,7 @@ def test_weights_used_at_every_code_group_are_stored_once(tmp_path: Path) -> Non
     must still be stored once (a 1.7B export once wrote 5.2 GB for its 0.7 GB of weights)."""
     from test_export_talker import tiny_model
 
-    from export.talker import CodePredictorFrame, export_code_predictor
+    from export.qwen3_tts.talker import CodePredictorFrame, export_code_predictor
 
     model = tiny_model(32)  # with the small_to_mtp projection
     rep = export_code_predictor(model, tmp_path)
@@ -202,7 +202,7 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
     from test_export_talker import tiny_model
 
     from export.common import optimize_basic, quantize_matmuls
-    from export.talker import export_code_predictor, export_talker
+    from export.qwen3_tts.talker import export_code_predictor, export_talker
 
     model = tiny_model(32)
     rep = (export_talker if graph == "talker" else export_code_predictor)(model, tmp_path, validate=False)

@@ -14,7 +14,7 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("transformers")
 
 from export.common import ort_session  # noqa: E402
-from export.talker import (  # noqa: E402
+from export.qwen3_tts.talker import (  # noqa: E402
     _cos_sin,
     code_predictor_graph_spec,
     export_code_predictor,
@@ -37,7 +37,7 @@ ROPE = {"interleaved": True, "mrope_section": [4, 2, 2], "rope_type": "default",
 
 
 def tiny_model(cp_hidden: int = 64, seed: int = 0) -> Any:
-    from export.reference import reference_imports
+    from export.qwen3_tts.reference import reference_imports
 
     with reference_imports():
         from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
@@ -231,7 +231,7 @@ def test_sampling_path_matches_numpy(out: dict[str, Any]) -> None:
     knobs = {"do_sample": np.array([1, 1, 1, 0, 1, 1], bool), "temperature": np.array([0.9, 0.7, 1.3, 1, 0, 1], np.float32),
              "top_k": np.array([50, 0, 5, 0, 50, 1]), "top_p": np.array([1, 0.8, 0.5, 1, 1, 1], np.float32)}
     u = rng.random(6, dtype=np.float32)
-    from export.talker import _torch_sample
+    from export.qwen3_tts.talker import _torch_sample
 
     want = numpy_sample(logits, u, **knobs)
     got = _torch_sample(torch.from_numpy(logits), torch.from_numpy(u), *(torch.from_numpy(v) for v in knobs.values()))
@@ -352,7 +352,7 @@ def test_int4_variants_through_the_exporter(model: Any, out: dict[str, Any], tmp
     fp32 reported (agreement is a measurement on random weights, not a quality claim)."""
     import shutil
 
-    from export.exporter import _quantize
+    from export.qwen3_tts.exporter import _quantize
 
     for name in ("talker", "code_predictor"):
         path = tmp_path / f"{name}.onnx"

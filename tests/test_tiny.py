@@ -1,4 +1,4 @@
-"""export/tiny.py: layout, schema, determinism, and that the reference loads and speaks from it."""
+"""export/qwen3_tts/tiny.py: layout, schema, determinism, and that the reference loads and speaks from it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from export import tiny
+from export.qwen3_tts import tiny
 from ttscore.runtime.families.qwen3_tts.checkpoint import REQUIRED_FILES, read_checkpoint
 
 PROMPT = "<|im_start|>assistant\nHello world.<|im_end|>\n<|im_start|>assistant\n"
@@ -317,7 +317,7 @@ def test_failure_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.Monke
 # ---- the reference loads and speaks -----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def reference(tiny_dirs: dict[str, Path]) -> Any:
-    from export.reference import load_reference
+    from export.qwen3_tts.reference import load_reference
 
     cache: dict[str, Any] = {}
 
@@ -347,7 +347,7 @@ def test_reference_loads_every_tensor(tiny_dirs: dict[str, Path], variant: str) 
     import torch
     from transformers import PreTrainedModel
 
-    from export.reference import reference_imports
+    from export.qwen3_tts.reference import reference_imports
 
     with reference_imports():
         from qwen_tts.core.models.modeling_qwen3_tts import Qwen3TTSForConditionalGeneration

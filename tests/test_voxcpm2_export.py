@@ -26,7 +26,7 @@ def test_manifest_and_graphs(voxcpm2_artifacts: Path) -> None:
         assert max(report["max_abs_error"].values()) <= 1e-4, (name, report)  # measured <= ~5e-6
         assert (voxcpm2_artifacts / entry["file"]).is_file()
     raw = json.loads((voxcpm2_artifacts / "manifest.json").read_text())
-    assert raw["vae_decoder"]["state_size"] == sum(c * n for c, n in raw["vae_decoder"]["state_layout"])
+    assert raw["vocoder"]["state_size"] == sum(c * n for c, n in raw["vocoder"]["state_layout"])
     assert (voxcpm2_artifacts / "tokenizer" / "tokenizer.json").is_file()
     assert (voxcpm2_artifacts / "text_embeddings.npy").is_file()
     # The residual LM has no RoPE (as released): its graph takes no position ids.

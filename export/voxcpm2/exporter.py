@@ -1,8 +1,9 @@
 """VoxCPM2 checkpoint -> validated ONNX graphs + text embedding table + manifest.json.
 
-Called by export.exporter.export_checkpoint (which owns the partial directory and the rename into
-place) when the checkpoint's config.json is a VoxCPM2 config. Each graph is traced from the
-wrappers in export/voxcpm2/graphs.py with the legacy TorchScript exporter and checked in ONNX
+Called (through export/voxcpm2/family.py) by export.exporter.export_checkpoint, which owns the
+partial directory and the rename into place, when the checkpoint's config.json is a VoxCPM2 config.
+Each graph is traced from the wrappers in export/voxcpm2/graphs.py (export.common.export_bound, or
+export_inline for the AudioVAE) with the legacy TorchScript exporter and checked in ONNX
 Runtime against the reference's own modules (not the wrappers) over several shapes per dynamic
 axis; the LocDiT step graph is checked together with the runtime's numpy Euler solver against the
 reference `UnifiedCFM.forward` with the same noise. Any error above tolerance is an ExportError.
@@ -20,8 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,32 +28,30 @@ from typing import Any
 import numpy as np
 
 from export.common import (
+    OPSET,
     ErrorTracker,
     check,
     compare_outputs,
     export_bound,
+    export_inline,
     file_size,
     max_abs,
+    ort_run,
     ort_session,
     quantize_graph,
-    save_onnx,
     snr_db,
-    stamp_io,
     torch_threads,
+    versions,
 )
 from export.memory import release_memory
 from ttscore.contract import voxcpm2 as spec
-from ttscore.contract.errors import ExportError
 from ttscore.contract.graphs import GraphSpec
-from ttscore.contract.manifest import MANIFEST_FORMAT
+from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.voxcpm2.checkpoint import TOKENIZER_FILES, VoxCPM2Info
 from ttscore.runtime.families.voxcpm2.solver import SolveRow, solve
 
 logger = logging.getLogger(__name__)
 
-OPSET = 18
-EXPORTER = "torch.onnx.export(dynamo=False) (legacy TorchScript exporter)"
-EXPORTER_BOUND = "torch.onnx.export(dynamo=False, export_params=False) (legacy TorchScript exporter) + bind_weights"
 TOLERANCE = 1e-3  # max abs error of any validated output (tiny measured: <= ~3e-6)
 TEXT_TABLE = "text_embeddings"
 # `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.common.
@@ -80,45 +77,10 @@ def graph_specs(info: VoxCPM2Info, state_size: int) -> dict[str, GraphSpec]:
     }
 
 
-def _trace(module: Any, args: tuple[Any, ...], gspec: GraphSpec, out_dir: Path) -> Path:
-    import onnx
-    import torch
-
-    path = out_dir / gspec.filename
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            torch.onnx.export(
-                module, args, str(path), input_names=gspec.input_names, output_names=gspec.output_names,
-                dynamic_axes=gspec.dynamic_axes(), opset_version=OPSET, dynamo=False,
-            )
-        except Exception as exc:
-            raise ExportError(f"torch.onnx.export of {gspec.name} failed: {exc}") from exc
-    model = onnx.load(str(path))
-    stamp_io(model, gspec)
-    onnx.helper.set_model_props(model, {"graph": gspec.name, "exporter": EXPORTER})
-    save_onnx(model, path)
-    onnx.checker.check_model(str(path))
-    return path
-
-
-def _run(session: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    names = {i.name for i in session.get_inputs()}
-    out: list[np.ndarray] = session.run(None, {k: v for k, v in feeds.items() if k in names})
-    return out
-
-
 def _finish(tracker: ErrorTracker, name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    worst = max(tracker.max.values(), default=0.0)
-    check(worst <= TOLERANCE, f"{name}: ONNX Runtime vs reference max abs error {worst:.3g} > {TOLERANCE} "
-          f"({max(tracker.max, key=lambda k: tracker.max[k])} at {tracker.where})")
-    return {"max_abs_error": {k: float(f"{v:.3g}") for k, v in tracker.max.items()}, "tolerance": TOLERANCE,
-            **(extra or {})}
-
-
-def _bound(module: Any, args: tuple[Any, ...], gspec: GraphSpec, out: Path) -> Path:
-    """Trace without parameters, bind them one at a time into `<graph>.onnx.data` (export.common)."""
-    return export_bound(module, args, gspec, out, OPSET, EXPORTER_BOUND)
+    """Every output within TOLERANCE of the reference (ErrorTracker.enforce), and the report."""
+    tracker.enforce(TOLERANCE, name)
+    return {"max_abs_error": tracker.report(), "tolerance": TOLERANCE, **(extra or {})}
 
 
 def _empty_past(feeds: dict[str, np.ndarray], layers: int, kvh: int, hd: int, b: int = 1) -> None:
@@ -165,7 +127,7 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
         if "position_ids" not in gspec.input_names:  # no RoPE: the wrapper ignores them, the graph has none
             ex = (ex[0], ex[1], *ex[3:])
         wrapper = LMStep(stack).eval()
-        path = _bound(wrapper, ex, gspec, out)
+        path = export_bound(wrapper, ex, gspec, out)
         del wrapper, stack, model
     # The PyTorch weights are back on the meta device before ONNX Runtime loads the graph.
     release_memory()
@@ -177,7 +139,7 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
         feeds = {"inputs_embeds": x_np, "attention_mask": np.ones((1, t_len), np.int64),
                  "position_ids": np.arange(t_len, dtype=np.int64)[None]}
         _empty_past(feeds, layers, kvh, hd)
-        got = _run(sess, feeds)
+        got = ort_run(sess, feeds)
         case = f"prefill T={t_len}"
         tr.add("hidden", got[0], h_np, case)
         tr.add("new_kv", np.stack(got[1:]), kv_np, case)
@@ -189,7 +151,7 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
             for i in range(layers):
                 feeds[spec.lm_past_key(i)] = past[2 * i]
                 feeds[spec.lm_past_value(i)] = past[2 * i + 1]
-            step = _run(sess, feeds)
+            step = ort_run(sess, feeds)
             tr.add("hidden", step[0][:, 0], want_np, f"decode past={p}")
             past = [np.concatenate([a, b], axis=2) for a, b in zip(past, step[1:], strict=True)]
     pmax, tmax = max(r[2] for r in rows), max(r[3] for r in rows)
@@ -200,7 +162,7 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
         pre: dict[str, np.ndarray] = {"inputs_embeds": xa[:, :n_past], "attention_mask": np.ones((1, n_past), np.int64),
                                       "position_ids": np.arange(n_past, dtype=np.int64)[None]}
         _empty_past(pre, layers, kvh, hd)
-        kv = _run(sess, pre)[1:]
+        kv = ort_run(sess, pre)[1:]
         for j in range(2 * layers):
             pasts[j][r, :, :n_past] = kv[j][0]
         lead = tmax - n_new
@@ -211,7 +173,7 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
     for i in range(layers):
         feeds[spec.lm_past_key(i)] = pasts[2 * i]
         feeds[spec.lm_past_value(i)] = pasts[2 * i + 1]
-    batched = _run(sess, feeds)[0]
+    batched = ort_run(sess, feeds)[0]
     for r, (_, want_h, n_past, n_new) in enumerate(rows):
         tr.add("hidden", batched[r, tmax - n_new:], want_h[0, n_past:], f"batched row {r}")
     del sess
@@ -250,11 +212,11 @@ def _small_stages(ref: Any, info: VoxCPM2Info, specs: dict[str, GraphSpec], out:
             stop = model.stop_head(model.stop_actn(model.stop_proj(a)))
             head_cases.append((n, {"lm_hidden": a.numpy(), "residual_hidden": b.numpy()}, [mu.numpy(), stop.numpy()]))
         paths = {
-            "local_encoder": _bound(LocalEncoder(model).eval(), (torch.randn(2, info.patch_size, info.feat_dim),),
+            "local_encoder": export_bound(LocalEncoder(model).eval(), (torch.randn(2, info.patch_size, info.feat_dim),),
                                     specs["local_encoder"], out),
-            "bridge": _bound(Bridge(model).eval(), (torch.randn(3, h), torch.randn(3, h),
+            "bridge": export_bound(Bridge(model).eval(), (torch.randn(3, h), torch.randn(3, h),
                                                     torch.tensor([True, False, True])), specs["bridge"], out),
-            "heads": _bound(Heads(model).eval(), (torch.randn(2, h), torch.randn(2, h)), specs["heads"], out),
+            "heads": export_bound(Heads(model).eval(), (torch.randn(2, h), torch.randn(2, h)), specs["heads"], out),
         }
         table = np.lib.format.open_memmap(tmp_table := out / f"{TEXT_TABLE}.npy", mode="w+", dtype=np.float32,
                                           shape=(info.vocab_size, h))
@@ -270,7 +232,7 @@ def _small_stages(ref: Any, info: VoxCPM2Info, specs: dict[str, GraphSpec], out:
                               ("lm_hidden", "residual_input")), ("heads", head_cases, ("mu", "stop_logits"))):
         sess, tr = ort_session(paths[name]), ErrorTracker()
         for n, feeds, wants in cases:
-            got = _run(sess, feeds)
+            got = ort_run(sess, feeds)
             for o, gv, wv in zip(outs, got, wants, strict=True):
                 tr.add(o, gv, wv, f"n={n}")
         reports[name] = _finish(tr, name, {"bytes": file_size(paths[name])})
@@ -298,13 +260,13 @@ def _locdit_stage(ref: Any, info: VoxCPM2Info, gspec: GraphSpec, out: Path) -> d
             cases.append((noise, mu, cond, n_steps, cfg, batch, want))
         ex = (torch.randn(2, d, p), torch.randn(2, m), torch.randn(2, d, p), torch.rand(2), torch.zeros(2),
               torch.full((2,), 2.0))
-        path = _bound(LocDiTStep(model).eval(), ex, gspec, out)
+        path = export_bound(LocDiTStep(model).eval(), ex, gspec, out)
         del model
     release_memory()
     sess = ort_session(path)
 
     def run(x: Any, mu: Any, cond: Any, t: Any, dt: Any, cfg: Any) -> Any:
-        return _run(sess, {"x": x, "mu": mu, "cond": cond, "t": t, "dt": dt, "cfg_value": cfg})[0]
+        return ort_run(sess, {"x": x, "mu": mu, "cond": cond, "t": t, "dt": dt, "cfg_value": cfg})[0]
 
     tr = ErrorTracker()
     for noise, mu, cond, n_steps, cfg, batch, want in cases:
@@ -336,27 +298,28 @@ def _vae_stages(ref: Any, info: VoxCPM2Info, specs: dict[str, GraphSpec], out: P
             audio = torch.randn(b, frames * info.encode_hop, generator=g) * 0.3
             want = vae.encode(audio.unsqueeze(1), info.encode_sample_rate)
             enc_cases.append((frames, b, audio.numpy(), want.numpy()))
-        enc_path = _trace(VaeEncoder(vae).eval(), (torch.randn(1, 2 * info.encode_hop),), specs["vae_encoder"], out)
+        enc_path = export_inline(VaeEncoder(vae).eval(), (torch.randn(1, 2 * info.encode_hop),), specs["vae_encoder"],
+                                 out)
         dec = VaeDecoderStream(vae).eval()
         state_size, layout = dec.state_size, dec.layout
         z = torch.randn(2, info.feat_dim, 6 * info.patch_size, generator=g)
         whole = vae.decode(z)[:, 0].numpy()
         z_np = z.numpy()
-        dec_path = _trace(dec, (torch.randn(1, info.feat_dim, 2), torch.zeros(1, state_size)),
-                          specs["vae_decoder_stream"], out)
+        dec_path = export_inline(dec, (torch.randn(1, info.feat_dim, 2), torch.zeros(1, state_size)),
+                                 specs["vae_decoder_stream"], out)
         del dec, vae, model
     release_memory()
     reports: dict[str, Any] = {}
     sess, tr = ort_session(enc_path), ErrorTracker()
     for frames, b, audio_np, want_np in enc_cases:
-        tr.add("latents", _run(sess, {"audio": audio_np})[0], want_np, f"frames={frames} batch={b}")
+        tr.add("latents", ort_run(sess, {"audio": audio_np})[0], want_np, f"frames={frames} batch={b}")
     reports["vae_encoder"] = _finish(tr, "vae_encoder")
     sess, tr = ort_session(dec_path), ErrorTracker()
     for chunks in ((6,), (1, 2, 3), (1, 1, 1, 1, 1, 1)):
         state = np.zeros((2, state_size), np.float32)
         parts, at = [], 0
         for c in chunks:
-            pcm, state = _run(sess, {"latents": z_np[..., at * info.patch_size:(at + c) * info.patch_size],
+            pcm, state = ort_run(sess, {"latents": z_np[..., at * info.patch_size:(at + c) * info.patch_size],
                                      "state": state})
             parts.append(pcm)
             at += c
@@ -374,8 +337,6 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     export.memory); returns the manifest (the caller writes it and renames `tmp` into place)."""
     import shutil
 
-    import onnx
-    import onnxruntime
     import torch
 
     from export.memory import MemoryMonitor
@@ -431,35 +392,26 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     for name in TOKENIZER_FILES:
         if (src / name).is_file():
             shutil.copy2(src / name, tok_dir / name)
-    graphs: dict[str, Any] = {}
-    for name, gspec in specs.items():
-        if not (tmp / gspec.filename).is_file():
-            raise ExportError(f"export produced no {gspec.filename}")
-        graphs[name] = {**gspec.to_json(), "validation": reports.get(name, {})}
     dec_report = reports["vae_decoder_stream"]
-    return {
-        "format_version": MANIFEST_FORMAT,
-        "family": spec.FAMILY,
-        "source": source,
-        "variant": "base",
-        "model_size": "real" if info.lm.hidden_size >= 1024 else "tiny",
-        "precision": precision,
-        "device": "cpu",
-        "sizes": info.to_json(),
-        "speakers": {},
-        "languages": [],
-        "sample_rate": info.sample_rate,
-        "samples_per_frame": info.samples_per_patch,
-        "vae_decoder": {"state_size": dec_report["state_size"], "state_layout": dec_report["state_layout"]},
-        "tables": {TEXT_TABLE: {"rows": info.vocab_size, "scale_emb_folded": info.scale_emb}},
-        "export": memory,
-        "graphs": graphs,
-        "configs": {"config.json": json.loads((src / "config.json").read_text(encoding="utf-8"))},
-        "versions": {
-            "onnx_opset": OPSET, "onnx": onnx.__version__, "onnxruntime": onnxruntime.__version__,
-            "torch": torch.__version__, "python": platform.python_version(),
-        },
-    }
+    return build_manifest(
+        tmp,
+        family=spec.FAMILY,
+        source=source,
+        variant="base",
+        model_size="real" if info.lm.hidden_size >= 1024 else "tiny",
+        precision=precision,
+        sizes=info.to_json(),
+        sample_rate=info.sample_rate,
+        samples_per_frame=info.samples_per_patch,
+        vocoder_state_size=dec_report["state_size"],
+        vocoder_state_layout=dec_report["state_layout"],
+        tables={TEXT_TABLE: {"rows": info.vocab_size, "scale_emb_folded": info.scale_emb}},
+        memory=memory,
+        graphs=specs,
+        validation=reports,
+        configs={"config.json": json.loads((src / "config.json").read_text(encoding="utf-8"))},
+        versions=versions(OPSET),
+    )
 
 
 def _quantize(info: VoxCPM2Info, path: Path, graph: str, precision: str) -> dict[str, Any]:
@@ -511,7 +463,7 @@ def _locdit_vs_fp32(info: VoxCPM2Info, fp32_path: Path, quant_path: Path) -> dic
         sess = ort_session(path)
 
         def step(x: Any, mu: Any, cond: Any, t: Any, dt: Any, cfg: Any, s: Any = sess) -> Any:
-            return _run(s, {"x": x, "mu": mu, "cond": cond, "t": t, "dt": dt, "cfg_value": cfg})[0]
+            return ort_run(s, {"x": x, "mu": mu, "cond": cond, "t": t, "dt": dt, "cfg_value": cfg})[0]
 
         patches.append(np.stack(solve(rows, step, mean_mode=info.mean_mode)))
         del sess, step
@@ -522,7 +474,7 @@ def _locdit_vs_fp32(info: VoxCPM2Info, fp32_path: Path, quant_path: Path) -> dic
 
 def _vae_decoder_vs_fp32(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict[str, Any]:
     """Streamed decode of random latents (two chunks, state carried) by both graphs: audio error
-    (as export.exporter.compare_vocoder does for Qwen3-TTS)."""
+    (as export.qwen3_tts.exporter.compare_vocoder does for Qwen3-TTS)."""
     rng = np.random.default_rng(seed)
     a, b = ort_session(fp32_path), ort_session(quant_path)
     lat = next(i for i in a.get_inputs() if i.name == "latents")
@@ -533,7 +485,7 @@ def _vae_decoder_vs_fp32(fp32_path: Path, quant_path: Path, *, seed: int = 0) ->
         state = np.zeros((2, int(st.shape[1])), np.float32)
         pcm = []
         for lo, hi in ((0, 4), (4, 12)):
-            chunk, state = _run(sess, {"latents": z[..., lo:hi], "state": state})
+            chunk, state = ort_run(sess, {"latents": z[..., lo:hi], "state": state})
             pcm.append(chunk)
         outs.append(np.concatenate(pcm, axis=1))
     ref, got = outs

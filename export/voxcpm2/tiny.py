@@ -16,7 +16,7 @@ without RoPE, and the tensor names. ``size="tiny"`` shrinks widths and depths (l
 ``size="real"`` uses the released dimensions (random bf16 weights, ~2.3 B parameters, for memory
 and throughput measurements) with the same tiny tokenizer.
 
-Weights come from export.tiny's per-tensor PCG64 streams (seeded by sha256(seed, name)), so a file
+Weights come from export.tiny_weights' per-tensor PCG64 streams (seeded by sha256(seed, name)), so a file
 depends only on (seed, size). Every tensor of the reference's state dict must be claimed by an init
 rule here; an unknown module type is an error. Scales keep every component visible in parity tests:
 linear weights ~ 1/sqrt(fan_in) with non-zero biases, RMSNorm weights 1 +- 0.1, the AudioVAE
@@ -39,7 +39,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from export.tiny import _Init, _json_bytes, _replace_dir, _rng
+from export.tiny_weights import TensorInit, json_bytes, replace_dir, tensor_rng
 
 logger = logging.getLogger(__name__)
 
@@ -240,20 +240,20 @@ def _meta_model(cfg: dict[str, Any]) -> Any:
         return classes["model"](config, _NoVocab(), vae, device="cpu")
 
 
-def _weight_norm_pair(init: _Init, prefix: str, v_shape: tuple[int, ...], g_shape: tuple[int, ...], fan_in: int,
+def _weight_norm_pair(init: TensorInit, prefix: str, v_shape: tuple[int, ...], g_shape: tuple[int, ...], fan_in: int,
                       gain: float) -> None:
     """weight = g * v / |v| (norm over every dim but 0): draw v, pick g so the weight is ~gain/sqrt(fan_in)."""
     import numpy as np
     import torch
 
-    v = _rng(init.seed, init.scope, prefix + "weight_v").standard_normal(v_shape, dtype=np.float32)
+    v = tensor_rng(init.seed, init.scope, prefix + "weight_v").standard_normal(v_shape, dtype=np.float32)
     norm = np.sqrt((v.reshape(v.shape[0], -1) ** 2).sum(axis=1)).astype(np.float32)
     g = (norm * np.float32(gain / fan_in**0.5)).reshape(g_shape).astype(np.float32)
     init.tensors[prefix + "weight_v"] = torch.from_numpy(v).to(init.dtype)
     init.tensors[prefix + "weight_g"] = torch.from_numpy(g).to(init.dtype)
 
 
-def _init_tensors(init: _Init, model: Any, gains: dict[str, float], constants: dict[str, Any]) -> None:
+def _init_tensors(init: TensorInit, model: Any, gains: dict[str, float], constants: dict[str, Any]) -> None:
     import re
 
     from torch import nn
@@ -317,7 +317,7 @@ def checkpoint_weights(cfg: dict[str, Any], seed: int) -> tuple[dict[str, Any], 
 
     model = _meta_model(cfg)
     dtype = torch.bfloat16 if cfg["dtype"] in ("bfloat16", "bf16") else torch.float32
-    init = _Init(seed, "voxcpm2", torch.float32)
+    init = TensorInit(seed, "voxcpm2", torch.float32)
     n_dec = len(model.audio_vae.decoder.model)
     gains = {
         # AudioVAE decoder: damped residual branches (the level must not grow through 18 units) and
@@ -376,17 +376,17 @@ def make_tiny_voxcpm2(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     started = time.perf_counter()
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        (tmp / "config.json").write_bytes(_json_bytes(cfg))
+        (tmp / "config.json").write_bytes(json_bytes(cfg))
         (tmp / "tokenizer.json").write_text(tokenizer_json(), encoding="utf-8")
-        (tmp / "tokenizer_config.json").write_bytes(_json_bytes(tokenizer_config()))
-        (tmp / "special_tokens_map.json").write_bytes(_json_bytes(SPECIAL_TOKENS_MAP))
+        (tmp / "tokenizer_config.json").write_bytes(json_bytes(tokenizer_config()))
+        (tmp / "special_tokens_map.json").write_bytes(json_bytes(SPECIAL_TOKENS_MAP))
         model_tensors, vae_tensors = checkpoint_weights(cfg, seed)
         save_file(vae_tensors, str(tmp / "audiovae.safetensors"), metadata={"format": "pt"})
         del vae_tensors
         save_file(model_tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         del model_tensors
         os.chmod(tmp, 0o755)  # mkdtemp creates 0700
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,24 +1,33 @@
-"""`manifest.json`: what `triton-tts export` promises about an artifacts directory, read in one place.
+"""`manifest.json`: what `triton-tts export` promises about an artifacts directory, written and read
+in one place.
 
-Export writes it (export/exporter.py); the runtime, the Triton models, the repository renderer, the
-CLI and the gateway read it only through `read_manifest`, which checks the format version and turns
-every field those readers rely on into a typed attribute. Family-specific details stay in `raw`
-(e.g. the checkpoint's own configs) for that family's runtime to interpret.
+Every family's exporter builds it with `build_manifest` (the fields every reader relies on, one
+vocoder state key for every family, checked by reading it back); the runtime, the Triton models, the
+repository renderer, the CLI and the gateway read it only through `read_manifest`, which checks the
+format version and turns every field those readers rely on into a typed attribute. Family-specific
+details stay in `raw` (e.g. the checkpoint's own configs) for that family's runtime to interpret.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ttscore.contract.errors import ArtifactError
+from ttscore.contract import families
+from ttscore.contract.errors import ArtifactError, ExportError
+from ttscore.contract.graphs import GraphSpec
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
-DEFAULT_FAMILY = "qwen3_tts"  # manifests written before families existed
+# Manifests written before families existed came from the first family (the first registered).
+DEFAULT_FAMILY = next(iter(families.RULES))
+# The streaming vocoder's per-stream state ({"state_size", "state_layout"}), the same key for every
+# family; manifests written before it used a family's own key, still read.
+VOCODER = "vocoder"
+LEGACY_VOCODER_KEYS = ("code2wav", "vae_decoder")
 
 
 def _int_or_none(value: object) -> int | None:
@@ -50,13 +59,28 @@ class Manifest:
         return _int_or_none((self.raw.get("sizes") or {}).get("num_code_groups"))
 
     @property
+    def vocoder(self) -> Mapping[str, Any]:
+        """The streaming vocoder's state: `state_size` (floats per stream) and `state_layout`."""
+        for key in (VOCODER, *LEGACY_VOCODER_KEYS):
+            entry = self.raw.get(key)
+            if isinstance(entry, Mapping):
+                return entry
+        return {}
+
+    @property
+    def vocoder_state_size(self) -> int | None:
+        """Floats of the streaming vocoder's per-stream state (None: not exported)."""
+        return _int_or_none(self.vocoder.get("state_size"))
+
+    @property
     def code2wav_state_size(self) -> int | None:
-        return _int_or_none((self.raw.get("code2wav") or {}).get("state_size"))
+        """The old name of `vocoder_state_size` (the Qwen3-TTS readers')."""
+        return self.vocoder_state_size
 
     @property
     def vae_decoder_state_size(self) -> int | None:
-        """VoxCPM2: floats of the streaming AudioVAE decoder's per-stream state."""
-        return _int_or_none((self.raw.get("vae_decoder") or {}).get("state_size"))
+        """The old name of `vocoder_state_size` (the VoxCPM2 readers')."""
+        return self.vocoder_state_size
 
     @property
     def speaker_embed_dim(self) -> int | None:
@@ -98,6 +122,74 @@ class Manifest:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ArtifactError(f"{where} lacks or mistypes {exc}: re-export") from None
+
+
+def build_manifest(
+    directory: Path,
+    *,
+    family: str,
+    variant: str,
+    model_size: str,
+    precision: str,
+    source: Mapping[str, Any],
+    sizes: Mapping[str, Any],
+    sample_rate: int,
+    samples_per_frame: int,
+    vocoder_state_size: int,
+    vocoder_state_layout: Sequence[Any],
+    graphs: Mapping[str, GraphSpec],
+    validation: Mapping[str, Mapping[str, Any]],
+    speakers: Mapping[str, int] | None = None,
+    languages: Sequence[str] = (),
+    tables: Mapping[str, Any] | None = None,
+    configs: Mapping[str, Any] | None = None,
+    memory: Mapping[str, Any] | None = None,
+    versions: Mapping[str, Any] | None = None,
+    device: str = "cpu",
+    **family_fields: Any,
+) -> dict[str, Any]:
+    """The manifest.json of an export into `directory`, the same for every family: each graph in
+    `graphs` must have been written there (its entry is its spec plus its `validation` report), and
+    the result must read back (`Manifest.parse`) with its sample rate, frame size and vocoder state.
+    `family_fields` are the family's own top-level fields, for its runtime. ExportError otherwise."""
+    entries: dict[str, Any] = {}
+    for name, spec in graphs.items():
+        if not (directory / spec.filename).is_file():
+            raise ExportError(f"export produced no {spec.filename}")
+        entries[name] = {**spec.to_json(), "validation": dict(validation.get(name, {}))}
+    clash = set(family_fields) & {VOCODER, *LEGACY_VOCODER_KEYS, "graphs", "family", "format_version"}
+    if clash:
+        raise ExportError(f"manifest field {sorted(clash)[0]!r} is not a family's own field")
+    raw: dict[str, Any] = {
+        "format_version": MANIFEST_FORMAT,
+        "family": family,
+        "source": dict(source),
+        "variant": variant,
+        "model_size": model_size,
+        "precision": precision,
+        "device": device,
+        "sizes": dict(sizes),
+        **family_fields,
+        "speakers": dict(speakers or {}),
+        "languages": list(languages),
+        "sample_rate": sample_rate,
+        "samples_per_frame": samples_per_frame,
+        VOCODER: {"state_size": vocoder_state_size, "state_layout": list(vocoder_state_layout)},
+        "tables": dict(tables or {}),
+        "export": dict(memory or {}),
+        "graphs": entries,
+        "configs": dict(configs or {}),
+        "versions": dict(versions or {}),
+    }
+    try:
+        manifest = Manifest.parse(directory, raw)
+    except ArtifactError as exc:
+        raise ExportError(f"the manifest does not read back: {exc}") from None
+    missing = [what for what, value in (("sample_rate", manifest.sample_rate), ("samples_per_frame",
+               manifest.samples_per_frame), ("vocoder state_size", manifest.vocoder_state_size)) if value is None]
+    if not family or missing:
+        raise ExportError(f"the manifest lacks {', '.join(missing) or 'family'} (positive integers)")
+    return raw
 
 
 def read_manifest(artifacts: str | Path) -> Manifest:

@@ -20,17 +20,12 @@ def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None
     """Artifacts for a checkpoint, exported into the cache (or `out`) unless an up-to-date export
     exists; an export shows its stages (ttscore.tools.progress) unless `quiet`."""
     from export.exporter import export_checkpoint, fingerprint
+    from export.families import family_of
     from ttscore.contract.manifest import read_manifest
-    from ttscore.runtime.families.qwen3_tts.checkpoint import read_checkpoint
     from ttscore.tools.progress import Stages
 
     src = checkpoint.resolve()
-    from ttscore.runtime.families.voxcpm2 import checkpoint as voxcpm2_checkpoint
-
-    if voxcpm2_checkpoint.is_voxcpm2(src):
-        voxcpm2_checkpoint.read_checkpoint(src)  # fail fast, before any heavy import
-    else:
-        read_checkpoint(src)
+    family_of(src).check(src)  # fail fast, before any heavy import
     fp = fingerprint(src)
     target = out or cache_root() / "artifacts" / f"{src.name}-{fp}-{precision}"
     try:
@@ -45,24 +40,16 @@ def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None
     return target
 
 
-DEMO = (("custom_voice", "Qwen3-TTS-tiny-CustomVoice"), ("base", "Qwen3-TTS-tiny-Base"))
-VOXCPM2_DEMO = "VoxCPM2-tiny"
-
-
 def demo_checkpoints(root: Path) -> list[Path]:
     """The tiny random-weight demo checkpoints of `serve` and `prepare --demo` (built once under
-    `root`): Qwen3-TTS CustomVoice and Base, and VoxCPM2."""
-    from export.tiny import make_tiny
-    from export.voxcpm2.tiny import make_tiny_voxcpm2
+    `root`): every registered family's (export.family.ExportFamily.demo), in registry order."""
+    from export.families import FAMILIES
 
     out = []
-    for variant, name in DEMO:
-        path = root / name
-        if not (path / "model.safetensors").is_file():
-            make_tiny(variant, path, seed=0)
-        out.append(path)
-    vox = root / VOXCPM2_DEMO
-    if not (vox / "model.safetensors").is_file():
-        make_tiny_voxcpm2(vox, seed=0)
-    out.append(vox)
+    for family in FAMILIES.values():
+        for name, options in family.demo:
+            path = root / name
+            if not family.detect(path):
+                family.make_tiny(path, seed=0, **options)
+            out.append(path)
     return out

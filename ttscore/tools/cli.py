@@ -11,6 +11,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ttscore.contract.errors import TTSError
 from ttscore.tools.artifacts import ensure_artifacts
@@ -20,26 +21,20 @@ logger = logging.getLogger("triton-tts")
 
 
 def _cmd_make_tiny(args: argparse.Namespace) -> int:
+    from export.families import FAMILIES
     from ttscore.contract.errors import InvalidRequest
 
-    if args.family == "voxcpm2":
-        from export.voxcpm2.tiny import SIZES, make_tiny_voxcpm2
-
-        if args.variant or args.greedy:
-            raise InvalidRequest("--variant/--greedy are Qwen3-TTS options (not --family voxcpm2)", "variant")
-        if args.size not in SIZES:
-            raise InvalidRequest(f"--family voxcpm2 takes --size {' or '.join(SIZES)}", "size")
-        print(make_tiny_voxcpm2(Path(args.out), seed=args.seed, size=args.size))
-        return 0
-    from export.tiny import SIZES as QWEN_SIZES
-    from export.tiny import make_tiny
-
-    if not args.variant:
-        raise InvalidRequest("--variant is required for --family qwen3_tts", "variant")
-    if args.size not in QWEN_SIZES:
-        raise InvalidRequest(f"--family qwen3_tts takes --size {', '.join(QWEN_SIZES)}", "size")
-    path = make_tiny(args.variant, Path(args.out), seed=args.seed, size=args.size, greedy=args.greedy)
-    print(path)
+    family = FAMILIES[args.family]
+    own = {o.name for o in family.tiny_options}
+    options = {o.name: getattr(args, o.name) for f in FAMILIES.values() for o in f.tiny_options}
+    foreign = [o for f in FAMILIES.values() for o in f.tiny_options if o.name not in own and options[o.name]]
+    if foreign:
+        owners = "/".join(dict.fromkeys(f.display for f in FAMILIES.values() for o in f.tiny_options if o in foreign))
+        flags = "/".join(dict.fromkeys(o.cli for o in foreign))
+        what = f"are {owners} options" if len(foreign) > 1 else f"is a {owners} option"
+        raise InvalidRequest(f"{flags} {what} (not --family {family.name})", foreign[0].name)
+    given = {name: value for name, value in options.items() if name in own and value}
+    print(family.make_tiny(Path(args.out), seed=args.seed, size=args.size, **given))
     return 0
 
 
@@ -197,22 +192,39 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_make_tiny_parser(sub: Any) -> None:
+    """make-tiny's flags: --family, --out, --seed, --size, and every registered family's own options
+    (export.family.TinyOption), each refused for a family that does not take it."""
+    from export.families import DEFAULT, FAMILIES
+
+    t = sub.add_parser("make-tiny", help="write a random-weight checkpoint in the real layout")
+    t.add_argument("--family", default=DEFAULT, choices=list(FAMILIES))
+    t.add_argument("--out", required=True)
+    t.add_argument("--seed", type=int, default=0)
+    sizes = list(dict.fromkeys(size for f in FAMILIES.values() for size in f.sizes))
+    t.add_argument(
+        "--size", default=sizes[0], choices=sizes,
+        help="; ".join(f"{f.name}: {', '.join(f.sizes)}" for f in FAMILIES.values()),
+    )
+    seen: set[str] = set()
+    for family in FAMILIES.values():
+        for option in family.tiny_options:
+            if option.name in seen:
+                continue
+            seen.add(option.name)
+            if option.flag:
+                t.add_argument(option.cli, dest=option.name, action="store_true", help=option.help)
+            else:
+                t.add_argument(option.cli, dest=option.name, choices=option.choices, help=option.help)
+    t.set_defaults(func=_cmd_make_tiny)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="triton-tts", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true")
     sub = p.add_subparsers(dest="cmd", required=True)
 
-    t = sub.add_parser("make-tiny", help="write a random-weight checkpoint in the real layout")
-    t.add_argument("--family", default="qwen3_tts", choices=["qwen3_tts", "voxcpm2"])
-    t.add_argument("--variant", choices=["custom_voice", "voice_design", "base"], help="Qwen3-TTS only (required there)")
-    t.add_argument("--out", required=True)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument(
-        "--size", default="tiny", choices=["tiny", "0.6b", "1.7b", "real"],
-        help="qwen3_tts: tiny, 0.6b, 1.7b; voxcpm2: tiny, real",
-    )
-    t.add_argument("--greedy", action="store_true", help="generation_config with do_sample false")
-    t.set_defaults(func=_cmd_make_tiny)
+    _add_make_tiny_parser(sub)
 
     e = sub.add_parser("export", help="export a checkpoint to validated ONNX artifacts")
     e.add_argument("--checkpoint", required=True)

@@ -1,8 +1,8 @@
 """`triton-tts prepare`: everything a deployment needs before Triton starts (docker-compose.yml's init service).
 
-1. the checkpoints: every Qwen3-TTS checkpoint in `--checkpoints` (that directory itself, or its
-   immediate subdirectories), or with `--demo` the tiny random-weight CustomVoice + Base + VoxCPM2
-   checkpoints of `triton-tts serve` (built once under `<artifacts>/demo-checkpoints`);
+1. the checkpoints: every checkpoint of a registered family (export/families.py) in `--checkpoints`
+   (that directory itself, or its immediate subdirectories), or with `--demo` the tiny random-weight
+   demo checkpoints of `triton-tts serve` (built once under `<artifacts>/demo-checkpoints`);
 2. each exported into `<artifacts>/<model id>`, skipped when the export there is current (same
    source fingerprint and precision, as `serve` decides);
 3. the Triton model repository rendered into `--repository` (as `serve` renders it; `--device gpu`
@@ -41,7 +41,7 @@ def find_checkpoints(root: Path) -> list[Path]:
     found = sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.json").is_file())
     if not found:
         raise PrepareError(
-            f"no Qwen3-TTS checkpoint in {root}: point TTS_CHECKPOINTS at a checkpoint directory or at a "
+            f"no checkpoint in {root}: point TTS_CHECKPOINTS at a checkpoint directory or at a "
             "directory of them (or use the cpu profile for the tiny demo)")
     return found
 

@@ -1,11 +1,10 @@
 """`triton-tts serve`: export (if needed) -> render the model repository -> tritonserver -> gateway.
 
 One `speech_generation` model per served checkpoint (named `speech_generation` when only one is
-served, `speech_generation_<name>` otherwise). Qwen3-TTS checkpoints share one `code2wav` model
-through BLS when their speech tokenizers are byte-identical, and the Base checkpoint (at most one)
-gets the `voice_features` ensemble; a VoxCPM2 checkpoint gets its `audiovae_decoder` (BLS vocoder)
-and `audiovae_encoder` (voice features). Ctrl-C / SIGTERM drains the gateway (it finishes what is in flight,
-up to --drain-timeout), then stops Triton. A tritonserver that dies is restarted with backoff
+served, `speech_generation_<name>` otherwise); what else a family's checkpoints need (a shared or
+per-checkpoint vocoder, voice-feature models) its export entry says (export.family.ExportFamily.deploy).
+Ctrl-C / SIGTERM drains the gateway (it finishes what is in flight, up to --drain-timeout), then
+stops Triton. A tritonserver that dies is restarted with backoff
 (ttscore.tools.supervisor); serve exits 1 only when restarts keep failing.
 """
 
@@ -31,11 +30,6 @@ from ttscore.tools.progress import add_quiet
 
 logger = logging.getLogger(__name__)
 
-QWEN, VOXCPM2 = "qwen3_tts", "voxcpm2"  # manifest families (ttscore.runtime.families.FAMILIES)
-# The Hugging Face organisation of each family's released checkpoints: `<org>/<name>` is accepted as
-# a model id too (the form the OpenAI examples use, e.g. Qwen/Qwen3-TTS-12Hz-0.6B-Base).
-HUB_ORGS = {QWEN: "Qwen", VOXCPM2: "openbmb"}
-VOICE_FEATURE_MODELS = ("voice_features", "audio_preprocess", "speaker_encoder", "speech_encoder")
 DRAIN_MARGIN_S = 10.0  # past the gateway's drain time: its own shutdown grace, then it is killed
 
 
@@ -56,10 +50,6 @@ class Served:
     def variant(self) -> str:
         return self.manifest.variant
 
-    @property
-    def tokenizer_sha(self) -> str | None:
-        return self.manifest.source_sha256("speech_tokenizer/model.safetensors")
-
 
 def _model_id(path: Path, taken: set[str]) -> str:
     base = re.sub(r"[^A-Za-z0-9_.-]+", "-", path.name) or "model"
@@ -70,62 +60,45 @@ def _model_id(path: Path, taken: set[str]) -> str:
     return name
 
 
-def _family_model(base: str, s: Served, one: bool) -> str:
-    return base if one else f"{base}_{s.name}"
-
-
 def plan_deployment(served: list[Served], max_active: int | None = None) -> dict[str, Any]:
     """Model names, aliases and per-model settings for render_repository (pure).
 
-    Qwen3-TTS checkpoints share one code2wav when their speech tokenizers are byte-identical; each
-    VoxCPM2 checkpoint gets its own audiovae_decoder (BLS vocoder) and audiovae_encoder (voice
-    features), suffixed with its name when several are served."""
-    qwen = [s for s in served if s.manifest.family == QWEN]
-    vox = [s for s in served if s.manifest.family == VOXCPM2]
-    other = sorted({s.manifest.family for s in served} - {QWEN, VOXCPM2})
+    Each served checkpoint gets its speech_generation model; each family adds what its checkpoints
+    need (export.family.ExportFamily.deploy), in registry order."""
+    from export.families import FAMILIES
+    from export.family import model_name
+
+    other = sorted({s.manifest.family for s in served} - set(FAMILIES))
     if other:
-        raise ServeError(f"cannot serve model family {other[0]!r} (known: {QWEN}, {VOXCPM2})")
-    bases = [s for s in qwen if s.variant == "base"]
-    if len(bases) > 1:
-        raise ServeError("at most one Qwen3-TTS Base checkpoint can be served at a time (one voice_features ensemble)")
-    shared = bool(qwen) and len({s.tokenizer_sha for s in qwen}) == 1 and qwen[0].tokenizer_sha is not None
+        raise ServeError(f"cannot serve model family {other[0]!r} (known: {', '.join(FAMILIES)})")
+    parts = {name: family.deploy(members) for name, family in FAMILIES.items()
+             if (members := [s for s in served if s.manifest.family == name])}
     aliases: dict[str, str] = {}
     settings: dict[str, Any] = {}
     models: list[str] = []
 
-    def add(name: str, origin: str, params: dict[str, str]) -> None:
+    def add(name: str, origin: str, params: dict[str, str] | None) -> None:
         if name != origin:
             aliases[name] = origin
-        settings[name] = {"parameters": params}
+        if params is not None:
+            settings[name] = {"parameters": params}
         models.append(name)
 
     for s in served:
-        s.triton_model = _family_model("speech_generation", s, len(served) == 1)
-        if s.manifest.family == VOXCPM2:
-            vocoder = _family_model("audiovae_decoder", s, len(vox) == 1)
-            s.voice_features_model = _family_model("audiovae_encoder", s, len(vox) == 1)
-        else:
-            vocoder = "code2wav" if shared else "inline"
-            s.voice_features_model = "voice_features" if s.variant == "base" else None
-        params = {"artifacts_dir": str(s.artifacts), "vocoder": vocoder}
+        part = parts[s.manifest.family]
+        s.triton_model = model_name("speech_generation", s, len(served) == 1)
+        s.voice_features_model = part.voice_features.get(s.name)
+        params = {"artifacts_dir": str(s.artifacts), "vocoder": part.vocoder[s.name]}
         if max_active:
             params["max_active_requests"] = str(max_active)
         add(s.triton_model, "speech_generation", params)
-    for s in vox:
-        art = {"artifacts_dir": str(s.artifacts)}
-        add(_family_model("audiovae_decoder", s, len(vox) == 1), "audiovae_decoder", dict(art))
-        add(_family_model("audiovae_encoder", s, len(vox) == 1), "audiovae_encoder", dict(art))
-    if shared:
-        models.append("code2wav")
-        settings["code2wav"] = {"parameters": {"artifacts_dir": str(qwen[0].artifacts)}}
-    if bases:
-        for m in VOICE_FEATURE_MODELS:
-            models.append(m)
-            if m != "voice_features":
-                settings[m] = {"parameters": {"artifacts_dir": str(bases[0].artifacts)}}
-    vocoders = (["code2wav"] if shared else []) + [m for m in models if aliases.get(m, m) == "audiovae_decoder"]
-    return {"models": models, "aliases": aliases, "settings": settings, "shared_code2wav": shared,
-            "vocoders": vocoders}
+    plan: dict[str, Any] = {}
+    for part in parts.values():
+        for name, origin, model_params in part.models:
+            add(name, origin, model_params)
+        plan.update(part.flags)
+    vocoders = [m for part in parts.values() for m in part.readiness]
+    return {"models": models, "aliases": aliases, "settings": settings, **plan, "vocoders": vocoders}
 
 
 def gateway_config(
@@ -133,6 +106,10 @@ def gateway_config(
 ) -> dict[str, Any]:
     """The gateway's JSON config; `voices`: optional gateway settings (custom_voice_dir,
     allowed_local_media_path, allow_private_urls), left out when None."""
+    from export.families import FAMILIES
+
+    # `<org>/<name>` is accepted as a model id too (the form the OpenAI examples use, e.g.
+    # Qwen/Qwen3-TTS-12Hz-0.6B-Base): the organisation is the family's (ExportFamily.hub_org).
     extra: dict[str, Any] = {"readiness_models": plan["vocoders"]} if plan and plan.get("vocoders") else {}
     extra.update({k: v for k, v in (voices or {}).items() if v is not None})
     return {
@@ -145,7 +122,7 @@ def gateway_config(
                 "triton_model": s.triton_model,
                 "voice_features_model": s.voice_features_model,
                 "artifacts_dir": str(s.artifacts),
-                "aliases": [f"{HUB_ORGS[s.manifest.family]}/{s.name}"],
+                "aliases": [f"{FAMILIES[s.manifest.family].hub_org}/{s.name}"],
             }
             for s in served
         ],

@@ -67,7 +67,7 @@ def offline(ckpt: Path, arts: dict[str, Path], frames: int, repeats: int, thread
     text = TEXTS[1]
     rows: dict[str, Any] = {}
     if reference:
-        from export.reference import load_reference
+        from export.qwen3_tts.reference import load_reference
 
         ref = load_reference(ckpt)
         speaker = sorted(Pipeline.load(arts[next(iter(arts))], threads=threads, encoders=False).info.speakers)[0]
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["TTS_ORT_THREADS"] = str(args.threads)
     from export.exporter import export_checkpoint
-    from export.tiny import make_tiny
+    from export.qwen3_tts.tiny import make_tiny
     from ttscore.contract.manifest import read_manifest
 
     work, out = Path(args.work), Path(args.out)

@@ -65,8 +65,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from export.reference import load_reference
-    from export.tiny import make_tiny
+    from export.qwen3_tts.reference import load_reference
+    from export.qwen3_tts.tiny import make_tiny
     from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
     from ttscore.tools.artifacts import ensure_artifacts
 

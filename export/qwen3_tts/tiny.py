@@ -50,7 +50,6 @@ Reference quirks this fixture reproduces on purpose (runtime authors must match 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import itertools
 import json
 import logging
@@ -64,6 +63,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from export.tiny_weights import TensorInit, json_bytes, replace_dir
 
 logger = logging.getLogger(__name__)
 
@@ -685,54 +686,11 @@ def _tokenizer_files() -> dict[str, bytes]:
     return {
         "vocab.json": json.dumps(_vocab(), ensure_ascii=False, separators=(",", ":")).encode("utf-8"),
         "merges.txt": merges.encode("utf-8"),
-        "tokenizer_config.json": _json_bytes(tokenizer_config()),
+        "tokenizer_config.json": json_bytes(tokenizer_config()),
     }
 
 
 # ---- weights --------------------------------------------------------------------------------------
-def _rng(seed: int, scope: str, name: str) -> Any:
-    import numpy as np
-
-    digest = hashlib.sha256(f"{seed}\0{scope}\0{name}".encode()).digest()
-    return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:16], "little")))
-
-
-class _Init:
-    """Per-tensor deterministic draws; every tensor of the state dict must be claimed exactly once."""
-
-    def __init__(self, seed: int, scope: str, dtype: Any) -> None:
-        self.seed, self.scope, self.dtype = seed, scope, dtype
-        self.tensors: dict[str, Any] = {}
-
-    def _put(self, name: str, arr: Any) -> None:
-        import torch
-
-        if name in self.tensors:
-            raise AssertionError(f"tensor {name} initialized twice")
-        self.tensors[name] = torch.from_numpy(arr).to(self.dtype)
-
-    def normal(self, name: str, shape: tuple[int, ...], std: float, mean: float = 0.0) -> None:
-        import numpy as np
-
-        arr = _rng(self.seed, self.scope, name).standard_normal(shape, dtype=np.float32)
-        if std != 1.0:
-            arr *= np.float32(std)
-        if mean != 0.0:
-            arr += np.float32(mean)
-        self._put(name, arr)
-
-    def uniform(self, name: str, shape: tuple[int, ...], low: float, high: float) -> None:
-        import numpy as np
-
-        arr = _rng(self.seed, self.scope, name).uniform(low, high, size=shape).astype(np.float32)
-        self._put(name, arr)
-
-    def const(self, name: str, shape: tuple[int, ...], value: float) -> None:
-        import numpy as np
-
-        self._put(name, np.full(shape, value, dtype=np.float32))
-
-
 def _conv_fan_in(mod: Any) -> int:
     from torch import nn
 
@@ -743,7 +701,7 @@ def _conv_fan_in(mod: Any) -> int:
     return max(1, mod.in_channels // mod.groups * k)
 
 
-def _init_module_tensors(init: _Init, model: Any, gains: dict[str, float]) -> None:
+def _init_module_tensors(init: TensorInit, model: Any, gains: dict[str, float]) -> None:
     """Initialize every parameter / persistent buffer of ``model`` (a meta-device module) by type.
 
     ``gains`` maps a module-name regex (full match) to a multiplier on that module's weight scale.
@@ -870,7 +828,7 @@ def _talker_weights(cfg: dict[str, Any], seed: int, dtype: Any) -> dict[str, Any
     classes = _reference_classes()
     config = classes["config"](**copy.deepcopy(cfg))
     model = _meta_module(classes["model"], config)
-    init = _Init(seed, "model", dtype)
+    init = TensorInit(seed, "model", dtype)
     # The x-vector replaces a codec embedding (~N(0, 1)) in the prompt; keep it on that scale.
     _init_module_tensors(init, model, gains={r"speaker_encoder\.fc": 0.2})
     return init.tensors
@@ -893,16 +851,12 @@ def _speech_tokenizer_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
         # Mimi codebooks sized like the projected encoder output, so nearest-neighbour codes vary.
         r"encoder\.quantizer\..*\.codebook": 0.5,
     }
-    init = _Init(seed, "speech_tokenizer", torch.float32)
+    init = TensorInit(seed, "speech_tokenizer", torch.float32)
     _init_module_tensors(init, model, gains)
     return init.tensors
 
 
 # ---- writing --------------------------------------------------------------------------------------
-def _json_bytes(obj: Any) -> bytes:
-    return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-
-
 def _save_safetensors(tensors: dict[str, Any], path: Path) -> None:
     from safetensors.torch import save_file
 
@@ -945,13 +899,13 @@ def make_tiny(variant: str, out: Path, seed: int = 0, size: str = "tiny", greedy
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         files: dict[str, bytes] = {
-            "config.json": _json_bytes(cfg),
-            "generation_config.json": _json_bytes(generation_config(greedy)),
-            "preprocessor_config.json": _json_bytes(ROOT_PREPROCESSOR),
+            "config.json": json_bytes(cfg),
+            "generation_config.json": json_bytes(generation_config(greedy)),
+            "preprocessor_config.json": json_bytes(ROOT_PREPROCESSOR),
             **_tokenizer_files(),
-            "speech_tokenizer/config.json": _json_bytes(st_cfg),
-            "speech_tokenizer/configuration.json": _json_bytes(SPEECH_TOKENIZER_CONFIGURATION),
-            "speech_tokenizer/preprocessor_config.json": _json_bytes(SPEECH_TOKENIZER_PREPROCESSOR),
+            "speech_tokenizer/config.json": json_bytes(st_cfg),
+            "speech_tokenizer/configuration.json": json_bytes(SPEECH_TOKENIZER_CONFIGURATION),
+            "speech_tokenizer/preprocessor_config.json": json_bytes(SPEECH_TOKENIZER_PREPROCESSOR),
         }
         (tmp / "speech_tokenizer").mkdir()
         for rel, data in files.items():
@@ -963,28 +917,12 @@ def make_tiny(variant: str, out: Path, seed: int = 0, size: str = "tiny", greedy
         _save_safetensors(weights, tmp / "model.safetensors")
         del weights
         os.chmod(tmp, 0o755)  # mkdtemp creates 0700
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     logger.info("wrote %s %s checkpoint to %s in %.1f s", size, variant, out, time.perf_counter() - started)
     return out
-
-
-def _replace_dir(src: Path, dst: Path) -> None:
-    """Move ``src`` to ``dst``; an existing ``dst`` is swapped out first, then deleted."""
-    if not dst.exists():
-        os.replace(src, dst)
-        return
-    trash = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
-    os.replace(dst, trash / "old")
-    try:
-        os.replace(src, dst)
-    except BaseException:
-        os.replace(trash / "old", dst)  # put the previous checkpoint back
-        raise
-    finally:
-        shutil.rmtree(trash, ignore_errors=True)
 
 
 def iter_files(path: Path) -> Iterator[Path]:

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from export.common import (
+    EXPORTER_BOUND,
     ErrorTracker,
     check,
     export_bound,
@@ -61,7 +62,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-EXPORTER = "torch.onnx.export(dynamo=False, export_params=False) (legacy TorchScript exporter) + bind_weights"
 # Validation tolerances (max abs error, fp32 ONNX Runtime vs fp32 PyTorch reference).
 TALKER_TOL = {"logits": 1e-4, "hidden": 1e-4, "new_key": 1e-4, "new_value": 1e-4}
 CODE_PREDICTOR_TOL = {"codec_embed_sum": 1e-4, "logits": 1e-4}
@@ -75,7 +75,7 @@ _NEG = torch.finfo(torch.float32).min
 def _talker(tts_model: Any) -> Any:
     talker: Any = getattr(tts_model, "talker", None)
     check(talker is not None, "model has no `talker` (expected Qwen3TTSForConditionalGeneration)")
-    # Weights still on the meta device belong to other export stages (export.reference.StagedReference).
+    # Weights still on the meta device belong to other export stages (export.qwen3_tts.reference.StagedReference).
     params = [p for p in talker.parameters() if not p.is_meta]
     check(all(p.dtype == torch.float32 for p in params), "export needs a float32 model (load with dtype=float32)")
     check(all(p.device.type == "cpu" for p in params), "export runs on CPU: move the model to cpu first")
@@ -467,7 +467,7 @@ class CodePredictorFrame(nn.Module):
 
 def _export(module: nn.Module, args: tuple[torch.Tensor, ...], spec: GraphSpec, out_dir: Path, opset: int) -> Path:
     """export.common.export_bound with this module's exporter note."""
-    path = export_bound(module, args, spec, out_dir, opset, EXPORTER)
+    path = export_bound(module, args, spec, out_dir, opset, EXPORTER_BOUND)
     _check_io(path, spec)
     return path
 
@@ -507,7 +507,7 @@ def export_talker(
     report: dict[str, Any] = {
         "file": path.name,
         "bytes": file_size(path),
-        "exporter": EXPORTER,
+        "exporter": EXPORTER_BOUND,
         "opset": opset,
         "seconds": round(seconds, 2),
         "spec": spec.to_json(),
@@ -541,7 +541,7 @@ def export_code_predictor(
     report: dict[str, Any] = {
         "file": path.name,
         "bytes": file_size(path),
-        "exporter": EXPORTER,
+        "exporter": EXPORTER_BOUND,
         "opset": opset,
         "seconds": round(seconds, 2),
         "spec": spec.to_json(),

@@ -23,7 +23,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from export.code2wav import DEFAULT_OPSET, PARITY_ATOL, onnx_export, ort_session
+from export.common import EXPORTER_INLINE, check_close, export_inline, ort_session
+from export.qwen3_tts.code2wav import DEFAULT_OPSET, PARITY_ATOL
 from ttscore.contract.errors import ExportError
 from ttscore.contract.qwen3_tts import (
     MEL_BINS,
@@ -158,14 +159,7 @@ def validate_speaker_encoder(
             (got,) = sess.run(None, {"mels": mels})
         except Exception as exc:
             raise ExportError(f"speaker_encoder graph failed to run on {frames} frames: {exc}") from exc
-        if got.shape != ref.shape:
-            raise ExportError(f"speaker_encoder: shape {got.shape} != reference {ref.shape}")
-        err = float(np.max(np.abs(got - ref)))
-        if not np.isfinite(err) or err > atol:
-            raise ExportError(
-                f"speaker_encoder validation ({frames} frames): max abs error {err:.3g} > {atol:g}"
-            )
-        worst = max(worst, err)
+        worst = max(worst, check_close(f"speaker_encoder validation ({frames} frames)", got, ref, atol))
     return {"frame_counts": list(frame_counts), "max_abs_err": worst, "atol": atol}
 
 
@@ -175,7 +169,6 @@ def export_speaker_encoder(
     *,
     opset: int = DEFAULT_OPSET,
     validate: bool = True,
-    exporter: str = "legacy",
 ) -> dict[str, Any]:
     """Write speaker_encoder.onnx (mels [B, mel_frames, 128] -> x_vector [B, D]) and validate it."""
     out_dir = Path(out_dir)
@@ -189,18 +182,11 @@ def export_speaker_encoder(
     spec = speaker_encoder_spec(MEL_BINS, speaker_embed_dim(encoder))
     example = torch.randn(2, 64, MEL_BINS) - 5.0
     t0 = time.perf_counter()
-    onnx_export(
-        _SpeakerEncoderGraph(encoder).eval(),
-        (example,),
-        out_dir / spec.filename,
-        spec,
-        opset=opset,
-        exporter=exporter,
-    )
+    export_inline(_SpeakerEncoderGraph(encoder).eval(), (example,), spec, out_dir, opset=opset)
     report: dict[str, Any] = {
         "file": spec.filename,
         "graph": spec.to_json(),
-        "exporter": exporter,
+        "exporter": EXPORTER_INLINE,
         "embed_dim": speaker_embed_dim(encoder),
         "min_mel_frames": speaker_min_mel_frames(encoder),
         "export_seconds": round(time.perf_counter() - t0, 1),
@@ -473,7 +459,6 @@ def export_speech_encoder(
     *,
     opset: int = DEFAULT_OPSET,
     validate: bool = True,
-    exporter: str = "legacy",
 ) -> dict[str, Any]:
     """Write speech_encoder.onnx (audio [B, samples] -> codes [B, frames, n_q]) and validate it."""
     out_dir = Path(out_dir)
@@ -487,11 +472,11 @@ def export_speech_encoder(
     graph = SpeechEncoderGraph(tokenizer).eval()
     example = torch.from_numpy(np.stack([validation_audio(0.9, 1), validation_audio(0.9, 2)]))
     t0 = time.perf_counter()
-    onnx_export(graph, (example,), out_dir / spec.filename, spec, opset=opset, exporter=exporter)
+    export_inline(graph, (example,), spec, out_dir, opset=opset)
     report: dict[str, Any] = {
         "file": spec.filename,
         "graph": spec.to_json(),
-        "exporter": exporter,
+        "exporter": EXPORTER_INLINE,
         "num_groups": n_q,
         "samples_per_frame": spf,
         "sample_rate": int(tokenizer.input_sample_rate),

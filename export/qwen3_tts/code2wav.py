@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +33,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from export.common import EXPORTER_INLINE, OPSET, check_close, export_inline, ort_session
 from ttscore.contract.errors import ExportError
-from ttscore.contract.qwen3_tts import GraphSpec, code2wav_spec, code2wav_stream_spec
+from ttscore.contract.qwen3_tts import code2wav_spec, code2wav_stream_spec
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_OPSET = 18
+DEFAULT_OPSET = OPSET
 PARITY_ATOL = 1e-4
 
 
@@ -67,139 +67,6 @@ def get_decoder(model: Any) -> Any:
         else:
             break
     raise ExportError(f"no code2wav decoder found in {type(model).__name__}")
-
-
-# --- onnx helpers shared with export.encoders -----------------------------------------------------
-
-
-def apply_spec_dims(model_proto: Any, spec: GraphSpec) -> None:
-    """Name the graph's input/output dims exactly as the spec does (dynamo invents its own names)."""
-    by_name = {t.name: t for t in (*spec.inputs, *spec.outputs)}
-    for vi in (*model_proto.graph.input, *model_proto.graph.output):
-        ts = by_name.get(vi.name)
-        if ts is None:
-            raise ExportError(f"{spec.name}: unexpected graph tensor {vi.name!r}")
-        dims = vi.type.tensor_type.shape.dim
-        if len(dims) != len(ts.dims):
-            raise ExportError(f"{spec.name}: {vi.name} has rank {len(dims)}, spec says {len(ts.dims)}")
-        for d, want in zip(dims, ts.dims, strict=True):
-            if isinstance(want, str):
-                d.Clear()
-                d.dim_param = want
-            else:
-                if d.HasField("dim_value") and d.dim_value != want:
-                    raise ExportError(f"{spec.name}: {vi.name} dim {d.dim_value} != spec {want}")
-                d.Clear()
-                d.dim_value = want
-
-
-def check_graph_io(model_proto: Any, spec: GraphSpec) -> None:
-    """Names, order and element types of the graph's inputs/outputs must equal the spec."""
-    import onnx
-
-    def _dtype(vi: Any) -> str:
-        return str(np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)))
-
-    got_in = [(vi.name, _dtype(vi)) for vi in model_proto.graph.input]
-    got_out = [(vi.name, _dtype(vi)) for vi in model_proto.graph.output]
-    want_in = [(t.name, t.dtype) for t in spec.inputs]
-    want_out = [(t.name, t.dtype) for t in spec.outputs]
-    if got_in != want_in or got_out != want_out:
-        raise ExportError(f"{spec.name}: graph io {got_in} -> {got_out} != spec {want_in} -> {want_out}")
-
-
-def onnx_export(
-    module: Any,
-    args: tuple[torch.Tensor, ...],
-    path: Path,
-    spec: GraphSpec,
-    *,
-    opset: int = DEFAULT_OPSET,
-    exporter: str = "legacy",
-) -> None:
-    """torch.onnx export with the spec's names and dynamic axes into one self-contained file.
-
-    exporter "legacy" (TorchScript tracing) is the default: for these explicit wrappers it is 3-4x
-    faster than "dynamo" (tiny code2wav: 4 s vs 13-19 s; real dims: 17 s vs 46 s for both graphs) and
-    its shapes stay symbolic where the wrappers read them from tensors. Both are validated the same
-    way afterwards, so a shape the tracer baked in fails validation, not serving."""
-    import onnx
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    try:
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # TracerWarnings on static Python ints; deprecation notice
-            if exporter == "legacy":
-                torch.onnx.export(
-                    module,
-                    args,
-                    str(path),
-                    dynamo=False,
-                    input_names=spec.input_names,
-                    output_names=spec.output_names,
-                    dynamic_axes=spec.dynamic_axes(),
-                    opset_version=opset,
-                    do_constant_folding=True,
-                )
-                proto = onnx.load_model(str(path))
-            elif exporter == "dynamo":
-                from torch.export import Dim
-
-                dims: dict[str, Any] = {}
-                dynamic_shapes = {
-                    t.name: (
-                        {i: dims.setdefault(d, Dim(d, min=1)) for i, d in t.dynamic_axes.items()} or None
-                    )
-                    for t in spec.inputs
-                }
-                program = torch.onnx.export(
-                    module,
-                    args,
-                    dynamo=True,
-                    input_names=spec.input_names,
-                    output_names=spec.output_names,
-                    dynamic_shapes=dynamic_shapes,
-                    opset_version=opset,
-                    optimize=True,
-                    external_data=False,
-                )
-                if program is None:
-                    raise ExportError(f"{spec.name}: torch.onnx export returned nothing")
-                proto = program.model_proto
-            else:
-                raise ExportError(f"unknown exporter {exporter!r}")
-    except ExportError:
-        raise
-    except Exception as exc:  # any exporter failure is an export failure
-        raise ExportError(f"{spec.name}: torch.onnx export ({exporter}) failed: {exc}") from exc
-    apply_spec_dims(proto, spec)
-    check_graph_io(proto, spec)
-    try:
-        onnx.checker.check_model(proto)
-    except Exception as exc:
-        raise ExportError(f"{spec.name}: exported graph fails onnx.checker: {exc}") from exc
-    onnx.save_model(proto, str(path))
-    logger.info(
-        "exported %s (%s) in %.1f s (%.1f MB)",
-        path.name,
-        exporter,
-        time.perf_counter() - t0,
-        path.stat().st_size / 2**20,
-    )
-
-
-def ort_session(path: Path, threads: int | None = None) -> Any:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    if threads is not None:
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-    try:
-        return ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # a graph ORT cannot load is a broken artifact
-        raise ExportError(f"onnxruntime cannot load {path.name}: {exc}") from exc
 
 
 # --- state layout -----------------------------------------------------------------------------
@@ -576,12 +443,7 @@ def validate_code2wav(
     report: dict[str, Any] = {"frames": frames, "atol": atol}
 
     def _check(what: str, got: np.ndarray, want: np.ndarray) -> float:
-        if got.shape != want.shape:
-            raise ExportError(f"code2wav validation ({what}): shape {got.shape} != reference {want.shape}")
-        err = float(np.max(np.abs(got - want))) if got.size else 0.0
-        if not np.isfinite(err) or err > atol:
-            raise ExportError(f"code2wav validation ({what}): max abs error {err:.3g} > {atol:g}")
-        return err
+        return check_close(f"code2wav validation ({what})", got, want, atol)
 
     def _run(what: str, fn: Any) -> Any:
         try:
@@ -645,7 +507,6 @@ def export_code2wav(
     opset: int = DEFAULT_OPSET,
     validate: bool = True,
     validate_frames: int = 100,
-    exporter: str = "legacy",
 ) -> dict[str, Any]:
     """Write code2wav_stream.onnx and code2wav.onnx to `out_dir`, validate them, return the manifest part."""
     out_dir = Path(out_dir)
@@ -666,22 +527,15 @@ def export_code2wav(
     ex_state = torch.zeros(2, stream.state_size)
     ex_pos = torch.tensor([0, 5], dtype=torch.int64)
     t0 = time.perf_counter()
-    onnx_export(
-        stream,
-        (ex_codes, ex_state, ex_pos),
-        out_dir / s_spec.filename,
-        s_spec,
-        opset=opset,
-        exporter=exporter,
-    )
-    onnx_export(offline, (ex_codes,), out_dir / o_spec.filename, o_spec, opset=opset, exporter=exporter)
+    export_inline(stream, (ex_codes, ex_state, ex_pos), s_spec, out_dir, opset=opset)
+    export_inline(offline, (ex_codes,), o_spec, out_dir, opset=opset)
     export_s = time.perf_counter() - t0
 
     report: dict[str, Any] = {
         "files": [s_spec.filename, o_spec.filename],
         "graphs": {s_spec.name: s_spec.to_json(), o_spec.name: o_spec.to_json()},
         "opset": opset,
-        "exporter": exporter,
+        "exporter": EXPORTER_INLINE,
         "num_groups": groups,
         "samples_per_frame": spf,
         "sample_rate": int(getattr(speech_tokenizer_model, "output_sample_rate", 24000)),
@@ -772,7 +626,7 @@ def _main() -> None:  # pragma: no cover - manual timing tool
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    from export.reference import reference_imports
+    from export.qwen3_tts.reference import reference_imports
 
     with reference_imports():
         from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (

@@ -1,0 +1,48 @@
+"""The model families export knows: the one registration point of a family's export entry.
+
+`export`, `make-tiny`, `prepare` and `serve` reach a family only through `FAMILIES` (an
+export.family.ExportFamily each): a checkpoint directory's family is the one whose `detect` takes it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from export.family import ExportFamily
+from export.qwen3_tts.family import FAMILY as QWEN3_TTS
+from export.voxcpm2.family import FAMILY as VOXCPM2
+from ttscore.contract import plugins
+from ttscore.contract.errors import ArtifactError, CheckpointError
+
+
+def _external() -> list[ExportFamily]:
+    found = plugins.layer_families("export")
+    for entry in found:
+        if not isinstance(entry, ExportFamily):
+            raise TypeError(f"an export FAMILY must be an export.family.ExportFamily, not {type(entry).__name__}")
+    return [entry for entry in found if isinstance(entry, ExportFamily)]
+
+
+FAMILIES: dict[str, ExportFamily] = {f.name: f for f in (QWEN3_TTS, VOXCPM2, *_external())}
+DEFAULT = QWEN3_TTS.name  # make-tiny's --family when none is given
+
+
+def family_of(checkpoint: Path) -> ExportFamily:
+    """The family whose checkpoint `checkpoint` is (its config.json decides); CheckpointError when
+    the directory does not exist or no family recognises it."""
+    root = Path(checkpoint)
+    if not root.is_dir():
+        raise CheckpointError(f"checkpoint directory {root} does not exist")
+    found = [f for f in FAMILIES.values() if f.detect(root)]
+    if not found:
+        known = "; ".join(f"{f.name}: {f.signature}" for f in FAMILIES.values())
+        raise CheckpointError(f"{root} is not a checkpoint of a known model family ({known})")
+    return found[0]
+
+
+def family(name: str) -> ExportFamily:
+    """The entry of the family a manifest names; ArtifactError for one this build does not know."""
+    entry = FAMILIES.get(name)
+    if entry is None:
+        raise ArtifactError(f"unknown model family {name!r} (known: {', '.join(FAMILIES)})")
+    return entry

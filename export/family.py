@@ -1,0 +1,100 @@
+"""What a model family gives the export layer: one `ExportFamily` per family, registered in
+export/families.py (or found through ttscore.contract.plugins as `<package>.export.FAMILY`).
+
+The tools (`export`, `make-tiny`, `prepare`, `serve`) know a family only through this entry: how to
+recognise its checkpoint, export it, write a random-weight one, which demo checkpoints it offers,
+and which Triton models its artifacts are served with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from ttscore.contract.manifest import Manifest
+
+# Progress hook: (stage number from 1, number of stages, what the stage does), called as each starts.
+ExportProgress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class TinyOption:
+    """A `make-tiny` option of one family (besides --out, --seed and --size, which every family takes).
+    `choices` None and no `flag`: a string option; `flag`: a store-true switch."""
+
+    name: str  # the keyword make_tiny takes; the CLI flag is `--name` with dashes
+    help: str
+    choices: tuple[str, ...] | None = None
+    flag: bool = False
+
+    @property
+    def cli(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+class ServedCheckpoint(Protocol):
+    """One exported checkpoint a deployment serves (ttscore.tools.serve.Served)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def artifacts(self) -> Path: ...
+
+    @property
+    def manifest(self) -> Manifest: ...
+
+
+@dataclass
+class Deployment:
+    """What a family's served checkpoints need in the Triton model repository, beyond each one's
+    `speech_generation` model (which the caller names and configures).
+
+    `vocoder` and `voice_features`: per served checkpoint name, the `vocoder` parameter of its
+    speech_generation model and the Triton model (or None) the gateway computes voice features with.
+    `models`: (name, the source model it is rendered from, its parameters or None for a model
+    rendered as it is, e.g. an ensemble). `readiness`: models the
+    gateway waits for before it reports ready. `flags`: extra facts for the plan (e.g. whether a
+    vocoder is shared)."""
+
+    vocoder: dict[str, str] = field(default_factory=dict)
+    voice_features: dict[str, str | None] = field(default_factory=dict)
+    models: list[tuple[str, str, dict[str, str] | None]] = field(default_factory=list)
+    readiness: list[str] = field(default_factory=list)
+    flags: dict[str, Any] = field(default_factory=dict)
+
+
+def model_name(base: str, served: ServedCheckpoint, alone: bool) -> str:
+    """A per-checkpoint Triton model: `base` when it is the only one of its kind, else `base_<name>`."""
+    return base if alone else f"{base}_{served.name}"
+
+
+@dataclass(frozen=True)
+class ExportFamily:
+    """One model family's export entry.
+
+    detect(checkpoint) -> whether the directory holds this family's checkpoint (its config.json);
+    check(checkpoint) -> raise CheckpointError unless it is a complete, readable checkpoint (fast:
+        no torch);
+    export(src, tmp, precision, progress, source) -> write every artifact into `tmp` and return the
+        manifest (build it with ttscore.contract.manifest.build_manifest);
+    make_tiny(out, seed, size, **options) -> a random-weight checkpoint directory (`options` are the
+        family's `tiny_options`, given only when set);
+    deploy(served) -> the Triton models the family's served checkpoints need.
+    """
+
+    name: str  # the manifest's `family`
+    display: str  # for people: "Qwen3-TTS"
+    hub_org: str  # the Hugging Face organisation of its released checkpoints (`<org>/<id>` aliases)
+    signature: str  # what detect looks for, for the error that no family recognises a directory
+    detect: Callable[[Path], bool]
+    check: Callable[[Path], object]
+    export: Callable[[Path, Path, str, ExportProgress | None, dict[str, Any]], dict[str, Any]]
+    make_tiny: Callable[..., Path]
+    sizes: tuple[str, ...]  # make-tiny --size values, the first the default
+    deploy: Callable[[Sequence[ServedCheckpoint]], Deployment]
+    tiny_options: tuple[TinyOption, ...] = ()
+    # The demo checkpoints of `serve` / `prepare --demo`: (directory name, make_tiny options).
+    demo: tuple[tuple[str, Mapping[str, Any]], ...] = ()

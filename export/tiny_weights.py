@@ -1,0 +1,79 @@
+"""Writing random-weight checkpoints (every family's make-tiny): per-tensor deterministic weights,
+JSON files, and replacing a checkpoint directory in place.
+
+Each tensor draws from its own PCG64 stream seeded by sha256(seed, scope, name), so a file depends
+only on its arguments and a tensor's values do not change when another tensor is added.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def tensor_rng(seed: int, scope: str, name: str) -> Any:
+    import numpy as np
+
+    digest = hashlib.sha256(f"{seed}\0{scope}\0{name}".encode()).digest()
+    return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:16], "little")))
+
+
+class TensorInit:
+    """Per-tensor deterministic draws; every tensor of the state dict must be claimed exactly once."""
+
+    def __init__(self, seed: int, scope: str, dtype: Any) -> None:
+        self.seed, self.scope, self.dtype = seed, scope, dtype
+        self.tensors: dict[str, Any] = {}
+
+    def _put(self, name: str, arr: Any) -> None:
+        import torch
+
+        if name in self.tensors:
+            raise AssertionError(f"tensor {name} initialized twice")
+        self.tensors[name] = torch.from_numpy(arr).to(self.dtype)
+
+    def normal(self, name: str, shape: tuple[int, ...], std: float, mean: float = 0.0) -> None:
+        import numpy as np
+
+        arr = tensor_rng(self.seed, self.scope, name).standard_normal(shape, dtype=np.float32)
+        if std != 1.0:
+            arr *= np.float32(std)
+        if mean != 0.0:
+            arr += np.float32(mean)
+        self._put(name, arr)
+
+    def uniform(self, name: str, shape: tuple[int, ...], low: float, high: float) -> None:
+        import numpy as np
+
+        arr = tensor_rng(self.seed, self.scope, name).uniform(low, high, size=shape).astype(np.float32)
+        self._put(name, arr)
+
+    def const(self, name: str, shape: tuple[int, ...], value: float) -> None:
+        import numpy as np
+
+        self._put(name, np.full(shape, value, dtype=np.float32))
+
+
+def json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def replace_dir(src: Path, dst: Path) -> None:
+    """Move ``src`` to ``dst``; an existing ``dst`` is swapped out first, then deleted."""
+    if not dst.exists():
+        os.replace(src, dst)
+        return
+    trash = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
+    os.replace(dst, trash / "old")
+    try:
+        os.replace(src, dst)
+    except BaseException:
+        os.replace(trash / "old", dst)  # put the previous checkpoint back
+        raise
+    finally:
+        shutil.rmtree(trash, ignore_errors=True)

@@ -1,0 +1,132 @@
+"""export/families.py: a checkpoint's family is found by its entry's `detect`; `make-tiny`, `prepare`
+and `serve` plan any registered family, one found through ttscore.contract.plugins included."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ttscore.contract.errors import CheckpointError
+
+pytestmark = pytest.mark.unit
+
+
+def _config(path: Path, cfg: dict) -> Path:
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(cfg))
+    return path
+
+
+def test_family_of_a_checkpoint_is_its_config(tmp_path):
+    from export.families import FAMILIES, family_of
+
+    assert family_of(_config(tmp_path / "q", {"model_type": "qwen3_tts"})) is FAMILIES["qwen3_tts"]
+    assert family_of(_config(tmp_path / "v", {"lm_config": {}, "dit_config": {}})) is FAMILIES["voxcpm2"]
+    with pytest.raises(CheckpointError, match="does not exist"):
+        family_of(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="not a checkpoint of a known model family .*qwen3_tts: .*voxcpm2: "):
+        family_of(_config(tmp_path / "x", {"model_type": "llama"}))
+
+
+def test_every_entry_is_complete():
+    from export.families import DEFAULT, FAMILIES
+
+    assert DEFAULT in FAMILIES
+    for name, family in FAMILIES.items():
+        assert family.name == name and family.display and family.hub_org and family.sizes and family.demo
+        assert family.sizes[0] == "tiny"
+
+
+def test_make_tiny_refuses_another_familys_options(capsys):
+    from ttscore.tools.cli import main
+
+    assert main(["make-tiny", "--family", "voxcpm2", "--out", "/nonexistent/x", "--variant", "base"]) == 2
+    assert "--variant is a Qwen3-TTS option (not --family voxcpm2)" in capsys.readouterr().err
+    assert main(["make-tiny", "--family", "voxcpm2", "--out", "/nonexistent/x", "--variant", "base", "--greedy"]) == 2
+    assert "--variant/--greedy are Qwen3-TTS options (not --family voxcpm2)" in capsys.readouterr().err
+    assert main(["make-tiny", "--family", "voxcpm2", "--out", "/nonexistent/x", "--size", "1.7b"]) == 2
+    assert "--family voxcpm2 takes --size tiny or real" in capsys.readouterr().err
+    assert main(["make-tiny", "--out", "/nonexistent/x"]) == 2
+    assert "--variant is required for --family qwen3_tts" in capsys.readouterr().err
+
+
+PLUGIN = '''
+from export.family import Deployment, ExportFamily, model_name
+
+
+def detect(path):
+    return (path / "config.json").is_file() and "toy" in (path / "config.json").read_text()
+
+
+def deploy(served):
+    plan = Deployment()
+    for s in served:
+        plan.vocoder[s.name] = model_name("toy_vocoder", s, len(served) == 1)
+        plan.voice_features[s.name] = None
+        plan.models.append((plan.vocoder[s.name], "toy_vocoder", {"artifacts_dir": str(s.artifacts)}))
+        plan.readiness.append(plan.vocoder[s.name])
+    return plan
+
+
+FAMILY = ExportFamily(name="toy", display="Toy", hub_org="toyorg", signature="config.json naming toy",
+                      detect=detect, check=lambda path: None, export=None, make_tiny=None, sizes=("tiny",),
+                      deploy=deploy, demo=(("Toy-tiny", {}),))
+'''
+
+
+@pytest.fixture
+def toy_family(tmp_path, monkeypatch):
+    """A family package outside the project (TTS_FAMILY_PACKAGES), export layer only."""
+    pkg = tmp_path / "site" / "toy_family"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "export.py").write_text(textwrap.dedent(PLUGIN))
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("TTS_FAMILY_PACKAGES", "toy_family")
+    import export.families
+
+    yield importlib.reload(export.families)
+    monkeypatch.delenv("TTS_FAMILY_PACKAGES")
+    for name in [m for m in sys.modules if m.startswith("toy_family")]:
+        del sys.modules[name]
+    importlib.reload(export.families)
+
+
+def _served(tmp_path, name, raw):
+    from ttscore.contract.manifest import Manifest
+    from ttscore.tools.serve import Served
+
+    art = tmp_path / name
+    art.mkdir()
+    raw = {"format_version": 1, **raw}
+    (art / "manifest.json").write_text(json.dumps(raw))
+    return Served(name, art, art, Manifest.parse(art, raw))
+
+
+def test_a_plugin_family_is_detected_and_planned_beside_the_built_in_ones(toy_family, tmp_path):
+    from ttscore.tools.serve import gateway_config, plan_deployment
+
+    assert toy_family.family_of(_config(tmp_path / "ck", {"model_type": "toy"})).name == "toy"
+    served = [
+        _served(tmp_path, "t1", {"family": "toy", "variant": "x"}),
+        _served(tmp_path, "t2", {"family": "toy", "variant": "x"}),
+        _served(tmp_path, "vox", {"family": "voxcpm2", "variant": "base", "vae_decoder": {"state_size": 7}}),
+    ]
+    plan = plan_deployment(served)
+    assert plan["settings"]["speech_generation_t2"]["parameters"]["vocoder"] == "toy_vocoder_t2"
+    assert plan["aliases"]["toy_vocoder_t1"] == "toy_vocoder"
+    assert plan["vocoders"] == ["audiovae_decoder", "toy_vocoder_t1", "toy_vocoder_t2"]
+    config = gateway_config(served, "127.0.0.1:8001", plan)
+    assert config["models"][0]["aliases"] == ["toyorg/t1"]
+
+
+def test_serve_refuses_an_unregistered_family(tmp_path):
+    from ttscore.tools.serve import ServeError, plan_deployment
+
+    with pytest.raises(ServeError, match="cannot serve model family 'nope' \\(known: qwen3_tts, voxcpm2"):
+        plan_deployment([_served(tmp_path, "n", {"family": "nope"})])
