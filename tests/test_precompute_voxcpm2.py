@@ -212,7 +212,7 @@ def test_ref_continuation_over_the_wire_is_the_parity_request(vox_model, ref_wav
     tests/test_voxcpm2_parity.py checks against the reference's ref_continuation prompt cache."""
     from ttscore.runtime.audio import load_audio
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.voxcpm2.model import VoxCPM2Request
+    from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
 
     wav, sr = load_audio(ref_wav.read_bytes())
     right, left = vox_model.encode_reference(wav, sr, pad="right"), vox_model.encode_reference(wav, sr, pad="left")

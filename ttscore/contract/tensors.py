@@ -4,7 +4,7 @@
   ensemble): names, Triton dtypes, dims, optionality. `model_repository/*/config.pbtxt` is checked
   against these tables by ttscore.backend.repository, `model.py` decodes requests with them, and the gateway
   builds its requests from them.
-- Request tensors -> `SynthesisRequest` kwargs (dtype/shape checks name the offending tensor) and
+- Request tensors -> `Qwen3TTSRequest` kwargs (dtype/shape checks name the offending tensor) and
   `ChunkEvent` -> response tensors.
 - Error messages on the wire. Triton's gRPC stream carries only an error *message* (the TritonError
   code is not forwarded to stream clients), so every error a model sends is formatted
@@ -132,7 +132,7 @@ PUBLIC_MODELS: dict[str, tuple[tuple[TensorIO, ...], tuple[TensorIO, ...]]] = {
     AUDIOVAE_ENCODER: (AUDIOVAE_ENCODER_INPUTS, AUDIOVAE_ENCODER_OUTPUTS),
 }
 
-# Which SynthesisRequest field each input fills (identical names, by design) and how to decode it.
+# Which Qwen3TTSRequest field each input fills (identical names, by design) and how to decode it.
 _SCALAR_KINDS = {"BYTES": "str", "BOOL": "bool", "INT32": "int", "INT64": "int", "FP32": "float"}
 
 # A request carrying this request parameter (true) is a health probe: every python model answers it
@@ -200,7 +200,7 @@ def invalid_request_error(exc: InvalidRequest) -> WireError:
     return WireError(INVALID_ARG, exc.message, exc.param)
 
 
-# --- request tensors -> SynthesisRequest --------------------------------------------------------
+# --- request tensors -> Qwen3TTSRequest --------------------------------------------------------
 
 
 def check_tensor(spec: TensorIO, value: NDArray[Any]) -> None:

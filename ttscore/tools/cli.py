@@ -71,8 +71,8 @@ def _cmd_say(args: argparse.Namespace) -> int:
     from ttscore.contract.errors import InvalidRequest
     from ttscore.runtime.audio import load_audio
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
+    from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
     if bool(args.checkpoint) == bool(args.artifacts):
         raise InvalidRequest("give exactly one of --checkpoint or --artifacts", "checkpoint")
@@ -81,7 +81,7 @@ def _cmd_say(args: argparse.Namespace) -> int:
 
     if read_manifest(artifacts).family == "voxcpm2":
         return _say_voxcpm2(args, artifacts)
-    pipe = Pipeline.load(artifacts)
+    pipe = Qwen3TTSPipeline.load(artifacts)
     ref_codes = x_vector = None
     if args.ref_audio:
         try:
@@ -92,7 +92,7 @@ def _cmd_say(args: argparse.Namespace) -> int:
         x_vector, ref_codes = pipe.voice_features(wav, sr, with_codes=not args.x_vector_only)
     elif args.ref_text or args.x_vector_only:
         raise InvalidRequest("--ref-text/--x-vector-only need --ref-audio", "ref_audio")
-    req = SynthesisRequest(
+    req = Qwen3TTSRequest(
         text=args.text,
         speaker=args.voice,
         language=args.language,
@@ -137,7 +137,8 @@ def _say_voxcpm2(args: argparse.Namespace, artifacts: Path) -> int:
     from ttscore.runtime.audio import load_audio
     from ttscore.runtime.engine import Generator
     from ttscore.runtime.families import load_model
-    from ttscore.runtime.families.voxcpm2.model import VoxCPM2Model, VoxCPM2Request
+    from ttscore.runtime.families.voxcpm2.model import VoxCPM2Model
+    from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
 
     for flag, value in (("--voice", args.voice), ("--language", args.language), ("--instructions", args.instructions)):
         if value:

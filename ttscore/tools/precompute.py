@@ -26,13 +26,13 @@ from ttscore.contract.voicefile import (
 from ttscore.tools.progress import add_quiet
 
 if TYPE_CHECKING:
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
 
 logger = logging.getLogger(__name__)
 
 
 def precompute_voice(
-    pipeline: Pipeline,
+    pipeline: Qwen3TTSPipeline,
     voice_name: str,
     ref_audio_path: str | Path,
     ref_text: str | None = None,
@@ -141,7 +141,7 @@ def _cmd_precompute_voice(args: argparse.Namespace) -> int:
               f"{entry['feat_dim']}]) and {out / MANIFEST_NAME}")
         return 0
 
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
 
     mode = args.mode or "xvec"
     if mode not in MODES:
@@ -150,7 +150,7 @@ def _cmd_precompute_voice(args: argparse.Namespace) -> int:
         raise InvalidRequest("--mode icl needs --ref-text", "ref_text")
     with Stages(f"precompute-voice {args.voice_name}", total=2, quiet=args.quiet) as stages:
         stages.stage(f"loading {artifacts.name}")
-        pipeline = Pipeline.load(artifacts)
+        pipeline = Qwen3TTSPipeline.load(artifacts)
         stages.stage(f"computing the voice features ({mode}) and writing the voice file")
         entry = precompute_voice(
             pipeline,

@@ -37,7 +37,7 @@ def _graphs(pipe: Any) -> dict[str, Any]:
 
 def measure(pipe: Any, batch: int, frames: int, chunk_frames: int) -> dict[str, Any]:
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
     graphs = _graphs(pipe)
     speaker = sorted(pipe.info.speakers)[0]
@@ -47,7 +47,7 @@ def measure(pipe: Any, batch: int, frames: int, chunk_frames: int) -> dict[str, 
             g.spent, g.calls = 0.0, 0
         gen = Generator(pipe, max_batch=batch, chunk_policy="fixed")
         for i in range(batch):
-            gen.submit(f"r{i}", SynthesisRequest(text=TEXT, speaker=speaker, max_new_tokens=frames, do_sample=False,
+            gen.submit(f"r{i}", Qwen3TTSRequest(text=TEXT, speaker=speaker, max_new_tokens=frames, do_sample=False,
                                                  subtalker_do_sample=False, chunk_frames=chunk_frames))
         steps, made = 0, 0
         t0 = time.perf_counter()
@@ -95,11 +95,11 @@ def main() -> None:
     args = ap.parse_args()
 
     os.environ.setdefault("TTS_ORT_THREADS", str(args.threads))
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
 
     with Stages("breakdown", total=1 + len(args.batch), quiet=args.quiet) as stages:
         stages.stage("load")
-        pipe = Pipeline.load(args.artifacts, threads=args.threads, encoders=False)
+        pipe = Qwen3TTSPipeline.load(args.artifacts, threads=args.threads, encoders=False)
         rows = []
         for b in args.batch:
             stages.stage(f"batch {b}")

@@ -47,10 +47,10 @@ FRAME_S = 1920 / 24000
 
 def _offline_ours(pipe: Any, text: str, frames: int) -> tuple[float, np.ndarray, np.ndarray]:
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
     speaker = sorted(pipe.info.speakers)[0]
-    req = SynthesisRequest(text=text, speaker=speaker, language="English", max_new_tokens=frames,
+    req = Qwen3TTSRequest(text=text, speaker=speaker, language="English", max_new_tokens=frames,
                            do_sample=False, subtalker_do_sample=False)
     t0 = time.perf_counter()
     events = list(Generator(pipe, max_batch=1).synthesize(req))
@@ -61,7 +61,7 @@ def _offline_ours(pipe: Any, text: str, frames: int) -> tuple[float, np.ndarray,
 def offline(ckpt: Path, arts: dict[str, Path], frames: int, repeats: int, threads: int, reference: bool) -> dict[str, Any]:
     import torch
 
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
 
     torch.set_num_threads(threads)
     text = TEXTS[1]
@@ -70,7 +70,7 @@ def offline(ckpt: Path, arts: dict[str, Path], frames: int, repeats: int, thread
         from export.reference import load_reference
 
         ref = load_reference(ckpt)
-        speaker = sorted(Pipeline.load(arts[next(iter(arts))], threads=threads, encoders=False).info.speakers)[0]
+        speaker = sorted(Qwen3TTSPipeline.load(arts[next(iter(arts))], threads=threads, encoders=False).info.speakers)[0]
 
         def run_ref(n: int) -> tuple[float, int]:
             t0 = time.perf_counter()
@@ -84,7 +84,7 @@ def offline(ckpt: Path, arts: dict[str, Path], frames: int, repeats: int, thread
         del ref
     outputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for precision, art in arts.items():
-        pipe = Pipeline.load(art, threads=threads, encoders=False)
+        pipe = Qwen3TTSPipeline.load(art, threads=threads, encoders=False)
         _offline_ours(pipe, text, 2)
         times = []
         for _ in range(repeats):

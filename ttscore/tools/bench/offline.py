@@ -38,10 +38,10 @@ def _time_reference(ref, frames: int) -> tuple[float, int]:
 
 def _time_ours(pipe, frames: int) -> tuple[float, int]:
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
     gen = Generator(pipe, max_batch=1)
-    req = SynthesisRequest(text=TEXT, speaker="vivian", language="English", max_new_tokens=frames,
+    req = Qwen3TTSRequest(text=TEXT, speaker="vivian", language="English", max_new_tokens=frames,
                            do_sample=False, subtalker_do_sample=False, chunk_frames=25)
     t0 = time.perf_counter()
     n = 0
@@ -67,7 +67,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from export.reference import load_reference
     from export.tiny import make_tiny
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
     from ttscore.tools.artifacts import ensure_artifacts
 
     work = Path(args.work)
@@ -83,7 +83,7 @@ def main() -> None:
     with Stages(f"bench offline {args.size}", total=2 + args.repeats, quiet=args.quiet) as stages:
         stages.stage("loading the reference and the exported pipelines")
         ref = load_reference(ckpt)
-        pipes = {p: Pipeline.load(a, threads=args.threads) for p, a in arts.items()}
+        pipes = {p: Qwen3TTSPipeline.load(a, threads=args.threads) for p, a in arts.items()}
         stages.stage("warm-up")  # first-run allocations, lazy inits
         _time_reference(ref, 2)
         for pipe in pipes.values():

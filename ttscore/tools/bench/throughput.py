@@ -43,17 +43,17 @@ def pct(xs: list[float], q: float) -> float:
 
 def offline(artifacts: Path, n: int, frames: int, threads: int) -> dict:
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
+    from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
-    pipe = Pipeline.load(artifacts, threads=threads)
+    pipe = Qwen3TTSPipeline.load(artifacts, threads=threads)
     speaker = sorted(pipe.info.speakers)[0]
     gen = Generator(pipe, max_batch=1)
-    list(gen.synthesize(SynthesisRequest(text="warm up", speaker=speaker, max_new_tokens=2)))
+    list(gen.synthesize(Qwen3TTSRequest(text="warm up", speaker=speaker, max_new_tokens=2)))
     ttfa, audio = [], 0.0
     t0 = time.perf_counter()
     for i in range(n):
-        req = SynthesisRequest(text=TEXTS[i % len(TEXTS)], speaker=speaker, max_new_tokens=frames,
+        req = Qwen3TTSRequest(text=TEXTS[i % len(TEXTS)], speaker=speaker, max_new_tokens=frames,
                                do_sample=False, subtalker_do_sample=False)
         ts = time.perf_counter()
         first = None

@@ -34,7 +34,7 @@ class VoxCPM2:
         that `ref_text` transcribes, audiovae_encoder's `prompt` padding), and with `ref_patches`
         too "ref_continuation" (the same or another clip as the reference). `ref_patches` + `ref_text`
         without `prompt_patches` is the continuation prompt as well (the patches are the prompt)."""
-        from ttscore.runtime.families.voxcpm2.model import VoxCPM2Request
+        from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
 
         kw = triton_io.request_kwargs(tensors, self.name)
         patches, ref_text = kw.pop("ref_patches", None), kw.pop("ref_text", None)
