@@ -177,8 +177,8 @@ def test_readme_documents_the_public_tensors_exactly():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 3 and cells[0].startswith("`") and cells[1] in triton_io.NUMPY_DTYPES:
             rows.setdefault(cells[0].strip("`"), []).append((cells[1], cells[2]))
-    for t in (*triton_io.SPEECH_INPUTS, *triton_io.SPEECH_OUTPUTS, *triton_io.AUDIOVAE_ENCODER_INPUTS,
-              *triton_io.AUDIOVAE_ENCODER_OUTPUTS):
+    encoder_inputs, encoder_outputs = triton_io.PUBLIC_MODELS["audiovae_encoder"]
+    for t in (*triton_io.SPEECH_INPUTS, *triton_io.SPEECH_OUTPUTS, *encoder_inputs, *encoder_outputs):
         dims = "[" + ", ".join(str(d) for d in t.dims) + "]"
         assert (t.dtype, dims) in rows.get(t.name, []), f"README row for {t.name} is missing or stale"
 
