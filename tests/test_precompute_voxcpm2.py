@@ -21,7 +21,8 @@ from ttscore.contract import voxcpm2
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile, write_voxcpm2_profile
 from ttscore.runtime.families import FAMILIES
-from ttscore.tools.precompute import add_precompute_parser, precompute_voxcpm2_voice
+from ttscore.runtime.families.voxcpm2.offline import precompute_voice as precompute_voxcpm2_voice
+from ttscore.tools.precompute import add_precompute_parser
 
 PROMPT = "This is the prompt."
 MODES = ("reference", "continuation", "ref_continuation")

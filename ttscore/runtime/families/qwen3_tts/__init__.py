@@ -11,6 +11,7 @@ from numpy.typing import NDArray
 from ttscore.contract import qwen3_tts
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.manifest import Manifest
+from ttscore.runtime.family import OfflineTools
 
 if TYPE_CHECKING:
     from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
@@ -26,6 +27,13 @@ class Qwen3TTS:
         from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline  # onnxruntime
 
         return Qwen3TTSPipeline(artifacts, manifest, threads, vocoder=vocoder, encoders=encoders)
+
+    @property
+    def offline(self) -> OfflineTools:
+        """What `say` and `precompute-voice` ask of the family (ttscore.runtime.family.OfflineTools)."""
+        from ttscore.runtime.families.qwen3_tts.offline import OFFLINE
+
+        return OFFLINE
 
     def request_from_tensors(self, tensors: Mapping[str, NDArray[Any]]) -> Any:
         from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest

@@ -12,6 +12,7 @@ from ttscore.contract import tensors as triton_io
 from ttscore.contract import voxcpm2
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
+from ttscore.runtime.family import OfflineTools
 
 if TYPE_CHECKING:
     from ttscore.runtime.families.voxcpm2.model import VoxCPM2Model
@@ -27,6 +28,13 @@ class VoxCPM2:
         from ttscore.runtime.families.voxcpm2.model import VoxCPM2Model  # onnxruntime, tokenizers
 
         return VoxCPM2Model(artifacts, manifest, threads, vocoder=vocoder, encoders=encoders)
+
+    @property
+    def offline(self) -> OfflineTools:
+        """What `say` and `precompute-voice` ask of the family (ttscore.runtime.family.OfflineTools)."""
+        from ttscore.runtime.families.voxcpm2.offline import OFFLINE
+
+        return OFFLINE
 
     def request_from_tensors(self, tensors: Mapping[str, NDArray[Any]]) -> Any:
         """The reference's prompt modes: `ref_patches` alone is "reference" (voice cloning from an
