@@ -1,8 +1,11 @@
 """perf_analyzer 2.51 against the Triton models (model level; the gateway has its own benchmark).
 
     triton-tts bench perf-analyzer check
-    triton-tts bench perf-analyzer speech   --url 127.0.0.1:8001 [--concurrency 1:4:1] [--out DIR]
+    triton-tts bench perf-analyzer speech   --url 127.0.0.1:8001 --artifacts-dir DIR [--concurrency 1:4:1] [--out DIR]
     triton-tts bench perf-analyzer code2wav --url 127.0.0.1:8001 --artifacts-dir DIR [--batch-sizes 1,2,4,8]
+
+The served export's manifest (--artifacts-dir) gives the sample rate, frame size, code groups and
+vocoder state size the summaries and inputs need.
 
 - The binary ships in the tritonclient==2.51.0 wheel (pip puts it in <venv>/bin); `fetch` extracts it
   from a downloaded wheel when the installed package lacks it. It needs libb64.so.0d and
@@ -42,7 +45,6 @@ from ttscore.tools.progress import Stages, add_quiet
 
 PERF_DIR = Path(__file__).resolve().parent
 DATA_DIR = PERF_DIR / "data"
-SAMPLE_RATE = 24000
 TRITONCLIENT_VERSION = "2.51.0"
 
 
@@ -119,7 +121,7 @@ def _pct(values: list[float]) -> dict[str, float | None]:
     }
 
 
-def summarize_streaming(profile: dict[str, Any], sample_rate: int = SAMPLE_RATE) -> list[dict[str, Any]]:
+def summarize_streaming(profile: dict[str, Any], sample_rate: int) -> list[dict[str, Any]]:
     """Per experiment (concurrency): TTFA, gaps, underruns, RTF, audio seconds per second."""
     rows = []
     for exp in profile.get("experiments", []):
@@ -220,13 +222,13 @@ def cmd_speech(ns: argparse.Namespace) -> int:
         ],
         out / f"{name}.log", ns.stages,
     )
-    rows = summarize_streaming(json.loads(profile_path.read_text()))
+    rows = summarize_streaming(json.loads(profile_path.read_text()), _sample_rate(ns))
     write_summary(out, name, rows)
     print(json.dumps(rows, indent=2))
     return 0
 
 
-def code2wav_input_data(frames: list[int], state_size: int, groups: int = 16) -> dict[str, Any]:
+def code2wav_input_data(frames: list[int], state_size: int, groups: int) -> dict[str, Any]:
     data = []
     for f in frames:
         codes = (np.arange(f * groups, dtype=np.int64) % 64).tolist()
@@ -240,16 +242,28 @@ def code2wav_input_data(frames: list[int], state_size: int, groups: int = 16) ->
     return {"data": data}
 
 
+def _manifest(ns: argparse.Namespace) -> Any:
+    from ttscore.contract.manifest import read_manifest
+
+    if not getattr(ns, "artifacts_dir", None):
+        raise SystemExit("give --artifacts-dir: the served export, whose manifest.json has the sample rate and frame size")
+    return read_manifest(ns.artifacts_dir)
+
+
+def _sample_rate(ns: argparse.Namespace) -> int:
+    rate = getattr(ns, "sample_rate", None) or _manifest(ns).sample_rate
+    if not rate:
+        raise SystemExit(f"{ns.artifacts_dir}/manifest.json has no sample_rate: re-export")
+    return int(rate)
+
+
 def _state_size(ns: argparse.Namespace) -> int:
     if ns.state_size:
         return int(ns.state_size)
-    if ns.artifacts_dir:
-        from ttscore.contract.manifest import read_manifest
-
-        size = read_manifest(ns.artifacts_dir).code2wav_state_size
-        if size is not None:
-            return size
-    raise SystemExit("give --state-size or --artifacts-dir (its manifest.json has code2wav.state_size)")
+    size = _manifest(ns).code2wav_state_size
+    if size is None:
+        raise SystemExit("give --state-size or --artifacts-dir (its manifest.json has code2wav.state_size)")
+    return int(size)
 
 
 def cmd_code2wav(ns: argparse.Namespace) -> int:
@@ -257,10 +271,14 @@ def cmd_code2wav(ns: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     scenario = json.loads(Path(ns.scenario).read_text())
     state_size = _state_size(ns)
+    manifest = _manifest(ns)
+    if not (manifest.samples_per_frame and manifest.sample_rate and manifest.num_code_groups):
+        raise SystemExit(f"{ns.artifacts_dir}/manifest.json lacks samples_per_frame, sample_rate or num_code_groups")
+    frame_seconds = manifest.samples_per_frame / manifest.sample_rate
     rows: list[dict[str, Any]] = []
     for frames in scenario["frames"]:
         data_path = out / f"code2wav_f{frames}.input.json"
-        data_path.write_text(json.dumps(code2wav_input_data([frames], state_size)))
+        data_path.write_text(json.dumps(code2wav_input_data([frames], state_size, manifest.num_code_groups)))
         for batch in [int(b) for b in ns.batch_sizes.split(",")]:
             name = f"code2wav_f{frames}_b{batch}"
             run_perf_analyzer(
@@ -281,7 +299,7 @@ def cmd_code2wav(ns: argparse.Namespace) -> int:
                         "batch_size": batch,
                         "concurrency": int(r["Concurrency"]),
                         "inferences_per_second": ips,  # rows (batch elements) per second
-                        "audio_seconds_per_second": round(ips * frames * 1920 / SAMPLE_RATE, 3),
+                        "audio_seconds_per_second": round(ips * frames * frame_seconds, 3),
                         "latency_ms": {
                             k: round(float(r[f"{k} latency"]) / 1000, 3) for k in ("p50", "p95", "p99")
                         },
@@ -369,6 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_quiet(s)
     speech = sub.choices["speech"]
     speech.add_argument("--model", default="speech_generation")
+    speech.add_argument("--artifacts-dir", help="the served export (its manifest.json: the sample rate)")
+    speech.add_argument("--sample-rate", type=int, help="instead of --artifacts-dir")
     speech.add_argument("--input-data", default=str(DATA_DIR / "speech_generation.json"))
     c2w = sub.choices["code2wav"]
     c2w.add_argument("--model", default="code2wav")
