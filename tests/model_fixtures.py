@@ -25,7 +25,7 @@ def _variant(tmp_path_factory, variant: str, greedy: bool = False):
     from export.exporter import export_checkpoint
     from export.qwen3_tts.tiny import make_tiny
     from ttscore.contract.manifest import read_manifest
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
 
     root = _root(tmp_path_factory)
     tag = f"{variant}{'-greedy' if greedy else ''}"
@@ -37,7 +37,7 @@ def _variant(tmp_path_factory, variant: str, greedy: bool = False):
         read_manifest(art)
     except Exception:
         export_checkpoint(ckpt, art)
-    return ckpt, art, Pipeline.load(art)
+    return ckpt, art, Qwen3TTSPipeline.load(art)
 
 
 @pytest.fixture(scope="session")

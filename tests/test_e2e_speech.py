@@ -36,7 +36,7 @@ from gateway import encoding, refaudio, sse
 from gateway.settings import Settings
 from ttscore.backend.launcher import free_port
 from ttscore.runtime.engine import Generator
-from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -73,7 +73,7 @@ def extra(**kw):
 
 def offline_pcm(stack, text=TEXT, voice="vivian", frames=FRAMES) -> np.ndarray:
     gen = Generator(stack["pipeline"], max_batch=1)
-    req = SynthesisRequest(text=text, speaker=voice, language="English", seed=SEED, max_new_tokens=frames)
+    req = Qwen3TTSRequest(text=text, speaker=voice, language="English", seed=SEED, max_new_tokens=frames)
     return np.concatenate([ev.pcm for ev in gen.synthesize(req)])
 
 

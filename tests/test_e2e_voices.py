@@ -36,7 +36,7 @@ from voices_audio import tone
 from gateway import encoding, refaudio
 from ttscore.runtime.audio import load_audio
 from ttscore.runtime.engine import Generator
-from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -109,7 +109,7 @@ def offline(stack, text=TEXT, ref_text: str | None = REF_TEXT, x_vector_only=Fal
     pipe = stack["pipeline"]
     wav, sr = load_audio(stack["ref"].read_bytes())
     x_vector, ref_codes = pipe.voice_features(wav, sr, with_codes=not x_vector_only)
-    req = SynthesisRequest(text=text, language="English", ref_text=None if x_vector_only else ref_text,
+    req = Qwen3TTSRequest(text=text, language="English", ref_text=None if x_vector_only else ref_text,
                            ref_codes=ref_codes, x_vector=x_vector, x_vector_only=x_vector_only, seed=SEED,
                            max_new_tokens=FRAMES, do_sample=False, subtalker_do_sample=False)
     return np.concatenate([ev.pcm for ev in Generator(pipe, max_batch=1).synthesize(req)])

@@ -25,7 +25,8 @@ from ttscore.contract import tensors as triton_io
 from ttscore.contract.voicefile import MANIFEST_NAME
 from ttscore.runtime.engine import Generator
 from ttscore.runtime.families import FAMILIES
-from ttscore.tools.precompute import add_precompute_parser, precompute_voice
+from ttscore.runtime.families.qwen3_tts.offline import precompute_voice
+from ttscore.tools.precompute import add_precompute_parser
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -67,8 +67,8 @@ def test_pipeline_equals_the_reference(art: Path, manifest: Any) -> None:
     from test_parity import assert_parity, run_ours, run_reference
 
     from export.qwen3_tts.reference import load_reference
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
+    from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
     ckpt = Path(manifest.raw["source"]["path"])
     assert (ckpt / "model.safetensors").is_file(), f"the exported checkpoint {ckpt} is gone"
@@ -76,10 +76,10 @@ def test_pipeline_equals_the_reference(art: Path, manifest: Any) -> None:
     ref_wav, ref_codes = run_reference(ref, "generate_custom_voice", text=TEXT, speaker="vivian", language="English")
     del ref
     gc.collect()
-    pipe = Pipeline.load(art)
+    pipe = Qwen3TTSPipeline.load(art)
     from test_parity import N
 
-    ours_pcm, ours_codes = run_ours(pipe, SynthesisRequest(
+    ours_pcm, ours_codes = run_ours(pipe, Qwen3TTSRequest(
         text=TEXT, speaker="vivian", language="English", max_new_tokens=N, do_sample=False, subtalker_do_sample=False,
     ))
     n = ref_codes.shape[0]
@@ -93,12 +93,12 @@ def test_served_stream_equals_offline(art: Path, manifest: Any, triton_server: A
     from test_triton_generation import finals, stream
 
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
+    from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
     fields = dict(text=TEXT, speaker="vivian", language="English", max_new_tokens=12, seed=7, chunk_frames=4)
-    pipe = Pipeline.load(art)
-    offline = list(Generator(pipe, max_batch=1).synthesize(SynthesisRequest(**fields)))
+    pipe = Qwen3TTSPipeline.load(art)
+    offline = list(Generator(pipe, max_batch=1).synthesize(Qwen3TTSRequest(**fields)))
     del pipe
     gc.collect()  # the server loads its own copy of the 7 GB talker
 

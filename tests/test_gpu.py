@@ -19,14 +19,14 @@ pytestmark = [
 
 def test_gpu_pipeline_matches_cpu(tiny_custom_voice, monkeypatch):
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
+    from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
     _, art, cpu = tiny_custom_voice
     monkeypatch.setenv("TTS_DEVICE", "gpu")
-    gpu = Pipeline.load(art)
+    gpu = Qwen3TTSPipeline.load(art)
     assert "CUDAExecutionProvider" in gpu.talker.session.get_providers()
-    req = SynthesisRequest(text="GPU and CPU agree.", speaker="vivian", max_new_tokens=12, do_sample=False,
+    req = Qwen3TTSRequest(text="GPU and CPU agree.", speaker="vivian", max_new_tokens=12, do_sample=False,
                            subtalker_do_sample=False)
     a = list(Generator(cpu).synthesize(req))
     b = list(Generator(gpu).synthesize(req))

@@ -10,18 +10,18 @@ import numpy as np
 import pytest
 
 from ttscore.runtime.engine import Generator
-from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
 pytestmark = pytest.mark.slow
 
 TEXTS = ["First request of the burst.", "A second, somewhat longer request of the same burst.", "Third."]
 
 
-def _requests(n: int = 3, frames: int = 6) -> list[SynthesisRequest]:
-    return [SynthesisRequest(text=TEXTS[i % 3], speaker="vivian", max_new_tokens=frames + i, seed=i + 1) for i in range(n)]
+def _requests(n: int = 3, frames: int = 6) -> list[Qwen3TTSRequest]:
+    return [Qwen3TTSRequest(text=TEXTS[i % 3], speaker="vivian", max_new_tokens=frames + i, seed=i + 1) for i in range(n)]
 
 
-def _run(gen: Generator, reqs: list[SynthesisRequest]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _run(gen: Generator, reqs: list[Qwen3TTSRequest]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     for i, r in enumerate(reqs):
         gen.submit(f"r{i}", r)
     got: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {f"r{i}": ([], []) for i in range(len(reqs))}
@@ -80,7 +80,7 @@ def test_chunked_prefill_and_batching_change_nothing(tiny_custom_voice: Any) -> 
 def test_capacity_follows_the_plan_and_memory_is_reported(tiny_custom_voice: Any) -> None:
     _, _, pipe = tiny_custom_voice
     gen = Generator(pipe, max_batch=2)
-    gen.submit("a", SynthesisRequest(text="Short.", speaker="vivian", max_new_tokens=3, seed=1))
+    gen.submit("a", Qwen3TTSRequest(text="Short.", speaker="vivian", max_new_tokens=3, seed=1))
     seq = gen._active["a"].seq
     while gen.num_active:
         gen.step()

@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from ttscore.runtime.engine import Generator
-from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
 
 N = 12  # max_new_tokens for the comparisons
 
 
-def run_ours(pipe, req: SynthesisRequest, chunk_policy: str = "fixed"):
+def run_ours(pipe, req: Qwen3TTSRequest, chunk_policy: str = "fixed"):
     # "fixed" repeats bit for bit; "adaptive" follows measured step times (see ttscore.runtime.engine)
     gen = Generator(pipe, max_batch=2, chunk_policy=chunk_policy)
     pcm, codes, finals = [], [], 0
@@ -64,7 +64,7 @@ def assert_parity(ours_pcm, ours_codes, ref_wav, ref_codes, ref_frames=0):
 def test_custom_voice(custom_voice):
     ckpt, pipe, ref = custom_voice
     for speaker, language, text in [("vivian", "English", "Hello world, this is a test."), ("eric", "Chinese", "今天天气很好。")]:
-        ours = run_ours(pipe, SynthesisRequest(text=text, speaker=speaker, language=language, max_new_tokens=N,
+        ours = run_ours(pipe, Qwen3TTSRequest(text=text, speaker=speaker, language=language, max_new_tokens=N,
                                                do_sample=False, subtalker_do_sample=False))
         ref_wav, ref_codes = run_reference(ref, "generate_custom_voice", text=text, speaker=speaker, language=language)
         assert_parity(*ours, ref_wav, ref_codes)
@@ -73,7 +73,7 @@ def test_custom_voice(custom_voice):
 def test_custom_voice_streaming_text_mode_and_instructions(custom_voice):
     ckpt, pipe, ref = custom_voice
     text = "Streaming text mode feeds one token per frame."
-    ours = run_ours(pipe, SynthesisRequest(text=text, speaker="ryan", language="Auto", non_streaming_mode=False,
+    ours = run_ours(pipe, Qwen3TTSRequest(text=text, speaker="ryan", language="Auto", non_streaming_mode=False,
                                            instructions="Speak softly.", max_new_tokens=N,
                                            do_sample=False, subtalker_do_sample=False))
     ref_wav, ref_codes = run_reference(ref, "generate_custom_voice", text=text, speaker="ryan", language="Auto",
@@ -84,7 +84,7 @@ def test_custom_voice_streaming_text_mode_and_instructions(custom_voice):
 def test_voice_design(voice_design):
     ckpt, pipe, ref = voice_design
     text, instruct = "A calm narrator reads this line.", "A deep, slow male voice."
-    ours = run_ours(pipe, SynthesisRequest(text=text, instructions=instruct, language="English", max_new_tokens=N,
+    ours = run_ours(pipe, Qwen3TTSRequest(text=text, instructions=instruct, language="English", max_new_tokens=N,
                                            do_sample=False, subtalker_do_sample=False))
     ref_wav, ref_codes = run_reference(ref, "generate_voice_design", text=text, instruct=instruct, language="English")
     assert_parity(*ours, ref_wav, ref_codes)
@@ -103,7 +103,7 @@ def test_base_icl(base, non_streaming):
     ref_text = "This is the reference transcript."
     xvec, codes = pipe.voice_features(wav, sr, with_codes=True)
     text = "Clone this voice please."
-    ours = run_ours(pipe, SynthesisRequest(text=text, language="English", ref_text=ref_text, ref_codes=codes,
+    ours = run_ours(pipe, Qwen3TTSRequest(text=text, language="English", ref_text=ref_text, ref_codes=codes,
                                            x_vector=xvec, non_streaming_mode=non_streaming, max_new_tokens=N,
                                            do_sample=False, subtalker_do_sample=False))
     ref_wav, ref_codes = run_reference(ref, "generate_voice_clone", text=text, language="English",
@@ -120,7 +120,7 @@ def test_base_x_vector_only(base):
     xvec, codes = pipe.voice_features(wav, sr, with_codes=False)
     assert codes is None
     text = "Only the speaker embedding is used."
-    ours = run_ours(pipe, SynthesisRequest(text=text, language="Auto", x_vector=xvec, x_vector_only=True,
+    ours = run_ours(pipe, Qwen3TTSRequest(text=text, language="Auto", x_vector=xvec, x_vector_only=True,
                                            max_new_tokens=N, do_sample=False, subtalker_do_sample=False))
     ref_wav, ref_codes = run_reference(ref, "generate_voice_clone", text=text, language="Auto",
                                        ref_audio=(wav, sr), x_vector_only_mode=True)
@@ -130,10 +130,10 @@ def test_base_x_vector_only(base):
 def test_batching_changes_nothing(custom_voice):
     ckpt, pipe, ref = custom_voice
     reqs = {
-        "a": SynthesisRequest(text="First request in the batch.", speaker="vivian", max_new_tokens=N, seed=1),
-        "b": SynthesisRequest(text="Second, a longer request that joins the same batch.", speaker="eric",
+        "a": Qwen3TTSRequest(text="First request in the batch.", speaker="vivian", max_new_tokens=N, seed=1),
+        "b": Qwen3TTSRequest(text="Second, a longer request that joins the same batch.", speaker="eric",
                               language="Chinese", max_new_tokens=N + 5, seed=2, initial_chunk_frames=2, chunk_frames=3),
-        "c": SynthesisRequest(text="Third.", speaker="ryan", max_new_tokens=N - 4, seed=3, do_sample=False),
+        "c": Qwen3TTSRequest(text="Third.", speaker="ryan", max_new_tokens=N - 4, seed=3, do_sample=False),
     }
     solo = {k: run_ours(pipe, r) for k, r in reqs.items()}
     gen = Generator(pipe, max_batch=4)
@@ -157,12 +157,12 @@ def test_batching_changes_nothing(custom_voice):
 
 def test_same_seed_same_audio(custom_voice):
     ckpt, pipe, ref = custom_voice
-    req = SynthesisRequest(text="Sampling with a seed is reproducible.", speaker="vivian", max_new_tokens=10, seed=1234)
+    req = Qwen3TTSRequest(text="Sampling with a seed is reproducible.", speaker="vivian", max_new_tokens=10, seed=1234)
     a = run_ours(pipe, req)
     b = run_ours(pipe, req)
     np.testing.assert_array_equal(a[1], b[1])
     np.testing.assert_array_equal(a[0], b[0])
-    c = run_ours(pipe, SynthesisRequest(text=req.text, speaker="vivian", max_new_tokens=10, seed=99))
+    c = run_ours(pipe, Qwen3TTSRequest(text=req.text, speaker="vivian", max_new_tokens=10, seed=99))
     assert not np.array_equal(a[1], c[1])
     # the timing-driven schedule: same codes, audio within one 16-bit step
     d = run_ours(pipe, req, chunk_policy="adaptive")
@@ -173,8 +173,8 @@ def test_same_seed_same_audio(custom_voice):
 def test_generator_refuses_more_than_max_batch(custom_voice):
     ckpt, pipe, ref = custom_voice
     gen = Generator(pipe, max_batch=1)
-    gen.submit("a", SynthesisRequest(text="One.", speaker="vivian", max_new_tokens=2))
+    gen.submit("a", Qwen3TTSRequest(text="One.", speaker="vivian", max_new_tokens=2))
     with pytest.raises(RuntimeError, match="max_batch"):
-        gen.submit("b", SynthesisRequest(text="Two.", speaker="vivian", max_new_tokens=2))
+        gen.submit("b", Qwen3TTSRequest(text="Two.", speaker="vivian", max_new_tokens=2))
     assert gen.cancel("a") and gen.num_active == 0
-    gen.submit("b", SynthesisRequest(text="Two.", speaker="vivian", max_new_tokens=2))  # the slot is free again
+    gen.submit("b", Qwen3TTSRequest(text="Two.", speaker="vivian", max_new_tokens=2))  # the slot is free again

@@ -11,13 +11,10 @@ from voices_audio import encode_sf, tone
 
 from gateway.voices.precomputed import load_precomputed_voices
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile
+from ttscore.runtime.families.qwen3_tts.offline import precompute_voice
 from ttscore.tools import precompute
-from ttscore.tools.precompute import (
-    MANIFEST_NAME,
-    add_precompute_parser,
-    precompute_voice,
-    write_voice_profile,
-)
+from ttscore.tools.precompute import add_precompute_parser
 
 
 @pytest.mark.unit

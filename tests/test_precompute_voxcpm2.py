@@ -21,7 +21,8 @@ from ttscore.contract import voxcpm2
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile, write_voxcpm2_profile
 from ttscore.runtime.families import FAMILIES
-from ttscore.tools.precompute import add_precompute_parser, precompute_voxcpm2_voice
+from ttscore.runtime.families.voxcpm2.offline import precompute_voice as precompute_voxcpm2_voice
+from ttscore.tools.precompute import add_precompute_parser
 
 PROMPT = "This is the prompt."
 MODES = ("reference", "continuation", "ref_continuation")
@@ -212,7 +213,7 @@ def test_ref_continuation_over_the_wire_is_the_parity_request(vox_model, ref_wav
     tests/test_voxcpm2_parity.py checks against the reference's ref_continuation prompt cache."""
     from ttscore.runtime.audio import load_audio
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.voxcpm2.model import VoxCPM2Request
+    from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
 
     wav, sr = load_audio(ref_wav.read_bytes())
     right, left = vox_model.encode_reference(wav, sr, pad="right"), vox_model.encode_reference(wav, sr, pad="left")

@@ -18,7 +18,7 @@ import tritonclient.grpc as grpcclient
 
 from ttscore.contract import tensors as triton_io
 from ttscore.runtime.engine import Generator
-from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 from ttscore.tools.serve import Served, plan_deployment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -28,7 +28,7 @@ TIMEOUT = 180.0
 @pytest.fixture(scope="module")
 def deployment(triton_server, tiny_custom_voice, tiny_voice_design, tiny_base, tmp_path_factory):
     from ttscore.backend.repository import render_repository
-    from ttscore.runtime.families.qwen3_tts.pipeline import read_manifest
+    from ttscore.runtime.families.qwen3_tts.model import read_manifest
 
     served, pipes = [], {}
     for name, (ckpt, art, pipe) in {"cv": tiny_custom_voice, "vd": tiny_voice_design, "base": tiny_base}.items():
@@ -97,7 +97,7 @@ class Stream:
 
 
 def offline(pipe, **fields) -> np.ndarray:
-    return np.concatenate([e.pcm for e in Generator(pipe, max_batch=1).synthesize(SynthesisRequest(**fields))])
+    return np.concatenate([e.pcm for e in Generator(pipe, max_batch=1).synthesize(Qwen3TTSRequest(**fields))])
 
 
 def voice_features_via_triton(url: str, wav: np.ndarray, sr: int):

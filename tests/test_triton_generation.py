@@ -3,7 +3,7 @@
 Streamed audio must equal offline generation for the same seed, code2wav served by Triton must
 reproduce the generator's audio chunk by chunk, concurrent requests each end with exactly one
 FINAL, and a bad voice is INVALID_ARG naming the field. Base: voice_features (ensemble) equals
-Pipeline.voice_features.
+Qwen3TTSPipeline.voice_features.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import tritonclient.grpc as grpcclient
 
 from ttscore.contract import tensors as triton_io
 from ttscore.runtime.engine import Generator
-from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -82,7 +82,7 @@ def finals(responses: list) -> int:
 
 def test_streamed_audio_equals_offline_generation(served):
     server, pipeline = served
-    offline = list(Generator(pipeline, max_batch=1).synthesize(SynthesisRequest(**FIELDS)))
+    offline = list(Generator(pipeline, max_batch=1).synthesize(Qwen3TTSRequest(**FIELDS)))
     out, errors = stream(server.grpc_url, {"one": FIELDS})
     assert errors == []
     got = out["one"]
@@ -120,7 +120,7 @@ def test_unknown_voice_is_invalid_arg(served):
 
 def test_code2wav_reproduces_the_generator_audio(served):
     server, pipeline = served
-    offline = list(Generator(pipeline, max_batch=1).synthesize(SynthesisRequest(**FIELDS)))
+    offline = list(Generator(pipeline, max_batch=1).synthesize(Qwen3TTSRequest(**FIELDS)))
     codes = np.concatenate([e.codes for e in offline])
     size = pipeline.state_size
     client = grpcclient.InferenceServerClient(server.grpc_url)

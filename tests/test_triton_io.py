@@ -9,17 +9,17 @@ from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.engine import ChunkEvent, Usage
 from ttscore.runtime.families import FAMILIES
-from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
 pytestmark = pytest.mark.unit
 request_from_tensors = FAMILIES["qwen3_tts"].request_from_tensors
 
 
 def test_every_input_is_a_field_of_the_request_of_each_family_taking_it():
-    from ttscore.runtime.families.voxcpm2.model import VoxCPM2Request
+    from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
 
     qwen = {t.name for t in triton_io.SPEECH_INPUTS if "qwen3_tts" in t.families}
-    assert qwen <= set(SynthesisRequest.__dataclass_fields__)
+    assert qwen <= set(Qwen3TTSRequest.__dataclass_fields__)
     vox = {t.name for t in triton_io.SPEECH_INPUTS if "voxcpm2" in t.families}
     # ref_patches / ref_text become the reference or continuation prompt (the family's request_from_tensors).
     assert vox - {"ref_patches", "ref_text"} <= set(VoxCPM2Request.__dataclass_fields__)
@@ -57,7 +57,7 @@ def test_round_trip_of_every_field():
     tensors = triton_io.request_tensors(**fields)
     assert set(tensors) == {t.name for t in triton_io.SPEECH_INPUTS if "qwen3_tts" in t.families}
     req = request_from_tensors(tensors)
-    assert isinstance(req, SynthesisRequest)
+    assert isinstance(req, Qwen3TTSRequest)
     for name, value in fields.items():
         got = getattr(req, name)
         if isinstance(value, np.ndarray):
@@ -71,7 +71,7 @@ def test_round_trip_of_every_field():
 
 def test_absent_inputs_keep_dataclass_defaults():
     req = request_from_tensors(triton_io.request_tensors(text="hi"))
-    assert req == SynthesisRequest(text="hi")
+    assert req == Qwen3TTSRequest(text="hi")
 
 
 def test_str_arrays_are_accepted_as_bytes():
@@ -149,7 +149,7 @@ def test_a_dead_stub_is_unavailable_not_a_server_bug():
 
 
 def test_voxcpm2_request_from_tensors_maps_the_reference_modes_and_refuses_qwen_inputs():
-    from ttscore.runtime.families.voxcpm2.model import VoxCPM2Request
+    from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
 
     vox = FAMILIES["voxcpm2"].request_from_tensors
     patches = np.ones((3, 2, 4), np.float32)

@@ -48,7 +48,7 @@ def test_summarize_streaming():
 
 
 def test_code2wav_input_data_shapes():
-    data = pa.code2wav_input_data([3], state_size=5)["data"][0]
+    data = pa.code2wav_input_data([3], state_size=5, groups=16)["data"][0]
     assert data["codes"]["shape"] == [3, 16] and len(data["codes"]["content"]) == 48
     assert data["state"]["shape"] == [5] and data["position"] == {"content": [0], "shape": [1]}
 

@@ -28,6 +28,21 @@ def test_committed_repository_is_clean_and_valid():
             assert (path / "1" / "model.py").is_file()
 
 
+
+def test_every_committed_model_but_speech_generation_is_one_registered_familys():
+    from ttscore.backend import families
+
+    declared = [m.name for f in families.FAMILIES.values() for m in f.models]
+    assert len(declared) == len(set(declared)), "a Triton model is declared by two families"
+    assert {*declared, "speech_generation"} == set(r.committed_models())
+    for family in families.FAMILIES.values():
+        names = {m.name for m in family.models}
+        assert family.vocoder in names and family.voice_features in names
+        for model in family.models:
+            assert families.family_of_model(model.name) is family
+    assert families.family_of_model("speech_generation") is None
+    assert r.graph_spec_for("speech_generation") is None and r.vocoder_state_key("code2wav") == "code2wav_state_size"
+
 def test_python_models_use_only_python310_syntax():
     import ast
 
@@ -177,8 +192,8 @@ def test_readme_documents_the_public_tensors_exactly():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 3 and cells[0].startswith("`") and cells[1] in triton_io.NUMPY_DTYPES:
             rows.setdefault(cells[0].strip("`"), []).append((cells[1], cells[2]))
-    for t in (*triton_io.SPEECH_INPUTS, *triton_io.SPEECH_OUTPUTS, *triton_io.AUDIOVAE_ENCODER_INPUTS,
-              *triton_io.AUDIOVAE_ENCODER_OUTPUTS):
+    encoder_inputs, encoder_outputs = triton_io.PUBLIC_MODELS["audiovae_encoder"]
+    for t in (*triton_io.SPEECH_INPUTS, *triton_io.SPEECH_OUTPUTS, *encoder_inputs, *encoder_outputs):
         dims = "[" + ", ".join(str(d) for d in t.dims) + "]"
         assert (t.dtype, dims) in rows.get(t.name, []), f"README row for {t.name} is missing or stale"
 

@@ -17,7 +17,7 @@ from ttscore.contract import tensors as triton_io
 from ttscore.contract.manifest import read_manifest
 from ttscore.runtime.engine import Generator
 from ttscore.runtime.families import FAMILIES, load_model
-from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 from ttscore.tools.serve import Served, plan_deployment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -105,7 +105,7 @@ def test_voxcpm2_and_qwen_requests_in_flight_together_both_complete(mixed):
     q.close()
     v.close()
     assert q.error is None and v.error is None
-    q_off = np.concatenate([e.pcm for e in Generator(cv_pipe, max_batch=1).synthesize(SynthesisRequest(**q_fields))])
+    q_off = np.concatenate([e.pcm for e in Generator(cv_pipe, max_batch=1).synthesize(Qwen3TTSRequest(**q_fields))])
     np.testing.assert_allclose(q.pcm, q_off, atol=ATOL)
     np.testing.assert_allclose(v.pcm, offline(vox, **v_fields), atol=ATOL)
 

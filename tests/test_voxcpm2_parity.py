@@ -19,7 +19,8 @@ import pytest
 from export.voxcpm2.reference import fed_noise, load_reference
 from ttscore.runtime.engine import Generator
 from ttscore.runtime.families import load_model
-from ttscore.runtime.families.voxcpm2.model import VoxCPM2Model, VoxCPM2Request
+from ttscore.runtime.families.voxcpm2.model import VoxCPM2Model
+from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
 

@@ -63,7 +63,7 @@ def test_int8_export_quantizes_and_reports_vs_fp32(int8_artifacts: Path) -> None
 def test_engine_generates_from_int8(int8_artifacts: Path, voxcpm2_artifacts: Path) -> None:
     from ttscore.runtime.engine import Generator
     from ttscore.runtime.families import load_model
-    from ttscore.runtime.families.voxcpm2.model import VoxCPM2Request
+    from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
 
     pcm = {}
     for label, art in (("fp32", voxcpm2_artifacts), ("int8", int8_artifacts)):

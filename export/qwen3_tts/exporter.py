@@ -17,7 +17,7 @@ from ttscore.contract import qwen3_tts as contract
 from ttscore.contract import qwen3_tts as spec
 from ttscore.contract.errors import CheckpointError, TTSError
 from ttscore.contract.manifest import build_manifest
-from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo
+from ttscore.runtime.families.qwen3_tts.checkpoint import Qwen3TTSInfo
 from ttscore.runtime.families.qwen3_tts.tokenizer import TOKENIZER_FILES
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ QUANTIZED_GRAPHS = ("talker", "code_predictor", "code2wav_stream")
 # export.common.VOCODER_MIN_SNR_DB of fp32's; otherwise it stays fp32 and the manifest says why.
 
 
-def graph_specs(info: CheckpointInfo, state_size: int | None = None) -> dict[str, spec.GraphSpec]:
+def graph_specs(info: Qwen3TTSInfo, state_size: int | None = None) -> dict[str, spec.GraphSpec]:
     t = info.talker
     specs = {
         "talker": spec.talker_spec(t.num_layers, t.hidden_size, t.num_kv_heads, t.head_dim, info.codec_vocab_size),
@@ -84,7 +84,7 @@ def compare_vocoder(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict
     return {"audio_max_abs": float(f"{np.abs(got - ref).max():.3g}"), "snr_db": snr_db(ref, got)}
 
 
-def export_qwen3_tts(src: Path, tmp: Path, info: CheckpointInfo, precision: str,
+def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
                      progress: Callable[[int, int, str], None] | None, source: dict[str, Any]) -> dict[str, Any]:
     """Every graph into `tmp`, one stage at a time, each holding only the weights it needs (see
     export.memory); returns the manifest (the caller writes it and renames `tmp` into place)."""

@@ -82,7 +82,7 @@ def load_reference(checkpoint: str | Path) -> Any:
 class StagedVoxCPM2:
     """The reference `VoxCPM2Model` (float32) with its parameters on the meta device until an export
     stage asks for some of them: the VoxCPM2 use of the staged loading in export/common.py
-    (`load_tensors` / `unload_tensors`, as Qwen3-TTS's export.reference.StagedReference).
+    (`load_tensors` / `unload_tensors`, as Qwen3-TTS's export.qwen3_tts.reference.StagedReference).
 
     `load_reference` materializes all ~2.39 B parameters in float32 (~10 GB at the released size).
     Here the module tree is built empty exactly as `from_local` builds it (same constructors, the

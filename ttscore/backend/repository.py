@@ -30,10 +30,10 @@ from typing import Any
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from ttscore.contract import qwen3_tts as spec
+from ttscore.backend import families
 from ttscore.contract import tensors as triton_io
-from ttscore.contract import voxcpm2
 from ttscore.contract.errors import ArtifactError, TTSError
+from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.manifest import MANIFEST, read_manifest
 
 # The committed templates ship inside the package (a link to the checkout's model_repository/).
@@ -42,8 +42,6 @@ SOURCE_REPOSITORY = Path(__file__).resolve().parent / "model_repository"
 ROOT_FILES = ("README.md",)
 
 SPEC_DTYPES = {"float32": "TYPE_FP32", "int64": "TYPE_INT64", "int32": "TYPE_INT32", "bool": "TYPE_BOOL"}
-# The streaming vocoder models: their state / new_state dims must fit the manifest's state size.
-VOCODER_STATE = {"code2wav": "code2wav_state_size", "audiovae_decoder": "vae_decoder_state_size"}
 
 
 class RepositoryError(TTSError):
@@ -186,7 +184,7 @@ def _check_io(
 
 
 def _check_graph_io(
-    model: str, kind: str, tensors: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput], specs: Sequence[spec.TensorSpec]
+    model: str, kind: str, tensors: Sequence[mc.ModelInput] | Sequence[mc.ModelOutput], specs: Sequence[TensorSpec]
 ) -> None:
     got = {t.name: t for t in tensors}
     want = {t.name: t for t in specs}
@@ -209,18 +207,18 @@ def _check_graph_io(
             raise RepositoryError(f"{model}: {kind} {name} dims {dims} do not fit the graph's {list(ts.dims)}")
 
 
-def graph_spec_for(model: str) -> spec.GraphSpec | None:
-    """The exported graph a model hosts, with deployment-dependent sizes left symbolic."""
-    g = spec.NUM_CODE_GROUPS
-    if model == "code2wav":
-        return spec.code2wav_stream_spec(g, "state_size", spec.SAMPLES_PER_FRAME)  # type: ignore[arg-type]
-    if model == "speaker_encoder":
-        return spec.speaker_encoder_spec(spec.MEL_BINS, "embed_dim")  # type: ignore[arg-type]
-    if model == "speech_encoder":
-        return spec.speech_encoder_spec(g)
-    if model == "audiovae_decoder":
-        return voxcpm2.vae_decoder_spec("feat_dim", "state_size")  # type: ignore[arg-type]
-    return None
+def graph_spec_for(model: str) -> GraphSpec | None:
+    """The exported graph a model hosts, with deployment-dependent sizes left symbolic (its family's
+    declaration, ttscore.backend.families)."""
+    declared = families.triton_model(model)
+    return declared.graph if declared is not None else None
+
+
+def vocoder_state_key(model: str) -> str | None:
+    """A streaming vocoder model's Manifest attribute with its state size (its state / new_state dims
+    must fit it); None for any other model."""
+    declared = families.triton_model(model)
+    return declared.state_key if declared is not None else None
 
 
 def check_config(config: mc.ModelConfig, state_size: int | None = None) -> None:
@@ -239,7 +237,7 @@ def check_config(config: mc.ModelConfig, state_size: int | None = None) -> None:
             raise RepositoryError("speech_generation must be decoupled")
         if config.max_batch_size != 0:
             raise RepositoryError("speech_generation must have max_batch_size 0 (the generator batches)")
-    if name in VOCODER_STATE and state_size is not None:
+    if vocoder_state_key(name) is not None and state_size is not None:
         for t in (*config.input, *config.output):
             if t.name in ("state", "new_state") and _dims(t.dims) not in ([-1], [state_size]):
                 raise RepositoryError(f"{name}: {t.name} dims {_dims(t.dims)} != manifest state_size {state_size}")
@@ -307,12 +305,13 @@ def apply_settings(config: mc.ModelConfig, settings: ModelSettings) -> mc.ModelC
 
 
 def _manifest_state_size(model: str, artifacts_dir: str | None) -> int | None:
-    if model not in VOCODER_STATE or not artifacts_dir:
+    key = vocoder_state_key(model)
+    if key is None or not artifacts_dir:
         return None
     if not (Path(artifacts_dir) / MANIFEST).is_file():  # e.g. a container path that only exists inside the image
         return None
     try:
-        size: int | None = getattr(read_manifest(artifacts_dir), VOCODER_STATE[model])
+        size: int | None = getattr(read_manifest(artifacts_dir), key)
         return size
     except ArtifactError:
         return None

@@ -1,6 +1,6 @@
 """The streaming vocoder models (code2wav, audiovae_decoder): gather the requests of one execute(),
 run the graph once per frame count, scatter the rows back. Each model validates its own inputs
-into a VocoderItem (ttscore.backend.code2wav, ttscore.backend.audiovae); this part is shared."""
+into a VocoderItem (the families' glue, e.g. ttscore.backend.qwen3_tts.code2wav); this part is shared."""
 
 from __future__ import annotations
 

@@ -5,8 +5,9 @@ layer's registry; a family shipped as a package of its own is found here and reg
 way. A family package `pkg` provides one module per layer it takes part in, each exposing `FAMILY`:
 
     pkg.contract   FAMILY: FamilyRules            (what the gateway and runtime check requests with)
+                   WIRE: FamilyWire               (its speech_generation inputs: ttscore.contract.wire)
     pkg.runtime    FAMILY: runtime Family         (ttscore.runtime.family)
-    pkg.backend    FAMILY: backend family glue    (Triton side)
+    pkg.backend    FAMILY: BackendFamily          (its Triton models: ttscore.backend.family)
     pkg.gateway    FAMILY: gateway adapter        (gateway.families)
     pkg.export     FAMILY: export entry           (export.families)
 

@@ -200,3 +200,43 @@ MEL_WIN = 1024
 MEL_BINS = 128
 MEL_FMIN = 0
 MEL_FMAX = 12000
+
+
+# --- wire: speech_generation inputs and the voice_features ensemble (ttscore.contract.tensors) ----
+from ttscore.contract import wire  # noqa: E402  (the wire rows below)
+
+_QWEN_SPEECH_INPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TEXT,
+    wire.string_input("task_type", "custom_voice, voice_design or base; the checkpoint's variant when absent."),
+    wire.string_input("speaker", "Preset speaker name (CustomVoice)."),
+    wire.string_input("language", "Language name or Auto."),
+    wire.string_input("instructions", "Style / voice description (VoiceDesign, 1.7B CustomVoice)."),
+    wire.string_input("ref_text", "Transcript of the reference audio (Base ICL)."),
+    wire.TensorIO("ref_codes", "INT64", (-1, NUM_CODE_GROUPS), True, "Reference codes [T,16] from voice_features."),
+    wire.TensorIO("x_vector", "FP32", (-1,), True, "Speaker embedding from voice_features (Base)."),
+    wire.TensorIO("x_vector_only", "BOOL", (1,), True, "Clone from the x-vector only (no ICL)."),
+    wire.TensorIO("non_streaming_mode", "BOOL", (1,), True, "Whole text in the prompt (model default when absent)."),
+    wire.MAX_NEW_TOKENS,
+    wire.SEED,
+    wire.TensorIO("do_sample", "BOOL", (1,), True, "False = greedy."),
+    wire.TensorIO("temperature", "FP32", (1,), True, "Sampling knobs: default from generation_config.json."),
+    wire.TensorIO("top_k", "INT32", (1,), True, ""),
+    wire.TensorIO("top_p", "FP32", (1,), True, ""),
+    wire.TensorIO("repetition_penalty", "FP32", (1,), True, ""),
+    wire.TensorIO("subtalker_do_sample", "BOOL", (1,), True, "Code-predictor sampling switch."),
+    wire.TensorIO("subtalker_temperature", "FP32", (1,), True, "Code-predictor sampling knobs."),
+    wire.TensorIO("subtalker_top_k", "INT32", (1,), True, ""),
+    wire.TensorIO("subtalker_top_p", "FP32", (1,), True, ""),
+    wire.INITIAL_CHUNK_FRAMES,
+    wire.CHUNK_FRAMES,
+)
+VOICE_FEATURES = "voice_features"
+VOICE_FEATURES_INPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
+    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 24 kHz)."),
+)
+VOICE_FEATURES_OUTPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("x_vector", "FP32", (-1,), doc="Speaker embedding (Base checkpoints)."),
+    wire.TensorIO("ref_codes", "INT64", (-1, NUM_CODE_GROUPS), doc="Reference codes for in-context cloning."),
+)
+WIRE = wire.FamilyWire(FAMILY, _QWEN_SPEECH_INPUTS, {VOICE_FEATURES: (VOICE_FEATURES_INPUTS, VOICE_FEATURES_OUTPUTS)})

@@ -1,10 +1,12 @@
 """The wire contract of the public Triton models, in one place, with no Triton imports.
 
-- Public tensors of `speech_generation` (the decoupled entry model) and `voice_features` (the
-  ensemble): names, Triton dtypes, dims, optionality. `model_repository/*/config.pbtxt` is checked
+- Public tensors of `speech_generation` (the decoupled entry model, one table for every family: the
+  union of the families' inputs) and of each family's own public models (its voice features), composed
+  from what each family's contract module declares (ttscore.contract.wire): names, Triton dtypes, dims,
+  optionality. `model_repository/*/config.pbtxt` is checked
   against these tables by ttscore.backend.repository, `model.py` decodes requests with them, and the gateway
   builds its requests from them.
-- Request tensors -> `SynthesisRequest` kwargs (dtype/shape checks name the offending tensor) and
+- Request tensors -> the family request's kwargs (dtype/shape checks name the offending tensor) and
   `ChunkEvent` -> response tensors.
 - Error messages on the wire. Triton's gRPC stream carries only an error *message* (the TritonError
   code is not forwarded to stream clients), so every error a model sends is formatted
@@ -16,20 +18,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ttscore.contract import qwen3_tts, voxcpm2
+from ttscore.contract import families, plugins
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.qwen3_tts import NUM_CODE_GROUPS
 from ttscore.contract.usage import Usage
+from ttscore.contract.wire import FamilyWire, PublicModel, TensorIO
 
-QWEN = (qwen3_tts.FAMILY,)
-VOXCPM2 = (voxcpm2.FAMILY,)
-BOTH = QWEN + VOXCPM2
+__all__ = ["FamilyWire", "TensorIO"]
 
 # --- tensor tables ------------------------------------------------------------------------------
 
@@ -41,98 +41,56 @@ NUMPY_DTYPES: dict[str, Any] = {
     "BYTES": np.object_,
 }
 
-
-@dataclass(frozen=True)
-class TensorIO:
-    name: str
-    dtype: str  # Triton dtype without the TYPE_ prefix: BYTES, BOOL, INT32, INT64, FP32
-    dims: tuple[int, ...]  # per request, -1 = any length
-    optional: bool = False
-    doc: str = ""
-    families: tuple[str, ...] = BOTH  # speech_generation inputs: the model families that take it
-
-    @property
-    def config_dtype(self) -> str:
-        return f"TYPE_{'STRING' if self.dtype == 'BYTES' else self.dtype}"
+# Every family's part of the wire (ttscore.contract.wire): the registry's, then external packages'.
+FAMILY_WIRES: tuple[FamilyWire, ...] = (
+    *families.WIRES,
+    *(module.WIRE for module in plugins.layer_modules("contract") if hasattr(module, "WIRE")),
+)
 
 
-def _str(name: str, doc: str, optional: bool = True, families: tuple[str, ...] = QWEN) -> TensorIO:
-    return TensorIO(name, "BYTES", (1,), optional, doc, families)
+def compose_speech_inputs(wires: tuple[FamilyWire, ...]) -> tuple[TensorIO, ...]:
+    """The union of the families' speech_generation inputs, in first-declared order, each row naming
+    the families that take it. Two families declaring one input must agree on its type; the docs of
+    the declarations are joined."""
+    rows: dict[str, TensorIO] = {}
+    for w in wires:
+        for row in w.speech_inputs:
+            seen = rows.get(row.name)
+            if seen is None:
+                rows[row.name] = replace(row, families=(w.family,))
+                continue
+            if (seen.dtype, seen.dims, seen.optional) != (row.dtype, row.dims, row.optional):
+                raise ValueError(
+                    f"speech_generation input {row.name!r}: {w.family} declares {row.dtype} {list(row.dims)} "
+                    f"optional={row.optional}, {', '.join(seen.families)} {seen.dtype} {list(seen.dims)} "
+                    f"optional={seen.optional}"
+                )
+            doc = seen.doc if row.doc in ("", seen.doc) else f"{seen.doc} / {row.doc}" if seen.doc else row.doc
+            rows[row.name] = replace(seen, doc=doc, families=(*seen.families, w.family))
+    return tuple(rows.values())
 
 
 SPEECH_GENERATION = "speech_generation"
 # One entry model for every family (one instance per served checkpoint): the table is the union of
 # the families' inputs and each row names the families that take it; a request giving an input its
 # checkpoint's family does not take is INVALID_ARG naming it (`request_kwargs`).
-SPEECH_INPUTS: tuple[TensorIO, ...] = (
-    _str("text", "UTF-8 text to speak (required).", optional=False, families=BOTH),
-    _str("task_type", "custom_voice, voice_design or base; the checkpoint's variant when absent."),
-    _str("speaker", "Preset speaker name (CustomVoice)."),
-    _str("language", "Language name or Auto."),
-    _str("instructions", "Style / voice description (VoiceDesign, 1.7B CustomVoice)."),
-    _str("ref_text", "Transcript of the reference audio (Qwen3-TTS Base ICL; VoxCPM2: continuation prompt).",
-         families=BOTH),
-    TensorIO("ref_codes", "INT64", (-1, NUM_CODE_GROUPS), True, "Reference codes [T,16] from voice_features.", QWEN),
-    TensorIO("x_vector", "FP32", (-1,), True, "Speaker embedding from voice_features (Base).", QWEN),
-    TensorIO("ref_patches", "FP32", (-1, -1, -1), True,
-             "VoxCPM2 reference latent patches [T, P, D] from audiovae_encoder.", VOXCPM2),
-    TensorIO("prompt_patches", "FP32", (-1, -1, -1), True,
-             "VoxCPM2 continuation prompt patches [T, P, D] (audiovae_encoder with prompt=true) that ref_text "
-             "transcribes; with ref_patches: the reference's ref_continuation mode.", VOXCPM2),
-    TensorIO("x_vector_only", "BOOL", (1,), True, "Clone from the x-vector only (no ICL).", QWEN),
-    TensorIO("non_streaming_mode", "BOOL", (1,), True, "Whole text in the prompt (model default when absent).", QWEN),
-    TensorIO("max_new_tokens", "INT32", (1,), True, "Frame budget (Qwen3-TTS: 12.5 frames/s; VoxCPM2: patches)."),
-    TensorIO("seed", "INT64", (1,), True, "Makes sampling (VoxCPM2: the diffusion noise) reproducible."),
-    TensorIO("do_sample", "BOOL", (1,), True, "False = greedy.", QWEN),
-    TensorIO("temperature", "FP32", (1,), True, "Sampling knobs: default from generation_config.json.", QWEN),
-    TensorIO("top_k", "INT32", (1,), True, "", QWEN),
-    TensorIO("top_p", "FP32", (1,), True, "", QWEN),
-    TensorIO("repetition_penalty", "FP32", (1,), True, "", QWEN),
-    TensorIO("subtalker_do_sample", "BOOL", (1,), True, "Code-predictor sampling switch.", QWEN),
-    TensorIO("subtalker_temperature", "FP32", (1,), True, "Code-predictor sampling knobs.", QWEN),
-    TensorIO("subtalker_top_k", "INT32", (1,), True, "", QWEN),
-    TensorIO("subtalker_top_p", "FP32", (1,), True, "", QWEN),
-    TensorIO("inference_timesteps", "INT32", (1,), True, "VoxCPM2 flow-matching solver steps per patch.", VOXCPM2),
-    TensorIO("initial_chunk_frames", "INT32", (1,), True, "Frames in the first audio chunk."),
-    TensorIO("chunk_frames", "INT32", (1,), True, "Frames in every later chunk."),
-)
+SPEECH_INPUTS: tuple[TensorIO, ...] = compose_speech_inputs(FAMILY_WIRES)
 SPEECH_OUTPUTS: tuple[TensorIO, ...] = (
-    TensorIO("audio", "FP32", (-1,), doc="PCM chunk, mono float32, the model's rate (Qwen3-TTS 24 kHz, VoxCPM2 48 kHz)."),
-    TensorIO("frames", "INT32", (1,), doc="Frames in this chunk (Qwen3-TTS codec frames, VoxCPM2 patches)."),
+    TensorIO("audio", "FP32", (-1,), doc="PCM chunk, mono float32, at the model's sample rate (the manifest's)."),
+    TensorIO("frames", "INT32", (1,), doc="Frames in this chunk (the family's frames: codec frames or latent patches)."),
     TensorIO("finish_reason", "BYTES", (1,), doc='"" until the final chunk, then "stop" or "length".'),
     TensorIO("usage", "INT32", (3,), doc="Usage so far (ttscore.contract.usage): text, audio, output tokens."),
 )
 
-VOICE_FEATURES = "voice_features"
-VOICE_FEATURES_INPUTS: tuple[TensorIO, ...] = (
-    TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
-    TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 24 kHz)."),
-)
-VOICE_FEATURES_OUTPUTS: tuple[TensorIO, ...] = (
-    TensorIO("x_vector", "FP32", (-1,), doc="Speaker embedding (Base checkpoints)."),
-    TensorIO("ref_codes", "INT64", (-1, NUM_CODE_GROUPS), doc="Reference codes for in-context cloning."),
-)
+# Every public model: speech_generation, then each family's own (its voice features).
+PUBLIC_MODELS: dict[str, PublicModel] = {SPEECH_GENERATION: (SPEECH_INPUTS, SPEECH_OUTPUTS)}
+for _wire in FAMILY_WIRES:
+    for _name, _tables in _wire.public_models.items():
+        if _name in PUBLIC_MODELS:
+            raise ValueError(f"public Triton model {_name!r} is declared twice ({_wire.family})")
+        PUBLIC_MODELS[_name] = _tables
 
-# VoxCPM2's voice features: the AudioVAE encoder (one per VoxCPM2 checkpoint).
-AUDIOVAE_ENCODER = "audiovae_encoder"
-AUDIOVAE_ENCODER_INPUTS: tuple[TensorIO, ...] = (
-    TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
-    TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 16 kHz)."),
-    TensorIO("prompt", "BOOL", (1,), True,
-             "True: a continuation prompt (the request also sends ref_text), zero-padded on the left; "
-             "false/absent: a cloning reference, padded on the right."),
-)
-AUDIOVAE_ENCODER_OUTPUTS: tuple[TensorIO, ...] = (
-    TensorIO("ref_patches", "FP32", (-1, -1, -1), doc="Latent patches [T, P, D] for speech_generation's ref_patches."),
-)
-
-PUBLIC_MODELS: dict[str, tuple[tuple[TensorIO, ...], tuple[TensorIO, ...]]] = {
-    SPEECH_GENERATION: (SPEECH_INPUTS, SPEECH_OUTPUTS),
-    VOICE_FEATURES: (VOICE_FEATURES_INPUTS, VOICE_FEATURES_OUTPUTS),
-    AUDIOVAE_ENCODER: (AUDIOVAE_ENCODER_INPUTS, AUDIOVAE_ENCODER_OUTPUTS),
-}
-
-# Which SynthesisRequest field each input fills (identical names, by design) and how to decode it.
+# Each input fills the family request's field of the same name (by design); how a scalar decodes.
 _SCALAR_KINDS = {"BYTES": "str", "BOOL": "bool", "INT32": "int", "INT64": "int", "FP32": "float"}
 
 # A request carrying this request parameter (true) is a health probe: every python model answers it
@@ -200,7 +158,7 @@ def invalid_request_error(exc: InvalidRequest) -> WireError:
     return WireError(INVALID_ARG, exc.message, exc.param)
 
 
-# --- request tensors -> SynthesisRequest --------------------------------------------------------
+# --- request tensors -> the family's request -----------------------------------------------------
 
 
 def check_tensor(spec: TensorIO, value: NDArray[Any]) -> None:
@@ -237,16 +195,16 @@ def _scalar(spec: TensorIO, value: NDArray[Any]) -> Any:
     return f
 
 
-def request_kwargs(tensors: Mapping[str, NDArray[Any]], family: str = qwen3_tts.FAMILY) -> dict[str, Any]:
+def request_kwargs(tensors: Mapping[str, NDArray[Any]], family: str | None = None) -> dict[str, Any]:
     """The family's request keyword arguments from the request's input tensors (absent = not passed,
     so the dataclass default / checkpoint default applies). Semantic checks (ranges, task rules)
     belong to the family's runtime; this only decodes and checks the wire types, and refuses an
-    input of the table that `family` does not take."""
+    input of the table that `family` does not take (None: any input of the table, for clients and fakes)."""
     known = {t.name for t in SPEECH_INPUTS}
     unknown = sorted(set(tensors) - known)
     if unknown:
         raise InvalidRequest(f"unknown input '{unknown[0]}'", unknown[0])
-    taken = {t.name for t in SPEECH_INPUTS if family in t.families}
+    taken = {t.name for t in SPEECH_INPUTS if family is None or family in t.families}
     foreign = [t.name for t in SPEECH_INPUTS if t.name in tensors and t.name not in taken]
     if foreign:
         raise InvalidRequest(f"input '{foreign[0]}' is not supported by {family} checkpoints", foreign[0])
@@ -261,16 +219,14 @@ def request_kwargs(tensors: Mapping[str, NDArray[Any]], family: str = qwen3_tts.
             continue
         value = np.asarray(value)
         check_tensor(spec, value)
+        if spec.dims == (1,):
+            kwargs[spec.name] = _scalar(spec, value)
+            continue
         # Arrays are copied: in a decoupled model the request (and the shared memory behind its
         # tensors) may be released once execute() returns, long before the generator reads them.
-        if spec.name == "ref_codes":
-            kwargs[spec.name] = np.array(value, dtype=np.int64, copy=True)
-        elif spec.name in ("x_vector", "ref_patches", "prompt_patches"):
-            if not np.all(np.isfinite(value)):
-                raise InvalidRequest(f"input '{spec.name}' must be finite", spec.name)
-            kwargs[spec.name] = np.array(value, dtype=np.float32, copy=True)
-        else:
-            kwargs[spec.name] = _scalar(spec, value)
+        if spec.dtype == "FP32" and not np.all(np.isfinite(value)):
+            raise InvalidRequest(f"input '{spec.name}' must be finite", spec.name)
+        kwargs[spec.name] = np.array(value, dtype=NUMPY_DTYPES[spec.dtype], copy=True)
     return kwargs
 
 

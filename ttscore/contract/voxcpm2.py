@@ -212,3 +212,33 @@ def vae_decoder_spec(feat_dim: int, state_size: int) -> GraphSpec:
 
 GRAPH_NAMES = ("base_lm", "residual_lm", "local_encoder", "bridge", "heads", "locdit_step", "vae_encoder",
                "vae_decoder_stream")
+
+
+# --- wire: speech_generation inputs and the audiovae_encoder model (ttscore.contract.tensors) -----
+from ttscore.contract import wire  # noqa: E402  (the wire rows below)
+
+_VOXCPM2_SPEECH_INPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TEXT,
+    wire.string_input("ref_text", "Transcript of the continuation prompt (prompt_patches, or ref_patches alone)."),
+    wire.TensorIO("ref_patches", "FP32", (-1, -1, -1), True, "Reference latent patches [T, P, D] from audiovae_encoder."),
+    wire.TensorIO("prompt_patches", "FP32", (-1, -1, -1), True,
+                  "Continuation prompt patches [T, P, D] (audiovae_encoder with prompt=true) that ref_text "
+                  "transcribes; with ref_patches: the reference's ref_continuation mode."),
+    wire.MAX_NEW_TOKENS,
+    wire.SEED,
+    wire.TensorIO("inference_timesteps", "INT32", (1,), True, "Flow-matching solver steps per patch."),
+    wire.INITIAL_CHUNK_FRAMES,
+    wire.CHUNK_FRAMES,
+)
+AUDIOVAE_ENCODER = "audiovae_encoder"  # the family's voice features (one per served checkpoint)
+AUDIOVAE_ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
+    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 16 kHz)."),
+    wire.TensorIO("prompt", "BOOL", (1,), True,
+                  "True: a continuation prompt (the request also sends ref_text), zero-padded on the left; "
+                  "false/absent: a cloning reference, padded on the right."),
+)
+AUDIOVAE_ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("ref_patches", "FP32", (-1, -1, -1), doc="Latent patches [T, P, D] for speech_generation's ref_patches."),
+)
+WIRE = wire.FamilyWire(FAMILY, _VOXCPM2_SPEECH_INPUTS, {AUDIOVAE_ENCODER: (AUDIOVAE_ENCODER_INPUTS, AUDIOVAE_ENCODER_OUTPUTS)})

@@ -4,12 +4,13 @@ The engine (ttscore.runtime.engine) owns continuous batching, the chunk schedule
 vocoder state, usage and the event protocol. A family owns everything model-specific: request rules
 and resolution, the prompt, the per-frame decode. It exposes that as a `FamilyModel` whose requests
 are `Sequence`s: the engine reads and clears the generic fields below, the family adds its own.
-Registration: ttscore.runtime.families.FAMILIES.
+Registration: ttscore.runtime.families.FAMILIES. A family may also give the offline tools (`say`,
+`precompute-voice`) what they need as `offline` (an `OfflineTools`; see below).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -111,3 +112,73 @@ class Family(Protocol):
         """The family's request (what `admit` takes) from a speech_generation request's input
         tensors; raises InvalidRequest naming the tensor (one the family does not take included)."""
         ...
+
+
+# --- what the offline tools ask of a family (`Family.offline`, optional) ---------------------------
+
+# Progress hook: (stage number from 1, number of stages, what the stage does), called as each starts
+# (ttscore.tools.progress.Stages.hook).
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class SayOptions:
+    """What `triton-tts say` asks for, family-neutral: the family refuses what it does not take
+    (InvalidRequest naming the option) and builds its own request."""
+
+    text: str
+    voice: str | None = None
+    language: str | None = None
+    instructions: str | None = None
+    ref_audio: str | None = None  # a reference clip file
+    ref_text: str | None = None
+    x_vector_only: bool = False
+    seed: int | None = None
+    max_new_tokens: int | None = None
+    non_streaming_mode: bool | None = None
+    greedy: bool = False
+
+
+@dataclass(frozen=True)
+class SayJob:
+    model: FamilyModel
+    request: Any  # what model.admit takes
+    sample_rate: int  # of the audio it makes
+    frame_unit: str  # what its frames are called in messages ("frames", "patches")
+
+
+@dataclass(frozen=True)
+class VoiceFileOptions:
+    """What `triton-tts precompute-voice` asks for: a voice file from a reference clip."""
+
+    voice_name: str
+    ref_audio: str  # a reference clip file
+    output_dir: Path
+    ref_text: str | None = None  # its transcript
+    mode: str | None = None  # one of the family's voice_modes; None: the family's default
+    speaker_description: str | None = None
+
+
+class OfflineTools(Protocol):
+    voice_modes: tuple[str, ...]  # precompute-voice --mode values
+    voice_help: str  # what precompute-voice writes for this family, for --help
+
+    def say(self, artifacts: Path, options: SayOptions) -> SayJob:
+        """Load the exported checkpoint and build the request `say` synthesizes."""
+        ...
+
+    def precompute_voice(self, artifacts: Path, options: VoiceFileOptions, progress: Progress) -> tuple[dict[str, Any], str]:
+        """Write the voice file; returns the voice manifest entry and a short description of it."""
+        ...
+
+
+def read_reference(path: str | Path) -> tuple[npt.NDArray[Any], int]:
+    """A reference clip file -> (float32 mono, sample rate); InvalidRequest naming `ref_audio`."""
+    from ttscore.contract.errors import InvalidRequest
+    from ttscore.runtime.audio import load_audio
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read reference audio {path}: {exc}", "ref_audio") from None
+    return load_audio(data)

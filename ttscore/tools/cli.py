@@ -60,115 +60,42 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_say(args: argparse.Namespace) -> int:
+    """Offline synthesis of one request, by the family the export's manifest names (its runtime's
+    `offline.say` builds the request and refuses the options it does not take)."""
     import numpy as np
     import soundfile as sf
 
     from ttscore.contract.errors import InvalidRequest
-    from ttscore.runtime.audio import load_audio
+    from ttscore.contract.manifest import read_manifest
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.runtime.families import FAMILIES
+    from ttscore.runtime.family import SayOptions
 
     if bool(args.checkpoint) == bool(args.artifacts):
         raise InvalidRequest("give exactly one of --checkpoint or --artifacts", "checkpoint")
     artifacts = Path(args.artifacts) if args.artifacts else ensure_artifacts(Path(args.checkpoint), args.precision)
-    from ttscore.contract.manifest import read_manifest
-
-    if read_manifest(artifacts).family == "voxcpm2":
-        return _say_voxcpm2(args, artifacts)
-    pipe = Pipeline.load(artifacts)
-    ref_codes = x_vector = None
-    if args.ref_audio:
-        try:
-            data = Path(args.ref_audio).read_bytes()
-        except OSError as exc:
-            raise InvalidRequest(f"cannot read reference audio {args.ref_audio}: {exc}", "ref_audio") from None
-        wav, sr = load_audio(data)
-        x_vector, ref_codes = pipe.voice_features(wav, sr, with_codes=not args.x_vector_only)
-    elif args.ref_text or args.x_vector_only:
-        raise InvalidRequest("--ref-text/--x-vector-only need --ref-audio", "ref_audio")
-    req = SynthesisRequest(
-        text=args.text,
-        speaker=args.voice,
-        language=args.language,
-        instructions=args.instructions,
-        ref_text=args.ref_text,
-        ref_codes=ref_codes,
-        x_vector=x_vector,
-        x_vector_only=args.x_vector_only,
-        seed=args.seed,
-        max_new_tokens=args.max_new_tokens,
-        non_streaming_mode=args.non_streaming_mode,
-        do_sample=False if args.greedy else None,
-        subtalker_do_sample=False if args.greedy else None,
-    )
-    if req.speaker is None and pipe.info.variant == "custom_voice":
-        req.speaker = sorted(pipe.info.speakers)[0]
-    gen = Generator(pipe, max_batch=1, chunk_policy="fixed")  # a file: chunk boundaries that repeat bit for bit
+    family = read_manifest(artifacts).family
+    offline = getattr(FAMILIES.get(family), "offline", None)
+    if offline is None:
+        raise InvalidRequest(f"say does not know model family {family!r}", "checkpoint")
+    job = offline.say(artifacts, SayOptions(
+        text=args.text, voice=args.voice, language=args.language, instructions=args.instructions,
+        ref_audio=args.ref_audio, ref_text=args.ref_text, x_vector_only=args.x_vector_only, seed=args.seed,
+        max_new_tokens=args.max_new_tokens, non_streaming_mode=args.non_streaming_mode, greedy=args.greedy,
+    ))
+    gen = Generator(job.model, max_batch=1, chunk_policy="fixed")  # a file: chunk boundaries that repeat bit for bit
     t0 = time.time()
     chunks, frames, reason = [], 0, None
-    for ev in gen.synthesize(req):
+    for ev in gen.synthesize(job.request):
         chunks.append(ev.pcm)
         frames += ev.frames
         reason = ev.finish_reason or reason
     pcm = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
     elapsed = time.time() - t0
-    sf.write(args.output, pcm, pipe.info.sample_rate, subtype="PCM_16")
-    seconds = pcm.shape[0] / pipe.info.sample_rate
+    sf.write(args.output, pcm, job.sample_rate, subtype="PCM_16")
+    seconds = pcm.shape[0] / job.sample_rate
     print(
-        f"wrote {args.output}: {frames} frames, {seconds:.2f} s at {pipe.info.sample_rate} Hz "
-        f"(finish: {reason}; {elapsed:.2f} s, RTF {elapsed / max(seconds, 1e-9):.2f})"
-    )
-    return 0
-
-
-def _say_voxcpm2(args: argparse.Namespace, artifacts: Path) -> int:
-    """`say` for a VoxCPM2 checkpoint: zero-shot, or cloning with --ref-audio (+ --ref-text: the
-    reference's continuation mode, where the clip is the prompt audio and the text its transcript)."""
-    import numpy as np
-    import soundfile as sf
-
-    from ttscore.contract.errors import InvalidRequest
-    from ttscore.runtime.audio import load_audio
-    from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families import load_model
-    from ttscore.runtime.families.voxcpm2.model import VoxCPM2Model, VoxCPM2Request
-
-    for flag, value in (("--voice", args.voice), ("--language", args.language), ("--instructions", args.instructions)):
-        if value:
-            raise InvalidRequest(f"{flag} is not supported by VoxCPM2 checkpoints", flag.lstrip("-"))
-    if args.x_vector_only or args.greedy or args.non_streaming_mode is not None:
-        raise InvalidRequest("--x-vector-only/--greedy/--non-streaming-mode are Qwen3-TTS options", "ref_audio")
-    model = load_model(artifacts)
-    assert isinstance(model, VoxCPM2Model)
-    req = VoxCPM2Request(text=args.text, seed=args.seed, max_new_tokens=args.max_new_tokens)
-    if args.ref_audio:
-        try:
-            data = Path(args.ref_audio).read_bytes()
-        except OSError as exc:
-            raise InvalidRequest(f"cannot read reference audio {args.ref_audio}: {exc}", "ref_audio") from None
-        wav, sr = load_audio(data)
-        if args.ref_text:
-            req.prompt_patches = model.encode_reference(wav, sr, pad="left")
-            req.prompt_text = args.ref_text
-        else:
-            req.ref_patches = model.encode_reference(wav, sr, pad="right")
-    elif args.ref_text:
-        raise InvalidRequest("--ref-text needs --ref-audio", "ref_audio")
-    gen = Generator(model, max_batch=1, chunk_policy="fixed")
-    t0 = time.time()
-    chunks, frames, reason = [], 0, None
-    for ev in gen.synthesize(req):
-        chunks.append(ev.pcm)
-        frames += ev.frames
-        reason = ev.finish_reason or reason
-    pcm = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)
-    elapsed = time.time() - t0
-    rate = model.info.sample_rate
-    sf.write(args.output, pcm, rate, subtype="PCM_16")
-    seconds = pcm.shape[0] / rate
-    print(
-        f"wrote {args.output}: {frames} patches, {seconds:.2f} s at {rate} Hz "
+        f"wrote {args.output}: {frames} {job.frame_unit}, {seconds:.2f} s at {job.sample_rate} Hz "
         f"(finish: {reason}; {elapsed:.2f} s, RTF {elapsed / max(seconds, 1e-9):.2f})"
     )
     return 0

@@ -10,9 +10,10 @@ import logging
 
 import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
 
-from ttscore.backend import code2wav as code2wav_logic
-from ttscore.backend import encoders, glue
+from ttscore.backend import glue
 from ttscore.backend import settings as model_settings
+from ttscore.backend.qwen3_tts import code2wav as code2wav_logic
+from ttscore.backend.qwen3_tts import encoders
 
 log = logging.getLogger("ttscore.model.audio_preprocess")
 

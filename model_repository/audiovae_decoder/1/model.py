@@ -11,8 +11,9 @@ import logging
 
 import triton_python_backend_utils as pb_utils
 
-from ttscore.backend import audiovae, glue, vocoder
+from ttscore.backend import glue, vocoder
 from ttscore.backend import settings as model_settings
+from ttscore.backend.voxcpm2 import audiovae
 
 log = logging.getLogger("ttscore.model.audiovae_decoder")
 

@@ -10,8 +10,9 @@ import logging
 
 import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
 
-from ttscore.backend import audiovae, glue
+from ttscore.backend import glue
 from ttscore.backend import settings as model_settings
+from ttscore.backend.voxcpm2 import audiovae
 
 log = logging.getLogger("ttscore.model.audiovae_encoder")
 

@@ -11,9 +11,9 @@ import logging
 
 import triton_python_backend_utils as pb_utils
 
-from ttscore.backend import code2wav as code2wav_logic
 from ttscore.backend import glue, vocoder
 from ttscore.backend import settings as model_settings
+from ttscore.backend.qwen3_tts import code2wav as code2wav_logic
 
 log = logging.getLogger("ttscore.model.code2wav")
 

@@ -7,9 +7,9 @@ import logging
 import numpy as np
 import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
 
-from ttscore.backend import code2wav as code2wav_logic
 from ttscore.backend import glue
 from ttscore.backend import settings as model_settings
+from ttscore.backend.qwen3_tts import code2wav as code2wav_logic
 
 log = logging.getLogger("ttscore.model.speech_encoder")
 

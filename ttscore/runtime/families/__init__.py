@@ -1,15 +1,28 @@
-"""The model families this runtime serves: the one registration point of a new family."""
+"""The model families this runtime serves: the one registration point of a new family.
+
+Every family folder here has the same files: `__init__.py` (FAMILY, the ttscore.runtime.family.Family),
+`checkpoint.py` (the checkpoint's facts: `<Family>Info`, read_checkpoint), `request.py` (the request
+dataclass `admit` takes), `model.py` (the loaded FamilyModel), `tokenizer.py` (text -> ids), and what
+else only that family needs. A family outside the project registers through ttscore.contract.plugins.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
+from ttscore.contract import plugins
 from ttscore.contract.errors import ArtifactError
 from ttscore.contract.manifest import read_manifest
 from ttscore.runtime.families import qwen3_tts, voxcpm2
 from ttscore.runtime.family import Family, FamilyModel
 
-FAMILIES: dict[str, Family] = {f.name: f for f in (qwen3_tts.FAMILY, voxcpm2.FAMILY)}
+_FAMILIES: list[Family] = [
+    qwen3_tts.FAMILY,
+    voxcpm2.FAMILY,
+    *cast("list[Family]", plugins.layer_families("runtime")),
+]
+FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}
 
 
 def load_model(

@@ -35,20 +35,20 @@ def _graphs(pipe: Any) -> dict[str, Any]:
     return found
 
 
-def measure(pipe: Any, batch: int, frames: int, chunk_frames: int) -> dict[str, Any]:
+def measure(pipe: Any, manifest: Any, batch: int, frames: int, chunk_frames: int) -> dict[str, Any]:
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.tools.bench import common
 
     graphs = _graphs(pipe)
-    speaker = sorted(pipe.info.speakers)[0]
+    speaker = common.first_speaker(manifest)
     result: dict[str, Any] = {}
     for _round in ("warm-up", "measured"):
         for g in graphs.values():
             g.spent, g.calls = 0.0, 0
         gen = Generator(pipe, max_batch=batch, chunk_policy="fixed")
         for i in range(batch):
-            gen.submit(f"r{i}", SynthesisRequest(text=TEXT, speaker=speaker, max_new_tokens=frames, do_sample=False,
-                                                 subtalker_do_sample=False, chunk_frames=chunk_frames))
+            gen.submit(f"r{i}", common.request(manifest.family, text=TEXT, speaker=speaker, max_new_tokens=frames,
+                                               do_sample=False, subtalker_do_sample=False, chunk_frames=chunk_frames))
         steps, made = 0, 0
         t0 = time.perf_counter()
         while gen.num_active:
@@ -85,7 +85,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--artifacts", required=True, help="an exported CustomVoice artifacts directory")
+    ap.add_argument("--artifacts", required=True, help="an exported artifacts directory (one with preset voices, "
+                    "or a zero-shot family)")
     ap.add_argument("--batch", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--frames", type=int, default=20)
     ap.add_argument("--chunk-frames", type=int, default=25, help="frames per vocoder call after the first")
@@ -95,21 +96,23 @@ def main() -> None:
     args = ap.parse_args()
 
     os.environ.setdefault("TTS_ORT_THREADS", str(args.threads))
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.tools.bench import common
 
+    manifest = read_manifest(args.artifacts)
     with Stages("breakdown", total=1 + len(args.batch), quiet=args.quiet) as stages:
         stages.stage("load")
-        pipe = Pipeline.load(args.artifacts, threads=args.threads, encoders=False)
+        pipe = common.load_model(args.artifacts, threads=args.threads, encoders=False)
         rows = []
         for b in args.batch:
             stages.stage(f"batch {b}")
-            rows.append(measure(pipe, b, args.frames, args.chunk_frames))
+            rows.append(measure(pipe, manifest, b, args.frames, args.chunk_frames))
     md = table(rows)
     print(md)
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"artifacts": str(args.artifacts), "precision": pipe.manifest.precision, "threads": args.threads,
+        meta = {"artifacts": str(args.artifacts), "family": manifest.family, "precision": manifest.precision, "threads": args.threads,
                 "frames": args.frames, "chunk_frames": args.chunk_frames, "machine": platform.processor(),
                 "cpus": os.cpu_count(), "load_average": os.getloadavg()}
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

@@ -3,9 +3,10 @@
     triton-tts bench compare --size 0.6b --precisions fp32 int8 --concurrency 1 4 8 --frames 20 \
         --out perf/results/compare-0.6b
 
-For one random-weight checkpoint (made with make-tiny, or --checkpoint), in this order:
+For one random-weight checkpoint of a family with a bench package (ttscore/tools/bench/<family>/;
+--family, default the first; made there, or --checkpoint), in this order:
   1. export each precision (cached under --work, or given with --artifacts PRECISION=DIR);
-  2. offline, single stream: the reference PyTorch `generate_custom_voice` (fp32) and the exported
+  2. offline, single stream: the family's PyTorch reference, greedy (fp32), and the exported
      pipeline of each precision, greedy, the same frames each; ms per frame and RTF include
      vocoding, and each quantized pipeline's codes and audio are compared with fp32's;
   3. Triton: each precision served by the real tritonserver as `triton-tts serve` renders it, then
@@ -39,59 +40,59 @@ TEXTS = [
     "Streaming speech should start quickly and keep pace with playback.",
     "A calm voice reads the evening news while the city lights come on.",
 ]
-FRAME_S = 1920 / 24000
 
 
 # --- offline --------------------------------------------------------------------------------------
 
 
-def _offline_ours(pipe: Any, text: str, frames: int) -> tuple[float, np.ndarray, np.ndarray]:
+def _offline_ours(pipe: Any, family: str, text: str, frames: int, fields: dict[str, Any]
+                  ) -> tuple[float, np.ndarray, np.ndarray]:
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.tools.bench import common
 
-    speaker = sorted(pipe.info.speakers)[0]
-    req = SynthesisRequest(text=text, speaker=speaker, language="English", max_new_tokens=frames,
-                           do_sample=False, subtalker_do_sample=False)
+    req = common.request(family, text=text, max_new_tokens=frames, do_sample=False, subtalker_do_sample=False,
+                         **fields)
     t0 = time.perf_counter()
     events = list(Generator(pipe, max_batch=1).synthesize(req))
     dt = time.perf_counter() - t0
     return dt, np.concatenate([e.codes for e in events if e.codes is not None]), np.concatenate([e.pcm for e in events])
 
 
-def offline(ckpt: Path, arts: dict[str, Path], frames: int, repeats: int, threads: int, reference: bool) -> dict[str, Any]:
+def offline(bench: Any, ckpt: Path, arts: dict[str, Path], frames: int, repeats: int, threads: int,
+            reference: bool) -> dict[str, Any]:
     import torch
 
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.tools.bench import common
 
     torch.set_num_threads(threads)
     text = TEXTS[1]
+    manifest = read_manifest(arts[next(iter(arts))])
+    frame_s = common.frame_seconds(manifest)
+    fields = {**bench.REQUEST, "speaker": common.first_speaker(manifest)}
     rows: dict[str, Any] = {}
     if reference:
-        from export.qwen3_tts.reference import load_reference
-
-        ref = load_reference(ckpt)
-        speaker = sorted(Pipeline.load(arts[next(iter(arts))], threads=threads, encoders=False).info.speakers)[0]
+        ref = bench.Reference(ckpt)
 
         def run_ref(n: int) -> tuple[float, int]:
             t0 = time.perf_counter()
-            wavs, _ = ref.generate_custom_voice(text=text, speaker=speaker, language="English", max_new_tokens=n + 1,
-                                                do_sample=False, subtalker_dosample=False)
-            return time.perf_counter() - t0, wavs[0].shape[0] // 1920
+            made = ref.generate(text, n, **fields)
+            return time.perf_counter() - t0, made
 
         run_ref(2)
         times = [run_ref(frames) for _ in range(repeats)]
-        rows["reference"] = _offline_row(times)
+        rows["reference"] = _offline_row(times, frame_s)
         del ref
     outputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for precision, art in arts.items():
-        pipe = Pipeline.load(art, threads=threads, encoders=False)
-        _offline_ours(pipe, text, 2)
+        pipe = common.load_model(art, threads=threads, encoders=False)
+        _offline_ours(pipe, bench.FAMILY, text, 2, fields)
         times = []
         for _ in range(repeats):
-            dt, codes, pcm = _offline_ours(pipe, text, frames)
+            dt, codes, pcm = _offline_ours(pipe, bench.FAMILY, text, frames, fields)
             times.append((dt, codes.shape[0]))
         outputs[precision] = (codes, pcm)
-        rows[precision] = _offline_row(times)
+        rows[precision] = _offline_row(times, frame_s)
         del pipe
     if "fp32" in outputs:
         base_codes, base_pcm = outputs["fp32"]
@@ -109,19 +110,22 @@ def offline(ckpt: Path, arts: dict[str, Path], frames: int, repeats: int, thread
     return rows
 
 
-def _offline_row(times: list[tuple[float, int]]) -> dict[str, Any]:
+def _offline_row(times: list[tuple[float, int]], frame_s: float) -> dict[str, Any]:
     per_frame = statistics.median(dt / max(n, 1) for dt, n in times)
     return {"frames": [n for _, n in times], "seconds": [round(dt, 3) for dt, _ in times],
-            "ms_per_frame": round(per_frame * 1000, 1), "rtf": round(per_frame / FRAME_S, 3)}
+            "ms_per_frame": round(per_frame * 1000, 1), "rtf": round(per_frame / frame_s, 3)}
 
 
 # --- Triton ---------------------------------------------------------------------------------------
 
 
-def speech_input(speaker: str, frames: int) -> dict[str, Any]:
-    """perf_analyzer --input-data: every request `frames` frames, default (sampled) decoding, seeded."""
-    return {"data": [{"text": [t], "speaker": [speaker], "language": ["English"], "max_new_tokens": [frames],
-                      "seed": [i + 1]} for i, t in enumerate(TEXTS)]}
+def speech_input(family: str, fields: dict[str, Any], frames: int) -> dict[str, Any]:
+    """perf_analyzer --input-data: every request `frames` frames, default (sampled) decoding, seeded;
+    `fields` (speaker, language) where the family takes them."""
+    from ttscore.tools.bench import common
+
+    return {"data": [{name: [value] for name, value in common.wire_fields(
+        family, text=t, **fields, max_new_tokens=frames, seed=i + 1).items()} for i, t in enumerate(TEXTS)]}
 
 
 class RssSampler:
@@ -187,12 +191,12 @@ def scrape(url: str) -> dict[str, float]:
     return sums
 
 
-def triton(art: Path, precision: str, levels: list[int], frames: int, threads: int, work: Path,
+def triton(bench: Any, art: Path, precision: str, levels: list[int], frames: int, threads: int, work: Path,
            requests_per_window: int, chunk_policy: str) -> list[dict[str, Any]]:
     from ttscore.backend import repository
     from ttscore.backend.launcher import TritonServer
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.bench import perf_analyzer
+    from ttscore.tools.bench import common, perf_analyzer
     from ttscore.tools.serve import Served, plan_deployment
 
     manifest = read_manifest(art)
@@ -206,20 +210,22 @@ def triton(art: Path, precision: str, levels: list[int], frames: int, threads: i
     repo = repository.render_repository(pwork / "model_repository", plan["settings"], models=plan["models"],
                                         aliases=plan["aliases"])
     data = pwork / "input.json"
-    data.write_text(json.dumps(speech_input(sorted(manifest.speakers)[0], frames)))
+    fields = {**bench.REQUEST, "speaker": common.first_speaker(manifest)}
+    data.write_text(json.dumps(speech_input(manifest.family, fields, frames)))
     for old in pwork.glob("c*"):  # perf_analyzer refuses to overwrite a profile export
         shutil.rmtree(old)
     shutil.rmtree(pwork / "warmup", ignore_errors=True)
     rows = []
     with TritonServer(repo, log_file=pwork / "tritonserver.log", ready_timeout_s=900) as server:
         assert server.pid is not None
-        warm = argparse.Namespace(model=served[0].triton_model, url=server.grpc_url, input_data=data,
+        rate = common.sample_rate(manifest)
+        warm = argparse.Namespace(model=served[0].triton_model, url=server.grpc_url, input_data=data, sample_rate=rate,
                                   concurrency="1:1:1", requests_per_window=1, stability_percentage=999,
                                   max_trials=3, out=str(pwork / "warmup"))
         perf_analyzer.cmd_speech(warm)
         for c in levels:
             before = scrape(server.metrics_url)
-            ns = argparse.Namespace(model=served[0].triton_model, url=server.grpc_url, input_data=data,
+            ns = argparse.Namespace(model=served[0].triton_model, url=server.grpc_url, input_data=data, sample_rate=rate,
                                     concurrency=f"{c}:{c}:1", requests_per_window=max(requests_per_window, c),
                                     stability_percentage=999, max_trials=3, out=str(pwork / f"c{c}"))
             load = os.getloadavg()[0]
@@ -303,8 +309,10 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size", default="0.6b", choices=["tiny", "0.6b", "1.7b"])
-    ap.add_argument("--checkpoint", help="a CustomVoice checkpoint (default: make-tiny --size SIZE under --work)")
+    ap.add_argument("--family", help="a family with a bench package (default: the first)")
+    ap.add_argument("--size", default="0.6b", help="a random-weight size of the family (0.6b, ...)")
+    ap.add_argument("--checkpoint", help="a checkpoint of the family (default: its random-weight one of --size, "
+                    "under --work)")
     ap.add_argument("--artifacts", nargs="*", default=[], help="PRECISION=DIR exports to reuse")
     ap.add_argument("--precisions", nargs="+", default=["fp32", "int8"])
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
@@ -321,18 +329,21 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["TTS_ORT_THREADS"] = str(args.threads)
     from export.exporter import export_checkpoint
-    from export.qwen3_tts.tiny import make_tiny
     from ttscore.contract.manifest import read_manifest
+    from ttscore.tools.bench import common
 
+    bench = common.bench_family(args.family)
+    if args.size not in bench.SIZES:
+        raise SystemExit(f"--size {args.size}: {bench.FAMILY} has {', '.join(bench.SIZES)}")
     work, out = Path(args.work), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ckpt = Path(args.checkpoint) if args.checkpoint else work / f"ckpt-custom_voice-{args.size}"
+    ckpt = Path(args.checkpoint) if args.checkpoint else work / f"ckpt-{bench.CHECKPOINT}-{args.size}"
     if not args.checkpoint and not (ckpt / "model.safetensors").is_file():
-        make_tiny("custom_voice", ckpt, seed=0, size=args.size)
+        bench.make_checkpoint(ckpt, args.size)
     given = dict(a.split("=", 1) for a in args.artifacts)
     arts: dict[str, Path] = {}
     for precision in args.precisions:
-        art = Path(given.get(precision) or work / f"art-custom_voice-{args.size}-{precision}")
+        art = Path(given.get(precision) or work / f"art-{bench.CHECKPOINT}-{args.size}-{precision}")
         try:
             read_manifest(art)
         except Exception:
@@ -342,20 +353,20 @@ def main(argv: list[str] | None = None) -> int:
         arts[precision] = art
 
     result: dict[str, Any] = {
-        "size": args.size, "frames": args.frames, "threads": args.threads, "chunk_policy": args.chunk_policy,
+        "family": bench.FAMILY, "size": args.size, "frames": args.frames, "threads": args.threads, "chunk_policy": args.chunk_policy,
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "load_average_start": os.getloadavg(),
         "artifacts": {p: str(a) for p, a in arts.items()},
         "quantization_vs_fp32": {p: {g: e.get("validation", {}).get("vs_fp32") for g, e in read_manifest(a).graphs.items()
                                      if e.get("validation", {}).get("vs_fp32")} for p, a in arts.items() if p != "fp32"},
     }
     print("offline ...", flush=True)
-    result["offline"] = offline(ckpt, arts, args.frames, args.repeats, args.threads, not args.no_reference)
+    result["offline"] = offline(bench, ckpt, arts, args.frames, args.repeats, args.threads, not args.no_reference)
     print(json.dumps(result["offline"]), flush=True)
     result["triton"] = {}
     if not args.skip_triton:
         for precision, art in arts.items():
             print(f"triton {precision} ...", flush=True)
-            result["triton"][precision] = triton(art, precision, args.concurrency, args.frames, args.threads, work,
+            result["triton"][precision] = triton(bench, art, precision, args.concurrency, args.frames, args.threads, work,
                                                  args.requests_per_window, args.chunk_policy)
     result["load_average_end"] = os.getloadavg()
     (out / "results.json").write_text(json.dumps(result, indent=2))

@@ -2,10 +2,11 @@
 
     triton-tts bench offline --size 0.6b --frames 40 --out perf/results/offline-0.6b.json
 
-Builds (or reuses) a random-weight checkpoint of the requested size, exports it at fp32 and int8,
-then times, in this order and alternating over --repeats rounds: the reference
-`Qwen3TTSModel.generate_custom_voice` (greedy) and our exported pipeline (greedy, same text/speaker),
-each producing the same number of frames. Reports per-frame time and real-time factor
+Builds (or reuses) a random-weight checkpoint of the requested size of a family with a PyTorch
+reference (its bench package, ttscore/tools/bench/<family>/; --family, default the first), exports it
+at fp32 and int8, then times, in this order and alternating over --repeats rounds: the reference's
+greedy generate and our exported pipeline (greedy, same text/speaker), each producing the same number
+of frames. Reports per-frame time and real-time factor
 (RTF = processing seconds / audio seconds; < 1 is faster than real time) and the ratios.
 """
 
@@ -18,6 +19,7 @@ import platform
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -26,23 +28,19 @@ from ttscore.tools.progress import Stages, add_quiet
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
 
 
-def _time_reference(ref, frames: int) -> tuple[float, int]:
+def _time_reference(ref: Any, frames: int, fields: dict[str, Any]) -> tuple[float, int]:
     t0 = time.perf_counter()
-    wavs, _sr = ref.generate_custom_voice(
-        text=TEXT, speaker="vivian", language="English", max_new_tokens=frames + 1,
-        do_sample=False, subtalker_dosample=False,
-    )
-    dt = time.perf_counter() - t0
-    return dt, wavs[0].shape[0] // 1920
+    made = ref.generate(TEXT, frames, **fields)
+    return time.perf_counter() - t0, made
 
 
-def _time_ours(pipe, frames: int) -> tuple[float, int]:
+def _time_ours(pipe: Any, family: str, frames: int, fields: dict[str, Any]) -> tuple[float, int]:
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.tools.bench import common
 
     gen = Generator(pipe, max_batch=1)
-    req = SynthesisRequest(text=TEXT, speaker="vivian", language="English", max_new_tokens=frames,
-                           do_sample=False, subtalker_do_sample=False, chunk_frames=25)
+    req = common.request(family, text=TEXT, max_new_tokens=frames, do_sample=False, subtalker_do_sample=False,
+                         chunk_frames=25, **fields)
     t0 = time.perf_counter()
     n = 0
     for ev in gen.synthesize(req):
@@ -52,7 +50,8 @@ def _time_ours(pipe, frames: int) -> tuple[float, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--size", default="0.6b", choices=["tiny", "0.6b", "1.7b"])
+    ap.add_argument("--family", help="a family with a bench package (default: the first)")
+    ap.add_argument("--size", default="0.6b", help="a random-weight size of the family (0.6b, ...)")
     ap.add_argument("--frames", type=int, default=40)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
@@ -65,37 +64,42 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from export.qwen3_tts.reference import load_reference
-    from export.qwen3_tts.tiny import make_tiny
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.contract.manifest import read_manifest
     from ttscore.tools.artifacts import ensure_artifacts
+    from ttscore.tools.bench import common
 
+    bench = common.bench_family(args.family)
+    if args.size not in bench.SIZES:
+        raise SystemExit(f"--size {args.size}: {bench.FAMILY} has {', '.join(bench.SIZES)}")
     work = Path(args.work)
-    ckpt = work / f"ckpt-custom_voice-{args.size}"
+    ckpt = work / f"ckpt-{bench.CHECKPOINT}-{args.size}"
     if not (ckpt / "model.safetensors").is_file():
-        make_tiny("custom_voice", ckpt, seed=0, size=args.size)
+        bench.make_checkpoint(ckpt, args.size)
     arts = {}
     for precision in ("fp32", "int8"):  # (an export shows its own stages)
-        art = work / f"art-custom_voice-{args.size}-{precision}"
+        art = work / f"art-{bench.CHECKPOINT}-{args.size}-{precision}"
         arts[precision] = ensure_artifacts(ckpt, precision, out=art, quiet=args.quiet)
+    manifest = read_manifest(arts["fp32"])
+    fields = dict(bench.REQUEST)
 
     runs: dict[str, list[tuple[float, int]]] = {"reference": [], "fp32": [], "int8": []}
     with Stages(f"bench offline {args.size}", total=2 + args.repeats, quiet=args.quiet) as stages:
         stages.stage("loading the reference and the exported pipelines")
-        ref = load_reference(ckpt)
-        pipes = {p: Pipeline.load(a, threads=args.threads) for p, a in arts.items()}
+        ref = bench.Reference(ckpt)
+        pipes = {p: common.load_model(a, threads=args.threads) for p, a in arts.items()}
         stages.stage("warm-up")  # first-run allocations, lazy inits
-        _time_reference(ref, 2)
+        _time_reference(ref, 2, fields)
         for pipe in pipes.values():
-            _time_ours(pipe, 2)
+            _time_ours(pipe, bench.FAMILY, 2, fields)
         for repeat in range(args.repeats):
             stages.stage(f"run {repeat + 1}/{args.repeats}: reference, fp32, int8 x {args.frames} frames")
-            runs["reference"].append(_time_reference(ref, args.frames))
+            runs["reference"].append(_time_reference(ref, args.frames, fields))
             for p, pipe in pipes.items():
-                runs[p].append(_time_ours(pipe, args.frames))
+                runs[p].append(_time_ours(pipe, bench.FAMILY, args.frames, fields))
 
-    spf_sec = 1920 / 24000
+    spf_sec = common.frame_seconds(manifest)
     result: dict[str, object] = {
+        "family": bench.FAMILY,
         "size": args.size,
         "frames": args.frames,
         "threads": args.threads,

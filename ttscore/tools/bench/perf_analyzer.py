@@ -1,8 +1,12 @@
 """perf_analyzer 2.51 against the Triton models (model level; the gateway has its own benchmark).
 
     triton-tts bench perf-analyzer check
-    triton-tts bench perf-analyzer speech   --url 127.0.0.1:8001 [--concurrency 1:4:1] [--out DIR]
-    triton-tts bench perf-analyzer code2wav --url 127.0.0.1:8001 --artifacts-dir DIR [--batch-sizes 1,2,4,8]
+    triton-tts bench perf-analyzer speech   --url 127.0.0.1:8001 [--artifacts-dir DIR] [--concurrency 1:4:1] [--out DIR]
+    triton-tts bench perf-analyzer code2wav --url 127.0.0.1:8001 [--artifacts-dir DIR] [--batch-sizes 1,2,4,8]
+
+The served export's manifest (--artifacts-dir, or the served model's `artifacts_dir` parameter when
+this machine can read it) gives the sample rate, frame size, code groups and vocoder state size the
+summaries and inputs need.
 
 - The binary ships in the tritonclient==2.51.0 wheel (pip puts it in <venv>/bin); `fetch` extracts it
   from a downloaded wheel when the installed package lacks it. It needs libb64.so.0d and
@@ -42,7 +46,6 @@ from ttscore.tools.progress import Stages, add_quiet
 
 PERF_DIR = Path(__file__).resolve().parent
 DATA_DIR = PERF_DIR / "data"
-SAMPLE_RATE = 24000
 TRITONCLIENT_VERSION = "2.51.0"
 
 
@@ -119,7 +122,7 @@ def _pct(values: list[float]) -> dict[str, float | None]:
     }
 
 
-def summarize_streaming(profile: dict[str, Any], sample_rate: int = SAMPLE_RATE) -> list[dict[str, Any]]:
+def summarize_streaming(profile: dict[str, Any], sample_rate: int) -> list[dict[str, Any]]:
     """Per experiment (concurrency): TTFA, gaps, underruns, RTF, audio seconds per second."""
     rows = []
     for exp in profile.get("experiments", []):
@@ -220,13 +223,13 @@ def cmd_speech(ns: argparse.Namespace) -> int:
         ],
         out / f"{name}.log", ns.stages,
     )
-    rows = summarize_streaming(json.loads(profile_path.read_text()))
+    rows = summarize_streaming(json.loads(profile_path.read_text()), _sample_rate(ns))
     write_summary(out, name, rows)
     print(json.dumps(rows, indent=2))
     return 0
 
 
-def code2wav_input_data(frames: list[int], state_size: int, groups: int = 16) -> dict[str, Any]:
+def code2wav_input_data(frames: list[int], state_size: int, groups: int) -> dict[str, Any]:
     data = []
     for f in frames:
         codes = (np.arange(f * groups, dtype=np.int64) % 64).tolist()
@@ -240,16 +243,52 @@ def code2wav_input_data(frames: list[int], state_size: int, groups: int = 16) ->
     return {"data": data}
 
 
+def served_config(url: str, model: str) -> Any:
+    """A served model's config (model_config_pb2.ModelConfig); None when the server cannot tell."""
+    import tritonclient.grpc as grpcclient
+
+    try:
+        client = grpcclient.InferenceServerClient(url)
+        config = client.get_model_config(model).config
+        client.close()
+    except Exception:  # an unreachable server or unknown model: perf_analyzer reports it
+        return None
+    return config
+
+
+def served_artifacts(url: str, model: str) -> Path | None:
+    """The `artifacts_dir` parameter of a served model, when that directory is readable here."""
+    config = served_config(url, model)
+    params = config.parameters if config is not None else {}
+    path = Path(params["artifacts_dir"].string_value) if "artifacts_dir" in params else None
+    return path if path is not None and path.is_dir() else None
+
+
+def _manifest(ns: argparse.Namespace) -> Any:
+    """The served export's manifest: --artifacts-dir, else the served model's artifacts_dir."""
+    from ttscore.contract.manifest import read_manifest
+
+    artifacts = getattr(ns, "artifacts_dir", None) or served_artifacts(ns.url, ns.model)
+    if not artifacts:
+        raise SystemExit("give --artifacts-dir: the served export, whose manifest.json has the sample rate and frame size")
+    ns.artifacts_dir = str(artifacts)
+    return read_manifest(artifacts)
+
+
+def _sample_rate(ns: argparse.Namespace) -> int:
+    rate = getattr(ns, "sample_rate", None) or _manifest(ns).sample_rate
+    if not rate:
+        raise SystemExit(f"{ns.artifacts_dir}/manifest.json has no sample_rate: re-export")
+    return int(rate)
+
+
 def _state_size(ns: argparse.Namespace) -> int:
     if ns.state_size:
         return int(ns.state_size)
-    if ns.artifacts_dir:
-        from ttscore.contract.manifest import read_manifest
-
-        size = read_manifest(ns.artifacts_dir).code2wav_state_size
-        if size is not None:
-            return size
-    raise SystemExit("give --state-size or --artifacts-dir (its manifest.json has code2wav.state_size)")
+    size = _manifest(ns).code2wav_state_size
+    if size is None:
+        raise SystemExit("give --state-size or --artifacts-dir (its manifest.json has code2wav.state_size)")
+    return int(size)
 
 
 def cmd_code2wav(ns: argparse.Namespace) -> int:
@@ -257,10 +296,20 @@ def cmd_code2wav(ns: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     scenario = json.loads(Path(ns.scenario).read_text())
     state_size = _state_size(ns)
+    manifest = _manifest(ns)
+    # Codes per frame: the served model's `codes` input [frames, groups] says it exactly.
+    config = served_config(ns.url, ns.model)
+    dims = next((list(t.dims) for t in config.input if t.name == "codes"), []) if config is not None else []
+    groups = dims[-1] if dims and dims[-1] > 0 else manifest.num_code_groups
+    if not groups:
+        raise SystemExit(f"cannot tell the code groups of {ns.model} (its config, {ns.artifacts_dir}/manifest.json)")
+    # Audio per frame from the manifest (a partial, vocoder-only export has none: no audio rate then).
+    frame_seconds = (manifest.samples_per_frame / manifest.sample_rate
+                     if manifest.samples_per_frame and manifest.sample_rate else None)
     rows: list[dict[str, Any]] = []
     for frames in scenario["frames"]:
         data_path = out / f"code2wav_f{frames}.input.json"
-        data_path.write_text(json.dumps(code2wav_input_data([frames], state_size)))
+        data_path.write_text(json.dumps(code2wav_input_data([frames], state_size, groups)))
         for batch in [int(b) for b in ns.batch_sizes.split(",")]:
             name = f"code2wav_f{frames}_b{batch}"
             run_perf_analyzer(
@@ -281,7 +330,7 @@ def cmd_code2wav(ns: argparse.Namespace) -> int:
                         "batch_size": batch,
                         "concurrency": int(r["Concurrency"]),
                         "inferences_per_second": ips,  # rows (batch elements) per second
-                        "audio_seconds_per_second": round(ips * frames * 1920 / SAMPLE_RATE, 3),
+                        "audio_seconds_per_second": round(ips * frames * frame_seconds, 3) if frame_seconds else None,
                         "latency_ms": {
                             k: round(float(r[f"{k} latency"]) / 1000, 3) for k in ("p50", "p95", "p99")
                         },
@@ -369,6 +418,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_quiet(s)
     speech = sub.choices["speech"]
     speech.add_argument("--model", default="speech_generation")
+    speech.add_argument("--artifacts-dir", help="the served export (default: the served model's, if readable here)")
+    speech.add_argument("--sample-rate", type=int, help="instead of --artifacts-dir")
     speech.add_argument("--input-data", default=str(DATA_DIR / "speech_generation.json"))
     c2w = sub.choices["code2wav"]
     c2w.add_argument("--model", default="code2wav")

@@ -42,25 +42,26 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def offline(artifacts: Path, n: int, frames: int, threads: int) -> dict:
+    from ttscore.contract.manifest import read_manifest
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
-    from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+    from ttscore.tools.bench import common
 
-    pipe = Pipeline.load(artifacts, threads=threads)
-    speaker = sorted(pipe.info.speakers)[0]
+    manifest = read_manifest(artifacts)
+    family, speaker, rate = manifest.family, common.first_speaker(manifest), common.sample_rate(manifest)
+    pipe = common.load_model(artifacts, threads=threads)
     gen = Generator(pipe, max_batch=1)
-    list(gen.synthesize(SynthesisRequest(text="warm up", speaker=speaker, max_new_tokens=2)))
+    list(gen.synthesize(common.request(family, text="warm up", speaker=speaker, max_new_tokens=2)))
     ttfa, audio = [], 0.0
     t0 = time.perf_counter()
     for i in range(n):
-        req = SynthesisRequest(text=TEXTS[i % len(TEXTS)], speaker=speaker, max_new_tokens=frames,
-                               do_sample=False, subtalker_do_sample=False)
+        req = common.request(family, text=TEXTS[i % len(TEXTS)], speaker=speaker, max_new_tokens=frames,
+                             do_sample=False, subtalker_do_sample=False)
         ts = time.perf_counter()
         first = None
         for ev in gen.synthesize(req):
             if first is None and ev.pcm.size:
                 first = time.perf_counter() - ts
-            audio += ev.pcm.size / pipe.info.sample_rate
+            audio += ev.pcm.size / rate
         ttfa.append(first or float("nan"))
     wall = time.perf_counter() - t0
     return {"requests": n, "audio_s": round(audio, 2), "wall_s": round(wall, 2),
@@ -68,16 +69,16 @@ def offline(artifacts: Path, n: int, frames: int, threads: int) -> dict:
             "ttfa_p95_s": round(pct(ttfa, 95), 3)}
 
 
-def one_stream(url: str, model: str, text: str, speaker: str, frames: int, out: dict) -> None:
+def one_stream(url: str, model: str, family: str, text: str, speaker: str | None, frames: int, out: dict) -> None:
     import tritonclient.grpc as grpcclient
 
-    from ttscore.contract import tensors as triton_io
+    from ttscore.tools.bench import common
 
     q: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
     client.start_stream(callback=lambda result, error: q.put((result, error, time.perf_counter())))
-    tensors = triton_io.request_tensors(text=text, speaker=speaker, max_new_tokens=frames,
-                                        do_sample=False, subtalker_do_sample=False)
+    tensors = common.wire_inputs(family, text=text, speaker=speaker, max_new_tokens=frames,
+                                 do_sample=False, subtalker_do_sample=False)
     dtypes = {"int64": "INT64", "int32": "INT32", "float32": "FP32", "bool": "BOOL", "object": "BYTES"}
     inputs = []
     for name, arr in tensors.items():
@@ -104,14 +105,15 @@ def one_stream(url: str, model: str, text: str, speaker: str, frames: int, out: 
                gaps=list(np.diff(stamps)) if len(stamps) > 1 else [], end=time.perf_counter())
 
 
-def triton_level(url: str, model: str, speaker: str, concurrency: int, frames: int, waves: int) -> dict:
+def triton_level(url: str, model: str, family: str, speaker: str | None, rate: int, concurrency: int, frames: int,
+                 waves: int) -> dict:
     n = concurrency * waves
     results: list[dict] = [{} for _ in range(n)]
     sem = threading.Semaphore(concurrency)
 
     def run(i: int) -> None:
         with sem:
-            one_stream(url, model, TEXTS[i % len(TEXTS)], speaker, frames, results[i])
+            one_stream(url, model, family, TEXTS[i % len(TEXTS)], speaker, frames, results[i])
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
@@ -121,7 +123,7 @@ def triton_level(url: str, model: str, speaker: str, concurrency: int, frames: i
         t.join()
     wall = time.perf_counter() - t0
     errors = [r["error"] for r in results if r.get("error")]
-    audio = sum(r.get("samples", 0) for r in results) / 24000
+    audio = sum(r.get("samples", 0) for r in results) / rate
     ttfa = [r["ttfa"] for r in results if not r.get("error")]
     gaps = [g for r in results for g in r.get("gaps", [])]
     return {"concurrency": concurrency, "requests": n, "errors": len(errors), "audio_s": round(audio, 2),
@@ -146,11 +148,12 @@ def main() -> None:
     from ttscore.backend import repository
     from ttscore.backend.launcher import TritonServer
     from ttscore.contract.manifest import read_manifest
+    from ttscore.tools.bench import common
     from ttscore.tools.serve import Served, plan_deployment
 
     art = Path(args.artifacts).resolve()
     manifest = read_manifest(art)
-    speaker = sorted(manifest.speakers)[0]
+    family, speaker, rate = manifest.family, common.first_speaker(manifest), common.sample_rate(manifest)
     os.environ["TTS_ORT_THREADS"] = str(args.threads)
 
     result: dict = {"artifacts": str(art), "model_size": manifest.model_size,
@@ -172,10 +175,11 @@ def main() -> None:
         stages.stage("starting tritonserver")
         with TritonServer(repo, log_file=work / "tritonserver.log", ready_timeout_s=600) as server:
             stages.stage("warm-up")
-            one_stream(server.grpc_url, served[0].triton_model, "warm up", speaker, 2, {})
+            one_stream(server.grpc_url, served[0].triton_model, family, "warm up", speaker, 2, {})
             for c in args.concurrency:
                 stages.stage(f"triton concurrency {c}: {c * args.waves} requests")
-                lv = triton_level(server.grpc_url, served[0].triton_model, speaker, c, args.frames, args.waves)
+                lv = triton_level(server.grpc_url, served[0].triton_model, family, speaker, rate, c, args.frames,
+                                  args.waves)
                 lv["speedup_vs_offline_sequential"] = round(
                     lv["audio_s_per_s"] / result["offline_sequential"]["audio_s_per_s"], 2)
                 print(json.dumps(lv), flush=True)

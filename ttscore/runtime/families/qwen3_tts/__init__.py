@@ -11,9 +11,10 @@ from numpy.typing import NDArray
 from ttscore.contract import qwen3_tts
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.manifest import Manifest
+from ttscore.runtime.family import OfflineTools
 
 if TYPE_CHECKING:
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
 
 
 class Qwen3TTS:
@@ -22,15 +23,22 @@ class Qwen3TTS:
 
     def load(
         self, artifacts: Path, manifest: Manifest, *, threads: int | None, vocoder: bool, encoders: bool
-    ) -> Pipeline:
-        from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline  # onnxruntime
+    ) -> Qwen3TTSPipeline:
+        from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline  # onnxruntime
 
-        return Pipeline(artifacts, manifest, threads, vocoder=vocoder, encoders=encoders)
+        return Qwen3TTSPipeline(artifacts, manifest, threads, vocoder=vocoder, encoders=encoders)
+
+    @property
+    def offline(self) -> OfflineTools:
+        """What `say` and `precompute-voice` ask of the family (ttscore.runtime.family.OfflineTools)."""
+        from ttscore.runtime.families.qwen3_tts.offline import OFFLINE
+
+        return OFFLINE
 
     def request_from_tensors(self, tensors: Mapping[str, NDArray[Any]]) -> Any:
-        from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+        from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 
-        return SynthesisRequest(**triton_io.request_kwargs(tensors, self.name))
+        return Qwen3TTSRequest(**triton_io.request_kwargs(tensors, self.name))
 
 
 FAMILY = Qwen3TTS()

@@ -109,7 +109,7 @@ class TransformerDims:
 
 
 @dataclass(frozen=True)
-class CheckpointInfo:
+class Qwen3TTSInfo:
     """What serving needs to know about a checkpoint, parsed from its JSON files."""
 
     path: Path
@@ -147,6 +147,7 @@ class CheckpointInfo:
         return True
 
 
+
 def _dims(cfg: dict[str, Any], where: str) -> TransformerDims:
     try:
         hidden = int(cfg["hidden_size"])
@@ -174,7 +175,7 @@ def _codec_id(value: Any) -> int:
     return int(value)
 
 
-def read_checkpoint(path: str | Path, *, check_weights: bool = True) -> CheckpointInfo:
+def read_checkpoint(path: str | Path, *, check_weights: bool = True) -> Qwen3TTSInfo:
     """Validate the directory layout and parse the configs. Raises CheckpointError."""
     root = Path(path)
     if not root.is_dir():
@@ -203,7 +204,7 @@ def read_checkpoint(path: str | Path, *, check_weights: bool = True) -> Checkpoi
 
 def parse_configs(
     cfg: dict[str, Any], st_cfg: dict[str, Any], gen_cfg: dict[str, Any], root: Path
-) -> CheckpointInfo:
+) -> Qwen3TTSInfo:
     """Parse config.json, speech_tokenizer/config.json and generation_config.json contents."""
     if cfg.get("model_type") != "qwen3_tts":
         raise CheckpointError(
@@ -291,7 +292,7 @@ def parse_configs(
         raise CheckpointError(f"speech_tokenizer/config.json: bad field ({exc})") from None
 
     generation = {k: gen_cfg.get(k, v) for k, v in GENERATION_DEFAULTS.items()}
-    return CheckpointInfo(
+    return Qwen3TTSInfo(
         path=root,
         variant=variant,
         model_size=str(cfg.get("tts_model_size", "")),

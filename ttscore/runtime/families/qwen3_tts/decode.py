@@ -28,12 +28,12 @@ import numpy.typing as npt
 
 from ttscore.contract import qwen3_tts as spec
 from ttscore.runtime.families.qwen3_tts.prompt import Prompt, build_prompt
-from ttscore.runtime.families.qwen3_tts.request import ResolvedRequest, SynthesisRequest, resolve
+from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest, ResolvedRequest, resolve
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.sampling import process_logits_batch, sample
 
 if TYPE_CHECKING:
-    from ttscore.runtime.families.qwen3_tts.pipeline import Pipeline
+    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
 
 F32 = npt.NDArray[np.float32]
 GROWTH_BLOCK = 16  # positions added at least per capacity growth
@@ -127,7 +127,7 @@ class KVArena:
         self._alloc(self.k[0].shape[0], grown)
 
 
-def admit(p: Pipeline, request: SynthesisRequest) -> QwenSequence:
+def admit(p: Qwen3TTSPipeline, request: Qwen3TTSRequest) -> QwenSequence:
     """Resolve (InvalidRequest naming the field) and build the prompt; no model call."""
     info = p.info
     req = resolve(request, info)
@@ -150,7 +150,7 @@ def admit(p: Pipeline, request: SynthesisRequest) -> QwenSequence:
     )
 
 
-def prefill(p: Pipeline, work: list[tuple[QwenSequence, int]]) -> None:
+def prefill(p: Qwen3TTSPipeline, work: list[tuple[QwenSequence, int]]) -> None:
     """The next `n` prompt tokens of each sequence in ONE talker call (rows left-padded to the
     longest chunk). Sequences whose prompt completes sample code0 and get their first frame."""
     t = p.info.talker
@@ -196,7 +196,7 @@ def prefill(p: Pipeline, work: list[tuple[QwenSequence, int]]) -> None:
         _frame(p, seqs, out["logits"][done], out["hidden"][done])
 
 
-def step(p: Pipeline, batch: list[QwenSequence]) -> None:
+def step(p: Qwen3TTSPipeline, batch: list[QwenSequence]) -> None:
     """One frame for every sequence of the batch (prefilled, unfinished): talker, code0, code predictor."""
     t = p.info.talker
     arena = p.arena
@@ -229,7 +229,7 @@ def step(p: Pipeline, batch: list[QwenSequence]) -> None:
     _frame(p, batch, out["logits"][rows], out["hidden"][rows])
 
 
-def _frame(p: Pipeline, batch: list[QwenSequence], logits: F32, hidden: F32) -> None:
+def _frame(p: Qwen3TTSPipeline, batch: list[QwenSequence], logits: F32, hidden: F32) -> None:
     """Sample code0 from the talker's last logits, run the code predictor on the rows that did not
     stop, append their frames and prepare each row's next talker input."""
     eos = p.info.codec_ids["eos"]

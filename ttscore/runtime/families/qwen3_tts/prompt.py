@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
-from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo
+from ttscore.runtime.families.qwen3_tts.checkpoint import Qwen3TTSInfo
 from ttscore.runtime.families.qwen3_tts.request import ResolvedRequest
 from ttscore.runtime.families.qwen3_tts.tokenizer import (
     TextTokenizer,
@@ -49,7 +49,7 @@ class Prompt:
 
 
 def build_prompt(
-    req: ResolvedRequest, info: CheckpointInfo, tables: Tables, tokenizer: TextTokenizer
+    req: ResolvedRequest, info: Qwen3TTSInfo, tables: Tables, tokenizer: TextTokenizer
 ) -> Prompt:
     T = tables.text
     C = tables.codec

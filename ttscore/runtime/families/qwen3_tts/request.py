@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.qwen3_tts import MAX_TEXT_CHARS, RULES, VARIANTS
-from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo
+from ttscore.runtime.families.qwen3_tts.checkpoint import Qwen3TTSInfo
 
 TASK_TYPES = VARIANTS
 
@@ -23,7 +23,7 @@ TASK_TYPES = VARIANTS
 
 
 @dataclass
-class SynthesisRequest:
+class Qwen3TTSRequest:
     text: str
     task_type: str | None = None  # None: the checkpoint's own variant
     speaker: str | None = None
@@ -106,7 +106,7 @@ def _pick(value: object, default: object) -> object:
     return default if value is None else value
 
 
-def resolve(req: SynthesisRequest, info: CheckpointInfo) -> ResolvedRequest:
+def resolve(req: Qwen3TTSRequest, info: Qwen3TTSInfo) -> ResolvedRequest:
     text = req.text if isinstance(req.text, str) else None
     if text is None or not text.strip():
         raise InvalidRequest("input text must be a non-empty string", "input")

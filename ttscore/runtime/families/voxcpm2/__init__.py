@@ -12,6 +12,7 @@ from ttscore.contract import tensors as triton_io
 from ttscore.contract import voxcpm2
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
+from ttscore.runtime.family import OfflineTools
 
 if TYPE_CHECKING:
     from ttscore.runtime.families.voxcpm2.model import VoxCPM2Model
@@ -28,13 +29,20 @@ class VoxCPM2:
 
         return VoxCPM2Model(artifacts, manifest, threads, vocoder=vocoder, encoders=encoders)
 
+    @property
+    def offline(self) -> OfflineTools:
+        """What `say` and `precompute-voice` ask of the family (ttscore.runtime.family.OfflineTools)."""
+        from ttscore.runtime.families.voxcpm2.offline import OFFLINE
+
+        return OFFLINE
+
     def request_from_tensors(self, tensors: Mapping[str, NDArray[Any]]) -> Any:
         """The reference's prompt modes: `ref_patches` alone is "reference" (voice cloning from an
         isolated reference); `ref_text` with `prompt_patches` is "continuation" (the prompt audio
         that `ref_text` transcribes, audiovae_encoder's `prompt` padding), and with `ref_patches`
         too "ref_continuation" (the same or another clip as the reference). `ref_patches` + `ref_text`
         without `prompt_patches` is the continuation prompt as well (the patches are the prompt)."""
-        from ttscore.runtime.families.voxcpm2.model import VoxCPM2Request
+        from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
 
         kw = triton_io.request_kwargs(tensors, self.name)
         patches, ref_text = kw.pop("ref_patches", None), kw.pop("ref_text", None)

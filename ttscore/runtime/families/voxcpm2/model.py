@@ -15,7 +15,6 @@ optimization).
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,9 @@ from ttscore.contract import voxcpm2 as spec
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 from ttscore.contract.manifest import Manifest
 from ttscore.runtime.families.voxcpm2.checkpoint import VoxCPM2Info, parse_config
+from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
 from ttscore.runtime.families.voxcpm2.solver import SolveRow, solve
+from ttscore.runtime.families.voxcpm2.tokenizer import TextTokenizer
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.onnx import OnnxGraph
 from ttscore.runtime.vocoder import OrtVocoder
@@ -36,61 +37,6 @@ from ttscore.runtime.vocoder import OrtVocoder
 logger = logging.getLogger(__name__)
 
 F32 = npt.NDArray[np.float32]
-
-
-class TextTokenizer:
-    """The reference's text ids: `LlamaTokenizerFast.tokenize` (no special tokens), multi-character
-    CJK tokens split into characters (their "▁" dropped), ids with unknown -> unk."""
-
-    def __init__(self, directory: Path) -> None:
-        from tokenizers import Tokenizer
-
-        path = directory / "tokenizer.json"
-        if not path.is_file():
-            raise ArtifactError(f"missing {path}")
-        self.tok = Tokenizer.from_file(str(path))
-        cfg_path = directory / "tokenizer_config.json"
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
-        unk = cfg.get("unk_token", "<unk>")
-        unk = unk.get("content") if isinstance(unk, dict) else unk
-        unk_id = self.tok.token_to_id(unk) if unk else None
-        self.unk_id = unk_id
-        vocab = self.tok.get_vocab(with_added_tokens=True)
-        self.multichar = {t for t in vocab if len(t) >= 2 and all("\u4e00" <= c <= "\u9fff" for c in t)}
-
-    def tokens(self, text: str) -> list[str]:
-        out: list[str] = []
-        for token in self.tok.encode(text, add_special_tokens=False).tokens:
-            clean = token.replace("▁", "")
-            out.extend(list(clean) if clean in self.multichar else [token])
-        return out
-
-    def __call__(self, text: str) -> list[int]:
-        ids = []
-        for t in self.tokens(text):
-            i = self.tok.token_to_id(t)
-            if i is None:
-                if self.unk_id is None:
-                    raise InvalidRequest(f"the text has a character the tokenizer cannot encode: {t!r}", "input")
-                i = self.unk_id
-            ids.append(int(i))
-        return ids
-
-
-@dataclass
-class VoxCPM2Request:
-    """One synthesis request. Reference patches [T, P, D] come from `encode_reference`."""
-
-    text: str
-    ref_patches: F32 | None = None  # voice cloning: isolated reference (the reference's "reference" mode)
-    prompt_patches: F32 | None = None  # continuation: the prompt audio ...
-    prompt_text: str | None = None  # ... and its transcript
-    max_new_tokens: int | None = None  # patches; None: the reference's length cap
-    seed: int | None = None
-    inference_timesteps: int | None = None
-    cfg_value: float | None = None
-    initial_chunk_frames: int | None = None
-    chunk_frames: int | None = None
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Exported artifacts loaded for inference: ONNX Runtime sessions, embedding tables, tokenizer.
 
-Serving never imports torch: everything here is numpy + onnxruntime. `Pipeline.load` checks the
+Serving never imports torch: everything here is numpy + onnxruntime. `Qwen3TTSPipeline.load` checks the
 manifest first and fails with one clear message if anything is missing or stale.
 """
 
@@ -17,10 +17,10 @@ from ttscore.contract import qwen3_tts as spec
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 from ttscore.contract.manifest import Manifest, read_manifest
 from ttscore.runtime.families.qwen3_tts import decode
-from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo, parse_configs
+from ttscore.runtime.families.qwen3_tts.checkpoint import Qwen3TTSInfo, parse_configs
 from ttscore.runtime.families.qwen3_tts.decode import QwenSequence
 from ttscore.runtime.families.qwen3_tts.prompt import Tables
-from ttscore.runtime.families.qwen3_tts.request import SynthesisRequest
+from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 from ttscore.runtime.families.qwen3_tts.tokenizer import TextTokenizer, pretokenizer_regex
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.onnx import OnnxGraph
@@ -29,7 +29,7 @@ from ttscore.runtime.vocoder import OrtVocoder
 
 logger = logging.getLogger(__name__)
 
-class Pipeline:
+class Qwen3TTSPipeline:
     def __init__(
         self,
         artifacts: Path,
@@ -44,7 +44,7 @@ class Pipeline:
         self.artifacts = artifacts
         self.manifest = manifest
         cfg = manifest.configs
-        self.info: CheckpointInfo = parse_configs(
+        self.info: Qwen3TTSInfo = parse_configs(
             cfg["config.json"], cfg["speech_tokenizer/config.json"], cfg["generation_config.json"], artifacts
         )
         graphs = manifest.graphs
@@ -100,7 +100,7 @@ class Pipeline:
         """code2wav_stream's inputs (the code2wav model's too): codes [B, T, G], state, position."""
         return {"codes": frames.astype(np.int64, copy=False), "state": state, "position": position}
 
-    def admit(self, request: SynthesisRequest) -> QwenSequence:
+    def admit(self, request: Qwen3TTSRequest) -> QwenSequence:
         return decode.admit(self, request)
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
@@ -124,7 +124,7 @@ class Pipeline:
     @classmethod
     def load(
         cls, artifacts: str | Path, threads: int | None = None, *, vocoder: bool = True, encoders: bool = True
-    ) -> Pipeline:
+    ) -> Qwen3TTSPipeline:
         root = Path(artifacts)
         manifest = read_manifest(root)
         return cls(root, manifest, threads, vocoder=vocoder, encoders=encoders)

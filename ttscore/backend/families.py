@@ -1,0 +1,31 @@
+"""The model families the Triton side serves: the one registration point of a new family's glue.
+
+One line per built-in family, then the families of external packages (ttscore.contract.plugins).
+The renderer (ttscore.backend.repository) and the deployment planners ask this, never a family by name.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from ttscore.backend import qwen3_tts, voxcpm2
+from ttscore.backend.family import BackendFamily, TritonModel
+from ttscore.contract import plugins
+
+_FAMILIES: list[BackendFamily] = [
+    qwen3_tts.FAMILY,
+    voxcpm2.FAMILY,
+    *cast("list[BackendFamily]", plugins.layer_families("backend")),
+]
+FAMILIES: dict[str, BackendFamily] = {f.name: f for f in _FAMILIES}
+
+
+def family_of_model(model: str) -> BackendFamily | None:
+    """The family a (committed) Triton model belongs to; None for the shared ones (speech_generation)."""
+    return next((f for f in FAMILIES.values() if f.model(model) is not None), None)
+
+
+def triton_model(model: str) -> TritonModel | None:
+    """What a family declares of a committed Triton model; None for the shared ones."""
+    family = family_of_model(model)
+    return family.model(model) if family is not None else None
