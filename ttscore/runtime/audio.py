@@ -18,15 +18,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract.errors import AudioDecodeError, InvalidRequest
+from ttscore.contract.rules import RefAudioBounds
 from ttscore.contract.qwen3_tts import (
     MEL_BINS,
     MEL_HOP,
     MEL_N_FFT,
     MEL_WIN,
-    REF_AUDIO_MAX_RATE,
-    REF_AUDIO_MAX_SECONDS,
-    REF_AUDIO_MIN_RATE,
-    REF_AUDIO_MIN_SECONDS,
+    RULES,
     SAMPLE_RATE,
     SAMPLES_PER_FRAME,
 )
@@ -121,19 +119,20 @@ def pad_to_frames(audio: NDArray[Any], samples_per_frame: int = SAMPLES_PER_FRAM
 
 
 def check_reference(
-    audio: NDArray[Any], sample_rate: int, param: str = "ref_audio", rate_param: str | None = None
+    audio: NDArray[Any], sample_rate: int, param: str = "ref_audio", rate_param: str | None = None,
+    bounds: RefAudioBounds | None = None,
 ) -> NDArray[np.float32]:
-    """The server's bounds on any reference clip (every family): rate, duration, finite samples.
-    Returns it as flat float32; raises InvalidRequest(param=...)."""
+    """A family's bounds on a reference clip (its FamilyRules.ref_audio; default: the contract's
+    RefAudioBounds()): rate, duration, finite samples. Returns it as flat float32; raises
+    InvalidRequest(param=...)."""
+    b = bounds or RefAudioBounds()
     wav = np.asarray(audio, dtype=np.float32).reshape(-1)
-    if not REF_AUDIO_MIN_RATE <= int(sample_rate) <= REF_AUDIO_MAX_RATE:
-        raise InvalidRequest(
-            f"sample rate must be in [{REF_AUDIO_MIN_RATE}, {REF_AUDIO_MAX_RATE}], got {sample_rate}", rate_param or param
-        )
+    if not b.min_rate <= int(sample_rate) <= b.max_rate:
+        raise InvalidRequest(f"sample rate must be in [{b.min_rate}, {b.max_rate}], got {sample_rate}", rate_param or param)
     seconds = wav.size / sample_rate
-    if not REF_AUDIO_MIN_SECONDS <= seconds <= REF_AUDIO_MAX_SECONDS:
+    if not b.min_seconds <= seconds <= b.max_seconds:
         raise InvalidRequest(
-            f"reference audio must last {REF_AUDIO_MIN_SECONDS}-{REF_AUDIO_MAX_SECONDS:.0f} s, got {seconds:.2f} s",
+            f"reference audio must last {b.min_seconds}-{b.max_seconds:.0f} s, got {seconds:.2f} s",
             param,
         )
     if not np.all(np.isfinite(wav)):
@@ -152,6 +151,6 @@ def prepare_reference(
     speaker encoder). The audio is NOT padded: the speech-encoder graph takes any length and
     returns ceil(samples / 1920) frames, exactly like the reference `encode` (zero-padding first
     changes the last frame's codes). Raises InvalidRequest(param=...)."""
-    wav = check_reference(audio, sample_rate, param, rate_param)
+    wav = check_reference(audio, sample_rate, param, rate_param, RULES.ref_audio)
     wav24 = resample(wav, int(sample_rate), SAMPLE_RATE) if int(sample_rate) != SAMPLE_RATE else wav
     return wav24.astype(np.float32), np.asarray(log_mel(wav24, mel_filters), dtype=np.float32)
