@@ -38,13 +38,14 @@ from . import errors, playground
 from .aliases import AliasError
 from .auth import APIKeyMiddleware, APIKeys
 from .backend import InferenceBackend
+from .checkpoints import load_checkpoints
 from .drain import Drain, DrainMiddleware
 from .errors import APIError
 from .metrics import GatewayMetrics, MetricsMiddleware, trace_of
 from .planning import Deployment, VoiceResolver
 from .routers import REQUEST_ID_KEY, ClientDisconnected, router
 from .services import SpeechService, StreamAborted
-from .settings import Settings, SettingsError, load_checkpoints
+from .settings import Settings, SettingsError
 from .voice_registry import VoiceRegistry
 
 logger = logging.getLogger(__name__)

@@ -385,15 +385,8 @@ class TritonPool:
             finally:
                 ep.outstanding[model] -= 1
 
-    async def voice_features(self, model: str, audio: np.ndarray, sample_rate: int, request_id: str
-                             ) -> tuple[np.ndarray, np.ndarray]:
-        return await self._unary(model, request_id, "voice features",
-                                 lambda b: b.voice_features(model, audio, sample_rate, request_id))
-
-    async def reference_patches(self, model: str, audio: np.ndarray, sample_rate: int, prompt: bool,
-                                request_id: str) -> np.ndarray:
-        return await self._unary(model, request_id, "reference patches",
-                                 lambda b: b.reference_patches(model, audio, sample_rate, prompt, request_id))
+    async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
+        return await self._unary(model, request_id, "inference", lambda b: b.infer(model, inputs, request_id))
 
     async def _unary(self, model: str, request_id: str, what: str,
                      call: Callable[[InferenceBackend], Awaitable[T]]) -> T:

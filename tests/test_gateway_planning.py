@@ -11,9 +11,10 @@ import soundfile as sf
 from gateway_fixtures import fake_deployment
 
 from gateway import errors, refaudio
+from gateway.checkpoints import load_checkpoints
 from gateway.errors import APIError
 from gateway.planning import Deployment, SpeechFields, StoredVoice, merge_batch_item, plan_speech
-from gateway.settings import Settings, SettingsError, load_checkpoints
+from gateway.settings import Settings, SettingsError
 from ttscore.contract.errors import InvalidRequest
 
 pytestmark = pytest.mark.unit

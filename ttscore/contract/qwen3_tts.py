@@ -52,6 +52,7 @@ RULES = FamilyRules(
     ref_audio=RefAudioBounds(REF_AUDIO_MIN_RATE, REF_AUDIO_MAX_RATE, REF_AUDIO_MIN_SECONDS, REF_AUDIO_MAX_SECONDS),
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
+    variants=TASK_OF_VARIANT,
 )
 
 

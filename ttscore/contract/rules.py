@@ -73,6 +73,7 @@ class FamilyRules:
     ref_audio: RefAudioBounds = field(default_factory=RefAudioBounds)
     max_text_chars: int = 4096  # per generation
     sample_rate: int | None = None  # of the audio the family generates (the manifest's wins when it has one)
+    variants: Mapping[str, str] = field(default_factory=dict)  # checkpoint variant (manifest) -> its task
 
     @property
     def name(self) -> str:

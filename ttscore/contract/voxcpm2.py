@@ -82,6 +82,7 @@ RULES = FamilyRules(
     ref_audio=REF_AUDIO,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
+    variants={"base": TASK},
 )
 
 

@@ -18,7 +18,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract.errors import AudioDecodeError, InvalidRequest
-from ttscore.contract.rules import RefAudioBounds
 from ttscore.contract.qwen3_tts import (
     MEL_BINS,
     MEL_HOP,
@@ -28,6 +27,7 @@ from ttscore.contract.qwen3_tts import (
     SAMPLE_RATE,
     SAMPLES_PER_FRAME,
 )
+from ttscore.contract.rules import RefAudioBounds
 
 _PARAM = "ref_audio"
 
