@@ -201,6 +201,7 @@ def create_app(
     except AliasError as exc:
         raise SettingsError(str(exc)) from None
     factory = backend_factory or _triton_backend
+    served_families = ", ".join(dict.fromkeys(c.rules.name for c in checkpoints))
     served = voices  # (narrowed for the closure below)
 
     def resolve_model(model: str) -> str | None:
@@ -241,7 +242,7 @@ def create_app(
     app = FastAPI(
         title="Triton TTS Speech API",
         version="1.0",
-        summary="OpenAI-compatible speech generation (Qwen3-TTS on NVIDIA Triton)",
+        summary=f"OpenAI-compatible speech generation ({served_families} on NVIDIA Triton)",
         lifespan=lifespan,
     )
     app.state.settings = settings

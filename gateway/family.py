@@ -17,7 +17,7 @@ carries as `rules`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -66,6 +66,7 @@ class FamilyAdapter(Protocol):
     # served Base checkpoint of the family) and keeps them in its FeatureCache; False, they are
     # computed at upload for every served checkpoint and prompt mode (gateway.voice_registry).
     caches_voice_features: bool
+    voice_aliases: dict[str, str]  # default OpenAI voice name -> preset speaker (gateway.aliases)
 
     def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
         """Facts of a checkpoint this adapter needs later (ServedCheckpoint.facts)."""
@@ -114,4 +115,13 @@ class FamilyAdapter(Protocol):
         ...
 
 
-__all__ = ["FamilyAdapter", "FeatureEnv", "audio_key"]
+def default_voice_aliases(adapters: Iterable[FamilyAdapter]) -> dict[str, str]:
+    """The default voice aliases of the served families (the first family's wins a shared name)."""
+    out: dict[str, str] = {}
+    for adapter in adapters:
+        for alias, speaker in adapter.voice_aliases.items():
+            out.setdefault(alias, speaker)
+    return out
+
+
+__all__ = ["FamilyAdapter", "FeatureEnv", "audio_key", "default_voice_aliases"]

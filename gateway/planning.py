@@ -23,6 +23,7 @@ import numpy as np
 from . import encoding
 from .aliases import DEFAULT_MODEL_ALIASES, effective_voice_aliases
 from .errors import APIError, bad_request, model_not_found
+from .family import default_voice_aliases
 from .settings import DEFAULT_MAX_INPUT_CHARS, DEFAULT_SEGMENT_CHARS
 
 if TYPE_CHECKING:
@@ -205,7 +206,8 @@ class Deployment:
         self.voices: VoiceResolver = voices or NoStoredVoices()
         self.model_aliases: dict[str, str | None] = dict(DEFAULT_MODEL_ALIASES if model_aliases is None
                                                          else model_aliases)
-        self.voice_aliases: dict[str, str] = effective_voice_aliases(voice_aliases, self.builtin_voices())
+        defaults = default_voice_aliases(dict.fromkeys(c.adapter for c in self.checkpoints))
+        self.voice_aliases: dict[str, str] = effective_voice_aliases(voice_aliases, self.builtin_voices(), defaults)
         self.max_input_chars = max_input_chars
         self.segment_chars = segment_chars
 

@@ -39,7 +39,7 @@ from .aliases import AliasError, effective_voice_aliases
 from .backend import INVALID_ARG, BackendError, InferenceBackend
 from .checkpoints import ServedCheckpoint
 from .families import ADAPTERS
-from .family import FamilyAdapter
+from .family import FamilyAdapter, default_voice_aliases
 from .planning import StoredVoice
 from .settings import Settings, SettingsError
 from .voices import (
@@ -125,7 +125,8 @@ class VoiceRegistry:
                 logger.warning("%s precomputed voices are loaded but no %s Base checkpoint is served: "
                                "they cannot be spoken", name, name)
         try:  # OpenAI voice names are reserved like built-ins, so an upload never shadows an alias
-            aliases = effective_voice_aliases(settings.voice_aliases, self.builtin)
+            aliases = effective_voice_aliases(settings.voice_aliases, self.builtin,
+                                              default_voice_aliases(dict.fromkeys(c.adapter for c in checkpoints)))
         except AliasError as exc:
             raise SettingsError(str(exc)) from None
         reserved = [*self.builtin, *aliases, *(v.name for v in self.precomputed.values())]

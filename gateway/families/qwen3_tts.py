@@ -50,6 +50,24 @@ if TYPE_CHECKING:
 
 Features = tuple[np.ndarray, "np.ndarray | None"]  # (x_vector, ref_codes)
 
+# OpenAI's voices -> CustomVoice presets, matched by their published descriptions (gender, register,
+# character); `alloy`, OpenAI's usual default, lands on the family's default voice (gateway.aliases).
+VOICE_ALIASES: dict[str, str] = {
+    "alloy": "vivian",  # neutral, the default voice  -> the server's default voice
+    "ash": "dylan",  # young male                     -> youthful male
+    "ballad": "eric",  # expressive male               -> lively male
+    "cedar": "aiden",  # natural male                  -> clear American male
+    "coral": "sohee",  # warm female                   -> warm female
+    "echo": "ryan",  # male                            -> dynamic English male
+    "fable": "aiden",  # expressive narrator (male)    -> clear American male
+    "marin": "vivian",  # bright female                -> bright young female
+    "nova": "ono_anna",  # young, energetic female     -> playful young female
+    "onyx": "uncle_fu",  # deep male                   -> low, mellow male
+    "sage": "serena",  # calm female                   -> gentle female
+    "shimmer": "serena",  # soft, warm female          -> warm, gentle female
+    "verse": "ryan",  # versatile male                 -> dynamic male
+}
+
 
 async def voice_features(backend: InferenceBackend, model: str, audio: np.ndarray, sample_rate: int,
                          request_id: str) -> tuple[np.ndarray, np.ndarray]:
@@ -75,6 +93,7 @@ class Qwen3TTSAdapter:
     default_task = "CustomVoice"
     # Uploaded voices: x-vector and codes computed by the voice store at upload, kept in its FeatureCache.
     caches_voice_features = True
+    voice_aliases = VOICE_ALIASES
 
     def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
         return {}

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ..checkpoints import ServedCheckpoint
 
 Features = tuple[np.ndarray, "np.ndarray | None"]  # (ref_patches, prompt_patches)
+VOICE_ALIASES: dict[str, str] = {}  # no preset speakers for OpenAI's voice names
 
 
 async def reference_patches(backend: InferenceBackend, model: str, audio: np.ndarray, sample_rate: int,
@@ -82,6 +83,7 @@ class VoxCPM2Adapter:
     default_task = voxcpm2.TASK
     # Uploaded voices: latent patches computed at upload through every served checkpoint's encoder.
     caches_voice_features = False
+    voice_aliases = VOICE_ALIASES
 
     def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
         """What precomputed voices are checked against: the patch shape and the AudioVAE checksum."""
