@@ -487,8 +487,7 @@ def pool_from_settings(settings: Settings, make_backend: Callable[[str], Inferen
     if settings.health_interval_s > 0:
         def factory(backend: InferenceBackend, inflight: InflightStreams) -> HealthMonitor | None:
             return HealthMonitor(
-                backend, models, inflight, interval_s=settings.health_interval_s,
-                probe_timeout_s=settings.health_probe_timeout_s, reload=settings.health_reload,
+                backend, models, inflight, probe_timeout_s=settings.health_probe_timeout_s, reload=settings.health_reload,
                 reload_timeout_s=settings.health_reload_timeout_s, backoff_max_s=settings.health_backoff_max_s,
             )
     # The health monitor's own interval is the round of each endpoint here.

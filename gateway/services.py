@@ -6,9 +6,9 @@
   proper 4xx/5xx; after that, failures go in-band (SSE `speech.audio.error`) or cut the body.
 - `batch`: items planned and run concurrently, each with its own result or error.
 - Readiness: Triton and every model the deployment needs, cached briefly while healthy, and never
-  while the health monitor (gateway.monitor) holds one of them broken.
-- Faults and time limits: each Triton stream is registered with the models it needs, so a model
-  that breaks ends it at once (gateway.health), and waits on Triton are bounded (gateway.deadline).
+  while no endpoint can serve one of them (the endpoints' health monitors, gateway.pool).
+- Faults and time limits: the backend (gateway.pool) ends a stream whose model breaks (gateway.health),
+  and waits on Triton are bounded here (gateway.deadline).
 
 Closing a generator here closes the backend stream, which cancels the request in Triton: every
 consumer uses `aclosing`, and `AudioStream.aclose` covers a response that never started.
@@ -40,9 +40,7 @@ from .backend import DEADLINE_EXCEEDED, UNAVAILABLE, BackendError, InferenceBack
 from .checkpoints import ServedCheckpoint
 from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
-from .health import InflightStreams
 from .metrics import GatewayMetrics, RequestTrace
-from .monitor import HealthMonitor
 from .planning import Deployment, SpeechFields, SpeechPlan, merge_batch_item, plan_speech
 from .settings import Settings
 from .usage import Usage
@@ -217,20 +215,11 @@ class SpeechService:
         self.ref_settings = ref_audio_settings(settings)
         self.created = int(time.time())
         needed = settings.triton_models()
-        self.inflight = InflightStreams()
-        self.monitor: HealthMonitor | None = None
-        # A backend over several endpoints (gateway.pool) watches each endpoint itself and says
-        # which models none of them can serve.
+        # The backend over the endpoints (gateway.pool) watches each endpoint with its health monitor
+        # and says which models none of them can serve.
         pooled: Callable[[], dict[str, str]] | None = getattr(backend, "unusable", None)
         self.endpoints: Callable[[], dict[str, dict[str, Any]]] | None = getattr(backend, "endpoint_status", None)
-        if settings.health_interval_s > 0 and pooled is None:  # started and stopped by the app's lifespan
-            self.monitor = HealthMonitor(
-                backend, needed, self.inflight, interval_s=settings.health_interval_s,
-                probe_timeout_s=settings.health_probe_timeout_s, reload=settings.health_reload,
-                reload_timeout_s=settings.health_reload_timeout_s, backoff_max_s=settings.health_backoff_max_s,
-            )
-        self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s,
-                                          pooled or (self.monitor.unusable if self.monitor else None))
+        self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s, pooled)
         # Features of inline reference audio, keyed by its decoded content: a batch or a client that
         # repeats one ref_audio runs the voice_features ensemble once (fetching/decoding still happens).
         self._ref_features: OrderedDict[tuple[str, int, str], asyncio.Future[Any]] = OrderedDict()
@@ -298,23 +287,21 @@ class SpeechService:
         inputs = plan.generation_inputs(segment, features)
         model = plan.checkpoint.triton_model
         stream = self.backend.stream_speech(model, inputs, request_id)
-        # A shared vocoder (readiness_models: code2wav over BLS) breaks this stream as much as its own model.
-        with self.inflight.open((model, *self.settings.readiness_models)) as ticket:
-            try:
-                async with aclosing(stream):
-                    streaming = False
-                    while True:
-                        limit, which = deadline.wait_limit(time.monotonic(), streaming)
-                        try:
-                            chunk = await next_within(stream, limit, ticket.aborted)
-                        except asyncio.TimeoutError:
-                            raise BackendError(DEADLINE_EXCEEDED, deadline.message(which)) from None
-                        if chunk is END:
-                            break
-                        streaming = True
-                        yield chunk
-            except BackendError as exc:
-                raise self._api_error(exc, request_id) from None
+        try:
+            async with aclosing(stream):
+                streaming = False
+                while True:
+                    limit, which = deadline.wait_limit(time.monotonic(), streaming)
+                    try:
+                        chunk = await next_within(stream, limit)
+                    except asyncio.TimeoutError:
+                        raise BackendError(DEADLINE_EXCEEDED, deadline.message(which)) from None
+                    if chunk is END:
+                        break
+                    streaming = True
+                    yield chunk
+        except BackendError as exc:
+            raise self._api_error(exc, request_id) from None
 
     def _segments(self, plan: SpeechPlan, request_id: str, features: Features | None
                   ) -> AsyncGenerator[SpeechChunk, None]:

@@ -60,8 +60,10 @@ NAMES = {"custom_voice": "tiny-custom-voice", "voice_design": "tiny-voice-design
 
 def fake_deployment(root: Path, variants: tuple[str, ...] = ("custom_voice", "voice_design", "base"),
                     **settings: Any) -> Settings:
-    """Settings over hand-written manifests; uploaded voices go to `root/speakers` unless given."""
+    """Settings over hand-written manifests; uploaded voices go to `root/speakers` unless given. The
+    endpoint "fake:0" is not a host to resolve: the app's pool (gateway.pool) takes it as it is."""
     settings.setdefault("speaker_samples_dir", str(root / "speakers"))
+    settings.setdefault("triton_resolve_interval_s", 0)
     models = []
     for variant in variants:
         art = root / f"art-{variant}"
@@ -74,7 +76,8 @@ def fake_deployment(root: Path, variants: tuple[str, ...] = ("custom_voice", "vo
             "voice_features_model": "voice_features" if variant == "base" else None,
             "artifacts_dir": str(art),
         })
-    return Settings.from_dict({"triton_url": "fake:0", "models": models, **settings})
+    endpoint = {} if "triton_urls" in settings else {"triton_url": "fake:0"}
+    return Settings.from_dict({**endpoint, "models": models, **settings})
 
 
 def fake_audio(frames: int, start: int = 0) -> np.ndarray:

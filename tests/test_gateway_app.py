@@ -420,7 +420,7 @@ def start_gateway_with(settings, fake, port):
     import gateway.app as app_module
 
     original = app_module._triton_backend
-    app_module._triton_backend = lambda s: fake
+    app_module._triton_backend = lambda s: (lambda url: fake)  # every endpoint's client
     try:
         return start_gateway(settings, port)
     finally:

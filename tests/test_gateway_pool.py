@@ -414,17 +414,14 @@ def test_one_endpoint_reports_its_monitor_verdicts_unchanged():
 
 
 def app_over_pool(tmp_path, fakes: dict[str, Endpoint]):
-    settings = fake_deployment(tmp_path, ("custom_voice",), health_interval_s=0)
+    settings = fake_deployment(tmp_path, ("custom_voice",), health_interval_s=0,
+                               triton_urls=["10.0.0.1:8001", "10.0.0.2:8001"])
 
-    def factory(s: Settings) -> TritonPool:
-        def backend(url: str) -> Endpoint:
-            fakes[url] = Endpoint()
-            return fakes[url]
+    def backend(url: str) -> Endpoint:
+        fakes[url] = Endpoint()
+        return fakes[url]
 
-        return TritonPool([Target("10.0.0.1", 8001), Target("10.0.0.2", 8001)], backend,
-                          models=s.triton_models())
-
-    return TestClient(create_app(settings, backend_factory=factory), raise_server_exceptions=False)
+    return TestClient(create_app(settings, backend_factory=backend), raise_server_exceptions=False)
 
 
 def test_app_ready_metrics_and_failover(tmp_path):
