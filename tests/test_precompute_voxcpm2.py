@@ -21,7 +21,8 @@ from gateway.voices.precomputed import load_precomputed_voices
 from ttscore.contract import tensors as triton_io
 from ttscore.contract import voxcpm2
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile, write_voxcpm2_profile
+from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile
+from ttscore.contract.voxcpm2_voicefile import write_voxcpm2_profile
 from ttscore.runtime.families import FAMILIES
 from ttscore.tools.precompute import add_precompute_parser, precompute_voxcpm2_voice
 

@@ -24,7 +24,7 @@ from ttscore.contract import families, voxcpm2
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
-from ttscore.contract.voicefile import PROMPT_PATCHES, REF_PATCHES
+from ttscore.contract.voxcpm2 import PROMPT_PATCHES, REF_PATCHES
 
 from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
 from ..errors import bad_request, from_invalid_request

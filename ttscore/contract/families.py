@@ -11,7 +11,7 @@ from functools import reduce
 from ttscore.contract import plugins, qwen3_tts, voxcpm2
 from ttscore.contract.rules import FamilyRules, RefAudioBounds
 
-__all__ = ["DISPLAY_NAMES", "RULES", "UNSUPPORTED_FIELDS", "VARIANTS", "FamilyRules", "display_name", "field_range",
+__all__ = ["DEFAULT_VOICE_MODEL_TYPE", "DISPLAY_NAMES", "RULES", "UNSUPPORTED_FIELDS", "VARIANTS", "FamilyRules", "display_name", "field_range",
            "ref_audio_bounds", "rules_of"]
 
 
@@ -31,6 +31,9 @@ RULES: dict[str, FamilyRules] = {r.family: r for r in (
 # Speech API fields a family does not take: a request giving one is refused (400 naming it).
 UNSUPPORTED_FIELDS: dict[str, tuple[str, ...]] = {f: r.unsupported for f, r in RULES.items()}
 DISPLAY_NAMES: dict[str, str] = {f: r.name for f, r in RULES.items()}
+# The family of a voices-manifest entry that names none (vllm-omni's custom-voice schema: its
+# manifests are Qwen3-TTS ones; ttscore.contract.voicefile).
+DEFAULT_VOICE_MODEL_TYPE = qwen3_tts.FAMILY
 # Every checkpoint variant some family has (a deployment names one per served checkpoint).
 VARIANTS: tuple[str, ...] = tuple(dict.fromkeys(v for r in RULES.values() for v in r.variants))
 

@@ -50,6 +50,9 @@ MODES = ("zero_shot", "reference", "continuation", "ref_continuation")
 # checksum of the checkpoint's audiovae.safetensors).
 PROFILE_MODES = ("reference", "continuation", "ref_continuation")
 AUDIOVAE_FILE = "audiovae.safetensors"
+# A profile's tensors: the isolated reference (right-padded) and the continuation prompt (left-padded).
+REF_PATCHES = "ref_patches"
+PROMPT_PATCHES = "prompt_patches"
 
 
 def patch_shape(config: dict[str, object]) -> tuple[int, int]:
