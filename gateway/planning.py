@@ -39,9 +39,11 @@ STREAMABLE_FORMATS = ("pcm", "wav")
 
 @dataclass
 class SpeechFields:
-    """The request fields of POST /v1/audio/speech (None = not given)."""
+    """The request fields of POST /v1/audio/speech (None = not given), as the protocol models typed
+    them (gateway.protocol: the single request, batch items over the batch defaults, a WebSocket
+    session's config): planning checks what they mean, never their types again."""
 
-    input: Any = None
+    input: str | None = None
     model: str | None = None
     voice: str | None = None
     response_format: str | None = None
@@ -66,55 +68,29 @@ class SpeechFields:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-# Fields a batch request may set for all items and an item may override (spec, batch section).
-BATCH_DEFAULT_FIELDS = (
-    "voice", "response_format", "speed", "task_type", "language", "instructions", "ref_audio", "ref_text",
-    "max_new_tokens", "non_streaming_mode", "sample_rate", "x_vector_only_mode", "seed", "initial_codec_chunk_frames",
-)
+# --- stored voices (uploads / precomputed) ---------------------------------------------------------
 
 
-def merge_batch_item(defaults: dict[str, Any], item: dict[str, Any], model: str | None) -> SpeechFields:
-    """An item's fields over the batch-level defaults (an item's explicit value wins, None inherits)."""
-    merged: dict[str, Any] = {"input": item.get("input"), "model": model}
-    for name in BATCH_DEFAULT_FIELDS:
-        value = item.get(name)
-        merged[name] = defaults.get(name) if value is None else value
-    return SpeechFields.from_mapping(merged)
-
-
-# --- stored voices (uploads / precomputed; the voices issue fills this in) -----------------------
-
-
-FeaturesFn = Callable[[bool], Awaitable[tuple[np.ndarray, "np.ndarray | None"]]]
-PatchesFn = Callable[[str, bool], Awaitable[np.ndarray]]  # (encoder model, prompt) -> latent patches
+FeaturesFn = Callable[[bool], Awaitable[Any]]  # (x_vector_only) -> the voice's cached features
+ModelFeaturesFn = Callable[[str, bool], Awaitable[Any]]  # (feature model, prompt) -> its features there
 
 
 @dataclass(frozen=True)
 class StoredVoice:
-    """An uploaded or precomputed voice: always a Base voice-cloning input.
-
-    The services take its features from the first of: `features(x_vector_only)` (e.g. the voice
-    store's cached computation), precomputed `x_vector` (+ `ref_codes` for in-context cloning), or
-    `audio` run through the voice_features model."""
+    """An uploaded or precomputed voice: always a Base voice-cloning input. Which of its parts a
+    request uses, and how, is the family adapter's (gateway.family: `reference_features`)."""
 
     name: str
-    ref_text: str | None = None  # stored transcript; without one the voice clones from its x-vector only
+    ref_text: str | None = None  # stored transcript
     audio: np.ndarray | None = None  # float32 mono reference clip
     sample_rate: int | None = None
-    x_vector: np.ndarray | None = None
-    ref_codes: np.ndarray | None = None
-    features: FeaturesFn | None = None
-    patches: PatchesFn | None = None  # VoxCPM2: its latent patches, computed once (at upload) and cached
-    # Precomputed voices (custom_voice_dir) are made for one family (None: an upload, any family) and,
-    # VoxCPM2, for the served checkpoints whose AudioVAE made its patches (None: not checked).
+    features: FeaturesFn | None = None  # an upload's features, cached per voice (gateway.voices.FeatureCache)
+    model_features: ModelFeaturesFn | None = None  # an upload's features through one model, computed at upload
+    # Precomputed voices (custom_voice_dir) are made for one family (None: an upload, any family) and
+    # may fit only some of its served checkpoints (None: not checked).
     family: str | None = None
     models: tuple[str, ...] | None = None
-    ref_patches: np.ndarray | None = None  # VoxCPM2 precomputed: the isolated reference [T, P, D]
-    prompt_patches: np.ndarray | None = None  # ... and the continuation prompt `ref_text` transcribes
-
-    @property
-    def precomputed_patches(self) -> bool:
-        return self.ref_patches is not None or self.prompt_patches is not None
+    precomputed: Any = None  # a precomputed voice's features, as its family's adapter reads them
 
 
 class VoiceResolver(Protocol):
@@ -255,23 +231,16 @@ class Deployment:
 # --- validation helpers ----------------------------------------------------------------------------
 
 
-def text_field(value: Any, param: str, limit: int, *, required: bool = False,
+def text_field(value: str | None, param: str, limit: int, *, required: bool = False,
                empty_message: str | None = None) -> str | None:
+    """A text field within its length limit (400 naming it beyond); None when not given."""
     if value is None:
         if required:
             raise bad_request(empty_message or f"Missing required parameter: '{param}'", param)
         return None
-    if not isinstance(value, str):
-        raise bad_request(f"'{param}' must be a string", param)
     if len(value) > limit:
         raise bad_request(f"'{param}' is too long: {len(value)} characters, the maximum is {limit}", param)
     return value
-
-
-def bool_field(value: Any, param: str) -> bool | None:
-    if value is None or isinstance(value, bool):
-        return value
-    raise bad_request(f"'{param}' must be a boolean", param)
 
 
 def task_mismatch(served_tasks: Sequence[str], task: str, family_name: str) -> APIError:
@@ -300,11 +269,11 @@ def plan_output(f: SpeechFields, source_rate: int) -> OutputSpec:
             f"Invalid response_format '{fmt}'. Supported: {', '.join(encoding.MEDIA_TYPES)}", "response_format"
         )
     speed = 1.0 if f.speed is None else f.speed
-    if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed):
+    if not math.isfinite(speed):
         raise bad_request("'speed' must be a number", "speed")
     if not MIN_SPEED <= speed <= MAX_SPEED:
         raise bad_request(f"'speed' must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}", "speed")
-    stream_flag = bool_field(f.stream, "stream")
+    stream_flag = bool(f.stream)
     if f.stream_format is not None and f.stream_format not in STREAM_FORMATS:
         raise bad_request(f"Invalid stream_format '{f.stream_format}'. Supported: audio, sse", "stream_format")
     stream = f.stream_format or ("sse" if stream_flag else None)
@@ -319,8 +288,6 @@ def plan_output(f: SpeechFields, source_rate: int) -> OutputSpec:
             raise bad_request(f"Streaming requires speed=1.0 (got {speed}); speed is only applied to whole clips.",
                               "speed")
     rate = source_rate if f.sample_rate is None else f.sample_rate
-    if isinstance(rate, bool) or not isinstance(rate, int):
-        raise bad_request("'sample_rate' must be an integer", "sample_rate")
     allowed = encoding.sample_rates(fmt)
     if rate not in allowed:
         raise bad_request(
@@ -342,13 +309,10 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
         raise bad_request("Input text cannot be empty", "input")
 
     named: ServedCheckpoint | None = None
-    if f.model is not None:
-        if not isinstance(f.model, str):
-            raise bad_request("'model' must be a string", "model")
-        if not deployment.routes_by_default(f.model):
-            named = deployment.find_model(f.model)
-            if named is None:
-                raise model_not_found(f.model)
+    if f.model is not None and not deployment.routes_by_default(f.model):
+        named = deployment.find_model(f.model)
+        if named is None:
+            raise model_not_found(f.model)
 
     first = deployment.routed_by_task()[0]
     if named is None and not first.adapter.routes_by_task:
@@ -357,7 +321,6 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
 
 
 __all__ = [
-    "BATCH_DEFAULT_FIELDS",
     "Deployment",
     "NoStoredVoices",
     "OutputSpec",
@@ -365,8 +328,6 @@ __all__ = [
     "SpeechPlan",
     "StoredVoice",
     "VoiceResolver",
-    "bool_field",
-    "merge_batch_item",
     "plan_output",
     "plan_speech",
     "task_mismatch",

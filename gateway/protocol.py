@@ -136,6 +136,15 @@ class BatchSpeechRequest(_GenerationFields):
     model: str | None = None
     response_format: ResponseFormat | None = Field("wav")
 
+    def item_fields(self, item: BatchSpeechItem) -> SpeechFields:
+        """An item's fields over the batch-level defaults (an item's explicit value wins, None
+        inherits); every item goes to the batch's `model`."""
+        merged: dict[str, Any] = {"input": item.input, "model": self.model}
+        for name in (*_GenerationFields.model_fields, "response_format"):
+            value = getattr(item, name)
+            merged[name] = getattr(self, name) if value is None else value
+        return SpeechFields.from_mapping(merged)
+
 
 # --- responses ---------------------------------------------------------------------------------
 

@@ -41,7 +41,7 @@ from .checkpoints import ServedCheckpoint
 from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
 from .metrics import GatewayMetrics, RequestTrace
-from .planning import Deployment, SpeechFields, SpeechPlan, merge_batch_item, plan_speech
+from .planning import Deployment, SpeechFields, SpeechPlan, plan_speech
 from .settings import Settings
 from .usage import Usage
 from .voices.sources import RefAudioSettings
@@ -391,12 +391,11 @@ class SpeechService:
             raise errors.bad_request(f"A batch holds at most {limit} items, got {len(items)}", "items")
         if request.model is not None and not self.deployment.knows_model(request.model):
             raise errors.model_not_found(request.model)
-        defaults = request.model_dump(exclude={"items", "model"})
 
         async def one(index: int, item: Any) -> dict[str, Any]:
             item_id = f"{request_id}-{index}"
             try:
-                plan = self.plan(merge_batch_item(defaults, item.model_dump(), request.model))
+                plan = self.plan(request.item_fields(item))
                 clip = await self.synthesize(plan, item_id, trace=trace)
             except APIError as exc:
                 trace.fail(exc.status, exc.type)

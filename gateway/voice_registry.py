@@ -171,7 +171,7 @@ class VoiceRegistry:
         async def patches(model: str, prompt: bool) -> np.ndarray:
             return await self._uploaded_patches(record.name, model, prompt)
 
-        return StoredVoice(record.name, ref_text=record.ref_text, features=features, patches=patches)
+        return StoredVoice(record.name, ref_text=record.ref_text, features=features, model_features=patches)
 
     def uploaded_voices(self) -> list[dict[str, Any]]:
         return [r.to_json() for r in self.store.list()]

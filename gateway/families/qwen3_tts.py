@@ -37,7 +37,6 @@ from ..planning import (
     SpeechFields,
     SpeechPlan,
     StoredVoice,
-    bool_field,
     plan_output,
     task_mismatch,
     text_field,
@@ -126,8 +125,8 @@ class Qwen3TTSAdapter:
         instructions = text_field(f.instructions, "instructions", MAX_INSTRUCTIONS_CHARS)
         ref_text = text_field(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS)
         ref_audio = text_field(f.ref_audio, "ref_audio", 1 << 30)
-        x_vector_only = bool_field(f.x_vector_only_mode, "x_vector_only_mode")
-        non_streaming_mode = bool_field(f.non_streaming_mode, "non_streaming_mode")
+        x_vector_only = f.x_vector_only_mode
+        non_streaming_mode = f.non_streaming_mode
 
         # Task inference (spec): a stored voice always means Base; ref_audio / ref_text infer Base.
         stored = deployment.resolve_voice(voice) if voice is not None else None
@@ -228,9 +227,10 @@ class Qwen3TTSAdapter:
         if stored is not None and stored.features is not None:
             features: Features = await stored.features(plan.x_vector_only)
             return features
-        if stored is not None and stored.x_vector is not None:
-            if plan.x_vector_only or stored.ref_codes is not None:
-                return stored.x_vector, stored.ref_codes
+        if stored is not None and stored.precomputed is not None:
+            x_vector, ref_codes = stored.precomputed
+            if plan.x_vector_only or ref_codes is not None:
+                return x_vector, ref_codes
             if stored.audio is None:
                 raise InvalidRequest(
                     f"Voice '{stored.name}' has no reference codes (precomputed with --mode xvec): omit ref_text "
@@ -338,8 +338,7 @@ class Qwen3TTSAdapter:
         return StoredVoice(
             voice.name,
             ref_text=voice.ref_text if voice.mode == "icl" else None,
-            x_vector=voice.features.x_vector,
-            ref_codes=voice.features.ref_codes,
+            precomputed=(voice.features.x_vector, voice.features.ref_codes),
             family=voice.model_type,
         )
 

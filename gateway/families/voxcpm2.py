@@ -73,7 +73,7 @@ class PatchTarget:
 
 
 def _precomputed(stored: StoredVoice | None) -> bool:
-    return stored is not None and (stored.ref_patches is not None or stored.prompt_patches is not None)
+    return stored is not None and stored.precomputed is not None
 
 
 class VoxCPM2Adapter:
@@ -164,18 +164,19 @@ class VoxCPM2Adapter:
         prompt = plan.ref_text is not None  # with its transcript the reference is a continuation prompt
         stored = plan.stored_voice
         if stored is not None and _precomputed(stored):
-            if stored.ref_patches is not None and stored.prompt_patches is not None:
-                return stored.ref_patches, stored.prompt_patches  # ref_continuation
-            single = stored.ref_patches if stored.ref_patches is not None else stored.prompt_patches
+            ref_patches, prompt_patches = stored.precomputed
+            if ref_patches is not None and prompt_patches is not None:
+                return ref_patches, prompt_patches  # ref_continuation
+            single = ref_patches if ref_patches is not None else prompt_patches
             assert single is not None
             return single, None  # reference (no ref_text) or continuation (with its ref_text)
         model = plan.checkpoint.voice_features_model
         if not model:
             raise InvalidRequest(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
         if stored is not None:
-            if stored.patches is None:
+            if stored.model_features is None:
                 raise InvalidRequest(f"Voice '{stored.name}' cannot be used with {plan.checkpoint.name}", "voice")
-            return await stored.patches(model, prompt), None
+            return await stored.model_features(model, prompt), None
         assert plan.ref_audio is not None
         audio, rate = await env.ref_audio(plan.ref_audio, self.rules.ref_audio)
         try:
@@ -271,7 +272,7 @@ class VoxCPM2Adapter:
 
     def stored_voice(self, voice: PrecomputedVoice) -> StoredVoice:
         return StoredVoice(voice.name, ref_text=voice.ref_text, family=voice.model_type, models=voice.models,
-                           ref_patches=voice.ref_patches, prompt_patches=voice.prompt_patches)
+                           precomputed=(voice.ref_patches, voice.prompt_patches))
 
 
 ADAPTER = VoxCPM2Adapter()
