@@ -23,6 +23,7 @@ from ttscore.contract.errors import CheckpointError, ExportError, TTSError
 from ttscore.contract.manifest import MANIFEST, MANIFEST_FORMAT
 from ttscore.runtime.families.qwen3_tts.checkpoint import CheckpointInfo, read_checkpoint
 from ttscore.runtime.families.qwen3_tts.tokenizer import TOKENIZER_FILES
+from ttscore.runtime.weights import checkpoint_fingerprint, file_digest
 
 logger = logging.getLogger(__name__)
 
@@ -45,23 +46,19 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def fingerprint(checkpoint: Path) -> str:
-    """Cheap identity of a checkpoint's files (path, size, mtime) for export caches."""
-    h = hashlib.sha256()
-    for p in sorted(checkpoint.rglob("*")):
-        if p.is_file():
-            st = p.stat()
-            h.update(f"{p.relative_to(checkpoint)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:16]
+def fingerprint(checkpoint: Path, memo: dict[str, str] | None = None) -> str:
+    """Identity of a checkpoint's files by content, for export caches (ttscore.runtime.weights)."""
+    return checkpoint_fingerprint(checkpoint, memo)
 
 
 def source_record(src: Path) -> dict[str, Any]:
     """The manifest's `source`: path, fingerprint and every file's checksum."""
+    memo: dict[str, str] = {}
     files = {}
     for p in sorted(src.rglob("*")):
         if p.is_file():
-            files[str(p.relative_to(src))] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-    return {"path": str(src), "fingerprint": fingerprint(src), "files": files}
+            files[str(p.relative_to(src))] = {"sha256": file_digest(p, memo), "bytes": p.stat().st_size}
+    return {"path": str(src), "fingerprint": fingerprint(src, memo), "files": files}
 
 
 def graph_specs(info: CheckpointInfo, state_size: int | None = None) -> dict[str, spec.GraphSpec]:

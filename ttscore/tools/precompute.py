@@ -127,7 +127,7 @@ def _cmd_precompute_voice(args: argparse.Namespace) -> int:
 
     # (an export the checkpoint needs first shows its own stages)
     artifacts = (Path(args.artifacts) if args.artifacts
-                 else artifact_cache.ensure_artifacts(Path(args.checkpoint), quiet=args.quiet))
+                 else artifact_cache.ensure_artifacts(args.checkpoint, quiet=args.quiet))
     out = Path(args.output_dir)
     if read_manifest(artifacts).family == voxcpm2_contract.FAMILY:
         with Stages(f"precompute-voice {args.voice_name}", total=1, quiet=args.quiet) as stages:
@@ -179,7 +179,8 @@ def add_precompute_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", "--model", dest="checkpoint",
-                     help="Qwen3-TTS Base or VoxCPM2 checkpoint directory (exported into the cache if needed)")
+                     help="Qwen3-TTS Base or VoxCPM2 checkpoint: directory, Hugging Face cache snapshot or repo id "
+                          "(exported into the cache if needed)")
     src.add_argument("--artifacts", help="already exported artifacts directory (skips the export check)")
     p.add_argument("--voice-name", required=True)
     p.add_argument("--ref-audio", required=True, help="reference audio file (wav, flac, ogg, mp3)")
