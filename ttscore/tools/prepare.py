@@ -2,8 +2,9 @@
 
 1. the checkpoints: every checkpoint in `--checkpoints` (that directory itself, a Hugging Face cache
    snapshot or repo id, or the checkpoints directly in it: subdirectories and `models--*` repos of a
-   Hugging Face cache; ttscore.tools.checkpoints), or with `--demo` the tiny random-weight CustomVoice + Base + VoxCPM2
-   checkpoints of `triton-tts serve` (built once under `<artifacts>/demo-checkpoints`);
+   Hugging Face cache; ttscore.tools.checkpoints), or with `--demo` the tiny random-weight
+   CustomVoice + Base + VoxCPM2 checkpoints of `triton-tts serve` (built once under
+   `<artifacts>/demo-checkpoints`);
 2. each exported into `<artifacts>/<model id>`, skipped when the export there is current (same
    source fingerprint and precision, as `serve` decides);
 3. the Triton model repository rendered into `--repository` (as `serve` renders it; `--device gpu`
@@ -45,7 +46,7 @@ def find_checkpoints(root: str | Path) -> list[Checkpoint]:
         raise PrepareError(f"{exc} (set TTS_CHECKPOINTS)") from None
     if not found:
         raise PrepareError(
-            f"no Qwen3-TTS checkpoint in {root}: point TTS_CHECKPOINTS at a checkpoint directory, a directory of "
+            f"no checkpoint in {root}: point TTS_CHECKPOINTS at a checkpoint directory, a directory of "
             "them or a Hugging Face cache holding them (or use the cpu profile for the tiny demo)")
     return found
 
@@ -89,6 +90,7 @@ def prepare(checkpoints: list[Path] | list[Checkpoint], artifacts: Path, reposit
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     artifacts = Path(args.artifacts)
+    checkpoints: list[Path] | list[Checkpoint]
     if args.demo:
         from ttscore.tools.artifacts import demo_checkpoints
 
