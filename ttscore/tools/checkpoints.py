@@ -56,8 +56,10 @@ def resolve_checkpoint(spec: str | Path | Checkpoint) -> Checkpoint:
     path = Path(spec).expanduser()
     if path.is_dir():
         return _from_directory(path)
+    if path.exists():
+        raise CheckpointError(f"{path} is not a checkpoint directory")
     match = REPO_ID.fullmatch(str(spec))
-    if match is None or path.exists():
+    if match is None:
         raise CheckpointError(f"checkpoint directory {path} does not exist")
     return _from_hub(match["repo"], match["revision"])
 
