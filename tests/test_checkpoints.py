@@ -275,3 +275,19 @@ def test_a_bf16_checkpoint_exports_as_its_weights_upcast(family, qwen, vox, hub_
     assert "F32" in read_weights(upcast).dtypes and "BF16" not in read_weights(upcast).dtypes
     got = _say(tmp, "bf16", ["--checkpoint", str(bf16)], words)
     assert got == _say(tmp, "upcast", ["--checkpoint", str(upcast)], words)
+
+
+@pytest.mark.export
+@pytest.mark.slow
+def test_prepare_serves_a_cached_repo_under_its_name(qwen, tmp_path):
+    """`TTS_CHECKPOINTS` pointing at a Hugging Face cache: the model is served as the repo's name,
+    with the `Org/Name` alias the OpenAI examples use."""
+    from ttscore.tools.prepare import find_checkpoints as prepare_finds
+    from ttscore.tools.prepare import prepare
+
+    hub = qwen["snapshot"].parent.parent.parent
+    config = prepare(prepare_finds(str(hub)), tmp_path / "artifacts", tmp_path / "repo", tmp_path / "gw.json",
+                     triton_url="127.0.0.1:8001", quiet=True)
+    (model,) = config["models"]
+    assert model["name"] == "Qwen3-TTS-tiny-CustomVoice" and model["aliases"] == [QWEN_REPO]
+    assert model["artifacts_dir"] == str(tmp_path / "artifacts" / "Qwen3-TTS-tiny-CustomVoice")
