@@ -204,6 +204,9 @@ def test_a_repo_id_not_in_the_cache_offline_says_how_to_get_it(hub_env, monkeypa
     assert "huggingface-cli download Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice --revision v2" in capsys.readouterr().err
     with pytest.raises(CheckpointError, match="does not exist"):
         resolve_checkpoint(str(tmp_path / "nope"))
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(CheckpointError, match="is not a checkpoint directory"):
+        resolve_checkpoint(str(tmp_path / "a-file"))
 
 
 @pytest.mark.unit
