@@ -143,7 +143,7 @@ def test_cli_command(tmp_path, tiny_base, monkeypatch, capsys):
     args = parser.parse_args(["precompute-voice", "--checkpoint", str(ckpt), "--voice-name", "carol",
                               "--ref-audio", str(ref), "--mode", "xvec", "--output-dir", str(tmp_path / "o")])
     assert args.func(args) == 0
-    assert exported == [ckpt] and "carol.safetensors" in capsys.readouterr().out
+    assert [str(p) for p in exported] == [str(ckpt)] and "carol.safetensors" in capsys.readouterr().out  # the spec as given (a path or a repo id)
     assert list(load_precomputed_voices(tmp_path / "o", precomputed_loaders())) == ["carol"]
     args = parser.parse_args(["precompute-voice", "--checkpoint", str(ckpt), "--voice-name", "dave",
                               "--ref-audio", str(ref), "--mode", "icl", "--output-dir", str(tmp_path / "o")])
