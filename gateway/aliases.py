@@ -8,10 +8,12 @@ OpenAI's voice names. Both map onto what this deployment serves:
   routed by task and voice, so preset voices go to the default served model (the first CustomVoice
   checkpoint, else the first served) and uploaded voices to the Base checkpoint. A named target
   pins the alias to that model (its task rules apply, as for the model's own id).
-- `voice_aliases` (gateway config): OpenAI voice name -> a preset speaker of a CustomVoice
-  checkpoint. A voice name that is a served preset or a stored (uploaded/precomputed) voice is
-  never re-mapped; uploads cannot take an alias's name. Default aliases whose speaker is not served
-  are dropped (a deployment without CustomVoice has none); a configured one is an error at startup.
+- `voice_aliases` (gateway config): OpenAI voice name -> a preset speaker of a served checkpoint.
+  A voice name that is a served preset or a stored (uploaded/precomputed) voice is never re-mapped;
+  uploads cannot take an alias's name. The defaults are the served families' own (their gateway
+  adapters' `voice_aliases`, e.g. OpenAI's voices -> Qwen3-TTS CustomVoice presets); default aliases
+  whose speaker is not served are dropped (a deployment without preset speakers has none); a
+  configured one is an error at startup.
 
 Unknown names keep the spec's errors (404 for `model`, 400 for `voice`).
 """
@@ -23,25 +25,6 @@ from typing import Any
 
 # OpenAI's TTS model ids.
 DEFAULT_MODEL_ALIASES: dict[str, str | None] = {"tts-1": None, "tts-1-hd": None, "gpt-4o-mini-tts": None}
-
-# OpenAI's voices -> Qwen3-TTS CustomVoice presets, matched by their published descriptions
-# (gender, register, character); `alloy`, OpenAI's usual default, lands on this server's default.
-DEFAULT_VOICE_ALIASES: dict[str, str] = {
-    "alloy": "vivian",  # neutral, the default voice  -> the server's default voice
-    "ash": "dylan",  # young male                     -> youthful male
-    "ballad": "eric",  # expressive male               -> lively male
-    "cedar": "aiden",  # natural male                  -> clear American male
-    "coral": "sohee",  # warm female                   -> warm female
-    "echo": "ryan",  # male                            -> dynamic English male
-    "fable": "aiden",  # expressive narrator (male)    -> clear American male
-    "marin": "vivian",  # bright female                -> bright young female
-    "nova": "ono_anna",  # young, energetic female     -> playful young female
-    "onyx": "uncle_fu",  # deep male                   -> low, mellow male
-    "sage": "serena",  # calm female                   -> gentle female
-    "shimmer": "serena",  # soft, warm female          -> warm, gentle female
-    "verse": "ryan",  # versatile male                 -> dynamic male
-}
-
 
 class AliasError(ValueError):
     """A configured alias is unusable (the settings loader turns it into a SettingsError)."""
@@ -71,14 +54,16 @@ def parse_voice_aliases(raw: Any) -> dict[str, str]:
     return out
 
 
-def effective_voice_aliases(configured: Mapping[str, str] | None, speakers: Iterable[str]) -> dict[str, str]:
+def effective_voice_aliases(configured: Mapping[str, str] | None, speakers: Iterable[str],
+                            defaults: Mapping[str, str]) -> dict[str, str]:
     """The voice aliases in force for the served preset `speakers` (lower-case).
 
-    `configured` None: the defaults, keeping those whose speaker is served. A configured alias
-    whose speaker is not served raises AliasError (a typo should not surface as a 400 later)."""
+    `configured` None: the `defaults` (the served families'), keeping those whose speaker is served.
+    A configured alias whose speaker is not served raises AliasError (a typo should not surface as a
+    400 later)."""
     served = set(speakers)
     if configured is None:
-        return {a: s for a, s in DEFAULT_VOICE_ALIASES.items() if s in served and a not in served}
+        return {a: s for a, s in defaults.items() if s in served and a not in served}
     missing = sorted(f"{a} -> {s}" for a, s in configured.items() if s not in served)
     if missing:
         raise AliasError(f"voice_aliases name speakers no served CustomVoice model has: {', '.join(missing)}")
@@ -87,7 +72,6 @@ def effective_voice_aliases(configured: Mapping[str, str] | None, speakers: Iter
 
 __all__ = [
     "DEFAULT_MODEL_ALIASES",
-    "DEFAULT_VOICE_ALIASES",
     "AliasError",
     "effective_voice_aliases",
     "parse_model_aliases",

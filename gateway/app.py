@@ -1,8 +1,9 @@
 """create_app(settings): the FastAPI application of the Speech API.
 
-- The lifespan owns the inference backend (the Triton gRPC channel): opened at startup, closed at
-  shutdown; no module-level state. It also runs the health monitor (gateway.monitor), which ends
-  the streams of a model that breaks and reloads it.
+- The lifespan owns the inference backend: every Triton endpoint behind one balancing pool
+  (gateway.pool), opened at startup, closed at shutdown; no module-level state. The pool runs the
+  health monitor of each endpoint (gateway.monitor), which ends the streams of a model that breaks
+  there and reloads it.
 - Every response carries X-Request-Id: the client's when it sent a sane one, else a new one. It
   is the Triton request id of the work done for the request.
 - Errors reach the wire here and only here: APIError, FastAPI's validation errors (400, never
@@ -38,13 +39,15 @@ from . import errors, playground
 from .aliases import AliasError
 from .auth import APIKeyMiddleware, APIKeys
 from .backend import InferenceBackend
+from .checkpoints import load_checkpoints
 from .drain import Drain, DrainMiddleware
 from .errors import APIError
 from .metrics import GatewayMetrics, MetricsMiddleware, trace_of
 from .planning import Deployment, VoiceResolver
+from .pool import pool_from_settings
 from .routers import REQUEST_ID_KEY, ClientDisconnected, router
 from .services import SpeechService, StreamAborted
-from .settings import Settings, SettingsError, load_checkpoints
+from .settings import Settings, SettingsError
 from .voice_registry import VoiceRegistry
 
 logger = logging.getLogger(__name__)
@@ -52,16 +55,16 @@ logger = logging.getLogger(__name__)
 REQUEST_ID_HEADER = "X-Request-Id"
 _SANE_ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
 
-BackendFactory = Callable[[Settings], InferenceBackend]
+# One endpoint's backend ("host:port" -> backend); the app puts every endpoint behind one pool.
+BackendFactory = Callable[[str], InferenceBackend]
 
 
-def _triton_backend(settings: Settings) -> InferenceBackend:
-    """Every Triton endpoint of the settings behind one balancing pool (gateway.pool)."""
-    from .pool import pool_from_settings
+def _triton_backend(settings: Settings) -> BackendFactory:
+    """Production: a gRPC client per Triton endpoint."""
     from .triton_client import TritonBackend  # tritonclient only when serving for real
 
-    # Plain calls (voice_features) are bounded like a stalled stream.
-    return pool_from_settings(settings, lambda url: TritonBackend(url, unary_timeout_s=settings.stall_timeout_s))
+    # Plain calls (a family's feature models) are bounded like a stalled stream.
+    return lambda url: TritonBackend(url, unary_timeout_s=settings.stall_timeout_s)
 
 
 def new_request_id() -> str:
@@ -187,7 +190,8 @@ def create_app(
     voices: VoiceResolver | None = None,
 ) -> FastAPI:
     """The Speech API over the deployment `settings` describes. `backend_factory` replaces the
-    Triton client (tests); `voices` replaces the voice registry (uploaded + precomputed voices,
+    Triton client of each endpoint (tests: a fake; the pool, its monitors and readiness stay the
+    production ones); `voices` replaces the voice registry (uploaded + precomputed voices,
     gateway.voice_registry), which is otherwise built here: precomputed voices loaded and uploaded
     voices restored at start-up."""
     checkpoints = load_checkpoints(settings)  # fails fast on a bad deployment
@@ -199,7 +203,8 @@ def create_app(
                                 segment_chars=settings.segment_chars)
     except AliasError as exc:
         raise SettingsError(str(exc)) from None
-    factory = backend_factory or _triton_backend
+    factory = backend_factory or _triton_backend(settings)
+    served_families = ", ".join(dict.fromkeys(c.rules.name for c in checkpoints))
     served = voices  # (narrowed for the closure below)
 
     def resolve_model(model: str) -> str | None:
@@ -211,15 +216,11 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        backend = factory(settings)
+        backend = pool_from_settings(settings, factory)
         app.state.backend = backend
-        start = getattr(backend, "start", None)  # a pool (gateway.pool) resolves its endpoints first
-        if start is not None:
-            await start()
-        metrics.endpoints = getattr(backend, "stats", None)
-        app.state.speech = speech = SpeechService(deployment, backend, settings, metrics)
-        if speech.monitor is not None:
-            speech.monitor.start()
+        await backend.start()  # resolves its endpoints first
+        metrics.endpoints = backend.stats
+        app.state.speech = SpeechService(deployment, backend, settings, metrics)
         bind = getattr(voices, "bind", None)
         if bind is not None:
             bind(backend)
@@ -231,8 +232,6 @@ def create_app(
         try:
             yield
         finally:
-            if speech.monitor is not None:
-                await speech.monitor.stop()
             if bind is not None:
                 bind(None)
             await backend.close()
@@ -240,7 +239,7 @@ def create_app(
     app = FastAPI(
         title="Triton TTS Speech API",
         version="1.0",
-        summary="OpenAI-compatible speech generation (Qwen3-TTS on NVIDIA Triton)",
+        summary=f"OpenAI-compatible speech generation ({served_families} on NVIDIA Triton)",
         lifespan=lifespan,
     )
     app.state.settings = settings

@@ -105,17 +105,9 @@ class InferenceBackend(Protocol):
         (client gone, error downstream) must cancel the request on the server."""
         ...
 
-    async def voice_features(
-        self, model: str, audio: np.ndarray, sample_rate: int, request_id: str
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(x_vector [D] float32, ref_codes [T, 16] int64) of a reference clip."""
-        ...
-
-    async def reference_patches(
-        self, model: str, audio: np.ndarray, sample_rate: int, prompt: bool, request_id: str
-    ) -> np.ndarray:
-        """VoxCPM2: latent patches [T, P, D] float32 of a reference clip (audiovae_encoder); `prompt`:
-        a continuation prompt (the request has its transcript) rather than a cloning reference."""
+    async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
+        """One plain (unary) inference: every output tensor of `model` by name. What a family's
+        feature models take and give is its gateway adapter's business (gateway.family)."""
         ...
 
     async def server_ready(self) -> bool: ...

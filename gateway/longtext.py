@@ -26,8 +26,6 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 from typing import Any, TypeVar
 
-from ttscore.contract.qwen3_tts import SEED_MAX
-
 from .text_split import split_text
 
 T = TypeVar("T")
@@ -36,8 +34,9 @@ _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 _WORD = re.compile(r"\s*\S+\s*")
 
 
-def segment_seed(seed: int | None, index: int) -> int | None:
-    return None if seed is None else (seed + index) % (SEED_MAX + 1)
+def segment_seed(seed: int | None, index: int, seed_max: int) -> int | None:
+    """The seed of segment `index` within the family's seed range [0, seed_max]."""
+    return None if seed is None else (seed + index) % (seed_max + 1)
 
 
 def _pieces_by_units(text: str, granularity: str) -> list[str]:

@@ -1,6 +1,8 @@
-"""The health monitor: a background task of the app's lifespan that keeps Triton's models serving.
+"""The health monitor of one Triton endpoint: keeps that endpoint's models serving.
 
-Every `health_interval_s`:
+There is one per endpoint, owned by the app's pool (gateway.pool), which drives its rounds (`tick`)
+every `health_interval_s` (or `endpoint_check_interval_s` when shorter) and reports its verdicts to
+readiness; this is the only health monitor the gateway runs. Each round:
 1. Liveness. Triton silent -> every model is unreachable and every stream in flight ends now (the
    gRPC channel reconnects by itself once Triton is back, e.g. restarted by `triton-tts serve`,
    Docker's restart policy or Kubernetes).
@@ -36,7 +38,6 @@ class HealthMonitor:
         models: Iterable[str],
         inflight: InflightStreams,
         *,
-        interval_s: float = 2.0,
         probe_timeout_s: float = 5.0,
         reload: bool = True,
         reload_timeout_s: float = 300.0,
@@ -46,7 +47,6 @@ class HealthMonitor:
         self.backend = backend
         self.models = list(dict.fromkeys(models))  # the deployment's models (ensembles unexpanded)
         self.inflight = inflight
-        self.interval_s = interval_s
         self.probe_timeout_s = probe_timeout_s
         self.reload_timeout_s = reload_timeout_s
         self.clock = clock
@@ -55,29 +55,18 @@ class HealthMonitor:
         # Probed model -> the deployment models it serves (an ensemble step serves its ensemble).
         self.owners: dict[str, set[str]] = {m: {m} for m in self.models}
         self._expanded = False
-        self._task: asyncio.Task[None] | None = None
         self._reloads: dict[str, asyncio.Task[None]] = {}
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="gateway-health-monitor")
-
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self._reloads.values()) if t is not None]
+        """Cancel the reloads in flight (the endpoint is closing)."""
+        tasks = list(self._reloads.values())
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.tick()
-            except Exception:  # the monitor must outlive any one bad round
-                logger.exception("health check round failed")
-            await asyncio.sleep(self.interval_s)
 
     # --- one round ---------------------------------------------------------------------------------
 

@@ -385,15 +385,8 @@ class TritonPool:
             finally:
                 ep.outstanding[model] -= 1
 
-    async def voice_features(self, model: str, audio: np.ndarray, sample_rate: int, request_id: str
-                             ) -> tuple[np.ndarray, np.ndarray]:
-        return await self._unary(model, request_id, "voice features",
-                                 lambda b: b.voice_features(model, audio, sample_rate, request_id))
-
-    async def reference_patches(self, model: str, audio: np.ndarray, sample_rate: int, prompt: bool,
-                                request_id: str) -> np.ndarray:
-        return await self._unary(model, request_id, "reference patches",
-                                 lambda b: b.reference_patches(model, audio, sample_rate, prompt, request_id))
+    async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
+        return await self._unary(model, request_id, "inference", lambda b: b.infer(model, inputs, request_id))
 
     async def _unary(self, model: str, request_id: str, what: str,
                      call: Callable[[InferenceBackend], Awaitable[T]]) -> T:
@@ -494,8 +487,7 @@ def pool_from_settings(settings: Settings, make_backend: Callable[[str], Inferen
     if settings.health_interval_s > 0:
         def factory(backend: InferenceBackend, inflight: InflightStreams) -> HealthMonitor | None:
             return HealthMonitor(
-                backend, models, inflight, interval_s=settings.health_interval_s,
-                probe_timeout_s=settings.health_probe_timeout_s, reload=settings.health_reload,
+                backend, models, inflight, probe_timeout_s=settings.health_probe_timeout_s, reload=settings.health_reload,
                 reload_timeout_s=settings.health_reload_timeout_s, backoff_max_s=settings.health_backoff_max_s,
             )
     # The health monitor's own interval is the round of each endpoint here.

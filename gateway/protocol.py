@@ -2,9 +2,11 @@
 
 Requests are strict (no coercion: "1.5" is not a number, 1 is not a boolean) and reject unknown
 fields, so every type error is a 400 naming the field and the OpenAPI schema states exactly what
-is accepted. Ranges that do not depend on the served checkpoint are in the schema too; the rules
-that do (voices, languages, task routing, format-specific sample rates) are applied by
-gateway.planning, which also owns the defaults.
+is accepted. Ranges that do not depend on the served checkpoint are in the schema too (a knob's
+range is the widest of the model families' rules, ttscore.contract.families); the rules that do
+(each family's own ranges, voices, languages, task routing, format-specific sample rates) are
+applied by the family's gateway adapter (gateway.planning, gateway.families), which also owns the
+defaults.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ttscore.contract.qwen3_tts import MAX_CHUNK_FRAMES, MAX_NEW_TOKENS_LIMIT, SEED_MAX
+from ttscore.contract import families
 
 from . import encoding
 from .planning import SpeechFields
@@ -28,6 +30,21 @@ _STRICT = ConfigDict(strict=True, extra="forbid")
 
 
 _INT_FIELDS = ("sample_rate", "max_new_tokens", "initial_codec_chunk_frames", "seed")
+# The schema's ranges: the widest any family takes (each family's own are checked when planning).
+_MAX_NEW_TOKENS = families.field_range("max_new_tokens")
+_CHUNK_FRAMES = families.field_range("initial_codec_chunk_frames")
+_SEED = families.field_range("seed")
+
+
+def _per_family(describe: Any) -> str:
+    """`describe(rules)` of every family it says something for, as "x (Family), y (Other)"."""
+    said = [(describe(r), r.name) for r in families.RULES.values()]
+    return ", ".join(f"{text} ({name})" for text, name in said if text is not None)
+
+
+_DEFAULT_VOICES = _per_family(lambda r: r.default_voice) or "the model's own voice"
+_DEFAULT_MAX_NEW_TOKENS = _per_family(
+    lambda r: r.field("max_new_tokens").default if r.has_field("max_new_tokens") else None)
 
 
 class VoiceId(BaseModel):
@@ -47,23 +64,28 @@ class _GenerationFields(BaseModel):
     model_config = _STRICT
 
     voice: str | VoiceId | None = Field(
-        None, description="Speaker name (CustomVoice built-ins such as vivian, ryan; or an uploaded voice). "
-        "Default: vivian. Ignored by VoiceDesign and by Base with ref_audio.")
+        None, description="Speaker name (a checkpoint's built-in speakers, GET /v1/audio/voices; or an uploaded "
+        f"voice). Default: {_DEFAULT_VOICES}. Ignored by VoiceDesign and by Base with "
+        "ref_audio.")
     instructions: str | None = Field(None, description="Voice style/emotion instructions (VoiceDesign: the voice description).")
     speed: float | None = Field(None, ge=0.25, le=4.0, description="Playback speed, pitch kept (non-streaming only). Default 1.0.")
     task_type: TaskType | None = Field(None, description="CustomVoice, VoiceDesign or Base; inferred when omitted.")
     sample_rate: int | None = Field(
         None, ge=encoding.MIN_RATE, le=encoding.MAX_RATE,
-        description="Output sample rate (default: the model's, 24000). mp3/aac: 8000, 11025, 12000, 16000, 22050, "
+        description="Output sample rate (default: the model's, see GET /v1/models). mp3/aac: 8000, 11025, 12000, 16000, 22050, "
         "24000, 32000, 44100, 48000; opus: 8000, 12000, 16000, 24000, 48000; wav/pcm/flac: any in range.")
     language: str | None = Field(None, description="Language name or Auto (default Auto); see the checkpoint's list.")
-    max_new_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS_LIMIT,
-                                       description="Codec frame budget (12.5 per second of audio). Default 2048.")
+    max_new_tokens: int | None = Field(
+        None, ge=_MAX_NEW_TOKENS[0], le=_MAX_NEW_TOKENS[1],
+        description=f"Frame budget of the generation (the model's frames). Default: {_DEFAULT_MAX_NEW_TOKENS}; "
+        "otherwise the model's own length cap.")
     initial_codec_chunk_frames: int | None = Field(
-        None, ge=1, le=MAX_CHUNK_FRAMES, description="Frames in the first streamed chunk (time to first audio).")
+        None, ge=_CHUNK_FRAMES[0], le=_CHUNK_FRAMES[1],
+        description="Frames in the first streamed chunk (time to first audio).")
     non_streaming_mode: bool | None = Field(
-        None, description="Qwen3-TTS prompt construction mode (not HTTP streaming). Default: Base false, others true.")
-    seed: int | None = Field(None, ge=0, le=SEED_MAX, description="Makes sampling reproducible.")
+        None, description="Prompt construction mode, for the models that take it (not HTTP streaming). "
+        "Default: Base false, others true.")
+    seed: int | None = Field(None, ge=_SEED[0], le=_SEED[1], description="Makes sampling reproducible.")
     ref_audio: str | None = Field(None, description="Reference audio for Base voice cloning: a base64 data URL.")
     ref_text: str | None = Field(None, description="Transcript of the reference audio (in-context cloning).")
     x_vector_only_mode: bool | None = Field(None, description="Clone from the speaker embedding only (no ref_text).")
@@ -113,6 +135,15 @@ class BatchSpeechRequest(_GenerationFields):
     items: list[BatchSpeechItem] = Field(..., min_length=1, max_length=BATCH_MAX_ITEMS)
     model: str | None = None
     response_format: ResponseFormat | None = Field("wav")
+
+    def item_fields(self, item: BatchSpeechItem) -> SpeechFields:
+        """An item's fields over the batch-level defaults (an item's explicit value wins, None
+        inherits); every item goes to the batch's `model`."""
+        merged: dict[str, Any] = {"input": item.input, "model": self.model}
+        for name in (*_GenerationFields.model_fields, "response_format"):
+            value = getattr(item, name)
+            merged[name] = getattr(self, name) if value is None else value
+        return SpeechFields.from_mapping(merged)
 
 
 # --- responses ---------------------------------------------------------------------------------
@@ -196,7 +227,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "triton-tts"
-    family: str = Field("qwen3_tts", description="The model family (qwen3_tts, voxcpm2): which request fields it takes.")
+    family: str = Field(description=f"The model family ({', '.join(families.RULES)}): which request fields it takes.")
     task_type: TaskType
     voices: list[str] = Field(default_factory=list)
     languages: list[str] = Field(default_factory=list)

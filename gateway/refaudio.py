@@ -18,13 +18,16 @@ import base64
 import numpy as np
 
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.qwen3_tts import REF_AUDIO_MAX_SECONDS, REF_AUDIO_MIN_SECONDS
+from ttscore.contract.families import ref_audio_bounds
+from ttscore.contract.rules import RefAudioBounds
 
 from .voices.sources import RefAudioSettings
 
 PARAM = "ref_audio"
-MIN_SECONDS = REF_AUDIO_MIN_SECONDS  # the voice_features model's limits
-MAX_SECONDS = REF_AUDIO_MAX_SECONDS
+# The family's limits (FamilyRules.ref_audio) when it is known, else the widest of the served families'.
+BOUNDS = ref_audio_bounds()
+MIN_SECONDS = BOUNDS.min_seconds
+MAX_SECONDS = BOUNDS.max_seconds
 MAX_BYTES = 10 * 1024 * 1024  # the spec's upload limit, applied to the decoded bytes
 DATA_ONLY = ("decode_ref_audio takes base64 data URLs only (data:audio/wav;base64,...); "
              "URLs are fetched by resolve_ref_audio")
@@ -43,11 +46,12 @@ def ref_audio_bytes(locator: str) -> bytes:
     return decode_data_url(text, MAX_BYTES)
 
 
-def decode_bytes(data: bytes) -> tuple[np.ndarray, int]:
-    """An audio file's bytes -> (float32 mono, sample rate), within the voice_features limits."""
+def decode_bytes(data: bytes, bounds: RefAudioBounds = BOUNDS) -> tuple[np.ndarray, int]:
+    """An audio file's bytes -> (float32 mono, sample rate), within a family's reference limits."""
     from .voices.audio_io import decode_audio  # PyAV / soundfile: only when cloning
 
-    return decode_audio(data, max_seconds=MAX_SECONDS, min_seconds=MIN_SECONDS, param=PARAM)
+    return decode_audio(data, max_seconds=bounds.max_seconds, min_seconds=bounds.min_seconds, param=PARAM,
+                        min_rate=bounds.min_rate, max_rate=bounds.max_rate)
 
 
 def decode_ref_audio(locator: str) -> tuple[np.ndarray, int]:
@@ -55,12 +59,13 @@ def decode_ref_audio(locator: str) -> tuple[np.ndarray, int]:
     return decode_bytes(ref_audio_bytes(locator))
 
 
-async def resolve_ref_audio(locator: str, settings: RefAudioSettings) -> tuple[np.ndarray, int]:
+async def resolve_ref_audio(locator: str, settings: RefAudioSettings, bounds: RefAudioBounds = BOUNDS
+                            ) -> tuple[np.ndarray, int]:
     """Any allowed locator (data:, http(s):, file:) -> (float32 mono audio, sample rate)."""
     from .voices.sources import load_ref_audio
 
     data = await load_ref_audio(locator, settings)
-    return await asyncio.to_thread(decode_bytes, data)
+    return await asyncio.to_thread(decode_bytes, data, bounds)
 
 
 def data_url(audio_bytes: bytes, mime: str = "audio/wav") -> str:

@@ -6,9 +6,9 @@
   proper 4xx/5xx; after that, failures go in-band (SSE `speech.audio.error`) or cut the body.
 - `batch`: items planned and run concurrently, each with its own result or error.
 - Readiness: Triton and every model the deployment needs, cached briefly while healthy, and never
-  while the health monitor (gateway.monitor) holds one of them broken.
-- Faults and time limits: each Triton stream is registered with the models it needs, so a model
-  that breaks ends it at once (gateway.health), and waits on Triton are bounded (gateway.deadline).
+  while no endpoint can serve one of them (the endpoints' health monitors, gateway.pool).
+- Faults and time limits: the backend (gateway.pool) ends a stream whose model breaks (gateway.health),
+  and waits on Triton are bounded here (gateway.deadline).
 
 Closing a generator here closes the backend stream, which cancels the request in Triton: every
 consumer uses `aclosing`, and `AudioStream.aclose` covers a response that never started.
@@ -21,37 +21,35 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import hashlib
 import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.rules import RefAudioBounds
 
 from . import encoding, errors, longtext, refaudio, sse
 from .backend import DEADLINE_EXCEEDED, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
+from .checkpoints import ServedCheckpoint
 from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
-from .health import InflightStreams
 from .metrics import GatewayMetrics, RequestTrace
-from .monitor import HealthMonitor
-from .planning import Deployment, SpeechFields, SpeechPlan, merge_batch_item, plan_speech
-from .settings import ServedCheckpoint, Settings
+from .planning import Deployment, SpeechFields, SpeechPlan, plan_speech
+from .settings import Settings
 from .usage import Usage
 from .voices.sources import RefAudioSettings
 
 logger = logging.getLogger(__name__)
 
-# (x_vector, ref_codes) of a Qwen3-TTS Base reference; (ref_patches, prompt_patches or None) of a VoxCPM2 one
-Features = tuple[np.ndarray, "np.ndarray | None"]
+# A plan's reference features, as its family's adapter computes and sends them (gateway.family).
+Features = Any
 
 
 def ref_audio_settings(settings: Settings) -> RefAudioSettings:
@@ -64,6 +62,21 @@ def ref_audio_settings(settings: Settings) -> RefAudioSettings:
         allowed_local_media_path=settings.allowed_local_media_path,
         allowed_media_domains=settings.allowed_media_domains,
     )
+
+
+class _FeatureEnv:
+    """gateway.family.FeatureEnv of one request: the backend, ref_audio sources, the shared cache."""
+
+    def __init__(self, service: SpeechService, request_id: str) -> None:
+        self.service = service
+        self.backend = service.backend
+        self.request_id = request_id
+
+    async def ref_audio(self, locator: str, bounds: RefAudioBounds) -> tuple[np.ndarray, int]:
+        return await refaudio.resolve_ref_audio(locator, self.service.ref_settings, bounds)
+
+    async def shared(self, key: tuple[Any, ...], compute: Callable[[], Awaitable[Any]]) -> Any:
+        return await self.service.shared_features(key, compute)
 
 
 class StreamAborted(Exception):
@@ -202,20 +215,11 @@ class SpeechService:
         self.ref_settings = ref_audio_settings(settings)
         self.created = int(time.time())
         needed = settings.triton_models()
-        self.inflight = InflightStreams()
-        self.monitor: HealthMonitor | None = None
-        # A backend over several endpoints (gateway.pool) watches each endpoint itself and says
-        # which models none of them can serve.
+        # The backend over the endpoints (gateway.pool) watches each endpoint with its health monitor
+        # and says which models none of them can serve.
         pooled: Callable[[], dict[str, str]] | None = getattr(backend, "unusable", None)
         self.endpoints: Callable[[], dict[str, dict[str, Any]]] | None = getattr(backend, "endpoint_status", None)
-        if settings.health_interval_s > 0 and pooled is None:  # started and stopped by the app's lifespan
-            self.monitor = HealthMonitor(
-                backend, needed, self.inflight, interval_s=settings.health_interval_s,
-                probe_timeout_s=settings.health_probe_timeout_s, reload=settings.health_reload,
-                reload_timeout_s=settings.health_reload_timeout_s, backoff_max_s=settings.health_backoff_max_s,
-            )
-        self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s,
-                                          pooled or (self.monitor.unusable if self.monitor else None))
+        self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s, pooled)
         # Features of inline reference audio, keyed by its decoded content: a batch or a client that
         # repeats one ref_audio runs the voice_features ensemble once (fetching/decoding still happens).
         self._ref_features: OrderedDict[tuple[str, int, str], asyncio.Future[Any]] = OrderedDict()
@@ -237,131 +241,41 @@ class SpeechService:
     # --- generation -----------------------------------------------------------------------------
 
     async def reference_features(self, plan: SpeechPlan, request_id: str) -> Features | None:
-        """The x-vector and reference codes a Base plan needs (None for the other tasks): from the
-        stored voice, or from `ref_audio` fetched, decoded and run through voice_features. Callers
-        that speak many texts with one reference (the WebSocket session) compute them once."""
+        """The reference features the plan's generation takes (None when it takes none), as its
+        family's adapter computes them: from the stored voice, or from `ref_audio` fetched, decoded
+        and run through the checkpoint's feature model. Callers that speak many texts with one
+        reference (the WebSocket session) compute them once."""
         if not plan.needs_voice_features:
             return None
         return await self._voice_features(plan, request_id)
 
     async def _voice_features(self, plan: SpeechPlan, request_id: str) -> Features:
-        if not plan.checkpoint.is_qwen:
-            return await self._reference_patches(plan, request_id)
-        stored = plan.stored_voice
-        if stored is not None and stored.features is not None:
-            try:
-                return await stored.features(plan.x_vector_only)
-            except InvalidRequest as exc:
-                raise errors.bad_request(exc.message, exc.param) from None
-            except BackendError as exc:
-                raise self._api_error(exc, request_id) from None
-        if stored is not None and stored.x_vector is not None:
-            if plan.x_vector_only or stored.ref_codes is not None:
-                return stored.x_vector, stored.ref_codes
-            if stored.audio is None:
-                raise errors.bad_request(
-                    f"Voice '{stored.name}' has no reference codes (precomputed with --mode xvec): omit ref_text "
-                    "or set x_vector_only_mode", "ref_text")
-        if stored is not None and stored.audio is not None and stored.sample_rate:
-            audio, rate = stored.audio, int(stored.sample_rate)
-        else:
-            if plan.ref_audio is None:
-                raise errors.bad_request("Base task requires 'ref_audio' for voice cloning", "ref_audio")
-            try:
-                audio, rate = await refaudio.resolve_ref_audio(plan.ref_audio, self.ref_settings)
-            except InvalidRequest as exc:
-                raise errors.bad_request(exc.message, exc.param) from None
-        model = plan.checkpoint.voice_features_model
-        if not model:
-            raise errors.bad_request(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
-        digest = hashlib.sha256(np.ascontiguousarray(audio, dtype=np.float32).tobytes()).hexdigest()
-        key = (model, int(rate), digest)
-        task: asyncio.Future[Any] | None = self._ref_features.get(key)
-        if task is None:
-            # Concurrent requests with one clip (a batch's items) share the single computation.
-            task = asyncio.ensure_future(self.backend.voice_features(model, audio, rate, request_id))
-            self._ref_features[key] = task
-            while len(self._ref_features) > REF_FEATURES_CACHE:
-                self._ref_features.popitem(last=False)
-        else:
-            self._ref_features.move_to_end(key)
         try:
-            features: Features = await asyncio.shield(task)
-            return features
-        except asyncio.CancelledError:
-            raise  # this caller went away; the shared computation goes on for the others
-        except Exception as exc:
-            if self._ref_features.get(key) is task:
-                del self._ref_features[key]  # failures are not cached
-            if isinstance(exc, BackendError):
-                raise self._api_error(exc, request_id) from None
-            raise
-
-    async def _reference_patches(self, plan: SpeechPlan, request_id: str) -> Features:
-        """VoxCPM2: (patches, prompt patches or None) of the reference: from a precomputed voice (both
-        for its ref_continuation mode: speech_generation's ref_patches + prompt_patches), from an
-        uploaded voice (computed once, at upload), or from `ref_audio` through the checkpoint's
-        audiovae_encoder (shared cache, like Qwen's)."""
-        stored = plan.stored_voice
-        if stored is not None and stored.precomputed_patches:
-            if stored.ref_patches is not None and stored.prompt_patches is not None:
-                return stored.ref_patches, stored.prompt_patches  # ref_continuation
-            single = stored.ref_patches if stored.ref_patches is not None else stored.prompt_patches
-            assert single is not None
-            return single, None  # reference (no ref_text) or continuation (with its ref_text)
-        model = plan.checkpoint.voice_features_model
-        if not model:
-            raise errors.bad_request(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
-        try:
-            if stored is not None:
-                if stored.patches is None:
-                    raise errors.bad_request(f"Voice '{stored.name}' cannot be used with {plan.checkpoint.name}", "voice")
-                return await stored.patches(model, plan.ref_is_prompt), None
-            assert plan.ref_audio is not None
-            audio, rate = await refaudio.resolve_ref_audio(plan.ref_audio, self.ref_settings)
+            return await plan.checkpoint.adapter.reference_features(plan, _FeatureEnv(self, request_id))
         except InvalidRequest as exc:
             raise errors.bad_request(exc.message, exc.param) from None
         except BackendError as exc:
             raise self._api_error(exc, request_id) from None
-        digest = hashlib.sha256(np.ascontiguousarray(audio, dtype=np.float32).tobytes()).hexdigest()
-        key = (model, int(rate), f"{digest}:{'prompt' if plan.ref_is_prompt else 'reference'}")
+
+    async def shared_features(self, key: tuple[Any, ...], compute: Callable[[], Awaitable[Any]]) -> Any:
+        """Features of inline reference audio, computed once for concurrent and recent callers
+        with one key (gateway.family.audio_key); failures are not kept."""
         task: asyncio.Future[Any] | None = self._ref_features.get(key)
         if task is None:
-            task = asyncio.ensure_future(
-                self.backend.reference_patches(model, audio, rate, plan.ref_is_prompt, request_id))
+            task = asyncio.ensure_future(compute())
             self._ref_features[key] = task
             while len(self._ref_features) > REF_FEATURES_CACHE:
                 self._ref_features.popitem(last=False)
         else:
             self._ref_features.move_to_end(key)
         try:
-            patches: np.ndarray = await asyncio.shield(task)
-            return patches, None
+            return await asyncio.shield(task)
         except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+            raise  # this caller went away; the shared computation goes on for the others
+        except Exception:
             if self._ref_features.get(key) is task:
                 del self._ref_features[key]  # failures are not cached
-            if isinstance(exc, BackendError):
-                if exc.code == "INVALID_ARG":  # the encoder refused the clip: the client's ref_audio
-                    raise errors.bad_request(exc.message, "ref_audio") from None
-                raise self._api_error(exc, request_id) from None
             raise
-
-    def _inputs(self, plan: SpeechPlan, segment: int, features: Features | None) -> dict[str, np.ndarray]:
-        fields = plan.generation_fields(segment)
-        if plan.needs_voice_features and not plan.checkpoint.is_qwen:
-            assert features is not None
-            fields["ref_patches"] = features[0]
-            if features[1] is not None:  # ref_continuation: the reference + the transcribed prompt
-                fields["prompt_patches"] = features[1]
-        elif plan.needs_voice_features:
-            assert features is not None
-            x_vector, ref_codes = features
-            fields["x_vector"] = x_vector
-            if not plan.x_vector_only:
-                fields["ref_codes"] = ref_codes
-        return triton_io.request_tensors(**fields)
 
     async def _segment(self, plan: SpeechPlan, segment: int, request_id: str, features: Features | None
                        ) -> AsyncGenerator[SpeechChunk, None]:
@@ -370,26 +284,24 @@ class SpeechService:
         text has the whole `request_timeout_s`) or a model it needs breaks (503; the health monitor
         aborts it)."""
         deadline = Deadline(time.monotonic(), self.settings.request_timeout_s, self.settings.stall_timeout_s)
-        inputs = self._inputs(plan, segment, features)
+        inputs = plan.generation_inputs(segment, features)
         model = plan.checkpoint.triton_model
         stream = self.backend.stream_speech(model, inputs, request_id)
-        # A shared vocoder (readiness_models: code2wav over BLS) breaks this stream as much as its own model.
-        with self.inflight.open((model, *self.settings.readiness_models)) as ticket:
-            try:
-                async with aclosing(stream):
-                    streaming = False
-                    while True:
-                        limit, which = deadline.wait_limit(time.monotonic(), streaming)
-                        try:
-                            chunk = await next_within(stream, limit, ticket.aborted)
-                        except asyncio.TimeoutError:
-                            raise BackendError(DEADLINE_EXCEEDED, deadline.message(which)) from None
-                        if chunk is END:
-                            break
-                        streaming = True
-                        yield chunk
-            except BackendError as exc:
-                raise self._api_error(exc, request_id) from None
+        try:
+            async with aclosing(stream):
+                streaming = False
+                while True:
+                    limit, which = deadline.wait_limit(time.monotonic(), streaming)
+                    try:
+                        chunk = await next_within(stream, limit)
+                    except asyncio.TimeoutError:
+                        raise BackendError(DEADLINE_EXCEEDED, deadline.message(which)) from None
+                    if chunk is END:
+                        break
+                    streaming = True
+                    yield chunk
+        except BackendError as exc:
+            raise self._api_error(exc, request_id) from None
 
     def _segments(self, plan: SpeechPlan, request_id: str, features: Features | None
                   ) -> AsyncGenerator[SpeechChunk, None]:
@@ -479,12 +391,11 @@ class SpeechService:
             raise errors.bad_request(f"A batch holds at most {limit} items, got {len(items)}", "items")
         if request.model is not None and not self.deployment.knows_model(request.model):
             raise errors.model_not_found(request.model)
-        defaults = request.model_dump(exclude={"items", "model"})
 
         async def one(index: int, item: Any) -> dict[str, Any]:
             item_id = f"{request_id}-{index}"
             try:
-                plan = self.plan(merge_batch_item(defaults, item.model_dump(), request.model))
+                plan = self.plan(request.item_fields(item))
                 clip = await self.synthesize(plan, item_id, trace=trace)
             except APIError as exc:
                 trace.fail(exc.status, exc.type)

@@ -68,14 +68,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ttscore.contract import families, voxcpm2
+from ttscore.contract import families
 from ttscore.contract.errors import TTSError
-from ttscore.contract.manifest import Manifest, read_manifest
-from ttscore.contract.qwen3_tts import MAX_TEXT_CHARS, TASK_OF_VARIANT, VARIANTS
 
 from .aliases import DEFAULT_MODEL_ALIASES, AliasError, parse_model_aliases, parse_voice_aliases
 
@@ -164,8 +162,8 @@ class CheckpointSettings:
         for key in ("name", "variant", "triton_model", "artifacts_dir"):
             if not isinstance(raw.get(key), str) or not raw[key]:
                 raise SettingsError(f"served model {raw.get('name')!r}: {key!r} must be a non-empty string")
-        if raw["variant"] not in VARIANTS:
-            raise SettingsError(f"served model {raw['name']!r}: variant must be one of {', '.join(VARIANTS)}")
+        if raw["variant"] not in families.VARIANTS:
+            raise SettingsError(f"served model {raw['name']!r}: variant must be one of {', '.join(families.VARIANTS)}")
         vf = raw.get("voice_features_model")
         if vf is not None and (not isinstance(vf, str) or not vf):
             raise SettingsError(f"served model {raw['name']!r}: voice_features_model must be a string or null")
@@ -262,8 +260,9 @@ class Settings:
             raise SettingsError("endpoint_check_interval_s must be positive")
         if self.health_interval_s < 0:
             raise SettingsError("health_interval_s must not be negative (0 turns the health monitor off)")
-        if not 1 <= self.segment_chars <= MAX_TEXT_CHARS:
-            raise SettingsError(f"segment_chars must be between 1 and {MAX_TEXT_CHARS} (what one generation takes)")
+        max_text = min(r.max_text_chars for r in families.RULES.values())
+        if not 1 <= self.segment_chars <= max_text:
+            raise SettingsError(f"segment_chars must be between 1 and {max_text} (what one generation takes)")
         if self.max_input_chars < 1 or self.segment_lookahead < 1:
             raise SettingsError("max_input_chars and segment_lookahead must be positive")
         ids: set[str] = set()
@@ -354,97 +353,3 @@ class Settings:
         except (OSError, json.JSONDecodeError) as exc:
             raise SettingsError(f"cannot read gateway config {path}: {exc}") from None
         return cls.from_dict(raw)
-
-
-@dataclass(frozen=True)
-class ServedCheckpoint:
-    """A served checkpoint with the facts the Speech API needs from its manifest."""
-
-    settings: CheckpointSettings
-    speakers: tuple[str, ...]  # lower-case built-in speaker names (CustomVoice)
-    languages: tuple[str, ...]  # lower-case, "auto" included
-    sample_rate: int
-    samples_per_frame: int
-    model_size: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-    speaker_embed_dim: int | None = None  # Base: the x-vector size (checks precomputed voices)
-    num_code_groups: int | None = None
-    family: str = "qwen3_tts"  # the manifest's model family (ttscore.contract.families)
-    patch_shape: tuple[int, int] | None = None  # VoxCPM2: (patch_size, feat_dim) (checks precomputed voices)
-    audiovae_sha256: str | None = None  # VoxCPM2: checksum of the checkpoint's audiovae.safetensors
-
-    @property
-    def name(self) -> str:
-        return self.settings.name
-
-    @property
-    def variant(self) -> str:
-        return self.settings.variant
-
-    @property
-    def task(self) -> str:
-        return TASK_OF_VARIANT[self.settings.variant]
-
-    @property
-    def rules(self) -> families.FamilyRules:
-        return families.RULES[self.family]
-
-    @property
-    def is_qwen(self) -> bool:
-        return self.family == "qwen3_tts"
-
-    @property
-    def triton_model(self) -> str:
-        return self.settings.triton_model
-
-    @property
-    def voice_features_model(self) -> str | None:
-        return self.settings.voice_features_model
-
-    def answers_to(self, model: str) -> bool:
-        """`model` names this checkpoint: its id, an alias, or a hub-style `org/<id>`."""
-        ids = (self.settings.name, *self.settings.aliases)
-        return model in ids or model.rsplit("/", 1)[-1] in ids
-
-    @classmethod
-    def from_manifest(cls, settings: CheckpointSettings, manifest: Manifest) -> ServedCheckpoint:
-        if manifest.variant != settings.variant:
-            raise SettingsError(
-                f"served model {settings.name!r} is declared {settings.variant} but its artifacts "
-                f"({settings.artifacts_dir}) are {manifest.variant}"
-            )
-        if manifest.family not in families.RULES:
-            raise SettingsError(f"served model {settings.name!r}: unknown model family {manifest.family!r}")
-        if settings.variant == "base" and not settings.voice_features_model:
-            raise SettingsError(f"Base model {settings.name!r} needs a voice_features_model")
-        if manifest.sample_rate is None or manifest.samples_per_frame is None:
-            raise SettingsError(f"{settings.artifacts_dir}/manifest.json lacks 'sample_rate'/'samples_per_frame'")
-        speakers = tuple(sorted(manifest.speakers))
-        if settings.variant == "custom_voice" and not speakers:
-            raise SettingsError(f"CustomVoice model {settings.name!r} has no speakers in its manifest")
-        return cls(
-            settings=settings,
-            speakers=speakers,
-            languages=tuple(sorted({*manifest.languages, "auto"})),
-            sample_rate=manifest.sample_rate,
-            samples_per_frame=manifest.samples_per_frame,
-            model_size=manifest.model_size,
-            speaker_embed_dim=manifest.speaker_embed_dim,
-            num_code_groups=manifest.num_code_groups,
-            family=manifest.family,
-            patch_shape=(voxcpm2.patch_shape(dict(manifest.configs.get("config.json") or {}))
-                         if manifest.family == voxcpm2.FAMILY else None),
-            audiovae_sha256=manifest.source_sha256(voxcpm2.AUDIOVAE_FILE) if manifest.family == voxcpm2.FAMILY else None,
-        )
-
-
-def load_checkpoints(settings: Settings) -> tuple[ServedCheckpoint, ...]:
-    """Read every served checkpoint's manifest (fails fast with SettingsError)."""
-    served = []
-    for m in settings.models:
-        try:
-            manifest = read_manifest(m.artifacts_dir)
-        except TTSError as exc:
-            raise SettingsError(f"served model {m.name!r}: {exc}") from None
-        served.append(ServedCheckpoint.from_manifest(m, manifest))
-    return tuple(served)

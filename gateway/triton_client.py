@@ -6,7 +6,7 @@
   the stream stays open until then. If the consumer stops early (client disconnect, downstream
   error) the call is cancelled, which cancels the request inside Triton: the model sees
   `is_cancelled()` at its next step and frees the slot.
-- `voice_features`: a plain ModelInfer on the voice_features ensemble.
+- `infer`: a plain ModelInfer (a family's feature models: voice_features, audiovae_encoder).
 - Readiness: server and per-model readiness RPCs.
 - Health (gateway.monitor): liveness, ensemble steps from the model configs, a health probe per
   model (a request with the `HEALTH_PROBE_PARAMETER` parameter and the smallest valid value of each
@@ -267,40 +267,18 @@ class TritonBackend:
 
     # --- inference --------------------------------------------------------------------------------
 
-    async def voice_features(
-        self, model: str, audio: np.ndarray, sample_rate: int, request_id: str
-    ) -> tuple[np.ndarray, np.ndarray]:
-        inputs = _inputs({
-            "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
-            "sample_rate": np.array([sample_rate], dtype=np.int32),
-        })
+    async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
         try:
-            result = await self._client.infer(model, inputs, request_id=request_id,
+            result = await self._client.infer(model, _inputs(inputs), request_id=request_id,
                                               client_timeout=self.unary_timeout_s)
         except InferenceServerException as exc:
             raise _from_exception(exc) from None
-        x_vector, ref_codes = result.as_numpy("x_vector"), result.as_numpy("ref_codes")
-        if x_vector is None or ref_codes is None:
-            raise BackendError(INTERNAL, f"{model} returned no x_vector/ref_codes")
-        return np.asarray(x_vector, np.float32).reshape(-1), np.asarray(ref_codes, np.int64)
-
-    async def reference_patches(
-        self, model: str, audio: np.ndarray, sample_rate: int, prompt: bool, request_id: str
-    ) -> np.ndarray:
-        inputs = _inputs({
-            "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
-            "sample_rate": np.array([sample_rate], dtype=np.int32),
-            "prompt": np.array([prompt], dtype=np.bool_),
-        })
-        try:
-            result = await self._client.infer(model, inputs, request_id=request_id,
-                                              client_timeout=self.unary_timeout_s)
-        except InferenceServerException as exc:
-            raise _from_exception(exc) from None
-        patches = result.as_numpy("ref_patches")
-        if patches is None:
-            raise BackendError(INTERNAL, f"{model} returned no ref_patches")
-        return np.asarray(patches, np.float32)
+        out = {}
+        for output in result.get_response().outputs:
+            value = result.as_numpy(output.name)
+            if value is not None:
+                out[output.name] = value
+        return out
 
     async def stream_speech(
         self, model: str, inputs: dict[str, np.ndarray], request_id: str

@@ -2,17 +2,16 @@
 
 - Uploaded voices live in a gateway.voices.VoiceStore (one .safetensors per voice, restored at
   start-up; the spec's SPEAKER_* / VLLM_OMNI_SPEAKER_REGISTRATION_POLICY settings). At upload their
-  features are computed through the Triton voice_features ensemble of the served Base checkpoint and
-  kept in a bounded LRU (gateway.voices.FeatureCache, invalidated on delete and overwrite), so
-  speaking with voice="name" needs no reference processing; a voice restored from disk is computed
-  once, on first use.
+  features are computed through the served checkpoints' feature models, as each family's gateway
+  adapter says (gateway.family: `clip_features`): a family that `caches_voice_features` has them
+  computed by the store for its first Base checkpoint and kept in a bounded LRU
+  (gateway.voices.FeatureCache, invalidated on delete and overwrite; a voice restored from disk is
+  computed once, on first use); the others get them per served checkpoint and prompt mode, kept by
+  voice version. Speaking with voice="name" then needs no reference processing.
 - Precomputed voices come from `custom_voice_dir` (gateway.voices.precomputed), loaded at start-up
-  and checked against the served checkpoints of their family: a Qwen3-TTS profile against the Base
-  checkpoint's embedding size, a VoxCPM2 one (latent patches for its prompt mode, made offline by
-  `triton-tts precompute-voice`) against each VoxCPM2 checkpoint's patch shape and AudioVAE. Each
-  knows its family, so a request for a model of another family is a 400 naming `voice`.
-- Both are Base voice-cloning inputs (planning.StoredVoice): a voice with a transcript clones in
-  context (x-vector + reference codes), one without clones from its x-vector only.
+  and checked against the served checkpoints of their family by its adapter. Each knows its family,
+  so a request for a model of another family is a 400 naming `voice`.
+- Both are Base voice-cloning inputs (planning.StoredVoice).
 
 Names are one case-insensitive namespace: built-in (and the OpenAI voice aliases, gateway.aliases) <
 precomputed < uploaded, and an upload can never shadow a name to its left. Pure asyncio (no FastAPI); Triton is reached only through the backend
@@ -22,6 +21,7 @@ bound at start-up (`bind`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import uuid
@@ -30,18 +30,21 @@ from typing import Any
 
 import numpy as np
 
+from ttscore.contract import families as contract_families
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.voicefile import MODEL_TYPE, VOXCPM2_MODEL_TYPE, voice_key
+from ttscore.contract.voicefile import voice_key
 
 from . import errors
 from .aliases import AliasError, effective_voice_aliases
 from .backend import INVALID_ARG, BackendError, InferenceBackend
+from .checkpoints import ServedCheckpoint
+from .families import ADAPTERS
+from .family import FamilyAdapter, default_voice_aliases
 from .planning import StoredVoice
-from .settings import ServedCheckpoint, Settings, SettingsError
+from .settings import Settings, SettingsError
 from .voices import (
     FeatureCache,
     MultipartForm,
-    PatchTarget,
     PrecomputedVoice,
     VoiceNotFound,
     VoiceRecord,
@@ -51,6 +54,7 @@ from .voices import (
     load_precomputed_voices,
     upload_response,
 )
+from .voices.precomputed import Loader
 from .voices.store import ENV_MAX_DURATION, ENV_MAX_UPLOADED, ENV_MIN_DURATION, ENV_POLICY, ENV_SAMPLES_DIR
 
 logger = logging.getLogger(__name__)
@@ -77,6 +81,14 @@ def store_env(settings: Settings, env: Mapping[str, str] | None = None) -> dict[
     return out
 
 
+def precomputed_loaders(checks: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Loader]:
+    """Every family's precomputed-voice loader (its adapter's `precomputed_voice`) with `checks`:
+    family -> the keyword arguments its loader checks entries with (none: unchecked)."""
+    given = checks or {}
+    return {family: functools.partial(adapter.precomputed_voice, **dict(given.get(family, {})))
+            for family, adapter in ADAPTERS.items()}
+
+
 class VoiceRegistry:
     """Uploaded + precomputed voices of one deployment (planning.VoiceResolver, plus upload/delete)."""
 
@@ -88,34 +100,33 @@ class VoiceRegistry:
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.builtin = sorted({s for c in checkpoints for s in c.speakers})
-        base = next((c for c in checkpoints if c.is_qwen and c.variant == "base"), None)
+        # The store's cached features: the first Base checkpoint of a family that caches them per voice.
+        base = next((c for c in checkpoints if c.adapter.caches_voice_features and c.task == "Base"), None)
         self.base = base
-        # VoxCPM2 checkpoints: an uploaded voice's latent patches per (encoder model, prompt mode),
-        # computed once at upload through each one's audiovae_encoder and kept (by voice version).
-        self.patch_models = [c.voice_features_model for c in checkpoints if not c.is_qwen and c.voice_features_model]
-        self._patches: dict[tuple[str, str, str, bool], asyncio.Future[np.ndarray]] = {}
+        # The other families' checkpoints: an uploaded voice's features per (feature model, prompt
+        # mode), computed once at upload through each one's feature model and kept (by voice version).
+        self.upload_models: list[tuple[FamilyAdapter, str]] = [
+            (c.adapter, c.voice_features_model) for c in checkpoints
+            if not c.adapter.caches_voice_features and c.voice_features_model]
+        self._patches: dict[tuple[str, str, str, bool], asyncio.Future[Any]] = {}
         self._backend: InferenceBackend | None = None
         self.features: FeatureCache | None = None
         if base is not None and base.voice_features_model:
             self.features = FeatureCache(self._compute, max_bytes=settings.speaker_cache_max_bytes)
         self.precomputed: dict[str, PrecomputedVoice] = load_precomputed_voices(
             settings.custom_voice_dir,
-            embedding_dim=base.speaker_embed_dim if base is not None else None,
-            num_code_groups=base.num_code_groups if base is not None else None,
+            precomputed_loaders({family: adapter.precomputed_checks(checkpoints) for family, adapter in ADAPTERS.items()}),
             reserved_names=self.builtin,
-            voxcpm2=[PatchTarget(c.name, c.patch_shape, c.audiovae_sha256)
-                     for c in checkpoints if c.family == VOXCPM2_MODEL_TYPE and c.patch_shape is not None],
         )
-        families = {c.family for c in checkpoints}
+        cloning = {c.family for c in checkpoints if c.task == "Base"}
         for family in sorted({v.model_type for v in self.precomputed.values()}):
-            if family == MODEL_TYPE and base is None:
-                logger.warning("Qwen3-TTS precomputed voices are loaded but no Base checkpoint is served: "
-                               "they cannot be spoken")
-            elif family != MODEL_TYPE and family not in families:
-                logger.warning("%s precomputed voices are loaded but no %s checkpoint is served: they cannot be spoken",
-                               family, family)
+            if family not in cloning:
+                name = contract_families.display_name(family)
+                logger.warning("%s precomputed voices are loaded but no %s Base checkpoint is served: "
+                               "they cannot be spoken", name, name)
         try:  # OpenAI voice names are reserved like built-ins, so an upload never shadows an alias
-            aliases = effective_voice_aliases(settings.voice_aliases, self.builtin)
+            aliases = effective_voice_aliases(settings.voice_aliases, self.builtin,
+                                              default_voice_aliases(dict.fromkeys(c.adapter for c in checkpoints)))
         except AliasError as exc:
             raise SettingsError(str(exc)) from None
         reserved = [*self.builtin, *aliases, *(v.name for v in self.precomputed.values())]
@@ -136,9 +147,10 @@ class VoiceRegistry:
         if self._backend is None or self.base is None or not self.base.voice_features_model:
             raise RuntimeError("voice features need a served Base checkpoint and a running backend")
         # The ensemble always computes both; the cache keeps the codes for in-context use later.
-        return await self._backend.voice_features(
-            self.base.voice_features_model, audio, int(sample_rate), f"voice-features-{uuid.uuid4().hex}"
-        )
+        features: tuple[np.ndarray, np.ndarray | None] = await self.base.adapter.clip_features(
+            self._backend, self.base.voice_features_model, audio, int(sample_rate), True,
+            f"voice-features-{uuid.uuid4().hex}")
+        return features
 
     # --- planning.VoiceResolver ------------------------------------------------------------------
 
@@ -147,18 +159,8 @@ class VoiceRegistry:
             return None
         key = voice_key(name)
         pre = self.precomputed.get(key)
-        if pre is not None and pre.model_type == VOXCPM2_MODEL_TYPE:
-            return StoredVoice(pre.name, ref_text=pre.ref_text, family=pre.model_type, models=pre.models,
-                               ref_patches=pre.ref_patches, prompt_patches=pre.prompt_patches)
         if pre is not None:
-            assert pre.features is not None
-            return StoredVoice(
-                pre.name,
-                ref_text=pre.ref_text if pre.mode == "icl" else None,
-                x_vector=pre.features.x_vector,
-                ref_codes=pre.features.ref_codes,
-                family=pre.model_type,
-            )
+            return ADAPTERS[pre.model_type].stored_voice(pre)
         record = self.store.get(name)
         if record is None:
             return None
@@ -169,7 +171,7 @@ class VoiceRegistry:
         async def patches(model: str, prompt: bool) -> np.ndarray:
             return await self._uploaded_patches(record.name, model, prompt)
 
-        return StoredVoice(record.name, ref_text=record.ref_text, features=features, patches=patches)
+        return StoredVoice(record.name, ref_text=record.ref_text, features=features, model_features=patches)
 
     def uploaded_voices(self) -> list[dict[str, Any]]:
         return [r.to_json() for r in self.store.list()]
@@ -190,7 +192,7 @@ class VoiceRegistry:
         )
         return feats.x_vector, feats.ref_codes
 
-    async def _uploaded_patches(self, name: str, model: str, prompt: bool) -> np.ndarray:
+    async def _uploaded_patches(self, name: str, model: str, prompt: bool) -> Any:
         record = self.store.get(name)
         if record is None:
             raise InvalidRequest(f"Invalid voice '{name}': it was deleted", "voice")
@@ -199,9 +201,12 @@ class VoiceRegistry:
         if task is None:
             if self._backend is None:
                 raise RuntimeError("voice features need a running backend")
+            adapter = next((a for a, m in self.upload_models if m == model), None)
+            if adapter is None:
+                raise InvalidRequest(f"Voice '{name}' has no features for {model}", "voice")
             audio, rate = self.store.load_audio(record)
-            task = asyncio.ensure_future(self._backend.reference_patches(
-                model, audio, int(rate), prompt, f"voice-features-{uuid.uuid4().hex}"))
+            task = asyncio.ensure_future(adapter.clip_features(
+                self._backend, model, audio, int(rate), prompt, f"voice-features-{uuid.uuid4().hex}"))
             self._patches[key] = task
         try:
             return await asyncio.shield(task)
@@ -246,8 +251,8 @@ class VoiceRegistry:
                 logger.error("voice upload: computing the features failed in Triton: %s", exc)
             raise errors.from_backend(exc.code, exc.message, exc.param, None) from None
         self._forget_patches(record.key)  # a re-upload replaces the voice
-        try:  # VoxCPM2's prompt cache of the voice: computed once, now (the mode its transcript selects)
-            for model in self.patch_models:
+        try:  # the other families' features of the voice: computed once, now (the mode its transcript selects)
+            for _, model in self.upload_models:
                 await self._uploaded_patches(record.name, model, bool((record.ref_text or "").strip()))
         except (BackendError, InvalidRequest) as exc:
             await self.store.delete(record.name)
@@ -269,4 +274,4 @@ class VoiceRegistry:
         return delete_response(record.name)
 
 
-__all__ = ["FORM_FIELDS", "VoiceNotFound", "VoiceRegistry", "store_env"]
+__all__ = ["FORM_FIELDS", "VoiceNotFound", "VoiceRegistry", "precomputed_loaders", "store_env"]

@@ -38,5 +38,5 @@ class GatedBackend(FakeBackend):
 
 
 if __name__ == "__main__":
-    gateway.app._triton_backend = lambda settings: GatedBackend()
+    gateway.app._triton_backend = lambda settings: (lambda url: GatedBackend())  # every endpoint's client
     sys.exit(main())

@@ -60,8 +60,10 @@ NAMES = {"custom_voice": "tiny-custom-voice", "voice_design": "tiny-voice-design
 
 def fake_deployment(root: Path, variants: tuple[str, ...] = ("custom_voice", "voice_design", "base"),
                     **settings: Any) -> Settings:
-    """Settings over hand-written manifests; uploaded voices go to `root/speakers` unless given."""
+    """Settings over hand-written manifests; uploaded voices go to `root/speakers` unless given. The
+    endpoint "fake:0" is not a host to resolve: the app's pool (gateway.pool) takes it as it is."""
     settings.setdefault("speaker_samples_dir", str(root / "speakers"))
+    settings.setdefault("triton_resolve_interval_s", 0)
     models = []
     for variant in variants:
         art = root / f"art-{variant}"
@@ -74,7 +76,8 @@ def fake_deployment(root: Path, variants: tuple[str, ...] = ("custom_voice", "vo
             "voice_features_model": "voice_features" if variant == "base" else None,
             "artifacts_dir": str(art),
         })
-    return Settings.from_dict({"triton_url": "fake:0", "models": models, **settings})
+    endpoint = {} if "triton_urls" in settings else {"triton_url": "fake:0"}
+    return Settings.from_dict({**endpoint, "models": models, **settings})
 
 
 def fake_audio(frames: int, start: int = 0) -> np.ndarray:
@@ -139,16 +142,17 @@ class FakeBackend:
     async def model_ready(self, model: str) -> bool:
         return self.ready and model not in self.not_ready_models
 
-    async def voice_features(self, model: str, audio: np.ndarray, sample_rate: int, request_id: str
-                             ) -> tuple[np.ndarray, np.ndarray]:
-        self.feature_calls.append((model, int(audio.size), int(sample_rate), request_id))
+    async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
+        """The voice_features ensemble: (audio, sample_rate) -> x_vector, ref_codes."""
+        audio, sample_rate = inputs["audio"], int(inputs["sample_rate"].reshape(-1)[0])
+        self.feature_calls.append((model, int(audio.size), sample_rate, request_id))
         if not self.ready:
             raise BackendError(UNAVAILABLE, "the inference server is unreachable")
         seconds = audio.size / sample_rate
         if not 0.1 <= seconds <= 60:
             raise BackendError(INVALID_ARG, "reference audio must be 0.1-60 s", "audio")
         frames = int(np.ceil(seconds * 12.5))
-        return np.full(X_VECTOR_DIM, 0.5, np.float32), np.zeros((frames, 16), np.int64)
+        return {"x_vector": np.full(X_VECTOR_DIM, 0.5, np.float32), "ref_codes": np.zeros((frames, 16), np.int64)}
 
     async def stream_speech(self, model: str, inputs: dict[str, np.ndarray], request_id: str
                             ) -> AsyncIterator[SpeechChunk]:

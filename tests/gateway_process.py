@@ -38,6 +38,7 @@ def fake_config(root: Path, variants: tuple[str, ...] = ("custom_voice",), **key
                        "artifacts_dir": str(art)})
     path = root / "gateway.json"
     keys.setdefault("speaker_samples_dir", str(root / "speakers"))
+    keys.setdefault("triton_resolve_interval_s", 0)  # "fake" is no host to resolve: the pool takes it as it is
     path.write_text(json.dumps({"triton_url": "fake:0", "models": models, **keys}))
     return path
 

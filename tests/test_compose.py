@@ -333,7 +333,8 @@ def prepared(compose, tiny_custom_voice_greedy, tmp_path_factory):
 def test_the_init_service_makes_what_the_servers_mount(compose, prepared):
     from tritonclient.grpc import model_config_pb2 as mc
 
-    from gateway.settings import Settings, load_checkpoints
+    from gateway.checkpoints import load_checkpoints
+    from gateway.settings import Settings
     from ttscore.backend.repository import load_config
 
     root = prepared["root"]

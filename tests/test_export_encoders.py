@@ -26,7 +26,8 @@ from export.qwen3_tts.encoders import (  # noqa: E402
 from export.qwen3_tts.reference import reference_imports  # noqa: E402
 from ttscore.contract.errors import AudioDecodeError, ExportError, InvalidRequest  # noqa: E402
 from ttscore.contract.qwen3_tts import MEL_BINS  # noqa: E402
-from ttscore.runtime import audio as ta  # noqa: E402
+from ttscore.runtime import audio as generic_audio  # noqa: E402
+from ttscore.runtime.families.qwen3_tts import audio as ta  # noqa: E402
 
 TINY_MIMI = dict(
     hidden_size=32,
@@ -303,10 +304,10 @@ def test_resample_matches_librosa(sr):
 
     audio = (0.1 * np.random.default_rng(sr).standard_normal(sr + 7)).astype(np.float32)
     ref = librosa.resample(audio, orig_sr=sr, target_sr=24000)
-    got = ta.resample(audio, sr, 24000)
+    got = generic_audio.resample(audio, sr, 24000)
     assert got.dtype == ref.dtype and got.shape == ref.shape
     np.testing.assert_array_equal(got, ref)
-    assert ta.resample(audio, 24000, 24000) is audio
+    assert generic_audio.resample(audio, 24000, 24000) is audio
 
 
 @pytest.mark.unit
@@ -317,13 +318,13 @@ def test_load_audio_mono_mix_and_errors():
     stereo = (0.1 * rng.standard_normal((1600, 2))).astype(np.float32)
     buf = io.BytesIO()
     sf.write(buf, stereo, 16000, format="FLAC", subtype="PCM_24")
-    audio, sr = ta.load_audio(buf.getvalue())
+    audio, sr = generic_audio.load_audio(buf.getvalue())
     ref, _ = sf.read(io.BytesIO(buf.getvalue()), dtype="float32")
     assert sr == 16000 and audio.dtype == np.float32 and audio.shape == (1600,)
     np.testing.assert_allclose(audio, ref.mean(axis=-1), atol=1e-7)
     for bad in (b"", b"RIFF....WAVEfmt garbage", bytes(1000)):
         with pytest.raises(AudioDecodeError) as ei:
-            ta.load_audio(bad)
+            generic_audio.load_audio(bad)
         assert ei.value.param == "ref_audio"
 
 

@@ -84,7 +84,6 @@ def test_the_counter_sees_code_not_comments() -> None:
     assert family_mentions("from ttscore.contract import voxcpm2\n") == ["1:voxcpm2"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18 in progress: family code still in shared files")
 def test_shared_code_names_no_family() -> None:
     offenders = shared_files_naming_a_family()
     report = "\n".join(f"  {path}: {', '.join(hits[:4])}" for path, hits in offenders.items())

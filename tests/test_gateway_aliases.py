@@ -11,8 +11,9 @@ from fastapi.testclient import TestClient
 from gateway_fixtures import FakeBackend, fake_audio, fake_deployment
 
 from gateway import encoding, refaudio
-from gateway.aliases import DEFAULT_VOICE_ALIASES, effective_voice_aliases
+from gateway.aliases import effective_voice_aliases
 from gateway.app import create_app
+from gateway.families.qwen3_tts import VOICE_ALIASES as DEFAULT_VOICE_ALIASES
 from gateway.settings import SettingsError
 
 pytestmark = pytest.mark.gateway
@@ -113,6 +114,6 @@ def test_bad_alias_config_fails_at_startup(tmp_path, settings, needle):
 
 @pytest.mark.unit
 def test_default_voice_aliases_keep_only_served_speakers():
-    assert effective_voice_aliases(None, ["ryan", "vivian"]) == {
+    assert effective_voice_aliases(None, ["ryan", "vivian"], DEFAULT_VOICE_ALIASES) == {
         a: s for a, s in DEFAULT_VOICE_ALIASES.items() if s in ("ryan", "vivian")}
-    assert effective_voice_aliases(None, []) == {}
+    assert effective_voice_aliases(None, [], DEFAULT_VOICE_ALIASES) == {}

@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from gateway_fixtures import FakeBackend, fake_audio, fake_deployment, start_gateway
 
 from gateway import encoding, refaudio, sse
-from gateway.aliases import DEFAULT_VOICE_ALIASES
 from gateway.app import create_app
+from gateway.families.qwen3_tts import VOICE_ALIASES as DEFAULT_VOICE_ALIASES
 from ttscore.backend.launcher import free_port
 
 pytestmark = pytest.mark.gateway
@@ -420,7 +420,7 @@ def start_gateway_with(settings, fake, port):
     import gateway.app as app_module
 
     original = app_module._triton_backend
-    app_module._triton_backend = lambda s: fake
+    app_module._triton_backend = lambda s: (lambda url: fake)  # every endpoint's client
     try:
         return start_gateway(settings, port)
     finally:

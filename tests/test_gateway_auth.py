@@ -164,7 +164,7 @@ def test_unusable_keys_fail_at_start_up_without_showing_them(tmp_path, keys) -> 
 
 def test_the_openai_sdk_api_key_just_works(settings) -> None:  # type: ignore[no-untyped-def]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gateway.app, "_triton_backend", lambda s: FakeBackend())
+        mp.setattr(gateway.app, "_triton_backend", lambda s: (lambda url: FakeBackend()))
         port = free_port()
         server, thread = start_gateway(settings, port)
     try:

@@ -77,9 +77,10 @@ def test_fallbacks_clause_then_words_then_characters():
 
 @pytest.mark.unit
 def test_segment_seeds():
-    assert [segment_seed(7, i) for i in range(3)] == [7, 8, 9]
-    assert segment_seed(SEED_MAX, 1) == 0
-    assert segment_seed(None, 4) is None
+    assert [segment_seed(7, i, SEED_MAX) for i in range(3)] == [7, 8, 9]
+    assert segment_seed(SEED_MAX, 1, SEED_MAX) == 0
+    assert segment_seed(None, 4, SEED_MAX) is None
+    assert segment_seed(9, 2, 10) == 0  # within the family's own range
 
 
 # --- ordered generation ---------------------------------------------------------------------------------

@@ -266,7 +266,7 @@ def test_each_app_has_its_own_registry(settings, client) -> None:  # type: ignor
 @contextlib.contextmanager
 def served(settings, backend) -> Iterator[str]:  # type: ignore[no-untyped-def]
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gateway.app, "_triton_backend", lambda s: backend)
+        mp.setattr(gateway.app, "_triton_backend", lambda s: (lambda url: backend))
         port = free_port()
         server, thread = start_gateway(settings, port)
     try:

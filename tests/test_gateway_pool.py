@@ -266,16 +266,17 @@ def test_an_endpoint_out_is_probed_back_in():
     assert out == [False, True] and back == [True, True] and used == 2
 
 
-def test_voice_features_are_balanced_and_retried():
+def test_unary_inference_is_balanced_and_retried():
     async def run():
         pool, fakes = make_pool(2)
-        audio = __import__("numpy").zeros(24000, "float32")
+        np = __import__("numpy")
+        inputs = {"audio": np.zeros(24000, "float32"), "sample_rate": np.array([24000], np.int32)}
         for _ in range(4):
-            await pool.voice_features("voice_features", audio, 24000, "rid")
+            await pool.infer("voice_features", inputs, "rid")
         spread = {u: len(f.feature_calls) for u, f in fakes.items()}
         next(iter(fakes.values())).ready = False
         for _ in range(2):
-            await pool.voice_features("voice_features", audio, 24000, "rid")
+            await pool.infer("voice_features", inputs, "rid")
         return spread, {u: len(f.feature_calls) for u, f in fakes.items()}
 
     spread, after = asyncio.run(run())
@@ -413,17 +414,14 @@ def test_one_endpoint_reports_its_monitor_verdicts_unchanged():
 
 
 def app_over_pool(tmp_path, fakes: dict[str, Endpoint]):
-    settings = fake_deployment(tmp_path, ("custom_voice",), health_interval_s=0)
+    settings = fake_deployment(tmp_path, ("custom_voice",), health_interval_s=0,
+                               triton_urls=["10.0.0.1:8001", "10.0.0.2:8001"])
 
-    def factory(s: Settings) -> TritonPool:
-        def backend(url: str) -> Endpoint:
-            fakes[url] = Endpoint()
-            return fakes[url]
+    def backend(url: str) -> Endpoint:
+        fakes[url] = Endpoint()
+        return fakes[url]
 
-        return TritonPool([Target("10.0.0.1", 8001), Target("10.0.0.2", 8001)], backend,
-                          models=s.triton_models())
-
-    return TestClient(create_app(settings, backend_factory=factory), raise_server_exceptions=False)
+    return TestClient(create_app(settings, backend_factory=backend), raise_server_exceptions=False)
 
 
 def test_app_ready_metrics_and_failover(tmp_path):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from voices_audio import encode_sf, tone
 
+from gateway.voice_registry import precomputed_loaders
 from gateway.voices.precomputed import load_precomputed_voices
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile
@@ -50,7 +51,7 @@ def test_manifest_merges_and_replaces_case_insensitively(tmp_path):
     write_voice_profile(tmp_path, "ALICE", np.full(4, 2.0), None, mode="xvec")
     voices = json.loads((tmp_path / MANIFEST_NAME).read_text())["voices"]
     assert sorted(voices) == ["ALICE", "bob"]
-    loaded = load_precomputed_voices(tmp_path)
+    loaded = load_precomputed_voices(tmp_path, precomputed_loaders())
     np.testing.assert_array_equal(loaded["alice"].features.x_vector, np.full(4, 2.0, np.float32))
 
 
@@ -112,7 +113,8 @@ def test_precompute_with_the_tiny_base_pipeline_round_trips(tmp_path, tiny_base)
                      speaker_description="tiny")
     precompute_voice(pipeline, "bob", ref, mode="xvec", output_dir=out)
     x_ref, codes_ref = pipeline.voice_features(audio, 16000, with_codes=True)
-    voices = load_precomputed_voices(out, embedding_dim=x_ref.shape[0], num_code_groups=codes_ref.shape[1])
+    voices = load_precomputed_voices(out, precomputed_loaders(
+        {"qwen3_tts": {"embedding_dim": x_ref.shape[0], "num_code_groups": codes_ref.shape[1]}}))
     assert sorted(voices) == ["alice", "bob"]
     alice = voices["alice"]
     assert (alice.name, alice.mode, alice.ref_text, alice.speaker_description) == (
@@ -142,7 +144,7 @@ def test_cli_command(tmp_path, tiny_base, monkeypatch, capsys):
                               "--ref-audio", str(ref), "--mode", "xvec", "--output-dir", str(tmp_path / "o")])
     assert args.func(args) == 0
     assert exported == [ckpt] and "carol.safetensors" in capsys.readouterr().out
-    assert list(load_precomputed_voices(tmp_path / "o")) == ["carol"]
+    assert list(load_precomputed_voices(tmp_path / "o", precomputed_loaders())) == ["carol"]
     args = parser.parse_args(["precompute-voice", "--checkpoint", str(ckpt), "--voice-name", "dave",
                               "--ref-audio", str(ref), "--mode", "icl", "--output-dir", str(tmp_path / "o")])
     with pytest.raises(InvalidRequest, match="--ref-text"):

@@ -15,17 +15,25 @@ import pytest
 from safetensors.numpy import load_file
 from voices_audio import encode_sf, tone
 
-from gateway.voices.precomputed import PatchTarget, load_precomputed_voices
+from gateway.families.voxcpm2 import PatchTarget
+from gateway.voice_registry import precomputed_loaders
+from gateway.voices.precomputed import load_precomputed_voices
 from ttscore.contract import tensors as triton_io
 from ttscore.contract import voxcpm2
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile, write_voxcpm2_profile
+from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile
+from ttscore.contract.voxcpm2_voicefile import write_voxcpm2_profile
 from ttscore.runtime.families import FAMILIES
 from ttscore.runtime.families.voxcpm2.offline import precompute_voice as precompute_voxcpm2_voice
 from ttscore.tools.precompute import add_precompute_parser
 
 PROMPT = "This is the prompt."
 MODES = ("reference", "continuation", "ref_continuation")
+
+
+def _targets(*targets: PatchTarget) -> dict:
+    """The loader's checks for VoxCPM2 profiles: the served checkpoints they must fit."""
+    return {"voxcpm2": {"targets": list(targets)}}
 
 
 def patches(t: int = 3, p: int = 2, d: int = 4, value: float = 0.5) -> np.ndarray:
@@ -48,7 +56,8 @@ def test_one_directory_holds_both_families(tmp_path):
     manifest = json.loads((tmp_path / MANIFEST_NAME).read_text())
     assert manifest["model_type"] == "qwen3_tts" and set(manifest["voices"]) == {"qwen", "Vox"}
     assert set(load_file(str(tmp_path / "vox.safetensors"))) == {"ref_patches", "prompt_patches"}
-    loaded = load_precomputed_voices(tmp_path, embedding_dim=4, voxcpm2=[PatchTarget("VoxCPM2-x", (2, 4), "ab")])
+    loaded = load_precomputed_voices(tmp_path, precomputed_loaders({
+        "qwen3_tts": {"embedding_dim": 4}, "voxcpm2": {"targets": [PatchTarget("VoxCPM2-x", (2, 4), "ab")]}}))
     assert {k: v.model_type for k, v in loaded.items()} == {"qwen": "qwen3_tts", "vox": "voxcpm2"}
     vox = loaded["vox"]
     assert (vox.mode, vox.ref_text, vox.models, vox.features) == ("ref_continuation", PROMPT, ("VoxCPM2-x",), None)
@@ -56,7 +65,7 @@ def test_one_directory_holds_both_families(tmp_path):
     # a VoxCPM2-only directory says so at the top
     write_voxcpm2_profile(tmp_path / "v", "a", mode="reference", ref_patches=patches(), prompt_patches=None)
     assert json.loads((tmp_path / "v" / MANIFEST_NAME).read_text())["model_type"] == "voxcpm2"
-    assert list(load_precomputed_voices(tmp_path / "v")) == ["a"]
+    assert list(load_precomputed_voices(tmp_path / "v", precomputed_loaders())) == ["a"]
 
 
 @pytest.mark.unit
@@ -102,17 +111,17 @@ def test_invalid_voxcpm2_profiles_are_skipped(tmp_path, caplog):
     })
     (d / MANIFEST_NAME).write_text(json.dumps(manifest))
     with caplog.at_level(logging.WARNING):
-        assert list(load_precomputed_voices(d)) == ["good"]
+        assert list(load_precomputed_voices(d, precomputed_loaders())) == ["good"]
     for reason in ("cannot load corrupt", "needs tensor 'ref_patches'", "needs 'prompt_text'", "the entry says",
                    "invalid mode 'icl'", "cosyvoice3"):
         assert reason in caplog.text, reason
     # The checkpoint identity: another AudioVAE or patch shape than every served VoxCPM2 -> skipped.
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        assert load_precomputed_voices(d, voxcpm2=[PatchTarget("A", (2, 4), "cd"), PatchTarget("B", (4, 4))]) == {}
+        assert load_precomputed_voices(d, precomputed_loaders(_targets(PatchTarget("A", (2, 4), "cd"), PatchTarget("B", (4, 4))))) == {}
     assert "made for another checkpoint" in caplog.text
-    fits = load_precomputed_voices(d, voxcpm2=[PatchTarget("A", (2, 4), "cd"), PatchTarget("C", (2, 4), "ab"),
-                                               PatchTarget("D", (2, 4))])
+    fits = load_precomputed_voices(d, precomputed_loaders(_targets(
+        PatchTarget("A", (2, 4), "cd"), PatchTarget("C", (2, 4), "ab"), PatchTarget("D", (2, 4)))))
     assert fits["good"].models == ("C", "D")
 
 
@@ -174,7 +183,7 @@ def test_each_mode_writes_a_loadable_profile(tmp_path, voxcpm2_artifacts, vox_mo
     shape = voxcpm2.patch_shape(dict(manifest.configs["config.json"]))
     assert sha and entry["checkpoint"] == {"name": "VoxCPM2-tiny", "audiovae_sha256": sha}
     assert (entry["mode"], entry["patch_size"], entry["feat_dim"]) == (mode, *shape)
-    voices = load_precomputed_voices(tmp_path, voxcpm2=[PatchTarget("VoxCPM2-tiny", shape, sha)])
+    voices = load_precomputed_voices(tmp_path, precomputed_loaders(_targets(PatchTarget("VoxCPM2-tiny", shape, sha))))
     alice = voices["alice"]
     assert (alice.name, alice.mode, alice.ref_text, alice.speaker_description, alice.models) == (
         "Alice", mode, text, "tiny", ("VoxCPM2-tiny",))
@@ -185,7 +194,7 @@ def test_each_mode_writes_a_loadable_profile(tmp_path, voxcpm2_artifacts, vox_mo
             np.testing.assert_array_equal(got, vox_model.encode_reference(wav, sr, pad=pad))
         else:
             assert got is None
-    assert load_precomputed_voices(tmp_path, voxcpm2=[PatchTarget("other", shape, "0" * 64)]) == {}
+    assert load_precomputed_voices(tmp_path, precomputed_loaders(_targets(PatchTarget("other", shape, "0" * 64)))) == {}
 
 
 @pytest.mark.export
@@ -198,7 +207,7 @@ def test_cli_and_bad_arguments(tmp_path, voxcpm2_artifacts, ref_wav, capsys):
     assert args.func(args) == 0 and "VoxCPM2 ref_continuation" in capsys.readouterr().out
     args = parser.parse_args([*base, "--voice-name", "plain"])
     assert args.func(args) == 0
-    assert {k: v.mode for k, v in load_precomputed_voices(tmp_path).items()} == {
+    assert {k: v.mode for k, v in load_precomputed_voices(tmp_path, precomputed_loaders()).items()} == {
         "dflt": "ref_continuation", "plain": "reference"}
     for extra, param in ((["--mode", "xvec"], "mode"), (["--mode", "continuation"], "prompt_text")):
         args = parser.parse_args([*base, "--voice-name", "bad", *extra])

@@ -11,10 +11,13 @@ import pytest
 from safetensors.numpy import save_file
 from voices_audio import wav
 
+from gateway.voice_registry import precomputed_loaders
 from gateway.voices.precomputed import load_precomputed_voices
 from gateway.voices.store import VoiceStore
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile
+
+QWEN_CHECKS = {"qwen3_tts": {"embedding_dim": 4, "num_code_groups": 16}}  # the served Base checkpoint's sizes
 
 pytestmark = pytest.mark.unit
 
@@ -33,7 +36,7 @@ def test_loads_upstream_style_profiles(tmp_path):
         "Alice": {"file": "alice.safetensors", "mode": "icl", "ref_text": "reference transcript", "embedding_dim": 4},
         "bob": {"file": "bob.safetensors", "mode": "xvec", "speaker_description": "deep", "model_revision": "x"},
     })
-    voices = load_precomputed_voices(tmp_path, embedding_dim=4, num_code_groups=16)
+    voices = load_precomputed_voices(tmp_path, precomputed_loaders(QWEN_CHECKS))
     assert sorted(voices) == ["alice", "bob"]
     alice = voices["alice"]
     assert alice.name == "Alice" and alice.mode == "icl" and alice.ref_text == "reference transcript"
@@ -48,7 +51,7 @@ def test_legacy_manifest_without_schema_fields(tmp_path):
     (tmp_path / MANIFEST_NAME).write_text(json.dumps(
         {"model": "Qwen3-TTS", "hidden_size": 4, "voices": {"carol": {"file": "carol.safetensors", "mode": "xvec"}}}
     ))
-    assert list(load_precomputed_voices(tmp_path)) == ["carol"]
+    assert list(load_precomputed_voices(tmp_path, precomputed_loaders())) == ["carol"]
 
 
 def test_invalid_entries_are_skipped_with_warnings(tmp_path, caplog):
@@ -83,7 +86,7 @@ def test_invalid_entries_are_skipped_with_warnings(tmp_path, caplog):
     })
     manifest(d, voices)
     with caplog.at_level(logging.WARNING):
-        loaded = load_precomputed_voices(d, embedding_dim=4, num_code_groups=16, reserved_names=["Vivian"])
+        loaded = load_precomputed_voices(d, precomputed_loaders(QWEN_CHECKS), reserved_names=["Vivian"])
     assert list(loaded) == ["good"]
     for reason in ("needs tensor 'ref_code'", "dim 8", "non-finite", "8 code groups", "needs 'ref_text'",
                    "missing tensor 'speaker_embedding'", "cannot load garbage", "cannot load missing",
@@ -106,17 +109,17 @@ def test_unusable_manifests_load_nothing_but_never_fail(tmp_path, caplog, conten
     if content is not None:
         (tmp_path / MANIFEST_NAME).write_text(content)
     with caplog.at_level(logging.WARNING):
-        assert load_precomputed_voices(tmp_path) == {}
+        assert load_precomputed_voices(tmp_path, precomputed_loaders()) == {}
     assert fragment in caplog.text
 
 
 def test_unset_dir_is_empty():
-    assert load_precomputed_voices(None) == {} and load_precomputed_voices("") == {}
+    assert load_precomputed_voices(None, precomputed_loaders()) == {} and load_precomputed_voices("", precomputed_loaders()) == {}
 
 
 def test_precomputed_names_are_reserved_for_uploads(tmp_path):
     write_voice_profile(tmp_path / "pre", "Alice", np.ones(4), None, mode="xvec")
-    pre = load_precomputed_voices(tmp_path / "pre")
+    pre = load_precomputed_voices(tmp_path / "pre", precomputed_loaders())
     store = VoiceStore(tmp_path / "up", builtin_names=["vivian", *(v.name for v in pre.values())])
     with pytest.raises(InvalidRequest, match="built-in or precomputed"):
         asyncio.run(store.upload(name="alice", audio=wav(), consent="c", mime_type="audio/wav"))

@@ -9,7 +9,7 @@ from .audio_io import ALLOWED_MIME_TYPES, decode_audio, probe_audio, resolve_mim
 from .errors import UploadTooLarge, VoiceNotFound, VoiceSettingsError
 from .features import FeatureCache, VoiceFeatures
 from .multipart import FormFile, MultipartForm, check_content_length, parse_multipart_form, read_limited
-from .precomputed import PatchTarget, PrecomputedVoice, load_precomputed_voices
+from .precomputed import PrecomputedVoice, load_precomputed_voices
 from .sources import RefAudioSettings, load_ref_audio
 from .store import (
     VoiceRecord,
@@ -25,7 +25,6 @@ __all__ = [
     "FeatureCache",
     "FormFile",
     "MultipartForm",
-    "PatchTarget",
     "PrecomputedVoice",
     "RefAudioSettings",
     "UploadTooLarge",

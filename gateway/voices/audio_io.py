@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ttscore.contract.errors import AudioDecodeError, InvalidRequest
-from ttscore.contract.qwen3_tts import REF_AUDIO_MAX_RATE, REF_AUDIO_MIN_RATE
+from ttscore.contract.families import ref_audio_bounds
 
 logger = logging.getLogger(__name__)
 
@@ -49,9 +49,10 @@ _FFMPEG_FORMAT = {"wav": "wav", "mp3": "mp3", "flac": "flac", "ogg": "ogg", "aac
                   "mp4": "mp4", "aiff": "aiff", "caf": "caf"}
 _SOUNDFILE_KINDS = {"wav", "flac", "ogg", "mp3", "aiff", "caf"}
 
-# One home for the reference-audio limits: what the voice_features model accepts.
-MIN_SAMPLE_RATE = REF_AUDIO_MIN_RATE
-MAX_SAMPLE_RATE = REF_AUDIO_MAX_RATE
+# The reference-audio limits live in each family's FamilyRules; without a family (uploads: a voice
+# may serve any served family) the widest of them apply.
+MIN_SAMPLE_RATE = ref_audio_bounds().min_rate
+MAX_SAMPLE_RATE = ref_audio_bounds().max_rate
 # Header durations of some containers are estimates (ADTS AAC: from the bit rate); the exact limit
 # is enforced while decoding, the header check only has to catch the gross cases early.
 _HEADER_SLACK = 1.02
@@ -185,12 +186,14 @@ def decode_audio(
     max_seconds: float,
     min_seconds: float = 0.0,
     param: str = "audio_sample",
+    min_rate: int = MIN_SAMPLE_RATE,
+    max_rate: int = MAX_SAMPLE_RATE,
 ) -> tuple[np.ndarray, int]:
     """Validate the header, then decode at most `max_seconds` of audio -> (float32 mono, sample rate)."""
     if not data:
         raise AudioDecodeError("Uploaded audio is empty", param)
     info = probe_audio(data, param)
-    if not MIN_SAMPLE_RATE <= info.sample_rate <= MAX_SAMPLE_RATE:
+    if not min_rate <= info.sample_rate <= max_rate:
         raise AudioDecodeError(f"Unsupported audio sample rate {info.sample_rate} Hz", param)
     check_header_duration(info, max_seconds, param)
     max_frames = math.floor(max_seconds * info.sample_rate)

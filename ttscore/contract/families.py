@@ -1,15 +1,66 @@
-"""The model families' request rules by manifest `family` (what the gateway may know of each family)."""
+"""The model families' request rules by manifest `family` (what the gateway may know of each family).
+
+The registry: one line per built-in family, then the families of external packages
+(ttscore.contract.plugins). Everything else asks it, never a family by name.
+"""
 
 from __future__ import annotations
 
-from ttscore.contract import qwen3_tts, voxcpm2
-from ttscore.contract.rules import FamilyRules
+from functools import reduce
 
-__all__ = ["DISPLAY_NAMES", "RULES", "UNSUPPORTED_FIELDS", "FamilyRules"]
+from ttscore.contract import plugins, qwen3_tts, voxcpm2
+from ttscore.contract.rules import FamilyRules, RefAudioBounds
 
-RULES: dict[str, FamilyRules] = {r.family: r for r in (qwen3_tts.RULES, voxcpm2.RULES)}
+__all__ = ["DEFAULT_VOICE_MODEL_TYPE", "DISPLAY_NAMES", "RULES", "UNSUPPORTED_FIELDS", "VARIANTS", "FamilyRules", "display_name", "field_range",
+           "ref_audio_bounds", "rules_of"]
+
+
+def _external() -> list[FamilyRules]:
+    found = plugins.layer_families("contract")
+    for rules in found:
+        if not isinstance(rules, FamilyRules):
+            raise TypeError(f"a contract family must be a FamilyRules, got {rules!r}")
+    return [r for r in found if isinstance(r, FamilyRules)]
+
+
+RULES: dict[str, FamilyRules] = {r.family: r for r in (
+    qwen3_tts.RULES,
+    voxcpm2.RULES,
+    *_external(),
+)}
 # Speech API fields a family does not take: a request giving one is refused (400 naming it).
-UNSUPPORTED_FIELDS: dict[str, tuple[str, ...]] = {qwen3_tts.FAMILY: (), voxcpm2.FAMILY: voxcpm2.UNSUPPORTED_FIELDS}
-DISPLAY_NAMES: dict[str, str] = {qwen3_tts.FAMILY: "Qwen3-TTS", voxcpm2.FAMILY: "VoxCPM2"}
+UNSUPPORTED_FIELDS: dict[str, tuple[str, ...]] = {f: r.unsupported for f, r in RULES.items()}
+DISPLAY_NAMES: dict[str, str] = {f: r.name for f, r in RULES.items()}
 # Each family's wire rows: its speech_generation inputs and public Triton models (ttscore.contract.tensors).
 WIRES = (qwen3_tts.WIRE, voxcpm2.WIRE)
+# The family of a voices-manifest entry that names none (vllm-omni's custom-voice schema: its
+# manifests are Qwen3-TTS ones; ttscore.contract.voicefile).
+DEFAULT_VOICE_MODEL_TYPE = qwen3_tts.FAMILY
+# Every checkpoint variant some family has (a deployment names one per served checkpoint).
+VARIANTS: tuple[str, ...] = tuple(dict.fromkeys(v for r in RULES.values() for v in r.variants))
+
+
+def rules_of(family: str) -> FamilyRules:
+    try:
+        return RULES[family]
+    except KeyError:
+        raise KeyError(f"unknown model family {family!r} (known: {', '.join(RULES)})") from None
+
+
+def display_name(family: str | None) -> str:
+    return DISPLAY_NAMES.get(family or "", family or "")
+
+
+def field_range(name: str, families: list[str] | None = None) -> tuple[int, int]:
+    """(lowest lo, highest hi) of an integer field over the families (default: all) that take it:
+    what a request schema shared by those families accepts before the family's own rules."""
+    rules = [r.field(name) for f, r in RULES.items() if (families is None or f in families) and r.has_field(name)]
+    if not rules:
+        raise KeyError(name)
+    return min(r.lo for r in rules), max(r.hi for r in rules)
+
+
+def ref_audio_bounds(families: list[str] | None = None) -> RefAudioBounds:
+    """The widest reference-clip bounds of the families (default: all)."""
+    chosen = [r.ref_audio for f, r in RULES.items() if families is None or f in families]
+    return reduce(RefAudioBounds.widest, chosen) if chosen else RefAudioBounds()

@@ -7,7 +7,7 @@ constant and rule has this one home.
 from __future__ import annotations
 
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import FamilyRules, FieldRule
+from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
 
 FAMILY = "qwen3_tts"
 VARIANTS = ("custom_voice", "voice_design", "base")
@@ -47,6 +47,12 @@ RULES = FamilyRules(
     ),
     exclusive={"Base": ("ref_audio", "ref_text", "x_vector_only_mode")},
     required={"VoiceDesign": ("instructions",)},
+    display_name="Qwen3-TTS",
+    default_voice="vivian",
+    ref_audio=RefAudioBounds(REF_AUDIO_MIN_RATE, REF_AUDIO_MAX_RATE, REF_AUDIO_MIN_SECONDS, REF_AUDIO_MAX_SECONDS),
+    max_text_chars=MAX_TEXT_CHARS,
+    sample_rate=SAMPLE_RATE,
+    variants=TASK_OF_VARIANT,
 )
 
 

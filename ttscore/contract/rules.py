@@ -45,18 +45,48 @@ class FieldRule:
 
 
 @dataclass(frozen=True)
+class RefAudioBounds:
+    """What a family accepts as a reference clip (voice cloning, uploads): sample rates and length."""
+
+    min_rate: int = 8000
+    max_rate: int = 192000
+    min_seconds: float = 0.1
+    max_seconds: float = 60.0
+
+    def widest(self, other: RefAudioBounds) -> RefAudioBounds:
+        """Bounds that admit a clip either admits (uploads: a voice may serve any family)."""
+        return RefAudioBounds(min(self.min_rate, other.min_rate), max(self.max_rate, other.max_rate),
+                              min(self.min_seconds, other.min_seconds), max(self.max_seconds, other.max_seconds))
+
+
+@dataclass(frozen=True)
 class FamilyRules:
     family: str
     tasks: tuple[str, ...]  # the Speech API task types the family serves
     fields: tuple[FieldRule, ...]
     exclusive: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # task -> fields only it accepts
     required: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # task -> fields it needs
+    display_name: str = ""  # what messages call the family (default: `family`)
+    # Speech API fields the family does not take: a request giving one is refused (400 naming it).
+    unsupported: tuple[str, ...] = ()
+    default_voice: str | None = None  # the voice a request without one gets (None: the model's own)
+    ref_audio: RefAudioBounds = field(default_factory=RefAudioBounds)
+    max_text_chars: int = 4096  # per generation
+    sample_rate: int | None = None  # of the audio the family generates (the manifest's wins when it has one)
+    variants: Mapping[str, str] = field(default_factory=dict)  # checkpoint variant (manifest) -> its task
+
+    @property
+    def name(self) -> str:
+        return self.display_name or self.family
 
     def field(self, name: str) -> FieldRule:
         for rule in self.fields:
             if rule.name == name:
                 return rule
         raise KeyError(name)
+
+    def has_field(self, name: str) -> bool:
+        return any(rule.name == name for rule in self.fields)
 
     def check_task_fields(self, task: str, given: Mapping[str, object]) -> None:
         """Cross-field rules: fields only one task accepts (e.g. cloning inputs), each task's required fields."""

@@ -11,23 +11,12 @@ Format (the spec's "Precomputed Custom Voices", schema of vllm-omni's shared cus
         speaker_embedding  float32 [D]      the x-vector
         ref_code           int32   [T, G]   reference codes, mode "icl" only (G = 16 code groups)
 
-VoxCPM2 profiles (`triton-tts precompute-voice` with a VoxCPM2 checkpoint) share the directory and the
-manifest; their entries name their own family:
-
-        "<name>": {"name", "file", "model_type": "voxcpm2",
-                   "mode": "reference" | "continuation" | "ref_continuation",
-                   "prompt_text": ... (the continuation modes: the transcript of the prompt clip),
-                   "patch_size": P, "feat_dim": D, "ref_patch_length": T (reference modes),
-                   "prompt_patch_length": T (continuation modes),
-                   "checkpoint": {"name": ..., "audiovae_sha256": ... (when known)}, ...}
-    <name lower>.safetensors
-        ref_patches     float32 [T, P, D]  the isolated reference, padded on the right ("reference", "ref_continuation")
-        prompt_patches  float32 [T, P, D]  the continuation prompt, padded on the left ("continuation", "ref_continuation")
-
-An entry without "model_type" is the manifest's `model_type` (default "qwen3_tts"). The loader
-checks a profile against the served checkpoints of its family (Qwen3-TTS: the x-vector size and code
-groups; VoxCPM2: the patch shape and the AudioVAE checksum) and a request for a checkpoint of
-another family gets a 400 naming `voice`.
+Other families' profiles share the directory and the manifest; their entries name their own family
+in "model_type", and what they hold is that family's voice-file module's
+(`ttscore.contract.<family>_voicefile`: its `write_<family>_profile` and profile modes). An entry
+without "model_type" is the manifest's `model_type` (default "qwen3_tts"). The loader checks a
+profile against the served checkpoints of its family (each family's gateway adapter) and a request
+for a checkpoint of another family gets a 400 naming `voice`.
 
 Both files are written atomically (temp file in the same directory, fsync, rename), so a serving
 process that loads the directory at start-up never sees half a voice. The writer (`triton-tts
@@ -52,20 +41,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ttscore.contract import voxcpm2
+from ttscore.contract import families
 from ttscore.contract.errors import InvalidRequest
 
 MANIFEST_NAME = "custom_voice_manifest.json"
 SCHEMA_VERSION = 1
-MODEL_TYPE = "qwen3_tts"
+MODEL_TYPE = families.DEFAULT_VOICE_MODEL_TYPE  # of an entry (and a manifest) that names none
 SPEAKER_EMBEDDING = "speaker_embedding"
 REF_CODE = "ref_code"
 MODES = ("xvec", "icl")
-VOXCPM2_MODEL_TYPE = voxcpm2.FAMILY
-VOXCPM2_MODES = voxcpm2.PROFILE_MODES
-REF_PATCHES = "ref_patches"
-PROMPT_PATCHES = "prompt_patches"
-MODEL_TYPES = (MODEL_TYPE, VOXCPM2_MODEL_TYPE)
 VOICE_FILE_SUFFIX = ".safetensors"
 MAX_VOICE_NAME_BYTES = 200  # + ".safetensors" stays under the 255-byte file-name limit
 
@@ -198,69 +182,16 @@ def write_voice_profile(
     entry["created_at"] = int(time.time())
 
     payload = save(tensors, metadata={"name": name, "mode": mode, "model_type": MODEL_TYPE})
-    _merge_voice(Path(output_dir), entry, payload)
+    merge_voice(Path(output_dir), entry, payload)
     return entry
 
 
-def write_voxcpm2_profile(
-    output_dir: str | Path,
-    voice_name: str,
-    *,
-    mode: str,
-    ref_patches: NDArray[Any] | None,
-    prompt_patches: NDArray[Any] | None,
-    prompt_text: str | None = None,
-    checkpoint: dict[str, Any] | None = None,
-    speaker_description: str | None = None,
-) -> dict[str, Any]:
-    """Write a VoxCPM2 profile (`<name>.safetensors` + its manifest entry); returns the entry.
-
-    mode "reference": `ref_patches` only; "continuation": `prompt_patches` + `prompt_text`;
-    "ref_continuation": all three (the reference's build_prompt_cache modes). `checkpoint` is its
-    identity ({"name", "audiovae_sha256"}), checked by the loader against the served checkpoint."""
-    from safetensors.numpy import save
-
-    name = validate_voice_name(voice_name, "voice_name")
-    if mode not in VOXCPM2_MODES:
-        raise InvalidRequest(f"mode must be one of {', '.join(VOXCPM2_MODES)} for VoxCPM2, got {mode!r}", "mode")
-    prompt_text = (prompt_text or "").strip() or None
-    wants_ref, wants_prompt = mode in ("reference", "ref_continuation"), mode in ("continuation", "ref_continuation")
-    if wants_prompt and prompt_text is None:
-        raise InvalidRequest(f"mode {mode!r} needs the transcript of the reference audio (--prompt-text)", "prompt_text")
-    if not wants_prompt and prompt_text is not None:
-        raise InvalidRequest("mode 'reference' takes no transcript: use mode 'ref_continuation'", "prompt_text")
-    tensors: dict[str, NDArray[Any]] = {}
-    shape: tuple[int, ...] | None = None
-    for key, wanted, value in ((REF_PATCHES, wants_ref, ref_patches), (PROMPT_PATCHES, wants_prompt, prompt_patches)):
-        if not wanted:
-            continue
-        arr = None if value is None else np.ascontiguousarray(np.asarray(value, dtype=np.float32))
-        if arr is None or arr.ndim != 3 or 0 in arr.shape or not np.all(np.isfinite(arr)):
-            raise InvalidRequest(f"mode {mode!r} needs finite, non-empty {key} [T, P, D]", "ref_audio")
-        if shape is not None and arr.shape[1:] != shape:
-            raise InvalidRequest(f"{key} {list(arr.shape)} and the other patches differ in [P, D]", "ref_audio")
-        shape = arr.shape[1:]
-        tensors[key] = arr
-    assert shape is not None
-    entry: dict[str, Any] = {"name": name, "file": voice_file_name(name), "model_type": VOXCPM2_MODEL_TYPE,
-                             "mode": mode, "patch_size": int(shape[0]), "feat_dim": int(shape[1])}
-    if REF_PATCHES in tensors:
-        entry["ref_patch_length"] = int(tensors[REF_PATCHES].shape[0])
-    if PROMPT_PATCHES in tensors:
-        entry["prompt_patch_length"] = int(tensors[PROMPT_PATCHES].shape[0])
-        entry["prompt_text"] = prompt_text
-    if checkpoint:
-        entry["checkpoint"] = {k: v for k, v in checkpoint.items() if isinstance(v, str) and v}
-    description = (speaker_description or "").strip() or None
-    if description is not None:
-        entry["speaker_description"] = description
-    entry["created_at"] = int(time.time())
-    payload = save(tensors, metadata={"name": name, "mode": mode, "model_type": VOXCPM2_MODEL_TYPE})
-    _merge_voice(Path(output_dir), entry, payload)
-    return entry
+def model_types_known() -> tuple[str, ...]:
+    """The families whose profiles a voices directory may hold (ttscore.contract.families)."""
+    return tuple(families.RULES)
 
 
-def _merge_voice(out: Path, entry: dict[str, Any], payload: bytes) -> None:
+def merge_voice(out: Path, entry: dict[str, Any], payload: bytes) -> None:
     """Write a voice's tensors and merge its entry into the manifest (one directory can hold the
     profiles of several families: an entry of another family than the manifest's names its own)."""
     name = entry["name"]
@@ -277,16 +208,17 @@ def _merge_voice(out: Path, entry: dict[str, Any], payload: bytes) -> None:
             if not isinstance(manifest, dict) or not isinstance(manifest.get("voices", {}), dict):
                 raise InvalidRequest(f"existing manifest {manifest_path} is not a voices manifest", "output_dir")
             other = manifest.get("model_type")
-            if other not in (None, *MODEL_TYPES):
+            model_types = model_types_known()
+            if other not in (None, *model_types):
                 raise InvalidRequest(
-                    f"existing manifest {manifest_path} is for model_type {other!r}, not one of {', '.join(MODEL_TYPES)}",
+                    f"existing manifest {manifest_path} is for model_type {other!r}, not one of {', '.join(model_types)}",
                     "output_dir",
                 )
             manifest.setdefault("schema_version", SCHEMA_VERSION)
             manifest.setdefault("model_type", MODEL_TYPE)
         family = entry.get("model_type", MODEL_TYPE)
         if family != manifest["model_type"]:
-            entry["model_type"] = family  # (VoxCPM2 entries always say it)
+            entry["model_type"] = family  # (other families' writers always say it)
         voices = manifest.setdefault("voices", {})
         # Names are case-insensitive: a re-run with another spelling replaces the entry, not adds one.
         for key in [k for k in voices if isinstance(k, str) and voice_key(k) == voice_key(name)]:

@@ -11,7 +11,7 @@ export/voxcpm2/README.md has the whole design.
 from __future__ import annotations
 
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import FamilyRules, FieldRule
+from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
 
 FAMILY = "voxcpm2"
 
@@ -50,6 +50,9 @@ MODES = ("zero_shot", "reference", "continuation", "ref_continuation")
 # checksum of the checkpoint's audiovae.safetensors).
 PROFILE_MODES = ("reference", "continuation", "ref_continuation")
 AUDIOVAE_FILE = "audiovae.safetensors"
+# A profile's tensors: the isolated reference (right-padded) and the continuation prompt (left-padded).
+REF_PATCHES = "ref_patches"
+PROMPT_PATCHES = "prompt_patches"
 
 
 def patch_shape(config: dict[str, object]) -> tuple[int, int]:
@@ -60,6 +63,13 @@ def patch_shape(config: dict[str, object]) -> tuple[int, int]:
 
 # The Speech API's view: one task (cloning-capable TTS); the zero-shot voice when no reference.
 TASK = "Base"
+# Speech API fields this family does not take (a request giving one is refused naming it).
+# `language` "Auto" (the spec's default, meaning no language) is accepted.
+UNSUPPORTED_FIELDS = ("instructions", "language", "x_vector_only_mode", "speaker_embedding", "non_streaming_mode")
+# `voice` for the model's own zero-shot voice (like omitting it; the openai SDK always sends one).
+ZERO_SHOT_VOICE = "default"
+# Reference clips (resampled to ENCODE_SAMPLE_RATE by the AudioVAE encoder's front end).
+REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
 RULES = FamilyRules(
     family=FAMILY,
     tasks=(TASK,),
@@ -70,12 +80,13 @@ RULES = FamilyRules(
         FieldRule("seed", 0, SEED_MAX, None),
         FieldRule("inference_timesteps", 1, MAX_INFERENCE_TIMESTEPS, DEFAULT_INFERENCE_TIMESTEPS),
     ),
+    display_name="VoxCPM2",
+    unsupported=UNSUPPORTED_FIELDS,
+    ref_audio=REF_AUDIO,
+    max_text_chars=MAX_TEXT_CHARS,
+    sample_rate=SAMPLE_RATE,
+    variants={"base": TASK},
 )
-# Speech API fields this family does not take (a request giving one is refused naming it).
-# `language` "Auto" (the spec's default, meaning no language) is accepted.
-UNSUPPORTED_FIELDS = ("instructions", "language", "x_vector_only_mode", "speaker_embedding", "non_streaming_mode")
-# `voice` for the model's own zero-shot voice (like omitting it; the openai SDK always sends one).
-ZERO_SHOT_VOICE = "default"
 
 
 # --- graphs -------------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ log = logging.getLogger(__name__)
 def preprocess_reference(
     audio: np.ndarray, sample_rate: int, mel_filters: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Reference clip -> (24 kHz audio, log-mel [frames, 128]); see ttscore.runtime.audio.prepare_reference."""
-    from ttscore.runtime.audio import prepare_reference
+    """Reference clip -> (24 kHz audio, log-mel [frames, 128]); see ttscore.runtime.families.qwen3_tts.audio.prepare_reference."""
+    from ttscore.runtime.families.qwen3_tts.audio import prepare_reference
 
     return prepare_reference(audio, sample_rate, mel_filters, param="audio", rate_param="sample_rate")
 

@@ -135,7 +135,7 @@ class Qwen3TTSPipeline:
         self, audio: NDArray[Any], sample_rate: int, with_codes: bool
     ) -> tuple[NDArray[Any], NDArray[Any] | None]:
         """x-vector (and reference codes for in-context cloning) of a reference clip."""
-        from ttscore.runtime.audio import prepare_reference
+        from ttscore.runtime.families.qwen3_tts.audio import prepare_reference
 
         if self.speaker_encoder is None or self.mel_filters is None:
             raise InvalidRequest("this checkpoint does not support voice cloning (not a Base model)", "ref_audio")

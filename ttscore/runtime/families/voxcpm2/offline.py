@@ -12,7 +12,8 @@ from typing import Any
 
 from ttscore.contract import voxcpm2 as spec
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.voicefile import VOXCPM2_MODES, validate_voice_name, write_voxcpm2_profile
+from ttscore.contract.voicefile import validate_voice_name
+from ttscore.contract.voxcpm2_voicefile import VOXCPM2_MODES, write_voxcpm2_profile
 from ttscore.runtime.family import Progress, SayJob, SayOptions, VoiceFileOptions, read_reference
 
 logger = logging.getLogger(__name__)
