@@ -8,7 +8,7 @@ from ttscore.contract.rules import FamilyRules, FieldRule
 
 NAME = "toy_tone"
 SAMPLE_RATE = 16000
-VARIANT = "tone"  # the manifest's variant; its Speech API task is TASK
+VARIANT = "base"  # the manifest's variant (its one checkpoint kind); its Speech API task is TASK
 TASK = "Base"
 VOICE = "default"  # its only voice
 DISPLAY = "Toy Tone"
