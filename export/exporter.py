@@ -8,7 +8,6 @@ valid. The source checkpoint is never written to. What is exported is the family
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -21,37 +20,26 @@ from export.families import family_of
 from export.family import ExportProgress
 from ttscore.contract.errors import ExportError, TTSError
 from ttscore.contract.manifest import MANIFEST
+from ttscore.runtime.weights import checkpoint_fingerprint, file_digest
 
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "int8", "int4")
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def fingerprint(checkpoint: Path) -> str:
-    """Cheap identity of a checkpoint's files (path, size, mtime) for export caches."""
-    h = hashlib.sha256()
-    for p in sorted(checkpoint.rglob("*")):
-        if p.is_file():
-            st = p.stat()
-            h.update(f"{p.relative_to(checkpoint)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:16]
+def fingerprint(checkpoint: Path, memo: dict[str, str] | None = None) -> str:
+    """Identity of a checkpoint's files by content, for export caches (ttscore.runtime.weights)."""
+    return checkpoint_fingerprint(checkpoint, memo)
 
 
 def source_record(src: Path) -> dict[str, Any]:
     """The manifest's `source`: path, fingerprint and every file's checksum."""
+    memo: dict[str, str] = {}
     files = {}
     for p in sorted(src.rglob("*")):
         if p.is_file():
-            files[str(p.relative_to(src))] = {"sha256": sha256_file(p), "bytes": p.stat().st_size}
-    return {"path": str(src), "fingerprint": fingerprint(src), "files": files}
+            files[str(p.relative_to(src))] = {"sha256": file_digest(p, memo), "bytes": p.stat().st_size}
+    return {"path": str(src), "fingerprint": fingerprint(src, memo), "files": files}
 
 
 def export_checkpoint(

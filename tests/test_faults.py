@@ -297,7 +297,7 @@ def _seed_artifacts(cache: Path, checkpoint: Path, artifacts: Path) -> None:
 
     src = checkpoint.resolve()
     (cache / "artifacts").mkdir(parents=True, exist_ok=True)
-    (cache / "artifacts" / f"{src.name}-{fingerprint(src)}-fp32").symlink_to(artifacts.resolve())
+    (cache / "artifacts" / f"{fingerprint(src)}-fp32").symlink_to(artifacts.resolve())
 
 
 def test_tritonserver_killed_under_serve(tiny_custom_voice_greedy, tiny_base_greedy, tmp_path):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from export.qwen3_tts import tiny
-from ttscore.runtime.families.qwen3_tts.checkpoint import REQUIRED_FILES, read_checkpoint
+from ttscore.runtime.families.qwen3_tts.checkpoint import REQUIRED_FILES, WEIGHT_STEMS, read_checkpoint
 
 PROMPT = "<|im_start|>assistant\nHello world.<|im_end|>\n<|im_start|>assistant\n"
 # <|im_start|> assistant \n | Hello Ġworld . | <|im_end|> \n <|im_start|> assistant \n
@@ -238,7 +238,7 @@ def test_tokenizer_files_give_real_ids_outside_transformers(tiny_dirs: dict[str,
 @pytest.mark.unit
 def test_layout_is_complete(tiny_dirs: dict[str, Path]) -> None:
     for variant, d in tiny_dirs.items():
-        assert sorted(str(p) for p in tiny.iter_files(d)) == sorted(REQUIRED_FILES)
+        assert sorted(str(p) for p in tiny.iter_files(d)) == sorted(REQUIRED_FILES + tuple(f"{s}.safetensors" for s in WEIGHT_STEMS))
         info = read_checkpoint(d)
         assert info.variant == variant
         assert info.samples_per_frame == 1920 and info.sample_rate == 24000

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from export.common import load_tensors, unload_tensors
+from export.weights import tensor_files
 from ttscore.contract.errors import CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class StagedReference:
         from accelerate import init_empty_weights
 
         self.checkpoint = Path(checkpoint)
-        self._files = _weight_files(self.checkpoint)
+        self._files = tensor_files(self.checkpoint)
         with reference_imports():
             from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration
 
@@ -133,7 +134,7 @@ class StagedReference:
         unexpected = [n for n in self._files if n.startswith(prefixes) and n not in wanted]
         if unexpected:
             raise CheckpointError(f"{self.checkpoint}: unexpected tensor {unexpected[0]} (not a parameter of the model)")
-        load_tensors(self.model, names, {n: (f, n) for n, f in self._files.items()}, self.checkpoint)
+        load_tensors(self.model, names, self._files, self.checkpoint)
 
     def _unload(self, names: list[str]) -> None:
         unload_tensors(self.model, names)
@@ -159,20 +160,3 @@ def _sub_configs(config: Any) -> list[Any]:
     talker = getattr(config, "talker_config", None)
     subs = [talker, getattr(talker, "code_predictor_config", None), getattr(config, "speaker_encoder_config", None)]
     return [c for c in subs if c is not None]
-
-
-def _weight_files(checkpoint: Path) -> dict[str, Path]:
-    """Parameter name -> the safetensors file holding it (single file or a sharded index)."""
-    import json
-
-    from safetensors import safe_open
-
-    index = checkpoint / "model.safetensors.index.json"
-    if index.is_file():
-        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map") or {}
-        return {name: checkpoint / file for name, file in weight_map.items()}
-    single = checkpoint / "model.safetensors"
-    if not single.is_file():
-        raise CheckpointError(f"{checkpoint}: no model.safetensors (or model.safetensors.index.json)")
-    with safe_open(str(single), framework="pt") as fh:
-        return dict.fromkeys(fh.keys(), single)

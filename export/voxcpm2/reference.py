@@ -96,7 +96,6 @@ class StagedVoxCPM2:
     def __init__(self, checkpoint: str | Path) -> None:
         import torch
         from accelerate import init_empty_weights
-        from safetensors import safe_open
 
         from export.common import load_tensors
 
@@ -109,11 +108,7 @@ class StagedVoxCPM2:
         try:
             config = classes["config"].model_validate_json((path / "config.json").read_text(encoding="utf-8"))
             tokenizer = LlamaTokenizerFast.from_pretrained(str(path))
-            self.files: dict[str, tuple[Path, str]] = {}
-            for file, prefix in (("model.safetensors", ""), ("audiovae.safetensors", "audio_vae.")):
-                with safe_open(str(path / file), framework="pt") as fh:
-                    keys = list(fh.keys())
-                self.files.update({prefix + k: (path / file, k) for k in keys})
+            self.files = checkpoint_files(path)
         except (OSError, ValueError) as exc:
             raise CheckpointError(f"{path}: the voxcpm reference cannot load it: {exc}") from exc
         with init_empty_weights(include_buffers=False):
@@ -154,16 +149,17 @@ class StagedVoxCPM2:
             unload_tensors(self.model, names)
 
 
-def checkpoint_key_diff(model: Any, path: Path) -> tuple[list[str], list[str]]:
-    """(missing, unexpected) tensor names of `model.safetensors` + `audiovae.safetensors` vs the model."""
-    from safetensors import safe_open
+def checkpoint_files(path: Path) -> dict[str, tuple[Path, str]]:
+    """State-dict name -> (file, key) of `model` + `audiovae` (under `audio_vae.`), each stored as
+    one file or sharded (export.weights.tensor_files)."""
+    from export.weights import tensor_files
 
-    have: set[str] = set()
-    with safe_open(str(path / "model.safetensors"), framework="pt") as fh:
-        have.update(fh.keys())
-    with safe_open(str(path / "audiovae.safetensors"), framework="pt") as fh:
-        vae_names = list(fh.keys())
-    have.update(f"audio_vae.{k}" for k in vae_names)
+    return {**tensor_files(path, "model"), **tensor_files(path, "audiovae", "audio_vae.")}
+
+
+def checkpoint_key_diff(model: Any, path: Path) -> tuple[list[str], list[str]]:
+    """(missing, unexpected) tensor names of the checkpoint's `model` + `audiovae` weights vs the model."""
+    have = set(checkpoint_files(path))
     want = set(model.state_dict().keys())
     return sorted(want - have), sorted(have - want)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
 
 from ttscore.contract.errors import ArtifactError
+from ttscore.tools.checkpoints import Checkpoint, resolve_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -15,19 +17,54 @@ def cache_root() -> Path:
     return Path(os.environ.get("TRITON_TTS_CACHE", Path.home() / ".cache" / "triton-tts"))
 
 
-def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None = None, *, quiet: bool = False
-                     ) -> Path:
-    """Artifacts for a checkpoint, exported into the cache (or `out`) unless an up-to-date export
-    exists; an export shows its stages (ttscore.tools.progress) unless `quiet`."""
-    from export.exporter import export_checkpoint, fingerprint
+def cached_export(fingerprint: str, precision: str) -> Path:
+    """Where the cache keeps the export of the checkpoint with this content fingerprint: keyed by
+    content, not path, so two paths to the same files share one export."""
+    return cache_root() / "artifacts" / f"{fingerprint}-{precision}"
+
+
+def _digests() -> Path:
+    return cache_root() / "digests.json"
+
+
+def checkpoint_fingerprint(src: Path) -> str:
+    """export.exporter.fingerprint of `src`, with the file hashes remembered across runs in the
+    cache (by real path, size and modification time): a large checkpoint is read once."""
+    from export.exporter import fingerprint
+
+    try:
+        memo = json.loads(_digests().read_text(encoding="utf-8"))
+        memo = memo if isinstance(memo, dict) else {}
+    except (OSError, ValueError):
+        memo = {}
+    before = len(memo)
+    fp = fingerprint(src, memo)
+    if len(memo) != before:
+        try:
+            _digests().parent.mkdir(parents=True, exist_ok=True)
+            tmp = _digests().with_name(f".digests.{os.getpid()}")
+            tmp.write_text(json.dumps(memo), encoding="utf-8")
+            os.replace(tmp, _digests())
+        except OSError as exc:  # a read-only cache only costs hashing again
+            logger.warning("cannot remember checkpoint file hashes in %s: %s", _digests(), exc)
+    return fp
+
+
+def ensure_artifacts(checkpoint: str | Path | Checkpoint, precision: str = "fp32", out: Path | None = None, *,
+                     quiet: bool = False) -> Path:
+    """Artifacts for a checkpoint (a directory, cache snapshot or repo id: ttscore.tools.checkpoints),
+    exported into the cache (or `out`) unless an up-to-date export exists; an export shows its
+    stages (ttscore.tools.progress) unless `quiet`."""
+    from export.exporter import export_checkpoint
     from export.families import family_of
     from ttscore.contract.manifest import read_manifest
     from ttscore.tools.progress import Stages
 
-    src = checkpoint.resolve()
+    ckpt = resolve_checkpoint(checkpoint)
+    src = ckpt.path.resolve()
     family_of(src).check(src)  # fail fast, before any heavy import
-    fp = fingerprint(src)
-    target = out or cache_root() / "artifacts" / f"{src.name}-{fp}-{precision}"
+    fp = checkpoint_fingerprint(src)
+    target = out or cached_export(fp, precision)
     try:
         manifest = read_manifest(target)
         if manifest.fingerprint == fp and manifest.precision == precision:
@@ -35,7 +72,7 @@ def ensure_artifacts(checkpoint: Path, precision: str = "fp32", out: Path | None
     except ArtifactError:
         pass
     logger.info("exporting %s -> %s (%s)", src, target, precision)
-    with Stages(f"export {checkpoint.name}", quiet=quiet) as stages:
+    with Stages(f"export {ckpt.name}", quiet=quiet) as stages:
         export_checkpoint(src, target, precision=precision, progress=stages.hook)
     return target
 

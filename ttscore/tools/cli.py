@@ -18,6 +18,7 @@ from ttscore.tools.artifacts import ensure_artifacts
 from ttscore.tools.progress import add_quiet
 
 logger = logging.getLogger("triton-tts")
+CHECKPOINT_HELP = "checkpoint directory, Hugging Face cache snapshot, or repo id Org/Name[@revision]"
 
 
 def _cmd_make_tiny(args: argparse.Namespace) -> int:
@@ -40,12 +41,14 @@ def _cmd_make_tiny(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from export.exporter import export_checkpoint
+    from ttscore.tools.checkpoints import resolve_checkpoint
     from ttscore.tools.progress import Stages
 
     t0 = time.time()
-    with Stages(f"export {Path(args.checkpoint).name}", quiet=args.quiet) as shown:
+    checkpoint = resolve_checkpoint(args.checkpoint)
+    with Stages(f"export {checkpoint.name}", quiet=args.quiet) as shown:
         manifest = export_checkpoint(
-            Path(args.checkpoint), Path(args.out), precision=args.precision, device=args.device, progress=shown.hook
+            checkpoint.path, Path(args.out), precision=args.precision, device=args.device, progress=shown.hook
         )
     print(
         f"exported {manifest['variant']} ({manifest['precision']}) to {args.out} "
@@ -73,7 +76,7 @@ def _cmd_say(args: argparse.Namespace) -> int:
 
     if bool(args.checkpoint) == bool(args.artifacts):
         raise InvalidRequest("give exactly one of --checkpoint or --artifacts", "checkpoint")
-    artifacts = Path(args.artifacts) if args.artifacts else ensure_artifacts(Path(args.checkpoint), args.precision)
+    artifacts = Path(args.artifacts) if args.artifacts else ensure_artifacts(args.checkpoint, args.precision)
     family = read_manifest(artifacts).family
     offline = getattr(FAMILIES.get(family), "offline", None)
     if offline is None:
@@ -154,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_make_tiny_parser(sub)
 
     e = sub.add_parser("export", help="export a checkpoint to validated ONNX artifacts")
-    e.add_argument("--checkpoint", required=True)
+    e.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
     e.add_argument("--out", required=True)
     e.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     e.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4", "fp16", "bf16"])
@@ -164,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("say", help="offline synthesis to a WAV file")
     s.add_argument("text")
     s.add_argument("-o", "--output", required=True)
-    s.add_argument("--checkpoint")
+    s.add_argument("--checkpoint", help=CHECKPOINT_HELP)
     s.add_argument("--artifacts")
     s.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4"])
     s.add_argument("--voice")

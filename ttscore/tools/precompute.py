@@ -37,7 +37,7 @@ def _cmd_precompute_voice(args: argparse.Namespace) -> int:
 
     # (an export the checkpoint needs first shows its own stages)
     artifacts = (Path(args.artifacts) if args.artifacts
-                 else artifact_cache.ensure_artifacts(Path(args.checkpoint), quiet=args.quiet))
+                 else artifact_cache.ensure_artifacts(args.checkpoint, quiet=args.quiet))
     out = Path(args.output_dir)
     family_name = read_manifest(artifacts).family
     offline = getattr(FAMILIES.get(family_name), "offline", None)
@@ -68,7 +68,8 @@ def add_precompute_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--checkpoint", "--model", dest="checkpoint",
-                     help="checkpoint directory of a family with voices (exported into the cache if needed)")
+                     help="checkpoint of a family with voices: directory, Hugging Face cache snapshot or repo id "
+                          "(exported into the cache if needed)")
     src.add_argument("--artifacts", help="already exported artifacts directory (skips the export check)")
     p.add_argument("--voice-name", required=True)
     p.add_argument("--ref-audio", required=True, help="reference audio file (wav, flac, ogg, mp3)")

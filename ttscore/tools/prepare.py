@@ -1,8 +1,10 @@
 """`triton-tts prepare`: everything a deployment needs before Triton starts (docker-compose.yml's init service).
 
 1. the checkpoints: every checkpoint of a registered family (export/families.py) in `--checkpoints`
-   (that directory itself, or its immediate subdirectories), or with `--demo` the tiny random-weight
-   demo checkpoints of `triton-tts serve` (built once under `<artifacts>/demo-checkpoints`);
+   (that directory itself, a Hugging Face cache snapshot or repo id, or the checkpoints directly in
+   it: subdirectories and `models--*` repos of a Hugging Face cache; ttscore.tools.checkpoints), or
+   with `--demo` the tiny random-weight demo checkpoints of `triton-tts serve` (built once under
+   `<artifacts>/demo-checkpoints`);
 2. each exported into `<artifacts>/<model id>`, skipped when the export there is current (same
    source fingerprint and precision, as `serve` decides);
 3. the Triton model repository rendered into `--repository` (as `serve` renders it; `--device gpu`
@@ -21,7 +23,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ttscore.contract.errors import TTSError
+from ttscore.contract.errors import CheckpointError, TTSError
+from ttscore.tools.checkpoints import Checkpoint, resolve_checkpoint
+from ttscore.tools.checkpoints import find_checkpoints as checkpoints_in
 from ttscore.tools.progress import add_quiet
 
 # Models that run exported graphs (audio_preprocess is numpy; voice_features is an ensemble).
@@ -32,17 +36,18 @@ class PrepareError(TTSError):
     pass
 
 
-def find_checkpoints(root: Path) -> list[Path]:
-    """`root` if it is a checkpoint (has config.json), else its subdirectories that are, by name."""
-    if not root.is_dir():
-        raise PrepareError(f"checkpoint directory {root} does not exist (set TTS_CHECKPOINTS)")
-    if (root / "config.json").is_file():
-        return [root]
-    found = sorted(p for p in root.iterdir() if p.is_dir() and (p / "config.json").is_file())
+def find_checkpoints(root: str | Path) -> list[Checkpoint]:
+    """`root` if it is a checkpoint (a directory with config.json, a Hugging Face cache snapshot or
+    `models--*` folder, a repo id), else the checkpoints directly in it, by name
+    (ttscore.tools.checkpoints.find_checkpoints)."""
+    try:
+        found = checkpoints_in(root)
+    except CheckpointError as exc:
+        raise PrepareError(f"{exc} (set TTS_CHECKPOINTS)") from None
     if not found:
         raise PrepareError(
-            f"no checkpoint in {root}: point TTS_CHECKPOINTS at a checkpoint directory or at a "
-            "directory of them (or use the cpu profile for the tiny demo)")
+            f"no checkpoint in {root}: point TTS_CHECKPOINTS at a checkpoint directory, a directory of "
+            "them or a Hugging Face cache holding them (or use the cpu profile for the tiny demo)")
     return found
 
 
@@ -53,7 +58,7 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def prepare(checkpoints: list[Path], artifacts: Path, repository: Path, gateway_config_path: Path, *,
+def prepare(checkpoints: list[Path] | list[Checkpoint], artifacts: Path, repository: Path, gateway_config_path: Path, *,
             triton_url: str, device: str = "cpu", precision: str = "fp32", max_active: int | None = None,
             quiet: bool = False) -> dict[str, Any]:
     """Export (when needed), render, write the gateway config; returns that config."""
@@ -64,10 +69,11 @@ def prepare(checkpoints: list[Path], artifacts: Path, repository: Path, gateway_
 
     taken: set[str] = set()
     served = []
-    for ckpt in checkpoints:
-        model_id = _model_id(ckpt.absolute(), taken)  # named as found (a symlink keeps its own name)
+    for spec in checkpoints:
+        ckpt = resolve_checkpoint(spec)
+        model_id = _model_id(Path(ckpt.name), taken)  # named as found (a symlink keeps its own name)
         art = ensure_artifacts(ckpt, precision, out=artifacts / model_id, quiet=quiet)
-        served.append(Served(model_id, ckpt, art, read_manifest(art)))
+        served.append(Served(model_id, ckpt.path, art, read_manifest(art)))
     plan = plan_deployment(served, max_active)
     if device == "gpu":
         for name, settings in plan["settings"].items():
@@ -84,12 +90,13 @@ def prepare(checkpoints: list[Path], artifacts: Path, repository: Path, gateway_
 
 def _cmd_prepare(args: argparse.Namespace) -> int:
     artifacts = Path(args.artifacts)
+    checkpoints: list[Path] | list[Checkpoint]
     if args.demo:
         from ttscore.tools.artifacts import demo_checkpoints
 
         checkpoints = demo_checkpoints(artifacts / "demo-checkpoints")
     elif args.checkpoints:
-        checkpoints = find_checkpoints(Path(args.checkpoints))
+        checkpoints = find_checkpoints(args.checkpoints)
     else:
         raise PrepareError("give --checkpoints DIR or --demo")
     config = prepare(checkpoints, artifacts, Path(args.repository), Path(args.gateway_config),
@@ -104,7 +111,8 @@ def add_prepare_parser(sub: Any) -> None:
     p = sub.add_parser("prepare", help="export (if needed), render the model repository, write the gateway config "
                        "(the compose init step)")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--checkpoints", help="a checkpoint directory, or a directory of checkpoint directories")
+    src.add_argument("--checkpoints", help="a checkpoint (directory, Hugging Face cache snapshot or repo id), a "
+                     "directory of checkpoint directories, or a Hugging Face cache (every models--* repo in it)")
     src.add_argument("--demo", action="store_true", help="the tiny random-weight demo checkpoints")
     p.add_argument("--artifacts", required=True, help="exports go to ARTIFACTS/<model id>")
     p.add_argument("--repository", required=True, help="the rendered Triton model repository (replaced)")

@@ -148,9 +148,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ttscore.backend.launcher import TritonServer, TritonServerError
     from ttscore.contract.manifest import read_manifest
     from ttscore.tools.artifacts import cache_root, ensure_artifacts
+    from ttscore.tools.checkpoints import resolve_checkpoint
     from ttscore.tools.supervisor import RestartPolicy, Supervisor
 
-    checkpoints = [Path(c) for c in args.checkpoint or []]
+    checkpoints: list[Any] = [resolve_checkpoint(c) for c in args.checkpoint or []]  # fail fast
     if not checkpoints:
         from ttscore.tools.artifacts import demo_checkpoints
 
@@ -162,10 +163,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     work = Path(args.work or cache_root() / "serve")
     taken: set[str] = set()
     served = []
-    for ckpt in checkpoints:
-        print(f"preparing {ckpt} (export is skipped when up to date)...", flush=True)
+    for spec in checkpoints:
+        ckpt = resolve_checkpoint(spec)
+        print(f"preparing {ckpt.path} (export is skipped when up to date)...", flush=True)
         art = ensure_artifacts(ckpt, args.precision, quiet=args.quiet)
-        served.append(Served(_model_id(ckpt.resolve(), taken), ckpt, art, read_manifest(art)))
+        served.append(Served(_model_id(Path(ckpt.name), taken), ckpt.path, art, read_manifest(art)))
 
     plan = plan_deployment(served, args.max_active)
     repo = repository.render_repository(
@@ -261,7 +263,9 @@ def _api_key(value: str) -> str:
 
 def add_serve_parser(sub: Any) -> None:
     s = sub.add_parser("serve", help="export if needed, start tritonserver and the Speech API gateway")
-    s.add_argument("--checkpoint", action="append", help="checkpoint directory (repeat to serve several)")
+    s.add_argument("--checkpoint", action="append",
+                   help="checkpoint directory, Hugging Face cache snapshot, or repo id Org/Name[@revision] "
+                        "(repeat to serve several)")
     s.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4"])
     s.add_argument("--host", default="0.0.0.0")
     s.add_argument("--port", type=int, default=8091, help="gateway port")

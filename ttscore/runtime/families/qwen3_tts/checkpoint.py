@@ -7,27 +7,27 @@ one-line message that names the problem.
 from __future__ import annotations
 
 import json
-import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ttscore.contract.errors import CheckpointError
 from ttscore.contract.qwen3_tts import VARIANTS
+from ttscore.runtime.weights import describe, read_weights, weight_files
 
 REQUIRED_FILES = (
     "config.json",
     "generation_config.json",
-    "model.safetensors",
     "preprocessor_config.json",
     "tokenizer_config.json",
     "vocab.json",
     "merges.txt",
     "speech_tokenizer/config.json",
     "speech_tokenizer/configuration.json",
-    "speech_tokenizer/model.safetensors",
     "speech_tokenizer/preprocessor_config.json",
 )
+# The weights (ttscore.runtime.weights): `<stem>.safetensors`, or sharded with an index.
+WEIGHT_STEMS = ("model", "speech_tokenizer/model")
 
 
 # Fallbacks the reference package applies when generation_config.json omits a key
@@ -56,44 +56,6 @@ def _load_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} must contain a JSON object")
     return data
-
-
-def check_safetensors(path: Path) -> dict[str, Any]:
-    """Validate a safetensors file's header and size without reading the tensors.
-
-    Returns the parsed header. A truncated or corrupt file raises CheckpointError.
-    """
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            raw_len = fh.read(8)
-            if len(raw_len) != 8:
-                raise CheckpointError(f"{path} is truncated (no safetensors header)")
-            (header_len,) = struct.unpack("<Q", raw_len)
-            if header_len <= 0 or header_len > min(size - 8, 100 * 1024 * 1024):
-                raise CheckpointError(f"{path} is corrupt (bad safetensors header length)")
-            header = json.loads(fh.read(header_len).decode("utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"missing file {path}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointError(f"{path} is corrupt (unreadable safetensors header)") from None
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path} is corrupt (safetensors header is not an object)")
-    end = 0
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            _start, stop = info["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise CheckpointError(f"{path} is corrupt (tensor {name!r} has no data_offsets)") from None
-        end = max(end, int(stop))
-    if 8 + header_len + end != size:
-        raise CheckpointError(
-            f"{path} is truncated or corrupt: header describes {end} data bytes, "
-            f"file holds {size - 8 - header_len}"
-        )
-    return header
 
 
 @dataclass(frozen=True)
@@ -183,6 +145,9 @@ def read_checkpoint(path: str | Path, *, check_weights: bool = True) -> Qwen3TTS
     for rel in REQUIRED_FILES:
         if not (root / rel).is_file():
             raise CheckpointError(f"{root} is not a Qwen3-TTS 12 Hz checkpoint: missing {rel}")
+    for stem in WEIGHT_STEMS:
+        if weight_files(root, stem) is None:
+            raise CheckpointError(f"{root} is not a Qwen3-TTS 12 Hz checkpoint: missing {describe(stem)}")
 
     cfg = _load_json(root / "config.json")
     st_cfg = _load_json(root / "speech_tokenizer" / "config.json")
@@ -197,8 +162,8 @@ def read_checkpoint(path: str | Path, *, check_weights: bool = True) -> Qwen3TTS
         raise CheckpointError("vocab.json must be a non-empty JSON object")
     info = parse_configs(cfg, st_cfg, gen_cfg, root)
     if check_weights:
-        check_safetensors(root / "model.safetensors")
-        check_safetensors(root / "speech_tokenizer" / "model.safetensors")
+        for stem in WEIGHT_STEMS:
+            read_weights(root, stem)
     return info
 
 

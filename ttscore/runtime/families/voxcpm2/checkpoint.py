@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ttscore.contract.errors import CheckpointError
+from ttscore.runtime.weights import read_weights
 
-CHECKPOINT_FILES = ("config.json", "model.safetensors", "audiovae.safetensors", "tokenizer.json")
+CHECKPOINT_FILES = ("config.json", "tokenizer.json")
+# The weights (ttscore.runtime.weights): `<stem>.safetensors`, or sharded with an index.
+WEIGHT_STEMS = ("model", "audiovae")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 
@@ -130,6 +133,8 @@ def read_checkpoint(checkpoint: Path) -> VoxCPM2Info:
     for name in CHECKPOINT_FILES:
         if not (checkpoint / name).is_file():
             raise CheckpointError(f"{checkpoint}: missing {name}")
+    for stem in WEIGHT_STEMS:
+        read_weights(checkpoint, stem)
     try:
         cfg = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
