@@ -73,10 +73,11 @@ def served(tmp_path_factory):
     cli("export", "--checkpoint", str(checkpoint), "--out", str(artifacts), env=env)
     # `serve` reuses an up-to-date export in its cache (ttscore.tools.artifacts.ensure_artifacts): this one.
     from export.exporter import fingerprint
+    from ttscore.tools.artifacts import cache_root, cached_export
 
-    (cache / "artifacts").mkdir(parents=True)
-    src = checkpoint.resolve()
-    (cache / "artifacts" / f"{src.name}-{fingerprint(src)}-fp32").symlink_to(artifacts)
+    seeded = cache / cached_export(fingerprint(checkpoint.resolve()), "fp32").relative_to(cache_root())
+    seeded.parent.mkdir(parents=True)
+    seeded.symlink_to(artifacts)
     port, http_port, grpc_port, metrics_port = free_ports(4)
     cmd = [sys.executable, "-m", "ttscore.tools.cli", "serve", "--checkpoint", str(checkpoint), "--host", "127.0.0.1",
            "--port", str(port), "--triton-http-port", str(http_port), "--triton-grpc-port", str(grpc_port),
@@ -91,6 +92,7 @@ def served(tmp_path_factory):
 
         wait_until(ready, 240, f"triton-tts serve's /ready ({url})", logs=[serve])
         config = json.loads((tmp / "work" / "gateway.json").read_text())
+        assert Path(config["models"][0]["artifacts_dir"]).resolve() == artifacts.resolve()  # the export above
         with httpx.Client(base_url=url, timeout=120) as client:
             yield {"client": client, "checkpoint": checkpoint, "artifacts": artifacts, "config": config,
                    "model": config["models"][0]["name"], "serve": serve, "repository": tmp / "work" / "model_repository"}
