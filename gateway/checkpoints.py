@@ -80,15 +80,17 @@ class ServedCheckpoint:
             )
         if manifest.family not in families.RULES:
             raise SettingsError(f"served model {settings.name!r}: unknown model family {manifest.family!r}")
-        if settings.variant not in families.RULES[manifest.family].variants:
-            raise SettingsError(f"served model {settings.name!r}: {families.display_name(manifest.family)} has no "
-                                f"variant {settings.variant!r}")
-        if settings.variant == "base" and not settings.voice_features_model:
+        rules = families.RULES[manifest.family]
+        if settings.variant not in rules.variants:
+            raise SettingsError(f"served model {settings.name!r}: {rules.name} has no variant {settings.variant!r}")
+        task = rules.variants[settings.variant]
+        # A checkpoint that clones voices from reference audio computes their features on its feature model.
+        if task == "Base" and "ref_audio" not in rules.unsupported and not settings.voice_features_model:
             raise SettingsError(f"Base model {settings.name!r} needs a voice_features_model")
         if manifest.sample_rate is None or manifest.samples_per_frame is None:
             raise SettingsError(f"{settings.artifacts_dir}/manifest.json lacks 'sample_rate'/'samples_per_frame'")
         speakers = tuple(sorted(manifest.speakers))
-        if settings.variant == "custom_voice" and not speakers:
+        if task == "CustomVoice" and not speakers:
             raise SettingsError(f"CustomVoice model {settings.name!r} has no speakers in its manifest")
         return cls(
             settings=settings,

@@ -37,7 +37,9 @@ def test_families_must_agree_on_a_shared_input():
         triton_io.compose_speech_inputs((a, b))
 
 
-def test_an_external_family_package_joins_the_wire_table_and_the_triton_registry(tmp_path):
+def demo_package(tmp_path: Path) -> dict[str, str]:
+    """A family package `tts_family_demo` (family "demo") in tmp_path, with an input of its own
+    ("pitch") and a Triton model of its own; returns the environment that names it."""
     pkg = tmp_path / "tts_family_demo"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -54,7 +56,18 @@ def test_an_external_family_package_joins_the_wire_table_and_the_triton_registry
 
         FAMILY = BackendFamily("demo", (TritonModel("demo_encoder"),), voice_features="demo_encoder")
     """))
-    probe = textwrap.dedent("""
+    return {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "TTS_FAMILY_PACKAGES": "tts_family_demo"}
+
+
+def probe(script: str, env: dict[str, str], *flags: str) -> dict:
+    out = subprocess.run([sys.executable, *flags, "-c", textwrap.dedent(script)], env=env, cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_an_external_family_package_joins_the_wire_table_and_the_triton_registry(tmp_path):
+    got = probe("""
         import json
         from ttscore.backend import families
         from ttscore.contract import tensors
@@ -64,9 +77,31 @@ def test_an_external_family_package_joins_the_wire_table_and_the_triton_registry
             "backend": sorted(families.FAMILIES),
             "owner": families.family_of_model("demo_encoder").name,
         }))
-    """)
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "TTS_FAMILY_PACKAGES": "tts_family_demo"}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    got = json.loads(out.stdout)
+    """, demo_package(tmp_path))
     assert got["inputs"]["pitch"] == ["demo"] and "demo" in got["inputs"]["text"] and "demo" in got["inputs"]["seed"]
     assert "demo_encoder" in got["public"] and "demo" in got["backend"] and got["owner"] == "demo"
+
+
+def test_a_family_package_on_pythonpath_is_found_where_pythonpath_is_ignored(tmp_path):
+    """A Triton python stub inherits the environment, but its embedded interpreter leaves PYTHONPATH
+    off the import path (like `python -E`): plugins looks there for the packages it is told of."""
+    got = probe("""
+        import json, sys
+        from ttscore.contract import plugins
+        print(json.dumps([m.__name__ for m in plugins.layer_modules("contract")]))
+    """, demo_package(tmp_path), "-E")
+    assert got == ["tts_family_demo.contract"]
+
+
+def test_the_renderer_adds_an_external_familys_own_inputs_to_speech_generation(tmp_path):
+    """The committed speech_generation config lists the project's families' inputs; a family
+    package cannot edit it, so its own inputs come from the contract table when rendering."""
+    got = probe(f"""
+        import json
+        from ttscore.backend.repository import load_config, render_repository
+        repo = render_repository({str(tmp_path / "repo")!r}, models=["speech_generation"])
+        config = load_config(repo / "speech_generation" / "config.pbtxt")
+        print(json.dumps({{t.name: [t.data_type, list(t.dims), t.optional] for t in config.input}}))
+    """, demo_package(tmp_path))
+    assert got["pitch"] == [11, [1], True]  # TYPE_FP32
+    assert "text" in got and "ref_patches" in got

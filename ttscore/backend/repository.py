@@ -6,7 +6,9 @@ Per-deployment knobs are applied here by parsing each config with `model_config_
 directory. Every setting name is checked: an unknown model, knob or parameter is an error, never a
 silent default. The contract checks run on every render:
 
-- public models (speech_generation, voice_features) against ttscore.contract.tensors's tensor tables;
+- public models (speech_generation, voice_features) against ttscore.contract.tensors's tensor tables
+  (speech_generation's committed config lists the project's families' inputs; the inputs only
+  family packages outside the project take are added to it here, from the table);
 - models that host an exported graph against its ttscore.contract.graphs GraphSpec (per request: the spec dims
   without the leading batch axis; a symbolic spec dim must be -1 or fixed, a numeric one must match;
   a per-row scalar is `[1]`);
@@ -31,6 +33,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from ttscore.backend import families
+from ttscore.contract import plugins
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import ArtifactError, TTSError
 from ttscore.contract.graphs import GraphSpec, TensorSpec
@@ -221,6 +224,17 @@ def vocoder_state_key(model: str) -> str | None:
     return declared.state_key if declared is not None else None
 
 
+def add_external_inputs(config: mc.ModelConfig) -> None:
+    """speech_generation's inputs that only external family packages take (ttscore.contract.plugins),
+    added to its committed config from the contract table: such a family cannot edit the config."""
+    external = {m.WIRE.family for m in plugins.layer_modules("contract") if hasattr(m, "WIRE")}
+    have = {t.name for t in config.input}
+    for row in triton_io.SPEECH_INPUTS:
+        if row.name not in have and set(row.families) <= external:
+            config.input.append(mc.ModelInput(name=row.name, data_type=mc.DataType.Value(row.config_dtype),
+                                              dims=list(row.dims), optional=row.optional))
+
+
 def check_config(config: mc.ModelConfig, state_size: int | None = None) -> None:
     """Contract checks of one model config (see the module docstring)."""
     name = config.name
@@ -357,6 +371,8 @@ def render_repository(
     configs: dict[str, mc.ModelConfig] = {}
     for name in selected:
         config = load_config(available[name] / "config.pbtxt")
+        if config.name == "speech_generation":
+            add_external_inputs(config)
         model_settings = parsed.get(name, ModelSettings())
         if artifacts_dir is not None and "artifacts_dir" in config.parameters:
             params = {"artifacts_dir": str(artifacts_dir), **model_settings.parameters}

@@ -13,13 +13,16 @@ way. A family package `pkg` provides one module per layer it takes part in, each
 
 The packages come from the entry-point group `triton_tts.families` (the value is the package
 name) and from `TTS_FAMILY_PACKAGES` (comma-separated package names; what tests and a Triton stub,
-which inherits the environment, use).
+which inherits the environment, use). Those packages are imported from the import path, and from
+the directories `PYTHONPATH` names: a Triton python stub inherits the environment but its embedded
+interpreter ignores `PYTHONPATH`.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import sys
 from importlib import metadata
 from types import ModuleType
 
@@ -35,12 +38,23 @@ def family_packages() -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _search_pythonpath() -> None:
+    """Put the `PYTHONPATH` directories missing from the import path at its end (a Triton stub's
+    interpreter leaves them out; appended, they never shadow what the path already finds)."""
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and entry not in sys.path:
+            sys.path.append(entry)
+
+
 def layer_modules(layer: str) -> list[ModuleType]:
     """`pkg.<layer>` of every external family package that has one (a package may skip a layer)."""
     if layer not in LAYERS:
         raise ValueError(f"unknown layer {layer!r} (one of {', '.join(LAYERS)})")
     modules = []
-    for package in family_packages():
+    packages = family_packages()
+    if packages:
+        _search_pythonpath()
+    for package in packages:
         importlib.import_module(package)  # a missing package is an error, not a silent skip
         try:
             modules.append(importlib.import_module(f"{package}.{layer}"))
