@@ -342,7 +342,7 @@ def load_tensors(model: Any, names: list[str], files: dict[str, tuple[Path, str]
     `files` maps a state-dict name to (safetensors file, key in that file). Each tensor opens its
     own mapping: every page read stays resident while a mapping is open, so one mapping for a whole
     stage would hold the stage's on-disk (e.g. bf16) bytes on top of their float32 copies. The
-    lazy-loading half of bounded export memory (export/reference.py StagedReference for Qwen3-TTS,
+    lazy-loading half of bounded export memory (export/qwen3_tts/reference.py StagedReference for Qwen3-TTS,
     export/voxcpm2/reference.py StagedVoxCPM2): the model is built on the meta device and each
     export stage loads only what it traces, then `unload_tensors` puts it back.
     """

@@ -13,7 +13,7 @@ KV arena: one buffer per layer and K/V, [rows, kv_heads, capacity, head_dim], a 
 left-aligned (a row's valid keys are [0, length)). A decode step feeds `arena[:R]` as the talker's
 past (a contiguous view, bound in place through IO binding: no per-step copy of any cache) with an
 attention mask marking each row's valid prefix, and writes only the new token's K/V into the arena.
-The talker graph attends to past and new keys without concatenating them (export/talker.py).
+The talker graph attends to past and new keys without concatenating them (export/qwen3_tts/talker.py).
 Capacity grows in blocks (one copy per growth, amortised over many steps) and never beyond the
 largest active request's plan, prompt + max_new_tokens.
 """
