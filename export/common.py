@@ -611,7 +611,7 @@ def quantize_matmuls(src: Path, dst: Path) -> Path:
 
     The result is what `onnxruntime.quantization.quantize_dynamic(weight_type=QInt8,
     op_types_to_quantize=["MatMul"], per_channel=False, extra_options={"MatMulConstBOnly": True})`
-    makes of the same graph (tests/test_export_memory.py compares the two), with the same names so
+    makes of the same graph (tests/export_tests/test_export_memory.py compares the two), with the same names so
     that onnxruntime's load-time fusions (DynamicQuantizeMatMul) apply: the activation goes through
     one DynamicQuantizeLinear per tensor (uint8), the weight is quantized by the quantizer's own
     `quantize_data` (symmetric int8, one scale), and MatMulInteger -> Cast -> Mul by the product of

@@ -1,4 +1,4 @@
-"""Other on-disk layouts of a checkpoint, as people have them (tests/test_checkpoints.py, perf/README.md).
+"""Other on-disk layouts of a checkpoint, as people have them (tests/runtime_tests/test_checkpoints.py, perf/README.md).
 
 - `shard`: the weights split the way `save_pretrained` does above its shard size:
   `<stem>-0000N-of-0000M.safetensors` + `<stem>.safetensors.index.json` =

@@ -113,7 +113,7 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
         server.stop()
 
 
-# --- VoxCPM2 (tests/test_voxcpm2_*.py): one tiny checkpoint and its export for the whole session.
+# --- VoxCPM2 (tests/export_tests/test_voxcpm2_*.py): one tiny checkpoint and its export for the whole session.
 @pytest.fixture(scope="session")
 def voxcpm2_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from export.voxcpm2.tiny import make_tiny_voxcpm2

@@ -1,5 +1,5 @@
 """A small, strict renderer of the kustomize subset deploy/k8s uses, so `make test` can render and
-validate the overlays where kustomize (`kubectl kustomize`) is not installed. tests/test_k8s.py
+validate the overlays where kustomize (`kubectl kustomize`) is not installed. tests/tools_tests/test_k8s.py
 checks that it renders exactly what kubectl renders wherever kubectl is available.
 
 Supported, and nothing else (anything unknown is an error, not silently ignored):

@@ -1,4 +1,4 @@
-"""Run in a reference environment by tests/test_refenv.py through refenv.run (python refenv_probe.py
+"""Run in a reference environment by tests/export_tests/test_refenv.py through refenv.run (python refenv_probe.py
 IN.npz OUT.npz COMMAND [args...]):
 
 - `versions [module:Class ...]`: the versions of torch, transformers and numpy, after importing every

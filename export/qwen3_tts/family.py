@@ -15,7 +15,7 @@ from ttscore.contract import qwen3_tts as contract
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 
 VARIANTS = ("custom_voice", "voice_design", "base")
-SIZES = ("tiny", "0.6b", "1.7b")  # export.qwen3_tts.tiny.SIZES (checked by tests/test_tiny.py)
+SIZES = ("tiny", "0.6b", "1.7b")  # export.qwen3_tts.tiny.SIZES (checked by tests/export_tests/test_tiny.py)
 # Models of the voice-cloning (Base) checkpoint's voice features: the ensemble and its steps.
 VOICE_FEATURE_MODELS = ("voice_features", "audio_preprocess", "speaker_encoder", "speech_encoder")
 TOKENIZER_WEIGHTS = "speech_tokenizer/model.safetensors"

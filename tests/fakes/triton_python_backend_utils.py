@@ -1,6 +1,6 @@
 """Recording fake of Triton's `triton_python_backend_utils` (python backend 2.51 API surface).
 
-Injected into `sys.modules["triton_python_backend_utils"]` by tests/test_models_*.py before a
+Injected into `sys.modules["triton_python_backend_utils"]` by tests/triton_tests/test_models_*.py before a
 `model.py` is loaded (see tests/fakes/loader.py). The response sender records every send() with
 its flags and, like the real one, refuses any send after the FINAL flag, so a second FINAL fails
 the test instead of passing silently.

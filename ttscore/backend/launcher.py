@@ -10,7 +10,7 @@ numpy (< 2, see ARCHITECTURE.md), onnxruntime and `ttscore` from here.
 
 On GPU hosts the container image `nvcr.io/nvidia/tritonserver:24.10-py3` (same Triton 2.51) is used
 instead (docker-compose.yml); `server_args()` is the one place that lists the server flags, and
-tests/test_compose.py checks the compose command against it.
+tests/tools_tests/test_compose.py checks the compose command against it.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ REF_TEXT = "The exact transcript of the audio sample."
 FRAMES = 16
 SEED = 7
 IDLE_S = 3
-SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec" / "speech_api.md"
+SPEC = Path(__file__).resolve().parents[3] / "shared" / "spec" / "speech_api.md"
 VOICES = "/v1/audio/voices"
 SPEECH = "/v1/audio/speech"
 

@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODEL_PACKAGES = ("torch", "onnxruntime", "tokenizers")
 
 

@@ -1,5 +1,5 @@
 """Uploaded voices on a directory shared by several gateway replicas: two VoiceStore instances on one
-directory stand for two replicas (the real processes: tests/test_multi_replica.py). Lookups by name
+directory stand for two replicas (the real processes: tests/e2e_tests/test_multi_replica.py). Lookups by name
 see the other replica's uploads, replacements and deletes at once, listings within the sync
 interval; cached features never outlive the file they came from; concurrent uploads of one name
 resolve as documented; a replica never removes another host's upload in progress."""

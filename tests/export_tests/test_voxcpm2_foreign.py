@@ -8,7 +8,7 @@ one draw per patch, in the engine and therefore in the Triton model behind the g
 is fed exactly that sequence (export.voxcpm2.reference.fed_noise), so the API audio is compared with
 the reference's own output directly, not only with our offline engine.
 
-Stated tolerance (as tests/test_voxcpm2_parity.py): max abs error <= 1e-4 on latents and audio
+Stated tolerance (as tests/export_tests/test_voxcpm2_parity.py): max abs error <= 1e-4 on latents and audio
 offline; API audio is 16-bit, so there the bound is 1e-4 + one 16-bit step (libsndfile's PCM_16
 conversion floors). The measured errors are printed (`-s`).
 """

@@ -43,7 +43,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TEXT = "Hello from the gateway."
 FRAMES = 16  # max_new_tokens for most requests: 1.28 s of audio
 SEED = 7
-SPEC = Path(__file__).resolve().parents[2] / "shared" / "spec" / "speech_api.md"
+SPEC = Path(__file__).resolve().parents[3] / "shared" / "spec" / "speech_api.md"
 
 
 @pytest.fixture(scope="module")

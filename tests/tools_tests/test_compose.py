@@ -24,7 +24,7 @@ from ttscore.backend import launcher as triton_env
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 NGC_TAG = "24.10-py3"
 NGC_TO_TRITON = {"24.10": "2.51"}  # NGC container release -> Triton server version

@@ -37,7 +37,7 @@ from ttscore.backend.launcher import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 FAKE_GENERATION_MODEL = TESTS / "data" / "fake_speech_generation_model.py"
 SPEECH = "/v1/audio/speech"
 LONG = 8192  # max_new_tokens: minutes of fake frames, so a request is surely in flight

@@ -1,6 +1,6 @@
 """VoxCPM2 export: every graph validated against the reference during export, and the manifest.
-A checkpoint the project did not make exports too: tests/test_voxcpm2_foreign.py; int8/int4:
-tests/test_voxcpm2_quant.py."""
+A checkpoint the project did not make exports too: tests/export_tests/test_voxcpm2_foreign.py; int8/int4:
+tests/export_tests/test_voxcpm2_quant.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """VoxCPM2 tiny checkpoints: the real on-disk layout, loadable by the reference; and a checkpoint the
 project did not make (tests/voxcpm2_foreign.py: the reference's own config classes) is accepted by
-our code (its export and parity: tests/test_voxcpm2_foreign.py)."""
+our code (its export and parity: tests/export_tests/test_voxcpm2_foreign.py)."""
 
 from __future__ import annotations
 

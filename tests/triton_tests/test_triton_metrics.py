@@ -29,7 +29,7 @@ from ttscore.runtime.families import FAMILIES
 
 request_from_tensors = FAMILIES["qwen3_tts"].request_from_tensors
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 FAKE_GENERATION_MODEL = TESTS / "data" / "fake_speech_generation_model.py"
 LABELS = {"model": "speech_generation", "version": "1", "instance": "speech_generation_0_0"}
 

@@ -1,5 +1,5 @@
 """gateway.pool: several Triton endpoints as one backend, over fakes of the endpoints (unit level; the
-real thing is tests/test_multi_replica.py). Balancing by outstanding requests per model, failover
+real thing is tests/e2e_tests/test_multi_replica.py). Balancing by outstanding requests per model, failover
 before the first chunk only, endpoints out and back in, DNS endpoints added and retired, the per
 endpoint health monitors, WebSocket utterances kept on one endpoint, /ready and /metrics."""
 

@@ -18,7 +18,7 @@ from ttscore.contract.wire import FamilyWire, TensorIO
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_rows_declared_by_several_families_merge_and_name_them():

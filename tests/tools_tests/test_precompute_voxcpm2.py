@@ -2,7 +2,7 @@
 ref_continuation) in the custom_voice_dir format, its patches those of the exported AudioVAE encoder
 (what audiovae_encoder computes for an upload), the checkpoint identity checked at load, and the
 ref_continuation prompt carried over speech_generation's ref_patches + prompt_patches + ref_text to the
-same request the parity test checks against the reference (tests/test_voxcpm2_parity.py)."""
+same request the parity test checks against the reference (tests/export_tests/test_voxcpm2_parity.py)."""
 
 from __future__ import annotations
 
@@ -219,7 +219,7 @@ def test_cli_and_bad_arguments(tmp_path, voxcpm2_artifacts, ref_wav, capsys):
 @pytest.mark.export
 def test_ref_continuation_over_the_wire_is_the_parity_request(vox_model, ref_wav):
     """speech_generation's ref_patches + prompt_patches + ref_text give the request whose output
-    tests/test_voxcpm2_parity.py checks against the reference's ref_continuation prompt cache."""
+    tests/export_tests/test_voxcpm2_parity.py checks against the reference's ref_continuation prompt cache."""
     from ttscore.runtime.audio import load_audio
     from ttscore.runtime.engine import Generator
     from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request

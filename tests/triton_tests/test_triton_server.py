@@ -27,7 +27,7 @@ from ttscore.contract import tensors as triton_io
 
 pytestmark = [pytest.mark.integration]
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 FAKE_GENERATION_MODEL = TESTS / "data" / "fake_speech_generation_model.py"
 HAS_AUDIO = importlib.util.find_spec("ttscore.runtime.audio") is not None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))  # perf/ holds scripts, not a package
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "perf"))  # perf/ holds scripts, not a package
 import soak
 from soak import ERROR, HUNG, OK, FaultRecord, Proc, RequestRecord, SoakConfig, SoakReport
 

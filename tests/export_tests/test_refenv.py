@@ -19,7 +19,7 @@ import refenv
 
 pytestmark = [pytest.mark.parity]
 
-PROBE = Path(__file__).resolve().parent / "refenv_probe.py"
+PROBE = Path(__file__).resolve().parents[1] / "refenv_probe.py"
 # The classes the next families' references are built on, and the release that brought each.
 REF5_CLASSES = (
     "transformers.models.t5gemma2.modeling_t5gemma2:T5Gemma2TextEncoder",  # Breeze-TTS-2 (5.0)

@@ -6,13 +6,13 @@ at a checkpoint that still exists:
 
     triton-tts make-tiny --variant custom_voice --size 1.7b --out CKPT
     triton-tts export --checkpoint CKPT --out ART
-    TTS_TEST_17B=ART pytest -m slow tests/test_export_17b.py
+    TTS_TEST_17B=ART pytest -m slow tests/export_tests/test_export_17b.py
 
 - the export stayed within the bound it promises (every stage's peak RSS, from the manifest);
 - the exported pipeline equals the reference qwen-tts `generate_custom_voice` (greedy codes
-  identical, audio within 1e-4), as tests/test_parity.py checks at tiny size;
+  identical, audio within 1e-4), as tests/export_tests/test_parity.py checks at tiny size;
 - the served model (tritonserver, speech_generation + code2wav, as `triton-tts serve` renders
-  them) streams exactly the offline audio, as tests/test_triton_generation.py checks at tiny size.
+  them) streams exactly the offline audio, as tests/triton_tests/test_triton_generation.py checks at tiny size.
 
 Each side runs on its own and is freed before the next loads: the reference alone is 8 GB in float32.
 """

@@ -445,7 +445,7 @@ def test_a_killed_upload_leaves_no_trace(tmp_path):
     survivor = upload(store, "survivor")
     victim_v1 = upload(store, "victim")  # the kill happens while overwriting it
     marker = tmp_path / "marker"
-    script = KILL_SCRIPT.format(root=str(Path(__file__).resolve().parents[1]), tests=str(Path(__file__).parent),
+    script = KILL_SCRIPT.format(root=str(Path(__file__).resolve().parents[2]), tests=str(Path(__file__).resolve().parents[1]),
                                 directory=str(store.directory), marker=str(marker))
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:

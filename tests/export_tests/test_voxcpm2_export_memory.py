@@ -1,4 +1,4 @@
-"""Bounded VoxCPM2 export memory, the machinery of tests/test_export_memory.py applied to VoxCPM2:
+"""Bounded VoxCPM2 export memory, the machinery of tests/export_tests/test_export_memory.py applied to VoxCPM2:
 
 - StagedVoxCPM2 builds exactly the model `load_reference` (VoxCPM2Model.from_local -> float32)
   builds, with every parameter on the meta device until a stage loads it, and back afterwards;

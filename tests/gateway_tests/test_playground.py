@@ -27,7 +27,7 @@ from gateway.app import create_app
 from gateway.settings import Settings
 from ttscore.backend.launcher import free_port
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 KEY = "playground-key"
 SCREENSHOT = ROOT / "build" / "playground.png"

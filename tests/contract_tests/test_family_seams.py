@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("ttscore", "gateway", "export", "perf")
 # The words that name a family in code: every served family's name and its spellings.
 FAMILY_WORDS = re.compile(r"qwen|voxcpm", re.IGNORECASE)
@@ -93,6 +93,6 @@ def test_shared_code_names_no_family() -> None:
     )
 
 
-if __name__ == "__main__":  # python tests/test_family_seams.py: the current list
+if __name__ == "__main__":  # python tests/contract_tests/test_family_seams.py: the current list
     for rel, hits in shared_files_naming_a_family().items():
         print(f"{rel}: {len(hits)}  {', '.join(hits[:6])}")

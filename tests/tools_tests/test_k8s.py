@@ -1,4 +1,4 @@
-"""deploy/k8s, checked statically (no cluster here), like tests/test_compose.py checks docker-compose.yml.
+"""deploy/k8s, checked statically (no cluster here), like tests/tools_tests/test_compose.py checks docker-compose.yml.
 
 - Each overlay (gpu, the default, and cpu) is rendered by tests/kustomize_lite.py (and, where kubectl
   is installed, by `kubectl kustomize`, which must render the very same resources) and every
@@ -27,7 +27,7 @@ from ttscore.backend import launcher as triton_env
 
 pytestmark = pytest.mark.unit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
 OVERLAYS = ("gpu", "cpu")
 K8S_VERSION = "1.32"
@@ -176,7 +176,7 @@ def test_triton_matches_the_launcher(overlay):
                      "metrics": triton_env.DEFAULT_METRICS_PORT}
     for probe, path in TRITON_PROBES.items():
         assert c[probe]["httpGet"] == {"path": path, "port": "http"}, probe
-    assert c["image"].endswith(":24.10-py3")  # Triton 2.51, as tests/test_compose.py pins
+    assert c["image"].endswith(":24.10-py3")  # Triton 2.51, as tests/tools_tests/test_compose.py pins
     shm = next(v for v in pod_spec(triton)["volumes"] if v["name"] == "shm")
     assert shm["emptyDir"]["medium"] == "Memory" and mounts(triton, c)["/dev/shm"]
     gpus = c["resources"].get("limits", {}).get("nvidia.com/gpu")
