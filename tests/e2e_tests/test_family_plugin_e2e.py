@@ -25,8 +25,8 @@ from procs import Proc, wait_until
 from gateway import encoding
 from ttscore.backend.launcher import free_ports
 
-ROOT = Path(__file__).resolve().parents[1]
-FAMILIES_DIR = Path(__file__).resolve().parent / "families"
+ROOT = Path(__file__).resolve().parents[2]
+FAMILIES_DIR = Path(__file__).resolve().parents[1] / "families"
 PACKAGE = "toy_tone"
 TEXT = "Hello, toy tone!"
 SPEECH = "/v1/audio/speech"
