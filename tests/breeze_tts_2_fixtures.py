@@ -1,0 +1,23 @@
+"""Breeze-TTS-2 test fixtures: one tiny checkpoint (and its export) per session, shared by its tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REFERENCE = Path(__file__).resolve().parent / "breeze_tts_2_reference.py"
+
+
+@pytest.fixture(scope="session")
+def breeze_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.breeze_tts_2.tiny import make_tiny_breeze
+
+    return make_tiny_breeze(tmp_path_factory.mktemp("breeze") / "Breeze-TTS-2-tiny", seed=0)
+
+
+def reference(checkpoint: Path, command: str, inputs: dict | None = None, arg: str = "{}") -> dict:
+    """tests/breeze_tts_2_reference.py in the family's reference environment."""
+    import refenv
+
+    return refenv.run(refenv.env_for("breeze_tts_2"), REFERENCE, inputs or {}, [str(checkpoint), command, arg])
