@@ -21,3 +21,12 @@ def reference(checkpoint: Path, command: str, inputs: dict | None = None, arg: s
     import refenv
 
     return refenv.run(refenv.env_for("breeze_tts_2"), REFERENCE, inputs or {}, [str(checkpoint), command, arg])
+
+
+@pytest.fixture(scope="session")
+def breeze_export(breeze_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.exporter import export_checkpoint
+
+    out = tmp_path_factory.mktemp("breeze-x") / "artifacts"
+    export_checkpoint(breeze_tiny, out)
+    return out
