@@ -12,7 +12,8 @@ Every tensor of model.safetensors is loaded strictly (`embed_text_tokens` includ
 - load: the state dict loads strictly; returns the parameter count.
 - text_encoder: input_ids [B, T] (+ attention_mask) -> projected states [B, T, H].
 - generate: json {"text", "voice", "instructions", "ref_text", "max_new_tokens", "repetition_penalty"}
-  (+ ref_codes [T, 16] input) -> codes [frames, 16], prompt_ids, text_mask.
+  (+ ref_codes [T, 16] input, used by requests with a ref_text) -> codes [frames, 16], prompt_ids,
+  text_mask; a json list of requests -> the same suffixed _0, _1, ... (one model load for all).
 """
 
 from __future__ import annotations
@@ -191,13 +192,18 @@ def main(inputs: dict, checkpoint: str, command: str, arg: str = "{}") -> dict:
         ids = inputs["input_ids"]
         mask = inputs.get("attention_mask", np.ones_like(ids))
         return {"embeds": encode_text(model, ids, mask).numpy()}
-    if command == "generate":
-        req = json.loads(arg)
-        ref = inputs.get("ref_codes")
-        prompt_ids, mask, lengths = prompt(root, cfg, req, ref)
-        codes = generate(model, cfg, prompt_ids, mask, lengths, ref, int(req.get("max_new_tokens", 40)),
-                         float(req.get("repetition_penalty", 1.1)))
-        return {"codes": codes, "prompt_ids": prompt_ids, "text_mask": mask}
+    if command == "generate":  # json: one request, or a list of them (outputs suffixed _<index>)
+        reqs = json.loads(arg)
+        many = isinstance(reqs, list)
+        out = {}
+        for i, req in enumerate(reqs if many else [reqs]):
+            ref = inputs.get("ref_codes") if req.get("ref_text") else None
+            prompt_ids, mask, lengths = prompt(root, cfg, req, ref)
+            codes = generate(model, cfg, prompt_ids, mask, lengths, ref, int(req.get("max_new_tokens", 40)),
+                             float(req.get("repetition_penalty", 1.1)))
+            tag = f"_{i}" if many else ""
+            out.update({f"codes{tag}": codes, f"prompt_ids{tag}": prompt_ids, f"text_mask{tag}": mask})
+        return out
     raise SystemExit(f"unknown command {command}")
 
 
