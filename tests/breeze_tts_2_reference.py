@@ -24,15 +24,14 @@ from pathlib import Path
 import numpy as np
 
 
-def build(checkpoint: Path):
+def compose(cfg: dict):
+    """The reference modules of a Breeze config (their own init)."""
     import torch
-    from safetensors.torch import load_file
     from torch import nn
     from transformers import LlamaConfig, LlamaModel, Qwen3Config, Qwen3Model
     from transformers.models.t5gemma2.configuration_t5gemma2 import T5Gemma2TextConfig
     from transformers.models.t5gemma2.modeling_t5gemma2 import T5Gemma2TextEncoder
 
-    cfg = json.loads((checkpoint / "config.json").read_text())
     tc = {k: v for k, v in cfg["text_encoder_config"].items() if k != "model_type"}
     eoi = tc.pop("eoi_token_index", 256000)
     text_config = T5Gemma2TextConfig(**tc)
@@ -41,14 +40,7 @@ def build(checkpoint: Path):
     backbone_config = Qwen3Config(**bc)
     backbone_config._attn_implementation = "eager"
     dc = cfg["depth_decoder_config"]
-    depth_config = LlamaConfig(
-        hidden_size=dc["hidden_size"], intermediate_size=dc["intermediate_size"],
-        num_hidden_layers=dc["num_hidden_layers"], num_attention_heads=dc["num_attention_heads"],
-        num_key_value_heads=dc["num_key_value_heads"], head_dim=dc["head_dim"],
-        max_position_embeddings=dc["max_position_embeddings"], hidden_act=dc["hidden_act"],
-        rms_norm_eps=dc["rms_norm_eps"], rope_theta=dc["rope_theta"], rope_scaling=dc["rope_scaling"],
-        attention_bias=dc.get("attention_bias", False), mlp_bias=dc.get("mlp_bias", False), vocab_size=1,
-    )
+    depth_config = LlamaConfig(**{**{k: v for k, v in dc.items() if k != "model_type"}, "vocab_size": 1})
     depth_config._attn_implementation = "eager"
 
     class Depth(nn.Module):
@@ -74,8 +66,24 @@ def build(checkpoint: Path):
             self.embed_text_tokens = nn.Embedding(cfg["text_vocab_size"], backbone_config.hidden_size)
             self.depth_decoder = Depth()
 
-    model = Breeze()
-    weights = {k: v.float() for k, v in load_file(str(checkpoint / "model.safetensors")).items()}
+    return Breeze()
+
+
+ALIASES = {"backbone_model.embed_tokens.embed_audio_tokens.weight": "depth_decoder.model.embed_tokens.weight"}
+IGNORED = ("codec_model.",)
+
+
+def build(checkpoint: Path):
+    """compose() loaded strictly from model.safetensors (the tied audio table under either name,
+    codec_model.* skipped, embed_text_tokens optional as in vLLM-Omni's loader)."""
+    from safetensors.torch import load_file
+
+    cfg = json.loads((checkpoint / "config.json").read_text())
+    model = compose(cfg)
+    weights = {ALIASES.get(k, k): v.float() for k, v in load_file(str(checkpoint / "model.safetensors")).items()
+               if not k.startswith(IGNORED)}
+    if "embed_text_tokens.weight" not in weights:
+        del model.embed_text_tokens
     model.load_state_dict(weights, strict=True)
     return model.eval(), cfg
 

@@ -114,15 +114,26 @@ def parse_config(cfg: dict[str, Any]) -> BreezeInfo:
     for kind in set(layer_types):
         if rope.get(kind, {}).get("rope_type", "default") not in ("default", "linear"):
             raise CheckpointError(f"config.json: text encoder rope_type {rope[kind]['rope_type']!r} is not supported")
-    depth_rope = {"rope_theta": float(d.get("rope_theta", 500000.0)), **(d.get("rope_scaling") or {})}
+    # RoPE: transformers 5.x configs write `rope_parameters` (with rope_theta); older ones rope_theta
+    # + rope_scaling. Either is read; a RoPE type the graphs do not implement is refused.
+    depth_rope = dict(d.get("rope_parameters") or d.get("rope_scaling") or {})
+    depth_rope.setdefault("rope_theta", float(d.get("rope_theta", 500000.0)))
     if depth_rope.get("rope_type", "default") not in ("default", "llama3"):
         raise CheckpointError(f"config.json: depth decoder rope_type {depth_rope['rope_type']!r} is not supported")
+    backbone_rope = dict(b.get("rope_parameters") or b.get("rope_scaling") or {})
+    if backbone_rope.get("rope_type", "default") != "default":
+        raise CheckpointError(f"config.json: backbone rope_type {backbone_rope['rope_type']!r} is not supported")
+    if b.get("use_sliding_window"):
+        raise CheckpointError("config.json: a backbone with use_sliding_window is not supported")
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if t.get(key) is not None:
+            raise CheckpointError(f"config.json: text_encoder_config.{key} is not supported")
     return BreezeInfo(
         text=TextEncoder(text_stack, _int(t, "vocab_size", "text_encoder_config."), int(t.get("sliding_window", 512)),
                          layer_types, float(t.get("query_pre_attn_scalar", 256)), int(t.get("eoi_token_index", 256000)),
                          {k: dict(v) for k, v in rope.items()}),
         backbone=_stack(b, "backbone_config.", 1e-6),
-        backbone_rope_theta=float(b.get("rope_theta", 1e6)),
+        backbone_rope_theta=float(backbone_rope.get("rope_theta", b.get("rope_theta", 1e6))),
         depth=_stack(d, "depth_decoder_config.", 1e-5),
         depth_rope=depth_rope,
         audio_embed_size=int(d.get("audio_embed_size") or cfg.get("audio_embed_size") or b["hidden_size"]),
