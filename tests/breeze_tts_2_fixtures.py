@@ -1,4 +1,5 @@
-"""Breeze-TTS-2 test fixtures: one tiny checkpoint (and its export) per session, shared by its tests."""
+"""Breeze-TTS-2 test fixtures (a pytest plugin of conftest.py): one tiny checkpoint and its export per
+session, shared by the family's tests; `reference` runs tests/breeze_tts_2_reference.py in ref5."""
 
 from __future__ import annotations
 

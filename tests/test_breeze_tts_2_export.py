@@ -9,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from breeze_tts_2_fixtures import breeze_export, breeze_tiny, reference  # noqa: F401  (fixtures)
+from breeze_tts_2_fixtures import reference
 
 from ttscore.contract.manifest import read_manifest
 
 pytestmark = pytest.mark.export
 
 
-def test_manifest_lists_the_graphs_and_tables(breeze_export: Path) -> None:  # noqa: F811
+def test_manifest_lists_the_graphs_and_tables(breeze_export: Path) -> None:
     m = read_manifest(breeze_export)
     assert m.family == "breeze_tts_2" and m.sample_rate == 24000
     assert set(m.graphs) == {"text_encoder", "backbone", "depth_decoder", "code2wav_stream", "code2wav",
@@ -28,7 +28,7 @@ def test_manifest_lists_the_graphs_and_tables(breeze_export: Path) -> None:  # n
 
 
 @pytest.mark.parity
-def test_text_encoder_graph_equals_t5gemma2(breeze_tiny: Path, breeze_export: Path) -> None:  # noqa: F811
+def test_text_encoder_graph_equals_t5gemma2(breeze_tiny: Path, breeze_export: Path) -> None:
     from export.common import ort_run, ort_session
 
     rng = np.random.default_rng(0)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from breeze_tts_2_fixtures import breeze_tiny, reference  # noqa: F401  (fixture)
+from breeze_tts_2_fixtures import reference
 from test_breeze_tts_2_parity import CASES, FRAMES, run_codes
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
@@ -20,7 +20,7 @@ FOREIGN = Path(__file__).resolve().parent / "breeze_tts_2_foreign.py"
 
 
 @pytest.fixture(scope="module")
-def foreign(breeze_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+def foreign(breeze_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     import refenv
 
     out = tmp_path_factory.mktemp("breeze-foreign") / "ckpt"

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from breeze_tts_2_fixtures import breeze_export, breeze_tiny, reference  # noqa: F401  (fixtures)
+from breeze_tts_2_fixtures import reference
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
 
@@ -29,7 +29,7 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def model(breeze_export: Path) -> Any:  # noqa: F811
+def model(breeze_export: Path) -> Any:
     from ttscore.runtime.families import load_model
 
     return load_model(breeze_export)
@@ -67,7 +67,7 @@ def run_codes(model: Any, requests: list[Any]) -> list[np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def reference_codes(breeze_tiny: Path, ref_codes: np.ndarray) -> dict[str, dict[str, np.ndarray]]:  # noqa: F811
+def reference_codes(breeze_tiny: Path, ref_codes: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
     got = reference(breeze_tiny, "generate", {"ref_codes": ref_codes},
                     json.dumps([{**case, "max_new_tokens": FRAMES} for case in CASES.values()]))
     return {mode: {k: got[f"{k}_{i}"] for k in ("codes", "prompt_ids", "text_mask")}
@@ -95,7 +95,7 @@ def test_batched_requests_equal_each_alone(model: Any, ref_codes: np.ndarray,
         np.testing.assert_array_equal(g, reference_codes[mode]["codes"], err_msg=mode)
 
 
-def test_streamed_audio_equals_the_reference_decoder(breeze_tiny: Path, model: Any,  # noqa: F811
+def test_streamed_audio_equals_the_reference_decoder(breeze_tiny: Path, model: Any,
                                                      reference_codes: dict[str, dict[str, np.ndarray]]) -> None:
     import torch
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from breeze_tts_2_fixtures import breeze_export, breeze_tiny  # noqa: F401  (fixtures)
 
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import InvalidRequest
@@ -18,7 +17,7 @@ pytestmark = pytest.mark.export
 
 
 @pytest.fixture(scope="module")
-def model(breeze_export: Path) -> Any:  # noqa: F811
+def model(breeze_export: Path) -> Any:
     from ttscore.runtime.families import load_model
 
     return load_model(breeze_export)
@@ -92,7 +91,7 @@ def test_budget_and_context_cap(model: Any) -> None:
     assert err.value.param == "input"
 
 
-def test_say_refuses_what_breeze_does_not_take(breeze_export: Path, tmp_path: Path, capsys: Any) -> None:  # noqa: F811
+def test_say_refuses_what_breeze_does_not_take(breeze_export: Path, tmp_path: Path, capsys: Any) -> None:
     from ttscore.tools.cli import main
 
     out = str(tmp_path / "a.wav")

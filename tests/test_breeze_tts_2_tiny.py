@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from breeze_tts_2_fixtures import breeze_tiny, reference  # noqa: F401  (fixture)
+from breeze_tts_2_fixtures import reference
 
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import CheckpointError
@@ -17,7 +17,7 @@ from ttscore.runtime.families.breeze_tts_2.checkpoint import is_breeze, read_che
 pytestmark = pytest.mark.export
 
 
-def test_layout_and_config(breeze_tiny: Path) -> None:  # noqa: F811
+def test_layout_and_config(breeze_tiny: Path) -> None:
     files = sorted(str(p.relative_to(breeze_tiny)) for p in breeze_tiny.rglob("*") if p.is_file())
     assert files == ["audio_tokenizer/config.json", "audio_tokenizer/configuration.json",
                      "audio_tokenizer/model.safetensors", "audio_tokenizer/preprocessor_config.json", "config.json",
@@ -32,7 +32,7 @@ def test_layout_and_config(breeze_tiny: Path) -> None:  # noqa: F811
     assert "sliding_attention" in info.text.layer_types and "full_attention" in info.text.layer_types
 
 
-def test_tokenizer_has_the_breeze_specials(breeze_tiny: Path) -> None:  # noqa: F811
+def test_tokenizer_has_the_breeze_specials(breeze_tiny: Path) -> None:
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(breeze_tiny / "tokenizer.json"))
@@ -45,13 +45,13 @@ def test_tokenizer_has_the_breeze_specials(breeze_tiny: Path) -> None:  # noqa: 
     assert enc.tokens[:3] == ["<bos>", "[S3]", "<ins_bos>"] and "<unk>" not in enc.tokens  # byte fallback
 
 
-def test_audio_tokenizer_is_the_qwen3_tts_one(breeze_tiny: Path) -> None:  # noqa: F811
+def test_audio_tokenizer_is_the_qwen3_tts_one(breeze_tiny: Path) -> None:
     from export.qwen3_tts.tiny import speech_tokenizer_config
 
     assert json.loads((breeze_tiny / "audio_tokenizer/config.json").read_text()) == speech_tokenizer_config("tiny")
 
 
-def test_loader_refuses_missing_and_unexpected_tensors(breeze_tiny: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_loader_refuses_missing_and_unexpected_tensors(breeze_tiny: Path, tmp_path: Path) -> None:
     import shutil
 
     from safetensors.torch import load_file, save_file
@@ -68,7 +68,7 @@ def test_loader_refuses_missing_and_unexpected_tensors(breeze_tiny: Path, tmp_pa
 
 
 @pytest.mark.parity
-def test_reference_classes_load_every_tensor(breeze_tiny: Path) -> None:  # noqa: F811
+def test_reference_classes_load_every_tensor(breeze_tiny: Path) -> None:
     """T5Gemma2TextEncoder + Qwen3Model + LlamaModel (ref5, transformers 5.14.1) load model.safetensors
     strictly: their state dict is exactly the checkpoint's tensor set."""
     got = reference(breeze_tiny, "load")
