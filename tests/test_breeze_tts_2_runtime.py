@@ -102,3 +102,25 @@ def test_say_refuses_what_breeze_does_not_take(breeze_export: Path, tmp_path: Pa
     assert main(["say", "--artifacts", str(breeze_export), "-o", out, "--voice", "S4", "--max-new-tokens", "4",
                  "hi"]) == 0
     assert "4 frames" in capsys.readouterr().out
+
+
+def test_not_served_yet_is_said_not_half_rendered(breeze_export: Path) -> None:
+    """Export/runtime only: no demo checkpoint for `serve`/`prepare --demo`, and a deployment that
+    names it is refused with the reason (no Triton backend or gateway adapter yet)."""
+    from dataclasses import dataclass
+
+    from export.families import FAMILIES
+    from ttscore.contract.errors import CheckpointError
+    from ttscore.contract.manifest import Manifest, read_manifest
+
+    entry = FAMILIES[spec.FAMILY]
+    assert entry.demo == ()
+
+    @dataclass
+    class Served:
+        name: str
+        artifacts: Path
+        manifest: Manifest
+
+    with pytest.raises(CheckpointError, match="no Triton backend or gateway adapter yet"):
+        entry.deploy([Served("breeze", breeze_export, read_manifest(breeze_export))])
