@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 REFERENCE = Path(__file__).resolve().parent / "breeze_tts_2_reference.py"
+FOREIGN = Path(__file__).resolve().parent / "breeze_tts_2_foreign.py"  # builds a checkpoint in ref5
 
 
 @pytest.fixture(scope="session")

@@ -11,12 +11,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from breeze_tts_2_fixtures import reference
+from breeze_tts_2_fixtures import FOREIGN, reference
 from test_breeze_tts_2_parity import CASES, FRAMES, run_codes
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
-
-FOREIGN = Path(__file__).resolve().parent / "breeze_tts_2_foreign.py"
 
 
 @pytest.fixture(scope="module")
