@@ -1,0 +1,1 @@
+"""Breeze-TTS-2 export: graphs, tiny checkpoints (README.md)."""

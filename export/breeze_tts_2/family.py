@@ -1,0 +1,65 @@
+"""Breeze-TTS-2's export entry (export/families.py): detect, check, export, make-tiny.
+
+Not served yet (issue 20: no backend or gateway layer), so it offers no demo checkpoint and its
+`deploy` refuses: `serve`/`prepare` name the missing layer instead of rendering a half deployment.
+Light to import (no torch): the heavy modules load when an entry point is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint
+from ttscore.contract import breeze_tts_2 as contract
+from ttscore.contract.errors import CheckpointError, InvalidRequest
+
+SIZES = ("tiny", "real")  # export.breeze_tts_2.tiny.SIZES
+
+
+def detect(checkpoint: Path) -> bool:
+    from ttscore.runtime.families.breeze_tts_2.checkpoint import is_breeze
+
+    return is_breeze(checkpoint)
+
+
+def check(checkpoint: Path) -> object:
+    from ttscore.runtime.families.breeze_tts_2.checkpoint import read_checkpoint
+
+    return read_checkpoint(checkpoint)
+
+
+def export(src: Path, tmp: Path, precision: str, progress: ExportProgress | None,
+           source: dict[str, Any]) -> dict[str, Any]:
+    from export.breeze_tts_2.exporter import export_breeze
+
+    return export_breeze(src, tmp, precision, progress, source)
+
+
+def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
+    from export.breeze_tts_2.tiny import make_tiny_breeze
+
+    if size not in SIZES:
+        raise InvalidRequest(f"--family {contract.FAMILY} takes --size {' or '.join(SIZES)}", "size")
+    return make_tiny_breeze(Path(out), seed=seed, size=size)
+
+
+def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
+    names = ", ".join(s.name for s in served)
+    raise CheckpointError(f"{names}: Breeze-TTS-2 exports and runs offline (`triton-tts say`) but has no Triton "
+                          "backend or gateway adapter yet, so it cannot be served")
+
+
+FAMILY = ExportFamily(
+    name=contract.FAMILY,
+    display="Breeze-TTS-2",
+    hub_org="BreezeBlue",
+    signature="config.json with model_type breeze, text_encoder_config and depth_decoder_config",
+    detect=detect,
+    check=check,
+    export=export,
+    make_tiny=make_tiny,
+    sizes=SIZES,
+    deploy=deploy,
+)

@@ -1,0 +1,314 @@
+"""Breeze-TTS-2 over its exported graphs (export/breeze_tts_2/README.md).
+
+A request's life (the engine's Sequence protocol): `admit` (validate, lay out the prompt ids; no
+model call) -> `prefill` (first call: each text segment through the text encoder graph, reference
+frames as summed code embeddings; then the prompt through the backbone in chunks; the call that
+completes it makes the first frame) -> `step` (the backbone advances one position for every
+sequence in one batched call, then code 0 per sequence and the depth decoder's 15 codes, batched
+across sequences) -> `release`.
+
+Decoding is greedy (the Speech API's rule for this family): code 0 is the argmax of the backbone
+head after the repetition penalty on the codes 0 generated so far (REPETITION_PENALTY, as the
+reference keeps it at temperature 0); the depth codes are plain argmaxes. The reserved rows
+(codes 2048..2050) are never chosen; the extra row 2051 ends the utterance. Per sequence, each
+stack's K/V is kept as its own arrays (padded per batch, as VoxCPM2 does).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ttscore.contract import breeze_tts_2 as spec
+from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.manifest import Manifest
+from ttscore.runtime.families.breeze_tts_2.checkpoint import BreezeInfo, parse_config
+from ttscore.runtime.families.breeze_tts_2.request import BreezeRequest
+from ttscore.runtime.families.breeze_tts_2.tokenizer import BreezeTokenizer
+from ttscore.runtime.family import Sequence
+from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.vocoder import OrtVocoder
+
+logger = logging.getLogger(__name__)
+
+F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass
+class BreezeSequence(Sequence):
+    ids: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    text_mask: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
+    segments: list[tuple[int, int]] = field(default_factory=list)
+    ref_codes: I64 | None = None
+    embeds: F32 | None = None  # [T, H] prompt embeddings, made at the first prefill call
+    kv: list[F32] = field(default_factory=list)  # per layer k, v: [kv_heads, length, head_dim]
+    logits: F32 | None = None  # the code-0 logits of the last position
+    hidden: F32 | None = None  # the backbone's last hidden state
+    history: list[int] = field(default_factory=list)  # codes 0 generated so far
+    last: I64 | None = None  # the last frame [16]
+    max_frames: int = spec.DEFAULT_MAX_NEW_TOKENS
+
+
+class BreezeModel:
+    """FamilyModel for an exported Breeze-TTS-2 checkpoint (ttscore.runtime.family)."""
+
+    def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None, *,
+                 vocoder: bool = True, encoders: bool = True) -> None:
+        self.artifacts = artifacts
+        self.manifest = manifest
+        self.info: BreezeInfo = parse_config(dict(manifest.configs["config.json"]))
+        graphs = manifest.graphs
+
+        def graph(name: str) -> OnnxGraph:
+            if name not in graphs:
+                raise ArtifactError(f"{artifacts}/manifest.json lists no {name} graph: re-export")
+            return OnnxGraph(artifacts / graphs[name]["file"], dict(graphs[name]), threads)
+
+        def table(name: str) -> F32:
+            path = artifacts / f"{name}.npy"
+            if not path.is_file():
+                raise ArtifactError(f"missing table {path}")
+            loaded: F32 = np.load(path, mmap_mode="r")
+            return loaded
+
+        self.text_encoder, self.backbone, self.depth = graph("text_encoder"), graph("backbone"), graph("depth_decoder")
+        self.speech_encoder = graph("speech_encoder") if encoders else None
+        if manifest.code2wav_state_size is None:
+            raise ArtifactError(f"{artifacts}/manifest.json has no vocoder state size: re-export")
+        self.state_size: int = manifest.code2wav_state_size
+        self.vocoder: OrtVocoder | None = (
+            OrtVocoder(graph("code2wav_stream"), self.state_size, self.vocoder_feeds) if vocoder else None)
+        self.audio_table = table(spec.AUDIO_EMBEDDINGS)
+        self.heads = np.asarray(table(spec.DEPTH_HEADS), np.float32)
+        self.hidden_projector = (np.asarray(table(spec.HIDDEN_PROJECTOR), np.float32)
+                                 if self.info.backbone.hidden_size != self.info.audio_embed_size else None)
+        self.tokenizer = BreezeTokenizer(artifacts / "tokenizer")
+        self.num_codebooks = self.info.num_codebooks
+        self.offsets = np.arange(self.num_codebooks, dtype=np.int64) * self.info.codebook_vocab
+
+    # --- FamilyModel -------------------------------------------------------------------------
+
+    @property
+    def frame_seconds(self) -> float:
+        return spec.SAMPLES_PER_FRAME / self.info.sample_rate
+
+    @property
+    def vocoder_state_size(self) -> int:
+        return self.state_size
+
+    @staticmethod
+    def vocoder_feeds(frames: npt.NDArray[Any], state: F32, position: I64) -> dict[str, npt.NDArray[Any]]:
+        """code2wav_stream's inputs (the Qwen3-TTS codec's): codes [B, T, 16], state, position."""
+        return {"codes": frames.astype(np.int64, copy=False), "state": state, "position": position}
+
+    def admit(self, request: BreezeRequest) -> BreezeSequence:
+        if not isinstance(request.text, str) or not request.text.strip():
+            raise InvalidRequest("'input' must be a non-empty string", "input")
+        if len(request.text) > spec.MAX_TEXT_CHARS:
+            raise InvalidRequest(f"'input' is longer than {spec.MAX_TEXT_CHARS} characters", "input")
+        voice = request.voice or spec.DEFAULT_VOICE
+        if voice not in spec.VOICES:
+            raise InvalidRequest(f"voice must be one of {', '.join(spec.VOICES)} for Breeze-TTS-2, got {voice!r}",
+                                 "voice")
+        rules = spec.RULES
+        max_new = rules.field("max_new_tokens").resolve(request.max_new_tokens)
+        rules.field("seed").check(request.seed)
+        first = rules.field("initial_codec_chunk_frames").resolve(request.initial_chunk_frames)
+        chunk = rules.field("codec_chunk_frames").resolve(request.chunk_frames)
+        instructions = (request.instructions or "").strip() or None
+        ref_text = (request.ref_text or "").strip() or None
+        codes = request.ref_codes
+        if codes is None and ref_text is not None:
+            raise InvalidRequest("'ref_text' needs 'ref_audio' (the reference clip it transcribes)", "ref_text")
+        if codes is not None:
+            codes = np.asarray(codes)
+            if codes.ndim != 2 or codes.shape[1] != self.num_codebooks or codes.shape[0] < 1:
+                raise InvalidRequest(f"reference codes must be [T, {self.num_codebooks}], got {codes.shape}", "ref_audio")
+            if codes.min() < 0 or codes.max() >= self.info.codebook_size:
+                raise InvalidRequest("reference codes must be codec codes (0..2047)", "ref_audio")
+            if ref_text is None:
+                raise InvalidRequest("voice cloning needs 'ref_text' (the transcript of the reference audio)",
+                                     "ref_text")
+        prompt = self.tokenizer.prompt(request.text, voice, instructions, ref_text,
+                                       None if codes is None else int(codes.shape[0]))
+        room = self.info.max_context - len(prompt.ids)
+        if room < 1:
+            raise InvalidRequest(f"the prompt takes {len(prompt.ids)} of the model's {self.info.max_context} "
+                                 "positions: shorten 'input' or the reference", "input")
+        return BreezeSequence(
+            initial_chunk_frames=first,
+            chunk_frames=chunk,
+            text_tokens=prompt.text_tokens,
+            audio_tokens=0 if codes is None else int(codes.shape[0]),
+            prompt_tokens=len(prompt.ids),
+            ids=np.array(prompt.ids, np.int64),
+            text_mask=np.array(prompt.text_mask, bool),
+            segments=prompt.segments,
+            ref_codes=None if codes is None else codes.astype(np.int64),
+            max_frames=min(max_new, room),
+        )
+
+    def frame_embeds(self, frames: I64) -> F32:
+        """Frames [N, 16] -> the backbone's input [N, E]: the sum of each code's table row."""
+        rows = np.asarray(self.audio_table[(frames + self.offsets).reshape(-1)], np.float32)
+        out: F32 = rows.reshape(frames.shape[0], self.num_codebooks, -1).sum(axis=1, dtype=np.float32)
+        return out
+
+    def _prompt_embeds(self, seq: BreezeSequence) -> None:
+        n = len(seq.ids)
+        embeds = np.zeros((n, self.info.backbone.hidden_size), np.float32)
+        for start, length in seq.segments:  # one text encoder pass per segment
+            ids = seq.ids[None, start:start + length]
+            embeds[start:start + length] = self.text_encoder.run(
+                {"input_ids": ids, "attention_mask": np.ones_like(ids)})["embeds"][0]
+        audio = seq.ids == self.info.audio_token_id
+        audio &= ~seq.text_mask
+        if seq.ref_codes is not None:
+            embeds[audio] = self.frame_embeds(seq.ref_codes)
+        eos = (seq.ids == self.info.audio_eos_token_id) & ~seq.text_mask
+        if eos.any():
+            embeds[eos] = self.frame_embeds(np.full((1, self.num_codebooks), self.info.codebook_eos, np.int64))
+        seq.embeds = embeds
+
+    def prefill(self, work: list[tuple[Sequence, int]]) -> None:
+        done: list[BreezeSequence] = []
+        for s, n in work:
+            if not isinstance(s, BreezeSequence):
+                continue
+            if s.embeds is None:
+                self._prompt_embeds(s)
+            assert s.embeds is not None
+            lo, hi = s.prefilled, s.prefilled + n
+            self._backbone([s], s.embeds[None, lo:hi])
+            s.prefilled = hi
+            if hi == s.prompt_tokens:
+                s.embeds = None
+                done.append(s)
+        if done:
+            self._frames(done)
+
+    def step(self, batch: list[Sequence]) -> None:
+        seqs = [s for s in batch if isinstance(s, BreezeSequence) and s.finished is None and s.last is not None]
+        if not seqs:
+            return
+        x = self.frame_embeds(np.stack([s.last for s in seqs if s.last is not None]))
+        self._backbone(seqs, x[:, None])
+        self._frames(seqs)
+
+    def release(self, seq: Sequence) -> None:
+        if isinstance(seq, BreezeSequence):
+            seq.kv, seq.embeds = [], None
+
+    def memory(self) -> dict[str, int]:
+        return {}
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _backbone(self, seqs: list[BreezeSequence], x: F32) -> None:
+        """New positions x [B, T, H] after each row's past: appends the K/V, keeps the last position's
+        hidden state and code-0 logits."""
+        b, t, _ = x.shape
+        s0 = self.info.backbone
+        layers, kvh, hd = s0.num_layers, s0.num_kv_heads, s0.head_dim
+        past_len = [s.kv[0].shape[1] if s.kv else 0 for s in seqs]
+        pmax = max(past_len)
+        mask = np.zeros((b, pmax + t), np.int64)
+        mask[:, pmax:] = 1
+        feeds: dict[str, npt.NDArray[Any]] = {
+            "inputs_embeds": np.ascontiguousarray(x, np.float32),
+            "position_ids": (np.array(past_len, np.int64)[:, None] + np.arange(t)[None]).astype(np.int64),
+        }
+        for i in range(layers):
+            for j, name in ((0, spec.past_key(i)), (1, spec.past_value(i))):
+                buf = np.zeros((b, kvh, pmax, hd), np.float32)
+                for r, s in enumerate(seqs):
+                    if s.kv:
+                        buf[r, :, :past_len[r]] = s.kv[2 * i + j]
+                feeds[name] = buf
+        for r in range(b):
+            mask[r, :past_len[r]] = 1
+        feeds["attention_mask"] = mask
+        out = self.backbone.run(feeds)
+        for r, s in enumerate(seqs):
+            new = [out[spec.new_key(i) if j == 0 else spec.new_value(i)][r] for i in range(layers) for j in (0, 1)]
+            s.kv = [np.concatenate([a, n], axis=1) for a, n in zip(s.kv, new, strict=True)] if s.kv else new
+            s.hidden = out["hidden"][r, -1]
+            s.logits = out["logits"][r]
+
+    def _code0(self, s: BreezeSequence) -> int:
+        assert s.logits is not None
+        logits = np.array(s.logits, np.float32)
+        if s.history:
+            h = np.unique(np.array(s.history, np.int64))
+            v = logits[h]
+            logits[h] = np.where(v < 0, v * spec.REPETITION_PENALTY, v / spec.REPETITION_PENALTY)
+        return int(np.argmax(logits))
+
+    def _frames(self, seqs: list[BreezeSequence]) -> None:
+        """One frame per sequence (or its end): code 0 from the logits, then the depth decoder."""
+        going: list[tuple[BreezeSequence, int]] = []
+        for s in seqs:
+            if len(s.history) >= s.max_frames:
+                s.finished = "length"
+                continue
+            code0 = self._code0(s)
+            if code0 == self.info.eos_code:
+                s.finished = "stop"
+                continue
+            going.append((s, code0))
+        if not going:
+            return
+        frames = self._depth([s.hidden for s, _ in going if s.hidden is not None], [c for _, c in going])
+        for (s, code0), frame in zip(going, frames, strict=True):
+            s.history.append(code0)
+            s.last = frame
+            s.pending.append(frame)
+            s.frames_out += 1
+            if s.frames_out >= s.max_frames:
+                s.finished = "length"
+
+    def _depth(self, hidden: list[F32], code0: list[int]) -> list[I64]:
+        """The 15 depth codes of each frame, batched across sequences (same positions for all)."""
+        d = self.info.depth
+        layers, kvh, hd = d.num_layers, d.num_kv_heads, d.head_dim
+        b = len(code0)
+        h = np.stack(hidden).astype(np.float32)
+        if self.hidden_projector is not None:
+            h = h @ self.hidden_projector.T
+        codes = np.zeros((b, self.num_codebooks), np.int64)
+        codes[:, 0] = code0
+        x = np.stack([h, np.asarray(self.audio_table[np.array(code0)], np.float32)], axis=1)  # positions 0, 1
+        past = [np.zeros((b, kvh, 0, hd), np.float32) for _ in range(2 * layers)]
+        pos = 0
+        size = self.info.codebook_size
+        for k in range(self.num_codebooks - 1):
+            t = x.shape[1]
+            feeds: dict[str, npt.NDArray[Any]] = {
+                "inputs_embeds": np.ascontiguousarray(x), "position_ids": np.tile(np.arange(pos, pos + t), (b, 1))}
+            for i in range(layers):
+                feeds[spec.past_key(i)], feeds[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
+            out = self.depth.run(feeds)
+            past = [np.concatenate([p, out[spec.new_key(i) if j == 0 else spec.new_value(i)]], axis=2)
+                    for i in range(layers) for j, p in ((0, past[2 * i]), (1, past[2 * i + 1]))]
+            pos += t
+            logits = out["hidden"][:, -1] @ self.heads[k]  # [B, 2051]
+            c = np.argmax(logits[:, :size], axis=-1).astype(np.int64)
+            codes[:, k + 1] = c
+            x = np.asarray(self.audio_table[c + (k + 1) * self.info.codebook_vocab], np.float32)[:, None]
+        return list(codes)
+
+    def encode_reference(self, audio: npt.NDArray[Any], sample_rate: int) -> I64:
+        """A reference clip -> its codes [T, 16] (the Qwen3-TTS speech encoder at 24 kHz)."""
+        from ttscore.runtime.audio import resample
+
+        if self.speech_encoder is None:
+            raise ArtifactError("the speech encoder was not loaded")
+        wav = resample(np.asarray(audio, np.float32), int(sample_rate), spec.SAMPLE_RATE)
+        codes: I64 = self.speech_encoder.run({"audio": wav[None].astype(np.float32)})["codes"][0].astype(np.int64)
+        return codes
