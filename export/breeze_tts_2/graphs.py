@@ -9,7 +9,7 @@
 - `BackboneStep`: the Qwen3 backbone + the code-0 head of its last position (reserved rows masked).
 - `DepthStep`: `inputs_embeds_projector` + the Llama depth decoder (heads are a runtime table).
 
-tests/test_breeze_tts_2_export.py proves these equal the Hugging Face reference classes of
+tests/export_tests/test_breeze_tts_2_export.py proves these equal the Hugging Face reference classes of
 transformers 5.14.1 (tests/breeze_tts_2_reference.py, in ref5); export checks each ONNX graph
 against them.
 """
