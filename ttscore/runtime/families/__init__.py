@@ -14,12 +14,13 @@ from typing import cast
 from ttscore.contract import plugins
 from ttscore.contract.errors import ArtifactError
 from ttscore.contract.manifest import read_manifest
-from ttscore.runtime.families import qwen3_tts, voxcpm2
+from ttscore.runtime.families import omnivoice, qwen3_tts, voxcpm2
 from ttscore.runtime.family import Family, FamilyModel
 
 _FAMILIES: list[Family] = [
     qwen3_tts.FAMILY,
     voxcpm2.FAMILY,
+    omnivoice.FAMILY,
     *cast("list[Family]", plugins.layer_families("runtime")),
 ]
 FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}
