@@ -66,6 +66,34 @@ def load_reference(checkpoint: Path) -> Any:
     return model.eval()
 
 
+def codec_modules(cfg: dict[str, Any]) -> Any:
+    """The decoder side of a Higgs Audio v2 tokenizer config as modules named as its checkpoint's
+    tensors (quantizer.quantizers.*, fc2, acoustic_decoder), torch's default init (codebooks zero)."""
+    import torch
+    from torch import nn
+
+    from export.omnivoice.tiny import codec_hidden, dac_decoder, num_quantizers
+
+    hidden, dim, size = codec_hidden(cfg), int(cfg["codebook_dim"]), int(cfg["codebook_size"])
+    module = nn.Module()
+    module.quantizer = nn.Module()
+    quantizers = nn.ModuleList()
+    for _ in range(num_quantizers(cfg)):
+        q = nn.Module()
+        q.codebook = nn.Module()
+        q.codebook.register_buffer("embed", torch.zeros(size, dim))
+        q.codebook.register_buffer("inited", torch.zeros(1))
+        q.codebook.register_buffer("cluster_size", torch.zeros(size))
+        q.codebook.register_buffer("embed_avg", torch.zeros(size, dim))
+        q.project_in = nn.Linear(hidden, dim)
+        q.project_out = nn.Linear(dim, hidden)
+        quantizers.append(q)
+    module.quantizer.quantizers = quantizers
+    module.fc2 = nn.Linear(hidden, int(cfg["acoustic_model_config"]["hidden_size"]))
+    module.acoustic_decoder = dac_decoder(cfg)
+    return module
+
+
 class _Decoded:
     def __init__(self, audio_values: Any) -> None:
         self.audio_values = audio_values
@@ -78,29 +106,10 @@ class CodecDecoder:
     def __init__(self, root: Path) -> None:
         import torch
         from safetensors.torch import load_file
-        from torch import nn
-
-        from export.omnivoice.tiny import codec_hidden, dac_decoder, num_quantizers
 
         self.config_dict: dict[str, Any] = json.loads((Path(root) / "config.json").read_text())
         cfg = self.config_dict
-        hidden, dim = codec_hidden(cfg), int(cfg["codebook_dim"])
-        self.module: Any = nn.Module()
-        self.module.quantizer = nn.Module()
-        quantizers = nn.ModuleList()
-        for _ in range(num_quantizers(cfg)):
-            q = nn.Module()
-            q.codebook = nn.Module()
-            q.codebook.register_buffer("embed", torch.zeros(int(cfg["codebook_size"]), dim))
-            q.codebook.register_buffer("inited", torch.zeros(1))
-            q.codebook.register_buffer("cluster_size", torch.zeros(int(cfg["codebook_size"])))
-            q.codebook.register_buffer("embed_avg", torch.zeros(int(cfg["codebook_size"]), dim))
-            q.project_in = nn.Linear(hidden, dim)
-            q.project_out = nn.Linear(dim, hidden)
-            quantizers.append(q)
-        self.module.quantizer.quantizers = quantizers
-        self.module.fc2 = nn.Linear(hidden, int(cfg["acoustic_model_config"]["hidden_size"]))
-        self.module.acoustic_decoder = dac_decoder(cfg)
+        self.module: Any = codec_modules(cfg)
         self.module.load_state_dict(load_file(str(Path(root) / "model.safetensors")), strict=True)
         self.module.eval()
         self.device = torch.device("cpu")

@@ -16,7 +16,7 @@ from ttscore.contract.errors import CheckpointError
 CONFIG = "config.json"
 CODEC_DIR = "audio_tokenizer"
 CHECKPOINT_FILES = (CONFIG, "model.safetensors", "tokenizer.json", f"{CODEC_DIR}/{CONFIG}",
-                    f"{CODEC_DIR}/model.safetensors")
+                    f"{CODEC_DIR}/model.safetensors", f"{CODEC_DIR}/preprocessor_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
