@@ -54,7 +54,10 @@ def foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
                       num_key_value_heads=3, head_dim=8, vocab_size=1100, rope_theta=10000.0)
     torch.manual_seed(7)
     model = mod.OmniVoice(mod.OmniVoiceConfig(llm_config=llm))
-    with torch.no_grad():  # the release's heads are far from the 0.02 init: make the logits decisive
+    with torch.no_grad():  # trained weights are far from the 0.02 init: make positions and logits matter
+        for module in model.llm.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.weight.normal_(0, module.in_features ** -0.5)
         model.audio_heads.weight.normal_(0, 0.5)
         model.audio_embeddings.weight.normal_(0, 1.0)
     model.save_pretrained(str(out))
