@@ -17,7 +17,13 @@ from export.memory import MemoryMonitor
 from ttscore.contract import omnivoice as contract
 from ttscore.contract.errors import ExportError
 from ttscore.contract.manifest import build_manifest
-from ttscore.runtime.families.omnivoice.checkpoint import CODEC_DIR, CONFIG, TOKENIZER_FILES, read_checkpoint
+from ttscore.runtime.families.omnivoice.checkpoint import (
+    CODEC_DIR,
+    CONFIG,
+    LANGUAGE_TABLE,
+    TOKENIZER_FILES,
+    read_checkpoint,
+)
 
 GENERATOR_RTOL = 1e-4  # logits: max |diff| / max(1, max |reference|)
 CODEC_RTOL = 1e-4  # audio: max |diff| / max |reference|
@@ -93,6 +99,8 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
     for name in TOKENIZER_FILES:
         if (src / name).is_file():
             shutil.copy2(src / name, tmp / name)
+    from export.omnivoice.reference import language_ids
+
     config = json.loads((src / CONFIG).read_text(encoding="utf-8"))
     codec_config = json.loads((src / CODEC_DIR / CONFIG).read_text(encoding="utf-8"))
     return build_manifest(
@@ -100,6 +108,6 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
         precision=precision, source=source, sizes=info.to_json(), sample_rate=info.sample_rate,
         samples_per_frame=info.hop, vocoder_state_size=1, vocoder_state_layout=[["whole_utterance", 1]],
         graphs={contract.GENERATOR.name: contract.GENERATOR, contract.CODEC_DECODER.name: contract.CODEC_DECODER},
-        validation=validation, configs={CONFIG: config, f"{CODEC_DIR}/{CONFIG}": codec_config}, memory=memory,
+        validation=validation, tables={LANGUAGE_TABLE: language_ids()}, configs={CONFIG: config, f"{CODEC_DIR}/{CONFIG}": codec_config}, memory=memory,
         versions=versions(),
     )

@@ -94,6 +94,14 @@ def codec_modules(cfg: dict[str, Any]) -> Any:
     return module
 
 
+def language_ids() -> dict[str, str]:
+    """The reference's language map (lower-case language name -> its id), for the manifest."""
+    omnivoice_module()
+    from omnivoice.utils.lang_map import LANG_NAME_TO_ID
+
+    return dict(sorted(LANG_NAME_TO_ID.items()))
+
+
 class _Decoded:
     def __init__(self, audio_values: Any) -> None:
         self.audio_values = audio_values

@@ -116,6 +116,16 @@ def test_audio_matches_the_reference_decoder(reference: Any, ours: Any) -> None:
     assert np.abs(ev.pcm - want).max() <= AUDIO_RTOL * np.abs(want).max()
 
 
+def test_languages_resolve_as_in_the_reference(reference: Any, ours: Any) -> None:
+    from export.omnivoice.reference import omnivoice_module
+
+    resolve = omnivoice_module()._resolve_language
+    for language in ("English", "en", "CHINESE", "zh", "None", "yue", "Japanese"):
+        req = OmniVoiceRequest(text="hi", language=language)
+        prompt = reference._prepare_inference_inputs("hi", 1, lang=resolve(language))["input_ids"][0, :, :-1].numpy()
+        np.testing.assert_array_equal(ours.admit(req).cond_ids[:, : prompt.shape[1]], prompt)
+
+
 def test_the_frame_estimate_is_the_reference_s(reference: Any, ours: Any) -> None:
     for text in ("Hi.", "A much longer sentence, with commas; and 123 digits!", "你好，世界。", "Привет мир"):
         task = reference._preprocess_all(text=[text])

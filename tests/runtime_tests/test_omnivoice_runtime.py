@@ -56,10 +56,13 @@ def test_refusals_name_the_field(model: Any, request_kw: dict[str, Any], field: 
     assert info.value.param == field
 
 
-def test_language_auto_is_none(model: Any) -> None:
+def test_language_auto_is_none_and_names_map_to_ids(model: Any) -> None:
     a = model.admit(OmniVoiceRequest(text="hi", language="Auto"))
     b = model.admit(OmniVoiceRequest(text="hi"))
     np.testing.assert_array_equal(a.cond_ids, b.cond_ids)
+    en = model.admit(OmniVoiceRequest(text="hi", language="en"))
+    np.testing.assert_array_equal(model.admit(OmniVoiceRequest(text="hi", language="English")).cond_ids, en.cond_ids)
+    assert en.cond_ids.shape != a.cond_ids.shape or not np.array_equal(en.cond_ids, a.cond_ids)
 
 
 def test_seeded_sampling_repeats_and_the_whole_utterance_is_one_chunk(model: Any) -> None:

@@ -18,6 +18,8 @@ CODEC_DIR = "audio_tokenizer"
 CHECKPOINT_FILES = (CONFIG, "model.safetensors", "tokenizer.json", f"{CODEC_DIR}/{CONFIG}",
                     f"{CODEC_DIR}/model.safetensors", f"{CODEC_DIR}/preprocessor_config.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# The manifest table of the reference's language map (lower-case name -> language id), written at export.
+LANGUAGE_TABLE = "language_ids"
 
 
 @dataclass(frozen=True)

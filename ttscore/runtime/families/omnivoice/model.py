@@ -21,7 +21,13 @@ from ttscore.contract import omnivoice as contract
 from ttscore.contract import omnivoice_text as text_rules
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 from ttscore.contract.manifest import Manifest
-from ttscore.runtime.families.omnivoice.checkpoint import CODEC_DIR, CONFIG, OmniVoiceInfo, parse_config
+from ttscore.runtime.families.omnivoice.checkpoint import (
+    CODEC_DIR,
+    CONFIG,
+    LANGUAGE_TABLE,
+    OmniVoiceInfo,
+    parse_config,
+)
 from ttscore.runtime.families.omnivoice.request import OmniVoiceRequest
 from ttscore.runtime.families.omnivoice.tokenizer import OmniVoiceTokenizer
 from ttscore.runtime.families.omnivoice.unmask import Knobs, schedule, unmask_step
@@ -72,13 +78,19 @@ class CodecVocoder:
         return out
 
 
-def resolve_language(language: str | None) -> str | None:
-    """None for none ("Auto", "None", empty). Other languages need the reference's language map,
-    which is not ported yet: refused naming the field."""
+def resolve_language(language: str | None, names: Mapping[str, str]) -> str | None:
+    """The language id the prompt names: None for "Auto", "None" or empty; a language id as it is;
+    a language name (any case) by the reference's map `names`. The reference falls back to no
+    language for an unknown one; here it is refused naming the field."""
     if language is None or language.strip().lower() in ("", "auto", "none"):
         return None
-    raise InvalidRequest(f"'language' {language!r}: only 'Auto' is supported for {contract.RULES.name} so far",
-                         "language")
+    if language in set(names.values()):
+        return language
+    found = names.get(language.lower())
+    if found is None:
+        raise InvalidRequest(f"'language' {language!r} is not a language of {contract.RULES.name} (a language name "
+                             f"such as 'English' or an id such as 'en', or 'Auto')", "language")
+    return found
 
 
 def _float(value: float | None, default: float, name: str, lo: float, hi: float) -> float:
@@ -107,6 +119,10 @@ class OmniVoiceModel:
         self._vocoder = CodecVocoder(OnnxGraph(artifacts / str(graphs[contract.CODEC_DECODER.name]["file"]),
                                                dict(graphs[contract.CODEC_DECODER.name]), threads)) if vocoder else None
         self.tokenizer = OmniVoiceTokenizer(artifacts)
+        table = (manifest.raw.get("tables") or {}).get(LANGUAGE_TABLE)
+        if not isinstance(table, Mapping):
+            raise ArtifactError(f"{artifacts}: the manifest has no {LANGUAGE_TABLE} table: re-export")
+        self.language_names: dict[str, str] = {str(k): str(v) for k, v in table.items()}
 
     # --- FamilyModel --------------------------------------------------------------------------
     @property
@@ -146,7 +162,7 @@ class OmniVoiceModel:
             raise InvalidRequest("'text' must not be empty", "text")
         if len(request.text) > rules.max_text_chars:
             raise InvalidRequest(f"'text' is longer than {rules.max_text_chars} characters", "text")
-        language = resolve_language(request.language)
+        language = resolve_language(request.language, self.language_names)
         instructions = text_rules.resolve_instructions(request.instructions, text_rules.has_chinese(request.text))
         seed = rules.field("seed").check(request.seed)
         knobs = Knobs(
