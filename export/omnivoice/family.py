@@ -13,7 +13,7 @@ from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckp
 from ttscore.contract import omnivoice as contract
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 
-SIZES = ("tiny",)  # export.omnivoice.tiny.SIZES
+SIZES = ("tiny", "real")  # export.omnivoice.tiny.SIZES
 
 
 def detect(checkpoint: Path) -> bool:

@@ -23,8 +23,9 @@ from typing import Any
 from export.tiny_weights import TensorInit, json_bytes, replace_dir
 from ttscore.contract import omnivoice as contract
 
-SIZES = ("tiny",)
+SIZES = ("tiny", "real")
 TEXT_VOCAB = 1200  # the text vocabulary must cover the audio ids (text embeddings are looked up everywhere)
+REAL_TEXT_VOCAB = 151676  # Qwen3's 151669 ids + the 7 prompt tokens
 
 LLM_TINY: dict[str, Any] = {
     "model_type": "qwen3", "architectures": ["Qwen3Model"], "hidden_size": 64, "intermediate_size": 128,
@@ -61,16 +62,27 @@ CODEC_TINY: dict[str, Any] = {
     "semantic_model_config": {"model_type": "hubert", "hidden_size": 16, "num_hidden_layers": 1,
                               "num_attention_heads": 2, "intermediate_size": 32, "mask_time_prob": 0.0},
 }
+# Real dimensions (random weights, for measurement): Qwen3-0.6B and the released Higgs Audio v2 tokenizer.
+LLM_REAL: dict[str, Any] = {**LLM_TINY, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+                            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+                            "vocab_size": REAL_TEXT_VOCAB, "max_position_embeddings": 40960, "max_window_layers": 28}
+CODEC_REAL: dict[str, Any] = {
+    **CODEC_TINY, "codebook_dim": 64,
+    "acoustic_model_config": {**CODEC_TINY["acoustic_model_config"], "encoder_hidden_size": 64,
+                              "decoder_hidden_size": 1024, "hidden_size": 256, "codebook_dim": 64},
+    "semantic_model_config": {"model_type": "hubert", "hidden_size": 768, "num_hidden_layers": 12,
+                              "num_attention_heads": 12, "intermediate_size": 3072, "mask_time_prob": 0.0},
+}
 PREPROCESSOR = {"feature_extractor_type": "DacFeatureExtractor", "feature_size": 1, "hop_length": contract.HOP,
                 "padding_side": "right", "padding_value": 0.0, "return_attention_mask": True,
                 "sampling_rate": contract.SAMPLE_RATE}
 
 
-def model_config() -> dict[str, Any]:
+def model_config(size: str = "tiny") -> dict[str, Any]:
     return {
         "architectures": ["OmniVoice"], "model_type": contract.FAMILY, "audio_vocab_size": contract.AUDIO_VOCAB,
         "audio_mask_id": contract.MASK_ID, "num_audio_codebook": contract.NUM_CODEBOOKS,
-        "audio_codebook_weights": [8, 8, 6, 6, 4, 4, 2, 2], "llm_config": dict(LLM_TINY), "torch_dtype": "float32",
+        "audio_codebook_weights": [8, 8, 6, 6, 4, 4, 2, 2], "llm_config": dict(LLM_REAL if size == "real" else LLM_TINY), "torch_dtype": "float32",
     }
 
 
@@ -84,8 +96,8 @@ _CORPUS = ("hello world this is a tiny omnivoice checkpoint the quick brown fox 
            "speech synthesis nice to meet you how are you today")
 
 
-def tokenizer_json() -> str:
-    """A byte-level BPE (Qwen's pre-tokenizer and decoder), filled to TEXT_VOCAB - 7 pieces, then the
+def tokenizer_json(vocab_size: int = TEXT_VOCAB) -> str:
+    """A byte-level BPE (Qwen's pre-tokenizer and decoder), filled to `vocab_size` - 7 pieces, then the
     special tokens on the last 7 ids."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -97,12 +109,12 @@ def tokenizer_json() -> str:
     tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
     model = json.loads(tok.to_str())
     vocab: dict[str, int] = model["model"]["vocab"]
-    for i in range(len(vocab), TEXT_VOCAB - len(contract.SPECIAL_TOKENS)):
+    for i in range(len(vocab), vocab_size - len(contract.SPECIAL_TOKENS)):
         vocab[f"<|unused_{i}|>"] = i
     tok = Tokenizer.from_str(json.dumps(model))
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in contract.SPECIAL_TOKENS])
-    if tok.get_vocab_size() != TEXT_VOCAB:
-        raise AssertionError(f"tiny tokenizer has {tok.get_vocab_size()} ids, not {TEXT_VOCAB}")
+    if tok.get_vocab_size() != vocab_size:
+        raise AssertionError(f"tiny tokenizer has {tok.get_vocab_size()} ids, not {vocab_size}")
     text: str = tok.to_str(pretty=True)
     return text
 
@@ -240,16 +252,17 @@ def make_tiny_omnivoice(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        cfg = model_config()
+        cfg = model_config(size)
+        codec = CODEC_REAL if size == "real" else CODEC_TINY
         (tmp / "config.json").write_bytes(json_bytes(cfg))
-        (tmp / "tokenizer.json").write_text(tokenizer_json(), encoding="utf-8")
+        (tmp / "tokenizer.json").write_text(tokenizer_json(int(cfg["llm_config"]["vocab_size"])), encoding="utf-8")
         (tmp / "tokenizer_config.json").write_bytes(json_bytes(tokenizer_config()))
         save_file(model_weights(cfg, seed), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         codec_dir = tmp / "audio_tokenizer"
         codec_dir.mkdir()
-        (codec_dir / "config.json").write_bytes(json_bytes(CODEC_TINY))
+        (codec_dir / "config.json").write_bytes(json_bytes(codec))
         (codec_dir / "preprocessor_config.json").write_bytes(json_bytes(PREPROCESSOR))
-        save_file(codec_weights(CODEC_TINY, seed), str(codec_dir / "model.safetensors"), metadata={"format": "pt"})
+        save_file(codec_weights(codec, seed), str(codec_dir / "model.safetensors"), metadata={"format": "pt"})
         os.chmod(tmp, 0o755)
         replace_dir(tmp, out)
     except BaseException:
