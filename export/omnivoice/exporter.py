@@ -11,7 +11,16 @@ from typing import Any
 
 import numpy as np
 
-from export.common import check_close, export_inline, max_abs, ort_run, ort_session, torch_threads, versions
+from export.common import (
+    check_close,
+    export_bound,
+    export_inline,
+    max_abs,
+    ort_run,
+    ort_session,
+    torch_threads,
+    versions,
+)
 from export.family import ExportProgress
 from export.memory import MemoryMonitor
 from ttscore.contract import omnivoice as contract
@@ -26,7 +35,7 @@ from ttscore.runtime.families.omnivoice.checkpoint import (
 )
 
 GENERATOR_RTOL = 1e-4  # logits: max |diff| / max(1, max |reference|)
-CODEC_RTOL = 1e-4  # audio: max |diff| / max |reference|
+CODEC_RTOL = 5e-4  # audio: max |diff| / max(1, max |reference|) (measured 1.8e-5 tiny, 9.7e-5 real size)
 
 
 def _check_rel(what: str, got: Any, want: Any, rtol: float) -> dict[str, dict[str, float]]:
@@ -72,7 +81,7 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
             gen = Generator(model).eval()
             batch = reference_batch(model, validation_items())
             feeds = {k: batch[k] for k in contract.GENERATOR.input_names}
-            path = export_inline(gen, tuple(feeds.values()), contract.GENERATOR, tmp)
+            path = export_bound(gen, tuple(feeds.values()), contract.GENERATOR, tmp)
             want = reference_logits(model, batch).numpy()
             (got,) = ort_run(ort_session(path), {k: v.numpy() for k, v in feeds.items()})
             validation[contract.GENERATOR.name] = _check_rel("logits", got, want, GENERATOR_RTOL)

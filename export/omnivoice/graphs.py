@@ -63,16 +63,16 @@ class Generator(nn.Module):
         self.heads = int(llm_cfg.num_attention_heads)
         self.kv_heads = int(llm_cfg.num_key_value_heads)
         self.head_dim = int(getattr(llm_cfg, "head_dim", None) or llm_cfg.hidden_size // llm_cfg.num_attention_heads)
-        self.register_buffer("offsets", torch.arange(self.codebooks, dtype=torch.long) * self.vocab, persistent=False)
-        theta = float(getattr(llm_cfg, "rope_theta", None) or 1000000.0)
-        inv = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
-        self.register_buffer("inv_freq", inv, persistent=False)
+        # Constants of the graph, not weights (export_bound binds only the state dict's tensors).
+        self.theta = float(getattr(llm_cfg, "rope_theta", None) or 1000000.0)
 
     def _offsets(self) -> torch.Tensor:
-        return self.get_buffer("offsets")
+        return torch.arange(self.codebooks, dtype=torch.long) * self.vocab
 
     def _inv_freq(self) -> torch.Tensor:
-        return self.get_buffer("inv_freq")
+        """Qwen3's default RoPE frequencies, as transformers computes them (float32)."""
+        exponent = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
+        return 1.0 / (self.theta ** exponent)
 
     def forward(self, input_ids: torch.Tensor, audio_mask: torch.Tensor, attention_mask: torch.Tensor,
                 target_index: torch.Tensor) -> torch.Tensor:
