@@ -102,6 +102,27 @@ def test_gumbel_noise_fed_identically_gives_the_reference_codes(reference: Any, 
         np.testing.assert_array_equal(got, want[0])
 
 
+def test_cloning_from_precomputed_codes_gives_the_reference_codes(reference: Any, ours: Any) -> None:
+    """A reference clip's codes + transcript (the reference's VoiceClonePrompt): `<|denoise|>`, the
+    transcript before the text, the codes before the target, the estimate at the clip's own rate."""
+    import torch
+
+    from export.omnivoice.reference import omnivoice_module
+
+    mod = omnivoice_module()
+    ref_codes = np.random.default_rng(5).integers(0, 1024, (8, 17))
+    prompt = mod.VoiceClonePrompt(ref_audio_tokens=torch.from_numpy(ref_codes), ref_text="nice to meet you",
+                                  ref_rms=0.05)
+    text = "the quick brown fox jumps"
+    task = reference._preprocess_all(text=[text], voice_clone_prompt=prompt, instruct=["male"])
+    config = mod.OmniVoiceGenerationConfig(num_step=NUM_STEP, position_temperature=0.0, class_temperature=0.0)
+    with torch.no_grad():
+        want = reference._generate_iterative(task, config)[0].numpy()
+    (got,) = _our_codes(ours, [OmniVoiceRequest(text=text, instructions="male", ref_codes=ref_codes,
+                                                ref_text="nice to meet you", **KNOBS)])
+    np.testing.assert_array_equal(got, want)
+
+
 def test_audio_matches_the_reference_decoder(reference: Any, ours: Any) -> None:
     import torch
 
