@@ -123,6 +123,41 @@ def test_cloning_from_precomputed_codes_gives_the_reference_codes(reference: Any
     np.testing.assert_array_equal(got, want)
 
 
+LONG = ("The quick brown fox jumps over the lazy dog. " * 6 + "Mr. Smith said hello, and then he left! "
+        "Did anyone notice? " * 3 + "Speech synthesis with many sentences is streamed sentence by sentence. " * 3)
+
+
+def test_long_text_is_generated_in_the_reference_s_chunks_each_streamed_as_it_completes(reference: Any,
+                                                                                         ours: Any) -> None:
+    """Past 30 s estimated: the reference's chunks, the first chunk's codes and text the reference of
+    the later ones; each chunk's audio is one chunk event, sent when that chunk is done."""
+    import torch
+
+    from export.omnivoice.reference import omnivoice_module
+
+    mod = omnivoice_module()
+    task = reference._preprocess_all(text=[LONG], instruct=["female"])
+    assert task.target_lens[0] > 750
+    config = mod.OmniVoiceGenerationConfig(num_step=4, position_temperature=0.0, class_temperature=0.0)
+    with torch.no_grad():
+        want = [t.numpy() for t in reference._generate_chunked(task, config)[0]]
+    assert len(want) >= 3
+    gen = Generator(ours)
+    gen.submit("long", OmniVoiceRequest(text=LONG, instructions="female", num_step=4, position_temperature=0.0,
+                                        class_temperature=0.0))
+    events, steps = [], 0
+    while gen.num_active:
+        events += [(steps, ev) for ev in gen.step()]
+        steps += 1
+    audible = [(s, ev) for s, ev in events if ev.frames]
+    assert [s for s, _ in audible] == [4 * (i + 1) - 1 for i in range(len(want))]  # one per chunk, as it completes
+    for (_, ev), w in zip(audible, want, strict=True):
+        assert ev.codes is not None
+        np.testing.assert_array_equal(ev.codes.T, w)
+        assert ev.pcm.shape == (ev.frames * 960,)
+    assert events[-1][1].final and events[-1][1].usage.output_tokens == sum(w.shape[1] for w in want)
+
+
 def test_audio_matches_the_reference_decoder(reference: Any, ours: Any) -> None:
     import torch
 

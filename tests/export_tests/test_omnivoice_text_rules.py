@@ -73,3 +73,14 @@ def test_the_vocabulary_is_the_reference_s(ref: object) -> None:
 
     assert rules.VALID_ITEMS == voice_design._INSTRUCT_ALL_VALID
     assert sorted(map(sorted, rules.EXCLUSIVE)) == sorted(map(sorted, voice_design._INSTRUCT_MUTUALLY_EXCLUSIVE))
+
+
+@pytest.mark.parametrize("text, chunk_chars", [
+    ("Hello there. Mr. Smith went to Washington, D.C. on Jan. 5th! Did he? Yes.", 20),
+    ("a. b. c. d. e. f.", 4), ("No punctuation at all in this one", 10), ("你好，世界。我很好！谢谢。", 4),
+    ("“Quoted.” (Paren.) And... dots?! ok", 6), ("x. yy. zzz. wwww.", 1), (". , ; leading marks", 3),
+])
+def test_long_text_chunks_are_the_reference_s(ref: object, text: str, chunk_chars: int) -> None:
+    from omnivoice.utils.text import chunk_text_punctuation
+
+    assert rules.chunk_text(text, chunk_chars) == chunk_text_punctuation(text, chunk_chars, min_chunk_len=3)

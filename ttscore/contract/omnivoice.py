@@ -37,6 +37,10 @@ CLASS_TOP_K_RATIO = 0.1  # class sampling keeps the top ceil(ratio * vocab) code
 ANCHOR_TEXT = "Nice to meet you."
 ANCHOR_FRAMES = 25
 
+# Long text (the reference's audio_chunk_threshold / audio_chunk_duration; omnivoice_text.chunk_text).
+CHUNK_THRESHOLD_SECONDS = 30.0
+CHUNK_SECONDS = 15.0
+
 MAX_NUM_STEP = 64
 MAX_FRAMES = 4096  # per generation (~164 s)
 MAX_TEXT_CHARS = 4096

@@ -168,3 +168,51 @@ def resolve_instructions(instructions: str | None, chinese_text: bool, field: st
         raise InvalidRequest("at most one item per category (gender, age, pitch, style, accent, dialect): "
                              + "; ".join(" vs ".join(repr(x) for x in c) for c in clashes), field)
     return ("，" if any(has_chinese(n) for n in norm) else ", ").join(norm)
+
+
+# --- long text ------------------------------------------------------------------------------------
+MIN_CHUNK_CHARS = 3
+SPLIT_MARKS = frozenset(".,;:!?。，；：！？")
+CLOSING_MARKS = frozenset("\"'“”‘’）]》>」】")
+ABBREVIATIONS = frozenset(
+    ["Mr.", "Mrs.", "Ms.", "Dr.", "Prof.", "Sr.", "Jr.", "Rev.", "Fr.", "Hon.", "Pres.", "Gov.", "Capt.", "Gen.", "Sen.", "Rep.", "Col.", "Maj.", "Lt.", "Cmdr.", "Sgt.", "Cpl.", "Co.", "Corp.", "Inc.", "Ltd.", "Est.", "Dept.", "St.", "Ave.", "Blvd.", "Rd.", "Mt.", "Ft.", "No.", "Jan.", "Feb.", "Mar.", "Apr.", "Aug.", "Sep.", "Sept.", "Oct.", "Nov.", "Dec.", "i.e.", "e.g.", "vs.", "Vs.", "Etc.", "approx.", "fig.", "def."])
+
+
+def chunk_text(text: str, chunk_chars: int, min_chars: int = MIN_CHUNK_CHARS) -> list[str]:
+    """The reference's long-text chunks: cut after each split mark (not after an abbreviation's
+    period; a mark or closing quote that would open a piece joins the previous one), pieces packed
+    greedily up to `chunk_chars` characters, then a piece under `min_chars` merged into its
+    neighbour (the first into the second); stripped, empty ones dropped."""
+    pieces: list[list[str]] = []
+    current: list[str] = []
+    for ch in text:
+        if not current and pieces and (ch in SPLIT_MARKS or ch in CLOSING_MARKS):
+            pieces[-1].append(ch)
+            continue
+        current.append(ch)
+        if ch in SPLIT_MARKS:
+            words = "".join(current).strip().split()
+            if not (ch == "." and words and words[-1] in ABBREVIATIONS):
+                pieces.append(current)
+                current = []
+    if current:
+        pieces.append(current)
+    packed: list[list[str]] = []
+    chunk: list[str] = []
+    for piece in pieces:
+        if len(chunk) + len(piece) <= chunk_chars:
+            chunk.extend(piece)
+        else:
+            if chunk:
+                packed.append(chunk)
+            chunk = piece
+    if chunk:
+        packed.append(chunk)
+    first_short = bool(packed) and len(packed[0]) < min_chars
+    final: list[list[str]] = []
+    for i, chunk in enumerate(packed):
+        if (i == 1 and first_short) or (len(chunk) < min_chars and final):
+            final[-1].extend(chunk)
+        else:
+            final.append(chunk)
+    return [s for s in ("".join(c).strip() for c in final) if s]

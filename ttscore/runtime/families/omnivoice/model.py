@@ -44,6 +44,15 @@ class OmniVoiceSequence(Sequence):
     plan: list[int] = field(default_factory=list)  # slots unmasked at each step
     step_index: int = 0
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
+    # Long text: the reference's chunks, generated in order; each part's frames go out when it is done.
+    parts: list[str] = field(default_factory=list)
+    part: int = 0
+    language: str | None = None
+    instructions: str | None = None
+    speed: float = 1.0
+    ref: NDArray[np.int64] | None = None  # the request's reference codes [C, T_ref] (cloning)
+    ref_text: str | None = None
+    first: tuple[NDArray[np.int64], str] | None = None  # no request reference: part 0's codes and text
 
 
 @dataclass
@@ -184,21 +193,48 @@ class OmniVoiceModel:
                 raise InvalidRequest(f"'ref_codes' must be [{self.info.num_codebooks}, frames] codes in "
                                      f"0..{contract.CODEBOOK_SIZE - 1}", "ref_codes")
         frames = self.target_frames(request, None if ref is None else int(ref.shape[1]))
-        ids = self.tokenizer.prompt(request.text, ref_text=request.ref_text if ref is not None else None,
-                                    language=language, instructions=instructions, denoise=ref is not None)
-        c = self.info.num_codebooks
-        parts = [np.tile(np.asarray(ids, np.int64)[None, :], (c, 1))]
-        if ref is not None:
-            parts.append(ref)
-        parts.append(np.full((c, frames), self.info.mask_id, np.int64))
-        cond = np.concatenate(parts, axis=1)
-        audio_start = len(ids)
-        return OmniVoiceSequence(
-            initial_chunk_frames=frames, chunk_frames=frames, text_tokens=len(ids),
-            audio_tokens=0 if ref is None else int(ref.shape[1]), cond_ids=cond, audio_start=audio_start,
-            tokens=np.full((c, frames), self.info.mask_id, np.int64), knobs=knobs,
-            plan=schedule(frames * c, knobs.num_step, knobs.t_shift), rng=np.random.default_rng(seed),
+        parts = [request.text]
+        if frames > contract.CHUNK_THRESHOLD_SECONDS * self.frame_rate:
+            # The reference's long-text rule: chunks of about CHUNK_SECONDS at the text's estimated rate.
+            chunk_chars = int(contract.CHUNK_SECONDS * self.frame_rate / (frames / len(request.text)))
+            parts = text_rules.chunk_text(request.text, chunk_chars) or [request.text]
+        seq = OmniVoiceSequence(
+            initial_chunk_frames=1, chunk_frames=1, text_tokens=0, audio_tokens=0 if ref is None else int(ref.shape[1]),
+            knobs=knobs, rng=np.random.default_rng(seed), parts=parts, language=language, instructions=instructions,
+            speed=_float(request.speed, 1.0, "speed", 0.25, 4.0), ref=ref,
+            ref_text=request.ref_text if ref is not None else None,
         )
+        self._start_part(seq, 0)
+        return seq
+
+    @property
+    def frame_rate(self) -> int:
+        return -(-self.info.sample_rate // self.info.hop)
+
+    def _start_part(self, seq: OmniVoiceSequence, part: int) -> None:
+        """Set `seq` up to generate its part `part`: the request's reference, or (without one) the
+        first part's codes and text as the reference of every later part, as the reference does."""
+        assert seq.knobs is not None
+        text = seq.parts[part]
+        ref, ref_text = seq.ref, seq.ref_text
+        if ref is None and seq.first is not None:
+            ref, ref_text = seq.first
+        frames = text_rules.estimate_frames(text, ref_text, None if ref is None else int(ref.shape[1]),
+                                            contract.ANCHOR_TEXT, contract.ANCHOR_FRAMES, seq.speed)
+        ids = self.tokenizer.prompt(text, ref_text=ref_text if ref is not None else None, language=seq.language,
+                                    instructions=seq.instructions, denoise=ref is not None)
+        c = self.info.num_codebooks
+        pieces = [np.tile(np.asarray(ids, np.int64)[None, :], (c, 1))]
+        if ref is not None:
+            pieces.append(ref)
+        pieces.append(np.full((c, frames), self.info.mask_id, np.int64))
+        seq.cond_ids = np.concatenate(pieces, axis=1)
+        seq.audio_start = len(ids)
+        seq.tokens = np.full((c, frames), self.info.mask_id, np.int64)
+        seq.plan = schedule(frames * c, seq.knobs.num_step, seq.knobs.t_shift)
+        seq.step_index = 0
+        seq.part = part
+        seq.text_tokens += len(ids)
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
         """No prompt to prefill (prompt_tokens is 0)."""
@@ -216,8 +252,13 @@ class OmniVoiceModel:
             seq.step_index += 1
             if seq.step_index == seq.knobs.num_step:
                 seq.pending.extend(np.ascontiguousarray(seq.tokens.T))
-                seq.frames_out = t
-                seq.finished = "stop"
+                seq.frames_out += t
+                if seq.part + 1 < len(seq.parts):
+                    if seq.ref is None and seq.first is None:
+                        seq.first = (seq.tokens.copy(), seq.parts[0])
+                    self._start_part(seq, seq.part + 1)
+                else:
+                    seq.finished = "stop"
 
     def logits(self, seqs: list[OmniVoiceSequence]) -> list[tuple[NDArray[np.float32], NDArray[np.float32] | None]]:
         """One generator call: every sequence's cond row, then the uncond rows (the target alone) of
