@@ -11,7 +11,7 @@ from typing import Any
 
 from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint
 from ttscore.contract import omnivoice as contract
-from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.errors import CheckpointError, InvalidRequest
 
 SIZES = ("tiny", "real")  # export.omnivoice.tiny.SIZES
 
@@ -44,8 +44,9 @@ def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
 
 
 def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
-    raise ArtifactError(f"{contract.RULES.name} is not served through Triton yet (offline only: "
-                        f"`triton-tts say`); issue 21")
+    names = ", ".join(s.name for s in served)
+    raise CheckpointError(f"{names}: {contract.RULES.name} exports and runs offline (`triton-tts say`) but has no "
+                          "Triton backend or gateway adapter yet, so it cannot be served")
 
 
 FAMILY = ExportFamily(

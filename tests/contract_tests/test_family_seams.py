@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("ttscore", "gateway", "export", "perf")
-# The words that name a family in code: every served family's name and its spellings.
+# The words that name a family in code: every family's name and its spellings.
 FAMILY_WORDS = re.compile(r"qwen|voxcpm|omnivoice", re.IGNORECASE)
 # Where naming families is the job: one registration point per layer.
 REGISTRIES = {

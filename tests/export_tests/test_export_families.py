@@ -33,27 +33,17 @@ def test_family_of_a_checkpoint_is_its_config(tmp_path):
         family_of(_config(tmp_path / "x", {"model_type": "llama"}))
 
 
-def _is_served(family) -> bool:
-    """Whether the family is served through Triton yet (a family that is offline only, as OmniVoice
-    while its backend is missing, refuses to plan a deployment)."""
-    from ttscore.contract.errors import ArtifactError
-
-    try:
-        family.deploy([])
-    except ArtifactError:
-        return False
-    return True
-
-
 def test_every_entry_is_complete():
+    """Every served family (one with a Triton backend) has a demo; a family not served yet has none, so
+    `serve` and `prepare --demo` never build a demo they cannot serve."""
     from export.families import DEFAULT, FAMILIES
+    from ttscore.backend.families import FAMILIES as SERVED
 
     assert DEFAULT in FAMILIES
     for name, family in FAMILIES.items():
         assert family.name == name and family.display and family.hub_org and family.sizes
+        assert bool(family.demo) == (name in SERVED), name
         assert family.sizes[0] == "tiny"
-        # Every served family offers a demo checkpoint; one not served yet offers none (serve would fail).
-        assert bool(family.demo) == _is_served(family), name
 
 
 def test_make_tiny_refuses_another_familys_options(capsys):
