@@ -1,0 +1,271 @@
+"""A random-weight OmniVoice checkpoint in the released layout (k2-fsa/OmniVoice):
+
+    config.json              OmniVoiceConfig (model_type "omnivoice", llm_config = a Qwen3 config)
+    model.safetensors        llm.* (Qwen3Model), audio_embeddings.weight, audio_heads.weight,
+                             codebook_layer_offsets
+    tokenizer.json           a byte-level BPE with the 7 prompt special tokens added
+    tokenizer_config.json
+    audio_tokenizer/         the Higgs Audio v2 tokenizer: config.json, preprocessor_config.json and
+                             model.safetensors with its decoder side (quantizer, fc2, acoustic_decoder)
+
+The weights are drawn per tensor (export.tiny_weights), so the same arguments give the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from export.tiny_weights import TensorInit, json_bytes, replace_dir
+from ttscore.contract import omnivoice as contract
+
+SIZES = ("tiny", "real")
+TEXT_VOCAB = 1200  # the text vocabulary must cover the audio ids (text embeddings are looked up everywhere)
+REAL_TEXT_VOCAB = 151676  # Qwen3's 151669 ids + the 7 prompt tokens
+
+LLM_TINY: dict[str, Any] = {
+    "model_type": "qwen3", "architectures": ["Qwen3Model"], "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "vocab_size": TEXT_VOCAB, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+    "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0, "tie_word_embeddings": False,
+    "use_sliding_window": False, "sliding_window": None, "max_window_layers": 2, "torch_dtype": "float32",
+    "rope_scaling": None, "initializer_range": 0.02, "use_cache": False, "bos_token_id": None,
+    "eos_token_id": None, "pad_token_id": None,
+}
+
+# The Higgs Audio v2 tokenizer at tiny dims: hop 8*5*4*2*3 = 960 at 24 kHz (25 frames/s); 8 codebooks
+# of 1024 (target bandwidth 2 kbps / (25 fps * 10 bits)).
+CODEC_TINY: dict[str, Any] = {
+    "model_type": "higgs_audio_v2_tokenizer",
+    "architectures": ["HiggsAudioV2TokenizerModel"],
+    "sample_rate": contract.SAMPLE_RATE,
+    "semantic_sample_rate": 16000,
+    "target_bandwidths": [0.5, 1, 1.5, 2],
+    "codebook_size": contract.CODEBOOK_SIZE,
+    "codebook_dim": 8,
+    "kernel_size": 3,
+    "channel_ratios": [1, 1],
+    "strides": [1, 1],
+    "block_dilations": [1, 1],
+    "unit_kernel_size": 3,
+    "downsample_factor": 320,
+    "initializer_range": 0.02,
+    "acoustic_model_config": {
+        "model_type": "dac", "encoder_hidden_size": 4, "downsampling_ratios": [8, 5, 4, 2, 3],
+        "decoder_hidden_size": 32, "upsampling_ratios": [8, 5, 4, 2, 3], "hidden_size": 16,
+        "codebook_size": contract.CODEBOOK_SIZE, "codebook_dim": 8, "n_codebooks": 8, "sampling_rate": 24000,
+    },
+    "semantic_model_config": {"model_type": "hubert", "hidden_size": 16, "num_hidden_layers": 1,
+                              "num_attention_heads": 2, "intermediate_size": 32, "mask_time_prob": 0.0},
+}
+# Real dimensions (random weights, for measurement): Qwen3-0.6B and the released Higgs Audio v2 tokenizer.
+LLM_REAL: dict[str, Any] = {**LLM_TINY, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
+                            "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+                            "vocab_size": REAL_TEXT_VOCAB, "max_position_embeddings": 40960, "max_window_layers": 28}
+CODEC_REAL: dict[str, Any] = {
+    **CODEC_TINY, "codebook_dim": 64,
+    "acoustic_model_config": {**CODEC_TINY["acoustic_model_config"], "encoder_hidden_size": 64,
+                              "decoder_hidden_size": 1024, "hidden_size": 256, "codebook_dim": 64},
+    "semantic_model_config": {"model_type": "hubert", "hidden_size": 768, "num_hidden_layers": 12,
+                              "num_attention_heads": 12, "intermediate_size": 3072, "mask_time_prob": 0.0},
+}
+PREPROCESSOR = {"feature_extractor_type": "DacFeatureExtractor", "feature_size": 1, "hop_length": contract.HOP,
+                "padding_side": "right", "padding_value": 0.0, "return_attention_mask": True,
+                "sampling_rate": contract.SAMPLE_RATE}
+
+
+def model_config(size: str = "tiny") -> dict[str, Any]:
+    return {
+        "architectures": ["OmniVoice"], "model_type": contract.FAMILY, "audio_vocab_size": contract.AUDIO_VOCAB,
+        "audio_mask_id": contract.MASK_ID, "num_audio_codebook": contract.NUM_CODEBOOKS,
+        "audio_codebook_weights": [8, 8, 6, 6, 4, 4, 2, 2], "llm_config": dict(LLM_REAL if size == "real" else LLM_TINY), "torch_dtype": "float32",
+    }
+
+
+def codec_hidden(codec: dict[str, Any]) -> int:
+    """The quantizer's width: acoustic hidden + semantic hidden (HiggsAudioV2TokenizerConfig.hidden_size)."""
+    return int(codec["acoustic_model_config"]["hidden_size"]) + int(codec["semantic_model_config"]["hidden_size"])
+
+
+# ---- tokenizer --------------------------------------------------------------------------------------
+_CORPUS = ("hello world this is a tiny omnivoice checkpoint the quick brown fox jumps over the lazy dog "
+           "speech synthesis nice to meet you how are you today")
+
+
+def tokenizer_json(vocab_size: int = TEXT_VOCAB) -> str:
+    """A byte-level BPE (Qwen's pre-tokenizer and decoder), filled to `vocab_size` - 7 pieces, then the
+    special tokens on the last 7 ids."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False, special_tokens=[])
+    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    model = json.loads(tok.to_str())
+    vocab: dict[str, int] = model["model"]["vocab"]
+    for i in range(len(vocab), vocab_size - len(contract.SPECIAL_TOKENS)):
+        vocab[f"<|unused_{i}|>"] = i
+    tok = Tokenizer.from_str(json.dumps(model))
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in contract.SPECIAL_TOKENS])
+    if tok.get_vocab_size() != vocab_size:
+        raise AssertionError(f"tiny tokenizer has {tok.get_vocab_size()} ids, not {vocab_size}")
+    text: str = tok.to_str(pretty=True)
+    return text
+
+
+def tokenizer_config() -> dict[str, Any]:
+    return {
+        "add_prefix_space": False, "bos_token": None, "eos_token": None, "pad_token": None, "unk_token": None,
+        "clean_up_tokenization_spaces": False, "model_max_length": 131072, "split_special_tokens": False,
+        "additional_special_tokens": list(contract.SPECIAL_TOKENS), "tokenizer_class": "PreTrainedTokenizerFast",
+    }
+
+
+# ---- weights --------------------------------------------------------------------------------------
+def _init_module(init: TensorInit, model: Any, prefix: str) -> None:
+    """Every persistent tensor of `model` (on the meta device), by module type, under `prefix`."""
+    from torch import nn
+
+    persistent = set(model.state_dict().keys())
+    for mod_name, mod in model.named_modules():
+        own = [(n, t) for n, t in (*mod.named_parameters(recurse=False), *mod.named_buffers(recurse=False))
+               if f"{mod_name}.{n}".lstrip(".") in persistent]
+        if not own:
+            continue
+        full = {n: prefix + (f"{mod_name}.{n}" if mod_name else n) for n, _ in own}
+        shapes = {n: tuple(t.shape) for n, t in own}
+        kind = type(mod).__name__
+        if isinstance(mod, nn.Linear):
+            init.normal(full["weight"], shapes["weight"], 1.0 / mod.in_features**0.5)
+            if "bias" in full:
+                init.normal(full["bias"], shapes["bias"], 0.05)
+        elif isinstance(mod, (nn.Conv1d, nn.ConvTranspose1d)):
+            k = int(mod.kernel_size[0])
+            fan = mod.in_channels * (max(1, k // int(mod.stride[0])) if isinstance(mod, nn.ConvTranspose1d) else k)
+            init.normal(full["weight"], shapes["weight"], 1.0 / max(1, fan) ** 0.5)
+            if "bias" in full:
+                init.normal(full["bias"], shapes["bias"], 0.05)
+        elif isinstance(mod, nn.Embedding):
+            init.normal(full["weight"], shapes["weight"], 1.0)
+        elif kind.endswith("RMSNorm"):
+            init.normal(full["weight"], shapes["weight"], 0.1, mean=1.0)
+        elif kind == "Snake1d":
+            init.uniform(full["alpha"], shapes["alpha"], 0.5, 1.5)
+        else:
+            raise AssertionError(f"no tiny init for {kind} ({mod_name})")
+
+
+def model_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
+    """model.safetensors: the Qwen3 stack under `llm.`, the audio embeddings and heads, the offsets."""
+    import torch
+    from transformers import Qwen3Config, Qwen3Model
+
+    llm = {k: v for k, v in cfg["llm_config"].items() if k not in ("model_type", "architectures")}
+    with torch.device("meta"):
+        stack = Qwen3Model(Qwen3Config(**llm))
+    init = TensorInit(seed, "omnivoice", torch.float32)
+    _init_module(init, stack, "llm.")
+    rows = cfg["num_audio_codebook"] * cfg["audio_vocab_size"]
+    hidden = int(llm["hidden_size"])
+    init.normal("audio_embeddings.weight", (rows, hidden), 0.3)
+    init.normal("audio_heads.weight", (rows, hidden), 2.0 / hidden**0.5)
+    tensors = dict(init.tensors)
+    tensors["codebook_layer_offsets"] = torch.arange(cfg["num_audio_codebook"]) * cfg["audio_vocab_size"]
+    return tensors
+
+
+def dac_decoder(codec: dict[str, Any]) -> Any:
+    """The acoustic decoder as the Higgs tokenizer builds it: transformers' DacModel decoder with each
+    ConvTranspose1d's output_padding = stride % 2 and the final tanh removed."""
+    from torch import nn
+    from transformers import DacConfig, DacModel
+
+    acoustic = {k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}
+    decoder = DacModel(DacConfig(**acoustic)).decoder
+    for module in decoder.modules():
+        if isinstance(module, nn.ConvTranspose1d):
+            module.output_padding = (int(module.stride[0]) % 2,)
+    decoder.tanh = nn.Identity()
+    return decoder
+
+
+def codec_weights(codec: dict[str, Any], seed: int) -> dict[str, Any]:
+    """audio_tokenizer/model.safetensors, its decoder side: quantizer.quantizers.*, fc2, acoustic_decoder."""
+    import torch
+    from transformers import DacConfig, DacModel
+
+    init = TensorInit(seed, "omnivoice-codec", torch.float32)
+    acoustic = {k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}
+    with torch.device("meta"):
+        decoder = DacModel(DacConfig(**acoustic)).decoder
+    _init_module(init, decoder, "acoustic_decoder.")
+    hidden, dim, size = codec_hidden(codec), int(codec["codebook_dim"]), int(codec["codebook_size"])
+    nq = num_quantizers(codec)
+    for q in range(nq):
+        p = f"quantizer.quantizers.{q}."
+        init.normal(p + "codebook.embed", (size, dim), 1.0)
+        init.const(p + "codebook.inited", (1,), 1.0)
+        init.uniform(p + "codebook.cluster_size", (size,), 0.5, 2.0)
+        init.normal(p + "codebook.embed_avg", (size, dim), 1.0)
+        init.normal(p + "project_in.weight", (dim, hidden), 1.0 / hidden**0.5)
+        init.normal(p + "project_in.bias", (dim,), 0.05)
+        init.normal(p + "project_out.weight", (hidden, dim), 0.5 / dim**0.5)
+        init.normal(p + "project_out.bias", (hidden,), 0.05)
+    acoustic_hidden = int(codec["acoustic_model_config"]["hidden_size"])
+    init.normal("fc2.weight", (acoustic_hidden, hidden), 1.0 / hidden**0.5)
+    init.normal("fc2.bias", (acoustic_hidden,), 0.05)
+    return dict(init.tensors)
+
+
+def num_quantizers(codec: dict[str, Any]) -> int:
+    """HiggsAudioV2TokenizerConfig.num_quantizers: the top bandwidth over (frame rate x code bits)."""
+    import math
+
+    hop = math.prod(int(r) for r in codec["acoustic_model_config"]["downsampling_ratios"])
+    frame_rate = math.ceil(int(codec["sample_rate"]) / hop)
+    bits = math.ceil(math.log2(int(codec["codebook_size"])))
+    return int(1000 * float(codec["target_bandwidths"][-1]) // (frame_rate * bits))
+
+
+def _looks_like_checkpoint(out: Path) -> bool:
+    try:
+        return json.loads((out / "config.json").read_text()).get("model_type") == contract.FAMILY
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def make_tiny_omnivoice(out: Path, seed: int = 0, size: str = "tiny") -> Path:
+    """Write a deterministic random-weight OmniVoice checkpoint directory and return its path."""
+    from safetensors.torch import save_file
+
+    if size not in SIZES:
+        raise ValueError(f"size {size!r}: OmniVoice make-tiny has {', '.join(SIZES)}")
+    out = Path(out)
+    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or _looks_like_checkpoint(out))):
+        raise FileExistsError(f"{out} exists and is not an OmniVoice checkpoint directory; not replacing it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        cfg = model_config(size)
+        codec = CODEC_REAL if size == "real" else CODEC_TINY
+        (tmp / "config.json").write_bytes(json_bytes(cfg))
+        (tmp / "tokenizer.json").write_text(tokenizer_json(int(cfg["llm_config"]["vocab_size"])), encoding="utf-8")
+        (tmp / "tokenizer_config.json").write_bytes(json_bytes(tokenizer_config()))
+        save_file(model_weights(cfg, seed), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        codec_dir = tmp / "audio_tokenizer"
+        codec_dir.mkdir()
+        (codec_dir / "config.json").write_bytes(json_bytes(codec))
+        (codec_dir / "preprocessor_config.json").write_bytes(json_bytes(PREPROCESSOR))
+        save_file(codec_weights(codec, seed), str(codec_dir / "model.safetensors"), metadata={"format": "pt"})
+        os.chmod(tmp, 0o755)
+        replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out

@@ -1,0 +1,81 @@
+"""OmniVoice: make-tiny writes the released layout (the reference loads it strictly), and export
+validates the generator and codec decoder graphs against the reference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omnivoice_fixtures import *  # noqa: F403  (its session fixtures: omnivoice_tiny, omnivoice_artifacts)
+
+from ttscore.contract import omnivoice as spec
+from ttscore.contract.errors import CheckpointError
+from ttscore.contract.manifest import read_manifest
+
+pytestmark = [pytest.mark.export, pytest.mark.slow]
+
+
+def test_tiny_layout_loads_strictly_in_the_reference(omnivoice_tiny: Path) -> None:
+    from safetensors import safe_open
+
+    from export.families import family_of
+    from export.omnivoice.reference import CodecDecoder, load_reference
+
+    assert family_of(omnivoice_tiny).name == spec.FAMILY
+    cfg = json.loads((omnivoice_tiny / "config.json").read_text())
+    assert cfg["model_type"] == "omnivoice" and cfg["llm_config"]["model_type"] == "qwen3"
+    with safe_open(str(omnivoice_tiny / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert {"audio_embeddings.weight", "audio_heads.weight", "codebook_layer_offsets",
+            "llm.embed_tokens.weight", "llm.norm.weight", "llm.layers.0.self_attn.q_norm.weight"} <= names
+    model = load_reference(omnivoice_tiny)  # strict: a missing or unexpected tensor raises
+    ids = model.text_tokenizer("".join(spec.SPECIAL_TOKENS), add_special_tokens=False).input_ids
+    assert len(ids) == len(spec.SPECIAL_TOKENS) and all(i >= spec.AUDIO_VOCAB for i in ids)
+    codec = CodecDecoder(omnivoice_tiny / "audio_tokenizer")  # strict too
+    assert codec.config.frame_rate == spec.SAMPLE_RATE // spec.HOP
+    with safe_open(str(omnivoice_tiny / "audio_tokenizer" / "model.safetensors"), "pt") as f:
+        codec_names = set(f.keys())
+    assert "quantizer.quantizers.7.codebook.embed" in codec_names and "fc2.weight" in codec_names
+    assert any(n.startswith("acoustic_decoder.block.4.conv_t1") for n in codec_names)
+
+
+def test_check_refuses_an_incomplete_checkpoint(omnivoice_tiny: Path, tmp_path: Path) -> None:
+    from export.omnivoice.family import check
+
+    (tmp_path / "config.json").write_text((omnivoice_tiny / "config.json").read_text())
+    with pytest.raises(CheckpointError, match="missing: model.safetensors"):
+        check(tmp_path)
+
+
+def test_export_manifest_and_validation(omnivoice_artifacts: Path) -> None:
+    m = read_manifest(omnivoice_artifacts)
+    assert m.family == spec.FAMILY and m.sample_rate == spec.SAMPLE_RATE and m.samples_per_frame == spec.HOP
+    assert set(m.graphs) == {spec.GENERATOR.name, spec.CODEC_DECODER.name}
+    for name, entry in m.graphs.items():
+        errors = entry["validation"]["max_rel_error"]  # |diff| / max(1, peak of the reference)
+        assert errors and max(errors.values()) <= 1e-4, (name, errors)  # measured <= ~2e-5
+        assert (omnivoice_artifacts / entry["file"]).is_file()
+    assert (omnivoice_artifacts / "tokenizer.json").is_file()
+
+
+def test_generator_graph_takes_any_batch_and_length(omnivoice_tiny: Path, omnivoice_artifacts: Path) -> None:
+    """Three prompts (none, a reference clip's codes, voice design) padded into one batch: the graph
+    equals the reference forward at every target position."""
+    import torch
+
+    from export.common import ort_run, ort_session
+    from export.omnivoice.reference import load_reference, reference_batch, reference_logits
+
+    model = load_reference(omnivoice_tiny)
+    ref = torch.from_numpy(np.random.default_rng(3).integers(0, 1024, (8, 11)))
+    items = [{"text": "how are you today", "target_len": 20},
+             {"text": "hi", "target_len": 3, "ref_text": "speech synthesis", "ref_codes": ref},
+             {"text": "the lazy dog", "target_len": 12, "instruct": "male, british accent", "lang": "en"}]
+    batch = reference_batch(model, items)
+    feeds = {k: batch[k].numpy() for k in spec.GENERATOR.input_names}
+    (got,) = ort_run(ort_session(omnivoice_artifacts / spec.GENERATOR.filename), feeds)
+    want = reference_logits(model, batch).numpy()
+    for row, t in enumerate(batch["t_lens"] * 2):
+        np.testing.assert_allclose(got[row, :, :t], want[row, :, :t], atol=1e-4, rtol=1e-4)

@@ -1,0 +1,114 @@
+"""The OmniVoice family's side of the contract: fixed facts, exported graphs and request rules.
+
+OmniVoice (k2-fsa/OmniVoice, reference `omnivoice==0.2.1`) is non-autoregressive: one bidirectional
+Qwen3 fills in all 8 codebooks of the whole utterance by iterative unmasking (32 steps by default,
+classifier-free guidance on log-probs, Gumbel noise on positions), its length fixed up front by a
+rule-based duration estimate; the Higgs Audio v2 codec's DAC decoder turns the codes into 24 kHz
+audio. Audio exists only after the last step, so it streams per sentence, not per frame.
+"""
+
+from __future__ import annotations
+
+from ttscore.contract import wire
+from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
+
+FAMILY = "omnivoice"
+SAMPLE_RATE = 24000  # the codec's output
+HOP = 960  # samples per frame (25 frames per second)
+NUM_CODEBOOKS = 8
+AUDIO_VOCAB = 1025  # 1024 codes + the mask id
+MASK_ID = 1024
+CODEBOOK_SIZE = 1024
+
+# The prompt's special tokens (the tokenizer adds them to the Qwen3 vocabulary).
+SPECIAL_TOKENS = ("<|denoise|>", "<|lang_start|>", "<|lang_end|>", "<|instruct_start|>", "<|instruct_end|>",
+                  "<|text_start|>", "<|text_end|>")
+
+# Generation defaults of the reference (OmniVoiceGenerationConfig).
+DEFAULT_NUM_STEP = 32
+DEFAULT_GUIDANCE_SCALE = 2.0
+DEFAULT_T_SHIFT = 0.1
+DEFAULT_LAYER_PENALTY = 5.0
+DEFAULT_POSITION_TEMPERATURE = 5.0
+DEFAULT_CLASS_TEMPERATURE = 0.0
+CLASS_TOP_K_RATIO = 0.1  # class sampling keeps the top ceil(ratio * vocab) codes
+# The duration estimate's anchor when there is no reference transcript (the reference's fallback).
+ANCHOR_TEXT = "Nice to meet you."
+ANCHOR_FRAMES = 25
+
+# Long text (the reference's audio_chunk_threshold / audio_chunk_duration; omnivoice_text.chunk_text).
+CHUNK_THRESHOLD_SECONDS = 30.0
+CHUNK_SECONDS = 15.0
+
+MAX_NUM_STEP = 64
+MAX_FRAMES = 4096  # per generation (~164 s)
+MAX_TEXT_CHARS = 4096
+SEED_MAX = 2**63 - 1
+
+TASK = "Base"
+DEFAULT_VOICE = "default"  # auto voice (the model's own), like omitting `voice`
+UNSUPPORTED_FIELDS = ("x_vector_only_mode", "speaker_embedding", "non_streaming_mode")
+REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
+
+RULES = FamilyRules(
+    family=FAMILY,
+    tasks=(TASK,),
+    fields=(
+        FieldRule("max_new_tokens", 1, MAX_FRAMES, None),  # None: the duration estimate
+        FieldRule("seed", 0, SEED_MAX, None),
+        FieldRule("num_step", 1, MAX_NUM_STEP, DEFAULT_NUM_STEP),
+    ),
+    display_name="OmniVoice",
+    unsupported=UNSUPPORTED_FIELDS,
+    default_voice=None,
+    ref_audio=REF_AUDIO,
+    max_text_chars=MAX_TEXT_CHARS,
+    sample_rate=SAMPLE_RATE,
+    variants={"base": TASK},
+)
+
+# Its speech_generation inputs (the rows the families share, and its own knobs).
+LANGUAGE = wire.string_input("language", "Language name or id (the reference's language map; 'Auto': none).")
+INSTRUCTIONS = wire.string_input("instructions", "Voice design items ('female, low pitch, british accent').")
+NUM_STEP = wire.TensorIO("num_step", "INT32", (1,), True, "OmniVoice: unmasking steps.")
+GUIDANCE_SCALE = wire.TensorIO("guidance_scale", "FP32", (1,), True, "OmniVoice: classifier-free guidance scale.")
+T_SHIFT = wire.TensorIO("t_shift", "FP32", (1,), True, "OmniVoice: unmasking schedule time shift.")
+POSITION_TEMPERATURE = wire.TensorIO("position_temperature", "FP32", (1,), True,
+                                     "OmniVoice: Gumbel temperature of the unmasking order (0: greedy).")
+CLASS_TEMPERATURE = wire.TensorIO("class_temperature", "FP32", (1,), True,
+                                  "OmniVoice: sampling temperature of the codes (0: argmax).")
+WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, LANGUAGE, INSTRUCTIONS, wire.MAX_NEW_TOKENS, wire.SEED, NUM_STEP,
+                                GUIDANCE_SCALE, T_SHIFT, POSITION_TEMPERATURE, CLASS_TEMPERATURE))
+
+
+# --- graphs -------------------------------------------------------------------------------------
+# generator: the bidirectional LM over the whole prompt, no KV cache. `input_ids` [B, 8, S] (text ids
+# repeated over the 8 rows at text positions, codes at audio positions), `audio_mask` [B, S] (audio
+# positions), `attention_mask` [B, S] (1: a real position, 0: right padding; a padded position sees
+# only itself, as the reference's pad diagonal), `target_index` [B, T] (the positions whose logits
+# are wanted) -> `logits` [B, 8, T, 1025].
+def generator_spec() -> GraphSpec:
+    return GraphSpec(
+        "generator",
+        (
+            TensorSpec("input_ids", "int64", ("batch", NUM_CODEBOOKS, "seq")),
+            TensorSpec("audio_mask", "bool", ("batch", "seq")),
+            TensorSpec("attention_mask", "int64", ("batch", "seq")),
+            TensorSpec("target_index", "int64", ("batch", "frames")),
+        ),
+        (TensorSpec("logits", "float32", ("batch", NUM_CODEBOOKS, "frames", AUDIO_VOCAB)),),
+    )
+
+
+# codec_decoder: codes [B, 8, T] (0..1023) -> audio [B, 1, T * HOP] (RVQ lookup, fc2, DAC decoder).
+def codec_decoder_spec() -> GraphSpec:
+    return GraphSpec(
+        "codec_decoder",
+        (TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),),
+        (TensorSpec("audio", "float32", ("batch", 1, "samples")),),
+    )
+
+
+GENERATOR = generator_spec()
+CODEC_DECODER = codec_decoder_spec()

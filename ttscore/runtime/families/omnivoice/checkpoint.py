@@ -1,0 +1,98 @@
+"""An OmniVoice checkpoint's config.json (and audio_tokenizer/config.json), read into the few typed
+facts export and serving rely on. Pure: the dicts come from the checkpoint (export) or the manifest
+(serving). `read_checkpoint` also checks the directory holds the files the reference loads."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ttscore.contract import omnivoice as contract
+from ttscore.contract.errors import CheckpointError
+
+CONFIG = "config.json"
+CODEC_DIR = "audio_tokenizer"
+CHECKPOINT_FILES = (CONFIG, "model.safetensors", "tokenizer.json", f"{CODEC_DIR}/{CONFIG}",
+                    f"{CODEC_DIR}/model.safetensors", f"{CODEC_DIR}/preprocessor_config.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# The manifest table of the reference's language map (lower-case name -> language id), written at export.
+LANGUAGE_TABLE = "language_ids"
+
+
+@dataclass(frozen=True)
+class OmniVoiceInfo:
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    text_vocab: int
+    num_codebooks: int
+    audio_vocab: int
+    mask_id: int
+    sample_rate: int
+    hop: int  # codec samples per frame
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _int(d: dict[str, Any], key: str, where: str) -> int:
+    v = d.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise CheckpointError(f"{where}: {key} must be a positive integer, got {v!r}")
+    return v
+
+
+def parse_config(cfg: dict[str, Any], codec: dict[str, Any]) -> OmniVoiceInfo:
+    if cfg.get("model_type") != contract.FAMILY or not isinstance(cfg.get("llm_config"), dict):
+        raise CheckpointError(f"config.json: not an OmniVoice config (model_type {contract.FAMILY!r} with llm_config)")
+    llm = cfg["llm_config"]
+    heads = _int(llm, "num_attention_heads", "config.json llm_config")
+    hidden = _int(llm, "hidden_size", "config.json llm_config")
+    info = OmniVoiceInfo(
+        hidden_size=hidden, num_layers=_int(llm, "num_hidden_layers", "config.json llm_config"), num_heads=heads,
+        num_kv_heads=_int(llm, "num_key_value_heads", "config.json llm_config"),
+        head_dim=int(llm.get("head_dim") or hidden // heads), text_vocab=_int(llm, "vocab_size", "config.json llm_config"),
+        num_codebooks=int(cfg.get("num_audio_codebook", contract.NUM_CODEBOOKS)),
+        audio_vocab=int(cfg.get("audio_vocab_size", contract.AUDIO_VOCAB)),
+        mask_id=int(cfg.get("audio_mask_id", contract.MASK_ID)),
+        sample_rate=int(codec.get("sample_rate", contract.SAMPLE_RATE)),
+        hop=math.prod(int(r) for r in codec.get("acoustic_model_config", {}).get("upsampling_ratios", [contract.HOP])),
+    )
+    fixed = {"num_audio_codebook": (info.num_codebooks, contract.NUM_CODEBOOKS),
+             "audio_vocab_size": (info.audio_vocab, contract.AUDIO_VOCAB), "audio_mask_id": (info.mask_id, contract.MASK_ID),
+             "audio_tokenizer sample_rate": (info.sample_rate, contract.SAMPLE_RATE),
+             "audio_tokenizer hop": (info.hop, contract.HOP)}
+    for name, (got, want) in fixed.items():
+        if got != want:
+            raise CheckpointError(f"config.json: {name} is {got}; this project serves OmniVoice with {want}")
+    if info.text_vocab < info.audio_vocab:
+        raise CheckpointError(f"config.json: llm_config.vocab_size {info.text_vocab} must cover the audio ids "
+                              f"({info.audio_vocab})")
+    return info
+
+
+def is_omnivoice(checkpoint: Path) -> bool:
+    try:
+        cfg = json.loads((Path(checkpoint) / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(cfg, dict) and cfg.get("model_type") == contract.FAMILY
+
+
+def read_checkpoint(checkpoint: Path) -> OmniVoiceInfo:
+    root = Path(checkpoint)
+    missing = [f for f in CHECKPOINT_FILES if not (root / f).is_file()]
+    if missing:
+        raise CheckpointError(f"{root}: an OmniVoice checkpoint needs {', '.join(CHECKPOINT_FILES)} "
+                              f"(missing: {', '.join(missing)})")
+    try:
+        cfg = json.loads((root / CONFIG).read_text(encoding="utf-8"))
+        codec = json.loads((root / CODEC_DIR / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{root}: unreadable config: {exc}") from exc
+    return parse_config(cfg, codec)

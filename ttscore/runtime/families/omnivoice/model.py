@@ -1,0 +1,299 @@
+"""A loaded OmniVoice export as the engine's FamilyModel, non-autoregressive.
+
+A request has no prompt to prefill (`prompt_tokens` 0): each engine step is one unmasking step for
+every active request (each at its own step index; one generator call over all their cond rows, and
+the uncond rows of those with guidance), and at a request's last step all its frames go to `pending`
+at once with `finished` set, so the engine hands the whole utterance to the vocoder in one chunk.
+The vocoder is the codec decoder over the whole utterance (not a streaming vocoder).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ttscore.contract import omnivoice as contract
+from ttscore.contract import omnivoice_text as text_rules
+from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.manifest import Manifest
+from ttscore.runtime.families.omnivoice.checkpoint import (
+    CODEC_DIR,
+    CONFIG,
+    LANGUAGE_TABLE,
+    OmniVoiceInfo,
+    parse_config,
+)
+from ttscore.runtime.families.omnivoice.request import OmniVoiceRequest
+from ttscore.runtime.families.omnivoice.tokenizer import OmniVoiceTokenizer
+from ttscore.runtime.families.omnivoice.unmask import Knobs, schedule, unmask_step
+from ttscore.runtime.family import Sequence
+from ttscore.runtime.onnx import OnnxGraph
+
+
+@dataclass
+class OmniVoiceSequence(Sequence):
+    cond_ids: NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 0), np.int64))  # [C, S] prompt + target
+    audio_start: int = 0  # first audio position of the cond row (reference codes, then the target)
+    tokens: NDArray[np.int64] = field(default_factory=lambda: np.zeros((0, 0), np.int64))  # [C, T] the target
+    knobs: Knobs | None = None
+    plan: list[int] = field(default_factory=list)  # slots unmasked at each step
+    step_index: int = 0
+    rng: np.random.Generator = field(default_factory=np.random.default_rng)
+    # Long text: the reference's chunks, generated in order; each part's frames go out when it is done.
+    parts: list[str] = field(default_factory=list)
+    part: int = 0
+    language: str | None = None
+    instructions: str | None = None
+    speed: float = 1.0
+    ref: NDArray[np.int64] | None = None  # the request's reference codes [C, T_ref] (cloning)
+    ref_text: str | None = None
+    first: tuple[NDArray[np.int64], str] | None = None  # no request reference: part 0's codes and text
+
+
+@dataclass
+class _Stream:
+    """The codec decoder keeps no state between chunks: it decodes a whole utterance."""
+
+    position: int = 0
+
+
+class CodecVocoder:
+    """codes [T, 8] per item -> audio [T * hop]; items of equal length run as one batch."""
+
+    def __init__(self, graph: OnnxGraph) -> None:
+        self.graph = graph
+
+    def new_stream(self) -> _Stream:
+        return _Stream()
+
+    def decode(self, items: list[tuple[Any, NDArray[Any]]]) -> list[NDArray[Any]]:
+        out: list[NDArray[Any]] = [np.zeros(0, np.float32)] * len(items)
+        by_len: dict[int, list[int]] = {}
+        for i, (_, frames) in enumerate(items):
+            by_len.setdefault(int(frames.shape[0]), []).append(i)
+        for length, idx in by_len.items():
+            if length == 0:
+                continue
+            codes = np.stack([np.asarray(items[i][1], np.int64).T for i in idx])
+            audio = self.graph.run({"codes": codes})["audio"]
+            for row, i in enumerate(idx):
+                out[i] = np.asarray(audio[row, 0], np.float32)
+                items[i][0].position += length
+        return out
+
+
+def resolve_language(language: str | None, names: Mapping[str, str]) -> str | None:
+    """The language id the prompt names: None for "Auto", "None" or empty; a language id as it is;
+    a language name (any case) by the reference's map `names`. The reference falls back to no
+    language for an unknown one; here it is refused naming the field."""
+    if language is None or language.strip().lower() in ("", "auto", "none"):
+        return None
+    if language in set(names.values()):
+        return language
+    found = names.get(language.lower())
+    if found is None:
+        raise InvalidRequest(f"'language' {language!r} is not a language of {contract.RULES.name} (a language name "
+                             f"such as 'English' or an id such as 'en', or 'Auto')", "language")
+    return found
+
+
+def _float(value: float | None, default: float, name: str, lo: float, hi: float) -> float:
+    if value is None:
+        return default
+    v = float(value)
+    if not (np.isfinite(v) and lo <= v <= hi):
+        raise InvalidRequest(f"'{name}' must be between {lo} and {hi}, got {v}", name)
+    return v
+
+
+class OmniVoiceModel:
+    def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None, vocoder: bool = True) -> None:
+        cfg, codec_cfg = manifest.configs.get(CONFIG), manifest.configs.get(f"{CODEC_DIR}/{CONFIG}")
+        if not isinstance(cfg, Mapping) or not isinstance(codec_cfg, Mapping):
+            raise ArtifactError(f"{artifacts}: the manifest lacks the checkpoint's configs")
+        self.info: OmniVoiceInfo = parse_config(dict(cfg), dict(codec_cfg))
+        graphs = {}
+        for spec in (contract.GENERATOR, contract.CODEC_DECODER):
+            entry = manifest.graphs.get(spec.name)
+            if entry is None:
+                raise ArtifactError(f"{artifacts}: no {spec.name} graph in the manifest")
+            graphs[spec.name] = entry
+        self.generator = OnnxGraph(artifacts / str(graphs[contract.GENERATOR.name]["file"]),
+                                   dict(graphs[contract.GENERATOR.name]), threads)
+        self._vocoder = CodecVocoder(OnnxGraph(artifacts / str(graphs[contract.CODEC_DECODER.name]["file"]),
+                                               dict(graphs[contract.CODEC_DECODER.name]), threads)) if vocoder else None
+        self.tokenizer = OmniVoiceTokenizer(artifacts)
+        table = (manifest.raw.get("tables") or {}).get(LANGUAGE_TABLE)
+        if not isinstance(table, Mapping):
+            raise ArtifactError(f"{artifacts}: the manifest has no {LANGUAGE_TABLE} table: re-export")
+        self.language_names: dict[str, str] = {str(k): str(v) for k, v in table.items()}
+
+    # --- FamilyModel --------------------------------------------------------------------------
+    @property
+    def vocoder(self) -> CodecVocoder | None:
+        return self._vocoder
+
+    @property
+    def num_codebooks(self) -> int:
+        return self.info.num_codebooks
+
+    @property
+    def frame_seconds(self) -> float:
+        return self.info.hop / self.info.sample_rate
+
+    @property
+    def vocoder_state_size(self) -> int:
+        return 1
+
+    def vocoder_feeds(self, frames: NDArray[Any], state: NDArray[np.float32], position: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
+        return {"codes": np.ascontiguousarray(np.asarray(frames, np.int64).transpose(0, 2, 1))}
+
+    def target_frames(self, request: OmniVoiceRequest, ref_frames: int | None) -> int:
+        """The duration estimate (the reference's rule), checked against max_new_tokens."""
+        speed = _float(request.speed, 1.0, "speed", 0.25, 4.0)
+        frames = text_rules.estimate_frames(request.text, request.ref_text, ref_frames, contract.ANCHOR_TEXT,
+                                            contract.ANCHOR_FRAMES, speed)
+        limit = contract.RULES.field("max_new_tokens").check(request.max_new_tokens)
+        cap = contract.MAX_FRAMES if limit is None else limit
+        if frames > cap:
+            raise InvalidRequest(f"the text needs {frames} frames by the duration estimate, more than "
+                                 f"'max_new_tokens' ({cap}); shorten the text or raise max_new_tokens", "max_new_tokens")
+        return frames
+
+    def admit(self, request: OmniVoiceRequest) -> OmniVoiceSequence:
+        rules = contract.RULES
+        if not isinstance(request.text, str) or not request.text.strip():
+            raise InvalidRequest("'text' must not be empty", "text")
+        if len(request.text) > rules.max_text_chars:
+            raise InvalidRequest(f"'text' is longer than {rules.max_text_chars} characters", "text")
+        language = resolve_language(request.language, self.language_names)
+        instructions = text_rules.resolve_instructions(request.instructions, text_rules.has_chinese(request.text))
+        seed = rules.field("seed").check(request.seed)
+        knobs = Knobs(
+            num_step=rules.field("num_step").resolve(request.num_step),
+            guidance_scale=_float(request.guidance_scale, contract.DEFAULT_GUIDANCE_SCALE, "guidance_scale", 0.0, 20.0),
+            t_shift=_float(request.t_shift, contract.DEFAULT_T_SHIFT, "t_shift", 1e-3, 10.0),
+            layer_penalty=contract.DEFAULT_LAYER_PENALTY,
+            position_temperature=_float(request.position_temperature, contract.DEFAULT_POSITION_TEMPERATURE,
+                                        "position_temperature", 0.0, 100.0),
+            class_temperature=_float(request.class_temperature, contract.DEFAULT_CLASS_TEMPERATURE,
+                                     "class_temperature", 0.0, 100.0),
+            class_top_k_ratio=contract.CLASS_TOP_K_RATIO,
+        )
+        ref = None
+        if request.ref_codes is not None:
+            ref = np.asarray(request.ref_codes, np.int64)
+            if ref.ndim != 2 or ref.shape[0] != self.info.num_codebooks or ref.shape[1] < 1 or \
+                    ref.min() < 0 or ref.max() >= contract.CODEBOOK_SIZE:
+                raise InvalidRequest(f"'ref_codes' must be [{self.info.num_codebooks}, frames] codes in "
+                                     f"0..{contract.CODEBOOK_SIZE - 1}", "ref_codes")
+        frames = self.target_frames(request, None if ref is None else int(ref.shape[1]))
+        parts = [request.text]
+        if frames > contract.CHUNK_THRESHOLD_SECONDS * self.frame_rate:
+            # The reference's long-text rule: chunks of about CHUNK_SECONDS at the text's estimated rate.
+            chunk_chars = int(contract.CHUNK_SECONDS * self.frame_rate / (frames / len(request.text)))
+            parts = text_rules.chunk_text(request.text, chunk_chars) or [request.text]
+        seq = OmniVoiceSequence(
+            initial_chunk_frames=1, chunk_frames=1, text_tokens=0, audio_tokens=0 if ref is None else int(ref.shape[1]),
+            knobs=knobs, rng=np.random.default_rng(seed), parts=parts, language=language, instructions=instructions,
+            speed=_float(request.speed, 1.0, "speed", 0.25, 4.0), ref=ref,
+            ref_text=request.ref_text if ref is not None else None,
+        )
+        self._start_part(seq, 0)
+        return seq
+
+    @property
+    def frame_rate(self) -> int:
+        return -(-self.info.sample_rate // self.info.hop)
+
+    def _start_part(self, seq: OmniVoiceSequence, part: int) -> None:
+        """Set `seq` up to generate its part `part`: the request's reference, or (without one) the
+        first part's codes and text as the reference of every later part, as the reference does."""
+        assert seq.knobs is not None
+        text = seq.parts[part]
+        ref, ref_text = seq.ref, seq.ref_text
+        if ref is None and seq.first is not None:
+            ref, ref_text = seq.first
+        frames = text_rules.estimate_frames(text, ref_text, None if ref is None else int(ref.shape[1]),
+                                            contract.ANCHOR_TEXT, contract.ANCHOR_FRAMES, seq.speed)
+        ids = self.tokenizer.prompt(text, ref_text=ref_text if ref is not None else None, language=seq.language,
+                                    instructions=seq.instructions, denoise=ref is not None)
+        c = self.info.num_codebooks
+        pieces = [np.tile(np.asarray(ids, np.int64)[None, :], (c, 1))]
+        if ref is not None:
+            pieces.append(ref)
+        pieces.append(np.full((c, frames), self.info.mask_id, np.int64))
+        seq.cond_ids = np.concatenate(pieces, axis=1)
+        seq.audio_start = len(ids)
+        seq.tokens = np.full((c, frames), self.info.mask_id, np.int64)
+        seq.plan = schedule(frames * c, seq.knobs.num_step, seq.knobs.t_shift)
+        seq.step_index = 0
+        seq.part = part
+        seq.text_tokens += len(ids)
+
+    def prefill(self, work: list[tuple[Sequence, int]]) -> None:
+        """No prompt to prefill (prompt_tokens is 0)."""
+
+    def step(self, batch: list[Sequence]) -> None:
+        seqs = [s for s in batch if isinstance(s, OmniVoiceSequence)]
+        if not seqs:
+            return
+        logits = self.logits(seqs)
+        for seq, (cond, uncond) in zip(seqs, logits, strict=True):
+            assert seq.knobs is not None
+            unmask_step(seq.tokens, cond, uncond, seq.plan[seq.step_index], seq.knobs, self.info.mask_id, seq.rng)
+            t = seq.tokens.shape[1]
+            seq.cond_ids[:, -t:] = seq.tokens
+            seq.step_index += 1
+            if seq.step_index == seq.knobs.num_step:
+                seq.pending.extend(np.ascontiguousarray(seq.tokens.T))
+                seq.frames_out += t
+                if seq.part + 1 < len(seq.parts):
+                    if seq.ref is None and seq.first is None:
+                        seq.first = (seq.tokens.copy(), seq.parts[0])
+                    self._start_part(seq, seq.part + 1)
+                else:
+                    seq.finished = "stop"
+
+    def logits(self, seqs: list[OmniVoiceSequence]) -> list[tuple[NDArray[np.float32], NDArray[np.float32] | None]]:
+        """One generator call: every sequence's cond row, then the uncond rows (the target alone) of
+        those with guidance; right-padded. Returns each sequence's (cond, uncond) logits [C, T, V]."""
+        rows: list[tuple[NDArray[np.int64], int, int]] = []  # (ids [C, L], audio start, target frames)
+        for s in seqs:
+            rows.append((s.cond_ids, s.audio_start, s.tokens.shape[1]))
+        guided = [i for i, s in enumerate(seqs) if s.knobs is not None and s.knobs.guidance_scale != 0]
+        for i in guided:
+            s = seqs[i]
+            rows.append((s.cond_ids[:, -s.tokens.shape[1]:], 0, s.tokens.shape[1]))
+        n, c = len(rows), self.info.num_codebooks
+        width = max(r[0].shape[1] for r in rows)
+        frames = max(r[2] for r in rows)
+        ids = np.full((n, c, width), self.info.mask_id, np.int64)
+        audio = np.zeros((n, width), bool)
+        mask = np.zeros((n, width), np.int64)
+        target = np.zeros((n, frames), np.int64)
+        for r, (row_ids, start, t) in enumerate(rows):
+            length = row_ids.shape[1]
+            ids[r, :, :length] = row_ids
+            audio[r, start:length] = True
+            mask[r, :length] = 1
+            target[r, :t] = np.arange(length - t, length)
+        out = self.generator.run({"input_ids": ids, "audio_mask": audio, "attention_mask": mask,
+                                  "target_index": target})["logits"]
+        result: list[tuple[NDArray[np.float32], NDArray[np.float32] | None]] = []
+        for i, s in enumerate(seqs):
+            t = s.tokens.shape[1]
+            u = out[len(seqs) + guided.index(i), :, :t] if i in guided else None
+            result.append((out[i, :, :t], u))
+        return result
+
+    def release(self, seq: Sequence) -> None:
+        """No decode state to free."""
+
+    def memory(self) -> dict[str, int]:
+        return {}
