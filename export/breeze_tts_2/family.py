@@ -1,7 +1,7 @@
 """Breeze-TTS-2's export entry (export/families.py): detect, check, export, make-tiny.
 
-Not served yet (issue 20: no backend or gateway layer), so it offers no demo checkpoint and its
-`deploy` refuses: `serve`/`prepare` name the missing layer instead of rendering a half deployment.
+Served (demo: a tiny checkpoint) in plain and design modes: each checkpoint's speech_generation decodes inline (the Qwen3-TTS
+code2wav graph of its own export); reference audio (clone, direction) is not served yet.
 Light to import (no torch): the heavy modules load when an entry point is called.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint
 from ttscore.contract import breeze_tts_2 as contract
-from ttscore.contract.errors import CheckpointError, InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 SIZES = ("tiny", "real")  # export.breeze_tts_2.tiny.SIZES
 
@@ -46,9 +46,14 @@ def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
 
 
 def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
-    names = ", ".join(s.name for s in served)
-    raise CheckpointError(f"{names}: Breeze-TTS-2 exports and runs offline (`triton-tts say`) but has no Triton "
-                          "backend or gateway adapter yet, so it cannot be served")
+    """No Triton model besides each checkpoint's speech_generation: the vocoder runs inline (the
+    shared `code2wav` model is Qwen3-TTS's, read from a Qwen3-TTS export) and no voice-features
+    model is rendered (the gateway refuses `ref_audio` for this family for now)."""
+    plan = Deployment()
+    for s in served:
+        plan.vocoder[s.name] = "inline"
+        plan.voice_features[s.name] = None
+    return plan
 
 
 FAMILY = ExportFamily(
@@ -62,4 +67,5 @@ FAMILY = ExportFamily(
     make_tiny=make_tiny,
     sizes=SIZES,
     deploy=deploy,
+    demo=(("Breeze-TTS-2-tiny", {}),),
 )

@@ -104,17 +104,16 @@ def test_say_refuses_what_breeze_does_not_take(breeze_export: Path, tmp_path: Pa
     assert "4 frames" in capsys.readouterr().out
 
 
-def test_not_served_yet_is_said_not_half_rendered(breeze_export: Path) -> None:
-    """Export/runtime only: no demo checkpoint for `serve`/`prepare --demo`, and a deployment that
-    names it is refused with the reason (no Triton backend or gateway adapter yet)."""
+def test_served_with_an_inline_vocoder_and_a_tiny_demo(breeze_export: Path) -> None:
+    """A demo checkpoint for `serve`/`prepare --demo`; a deployment renders no Triton model but each
+    checkpoint's speech_generation (vocoder inline) and no voice-features model (ref_audio not served yet)."""
     from dataclasses import dataclass
 
     from export.families import FAMILIES
-    from ttscore.contract.errors import CheckpointError
     from ttscore.contract.manifest import Manifest, read_manifest
 
     entry = FAMILIES[spec.FAMILY]
-    assert entry.demo == ()
+    assert [name for name, _ in entry.demo] == ["Breeze-TTS-2-tiny"]
 
     @dataclass
     class Served:
@@ -122,5 +121,6 @@ def test_not_served_yet_is_said_not_half_rendered(breeze_export: Path) -> None:
         artifacts: Path
         manifest: Manifest
 
-    with pytest.raises(CheckpointError, match="no Triton backend or gateway adapter yet"):
-        entry.deploy([Served("breeze", breeze_export, read_manifest(breeze_export))])
+    plan = entry.deploy([Served("breeze", breeze_export, read_manifest(breeze_export))])
+    assert plan.vocoder == {"breeze": "inline"} and plan.voice_features == {"breeze": None}
+    assert plan.models == [] and plan.readiness == []

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import cast
 
-from ttscore.backend import qwen3_tts, voxcpm2
+from ttscore.backend import breeze_tts_2, qwen3_tts, voxcpm2
 from ttscore.backend.family import BackendFamily, TritonModel
 from ttscore.contract import plugins
 
 _FAMILIES: list[BackendFamily] = [
     qwen3_tts.FAMILY,
     voxcpm2.FAMILY,
+    breeze_tts_2.FAMILY,
     *cast("list[BackendFamily]", plugins.layer_families("backend")),
 ]
 FAMILIES: dict[str, BackendFamily] = {f.name: f for f in _FAMILIES}

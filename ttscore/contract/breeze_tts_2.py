@@ -169,7 +169,7 @@ AUDIO_TOKENIZER_DIR = "audio_tokenizer"
 GRAPH_NAMES = ("text_encoder", "backbone", "depth_decoder", "code2wav_stream", "speech_encoder")
 
 
-# --- wire: speech_generation inputs (ttscore.contract.tensors); not yet in families.WIRES -------------
+# --- wire: speech_generation inputs (ttscore.contract.tensors) ----------------------------------------
 from ttscore.contract import wire  # noqa: E402  (the wire rows below)
 
 _BREEZE_SPEECH_INPUTS: tuple[wire.TensorIO, ...] = (
