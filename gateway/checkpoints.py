@@ -84,10 +84,8 @@ class ServedCheckpoint:
         if settings.variant not in rules.variants:
             raise SettingsError(f"served model {settings.name!r}: {rules.name} has no variant {settings.variant!r}")
         task = rules.variants[settings.variant]
-        # A checkpoint that clones voices from reference audio computes their features on its feature model
-        # (an adapter whose `clones_voices` is False refuses `ref_audio` itself).
-        clones = getattr(adapter(manifest.family), "clones_voices", True)
-        if task == "Base" and "ref_audio" not in rules.unsupported and clones and not settings.voice_features_model:
+        # A checkpoint that clones voices from reference audio computes their features on its feature model.
+        if task == "Base" and adapter(manifest.family).clones_voices and not settings.voice_features_model:
             raise SettingsError(f"Base model {settings.name!r} needs a voice_features_model")
         if manifest.sample_rate is None or manifest.samples_per_frame is None:
             raise SettingsError(f"{settings.artifacts_dir}/manifest.json lacks 'sample_rate'/'samples_per_frame'")

@@ -66,6 +66,8 @@ class FamilyAdapter(Protocol):
     # served Base checkpoint of the family) and keeps them in its FeatureCache; False, they are
     # computed at upload for every served checkpoint and prompt mode (gateway.voice_registry).
     caches_voice_features: bool
+    # Cloning from reference audio: its checkpoints then need a voice-features model (gateway.checkpoints).
+    clones_voices: bool
     voice_aliases: dict[str, str]  # default OpenAI voice name -> preset speaker (gateway.aliases)
 
     def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:

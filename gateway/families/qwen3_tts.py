@@ -92,6 +92,7 @@ class Qwen3TTSAdapter:
     default_task = "CustomVoice"
     # Uploaded voices: x-vector and codes computed by the voice store at upload, kept in its FeatureCache.
     caches_voice_features = True
+    clones_voices = True
     voice_aliases = VOICE_ALIASES
 
     def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:

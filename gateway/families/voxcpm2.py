@@ -83,6 +83,7 @@ class VoxCPM2Adapter:
     default_task = voxcpm2.TASK
     # Uploaded voices: latent patches computed at upload through every served checkpoint's encoder.
     caches_voice_features = False
+    clones_voices = True
     voice_aliases = VOICE_ALIASES
 
     def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:

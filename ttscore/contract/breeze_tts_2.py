@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
 
@@ -170,7 +171,6 @@ GRAPH_NAMES = ("text_encoder", "backbone", "depth_decoder", "code2wav_stream", "
 
 
 # --- wire: speech_generation inputs (ttscore.contract.tensors) ----------------------------------------
-from ttscore.contract import wire  # noqa: E402  (the wire rows below)
 
 _BREEZE_SPEECH_INPUTS: tuple[wire.TensorIO, ...] = (
     wire.TEXT,

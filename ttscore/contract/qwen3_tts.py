@@ -6,6 +6,7 @@ constant and rule has this one home.
 
 from __future__ import annotations
 
+from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
 
@@ -209,7 +210,6 @@ MEL_FMAX = 12000
 
 
 # --- wire: speech_generation inputs and the voice_features ensemble (ttscore.contract.tensors) ----
-from ttscore.contract import wire  # noqa: E402  (the wire rows below)
 
 _QWEN_SPEECH_INPUTS: tuple[wire.TensorIO, ...] = (
     wire.TEXT,

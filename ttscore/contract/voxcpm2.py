@@ -10,6 +10,7 @@ export/voxcpm2/README.md has the whole design.
 
 from __future__ import annotations
 
+from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
 
@@ -226,7 +227,6 @@ GRAPH_NAMES = ("base_lm", "residual_lm", "local_encoder", "bridge", "heads", "lo
 
 
 # --- wire: speech_generation inputs and the audiovae_encoder model (ttscore.contract.tensors) -----
-from ttscore.contract import wire  # noqa: E402  (the wire rows below)
 
 _VOXCPM2_SPEECH_INPUTS: tuple[wire.TensorIO, ...] = (
     wire.TEXT,

@@ -29,6 +29,7 @@ class ToyToneAdapter:
     routes_by_task = False  # answers only when `model` names its checkpoint (or it is all that is served)
     default_task = contract.TASK
     caches_voice_features = False
+    clones_voices = False
     voice_aliases: dict[str, str] = {}
 
     def manifest_facts(self, manifest: Any) -> dict[str, Any]:
