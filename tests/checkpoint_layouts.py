@@ -53,16 +53,24 @@ def shard(src: Path, dst: Path, *, stem: str = "model", max_bytes: int | None = 
     single = src / f"{stem}{WEIGHT_SUFFIX}"
     sizes = _tensor_sizes(single)
     total = sum(sizes.values())
-    if max_bytes is None:
-        max_bytes = -(-total // (shards or 2))
     groups: list[list[str]] = [[]]
-    used = 0
-    for name in sorted(sizes):
-        if groups[-1] and used + sizes[name] > max_bytes:
-            groups.append([])
-            used = 0
-        groups[-1].append(name)
-        used += sizes[name]
+    if max_bytes is None:
+        # exactly `shards` files (2 by default): a tensor goes to the shard its middle byte falls in
+        count = min(shards or 2, len(sizes))
+        groups = [[] for _ in range(count)]
+        before = 0
+        for name in sorted(sizes):
+            groups[min(count - 1, (2 * before + sizes[name]) * count // (2 * total))].append(name)
+            before += sizes[name]
+        groups = [g for g in groups if g]
+    else:
+        used = 0
+        for name in sorted(sizes):
+            if groups[-1] and used + sizes[name] > max_bytes:
+                groups.append([])
+                used = 0
+            groups[-1].append(name)
+            used += sizes[name]
     _copy_tree(src, dst, skip=[single])
     base = dst / stem
     base.parent.mkdir(parents=True, exist_ok=True)
