@@ -6,7 +6,7 @@ clone (`ref_audio` + `ref_text`, its transcript; or an uploaded / precomputed vo
 (a reference + `instructions`). Decoding is greedy; `sample_rate` is 24000 only and `speed` 1.0 only.
 Refused with a 400 naming the field: the family's unsupported fields (contract RULES), a voice that
 is neither S0..S9 nor a stored voice, `ref_text` without a reference, a reference without a
-transcript. Sampling fields (temperature, top_p, top_k, negative_prompt, guidance_scale, ...) are not
+transcript (a stored voice's transcript is its own unless the request gives `ref_text`). Sampling fields (temperature, top_p, top_k, negative_prompt, guidance_scale, ...) are not
 Speech API request fields here at all: the protocol refuses them for every family, and a list of
 clips in `ref_audio` (more than one reference) is refused by the protocol as well.
 
