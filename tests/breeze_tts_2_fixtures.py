@@ -1,10 +1,14 @@
 """Breeze-TTS-2 test fixtures (a pytest plugin of conftest.py): one tiny checkpoint and its export per
-session, shared by the family's tests; `reference` runs tests/breeze_tts_2_reference.py in ref5."""
+session, and one checkpoint the project did not make (built in ref5 by tests/breeze_tts_2_foreign.py)
+and its export, shared by the family's tests; `reference` runs tests/breeze_tts_2_reference.py in
+ref5; `run_codes` decodes requests batched with our runtime and returns the codes each made."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 REFERENCE = Path(__file__).resolve().parent / "breeze_tts_2_reference.py"
@@ -32,3 +36,38 @@ def breeze_export(breeze_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -
     out = tmp_path_factory.mktemp("breeze-x") / "artifacts"
     export_checkpoint(breeze_tiny, out)
     return out
+
+
+@pytest.fixture(scope="session")
+def breeze_foreign(breeze_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint built from transformers 5.14.1's own config classes and init (the tiny's codec)."""
+    import refenv
+
+    out = tmp_path_factory.mktemp("breeze-foreign") / "Breeze-TTS-2-foreign"
+    refenv.run(refenv.env_for("breeze_tts_2"), FOREIGN, {}, [str(out), str(breeze_tiny / "audio_tokenizer")])
+    return out
+
+
+@pytest.fixture(scope="session")
+def breeze_foreign_export(breeze_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.exporter import export_checkpoint
+
+    out = tmp_path_factory.mktemp("breeze-foreign-x") / "artifacts"
+    export_checkpoint(breeze_foreign, out)
+    return out
+
+
+def run_codes(model: Any, requests: list[Any]) -> list[np.ndarray]:
+    """admit -> prefill -> step until finished, all requests batched; the frames each made."""
+    seqs = [model.admit(r) for r in requests]
+    model.prefill([(s, s.prompt_tokens) for s in seqs])
+    out: list[list[np.ndarray]] = [[] for _ in seqs]
+    while True:
+        for i, s in enumerate(seqs):
+            out[i] += s.pending
+            s.pending = []
+        live = [s for s in seqs if s.finished is None]
+        if not live:
+            break
+        model.step(live)
+    return [np.array(f, np.int64).reshape(-1, 16) for f in out]

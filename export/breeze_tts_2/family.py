@@ -1,7 +1,7 @@
 """Breeze-TTS-2's export entry (export/families.py): detect, check, export, make-tiny.
 
-Served (demo: a tiny checkpoint) in plain and design modes: each checkpoint's speech_generation decodes inline (the Qwen3-TTS
-code2wav graph of its own export); reference audio (clone, direction) is not served yet.
+Served (demo: a tiny checkpoint) in the four modes: each checkpoint's speech_generation decodes inline (the
+Qwen3-TTS code2wav graph of its own export); its breeze_speech_encoder turns reference audio into codes.
 Light to import (no torch): the heavy modules load when an entry point is called.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint
+from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint, model_name
 from ttscore.contract import breeze_tts_2 as contract
 from ttscore.contract.errors import InvalidRequest
 
@@ -46,13 +46,16 @@ def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
 
 
 def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
-    """No Triton model besides each checkpoint's speech_generation: the vocoder runs inline (the
-    shared `code2wav` model is Qwen3-TTS's, read from a Qwen3-TTS export) and no voice-features
-    model is rendered (the gateway refuses `ref_audio` for this family for now)."""
+    """Each checkpoint decodes inline (the shared `code2wav` model is Qwen3-TTS's, read from a
+    Qwen3-TTS export) and gets its own `breeze_speech_encoder` (voice features: reference audio ->
+    the codes of its own audio_tokenizer), suffixed with its name when several are served."""
     plan = Deployment()
+    alone = len(served) == 1
     for s in served:
+        encoder = model_name(contract.SPEECH_ENCODER, s, alone)
         plan.vocoder[s.name] = "inline"
-        plan.voice_features[s.name] = None
+        plan.voice_features[s.name] = encoder
+        plan.models.append((encoder, contract.SPEECH_ENCODER, {"artifacts_dir": str(s.artifacts)}))
     return plan
 
 

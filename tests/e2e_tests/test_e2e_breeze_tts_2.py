@@ -1,10 +1,14 @@
 """Breeze-TTS-2 through the whole stack, served next to Qwen3-TTS and VoxCPM2: its own deployment of
-three tiny checkpoints (a greedy Qwen3-TTS CustomVoice, VoxCPM2, Breeze-TTS-2) rendered as
+four tiny checkpoints (a greedy Qwen3-TTS CustomVoice, VoxCPM2, the project's Breeze-TTS-2 and one
+Breeze-TTS-2 checkpoint the project did not make, tests/breeze_tts_2_foreign.py) rendered as
 `triton-tts serve` renders it, so the session's shared mixed deployment keeps its start-up time.
-/v1/models lists it; plain (`voice` S0..S9) and design (`instructions`) audio through the raw stream,
-SSE, the whole file, the openai SDK and the WebSocket equals the offline engine's within one 16-bit
-step; every refused field is a 400 naming it and the next request succeeds; one request of each
-family in flight together.
+/v1/models lists them; plain (`voice` S0..S9), design (`instructions`), clone (`ref_audio` +
+`ref_text`) and direction (reference + `instructions`) audio through the raw stream, SSE, the whole
+file, the openai SDK and the WebSocket equals the offline engine's within one 16-bit step, and for
+the foreign checkpoint the engine's codes equal the reference composition's (ref5) in the four
+modes; an uploaded voice and a precomputed voice file equal the same request with `ref_audio` +
+`ref_text`; every refused field is a 400 naming it and the next request succeeds; one request of
+each family in flight together.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import httpx
 import numpy as np
 import openai
 import pytest
+import soundfile as sf
+from breeze_tts_2_fixtures import reference, run_codes
 from gateway_fixtures import render_stack_repository, start_gateway
 
 from gateway import encoding
@@ -32,22 +38,41 @@ TEXT = "Hello from Breeze."
 FRAMES = 6
 SPEECH = "/v1/audio/speech"
 DESIGN = "A calm, low voice."
+REF_TEXT = "A reference clip."
+PRECOMPUTED = "breeze_pre"
+# The four modes as request fields (`ref`: the reference clip with REF_TEXT, as ref_audio).
+MODES = {
+    "plain": {"voice": "S3"},
+    "design": {"instructions": DESIGN},
+    "clone": {"ref": True},
+    "direction": {"ref": True, "instructions": DESIGN},
+}
 
 
 @pytest.fixture(scope="module")
 def stack(triton_server, tmp_path_factory, tiny_custom_voice_greedy, voxcpm2_tiny, voxcpm2_artifacts,
-          breeze_tiny, breeze_export):
+          breeze_tiny, breeze_export, breeze_foreign, breeze_foreign_export):
+    from ttscore.runtime.families.breeze_tts_2.offline import precompute_voice
+
     work = tmp_path_factory.mktemp("e2e-breeze")
-    pairs = [tiny_custom_voice_greedy[:2], (voxcpm2_tiny, voxcpm2_artifacts), (breeze_tiny, breeze_export)]
+    ref = work / "ref.wav"
+    t = np.arange(int(16000 * 1.2)) / 16000  # uploads need at least 1 s; 16 kHz: the encoder resamples
+    sf.write(ref, (0.3 * np.sin(2 * np.pi * 180 * t) * np.sin(2 * np.pi * 2 * t)).astype(np.float32), 16000,
+             subtype="FLOAT")
+    voices = work / "voices"
+    precompute_voice(breeze_export, PRECOMPUTED, ref, REF_TEXT, voices)
+    pairs = [tiny_custom_voice_greedy[:2], (voxcpm2_tiny, voxcpm2_artifacts), (breeze_tiny, breeze_export),
+             (breeze_foreign, breeze_foreign_export)]
     repo, cfg = render_stack_repository(work, pairs, max_active=2)
     server = triton_server(repo, ready_timeout_s=180)
-    cfg = {**cfg, "triton_url": server.grpc_url, "health_interval_s": 0,
+    cfg = {**cfg, "triton_url": server.grpc_url, "health_interval_s": 0, "custom_voice_dir": str(voices),
            "speaker_samples_dir": str(tmp_path_factory.mktemp("breeze-speakers"))}
-    names = dict(zip(("qwen", "vox", "breeze"), (m["name"] for m in cfg["models"]), strict=True))
+    names = dict(zip(("qwen", "vox", "breeze", "foreign"), (m["name"] for m in cfg["models"]), strict=True))
     port = free_port()
     gw, thread = start_gateway(Settings.from_dict(cfg), port)
-    yield {"url": f"http://127.0.0.1:{port}", "names": names, "breeze": names["breeze"],
-           "model": load_model(breeze_export)}
+    yield {"url": f"http://127.0.0.1:{port}", "names": names, "breeze": names["breeze"], "ref": ref,
+           "foreign_checkpoint": breeze_foreign,
+           "models": {"breeze": load_model(breeze_export), "foreign": load_model(breeze_foreign_export)}}
     gw.should_exit = True
     thread.join(15)
 
@@ -58,11 +83,20 @@ def http(stack):
         yield c
 
 
-def offline(stack, voice: str = "S0", instructions: str | None = None) -> np.ndarray:
+def ref_codes(stack, key: str = "breeze") -> np.ndarray:
+    """The reference clip's codes as the offline engine makes them (say --ref-audio)."""
+    wav, sr = sf.read(stack["ref"], dtype="float32")
+    return stack["models"][key].encode_reference(wav, sr)
+
+
+def offline(stack, voice: str = "S0", instructions: str | None = None, ref: bool = False,
+            key: str = "breeze") -> np.ndarray:
     """The offline engine with the tensors the gateway sends (the family's request_from_tensors)."""
-    tensors = triton_io.request_tensors(text=TEXT, speaker=voice, instructions=instructions, max_new_tokens=FRAMES)
-    request = FAMILIES["breeze_tts_2"].request_from_tensors(tensors)
-    gen = Generator(stack["model"], max_batch=1, chunk_policy="fixed")
+    fields = {"text": TEXT, "speaker": voice, "instructions": instructions, "max_new_tokens": FRAMES}
+    if ref:
+        fields.update(ref_codes=ref_codes(stack, key), ref_text=REF_TEXT)
+    request = FAMILIES["breeze_tts_2"].request_from_tensors(triton_io.request_tensors(**fields))
+    gen = Generator(stack["models"][key], max_batch=1, chunk_policy="fixed")
     return np.concatenate([e.pcm for e in gen.synthesize(request)])
 
 
@@ -83,6 +117,34 @@ def wav_of(r) -> np.ndarray:
     return samples
 
 
+def data_url(path) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def mode_fields(stack, mode: str) -> dict:
+    """A mode's request fields (the reference as a ref_audio data URL with its transcript)."""
+    fields = {k: v for k, v in MODES[mode].items() if k != "ref"}
+    if MODES[mode].get("ref"):
+        fields.update(ref_audio=data_url(stack["ref"]), ref_text=REF_TEXT)
+    return fields
+
+
+def three_ways(http, payload: dict) -> list[np.ndarray]:
+    """The same request as the whole file, the raw PCM stream and SSE events: int16 samples of each."""
+    out = [wav_of(http.post(SPEECH, json=payload))]
+    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream_format": "audio"}) as r:
+        assert r.status_code == 200, r.read()
+        out.append(np.frombuffer(b"".join(r.iter_bytes()), "<i2"))
+    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        text = "".join(r.iter_text())
+    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done", events[-1]
+    out.append(np.frombuffer(b"".join(base64.b64decode(e["audio"]) for e in events
+                                      if e["type"] == "speech.audio.delta"), "<i2"))
+    return out
+
+
 def test_models_lists_it_with_family_and_rate(http, stack):
     cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
     card = cards[stack["breeze"]]
@@ -94,18 +156,74 @@ def test_models_lists_it_with_family_and_rate(http, stack):
 def test_whole_file_raw_stream_and_sse_equal_the_offline_engine(http, stack, voice, instructions):
     want = offline(stack, voice or "S0", instructions)
     extra = {k: v for k, v in (("voice", voice), ("instructions", instructions)) if v is not None}
-    assert_same_audio(wav_of(http.post(SPEECH, json=body(stack, **extra))), want)
-    with http.stream("POST", SPEECH, json=body(stack, response_format="pcm", stream_format="audio", **extra)) as r:
-        assert r.status_code == 200
-        pcm = b"".join(r.iter_bytes())
-    assert_same_audio(np.frombuffer(pcm, "<i2"), want)
-    with http.stream("POST", SPEECH, json=body(stack, response_format="pcm", stream=True, **extra)) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        text = "".join(r.iter_text())
-    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
-    assert events[-1]["type"] == "speech.audio.done"
-    pcm = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
-    assert_same_audio(np.frombuffer(pcm, "<i2"), want)
+    for got in three_ways(http, body(stack, **extra)):
+        assert_same_audio(got, want)
+
+
+@pytest.mark.parametrize("mode", ["clone", "direction"])
+def test_clone_and_direction_from_ref_audio_equal_the_offline_engine(http, stack, mode):
+    """The gateway's breeze_speech_encoder (16 kHz clip resampled to 24 kHz) makes the offline codes."""
+    want = offline(stack, instructions=MODES[mode].get("instructions"), ref=True)
+    for got in three_ways(http, body(stack, **mode_fields(stack, mode))):
+        assert_same_audio(got, want)
+    assert not np.array_equal(want, offline(stack, instructions=MODES[mode].get("instructions")))
+
+
+@pytest.fixture(scope="module")
+def foreign_reference(stack) -> dict[str, np.ndarray]:
+    """The reference composition's codes (transformers 5.14.1, ref5) of the four modes on the foreign checkpoint."""
+    cases = [{"text": TEXT, "max_new_tokens": FRAMES, **({"ref_text": REF_TEXT} if m.get("ref") else {}),
+              **{k: v for k, v in m.items() if k in ("voice", "instructions")}} for m in MODES.values()]
+    got = reference(stack["foreign_checkpoint"], "generate", {"ref_codes": ref_codes(stack, "foreign")},
+                    json.dumps(cases))
+    return {mode: got[f"codes_{i}"] for i, mode in enumerate(MODES)}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_foreign_checkpoint_through_the_api_matches_the_reference(http, stack, foreign_reference, mode):
+    from ttscore.runtime.families.breeze_tts_2.request import BreezeRequest
+
+    m = MODES[mode]
+    model = stack["models"]["foreign"]
+    (codes,) = run_codes(model, [BreezeRequest(
+        text=TEXT, voice=m.get("voice"), instructions=m.get("instructions"), max_new_tokens=FRAMES,
+        ref_codes=ref_codes(stack, "foreign") if m.get("ref") else None, ref_text=REF_TEXT if m.get("ref") else None)])
+    assert codes.shape[0] > 0
+    np.testing.assert_array_equal(codes, foreign_reference[mode])
+    want = offline(stack, m.get("voice", "S0"), m.get("instructions"), bool(m.get("ref")), key="foreign")
+    for got in three_ways(http, body(stack, model=stack["names"]["foreign"], **mode_fields(stack, mode))):
+        assert_same_audio(got, want)
+
+
+def test_uploaded_and_precomputed_voices_equal_ref_audio_with_ref_text(http, stack):
+    """A stored voice is the reference codes + transcript: the same audio as ref_audio + ref_text."""
+    want = offline(stack, ref=True)
+    inline = wav_of(http.post(SPEECH, json=body(stack, **mode_fields(stack, "clone"))))
+    assert_same_audio(inline, want)
+    with stack["ref"].open("rb") as f:
+        r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
+                      data={"name": "breeze_told", "consent": "ok", "ref_text": REF_TEXT})
+    assert r.status_code == 200, r.text
+    with stack["ref"].open("rb") as f:
+        r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
+                      data={"name": "breeze_untold", "consent": "ok"})
+    assert r.status_code == 200, r.text
+    assert {"breeze_told", "breeze_untold", PRECOMPUTED} <= set(http.get("/v1/audio/voices").json()["voices"])
+    for voice, extra in (("breeze_told", {}), ("breeze_untold", {"ref_text": REF_TEXT}), (PRECOMPUTED, {})):
+        np.testing.assert_array_equal(wav_of(http.post(SPEECH, json=body(stack, voice=voice, **extra))), inline)
+        with http.stream("POST", SPEECH, json=body(stack, voice=voice, response_format="pcm", stream_format="audio",
+                                                   **extra)) as r:
+            assert r.status_code == 200
+            assert_same_audio(np.frombuffer(b"".join(r.iter_bytes()), "<i2"), want)
+    directed = wav_of(http.post(SPEECH, json=body(stack, voice="breeze_told", instructions=DESIGN)))
+    assert_same_audio(directed, offline(stack, instructions=DESIGN, ref=True))
+    # The foreign checkpoint has the same codec: the voices fit it too (its codes are its encoder's).
+    got = wav_of(http.post(SPEECH, json=body(stack, model=stack["names"]["foreign"], voice="breeze_told")))
+    assert_same_audio(got, offline(stack, ref=True, key="foreign"))
+    # Without a transcript (uploaded without one, none in the request) the voice cannot clone.
+    r = http.post(SPEECH, json=body(stack, voice="breeze_untold"))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "ref_text", r.text
+    assert http.delete("/v1/audio/voices/breeze_untold").status_code == 200
 
 
 def test_voices_differ(stack):
@@ -125,15 +243,21 @@ def test_openai_sdk_against_its_id(stack):
             extra_body={"stream_format": "audio", "max_new_tokens": FRAMES}) as r:
         pcm = b"".join(r.iter_bytes())
     assert_same_audio(np.frombuffer(pcm, "<i2"), offline(stack, "S0", DESIGN))
+    foreign = stack["names"]["foreign"]
+    for model in (foreign, f"BreezeBlue/{foreign}"):  # clone through the SDK's extra_body
+        r = client.audio.speech.create(model=model, voice="S0", input=TEXT, response_format="wav",
+                                       extra_body={"max_new_tokens": FRAMES, **mode_fields(stack, "clone")})
+        rate, samples = encoding.parse_wav(r.content)
+        assert rate == 24000
+        assert_same_audio(samples, offline(stack, ref=True, key="foreign"))
 
 
-def test_websocket_with_its_id(stack):
+def websocket_audio(stack, config: dict) -> np.ndarray:
     from websockets.sync.client import connect
 
     ws_url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
-    with connect(ws_url, open_timeout=30) as ws:
-        ws.send(json.dumps({"type": "session.config", "model": stack["breeze"], "voice": "S2",
-                            "instructions": DESIGN, "max_new_tokens": FRAMES, "response_format": "pcm"}))
+    with connect(ws_url, open_timeout=30, max_size=None) as ws:
+        ws.send(json.dumps({"type": "session.config", "max_new_tokens": FRAMES, "response_format": "pcm", **config}))
         ws.send(json.dumps({"type": "input.text", "text": TEXT}))
         ws.send(json.dumps({"type": "input.done"}))
         audio, done = b"", None
@@ -145,7 +269,14 @@ def test_websocket_with_its_id(stack):
                 done = json.loads(m)
             else:
                 assert json.loads(m)["type"] != "error", m
-    assert_same_audio(np.frombuffer(audio, "<i2"), offline(stack, "S2", DESIGN))
+    return np.frombuffer(audio, "<i2")
+
+
+def test_websocket_with_its_id(stack):
+    got = websocket_audio(stack, {"model": stack["breeze"], "voice": "S2", "instructions": DESIGN})
+    assert_same_audio(got, offline(stack, "S2", DESIGN))
+    got = websocket_audio(stack, {"model": stack["names"]["foreign"], **mode_fields(stack, "direction")})
+    assert_same_audio(got, offline(stack, instructions=DESIGN, ref=True, key="foreign"))
 
 
 def test_one_request_of_each_family_in_flight_together(stack):
@@ -185,7 +316,13 @@ def test_one_request_of_each_family_in_flight_together(stack):
         ({"x_vector_only_mode": True}, "x_vector_only_mode"),
         ({"non_streaming_mode": True}, "non_streaming_mode"),
         ({"ref_text": "A transcript without audio."}, "ref_text"),
-        ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio"),
+        ({"voice": "S1", "ref_text": "A transcript without audio."}, "ref_text"),
+        ({"ref_audio": "REF"}, "ref_text"),  # a reference without its transcript
+        ({"ref_audio": "REF", "ref_text": "  "}, "ref_text"),
+        ({"ref_audio": ["REF", "REF"], "ref_text": REF_TEXT}, "ref_audio"),  # more than one reference clip
+        ({"ref_audio": "data:audio/wav;base64,AAAA", "ref_text": REF_TEXT}, "ref_audio"),
+        ({"ref_audio": "REF", "ref_text": REF_TEXT, "language": "Chinese"}, "language"),
+        ({"ref_audio": "REF", "ref_text": REF_TEXT, "sample_rate": 48000}, "sample_rate"),
         ({"sample_rate": 16000}, "sample_rate"),
         ({"speed": 1.5}, "speed"),
         ({"voice": "S10"}, "voice"),
@@ -196,6 +333,11 @@ def test_one_request_of_each_family_in_flight_together(stack):
     ],
 )
 def test_refused_field_is_a_400_naming_it_and_the_next_request_succeeds(http, stack, extra, param):
+    ref = data_url(stack["ref"])
+    clip = extra.get("ref_audio")
+    if clip is not None:  # "REF": the test's reference clip
+        extra = {**extra, "ref_audio": [ref if c == "REF" else c for c in clip] if isinstance(clip, list)
+                 else ref if clip == "REF" else clip}
     r = http.post(SPEECH, json=body(stack, **extra))
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param, r.json()

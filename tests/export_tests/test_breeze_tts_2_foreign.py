@@ -11,35 +11,24 @@ from typing import Any
 
 import numpy as np
 import pytest
-from breeze_tts_2_fixtures import FOREIGN, reference
-from test_breeze_tts_2_parity import CASES, FRAMES, run_codes
+from breeze_tts_2_fixtures import reference, run_codes
+from test_breeze_tts_2_parity import CASES, FRAMES
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def foreign(breeze_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import refenv
-
-    out = tmp_path_factory.mktemp("breeze-foreign") / "ckpt"
-    refenv.run(refenv.env_for("breeze_tts_2"), FOREIGN, {}, [str(out), str(breeze_tiny / "audio_tokenizer")])
-    return out
-
-
-def test_foreign_checkpoint_matches_the_reference(foreign: Path, tmp_path: Path) -> None:
-    from export.exporter import export_checkpoint
+def test_foreign_checkpoint_matches_the_reference(breeze_foreign: Path, breeze_foreign_export: Path) -> None:
     from export.qwen3_tts.encoders import validation_audio
     from ttscore.runtime.families import load_model
     from ttscore.runtime.families.breeze_tts_2.request import BreezeRequest
 
-    export_checkpoint(foreign, tmp_path / "x")
-    model: Any = load_model(tmp_path / "x")
+    model: Any = load_model(breeze_foreign_export)
     assert model.info.text.stack.hidden_size == 40 and model.info.backbone_rope_theta == 50000.0
     codes = model.encode_reference(validation_audio(0.7, 5), 24000)
     got = run_codes(model, [BreezeRequest(text=c["text"], voice=c.get("voice"), instructions=c.get("instructions"),
                                           ref_text=c.get("ref_text"), ref_codes=codes if "ref_text" in c else None,
                                           max_new_tokens=FRAMES) for c in CASES.values()])
-    want = reference(foreign, "generate", {"ref_codes": codes},
+    want = reference(breeze_foreign, "generate", {"ref_codes": codes},
                      json.dumps([{**c, "max_new_tokens": FRAMES} for c in CASES.values()]))
     for i, mode in enumerate(CASES):
         seq = model.admit(BreezeRequest(text=CASES[mode]["text"], voice=CASES[mode].get("voice"),

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from breeze_tts_2_fixtures import reference
+from breeze_tts_2_fixtures import reference, run_codes
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
 
@@ -48,22 +48,6 @@ def _request(case: dict[str, Any], codes: np.ndarray | None) -> Any:
     return BreezeRequest(text=case["text"], voice=case.get("voice"), instructions=case.get("instructions"),
                          ref_text=case.get("ref_text"), ref_codes=codes if "ref_text" in case else None,
                          max_new_tokens=FRAMES)
-
-
-def run_codes(model: Any, requests: list[Any]) -> list[np.ndarray]:
-    """admit -> prefill -> step until finished, all requests batched; the frames each made."""
-    seqs = [model.admit(r) for r in requests]
-    model.prefill([(s, s.prompt_tokens) for s in seqs])
-    out: list[list[np.ndarray]] = [[] for _ in seqs]
-    while True:
-        for i, s in enumerate(seqs):
-            out[i] += s.pending
-            s.pending = []
-        live = [s for s in seqs if s.finished is None]
-        if not live:
-            break
-        model.step(live)
-    return [np.array(f, np.int64).reshape(-1, 16) for f in out]
 
 
 @pytest.fixture(scope="module")

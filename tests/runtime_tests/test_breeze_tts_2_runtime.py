@@ -105,8 +105,8 @@ def test_say_refuses_what_breeze_does_not_take(breeze_export: Path, tmp_path: Pa
 
 
 def test_served_with_an_inline_vocoder_and_a_tiny_demo(breeze_export: Path) -> None:
-    """A demo checkpoint for `serve`/`prepare --demo`; a deployment renders no Triton model but each
-    checkpoint's speech_generation (vocoder inline) and no voice-features model (ref_audio not served yet)."""
+    """A demo checkpoint for `serve`/`prepare --demo`; each checkpoint's speech_generation decodes
+    inline and gets its own breeze_speech_encoder (voice features), suffixed when several are served."""
     from dataclasses import dataclass
 
     from export.families import FAMILIES
@@ -121,6 +121,12 @@ def test_served_with_an_inline_vocoder_and_a_tiny_demo(breeze_export: Path) -> N
         artifacts: Path
         manifest: Manifest
 
-    plan = entry.deploy([Served("breeze", breeze_export, read_manifest(breeze_export))])
-    assert plan.vocoder == {"breeze": "inline"} and plan.voice_features == {"breeze": None}
-    assert plan.models == [] and plan.readiness == []
+    manifest = read_manifest(breeze_export)
+    plan = entry.deploy([Served("breeze", breeze_export, manifest)])
+    assert plan.vocoder == {"breeze": "inline"} and plan.voice_features == {"breeze": spec.SPEECH_ENCODER}
+    assert plan.models == [(spec.SPEECH_ENCODER, spec.SPEECH_ENCODER, {"artifacts_dir": str(breeze_export)})]
+    assert plan.readiness == []
+    two = entry.deploy([Served("a", breeze_export, manifest), Served("b", breeze_export, manifest)])
+    assert two.voice_features == {"a": f"{spec.SPEECH_ENCODER}_a", "b": f"{spec.SPEECH_ENCODER}_b"}
+    assert [(m[0], m[1]) for m in two.models] == [(f"{spec.SPEECH_ENCODER}_a", spec.SPEECH_ENCODER),
+                                                   (f"{spec.SPEECH_ENCODER}_b", spec.SPEECH_ENCODER)]

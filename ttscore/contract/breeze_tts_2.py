@@ -170,7 +170,7 @@ AUDIO_TOKENIZER_DIR = "audio_tokenizer"
 GRAPH_NAMES = ("text_encoder", "backbone", "depth_decoder", "code2wav_stream", "speech_encoder")
 
 
-# --- wire: speech_generation inputs (ttscore.contract.tensors) ----------------------------------------
+# --- wire: speech_generation inputs and the voice features (ttscore.contract.tensors) -----------
 
 _BREEZE_SPEECH_INPUTS: tuple[wire.TensorIO, ...] = (
     wire.TEXT,
@@ -183,4 +183,15 @@ _BREEZE_SPEECH_INPUTS: tuple[wire.TensorIO, ...] = (
     wire.INITIAL_CHUNK_FRAMES,
     wire.CHUNK_FRAMES,
 )
-WIRE = wire.FamilyWire(FAMILY, _BREEZE_SPEECH_INPUTS)
+# The family's voice features: a reference clip (any rate) -> its codec codes, through the speech
+# encoder of the checkpoint's own audio_tokenizer (one model per served checkpoint).
+SPEECH_ENCODER = "breeze_speech_encoder"
+SPEECH_ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
+    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 24 kHz)."),
+)
+SPEECH_ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("ref_codes", "INT64", (-1, NUM_CODEBOOKS), doc="Reference codes [T, 16] for speech_generation's ref_codes."),
+)
+WIRE = wire.FamilyWire(FAMILY, _BREEZE_SPEECH_INPUTS,
+                       {SPEECH_ENCODER: (SPEECH_ENCODER_INPUTS, SPEECH_ENCODER_OUTPUTS)})

@@ -305,10 +305,22 @@ class BreezeModel:
 
     def encode_reference(self, audio: npt.NDArray[Any], sample_rate: int) -> I64:
         """A reference clip -> its codes [T, 16] (the Qwen3-TTS speech encoder at 24 kHz)."""
-        from ttscore.runtime.audio import resample
-
         if self.speech_encoder is None:
             raise ArtifactError("the speech encoder was not loaded")
-        wav = resample(np.asarray(audio, np.float32), int(sample_rate), spec.SAMPLE_RATE)
-        codes: I64 = self.speech_encoder.run({"audio": wav[None].astype(np.float32)})["codes"][0].astype(np.int64)
-        return codes
+        return encode_reference(self.speech_encoder, audio, sample_rate)
+
+
+def encode_reference(encoder: OnnxGraph, audio: npt.NDArray[Any], sample_rate: int, *, param: str = "ref_audio",
+                     rate_param: str | None = None) -> I64:
+    """A reference clip (mono, any rate within the family's bounds) -> its codes [T, 16]: resampled to
+    24 kHz and run through the export's speech encoder (the audio_tokenizer's). The one rule for
+    `say`, precompute-voice and the Triton model (InvalidRequest naming `param` / `rate_param`)."""
+    from ttscore.runtime.audio import check_reference, resample
+
+    wav = np.asarray(audio, np.float32)
+    if wav.ndim == 2:  # [samples, channels] -> mono
+        wav = wav.mean(axis=1)
+    wav = check_reference(wav, int(sample_rate), param, rate_param, spec.REF_AUDIO)
+    wav = resample(wav, int(sample_rate), spec.SAMPLE_RATE)
+    codes: I64 = encoder.run({"audio": wav[None].astype(np.float32)})["codes"][0].astype(np.int64)
+    return codes

@@ -1,0 +1,32 @@
+"""breeze_speech_encoder's logic: a reference clip -> its codec codes, by the runtime's one rule
+(ttscore.runtime.families.breeze_tts_2.model.encode_reference), so served and offline codes agree."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ttscore.backend.settings import ModelSettingsError
+from ttscore.contract import breeze_tts_2 as spec
+from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.manifest import Manifest
+
+
+def check_manifest(model: str, manifest: Manifest) -> None:
+    """The artifacts must be a Breeze-TTS-2 export (its speech encoder is its audio_tokenizer's)."""
+    if manifest.family != spec.FAMILY:
+        raise ModelSettingsError(f"{model}: {manifest.path} is a {manifest.family} export, not {spec.RULES.name}")
+
+
+def encode_request(tensors: Mapping[str, np.ndarray], encoder: Any) -> np.ndarray:
+    """(audio, sample_rate) -> ref_codes [T, 16] int64; InvalidRequest naming the tensor."""
+    from ttscore.runtime.families.breeze_tts_2.model import encode_reference
+
+    rate = np.asarray(tensors["sample_rate"]).reshape(-1)
+    if rate.size != 1:
+        raise InvalidRequest("input 'sample_rate' must hold one value", "sample_rate")
+    audio = np.asarray(tensors["audio"], np.float32).reshape(-1)
+    return np.ascontiguousarray(
+        encode_reference(encoder, audio, int(rate[0]), param="audio", rate_param="sample_rate"), np.int64)
