@@ -1,7 +1,8 @@
 """An OmniVoice checkpoint the project did not make: built with the reference's own classes and
 init (OmniVoiceConfig + transformers' Qwen3Config, OmniVoice(config).save_pretrained), dimensions
 and a tokenizer unlike make-tiny's (special tokens first, another vocabulary), and a codec of other
-dimensions with torch's default init. It exports, and the runtime's codes equal the reference's."""
+dimensions with torch's and transformers' default init (its encoder side too). It exports, and the
+runtime's codes equal the reference's."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ CODEC = {
     "codebook_size": 1024, "codebook_dim": 6,
     "acoustic_model_config": {"model_type": "dac", "encoder_hidden_size": 4, "downsampling_ratios": [8, 5, 4, 2, 3],
                               "decoder_hidden_size": 48, "upsampling_ratios": [8, 5, 4, 2, 3], "hidden_size": 12},
-    "semantic_model_config": {"model_type": "hubert", "hidden_size": 20},
+    "semantic_model_config": {"model_type": "hubert", "hidden_size": 20, "num_hidden_layers": 2, "num_attention_heads": 4,
+                              "intermediate_size": 24, "conv_dim": [6, 6, 6, 6, 6, 6, 6], "num_conv_pos_embeddings": 8,
+                              "num_conv_pos_embedding_groups": 2},
 }
 
 
@@ -46,7 +49,8 @@ def foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from safetensors.torch import save_file
     from transformers import Qwen3Config
 
-    from export.omnivoice.reference import codec_modules, omnivoice_module
+    from export.omnivoice.codec import codec_modules
+    from export.omnivoice.reference import omnivoice_module
 
     mod = omnivoice_module()
     out = tmp_path_factory.mktemp("omnivoice-foreign") / "ckpt"
@@ -62,7 +66,7 @@ def foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
         model.audio_embeddings.weight.normal_(0, 1.0)
     model.save_pretrained(str(out))
     _tokenizer(out, 1100)
-    codec = codec_modules(CODEC)
+    codec = codec_modules(CODEC, encoder=True)  # every tensor of HiggsAudioV2TokenizerModel, transformers' init
     with torch.no_grad():
         for q in codec.quantizer.quantizers:
             q.codebook.embed.normal_()
