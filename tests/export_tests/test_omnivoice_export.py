@@ -11,7 +11,7 @@ import pytest
 from omnivoice_fixtures import *  # noqa: F403  (its session fixtures: omnivoice_tiny, omnivoice_artifacts)
 
 from ttscore.contract import omnivoice as spec
-from ttscore.contract.errors import CheckpointError
+from ttscore.contract.errors import CheckpointError, InvalidRequest
 from ttscore.contract.manifest import read_manifest
 
 pytestmark = [pytest.mark.export, pytest.mark.slow]
@@ -101,3 +101,32 @@ def test_generator_graph_takes_any_batch_and_length(omnivoice_tiny: Path, omnivo
     want = reference_logits(model, batch).numpy()
     for row, t in enumerate(batch["t_lens"] * 2):
         np.testing.assert_allclose(got[row, :, :t], want[row, :, :t], atol=1e-4, rtol=1e-4)
+
+
+def test_a_decoder_only_audio_tokenizer_exports_and_cloning_from_audio_is_refused(omnivoice_tiny: Path,
+                                                                                   tmp_path: Path) -> None:
+    """A checkpoint whose audio_tokenizer/ has only the decoder side (as this project's make-tiny wrote
+    before) still exports, without a codec_encoder graph; cloning from audio then says why."""
+    import shutil
+
+    import soundfile as sf
+    from safetensors.torch import load_file, save_file
+
+    from export.exporter import export_checkpoint
+    from export.omnivoice.codec import has_encoder
+    from ttscore.runtime.families.omnivoice.offline import OFFLINE
+    from ttscore.runtime.family import SayOptions
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(omnivoice_tiny, ckpt)
+    tensors = load_file(str(ckpt / "audio_tokenizer" / "model.safetensors"))
+    decoder = {k: v for k, v in tensors.items() if not has_encoder([k])}
+    assert len(decoder) < len(tensors) and "fc2.weight" in decoder
+    save_file(decoder, str(ckpt / "audio_tokenizer" / "model.safetensors"))
+    export_checkpoint(ckpt, tmp_path / "art")
+    m = read_manifest(tmp_path / "art")
+    assert set(m.graphs) == {spec.GENERATOR.name, spec.CODEC_DECODER.name}
+    sf.write(tmp_path / "ref.wav", (0.3 * np.sin(np.arange(24000) / 5)).astype(np.float32), 24000)
+    with pytest.raises(InvalidRequest, match="needs the codec encoder") as info:
+        OFFLINE.say(tmp_path / "art", SayOptions(text="hello", ref_audio=str(tmp_path / "ref.wav")))
+    assert info.value.param == "ref_audio"

@@ -78,17 +78,24 @@ def foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_foreign_checkpoint_exports_and_matches_the_reference(foreign: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def foreign_artifacts(foreign: Path) -> Path:
+    from export.exporter import export_checkpoint
+
+    out = foreign.parent / "art"
+    export_checkpoint(foreign, out)
+    return out
+
+
+def test_foreign_checkpoint_exports_and_matches_the_reference(foreign: Path, foreign_artifacts: Path) -> None:
     import torch
 
-    from export.exporter import export_checkpoint
     from export.omnivoice.reference import load_reference, omnivoice_module
     from ttscore.runtime.engine import Generator
     from ttscore.runtime.families import load_model
     from ttscore.runtime.families.omnivoice.request import OmniVoiceRequest
 
-    export_checkpoint(foreign, tmp_path / "art")
-    ours = load_model(tmp_path / "art")
+    ours = load_model(foreign_artifacts)
     assert ours.info.hidden_size == 48 and ours.info.num_layers == 3
     ref = load_reference(foreign)
     mod = omnivoice_module()
@@ -104,3 +111,24 @@ def test_foreign_checkpoint_exports_and_matches_the_reference(foreign: Path, tmp
     with torch.no_grad():
         audio: Any = ref.audio_tokenizer.decode(torch.from_numpy(want)[None]).audio_values[0, 0].numpy()
     assert np.abs(ev.pcm - audio).max() <= 1e-4 * np.abs(audio).max()
+
+
+def test_foreign_codec_encoder_equals_the_transformers_5_tokenizer(foreign: Path, foreign_artifacts: Path) -> None:
+    """The foreign audio tokenizer loads strictly in HiggsAudioV2TokenizerModel (transformers 5.14), and
+    the exported codec_encoder's codes equal its encode, raw clips and a preprocessed reference clip."""
+    from test_omnivoice_clone import ref5_codes, speechy
+
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder, preprocess
+
+    manifest = read_manifest(foreign_artifacts)
+    assert manifest.graphs[spec.CODEC_ENCODER.name]["validation"]["mismatched_codes"] == {"codes": 0}
+    enc = ReferenceEncoder(foreign_artifacts, manifest, None)
+    assert enc.graph is not None
+    clips = [speechy(n * spec.HOP / spec.SAMPLE_RATE, spec.SAMPLE_RATE, 40 + n) for n in (3, 33)]
+    clip = speechy(2.0, 16000, 9)
+    clips.append(preprocess(clip, 16000))
+    want = ref5_codes(foreign / "audio_tokenizer", clips)
+    for c, w in zip(clips[:2], want[:2], strict=True):
+        np.testing.assert_array_equal(enc.graph.run({"audio": c})["codes"], w)
+    np.testing.assert_array_equal(enc.codes(clip, 16000), want[2])
