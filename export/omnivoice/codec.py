@@ -164,6 +164,18 @@ def codec_modules(cfg: dict[str, Any], encoder: bool = False) -> Any:
     return module
 
 
+# Weight-norm tensors saved under torch's legacy names (HuBERT's positional conv as weight_g / weight_v):
+# transformers 5.x renames them on load ("legacy" conversion mapping); so does Codec.
+_LEGACY_WEIGHT_NORM = {".weight_g": ".parametrizations.weight.original0", ".weight_v": ".parametrizations.weight.original1"}
+
+
+def _current_name(name: str) -> str:
+    for old, new in _LEGACY_WEIGHT_NORM.items():
+        if name.endswith(old):
+            return name[: -len(old)] + new
+    return name
+
+
 def has_encoder(names: Any) -> bool:
     """Whether a tokenizer checkpoint's tensor names include the encoder side."""
     return any(str(n).startswith(ENCODER_PREFIXES) for n in names)
@@ -272,7 +284,7 @@ class Codec:
 
         self.config_dict: dict[str, Any] = json.loads((Path(root) / "config.json").read_text())
         cfg = self.config_dict
-        state = load_file(str(Path(root) / "model.safetensors"))
+        state = {_current_name(k): v for k, v in load_file(str(Path(root) / "model.safetensors")).items()}
         self.has_encoder = has_encoder(state)
         self.module: Any = codec_modules(cfg, encoder=self.has_encoder)
         self.module.load_state_dict(state, strict=True)

@@ -48,6 +48,29 @@ def test_tiny_layout_loads_strictly_in_the_reference(omnivoice_tiny: Path) -> No
             "semantic_model.encoder.pos_conv_embed.conv.parametrizations.weight.original0"} <= codec_names
 
 
+def test_legacy_weight_norm_names_load_too(omnivoice_tiny: Path, tmp_path: Path) -> None:
+    """HuBERT's positional conv saved as weight_g / weight_v (torch's legacy weight-norm names) loads as
+    transformers 5.x loads it (renamed to parametrizations.weight.original0 / original1)."""
+    import shutil
+
+    import refenv
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from export.omnivoice.codec import Codec
+
+    shutil.copytree(omnivoice_tiny / "audio_tokenizer", tmp_path / "tok")
+    tensors = load_file(str(tmp_path / "tok" / "model.safetensors"))
+    prefix = "semantic_model.encoder.pos_conv_embed.conv."
+    tensors[prefix + "weight_g"] = tensors.pop(prefix + "parametrizations.weight.original0")
+    tensors[prefix + "weight_v"] = tensors.pop(prefix + "parametrizations.weight.original1")
+    save_file(tensors, str(tmp_path / "tok" / "model.safetensors"))
+    audio = torch.from_numpy(np.sin(np.arange(5 * spec.HOP, dtype=np.float32) / 7))[None, None]
+    want = Codec(omnivoice_tiny / "audio_tokenizer").encode(audio).audio_codes
+    torch.testing.assert_close(Codec(tmp_path / "tok").encode(audio).audio_codes, want, rtol=0, atol=0)
+    refenv.run(refenv.env_for(spec.FAMILY), refenv.TESTS / "omnivoice_codec_ref5.py", {}, [str(tmp_path / "tok"), "load"])
+
+
 def test_tiny_codec_loads_strictly_in_transformers_5(omnivoice_tiny: Path) -> None:
     """transformers 5.14's HiggsAudioV2TokenizerModel.from_pretrained reports no missing, unexpected or
     mismatched tensor (the script raises otherwise) and holds exactly the checkpoint's tensors."""
