@@ -46,6 +46,28 @@ def test_real_size_config_is_the_released_shape() -> None:
     assert info.backbone.vocab_size == 248320
 
 
+@pytest.mark.parametrize(("top", "rope", "ok"), [
+    (1.0, 1.0, True), (None, 1.0, True), (0.25, 1.0, True),  # transformers reads rope_parameters' value
+    (1.0, 0.25, False), (None, None, False),  # ... else the top-level one, else Qwen3.5's default 0.25
+])
+def test_the_rotary_fraction_must_be_one(top: float | None, rope: float | None, ok: bool) -> None:
+    from export.gepard.tiny import model_config
+    from ttscore.runtime.families.gepard.checkpoint import parse_backbone
+
+    cfg = model_config("tiny")
+    cfg.pop("partial_rotary_factor")
+    cfg["rope_parameters"].pop("partial_rotary_factor")
+    if top is not None:
+        cfg["partial_rotary_factor"] = top
+    if rope is not None:
+        cfg["rope_parameters"]["partial_rotary_factor"] = rope
+    if ok:
+        parse_backbone(cfg)
+    else:
+        with pytest.raises(CheckpointError, match="partial_rotary_factor 0.25 is not supported"):
+            parse_backbone(cfg)
+
+
 def test_nemo_archive_is_a_tar_of_config_and_weights(gepard_tiny: Path) -> None:
     import tarfile
 

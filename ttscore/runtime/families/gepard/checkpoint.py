@@ -96,11 +96,13 @@ def parse_backbone(cfg: dict[str, Any]) -> Backbone:
     rope = dict(cfg.get("rope_parameters") or {})
     if rope.get("rope_type", "default") != "default":
         raise CheckpointError(f"{CONFIG}: rope_type {rope['rope_type']!r} is not supported")
-    # Both are read by transformers (the rope parameters) and gepard-train: each must say 1.0.
-    for where, factor in (("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0)),
-                          ("rope_parameters.partial_rotary_factor", rope.get("partial_rotary_factor", 1.0))):
-        if float(factor) != 1.0:
-            raise CheckpointError(f"{CONFIG}: {where} {factor} is not supported (Gepard rotates the whole head)")
+    # The rotary fraction as transformers 5.x resolves it (the reference): rope_parameters' value, else
+    # the top-level one, else Qwen3.5's default 0.25. gepard-train writes 1.0 in both places; a config
+    # saved by transformers keeps the class default (0.25) at the top level beside rope_parameters' 1.0.
+    factor = rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.25))
+    if float(factor) != 1.0:
+        raise CheckpointError(f"{CONFIG}: partial_rotary_factor {factor} is not supported (Gepard rotates the "
+                              "whole head)")
     if cfg.get("attention_bias"):
         raise CheckpointError(f"{CONFIG}: attention_bias is not supported")
     if cfg.get("hidden_act", "silu") != "silu":
