@@ -133,3 +133,21 @@ def test_reference_classes_load_every_tensor(gepard_tiny: Path) -> None:
     got = reference(gepard_tiny, "load")
     info = read_checkpoint(gepard_tiny)
     assert sorted(str(n) for n in got["names"]) == sorted(tensor_shapes(info))
+
+
+@pytest.mark.slow
+def test_make_tiny_then_say_from_the_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`triton-tts make-tiny --family gepard` then `say --checkpoint` (exported into the cache)."""
+    import soundfile as sf
+
+    from ttscore.tools.cli import main
+
+    monkeypatch.setenv("TRITON_TTS_CACHE", str(tmp_path / "cache"))
+    ckpt = tmp_path / "gepard-tiny"
+    assert main(["make-tiny", "--family", "gepard", "--out", str(ckpt)]) == 0
+    assert is_gepard(ckpt)
+    out = tmp_path / "x.wav"
+    assert main(["say", "--checkpoint", str(ckpt), "-o", str(out), "--seed", "1", "--max-new-tokens", "5",
+                 "Hello there."]) == 0
+    audio, sr = sf.read(str(out), dtype="float32")
+    assert sr == 22050 and 0 < audio.shape[0] <= 5 * 1024 and audio.shape[0] % 1024 == 0
