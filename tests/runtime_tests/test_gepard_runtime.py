@@ -78,3 +78,16 @@ def test_say_refuses_what_gepard_does_not_take(gepard_artifacts: Path, option: s
     with pytest.raises(InvalidRequest) as err:
         OFFLINE.say(gepard_artifacts, SayOptions(text="Hello", **{option: "x"}))
     assert err.value.param == option
+
+
+def test_a_request_without_a_seed_samples_as_seed_42(model: Any) -> None:
+    """vLLM-Omni's deploy YAML pins seed 42: without a seed the audio is deterministic."""
+    frames = []
+    for seed in (None, 42, None):
+        seq = model.admit(_req(seed=seed, max_new_tokens=6))
+        model.prefill([(seq, seq.prompt_tokens)])
+        while seq.finished is None:
+            model.step([seq])
+        frames.append(np.array(seq.pending))
+    np.testing.assert_array_equal(frames[0], frames[1])
+    np.testing.assert_array_equal(frames[0], frames[2])

@@ -29,6 +29,9 @@ DEFAULT_MAX_NEW_TOKENS = 1000  # frames (vLLM-Omni's deploy YAML)
 MAX_NEW_TOKENS_LIMIT = 4096
 MAX_TEXT_CHARS = 4096
 SEED_MAX = 2**63 - 1
+# vLLM-Omni's deploy YAML pins `seed: 42` (the spec: "serving is deterministic by default"): a request
+# without a seed samples from generator 42 (the project's generator: not vLLM-Omni's torch noise).
+DEFAULT_SEED = 42
 # The chunk schedule of the audio (vLLM-Omni decodes 10 frames first, then 86); the vocoder is exact,
 # so it changes when audio leaves, never the samples.
 DEFAULT_INITIAL_CHUNK_FRAMES = 10
@@ -44,7 +47,7 @@ RULES = FamilyRules(
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
-        FieldRule("seed", 0, SEED_MAX, None),  # None: fresh noise
+        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
     ),
     display_name="Gepard-1.0",
     unsupported=UNSUPPORTED_FIELDS,

@@ -9,8 +9,8 @@ sequence in one batched call, one frame sampled per sequence) -> `release`.
 Sampling is vLLM-Omni's: every head by Gumbel-max at the checkpoint's temperature (0.3), no top-k or
 top-p; heads 1..31 read their logits padded to the widest head (padding -inf), and their noise
 [31, widest] is drawn before head 0's [levels of head 0], every step, from the request's own
-generator (seeded by `seed`; fresh entropy without one), so a request's audio does not depend on
-what it was batched with. The stop head ends the utterance when sigmoid > threshold, never before
+generator (seeded by `seed`, 42 without one as vLLM-Omni's deploy YAML pins it), so a request's
+audio does not depend on what it was batched with. The stop head ends the utterance when sigmoid > threshold, never before
 the first frame; a step that stops commits no frame.
 """
 
@@ -49,7 +49,7 @@ def gumbel(u: F32) -> F32:
     return out
 
 
-def seeded_noise(seed: int | None, heads: int, width: int, head0: int) -> Noise:
+def seeded_noise(seed: int, heads: int, width: int, head0: int) -> Noise:
     """The request's own noise source: uniform float32 draws of its generator, heads 1..31 first."""
     rng = np.random.Generator(np.random.PCG64(seed))
 
@@ -138,7 +138,7 @@ class GepardModel:
                                  "voice")
         rules = spec.RULES
         max_new = rules.field("max_new_tokens").resolve(request.max_new_tokens)
-        rules.field("seed").check(request.seed)
+        seed = rules.field("seed").resolve(request.seed)
         text_ids = self.tokenizer.text_ids(request.text)
         ids = prompt_ids(text_ids, self.info)
         room = self.info.backbone.max_positions - len(ids)
@@ -152,7 +152,7 @@ class GepardModel:
             prompt_tokens=len(ids),
             ids=np.array(ids, np.int64),
             max_frames=min(max_new, room),
-            noise=seeded_noise(request.seed, len(self.info.head_levels) - 1, self.width, self.head0),
+            noise=seeded_noise(seed, len(self.info.head_levels) - 1, self.width, self.head0),
         )
 
     def prompt_embeds(self, ids: I64) -> F32:

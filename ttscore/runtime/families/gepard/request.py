@@ -12,6 +12,6 @@ class GepardRequest:
     text: str
     voice: str | None = None  # omitted or "default"
     max_new_tokens: int | None = None  # frames
-    seed: int | None = None
+    seed: int | None = None  # None: DEFAULT_SEED (42)
     initial_chunk_frames: int | None = None  # the chunk schedule (not a Speech API field for Gepard)
     chunk_frames: int | None = None
