@@ -30,7 +30,7 @@ from export.common import (
 )
 from export.memory import release_memory
 from ttscore.contract import gepard as spec
-from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.errors import CheckpointError, InvalidRequest
 from ttscore.contract.graphs import GraphSpec
 from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.gepard.checkpoint import (
@@ -193,8 +193,8 @@ def _codec_stage(archive: Path, out: Path) -> tuple[dict[str, Any], GraphSpec, i
         rate = codec.sample_rate
         del stream, codec
     if hop != spec.SAMPLES_PER_FRAME or rate != spec.SAMPLE_RATE:
-        raise InvalidRequest(f"{archive}: a NanoCodec of {hop} samples a frame at {rate} Hz; Gepard-1.0's is "
-                             f"{spec.SAMPLES_PER_FRAME} at {spec.SAMPLE_RATE}", "checkpoint")
+        raise CheckpointError(f"{archive}: a NanoCodec of {hop} samples a frame at {rate} Hz; Gepard-1.0's is "
+                              f"{spec.SAMPLES_PER_FRAME} at {spec.SAMPLE_RATE}")
     sess = ort_session(path)
     tr = ErrorTracker()
     state = np.zeros((2, state_size), np.float32)

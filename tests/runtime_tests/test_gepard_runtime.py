@@ -91,3 +91,19 @@ def test_a_request_without_a_seed_samples_as_seed_42(model: Any) -> None:
         frames.append(np.array(seq.pending))
     np.testing.assert_array_equal(frames[0], frames[1])
     np.testing.assert_array_equal(frames[0], frames[2])
+
+
+def test_a_prompt_prefilled_in_chunks_makes_the_same_frames(model: Any) -> None:
+    """The engine may prefill a long prompt over several calls, batched with other sequences."""
+    def run(chunks: list[int]) -> np.ndarray:
+        seq = model.admit(_req(text="Good morning, how are you today?", seed=4, max_new_tokens=8))
+        other = model.admit(_req(text="Hi", seed=5, max_new_tokens=8))
+        assert sum(chunks) == seq.prompt_tokens
+        for i, n in enumerate(chunks):
+            model.prefill([(seq, n)] + ([(other, other.prompt_tokens)] if i == 0 else []))
+        while seq.finished is None:
+            model.step([s for s in (seq, other) if s.finished is None])
+        return np.array(seq.pending)
+
+    whole = model.admit(_req(text="Good morning, how are you today?")).prompt_tokens
+    np.testing.assert_array_equal(run([whole]), run([5, whole - 12, 7]))
