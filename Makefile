@@ -31,9 +31,10 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	touch $(STAMP)
 
 # Only what the references need (no project install: tests/refenv.py puts the checkout on PYTHONPATH).
-$(REF5_STAMP): requirements-ref5.txt
+$(REF5_STAMP): requirements-ref5.txt requirements-ref5-sources.txt
 	test -x $(REF5)/bin/python || $(PYTHON) -m venv $(REF5)
 	$(REF5)/bin/python -m pip install -q -r requirements-ref5.txt
+	$(REF5)/bin/python -m pip download -q --no-deps -d $(REF5)/wheels -r requirements-ref5-sources.txt
 	touch $(REF5_STAMP)
 
 # Serve the tiny random-weight demo checkpoint: Triton (8000/8001/8002) + Speech API (8091).

@@ -60,6 +60,7 @@ FAMILY_ENV = {
     "voxcpm2": "main",  # voxcpm==2.0.3
     "breeze_tts_2": "ref5",  # T5Gemma2TextEncoder (transformers>=5)
     "omnivoice": "ref5",  # the codec encoder: HiggsAudioV2TokenizerModel (transformers>=5.3); the generator reference runs in "main"
+    "gepard": "ref5",  # Qwen3_5TextModel (transformers>=5.2)
 }
 
 

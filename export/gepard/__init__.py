@@ -1,0 +1,1 @@
+"""Gepard-1.0 export (README.md)."""
