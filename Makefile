@@ -53,7 +53,7 @@ test: $(STAMP) $(REF5_STAMP)
 	$(VENV)/bin/mypy ttscore gateway export
 	$(VENV)/bin/mypy --strict ttscore/contract ttscore/runtime
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q --durations=25
+	TTS_REQUIRE_REFERENCES=1 $(PY) -m pytest -q --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -36,11 +36,16 @@ def nemo_wheel() -> Path | None:
 
 
 NEMO_WHEEL = nemo_wheel()
-pytestmark = [
-    pytest.mark.parity, pytest.mark.export,
-    pytest.mark.skipif(NEMO_WHEEL is None, reason=f"NeMo reference not run: no {WHEEL} (set GEPARD_NEMO_WHEEL; "
-                       "`pip download --no-deps nemo-toolkit==3.0.0`)"),
-]
+pytestmark = [pytest.mark.parity, pytest.mark.export]
+
+
+@pytest.fixture(autouse=True)
+def _wheel_given() -> None:
+    if NEMO_WHEEL is None:
+        import refenv
+
+        refenv.missing(f"NeMo reference not run: no {WHEEL} (set GEPARD_NEMO_WHEEL; "
+                       "`pip download --no-deps nemo-toolkit==3.0.0`)")
 
 
 def test_port_equals_nemo_causal_hifigan_decoder(gepard_tiny: Path, gepard_artifacts: Path) -> None:

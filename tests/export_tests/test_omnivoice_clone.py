@@ -77,7 +77,9 @@ def test_preprocessing_is_the_reference_s(omnivoice_tiny: Path, monkeypatch: pyt
     import sys
 
     if importlib.machinery.PathFinder.find_spec("pydub") is None:  # (a stand-in may be in sys.modules)
-        pytest.skip("the reference's silence removal needs pydub (requirements-nodeps.txt), not installed here")
+        import refenv
+
+        refenv.missing("the reference's silence removal needs pydub (requirements-nodeps.txt), not installed here")
 
     import torch
 
