@@ -1,6 +1,8 @@
 """OmniVoice's export entry (export/families.py): detect, check, export, make-tiny.
 
-Light to import (no torch). Serving (Triton, gateway) is not wired yet: `deploy` refuses.
+Served (demo: a tiny checkpoint): each checkpoint's speech_generation decodes inline (the codec
+decoder of its own export, a whole utterance or sentence chunk at a time); reference audio (cloning)
+is not served yet. Light to import (no torch).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint
 from ttscore.contract import omnivoice as contract
-from ttscore.contract.errors import CheckpointError, InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 SIZES = ("tiny", "real")  # export.omnivoice.tiny.SIZES
 
@@ -44,9 +46,14 @@ def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
 
 
 def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
-    names = ", ".join(s.name for s in served)
-    raise CheckpointError(f"{names}: {contract.RULES.name} exports and runs offline (`triton-tts say`) but has no "
-                          "Triton backend or gateway adapter yet, so it cannot be served")
+    """No Triton model besides each checkpoint's speech_generation: the codec decoder runs inline
+    (not a streaming vocoder: a non-autoregressive chunk is decoded whole) and no voice-features model
+    is rendered (the gateway refuses `ref_audio` for this family for now)."""
+    plan = Deployment()
+    for s in served:
+        plan.vocoder[s.name] = "inline"
+        plan.voice_features[s.name] = None
+    return plan
 
 
 FAMILY = ExportFamily(

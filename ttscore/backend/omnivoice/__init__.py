@@ -1,0 +1,13 @@
+"""OmniVoice on Triton: no Triton model of its own besides speech_generation. Its vocoder is the
+codec decoder of its own export, run inline by speech_generation (vocoder "inline",
+export/omnivoice/family.py) over each whole utterance (or each sentence chunk of a streamed request):
+the model is non-autoregressive, so a chunk's audio exists only after its last unmasking step and
+there is no frame streaming to do. Reference audio (cloning) is not served yet, so there is no
+voice-features model."""
+
+from __future__ import annotations
+
+from ttscore.backend.family import BackendFamily
+from ttscore.contract import omnivoice as spec
+
+FAMILY = BackendFamily(name=spec.FAMILY, models=())
