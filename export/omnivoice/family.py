@@ -59,5 +59,5 @@ def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
 FAMILY = ExportFamily(
     name=contract.FAMILY, display=contract.RULES.name, hub_org="k2-fsa",
     signature=f"config.json with model_type {contract.FAMILY}", detect=detect, check=check, export=export,
-    make_tiny=make_tiny, sizes=SIZES, deploy=deploy,
+    make_tiny=make_tiny, sizes=SIZES, deploy=deploy, demo=(("OmniVoice-tiny", {}),),
 )

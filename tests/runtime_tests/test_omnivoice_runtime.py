@@ -93,3 +93,42 @@ def test_say_writes_a_wav(omnivoice_tiny: Path, tmp_path: Path, monkeypatch: pyt
                  "--seed", "1", "Hello there."]) in (0, None)
     audio, sr = sf.read(out)
     assert sr == 24000 and len(audio) > 0 and len(audio) % 960 == 0
+
+
+def test_served_with_an_inline_codec_decoder_and_a_tiny_demo(omnivoice_artifacts: Path) -> None:
+    """A demo checkpoint for `serve`/`prepare --demo`; a deployment renders no Triton model but each
+    checkpoint's speech_generation (codec decoder inline) and no voice-features model."""
+    from dataclasses import dataclass
+
+    from export.families import FAMILIES
+    from ttscore.contract.manifest import Manifest, read_manifest
+
+    entry = FAMILIES["omnivoice"]
+    assert [name for name, _ in entry.demo] == ["OmniVoice-tiny"]
+
+    @dataclass
+    class Served:
+        name: str
+        artifacts: Path
+        manifest: Manifest
+
+    plan = entry.deploy([Served("omni", omnivoice_artifacts, read_manifest(omnivoice_artifacts))])
+    assert plan.vocoder == {"omni": "inline"} and plan.voice_features == {"omni": None}
+
+
+def test_sentence_chunks_send_each_chunk_as_it_completes(model: Any) -> None:
+    """A streamed request: one audio event per chunk, each made at that chunk's last step; the same
+    text as a whole request is one generation (the reference's rule under 30 s)."""
+    from ttscore.runtime.engine import Generator
+
+    text = "The first sentence is short. A second one follows it. The third ends the request."
+    knobs = {"num_step": 4, "position_temperature": 0.0, "class_temperature": 0.0}
+    gen = Generator(model)
+    gen.submit("s", OmniVoiceRequest(text=text, sentence_chunks=True, **knobs))
+    steps, audible = 0, []
+    while gen.num_active:
+        audible += [steps for ev in gen.step() if ev.frames]
+        steps += 1
+    assert audible == [3, 7, 11]  # three sentences, four steps each
+    whole = list(Generator(model).synthesize(OmniVoiceRequest(text=text, **knobs)))
+    assert [ev.final for ev in whole if ev.frames] == [True]
