@@ -59,6 +59,7 @@ FAMILY_ENV = {
     "qwen3_tts": "main",  # qwen-tts==0.1.1
     "voxcpm2": "main",  # voxcpm==2.0.3
     "breeze_tts_2": "ref5",  # T5Gemma2TextEncoder (transformers>=5)
+    "omnivoice": "ref5",  # the codec encoder: HiggsAudioV2TokenizerModel (transformers>=5.3); the generator reference runs in "main"
 }
 
 

@@ -1,6 +1,7 @@
-"""OmniVoice checkpoint -> generator.onnx + codec_decoder.onnx + manifest.json, each graph checked
-against the reference (`omnivoice==0.2.1` forward; the Higgs codec decoder over transformers' DacModel)
-through export/common's helper stack."""
+"""OmniVoice checkpoint -> generator.onnx + codec_decoder.onnx (+ codec_encoder.onnx when the audio
+tokenizer has its encoder side) + manifest.json, each graph checked against the reference
+(`omnivoice==0.2.1` forward; the Higgs codec over transformers' DacModel and HubertModel) through
+export/common's helper stack."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ from ttscore.runtime.families.omnivoice.checkpoint import (
 
 GENERATOR_RTOL = 1e-4  # logits: max |diff| / max(1, max |reference|)
 CODEC_RTOL = 5e-4  # audio: max |diff| / max(1, max |reference|) (measured 1.8e-5 tiny, 9.7e-5 real size)
+# codec_encoder: codes must equal the torch modules' (an argmin over the codebook); clips of these many frames.
+ENCODER_CLIPS = (7, 26)
 
 
 def _check_rel(what: str, got: Any, want: Any, rtol: float) -> dict[str, dict[str, float]]:
@@ -61,21 +64,58 @@ def validation_items() -> list[dict[str, Any]]:
     ]
 
 
+def encoder_clip(frames: int, seed: int) -> Any:
+    """A validation clip of `frames` codec frames (24 kHz): a few tones and noise, peak about 0.5."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(frames * contract.HOP) / contract.SAMPLE_RATE
+    tones = sum(np.sin(2 * np.pi * f * t + p) for f, p in zip(rng.uniform(80, 4000, 4), rng.uniform(0, 6, 4), strict=True))
+    clip = 0.1 * tones + 0.05 * rng.standard_normal(t.shape)
+    return (0.5 * clip / np.abs(clip).max()).astype(np.float32)
+
+
+def _export_encoder(codec: Any, graph: Any, tmp: Path) -> dict[str, Any]:
+    """Export the codec encoder and check its codes equal the torch modules' on clips of several
+    lengths (the graph is traced on the first): the report counts the codes that differ (must be 0)."""
+    import torch
+
+    clips = [encoder_clip(n, seed=10 + i) for i, n in enumerate(ENCODER_CLIPS)]
+    path = export_inline(graph, (torch.from_numpy(clips[0]),), contract.CODEC_ENCODER, tmp)
+    session = ort_session(path)
+    mismatched = 0
+    for clip in clips:
+        with torch.no_grad():
+            want = codec.encode_codes(torch.from_numpy(clip)[None, None])[0].numpy()
+        (got,) = ort_run(session, {"audio": clip})
+        if got.shape != want.shape or got.dtype != np.int64:
+            raise ExportError(f"codec_encoder: codes {got.dtype} {got.shape}, want int64 {want.shape}")
+        mismatched += int((got != want).sum())
+    if mismatched:
+        raise ExportError(f"codec_encoder: {mismatched} codes differ from the torch modules' on clips of "
+                          f"{ENCODER_CLIPS} frames")
+    return {"mismatched_codes": {"codes": mismatched}, "clip_frames": list(ENCODER_CLIPS)}
+
+
 def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgress | None,
                      source: dict[str, Any]) -> dict[str, Any]:
     import torch
+    from safetensors import safe_open
 
-    from export.omnivoice.graphs import CodecDecoderGraph, Generator
-    from export.omnivoice.reference import CodecDecoder, load_reference, reference_batch, reference_logits
+    from export.omnivoice.codec import Codec, has_encoder
+    from export.omnivoice.graphs import CodecDecoderGraph, CodecEncoderGraph, Generator
+    from export.omnivoice.reference import load_reference, reference_batch, reference_logits
 
     if precision != "fp32":
         raise ExportError(f"{contract.RULES.name} exports fp32 only for now, not {precision}")
     info = read_checkpoint(src)
     tmp = Path(tmp)
     validation: dict[str, dict[str, Any]] = {}
+    graphs = {contract.GENERATOR.name: contract.GENERATOR, contract.CODEC_DECODER.name: contract.CODEC_DECODER}
+    with safe_open(str(src / CODEC_DIR / "model.safetensors"), "pt") as f:
+        encoder = has_encoder(f.keys())
+    steps = 4 if encoder else 3
     with torch_threads(), MemoryMonitor() as mon:
         if progress:
-            progress(1, 3, "generator graph")
+            progress(1, steps, "generator graph")
         with mon.stage("generator"):
             model = load_reference(src)
             gen = Generator(model).eval()
@@ -87,9 +127,9 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
             validation[contract.GENERATOR.name] = _check_rel("logits", got, want, GENERATOR_RTOL)
             del model, gen
         if progress:
-            progress(2, 3, "codec decoder graph")
+            progress(2, steps, "codec decoder graph")
         with mon.stage("codec_decoder"):
-            codec = CodecDecoder(src / CODEC_DIR)
+            codec = Codec(src / CODEC_DIR)  # strict: the encoder side too when there is one
             graph = CodecDecoderGraph(codec).eval()
             rng = np.random.default_rng(1)
             codes = torch.from_numpy(rng.integers(0, contract.CODEBOOK_SIZE, (2, contract.NUM_CODEBOOKS, 7)))
@@ -101,10 +141,17 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
             if audio.shape != (1, 1, 12 * info.hop):
                 raise ExportError(f"codec_decoder: audio shape {audio.shape}, want (1, 1, {12 * info.hop})")
             validation[contract.CODEC_DECODER.name] = _check_rel("audio", audio, want_audio, CODEC_RTOL)
-            del codec, graph
+            del graph
+        if encoder:
+            if progress:
+                progress(3, steps, "codec encoder graph")
+            with mon.stage("codec_encoder"):
+                validation[contract.CODEC_ENCODER.name] = _export_encoder(codec, CodecEncoderGraph(codec).eval(), tmp)
+            graphs[contract.CODEC_ENCODER.name] = contract.CODEC_ENCODER
+        del codec
     memory = mon.summary()
     if progress:
-        progress(3, 3, "manifest")
+        progress(steps, steps, "manifest")
     for name in TOKENIZER_FILES:
         if (src / name).is_file():
             shutil.copy2(src / name, tmp / name)
@@ -116,7 +163,7 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
         tmp, family=contract.FAMILY, variant="base", model_size=source.get("model_size", "custom"),
         precision=precision, source=source, sizes=info.to_json(), sample_rate=info.sample_rate,
         samples_per_frame=info.hop, vocoder_state_size=1, vocoder_state_layout=[["whole_utterance", 1]],
-        graphs={contract.GENERATOR.name: contract.GENERATOR, contract.CODEC_DECODER.name: contract.CODEC_DECODER},
+        graphs=graphs,
         validation=validation, tables={LANGUAGE_TABLE: language_ids()}, configs={CONFIG: config, f"{CODEC_DIR}/{CONFIG}": codec_config}, memory=memory,
         versions=versions(),
     )

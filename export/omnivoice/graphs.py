@@ -7,6 +7,9 @@ between the real positions of a row; RoPE positions 0..S-1 (the reference passes
 
 codec_decoder: the Higgs Audio v2 tokenizer's decode: RVQ lookup (+ project_out) summed over the 8
 codebooks, fc2, the DAC acoustic decoder.
+
+codec_encoder: the Higgs Audio v2 tokenizer's encode of one clip (HuBERT semantic features + DAC
+encoder + fc + residual VQ), codes as int64.
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ class Generator(nn.Module):
 
 
 class CodecDecoderGraph(nn.Module):
-    """codes [B, 8, T] -> audio [B, 1, T * hop] (export.omnivoice.reference.CodecDecoder's modules)."""
+    """codes [B, 8, T] -> audio [B, 1, T * hop] (export.omnivoice.codec.Codec's modules)."""
 
     def __init__(self, codec: Any) -> None:
         super().__init__()
@@ -111,3 +114,20 @@ class CodecDecoderGraph(nn.Module):
             out = out + q.project_out(F.embedding(codes[:, i], q.codebook.embed))
         result: torch.Tensor = self.decoder(self.fc2(out).transpose(1, 2))
         return result
+
+
+class CodecEncoderGraph(nn.Module):
+    """audio [N] (24 kHz, N % hop == 0) -> codes [8, N / hop]: export.omnivoice.codec.encode_codes
+    over Codec's modules (the 24 -> 16 kHz resample a constant convolution; with N a whole number of
+    frames the DAC encoder's frame count equals the semantic one, so its input is never padded)."""
+
+    def __init__(self, codec: Any) -> None:
+        super().__init__()
+        self.codec = codec.module
+        self.config = codec.config_dict
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        from export.omnivoice.codec import encode_codes
+
+        codes: torch.Tensor = encode_codes(self.codec, self.config, audio.view(1, 1, -1))[0]
+        return codes

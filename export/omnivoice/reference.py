@@ -1,21 +1,21 @@
-"""The OmniVoice reference (`omnivoice==0.2.1`, installed --no-deps) and its codec decoder.
+"""The OmniVoice reference (`omnivoice==0.2.1`, installed --no-deps).
 
 The package imports torchaudio, pydub and transformers' HiggsAudioV2TokenizerModel (transformers >= 5.3)
 at module level; generation and decoding never use the first two, so the smallest stand-ins are
-installed when the real modules are absent. The codec is the Higgs Audio v2 tokenizer's decoder side
-built from transformers' DacModel (what the 5.x class does: RVQ lookup, fc2, the DAC decoder with
-output_padding = stride % 2 and no tanh); the HiggsAudioV2TokenizerModel stand-in loads exactly that
-from the checkpoint's audio_tokenizer/ (strictly), so the reference's own `generate` decodes with it.
+installed when the real modules are absent, and HiggsAudioV2TokenizerModel is export.omnivoice.codec's
+`Codec` (the Higgs Audio v2 tokenizer as torch modules, loaded strictly from the checkpoint's
+audio_tokenizer/), so the reference's own `generate` decodes with it.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 import types
 from pathlib import Path
 from typing import Any
+
+from export.omnivoice.codec import Codec
 
 
 def _stub(name: str, **attrs: Any) -> None:
@@ -43,7 +43,7 @@ def install_stand_ins() -> None:
         _stub("pydub", AudioSegment=_missing, silence=sys.modules["pydub.silence"])
 
     if not hasattr(transformers, "HiggsAudioV2TokenizerModel"):
-        transformers.HiggsAudioV2TokenizerModel = CodecDecoder  # type: ignore[attr-defined]
+        transformers.HiggsAudioV2TokenizerModel = Codec  # type: ignore[attr-defined]
 
 
 def omnivoice_module() -> Any:
@@ -66,89 +66,12 @@ def load_reference(checkpoint: Path) -> Any:
     return model.eval()
 
 
-def codec_modules(cfg: dict[str, Any]) -> Any:
-    """The decoder side of a Higgs Audio v2 tokenizer config as modules named as its checkpoint's
-    tensors (quantizer.quantizers.*, fc2, acoustic_decoder), torch's default init (codebooks zero)."""
-    import torch
-    from torch import nn
-
-    from export.omnivoice.tiny import codec_hidden, dac_decoder, num_quantizers
-
-    hidden, dim, size = codec_hidden(cfg), int(cfg["codebook_dim"]), int(cfg["codebook_size"])
-    module = nn.Module()
-    module.quantizer = nn.Module()
-    quantizers = nn.ModuleList()
-    for _ in range(num_quantizers(cfg)):
-        q = nn.Module()
-        q.codebook = nn.Module()
-        q.codebook.register_buffer("embed", torch.zeros(size, dim))
-        q.codebook.register_buffer("inited", torch.zeros(1))
-        q.codebook.register_buffer("cluster_size", torch.zeros(size))
-        q.codebook.register_buffer("embed_avg", torch.zeros(size, dim))
-        q.project_in = nn.Linear(hidden, dim)
-        q.project_out = nn.Linear(dim, hidden)
-        quantizers.append(q)
-    module.quantizer.quantizers = quantizers
-    module.fc2 = nn.Linear(hidden, int(cfg["acoustic_model_config"]["hidden_size"]))
-    module.acoustic_decoder = dac_decoder(cfg)
-    return module
-
-
 def language_ids() -> dict[str, str]:
     """The reference's language map (lower-case language name -> its id), for the manifest."""
     omnivoice_module()
     from omnivoice.utils.lang_map import LANG_NAME_TO_ID
 
     return dict(sorted(LANG_NAME_TO_ID.items()))
-
-
-class _Decoded:
-    def __init__(self, audio_values: Any) -> None:
-        self.audio_values = audio_values
-
-
-class CodecDecoder:
-    """The Higgs Audio v2 tokenizer's decoder side as a torch module (also the stand-in for
-    transformers.HiggsAudioV2TokenizerModel: `from_pretrained`, `decode(codes [B, 8, T])`)."""
-
-    def __init__(self, root: Path) -> None:
-        import torch
-        from safetensors.torch import load_file
-
-        self.config_dict: dict[str, Any] = json.loads((Path(root) / "config.json").read_text())
-        cfg = self.config_dict
-        self.module: Any = codec_modules(cfg)
-        self.module.load_state_dict(load_file(str(Path(root) / "model.safetensors")), strict=True)
-        self.module.eval()
-        self.device = torch.device("cpu")
-        hop = 1
-        for r in cfg["acoustic_model_config"]["downsampling_ratios"]:
-            hop *= int(r)
-        self.config = types.SimpleNamespace(frame_rate=-(-int(cfg["sample_rate"]) // hop), sample_rate=cfg["sample_rate"])
-
-    @classmethod
-    def from_pretrained(cls, path: str, **_: Any) -> CodecDecoder:
-        return cls(Path(path))
-
-    def quantized(self, codes: Any) -> Any:
-        """codes [B, 8, T] -> fc2 input summed over the codebooks [B, T, hidden]."""
-        import torch.nn.functional as F
-
-        out = 0
-        for i, q in enumerate(self.module.quantizer.quantizers):
-            out = out + q.project_out(F.embedding(codes[:, i], q.codebook.embed))
-        return out
-
-    def decode_audio(self, codes: Any) -> Any:
-        """codes [B, 8, T] -> audio [B, 1, T * hop]."""
-        acoustic = self.module.fc2(self.quantized(codes)).transpose(1, 2)
-        return self.module.acoustic_decoder(acoustic)
-
-    def decode(self, codes: Any) -> _Decoded:
-        import torch
-
-        with torch.no_grad():
-            return _Decoded(self.decode_audio(codes))
 
 
 def reference_batch(model: Any, items: list[dict[str, Any]]) -> dict[str, Any]:

@@ -6,7 +6,10 @@
     tokenizer.json           a byte-level BPE with the 7 prompt special tokens added
     tokenizer_config.json
     audio_tokenizer/         the Higgs Audio v2 tokenizer: config.json, preprocessor_config.json and
-                             model.safetensors with its decoder side (quantizer, fc2, acoustic_decoder)
+                             model.safetensors with every tensor of HiggsAudioV2TokenizerModel: the
+                             decoder side (quantizer, fc2, acoustic_decoder) and the encoder side
+                             (semantic_model = HuBERT, encoder_semantic, acoustic_encoder = DAC
+                             encoder, fc, and the unused decoder_semantic and fc1)
 
 The weights are drawn per tensor (export.tiny_weights), so the same arguments give the same files.
 """
@@ -20,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from export.omnivoice.codec import codec_hidden, num_quantizers
 from export.tiny_weights import TensorInit, json_bytes, replace_dir
 from ttscore.contract import omnivoice as contract
 
@@ -59,8 +63,13 @@ CODEC_TINY: dict[str, Any] = {
         "decoder_hidden_size": 32, "upsampling_ratios": [8, 5, 4, 2, 3], "hidden_size": 16,
         "codebook_size": contract.CODEBOOK_SIZE, "codebook_dim": 8, "n_codebooks": 8, "sampling_rate": 24000,
     },
+    # HuBERT with its released conv feature extractor's kernels and strides (320 samples per frame at
+    # 16 kHz: 50 frames/s, every second one kept) at tiny widths.
     "semantic_model_config": {"model_type": "hubert", "hidden_size": 16, "num_hidden_layers": 1,
-                              "num_attention_heads": 2, "intermediate_size": 32, "mask_time_prob": 0.0},
+                              "num_attention_heads": 2, "intermediate_size": 32, "mask_time_prob": 0.0,
+                              "conv_dim": [8] * 7, "conv_stride": [5, 2, 2, 2, 2, 2, 2],
+                              "conv_kernel": [10, 3, 3, 3, 3, 2, 2], "num_conv_pos_embeddings": 16,
+                              "num_conv_pos_embedding_groups": 4},
 }
 # Real dimensions (random weights, for measurement): Qwen3-0.6B and the released Higgs Audio v2 tokenizer.
 LLM_REAL: dict[str, Any] = {**LLM_TINY, "hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28,
@@ -84,11 +93,6 @@ def model_config(size: str = "tiny") -> dict[str, Any]:
         "audio_mask_id": contract.MASK_ID, "num_audio_codebook": contract.NUM_CODEBOOKS,
         "audio_codebook_weights": [8, 8, 6, 6, 4, 4, 2, 2], "llm_config": dict(LLM_REAL if size == "real" else LLM_TINY), "torch_dtype": "float32",
     }
-
-
-def codec_hidden(codec: dict[str, Any]) -> int:
-    """The quantizer's width: acoustic hidden + semantic hidden (HiggsAudioV2TokenizerConfig.hidden_size)."""
-    return int(codec["acoustic_model_config"]["hidden_size"]) + int(codec["semantic_model_config"]["hidden_size"])
 
 
 # ---- tokenizer --------------------------------------------------------------------------------------
@@ -141,7 +145,10 @@ def _init_module(init: TensorInit, model: Any, prefix: str) -> None:
         full = {n: prefix + (f"{mod_name}.{n}" if mod_name else n) for n, _ in own}
         shapes = {n: tuple(t.shape) for n, t in own}
         kind = type(mod).__name__
-        if isinstance(mod, nn.Linear):
+        if isinstance(mod, (nn.Conv1d, nn.ConvTranspose1d)) and "weight" not in full:  # a weight-normed conv
+            if "bias" in full:
+                init.normal(full["bias"], shapes["bias"], 0.05)
+        elif isinstance(mod, nn.Linear):
             init.normal(full["weight"], shapes["weight"], 1.0 / mod.in_features**0.5)
             if "bias" in full:
                 init.normal(full["bias"], shapes["bias"], 0.05)
@@ -157,6 +164,12 @@ def _init_module(init: TensorInit, model: Any, prefix: str) -> None:
             init.normal(full["weight"], shapes["weight"], 0.1, mean=1.0)
         elif kind == "Snake1d":
             init.uniform(full["alpha"], shapes["alpha"], 0.5, 1.5)
+        elif isinstance(mod, (nn.LayerNorm, nn.GroupNorm)):
+            init.normal(full["weight"], shapes["weight"], 0.1, mean=1.0)
+            init.normal(full["bias"], shapes["bias"], 0.05)
+        elif kind == "ParametrizationList":  # weight norm (HuBERT's positional conv): g = original0, v = original1
+            init.uniform(full["original0"], shapes["original0"], 0.5, 1.5)
+            init.normal(full["original1"], shapes["original1"], 1.0)
         else:
             raise AssertionError(f"no tiny init for {kind} ({mod_name})")
 
@@ -178,21 +191,6 @@ def model_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     tensors = dict(init.tensors)
     tensors["codebook_layer_offsets"] = torch.arange(cfg["num_audio_codebook"]) * cfg["audio_vocab_size"]
     return tensors
-
-
-def dac_decoder(codec: dict[str, Any]) -> Any:
-    """The acoustic decoder as the Higgs tokenizer builds it: transformers' DacModel decoder with each
-    ConvTranspose1d's output_padding = stride % 2 and the final tanh removed."""
-    from torch import nn
-    from transformers import DacConfig, DacModel
-
-    acoustic = {k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}
-    decoder = DacModel(DacConfig(**acoustic)).decoder
-    for module in decoder.modules():
-        if isinstance(module, nn.ConvTranspose1d):
-            module.output_padding = (int(module.stride[0]) % 2,)
-    decoder.tanh = nn.Identity()
-    return decoder
 
 
 def codec_weights(codec: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -223,14 +221,27 @@ def codec_weights(codec: dict[str, Any], seed: int) -> dict[str, Any]:
     return dict(init.tensors)
 
 
-def num_quantizers(codec: dict[str, Any]) -> int:
-    """HiggsAudioV2TokenizerConfig.num_quantizers: the top bandwidth over (frame rate x code bits)."""
-    import math
+def codec_encoder_weights(codec: dict[str, Any], seed: int) -> dict[str, Any]:
+    """audio_tokenizer/model.safetensors, its encoder side: acoustic_encoder (DAC), semantic_model
+    (HuBERT), encoder_semantic, decoder_semantic, fc, fc1 (named as HiggsAudioV2TokenizerModel's)."""
+    import torch
+    from transformers import DacConfig, DacModel
 
-    hop = math.prod(int(r) for r in codec["acoustic_model_config"]["downsampling_ratios"])
-    frame_rate = math.ceil(int(codec["sample_rate"]) / hop)
-    bits = math.ceil(math.log2(int(codec["codebook_size"])))
-    return int(1000 * float(codec["target_bandwidths"][-1]) // (frame_rate * bits))
+    from export.omnivoice.codec import semantic_decoder, semantic_encoder, semantic_model
+
+    init = TensorInit(seed, "omnivoice-codec", torch.float32)
+    acoustic = {k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}
+    with torch.device("meta"):
+        parts = {"acoustic_encoder.": DacModel(DacConfig(**acoustic)).encoder, "semantic_model.": semantic_model(codec),
+                 "encoder_semantic.": semantic_encoder(codec), "decoder_semantic.": semantic_decoder(codec)}
+    for prefix, module in parts.items():
+        _init_module(init, module, prefix)
+    hidden, semantic = codec_hidden(codec), int(codec["semantic_model_config"]["hidden_size"])
+    init.normal("fc.weight", (hidden, hidden), 1.0 / hidden**0.5)
+    init.normal("fc.bias", (hidden,), 0.05)
+    init.normal("fc1.weight", (semantic, hidden), 1.0 / hidden**0.5)
+    init.normal("fc1.bias", (semantic,), 0.05)
+    return dict(init.tensors)
 
 
 def _looks_like_checkpoint(out: Path) -> bool:
@@ -262,7 +273,8 @@ def make_tiny_omnivoice(out: Path, seed: int = 0, size: str = "tiny") -> Path:
         codec_dir.mkdir()
         (codec_dir / "config.json").write_bytes(json_bytes(codec))
         (codec_dir / "preprocessor_config.json").write_bytes(json_bytes(PREPROCESSOR))
-        save_file(codec_weights(codec, seed), str(codec_dir / "model.safetensors"), metadata={"format": "pt"})
+        tensors = {**codec_weights(codec, seed), **codec_encoder_weights(codec, seed)}
+        save_file(tensors, str(codec_dir / "model.safetensors"), metadata={"format": "pt"})
         os.chmod(tmp, 0o755)
         replace_dir(tmp, out)
     except BaseException:

@@ -11,7 +11,7 @@ import pytest
 from omnivoice_fixtures import *  # noqa: F403  (its session fixtures: omnivoice_tiny, omnivoice_artifacts)
 
 from ttscore.contract import omnivoice as spec
-from ttscore.contract.errors import CheckpointError
+from ttscore.contract.errors import CheckpointError, InvalidRequest
 from ttscore.contract.manifest import read_manifest
 
 pytestmark = [pytest.mark.export, pytest.mark.slow]
@@ -21,7 +21,8 @@ def test_tiny_layout_loads_strictly_in_the_reference(omnivoice_tiny: Path) -> No
     from safetensors import safe_open
 
     from export.families import family_of
-    from export.omnivoice.reference import CodecDecoder, load_reference
+    from export.omnivoice.codec import Codec
+    from export.omnivoice.reference import load_reference
 
     assert family_of(omnivoice_tiny).name == spec.FAMILY
     cfg = json.loads((omnivoice_tiny / "config.json").read_text())
@@ -33,12 +34,30 @@ def test_tiny_layout_loads_strictly_in_the_reference(omnivoice_tiny: Path) -> No
     model = load_reference(omnivoice_tiny)  # strict: a missing or unexpected tensor raises
     ids = model.text_tokenizer("".join(spec.SPECIAL_TOKENS), add_special_tokens=False).input_ids
     assert len(ids) == len(spec.SPECIAL_TOKENS) and all(i >= spec.AUDIO_VOCAB for i in ids)
-    codec = CodecDecoder(omnivoice_tiny / "audio_tokenizer")  # strict too
+    codec = Codec(omnivoice_tiny / "audio_tokenizer")  # strict too
     assert codec.config.frame_rate == spec.SAMPLE_RATE // spec.HOP
     with safe_open(str(omnivoice_tiny / "audio_tokenizer" / "model.safetensors"), "pt") as f:
         codec_names = set(f.keys())
     assert "quantizer.quantizers.7.codebook.embed" in codec_names and "fc2.weight" in codec_names
     assert any(n.startswith("acoustic_decoder.block.4.conv_t1") for n in codec_names)
+    # the encoder side, named as HiggsAudioV2TokenizerModel's tensors
+    assert codec.has_encoder
+    assert {"fc.weight", "fc1.weight", "quantizer.quantizers.0.project_in.weight", "acoustic_encoder.conv1.weight",
+            "encoder_semantic.conv.weight", "decoder_semantic.conv2.weight",
+            "semantic_model.feature_extractor.conv_layers.0.layer_norm.weight",
+            "semantic_model.encoder.pos_conv_embed.conv.parametrizations.weight.original0"} <= codec_names
+
+
+def test_tiny_codec_loads_strictly_in_transformers_5(omnivoice_tiny: Path) -> None:
+    """transformers 5.14's HiggsAudioV2TokenizerModel.from_pretrained reports no missing, unexpected or
+    mismatched tensor (the script raises otherwise) and holds exactly the checkpoint's tensors."""
+    import refenv
+    from safetensors import safe_open
+
+    out = refenv.run(refenv.env_for(spec.FAMILY), refenv.TESTS / "omnivoice_codec_ref5.py", {},
+                     [str(omnivoice_tiny / "audio_tokenizer"), "load"])
+    with safe_open(str(omnivoice_tiny / "audio_tokenizer" / "model.safetensors"), "pt") as f:
+        assert int(out["tensors"]) == len(list(f.keys()))
 
 
 def test_check_refuses_an_incomplete_checkpoint(omnivoice_tiny: Path, tmp_path: Path) -> None:
@@ -52,10 +71,13 @@ def test_check_refuses_an_incomplete_checkpoint(omnivoice_tiny: Path, tmp_path: 
 def test_export_manifest_and_validation(omnivoice_artifacts: Path) -> None:
     m = read_manifest(omnivoice_artifacts)
     assert m.family == spec.FAMILY and m.sample_rate == spec.SAMPLE_RATE and m.samples_per_frame == spec.HOP
-    assert set(m.graphs) == {spec.GENERATOR.name, spec.CODEC_DECODER.name}
-    for name, entry in m.graphs.items():
-        errors = entry["validation"]["max_rel_error"]  # |diff| / max(1, peak of the reference)
+    assert set(m.graphs) == {spec.GENERATOR.name, spec.CODEC_DECODER.name, spec.CODEC_ENCODER.name}
+    for name in (spec.GENERATOR.name, spec.CODEC_DECODER.name):
+        errors = m.graphs[name]["validation"]["max_rel_error"]  # |diff| / max(1, peak of the reference)
         assert errors and max(errors.values()) <= 1e-4, (name, errors)  # measured <= ~2e-5
+    # the encoder's codes equal the torch modules' on every validation clip
+    assert m.graphs[spec.CODEC_ENCODER.name]["validation"]["mismatched_codes"] == {"codes": 0}
+    for entry in m.graphs.values():
         assert (omnivoice_artifacts / entry["file"]).is_file()
     assert (omnivoice_artifacts / "tokenizer.json").is_file()
 
@@ -79,3 +101,32 @@ def test_generator_graph_takes_any_batch_and_length(omnivoice_tiny: Path, omnivo
     want = reference_logits(model, batch).numpy()
     for row, t in enumerate(batch["t_lens"] * 2):
         np.testing.assert_allclose(got[row, :, :t], want[row, :, :t], atol=1e-4, rtol=1e-4)
+
+
+def test_a_decoder_only_audio_tokenizer_exports_and_cloning_from_audio_is_refused(omnivoice_tiny: Path,
+                                                                                   tmp_path: Path) -> None:
+    """A checkpoint whose audio_tokenizer/ has only the decoder side (as this project's make-tiny wrote
+    before) still exports, without a codec_encoder graph; cloning from audio then says why."""
+    import shutil
+
+    import soundfile as sf
+    from safetensors.torch import load_file, save_file
+
+    from export.exporter import export_checkpoint
+    from export.omnivoice.codec import has_encoder
+    from ttscore.runtime.families.omnivoice.offline import OFFLINE
+    from ttscore.runtime.family import SayOptions
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(omnivoice_tiny, ckpt)
+    tensors = load_file(str(ckpt / "audio_tokenizer" / "model.safetensors"))
+    decoder = {k: v for k, v in tensors.items() if not has_encoder([k])}
+    assert len(decoder) < len(tensors) and "fc2.weight" in decoder
+    save_file(decoder, str(ckpt / "audio_tokenizer" / "model.safetensors"))
+    export_checkpoint(ckpt, tmp_path / "art")
+    m = read_manifest(tmp_path / "art")
+    assert set(m.graphs) == {spec.GENERATOR.name, spec.CODEC_DECODER.name}
+    sf.write(tmp_path / "ref.wav", (0.3 * np.sin(np.arange(24000) / 5)).astype(np.float32), 24000)
+    with pytest.raises(InvalidRequest, match="needs the codec encoder") as info:
+        OFFLINE.say(tmp_path / "art", SayOptions(text="hello", ref_audio=str(tmp_path / "ref.wav")))
+    assert info.value.param == "ref_audio"

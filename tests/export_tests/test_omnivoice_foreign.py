@@ -1,7 +1,8 @@
 """An OmniVoice checkpoint the project did not make: built with the reference's own classes and
 init (OmniVoiceConfig + transformers' Qwen3Config, OmniVoice(config).save_pretrained), dimensions
 and a tokenizer unlike make-tiny's (special tokens first, another vocabulary), and a codec of other
-dimensions with torch's default init. It exports, and the runtime's codes equal the reference's."""
+dimensions with torch's and transformers' default init (its encoder side too). It exports, and the
+runtime's codes equal the reference's."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ CODEC = {
     "codebook_size": 1024, "codebook_dim": 6,
     "acoustic_model_config": {"model_type": "dac", "encoder_hidden_size": 4, "downsampling_ratios": [8, 5, 4, 2, 3],
                               "decoder_hidden_size": 48, "upsampling_ratios": [8, 5, 4, 2, 3], "hidden_size": 12},
-    "semantic_model_config": {"model_type": "hubert", "hidden_size": 20},
+    "semantic_model_config": {"model_type": "hubert", "hidden_size": 20, "num_hidden_layers": 2, "num_attention_heads": 4,
+                              "intermediate_size": 24, "conv_dim": [6, 6, 6, 6, 6, 6, 6], "num_conv_pos_embeddings": 8,
+                              "num_conv_pos_embedding_groups": 2},
 }
 
 
@@ -46,7 +49,8 @@ def foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from safetensors.torch import save_file
     from transformers import Qwen3Config
 
-    from export.omnivoice.reference import codec_modules, omnivoice_module
+    from export.omnivoice.codec import codec_modules
+    from export.omnivoice.reference import omnivoice_module
 
     mod = omnivoice_module()
     out = tmp_path_factory.mktemp("omnivoice-foreign") / "ckpt"
@@ -62,7 +66,7 @@ def foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
         model.audio_embeddings.weight.normal_(0, 1.0)
     model.save_pretrained(str(out))
     _tokenizer(out, 1100)
-    codec = codec_modules(CODEC)
+    codec = codec_modules(CODEC, encoder=True)  # every tensor of HiggsAudioV2TokenizerModel, transformers' init
     with torch.no_grad():
         for q in codec.quantizer.quantizers:
             q.codebook.embed.normal_()
@@ -74,17 +78,24 @@ def foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_foreign_checkpoint_exports_and_matches_the_reference(foreign: Path, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def foreign_artifacts(foreign: Path) -> Path:
+    from export.exporter import export_checkpoint
+
+    out = foreign.parent / "art"
+    export_checkpoint(foreign, out)
+    return out
+
+
+def test_foreign_checkpoint_exports_and_matches_the_reference(foreign: Path, foreign_artifacts: Path) -> None:
     import torch
 
-    from export.exporter import export_checkpoint
     from export.omnivoice.reference import load_reference, omnivoice_module
     from ttscore.runtime.engine import Generator
     from ttscore.runtime.families import load_model
     from ttscore.runtime.families.omnivoice.request import OmniVoiceRequest
 
-    export_checkpoint(foreign, tmp_path / "art")
-    ours = load_model(tmp_path / "art")
+    ours = load_model(foreign_artifacts)
     assert ours.info.hidden_size == 48 and ours.info.num_layers == 3
     ref = load_reference(foreign)
     mod = omnivoice_module()
@@ -100,3 +111,24 @@ def test_foreign_checkpoint_exports_and_matches_the_reference(foreign: Path, tmp
     with torch.no_grad():
         audio: Any = ref.audio_tokenizer.decode(torch.from_numpy(want)[None]).audio_values[0, 0].numpy()
     assert np.abs(ev.pcm - audio).max() <= 1e-4 * np.abs(audio).max()
+
+
+def test_foreign_codec_encoder_equals_the_transformers_5_tokenizer(foreign: Path, foreign_artifacts: Path) -> None:
+    """The foreign audio tokenizer loads strictly in HiggsAudioV2TokenizerModel (transformers 5.14), and
+    the exported codec_encoder's codes equal its encode, raw clips and a preprocessed reference clip."""
+    from test_omnivoice_clone import ref5_codes, speechy
+
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder, preprocess
+
+    manifest = read_manifest(foreign_artifacts)
+    assert manifest.graphs[spec.CODEC_ENCODER.name]["validation"]["mismatched_codes"] == {"codes": 0}
+    enc = ReferenceEncoder(foreign_artifacts, manifest, None)
+    assert enc.graph is not None
+    clips = [speechy(n * spec.HOP / spec.SAMPLE_RATE, spec.SAMPLE_RATE, 40 + n) for n in (3, 33)]
+    clip = speechy(2.0, 16000, 9)
+    clips.append(preprocess(clip, 16000))
+    want = ref5_codes(foreign / "audio_tokenizer", clips)
+    for c, w in zip(clips[:2], want[:2], strict=True):
+        np.testing.assert_array_equal(enc.graph.run({"audio": c})["codes"], w)
+    np.testing.assert_array_equal(enc.codes(clip, 16000), want[2])

@@ -84,3 +84,11 @@ def test_long_text_chunks_are_the_reference_s(ref: object, text: str, chunk_char
     from omnivoice.utils.text import chunk_text_punctuation
 
     assert rules.chunk_text(text, chunk_chars) == chunk_text_punctuation(text, chunk_chars, min_chunk_len=3)
+
+
+@pytest.mark.parametrize("text", ["nice to meet you", "  done. ", "你好", "你好 world", "why?", "“quoted”", "", "  ",
+                                  "a…", "end)", "x、", "tab\t"])
+def test_the_cloning_transcript_is_punctuated_as_in_the_reference(ref: object, text: str) -> None:
+    from omnivoice.utils.text import add_punctuation
+
+    assert rules.clone_ref_text(text) == add_punctuation(text)

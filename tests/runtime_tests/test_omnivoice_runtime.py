@@ -132,3 +132,88 @@ def test_sentence_chunks_send_each_chunk_as_it_completes(model: Any) -> None:
     assert audible == [3, 7, 11]  # three sentences, four steps each
     whole = list(Generator(model).synthesize(OmniVoiceRequest(text=text, **knobs)))
     assert [ev.final for ev in whole if ev.frames] == [True]
+
+
+# --- cloning from audio (clone.py): the reference's preprocessing, then the codec_encoder graph ------
+def _speechy(seconds: float, rate: int, seed: int) -> np.ndarray:
+    """Tones with a syllable-like envelope (stands in for speech)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(int(seconds * rate)) / rate
+    env = 0.5 + 0.5 * np.sin(2 * np.pi * 3 * t) ** 2
+    x = sum(np.sin(2 * np.pi * f * t) for f in rng.uniform(120, 3000, 3)) * env
+    return (0.2 * x / np.abs(x).max()).astype(np.float32)
+
+
+def test_preprocessing_trims_silence_normalizes_and_keeps_whole_frames() -> None:
+    from ttscore.runtime.families.omnivoice.clone import preprocess
+
+    rate = 44100
+    gap = np.zeros(rate, np.float32)  # 1 s of silence inside, 0.5 s at each end
+    clip = np.concatenate([gap[: rate // 2], _speechy(1.0, rate, 1), gap, _speechy(0.8, rate, 2), gap[: rate // 2]])
+    quiet = clip * np.float32(0.05)  # RMS well under 0.1
+    stereo = np.stack([quiet, quiet], axis=1)
+    wav = preprocess(stereo, rate)
+    assert wav.dtype == np.float32 and wav.ndim == 1 and wav.size % 960 == 0
+    # inner silence cut to 2 x 200 ms, leading to 100 ms, trailing to 200 ms (+ < 1 frame dropped)
+    speech = 1.8 * 24000
+    assert speech + 0.4 * 24000 <= wav.size + 960 <= speech + (0.4 + 0.1 + 0.2 + 0.05) * 24000
+    assert np.all(np.abs(wav * 32768 - np.round(wav * 32768)) == 0)  # 16-bit samples, as pydub leaves them
+    loud = preprocess(clip * np.float32(4.0), rate)  # RMS over 0.1: not scaled
+    assert abs(float(np.abs(loud).max()) - 0.8) < 0.01
+    assert float(np.sqrt(np.mean(wav**2))) > 0.09  # the quiet clip was scaled up to RMS 0.1 (before trimming)
+
+
+@pytest.mark.parametrize("audio, rate, match", [
+    (np.zeros(24000, np.float32), 24000, "empty after silence removal"),
+    (np.full(240, 0.3, np.float32) * np.sign(np.sin(np.arange(240))), 2400, "sample rate"),
+    (np.array([0.1, np.nan] * 12000, np.float32), 24000, "finite"),
+    (np.full(1200, 0.3, np.float32), 24000, "must last"),
+])
+def test_reference_audio_refusals_name_ref_audio(omnivoice_artifacts: Path, audio: np.ndarray, rate: int,
+                                                 match: str) -> None:
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
+
+    enc = ReferenceEncoder(omnivoice_artifacts, read_manifest(omnivoice_artifacts), None)
+    with pytest.raises(InvalidRequest, match=match) as info:
+        enc.codes(audio, rate)
+    assert info.value.param == "ref_audio"
+
+
+def test_reference_encoder_codes(omnivoice_artifacts: Path) -> None:
+    import dataclasses
+
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder, preprocess
+
+    manifest = read_manifest(omnivoice_artifacts)
+    enc = ReferenceEncoder(omnivoice_artifacts, manifest, None)
+    assert enc.available
+    clip = _speechy(1.3, 16000, 3)
+    codes = enc.codes(clip, 16000)
+    assert codes.dtype == np.int64 and codes.shape == (8, preprocess(clip, 16000).size // 960)
+    assert codes.min() >= 0 and codes.max() < 1024 and len(np.unique(codes)) > 10
+    np.testing.assert_array_equal(enc.codes(clip, 16000), codes)
+    # an export without the encoder (a decoder-only audio tokenizer) loads; cloning from audio is refused
+    bare = dataclasses.replace(manifest, graphs={k: v for k, v in manifest.graphs.items() if k != "codec_encoder"})
+    none = ReferenceEncoder(omnivoice_artifacts, bare, None)
+    assert not none.available
+    with pytest.raises(InvalidRequest, match="needs the codec encoder") as info:
+        none.codes(clip, 16000)
+    assert info.value.param == "ref_audio"
+
+
+def test_say_clones_from_a_reference_clip(omnivoice_tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import soundfile as sf
+
+    from ttscore.tools.cli import main
+
+    monkeypatch.setenv("TRITON_TTS_CACHE", str(tmp_path / "cache"))
+    ref = tmp_path / "ref.wav"
+    sf.write(ref, _speechy(1.5, 22050, 4), 22050)
+    out = tmp_path / "out.wav"
+    assert main(["say", "--checkpoint", str(omnivoice_tiny), "-o", str(out), "--ref-audio", str(ref),
+                 "--ref-text", "nice to meet you", "--greedy", "Hello there."]) in (0, None)
+    audio, sr = sf.read(out)
+    assert sr == 24000 and len(audio) > 0 and len(audio) % 960 == 0
+    assert main(["say", "--checkpoint", str(omnivoice_tiny), "-o", str(out), "--ref-text", "hi", "Hello."]) not in (0, None)

@@ -145,5 +145,18 @@ def codec_decoder_spec() -> GraphSpec:
     )
 
 
+# codec_encoder (cloning from audio; exported when the checkpoint's audio tokenizer has its encoder
+# side): audio [samples] (24 kHz mono after the reference's preprocessing, a whole number of frames:
+# samples % HOP == 0) -> codes [8, samples / HOP] (HiggsAudioV2TokenizerModel.encode: 16 kHz resample,
+# HuBERT, semantic encoder, DAC encoder, fc, residual VQ at the top bandwidth).
+def codec_encoder_spec() -> GraphSpec:
+    return GraphSpec(
+        "codec_encoder",
+        (TensorSpec("audio", "float32", ("samples",)),),
+        (TensorSpec("codes", "int64", (NUM_CODEBOOKS, "frames")),),
+    )
+
+
 GENERATOR = generator_spec()
 CODEC_DECODER = codec_decoder_spec()
+CODEC_ENCODER = codec_encoder_spec()

@@ -107,6 +107,19 @@ def prompt_text(text: str, ref_text: str | None) -> str:
     return re.sub(rf"(?<={_CJK})\s+|\s+(?={_CJK})", "", joined)
 
 
+# The reference's END_PUNCTUATION (its two-character "……" can never be a text's last character).
+END_PUNCTUATION = frozenset(";:,.!?…)]}\"'“”‘’；：，。！？、）】")
+
+
+def clone_ref_text(ref_text: str) -> str:
+    """A cloning transcript as the reference's create_voice_clone_prompt leaves it (add_punctuation):
+    stripped, and ended with "." ("。" when it has a CJK character) unless it ends in punctuation."""
+    text = ref_text.strip()
+    if text and text[-1] not in END_PUNCTUATION:
+        text += "。" if re.search(_CJK, text) else "."
+    return text
+
+
 def split_nonverbal(text: str) -> list[str]:
     """`text` cut around its non-verbal tags ("[laughter]"), each tag a piece of its own (each
     piece is tokenized alone), empty pieces dropped."""
