@@ -1,8 +1,8 @@
 """OmniVoice's export entry (export/families.py): detect, check, export, make-tiny.
 
 Served (demo: a tiny checkpoint): each checkpoint's speech_generation decodes inline (the codec
-decoder of its own export, a whole utterance or sentence chunk at a time); reference audio (cloning)
-is not served yet. Light to import (no torch).
+decoder of its own export, a whole utterance or sentence chunk at a time) and its codec_encoder
+turns reference audio into codes (cloning). Light to import (no torch).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint
+from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint, model_name
 from ttscore.contract import omnivoice as contract
 from ttscore.contract.errors import InvalidRequest
 
@@ -46,13 +46,17 @@ def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
 
 
 def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
-    """No Triton model besides each checkpoint's speech_generation: the codec decoder runs inline
-    (not a streaming vocoder: a non-autoregressive chunk is decoded whole) and no voice-features model
-    is rendered (the gateway refuses `ref_audio` for this family for now)."""
+    """Each checkpoint's speech_generation decodes inline (the codec decoder: a non-autoregressive
+    chunk is decoded whole) and gets its own `codec_encoder` (voice features: reference audio ->
+    codes), suffixed with its name when several are served. An export without the encoder side still
+    serves; its codec_encoder then refuses reference audio (400 naming `ref_audio`)."""
     plan = Deployment()
+    alone = len(served) == 1
     for s in served:
+        encoder = model_name(contract.ENCODER_MODEL, s, alone)
         plan.vocoder[s.name] = "inline"
-        plan.voice_features[s.name] = None
+        plan.voice_features[s.name] = encoder
+        plan.models.append((encoder, contract.ENCODER_MODEL, {"artifacts_dir": str(s.artifacts)}))
     return plan
 
 

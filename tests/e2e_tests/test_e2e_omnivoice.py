@@ -4,7 +4,9 @@ Qwen3-TTS and VoxCPM2). With both temperatures 0 (`extra_params`) the audio of /
 one 16-bit step, and the offline engine's codes equal the reference's (`omnivoice==0.2.1`
 `_generate_iterative`), for the auto voice and voice design. A streamed multi-sentence request is
 generated sentence chunk by sentence chunk: its first SSE audio event is the first chunk's audio
-alone, sent before the later chunks' events (the order of events, not timing). /v1/models lists it;
+alone, sent before the later chunks' events (the order of events, not timing). Cloning from
+`ref_audio` (with and without `ref_text`) and from an uploaded voice equals the offline engine fed the
+clip's codes from clone.ReferenceEncoder (the path `say --ref-audio` takes). /v1/models lists it;
 every refused field is a 400 naming it and the next request succeeds.
 """
 
@@ -18,6 +20,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+import soundfile as sf
 from gateway_fixtures import start_gateway
 
 from gateway import encoding
@@ -43,8 +46,13 @@ def stack(e2e_triton, tmp_path_factory):
            "speaker_samples_dir": str(tmp_path_factory.mktemp("omnivoice-speakers"))}
     port = free_port()
     gw, thread = start_gateway(Settings.from_dict(cfg), port)
+    ref = tmp_path_factory.mktemp("omnivoice-ref") / "ref.wav"
+    t = np.arange(int(24000 * 1.5)) / 24000  # uploads need at least 1 s
+    sf.write(ref, (0.3 * np.sin(2 * np.pi * 220 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype(np.float32),
+             24000, subtype="FLOAT")
     yield {"url": f"http://127.0.0.1:{port}", "names": e2e_triton["names"], "omni": e2e_triton["names"]["omnivoice"],
-           "model": e2e_triton["pipelines"]["omnivoice"], "checkpoint": e2e_triton["checkpoints"]["omnivoice"]}
+           "model": e2e_triton["pipelines"]["omnivoice"], "checkpoint": e2e_triton["checkpoints"]["omnivoice"],
+           "artifacts": e2e_triton["artifacts"]["omnivoice"], "ref": ref}
     gw.should_exit = True
     thread.join(15)
 
@@ -200,6 +208,57 @@ def test_websocket_with_its_id(stack):
     assert_same_audio(np.frombuffer(audio, "<i2"), offline(stack, TEXT, DESIGN))
 
 
+def clone_codes(stack) -> np.ndarray:
+    """The reference clip's codes as `say --ref-audio` computes them."""
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
+
+    audio, rate = sf.read(stack["ref"], dtype="float32")
+    return ReferenceEncoder(stack["artifacts"], read_manifest(stack["artifacts"]), None).codes(audio, rate)
+
+
+def data_url(path) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def test_cloning_from_ref_audio_with_and_without_ref_text(http, stack):
+    codes = clone_codes(stack)
+    assert codes.shape[0] == 8 and codes.shape[1] > 0
+    ref = data_url(stack["ref"])
+    got = wav_of(http.post(SPEECH, json=body(stack, ref_audio=ref)))
+    assert_same_audio(got, offline(stack, ref_audio_codes=codes))
+    got = wav_of(http.post(SPEECH, json=body(stack, ref_audio=ref, ref_text="A reference clip", instructions=DESIGN)))
+    want = offline(stack, TEXT, DESIGN, ref_audio_codes=codes, ref_text="A reference clip.")  # add_punctuation
+    assert_same_audio(got, want)
+    assert not np.array_equal(want, offline(stack, TEXT, DESIGN))
+    with http.stream("POST", SPEECH, json=body(stack, ref_audio=ref, input=MULTI, response_format="pcm",
+                                              stream=True)) as r:
+        deltas = sse_deltas(r)
+    chunks = [e for e in offline_events(stack, MULTI, ref_audio_codes=codes, sentence_chunks=True) if e.frames]
+    assert len(deltas) >= len(chunks) >= 2
+    assert_same_audio(np.frombuffer(b"".join(deltas), "<i2"), np.concatenate([e.pcm for e in chunks]))
+
+
+def test_uploaded_voice_clones_with_its_codes(http, stack):
+    codes = clone_codes(stack)
+    for name, ref_text in (("omni_plain", None), ("omni_told", "A reference clip.")):
+        with stack["ref"].open("rb") as f:
+            r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
+                          data={"name": name, "consent": "ok", **({"ref_text": ref_text} if ref_text else {})})
+        assert r.status_code == 200, r.text
+        got = wav_of(http.post(SPEECH, json=body(stack, voice=name)))
+        assert_same_audio(got, offline(stack, ref_audio_codes=codes, ref_text=ref_text))
+    assert {"omni_plain", "omni_told"} <= set(http.get("/v1/audio/voices").json()["voices"])
+
+
+def test_a_clip_the_encoder_refuses_is_a_400_naming_ref_audio(http, stack):
+    silent = stack["ref"].parent / "silent.wav"
+    sf.write(silent, np.zeros(24000, np.float32), 24000, subtype="FLOAT")
+    r = http.post(SPEECH, json=body(stack, ref_audio=data_url(silent)))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "ref_audio", r.text
+    assert wav_of(http.post(SPEECH, json=body(stack))).size
+
+
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
@@ -207,6 +266,7 @@ def test_websocket_with_its_id(stack):
         ({"language": "Klingon"}, "language"),
         ({"instructions": "sounds like a dragon"}, "instructions"),
         ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio"),
+        ({"voice": "no_such_upload"}, "voice"),
         ({"ref_text": "A transcript without audio."}, "ref_text"),
         ({"max_new_tokens": 2}, "max_new_tokens"),
         ({"extra_params": {"temperature": 0.7}}, "extra_params"),

@@ -92,11 +92,23 @@ def test_omnivoice_plan_sends_its_fields_and_knobs():
     assert tensors["num_step"].dtype == np.int32 and tensors["guidance_scale"].dtype == np.float32
 
 
+def test_omnivoice_clones_from_ref_audio_with_the_reference_s_transcript_rule():
+    plan = _plan(ref_audio="data:audio/wav;base64,AAAA", ref_text="  nice to meet you ", voice="default")
+    assert plan.needs_voice_features and plan.ref_audio is not None
+    sent = plan.generation_fields(0)
+    assert sent["ref_text"] == "nice to meet you."  # create_voice_clone_prompt's add_punctuation
+    codes = np.arange(16).reshape(8, 2)
+    tensors = plan.generation_inputs(0, codes)
+    assert tensors["ref_audio_codes"].dtype == np.int64 and tensors["ref_audio_codes"].shape == (8, 2)
+    assert not _plan().needs_voice_features and "ref_audio_codes" not in _plan().generation_inputs(0, None)
+    # with a reference the estimate is at the clip's rate: the model checks max_new_tokens then
+    assert _plan(ref_audio="data:audio/wav;base64,AAAA", max_new_tokens=3).max_new_tokens == 3
+
+
 @pytest.mark.parametrize(("fields", "param"), [
     ({"voice": "alloy"}, "voice"),
     ({"language": "Klingon"}, "language"),
     ({"instructions": "sounds like a dragon"}, "instructions"),
-    ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio"),
     ({"ref_text": "a transcript"}, "ref_text"),
     ({"max_new_tokens": 3}, "max_new_tokens"),
     ({"extra_params": {"temperature": 0.7}}, "extra_params"),

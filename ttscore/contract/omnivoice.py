@@ -112,9 +112,25 @@ CLASS_TEMPERATURE = wire.TensorIO("class_temperature", "FP32", (1,), True,
 SPEED = wire.TensorIO("speed", "FP32", (1,), True, "OmniVoice: speaking rate (the duration estimate divided by it).")
 SENTENCE_CHUNKS = wire.TensorIO("sentence_chunks", "BOOL", (1,), True,
                                 "OmniVoice: generate in short chunks at sentence marks, each sent as it completes.")
+# Cloning: the reference clip's codes [8, T] from the family's voice-features model (codec_encoder) and
+# its transcript (the runtime's request field `ref_codes`).
+REF_AUDIO_CODES = wire.TensorIO("ref_audio_codes", "INT64", (NUM_CODEBOOKS, -1), True,
+                                "OmniVoice: reference codes [8, T] from codec_encoder (cloning).")
+REF_TEXT = wire.string_input("ref_text", "OmniVoice: transcript of the reference clip (cloning).")
+# The voice-features Triton model (one per served checkpoint): reference audio -> its codes.
+ENCODER_MODEL = "codec_encoder"
+ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
+    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 24 kHz)."),
+)
+ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("ref_audio_codes", "INT64", (NUM_CODEBOOKS, -1),
+                  doc="OmniVoice reference codes [8, T] for speech_generation's ref_audio_codes."),
+)
 WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, LANGUAGE, INSTRUCTIONS, wire.MAX_NEW_TOKENS, wire.SEED, NUM_STEP,
                                 GUIDANCE_SCALE, T_SHIFT, POSITION_TEMPERATURE, CLASS_TEMPERATURE, SPEED,
-                                SENTENCE_CHUNKS))
+                                SENTENCE_CHUNKS, REF_AUDIO_CODES, REF_TEXT),
+                       {ENCODER_MODEL: (ENCODER_INPUTS, ENCODER_OUTPUTS)})
 
 
 # --- graphs -------------------------------------------------------------------------------------
