@@ -61,6 +61,7 @@ class SpeechFields:
     x_vector_only_mode: bool | None = None
     stream: bool | None = None
     stream_format: str | None = None
+    extra_params: dict[str, Any] | None = None  # a family's own knobs (FamilyRules.extra_params)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> SpeechFields:
@@ -317,6 +318,13 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
     first = deployment.routed_by_task()[0]
     if named is None and not first.adapter.routes_by_task:
         named = first  # only families that answer when named are served: the first one
+    rules = (named or first).adapter.rules
+    if f.extra_params is not None and not rules.extra_params:  # as for any field the API does not know
+        raise bad_request("Unrecognized request argument supplied: 'extra_params'", "extra_params")
+    for key in f.extra_params or {}:
+        if key not in rules.extra_params:
+            raise bad_request(f"'extra_params' key '{key}' is not supported by {rules.name} models (it takes "
+                              f"{', '.join(rules.extra_params)})", "extra_params")
     return (named or first).adapter.plan(f, named, text, deployment)
 
 

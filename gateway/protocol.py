@@ -89,6 +89,9 @@ class _GenerationFields(BaseModel):
     ref_audio: str | None = Field(None, description="Reference audio for Base voice cloning: a base64 data URL.")
     ref_text: str | None = Field(None, description="Transcript of the reference audio (in-context cloning).")
     x_vector_only_mode: bool | None = Field(None, description="Clone from the speaker embedding only (no ref_text).")
+    extra_params: dict[str, Any] | None = Field(
+        None, description="A family's own generation knobs by name: "
+        f"{_per_family(lambda r: ', '.join(r.extra_params) or None) or 'none'}. Any other key: 400.")
 
     @model_validator(mode="before")
     @classmethod

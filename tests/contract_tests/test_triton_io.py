@@ -23,7 +23,12 @@ def test_every_input_is_a_field_of_the_request_of_each_family_taking_it():
     vox = {t.name for t in triton_io.SPEECH_INPUTS if "voxcpm2" in t.families}
     # ref_patches / ref_text become the reference or continuation prompt (the family's request_from_tensors).
     assert vox - {"ref_patches", "ref_text"} <= set(VoxCPM2Request.__dataclass_fields__)
-    assert {t.name for t in triton_io.SPEECH_INPUTS} == qwen | vox
+    from ttscore.runtime.families.omnivoice.request import OmniVoiceRequest
+
+    omni = {t.name for t in triton_io.SPEECH_INPUTS if "omnivoice" in t.families}
+    # ref_audio_codes fills the request's ref_codes (the family's request_from_tensors).
+    assert omni - {"ref_audio_codes"} <= set(OmniVoiceRequest.__dataclass_fields__)
+    assert {t.name for t in triton_io.SPEECH_INPUTS} == qwen | vox | omni
     # Only text is required, on the wire and in the dataclass.
     assert [t.name for t in triton_io.SPEECH_INPUTS if not t.optional] == ["text"]
 

@@ -158,6 +158,36 @@ def test_long_text_is_generated_in_the_reference_s_chunks_each_streamed_as_it_co
     assert events[-1][1].final and events[-1][1].usage.output_tokens == sum(w.shape[1] for w in want)
 
 
+def test_sentence_chunks_are_the_reference_s_chunked_generation_at_the_stream_chunk_size(reference: Any,
+                                                                                         ours: Any) -> None:
+    """A streamed request (`sentence_chunks`) of any length: the reference's own `_generate_chunked`
+    with audio_chunk_duration = STREAM_CHUNK_SECONDS and no threshold, one chunk event per chunk as it
+    completes; a whole request of the same text stays one generation (the reference's default)."""
+    import torch
+
+    from export.omnivoice.reference import omnivoice_module
+    from ttscore.contract.omnivoice import STREAM_CHUNK_SECONDS
+
+    mod = omnivoice_module()
+    text = "The first sentence is short. Then a second one follows, with a clause. And a third ends it!"
+    task = reference._preprocess_all(text=[text], instruct=["male"])
+    config = mod.OmniVoiceGenerationConfig(num_step=4, position_temperature=0.0, class_temperature=0.0,
+                                           audio_chunk_duration=STREAM_CHUNK_SECONDS, audio_chunk_threshold=0.0)
+    with torch.no_grad():
+        want = [t.numpy() for t in reference._generate_chunked(task, config)[0]]
+    assert len(want) >= 2
+    knobs = {"num_step": 4, "position_temperature": 0.0, "class_temperature": 0.0}
+    events = list(Generator(ours).synthesize(OmniVoiceRequest(text=text, instructions="male", sentence_chunks=True,
+                                                              **knobs)))
+    audible = [ev for ev in events if ev.frames]
+    assert len(audible) == len(want)
+    for ev, w in zip(audible, want, strict=True):
+        assert ev.codes is not None
+        np.testing.assert_array_equal(ev.codes.T, w)
+    whole = list(Generator(ours).synthesize(OmniVoiceRequest(text=text, instructions="male", **knobs)))
+    assert len([ev for ev in whole if ev.frames]) == 1
+
+
 def test_audio_matches_the_reference_decoder(reference: Any, ours: Any) -> None:
     import torch
 

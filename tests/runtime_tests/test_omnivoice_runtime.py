@@ -95,6 +95,48 @@ def test_say_writes_a_wav(omnivoice_tiny: Path, tmp_path: Path, monkeypatch: pyt
     assert sr == 24000 and len(audio) > 0 and len(audio) % 960 == 0
 
 
+def test_served_with_an_inline_codec_decoder_and_a_tiny_demo(omnivoice_artifacts: Path) -> None:
+    """A demo checkpoint for `serve`/`prepare --demo`; a deployment renders each checkpoint's
+    speech_generation (codec decoder inline) and its codec_encoder (voice features)."""
+    from dataclasses import dataclass
+
+    from export.families import FAMILIES
+    from ttscore.contract.manifest import Manifest, read_manifest
+
+    entry = FAMILIES["omnivoice"]
+    assert [name for name, _ in entry.demo] == ["OmniVoice-tiny"]
+
+    @dataclass
+    class Served:
+        name: str
+        artifacts: Path
+        manifest: Manifest
+
+    plan = entry.deploy([Served("omni", omnivoice_artifacts, read_manifest(omnivoice_artifacts))])
+    assert plan.vocoder == {"omni": "inline"} and plan.voice_features == {"omni": "codec_encoder"}
+    assert plan.models == [("codec_encoder", "codec_encoder", {"artifacts_dir": str(omnivoice_artifacts)})]
+    two = entry.deploy([Served(n, omnivoice_artifacts, read_manifest(omnivoice_artifacts)) for n in ("a", "b")])
+    assert two.voice_features == {"a": "codec_encoder_a", "b": "codec_encoder_b"}
+
+
+def test_sentence_chunks_send_each_chunk_as_it_completes(model: Any) -> None:
+    """A streamed request: one audio event per chunk, each made at that chunk's last step; the same
+    text as a whole request is one generation (the reference's rule under 30 s)."""
+    from ttscore.runtime.engine import Generator
+
+    text = "The first sentence is short. A second one follows it. The third ends the request."
+    knobs = {"num_step": 4, "position_temperature": 0.0, "class_temperature": 0.0}
+    gen = Generator(model)
+    gen.submit("s", OmniVoiceRequest(text=text, sentence_chunks=True, **knobs))
+    steps, audible = 0, []
+    while gen.num_active:
+        audible += [steps for ev in gen.step() if ev.frames]
+        steps += 1
+    assert audible == [3, 7, 11]  # three sentences, four steps each
+    whole = list(Generator(model).synthesize(OmniVoiceRequest(text=text, **knobs)))
+    assert [ev.final for ev in whole if ev.frames] == [True]
+
+
 # --- cloning from audio (clone.py): the reference's preprocessing, then the codec_encoder graph ------
 def _speechy(seconds: float, rate: int, seed: int) -> np.ndarray:
     """Tones with a syllable-like envelope (stands in for speech)."""
@@ -178,3 +220,14 @@ def test_say_clones_from_a_reference_clip(omnivoice_tiny: Path, tmp_path: Path, 
     audio, sr = sf.read(out)
     assert sr == 24000 and len(audio) > 0 and len(audio) % 960 == 0
     assert main(["say", "--checkpoint", str(omnivoice_tiny), "-o", str(out), "--ref-text", "hi", "Hello."]) not in (0, None)
+
+
+def test_the_wire_s_reference_codes_are_the_request_s_ref_codes() -> None:
+    from ttscore.contract import tensors as triton_io
+    from ttscore.runtime.families import FAMILIES
+
+    codes = np.arange(24, dtype=np.int64).reshape(8, 3)
+    tensors = triton_io.request_tensors(text="hi", ref_audio_codes=codes, ref_text="a clip.")
+    request = FAMILIES["omnivoice"].request_from_tensors(tensors)
+    assert isinstance(request, OmniVoiceRequest) and request.ref_text == "a clip."
+    np.testing.assert_array_equal(request.ref_codes, codes)

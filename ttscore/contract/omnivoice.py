@@ -9,7 +9,8 @@ audio. Audio exists only after the last step, so it streams per sentence, not pe
 
 from __future__ import annotations
 
-from ttscore.contract import wire
+from ttscore.contract import omnivoice_text, wire
+from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
 
@@ -40,6 +41,10 @@ ANCHOR_FRAMES = 25
 # Long text (the reference's audio_chunk_threshold / audio_chunk_duration; omnivoice_text.chunk_text).
 CHUNK_THRESHOLD_SECONDS = 30.0
 CHUNK_SECONDS = 15.0
+# Sentence-level streaming (a streamed request: `sentence_chunks`): the same chunking rule packing
+# pieces up to about this many seconds, applied to any text of more than one piece, so the first
+# sentence's audio is sent while the later ones are generated (the project's rule, not the reference's).
+STREAM_CHUNK_SECONDS = 3.0
 
 MAX_NUM_STEP = 64
 MAX_FRAMES = 4096  # per generation (~164 s)
@@ -49,6 +54,16 @@ SEED_MAX = 2**63 - 1
 TASK = "Base"
 DEFAULT_VOICE = "default"  # auto voice (the model's own), like omitting `voice`
 UNSUPPORTED_FIELDS = ("x_vector_only_mode", "speaker_embedding", "non_streaming_mode")
+# The float generation knobs (the Speech API's `extra_params`, speech_generation inputs): inclusive ranges.
+FLOAT_KNOBS: dict[str, tuple[float, float]] = {
+    "guidance_scale": (0.0, 20.0),
+    "t_shift": (1e-3, 10.0),
+    "position_temperature": (0.0, 100.0),
+    "class_temperature": (0.0, 100.0),
+}
+EXTRA_PARAMS = ("num_step", *FLOAT_KNOBS)  # num_step: an integer FieldRule
+# `speed` as the reference does it: the duration estimate divided by it (the Speech API's range).
+SPEED_RANGE = (0.25, 4.0)
 REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
 
 RULES = FamilyRules(
@@ -66,7 +81,23 @@ RULES = FamilyRules(
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
     variants={"base": TASK},
+    extra_params=EXTRA_PARAMS,
 )
+
+
+
+def checked_frames(text: str, ref_text: str | None, ref_frames: int | None, speed: float,
+                   max_new_tokens: int | None) -> int:
+    """The utterance's frames by the reference's duration estimate, refused (naming `max_new_tokens`)
+    beyond the request's cap (default MAX_FRAMES): a non-autoregressive utterance cannot be cut."""
+    frames = omnivoice_text.estimate_frames(text, ref_text, ref_frames, ANCHOR_TEXT, ANCHOR_FRAMES, speed)
+    limit = RULES.field("max_new_tokens").check(max_new_tokens)
+    cap = MAX_FRAMES if limit is None else limit
+    if frames > cap:
+        raise InvalidRequest(f"the text needs {frames} frames by the duration estimate, more than "
+                             f"'max_new_tokens' ({cap}); shorten the text or raise max_new_tokens", "max_new_tokens")
+    return frames
+
 
 # Its speech_generation inputs (the rows the families share, and its own knobs).
 LANGUAGE = wire.string_input("language", "Language name or id (the reference's language map; 'Auto': none).")
@@ -78,8 +109,28 @@ POSITION_TEMPERATURE = wire.TensorIO("position_temperature", "FP32", (1,), True,
                                      "OmniVoice: Gumbel temperature of the unmasking order (0: greedy).")
 CLASS_TEMPERATURE = wire.TensorIO("class_temperature", "FP32", (1,), True,
                                   "OmniVoice: sampling temperature of the codes (0: argmax).")
+SPEED = wire.TensorIO("speed", "FP32", (1,), True, "OmniVoice: speaking rate (the duration estimate divided by it).")
+SENTENCE_CHUNKS = wire.TensorIO("sentence_chunks", "BOOL", (1,), True,
+                                "OmniVoice: generate in short chunks at sentence marks, each sent as it completes.")
+# Cloning: the reference clip's codes [8, T] from the family's voice-features model (codec_encoder) and
+# its transcript (the runtime's request field `ref_codes`).
+REF_AUDIO_CODES = wire.TensorIO("ref_audio_codes", "INT64", (NUM_CODEBOOKS, -1), True,
+                                "OmniVoice: reference codes [8, T] from codec_encoder (cloning).")
+REF_TEXT = wire.string_input("ref_text", "OmniVoice: transcript of the reference clip (cloning).")
+# The voice-features Triton model (one per served checkpoint): reference audio -> its codes.
+ENCODER_MODEL = "codec_encoder"
+ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
+    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 24 kHz)."),
+)
+ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("ref_audio_codes", "INT64", (NUM_CODEBOOKS, -1),
+                  doc="OmniVoice reference codes [8, T] for speech_generation's ref_audio_codes."),
+)
 WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, LANGUAGE, INSTRUCTIONS, wire.MAX_NEW_TOKENS, wire.SEED, NUM_STEP,
-                                GUIDANCE_SCALE, T_SHIFT, POSITION_TEMPERATURE, CLASS_TEMPERATURE))
+                                GUIDANCE_SCALE, T_SHIFT, POSITION_TEMPERATURE, CLASS_TEMPERATURE, SPEED,
+                                SENTENCE_CHUNKS, REF_AUDIO_CODES, REF_TEXT),
+                       {ENCODER_MODEL: (ENCODER_INPUTS, ENCODER_OUTPUTS)})
 
 
 # --- graphs -------------------------------------------------------------------------------------

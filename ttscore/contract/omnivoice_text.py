@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 import re
 import unicodedata
+from collections.abc import Mapping
 from functools import lru_cache
 
 from ttscore.contract.errors import InvalidRequest
@@ -229,3 +230,21 @@ def chunk_text(text: str, chunk_chars: int, min_chars: int = MIN_CHUNK_CHARS) ->
         else:
             final.append(chunk)
     return [s for s in ("".join(c).strip() for c in final) if s]
+
+
+# --- language ---------------------------------------------------------------------------------------
+
+
+def resolve_language(language: str | None, names: Mapping[str, str], family_name: str = "OmniVoice") -> str | None:
+    """The language id the prompt names: None for "Auto", "None" or empty; a language id as it is;
+    a language name (any case) by the reference's map `names` (name -> id). The reference falls back
+    to no language for an unknown one; here it is refused naming the field."""
+    if language is None or language.strip().lower() in ("", "auto", "none"):
+        return None
+    if language in set(names.values()):
+        return language
+    found = names.get(language.lower())
+    if found is None:
+        raise InvalidRequest(f"'language' {language!r} is not a language of {family_name} (a language name "
+                             f"such as 'English' or an id such as 'en', or 'Auto')", "language")
+    return found

@@ -74,6 +74,8 @@ class FamilyRules:
     max_text_chars: int = 4096  # per generation
     sample_rate: int | None = None  # of the audio the family generates (the manifest's wins when it has one)
     variants: Mapping[str, str] = field(default_factory=dict)  # checkpoint variant (manifest) -> its task
+    # The keys the family takes in the Speech API's `extra_params` (any other key: 400 naming it).
+    extra_params: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

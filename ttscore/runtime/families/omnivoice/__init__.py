@@ -38,7 +38,10 @@ class OmniVoice:
     def request_from_tensors(self, tensors: Mapping[str, NDArray[Any]]) -> Any:
         from ttscore.runtime.families.omnivoice.request import OmniVoiceRequest
 
-        return OmniVoiceRequest(**triton_io.request_kwargs(tensors, self.name))
+        kwargs = triton_io.request_kwargs(tensors, self.name)
+        if "ref_audio_codes" in kwargs:  # the wire's name for the request's reference codes
+            kwargs["ref_codes"] = kwargs.pop("ref_audio_codes")
+        return OmniVoiceRequest(**kwargs)
 
 
 FAMILY = OmniVoice()

@@ -87,21 +87,6 @@ class CodecVocoder:
         return out
 
 
-def resolve_language(language: str | None, names: Mapping[str, str]) -> str | None:
-    """The language id the prompt names: None for "Auto", "None" or empty; a language id as it is;
-    a language name (any case) by the reference's map `names`. The reference falls back to no
-    language for an unknown one; here it is refused naming the field."""
-    if language is None or language.strip().lower() in ("", "auto", "none"):
-        return None
-    if language in set(names.values()):
-        return language
-    found = names.get(language.lower())
-    if found is None:
-        raise InvalidRequest(f"'language' {language!r} is not a language of {contract.RULES.name} (a language name "
-                             f"such as 'English' or an id such as 'en', or 'Auto')", "language")
-    return found
-
-
 def _float(value: float | None, default: float, name: str, lo: float, hi: float) -> float:
     if value is None:
         return default
@@ -155,15 +140,8 @@ class OmniVoiceModel:
 
     def target_frames(self, request: OmniVoiceRequest, ref_frames: int | None) -> int:
         """The duration estimate (the reference's rule), checked against max_new_tokens."""
-        speed = _float(request.speed, 1.0, "speed", 0.25, 4.0)
-        frames = text_rules.estimate_frames(request.text, request.ref_text, ref_frames, contract.ANCHOR_TEXT,
-                                            contract.ANCHOR_FRAMES, speed)
-        limit = contract.RULES.field("max_new_tokens").check(request.max_new_tokens)
-        cap = contract.MAX_FRAMES if limit is None else limit
-        if frames > cap:
-            raise InvalidRequest(f"the text needs {frames} frames by the duration estimate, more than "
-                                 f"'max_new_tokens' ({cap}); shorten the text or raise max_new_tokens", "max_new_tokens")
-        return frames
+        speed = _float(request.speed, 1.0, "speed", *contract.SPEED_RANGE)
+        return contract.checked_frames(request.text, request.ref_text, ref_frames, speed, request.max_new_tokens)
 
     def admit(self, request: OmniVoiceRequest) -> OmniVoiceSequence:
         rules = contract.RULES
@@ -171,18 +149,20 @@ class OmniVoiceModel:
             raise InvalidRequest("'text' must not be empty", "text")
         if len(request.text) > rules.max_text_chars:
             raise InvalidRequest(f"'text' is longer than {rules.max_text_chars} characters", "text")
-        language = resolve_language(request.language, self.language_names)
+        language = text_rules.resolve_language(request.language, self.language_names, contract.RULES.name)
         instructions = text_rules.resolve_instructions(request.instructions, text_rules.has_chinese(request.text))
         seed = rules.field("seed").check(request.seed)
+        floats = {name: _float(getattr(request, name), default, name, *contract.FLOAT_KNOBS[name]) for name, default in (
+            ("guidance_scale", contract.DEFAULT_GUIDANCE_SCALE), ("t_shift", contract.DEFAULT_T_SHIFT),
+            ("position_temperature", contract.DEFAULT_POSITION_TEMPERATURE),
+            ("class_temperature", contract.DEFAULT_CLASS_TEMPERATURE))}
         knobs = Knobs(
             num_step=rules.field("num_step").resolve(request.num_step),
-            guidance_scale=_float(request.guidance_scale, contract.DEFAULT_GUIDANCE_SCALE, "guidance_scale", 0.0, 20.0),
-            t_shift=_float(request.t_shift, contract.DEFAULT_T_SHIFT, "t_shift", 1e-3, 10.0),
+            guidance_scale=floats["guidance_scale"],
+            t_shift=floats["t_shift"],
             layer_penalty=contract.DEFAULT_LAYER_PENALTY,
-            position_temperature=_float(request.position_temperature, contract.DEFAULT_POSITION_TEMPERATURE,
-                                        "position_temperature", 0.0, 100.0),
-            class_temperature=_float(request.class_temperature, contract.DEFAULT_CLASS_TEMPERATURE,
-                                     "class_temperature", 0.0, 100.0),
+            position_temperature=floats["position_temperature"],
+            class_temperature=floats["class_temperature"],
             class_top_k_ratio=contract.CLASS_TOP_K_RATIO,
         )
         ref = None
@@ -196,16 +176,24 @@ class OmniVoiceModel:
         parts = [request.text]
         if frames > contract.CHUNK_THRESHOLD_SECONDS * self.frame_rate:
             # The reference's long-text rule: chunks of about CHUNK_SECONDS at the text's estimated rate.
-            chunk_chars = int(contract.CHUNK_SECONDS * self.frame_rate / (frames / len(request.text)))
-            parts = text_rules.chunk_text(request.text, chunk_chars) or [request.text]
+            parts = self._chunks(request.text, frames, contract.CHUNK_SECONDS)
+        elif request.sentence_chunks:
+            # Sentence-level streaming: the same rule with short chunks, each sent as it completes.
+            parts = self._chunks(request.text, frames, contract.STREAM_CHUNK_SECONDS)
         seq = OmniVoiceSequence(
             initial_chunk_frames=1, chunk_frames=1, text_tokens=0, audio_tokens=0 if ref is None else int(ref.shape[1]),
             knobs=knobs, rng=np.random.default_rng(seed), parts=parts, language=language, instructions=instructions,
-            speed=_float(request.speed, 1.0, "speed", 0.25, 4.0), ref=ref,
+            speed=_float(request.speed, 1.0, "speed", *contract.SPEED_RANGE), ref=ref,
             ref_text=request.ref_text if ref is not None else None,
         )
         self._start_part(seq, 0)
         return seq
+
+    def _chunks(self, text: str, frames: int, seconds: float) -> list[str]:
+        """The reference's chunking rule (omnivoice_text.chunk_text) with chunks of about `seconds` at
+        the text's estimated rate."""
+        chunk_chars = max(1, int(seconds * self.frame_rate / (frames / len(text))))
+        return text_rules.chunk_text(text, chunk_chars) or [text]
 
     @property
     def frame_rate(self) -> int:

@@ -21,6 +21,8 @@ class OmniVoiceRequest:
     position_temperature: float | None = None
     class_temperature: float | None = None
     speed: float | None = None  # the reference's speed: the estimate divided by it
+    # Streamed requests: short chunks at sentence marks (the reference's rule), each sent as it completes.
+    sentence_chunks: bool | None = None
     # Cloning from precomputed codes (not on the wire yet): the reference clip's codes [8, T_ref] and transcript.
     ref_codes: NDArray[Any] | None = None
     ref_text: str | None = None

@@ -1,0 +1,242 @@
+"""The OmniVoice family's gateway adapter (gateway.family.FamilyAdapter).
+
+Answered only when `model` names an OmniVoice checkpoint (or when only OmniVoice is served). The
+model is non-autoregressive: it fills in the whole utterance (its length fixed up front by the
+reference's duration estimate) over `num_step` unmasking steps. Fields:
+
+- `voice` omitted or "default": the auto voice (the model's own); or an uploaded voice (its codes
+  computed once at upload through each served checkpoint's codec_encoder); any other name is a 400
+  naming `voice` (precomputed voice files are not supported for this family);
+- `ref_audio` + optional `ref_text` (cloning; overrides an uploaded voice): the clip's codes through
+  the checkpoint's codec_encoder (the reference's preprocessing), the transcript as the reference's
+  create_voice_clone_prompt leaves it (`clone_ref_text`); without one the codes are used alone;
+- `instructions`: voice design, checked and normalised against the reference's vocabulary (400
+  naming `instructions`); `language`: a name or id of the reference's language map (`Auto`: none;
+  an unknown one is a 400 naming it, where the reference silently uses none);
+- `seed`; `speed`: as the reference does it, the duration estimate divided by it (so it is allowed
+  while streaming and the audio is not time-stretched afterwards);
+- `max_new_tokens`: a cap on the estimate (a text needing more frames is a 400 naming it);
+- `extra_params`: `num_step`, `guidance_scale`, `t_shift`, `position_temperature`,
+  `class_temperature` (the reference's generation knobs; both temperatures 0: deterministic);
+- streamed requests (raw, SSE, a WebSocket with stream_audio) set `sentence_chunks`: the text is
+  generated in short chunks cut at sentence marks, each sent as soon as it is decoded.
+Refused (400 naming the field): the family's unsupported fields (contract RULES),
+`initial_codec_chunk_frames` (no frame streaming), a `task_type` other than Base, `ref_text` without
+a reference, a clip the encoder refuses (`ref_audio`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ttscore.contract import families, omnivoice, omnivoice_text
+from ttscore.contract import tensors as triton_io
+from ttscore.contract.errors import InvalidRequest
+
+from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
+from ..errors import bad_request, from_invalid_request
+from ..family import FeatureEnv, audio_key
+from ..longtext import segment_seed, split_segments
+from ..planning import (
+    MAX_REF_TEXT_CHARS,
+    Deployment,
+    SpeechFields,
+    SpeechPlan,
+    StoredVoice,
+    plan_output,
+    text_field,
+)
+from ..voices.precomputed import PrecomputedVoice, SkipVoice
+
+if TYPE_CHECKING:
+    from ttscore.contract.manifest import Manifest
+
+    from ..checkpoints import ServedCheckpoint
+
+VOICE_ALIASES: dict[str, str] = {}  # no preset speakers for OpenAI's voice names
+LANGUAGES = "language_ids"  # manifest_facts key: the reference's language map (name -> id)
+
+
+@dataclasses.dataclass(frozen=True)
+class OmniVoicePlan(SpeechPlan):
+    """A plan with the family's own generation inputs."""
+
+    language_id: str | None = None
+    speed: float = 1.0  # the reference's: applied by the model (the output's speed stays 1.0)
+    knobs: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # extra_params, checked
+
+
+def _knobs(extra: Mapping[str, Any] | None, rules: Any) -> dict[str, Any]:
+    """The checked `extra_params` (their keys were checked by the planner): 400 naming `extra_params`."""
+    out: dict[str, Any] = {}
+    for key, value in (extra or {}).items():
+        if key == "num_step":
+            try:
+                out[key] = rules.field("num_step").check(value)
+            except InvalidRequest as exc:
+                raise bad_request(f"'extra_params': {exc.message}", "extra_params") from None
+            continue
+        lo, hi = omnivoice.FLOAT_KNOBS[key]
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) \
+                or not lo <= float(value) <= hi:
+            raise bad_request(f"'extra_params': '{key}' must be a number between {lo} and {hi}, got {value!r}",
+                              "extra_params")
+        out[key] = float(value)
+    return out
+
+
+class OmniVoiceAdapter:
+    family = omnivoice.FAMILY
+    rules = omnivoice.RULES
+    routes_by_task = False
+    default_task = omnivoice.TASK
+    # Uploaded voices: codes computed at upload through every served checkpoint's codec_encoder.
+    caches_voice_features = False
+    voice_aliases = VOICE_ALIASES
+    clones_voices = True  # each checkpoint has its codec_encoder (export/omnivoice/family.py)
+
+    def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
+        table = (manifest.raw.get("tables") or {}).get(LANGUAGES) or {}
+        return {LANGUAGES: {str(k): str(v) for k, v in table.items()}}
+
+    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
+        assert named is not None  # not routed by task: always the named (or only) checkpoint
+        ckpt, rules = named, self.rules
+        name = rules.name
+        given = {"x_vector_only_mode": f.x_vector_only_mode, "non_streaming_mode": f.non_streaming_mode}
+        for field in rules.unsupported:
+            if given.get(field) is not None:
+                raise bad_request(f"'{field}' is not supported by {name} models", field)
+        if f.initial_codec_chunk_frames is not None:
+            raise bad_request(f"'initial_codec_chunk_frames' is not supported by {name} models (non-autoregressive: "
+                              "audio comes a whole sentence at a time)", "initial_codec_chunk_frames")
+        if f.task_type is not None and f.task_type not in rules.tasks:
+            raise bad_request(f"{name} models do not support task_type='{f.task_type}'. Use "
+                              f"task_type='{rules.tasks[0]}' or omit it.", "task_type")
+        voice = text_field(f.voice, "voice", 256)
+        voice = (voice or "").strip() or None
+        stored: StoredVoice | None = None
+        if voice is not None and voice.lower() != omnivoice.DEFAULT_VOICE:
+            stored = deployment.resolve_voice(voice.lower())
+            if stored is None:
+                raise bad_request(f"Invalid voice '{f.voice}' for {name}: use an uploaded voice, or omit 'voice' "
+                                  f"(or '{omnivoice.DEFAULT_VOICE}') for the model's auto voice", "voice")
+            if stored.family not in (None, ckpt.family) or stored.precomputed is not None:
+                made = families.display_name(stored.family)
+                raise bad_request(f"Voice '{stored.name}' is a precomputed {made} voice: it cannot be used with {name} "
+                                  f"model `{ckpt.name}`", "voice")
+        ref_audio = text_field(f.ref_audio, "ref_audio", 1 << 30)
+        ref_text = text_field(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS)
+        ref_text = ref_text if ref_text and ref_text.strip() else None
+        if ref_audio is not None:
+            stored = None  # inline ref_audio overrides an uploaded voice (spec)
+        elif stored is not None and ref_text is None:
+            ref_text = stored.ref_text if stored.ref_text and stored.ref_text.strip() else None
+        elif stored is None and ref_text is not None:
+            raise bad_request("'ref_text' is the transcript of 'ref_audio': give 'ref_audio' too", "ref_text")
+        ref_text = omnivoice_text.clone_ref_text(ref_text) if ref_text is not None else None
+        cloning = ref_audio is not None or stored is not None
+        instructions = text_field(f.instructions, "instructions", rules.max_text_chars)
+        instructions = instructions if instructions and instructions.strip() else None
+        speed = 1.0 if f.speed is None else float(f.speed)
+        lo, hi = omnivoice.SPEED_RANGE
+        if not (math.isfinite(speed) and lo <= speed <= hi):
+            raise bad_request(f"'speed' must be between {lo} and {hi}, got {f.speed}", "speed")
+        # The model applies `speed` itself (duration scaling), so the output is never time-stretched.
+        output = plan_output(dataclasses.replace(f, speed=None), ckpt.sample_rate)
+        segments = split_segments(text, rules.max_text_chars)  # longer texts the model chunks itself
+        try:
+            language = omnivoice_text.resolve_language(f.language, ckpt.facts.get(LANGUAGES, {}), name)
+            omnivoice_text.resolve_instructions(instructions, omnivoice_text.has_chinese(text))
+            seed = rules.field("seed").check(f.seed)
+            max_new = rules.field("max_new_tokens").check(f.max_new_tokens)
+            for part in segments if not cloning else ():  # with a reference: at its rate (the model checks)
+                omnivoice.checked_frames(part, None, None, speed, max_new)
+        except InvalidRequest as exc:
+            raise from_invalid_request(exc) from None
+        return OmniVoicePlan(
+            checkpoint=ckpt, task=rules.tasks[0], text=text, speaker=None, language=(f.language or "auto").lower(),
+            instructions=instructions, ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
+            non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
+            segments=tuple(segments) if len(segments) > 1 else (),
+            language_id=language, speed=speed, knobs=_knobs(f.extra_params, rules),
+        )
+
+    # --- generation --------------------------------------------------------------------------------
+
+    def needs_reference(self, plan: SpeechPlan) -> bool:
+        return plan.ref_audio is not None or plan.stored_voice is not None  # else the auto voice
+
+    async def reference_features(self, plan: SpeechPlan, env: FeatureEnv) -> np.ndarray:
+        """The reference codes [8, T]: an uploaded voice's (computed at upload), or `ref_audio`'s
+        through the checkpoint's codec_encoder (shared by concurrent and recent requests)."""
+        model = plan.checkpoint.voice_features_model
+        if not model:
+            raise InvalidRequest(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
+        stored = plan.stored_voice
+        if stored is not None:
+            if stored.model_features is None:
+                raise InvalidRequest(f"Voice '{stored.name}' cannot be used with {plan.checkpoint.name}", "voice")
+            codes: np.ndarray = await stored.model_features(model, False)  # one set of codes per clip
+            return codes
+        assert plan.ref_audio is not None
+        audio, rate = await env.ref_audio(plan.ref_audio, self.rules.ref_audio)
+        codes = await env.shared(audio_key(model, audio, rate),
+                                 lambda: self.clip_features(env.backend, model, audio, rate, False, env.request_id))
+        return codes
+
+    def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
+        assert isinstance(plan, OmniVoicePlan)
+        return {
+            "text": plan.texts[segment],
+            "language": plan.language_id,
+            "instructions": plan.instructions,
+            "max_new_tokens": plan.max_new_tokens,
+            "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
+            "ref_text": plan.ref_text if self.needs_reference(plan) else None,
+            "speed": None if plan.speed == 1.0 else plan.speed,
+            "sentence_chunks": True if plan.output.stream is not None else None,
+            **plan.knobs,
+        }
+
+    def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
+        codes = None if features is None else np.ascontiguousarray(features, dtype=np.int64)
+        return triton_io.request_tensors(**self.generation_fields(plan, segment), ref_audio_codes=codes)
+
+    # --- voices ---------------------------------------------------------------------------------------
+
+    async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
+                            prompt: bool, request_id: str) -> np.ndarray:
+        """A clip's codes [8, T] through a codec_encoder (the transcript does not change them)."""
+        try:
+            outputs = await backend.infer(model, {
+                "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
+                "sample_rate": np.array([rate], dtype=np.int32),
+            }, request_id)
+        except BackendError as exc:
+            if exc.code == INVALID_ARG:  # the encoder refused the clip: the client's ref_audio
+                raise InvalidRequest(exc.message, "ref_audio") from None
+            raise
+        codes = outputs.get(omnivoice.ENCODER_OUTPUTS[0].name)
+        if codes is None:
+            raise BackendError(INTERNAL, f"{model} returned no {omnivoice.ENCODER_OUTPUTS[0].name}")
+        return np.asarray(codes, np.int64)
+
+    def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
+        return {}
+
+    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any, **checks: Any) -> PrecomputedVoice:
+        raise SkipVoice(f"{self.rules.name} voice files are not supported yet")
+
+    def stored_voice(self, voice: PrecomputedVoice) -> StoredVoice:
+        raise InvalidRequest(f"{self.rules.name} models cannot use precomputed voices yet", "voice")
+
+
+ADAPTER = OmniVoiceAdapter()

@@ -1,0 +1,289 @@
+"""OmniVoice through the whole stack, in the session's shared mixed deployment (e2e_triton: next to
+Qwen3-TTS and VoxCPM2). With both temperatures 0 (`extra_params`) the audio of /v1/audio/speech
+(whole file, raw stream, SSE), the openai SDK and the WebSocket equals the offline engine's within
+one 16-bit step, and the offline engine's codes equal the reference's (`omnivoice==0.2.1`
+`_generate_iterative`), for the auto voice and voice design. A streamed multi-sentence request is
+generated sentence chunk by sentence chunk: its first SSE audio event is the first chunk's audio
+alone, sent before the later chunks' events (the order of events, not timing). Cloning from
+`ref_audio` (with and without `ref_text`) and from an uploaded voice equals the offline engine fed the
+clip's codes from clone.ReferenceEncoder (the path `say --ref-audio` takes). /v1/models lists it;
+every refused field is a 400 naming it and the next request succeeds.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile as sf
+from gateway_fixtures import start_gateway
+
+from gateway import encoding
+from gateway.settings import Settings
+from ttscore.backend.launcher import free_port
+from ttscore.contract import tensors as triton_io
+from ttscore.runtime.engine import ChunkEvent, Generator
+from ttscore.runtime.families import FAMILIES
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TEXT = "Hello from OmniVoice."
+MULTI = "The first sentence is short. Then a second one follows, with a clause. And a third ends it!"
+DESIGN = "female, low pitch"
+NUM_STEP = 8
+KNOBS = {"num_step": NUM_STEP, "position_temperature": 0.0, "class_temperature": 0.0}
+SPEECH = "/v1/audio/speech"
+
+
+@pytest.fixture(scope="module")
+def stack(e2e_triton, tmp_path_factory):
+    cfg = {**e2e_triton["config"], "health_interval_s": 0,
+           "speaker_samples_dir": str(tmp_path_factory.mktemp("omnivoice-speakers"))}
+    port = free_port()
+    gw, thread = start_gateway(Settings.from_dict(cfg), port)
+    ref = tmp_path_factory.mktemp("omnivoice-ref") / "ref.wav"
+    t = np.arange(int(24000 * 1.5)) / 24000  # uploads need at least 1 s
+    sf.write(ref, (0.3 * np.sin(2 * np.pi * 220 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype(np.float32),
+             24000, subtype="FLOAT")
+    yield {"url": f"http://127.0.0.1:{port}", "names": e2e_triton["names"], "omni": e2e_triton["names"]["omnivoice"],
+           "model": e2e_triton["pipelines"]["omnivoice"], "checkpoint": e2e_triton["checkpoints"]["omnivoice"],
+           "artifacts": e2e_triton["artifacts"]["omnivoice"], "ref": ref}
+    gw.should_exit = True
+    thread.join(15)
+
+
+@pytest.fixture(scope="module")
+def http(stack):
+    with httpx.Client(base_url=stack["url"], timeout=300) as c:
+        yield c
+
+
+def offline_events(stack, text: str = TEXT, instructions: str | None = None, **fields: Any) -> list[ChunkEvent]:
+    """The offline engine with the tensors the gateway sends (the family's request_from_tensors)."""
+    tensors = triton_io.request_tensors(text=text, instructions=instructions, **KNOBS, **fields)
+    request = FAMILIES["omnivoice"].request_from_tensors(tensors)
+    return list(Generator(stack["model"], max_batch=1).synthesize(request))
+
+
+def offline(stack, text: str = TEXT, instructions: str | None = None, **fields: Any) -> np.ndarray:
+    return np.concatenate([e.pcm for e in offline_events(stack, text, instructions, **fields)])
+
+
+def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray) -> None:
+    want = encoding.to_int16(want_float).astype(np.int32)
+    assert got_int16.shape == want.shape, (got_int16.shape, want.shape)
+    assert want.size and np.max(np.abs(got_int16.astype(np.int32) - want)) <= 1
+
+
+def body(stack, **kw):
+    return {"input": TEXT, "model": stack["omni"], "extra_params": dict(KNOBS), **kw}
+
+
+def wav_of(r) -> np.ndarray:
+    assert r.status_code == 200, r.text
+    rate, samples = encoding.parse_wav(r.content)
+    assert rate == 24000
+    return samples
+
+
+def sse_deltas(r) -> list[bytes]:
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
+    text = "".join(r.iter_text())
+    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done"
+    return [base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"]
+
+
+def test_models_lists_it_with_family_rate_and_voices(http, stack):
+    cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+    card = cards[stack["omni"]]
+    assert (card["family"], card["sample_rate"], card["voices"]) == ("omnivoice", 24000, [])
+    assert {cards[stack["names"]["custom_voice"]]["family"], cards[stack["names"]["voxcpm2"]]["family"]} == {
+        "qwen3_tts", "voxcpm2"}
+
+
+def test_offline_codes_equal_the_reference_s(stack):
+    """The chain's other half: the offline engine (which the API equals below) gives the reference's
+    codes for the auto voice and voice design (tests/export_tests/test_omnivoice_parity.py in full)."""
+    import torch
+
+    from export.omnivoice.reference import load_reference, omnivoice_module
+
+    reference = load_reference(stack["checkpoint"])
+    mod = omnivoice_module()
+    config = mod.OmniVoiceGenerationConfig(num_step=NUM_STEP, postprocess_output=False, position_temperature=0.0,
+                                           class_temperature=0.0)
+    for instructions in (None, DESIGN):
+        task = reference._preprocess_all(text=[TEXT], instruct=[instructions])
+        with torch.no_grad():
+            want = reference._generate_iterative(task, config)[0].numpy()
+        (event,) = offline_events(stack, TEXT, instructions)
+        assert event.codes is not None
+        np.testing.assert_array_equal(event.codes.T, want)
+
+
+@pytest.mark.parametrize("instructions", [None, DESIGN])
+def test_whole_file_raw_stream_and_sse_equal_the_offline_engine(http, stack, instructions):
+    want = offline(stack, TEXT, instructions)
+    extra = {} if instructions is None else {"instructions": instructions}
+    assert_same_audio(wav_of(http.post(SPEECH, json=body(stack, voice="default", **extra))), want)
+    with http.stream("POST", SPEECH, json=body(stack, response_format="pcm", stream_format="audio", **extra)) as r:
+        assert r.status_code == 200
+        pcm = b"".join(r.iter_bytes())
+    assert_same_audio(np.frombuffer(pcm, "<i2"), want)  # one sentence: one chunk, the whole generation
+    with http.stream("POST", SPEECH, json=body(stack, response_format="pcm", stream=True, **extra)) as r:
+        deltas = sse_deltas(r)
+    assert_same_audio(np.frombuffer(b"".join(deltas), "<i2"), want)
+
+
+def test_language_seed_and_speed_reach_the_model(http, stack):
+    assert_same_audio(wav_of(http.post(SPEECH, json=body(stack, language="English"))), offline(stack, language="en"))
+    assert_same_audio(wav_of(http.post(SPEECH, json=body(stack, speed=1.5))), offline(stack, speed=1.5))
+    slow = wav_of(http.post(SPEECH, json=body(stack, speed=0.5)))
+    assert slow.size > wav_of(http.post(SPEECH, json=body(stack))).size  # duration scaling, not a post-hoc stretch
+    # The default temperatures sample (Gumbel noise): the seed makes it the offline engine's.
+    seeded = body(stack, seed=3, extra_params={"num_step": NUM_STEP})
+    tensors = triton_io.request_tensors(text=TEXT, num_step=NUM_STEP, seed=3)
+    want = np.concatenate([e.pcm for e in Generator(stack["model"], max_batch=1).synthesize(
+        FAMILIES["omnivoice"].request_from_tensors(tensors))])
+    assert_same_audio(wav_of(http.post(SPEECH, json=seeded)), want)
+
+
+def test_a_streamed_multi_sentence_request_sends_its_first_sentence_before_the_last(http, stack):
+    events = offline_events(stack, MULTI, sentence_chunks=True)
+    chunks = [e for e in events if e.frames]
+    assert len(chunks) >= 2  # one audio event per sentence chunk, each as it completes
+    whole = offline(stack, MULTI)  # a whole-file request: one generation (the reference's rule under 30 s)
+    assert_same_audio(wav_of(http.post(SPEECH, json=body(stack, input=MULTI))), whole)
+    with http.stream("POST", SPEECH, json=body(stack, input=MULTI, response_format="pcm", stream=True)) as r:
+        deltas = sse_deltas(r)
+    # The first event carries exactly the first chunk's audio: it was sent before the later chunks
+    # were generated (their audio arrives in later events).
+    assert len(deltas) >= len(chunks)
+    assert_same_audio(np.frombuffer(deltas[0], "<i2"), chunks[0].pcm)
+    assert_same_audio(np.frombuffer(b"".join(deltas), "<i2"), np.concatenate([e.pcm for e in events]))
+    with http.stream("POST", SPEECH, json=body(stack, input=MULTI, response_format="pcm", stream_format="audio")) as r:
+        assert r.status_code == 200
+        pcm = b"".join(r.iter_bytes())
+    assert_same_audio(np.frombuffer(pcm, "<i2"), np.concatenate([e.pcm for e in events]))
+
+
+def test_openai_sdk_against_its_id(stack):
+    client = openai.OpenAI(base_url=stack["url"] + "/v1", api_key="none", max_retries=0, timeout=300)
+    r = client.audio.speech.create(model=stack["omni"], voice="default", input=TEXT, response_format="wav",
+                                   extra_body={"extra_params": KNOBS})
+    rate, samples = encoding.parse_wav(r.content)
+    assert rate == 24000
+    assert_same_audio(samples, offline(stack))
+    with client.audio.speech.with_streaming_response.create(
+            model=stack["omni"], voice="default", input=TEXT, response_format="pcm", instructions=DESIGN,
+            extra_body={"stream_format": "audio", "extra_params": KNOBS}) as r:
+        pcm = b"".join(r.iter_bytes())
+    assert_same_audio(np.frombuffer(pcm, "<i2"), offline(stack, TEXT, DESIGN))
+
+
+def test_websocket_with_its_id(stack):
+    from websockets.sync.client import connect
+
+    ws_url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(ws_url, open_timeout=30) as ws:
+        ws.send(json.dumps({"type": "session.config", "model": stack["omni"], "instructions": DESIGN,
+                            "extra_params": KNOBS, "response_format": "pcm"}))
+        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        ws.send(json.dumps({"type": "input.done"}))
+        audio, done = b"", None
+        while done is None:
+            m = ws.recv(timeout=300)
+            if isinstance(m, bytes):
+                audio += m
+            elif json.loads(m)["type"] == "session.done":
+                done = json.loads(m)
+            else:
+                assert json.loads(m)["type"] != "error", m
+    assert_same_audio(np.frombuffer(audio, "<i2"), offline(stack, TEXT, DESIGN))
+
+
+def clone_codes(stack) -> np.ndarray:
+    """The reference clip's codes as `say --ref-audio` computes them."""
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
+
+    audio, rate = sf.read(stack["ref"], dtype="float32")
+    return ReferenceEncoder(stack["artifacts"], read_manifest(stack["artifacts"]), None).codes(audio, rate)
+
+
+def data_url(path) -> str:
+    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def test_cloning_from_ref_audio_with_and_without_ref_text(http, stack):
+    codes = clone_codes(stack)
+    assert codes.shape[0] == 8 and codes.shape[1] > 0
+    ref = data_url(stack["ref"])
+    got = wav_of(http.post(SPEECH, json=body(stack, ref_audio=ref)))
+    assert_same_audio(got, offline(stack, ref_audio_codes=codes))
+    got = wav_of(http.post(SPEECH, json=body(stack, ref_audio=ref, ref_text="A reference clip", instructions=DESIGN)))
+    want = offline(stack, TEXT, DESIGN, ref_audio_codes=codes, ref_text="A reference clip.")  # add_punctuation
+    assert_same_audio(got, want)
+    assert not np.array_equal(want, offline(stack, TEXT, DESIGN))
+    with http.stream("POST", SPEECH, json=body(stack, ref_audio=ref, input=MULTI, response_format="pcm",
+                                              stream=True)) as r:
+        deltas = sse_deltas(r)
+    chunks = [e for e in offline_events(stack, MULTI, ref_audio_codes=codes, sentence_chunks=True) if e.frames]
+    assert len(deltas) >= len(chunks) >= 2
+    assert_same_audio(np.frombuffer(b"".join(deltas), "<i2"), np.concatenate([e.pcm for e in chunks]))
+
+
+def test_uploaded_voice_clones_with_its_codes(http, stack):
+    codes = clone_codes(stack)
+    for name, ref_text in (("omni_plain", None), ("omni_told", "A reference clip.")):
+        with stack["ref"].open("rb") as f:
+            r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
+                          data={"name": name, "consent": "ok", **({"ref_text": ref_text} if ref_text else {})})
+        assert r.status_code == 200, r.text
+        got = wav_of(http.post(SPEECH, json=body(stack, voice=name)))
+        assert_same_audio(got, offline(stack, ref_audio_codes=codes, ref_text=ref_text))
+    assert {"omni_plain", "omni_told"} <= set(http.get("/v1/audio/voices").json()["voices"])
+
+
+def test_a_clip_the_encoder_refuses_is_a_400_naming_ref_audio(http, stack):
+    silent = stack["ref"].parent / "silent.wav"
+    sf.write(silent, np.zeros(24000, np.float32), 24000, subtype="FLOAT")
+    r = http.post(SPEECH, json=body(stack, ref_audio=data_url(silent)))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "ref_audio", r.text
+    assert wav_of(http.post(SPEECH, json=body(stack))).size
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"voice": "alloy"}, "voice"),
+        ({"language": "Klingon"}, "language"),
+        ({"instructions": "sounds like a dragon"}, "instructions"),
+        ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio"),
+        ({"voice": "no_such_upload"}, "voice"),
+        ({"ref_text": "A transcript without audio."}, "ref_text"),
+        ({"max_new_tokens": 2}, "max_new_tokens"),
+        ({"extra_params": {"temperature": 0.7}}, "extra_params"),
+        ({"extra_params": {"num_step": 0}}, "extra_params"),
+        ({"extra_params": {"guidance_scale": "high"}}, "extra_params"),
+        ({"x_vector_only_mode": True}, "x_vector_only_mode"),
+        ({"non_streaming_mode": True}, "non_streaming_mode"),
+        ({"initial_codec_chunk_frames": 2}, "initial_codec_chunk_frames"),
+        ({"task_type": "VoiceDesign"}, "task_type"),
+        ({"temperature": 0.7}, "temperature"),
+        ({"speaker_embedding": [0.1, 0.2]}, "speaker_embedding"),
+        ({"speed": 8.0}, "speed"),
+        ({"input": "   "}, "input"),
+    ],
+)
+def test_refused_field_is_a_400_naming_it_and_the_next_request_succeeds(http, stack, extra, param):
+    r = http.post(SPEECH, json=body(stack, **extra))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.json()
+    assert wav_of(http.post(SPEECH, json=body(stack))).size
