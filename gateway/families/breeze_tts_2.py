@@ -6,9 +6,11 @@ clone (`ref_audio` + `ref_text`, its transcript; or an uploaded / precomputed vo
 (a reference + `instructions`). Decoding is greedy; `sample_rate` is 24000 only and `speed` 1.0 only.
 Refused with a 400 naming the field: the family's unsupported fields (contract RULES), a voice that
 is neither S0..S9 nor a stored voice, `ref_text` without a reference, a reference without a
-transcript (a stored voice's transcript is its own unless the request gives `ref_text`). Sampling fields (temperature, top_p, top_k, negative_prompt, guidance_scale, ...) are not
-Speech API request fields here at all: the protocol refuses them for every family, and a list of
-clips in `ref_audio` (more than one reference) is refused by the protocol as well.
+transcript (a stored voice's transcript is its own unless the request gives `ref_text`).
+`extra_params` (where vLLM-Omni reads sampling knobs) takes guidance_scale/cfg_scale at 1.0 only
+(contract GREEDY_PARAMS); other values and keys (temperature, top_p, top_k, negative_prompt, ...) are
+400s naming `extra_params`. A list of clips in `ref_audio` (more than one reference) is refused by the
+protocol.
 
 Reference features: the clip's codec codes ref_codes [T, 16] int64, from a precomputed voice, from
 an uploaded voice (computed once, at upload, through each served checkpoint's feature model), or
@@ -108,6 +110,11 @@ class BreezeTTS2Adapter:
             if value is not None and value != fixed:
                 shown = int(fixed) if field == "sample_rate" else fixed
                 raise bad_request(f"{name} models take '{field}' = {shown} only, got {value}", field)
+        for key, value in (f.extra_params or {}).items():  # keys checked by the planner
+            only = breeze_tts_2.GREEDY_PARAMS[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != only:
+                raise bad_request(f"{name} models decode greedily: 'extra_params' key '{key}' must be {only}, "
+                                  f"got {value!r}", "extra_params")
         if f.task_type is not None and f.task_type not in rules.tasks:
             raise bad_request(f"{name} models do not support task_type='{f.task_type}' (the mode follows the fields; "
                               "omit it)", "task_type")

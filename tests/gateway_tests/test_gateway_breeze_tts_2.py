@@ -119,10 +119,24 @@ def test_the_four_modes_from_the_fields(dep: Deployment) -> None:
     ({"sample_rate": 16000}, "sample_rate"),
     ({"speed": 2.0}, "speed"),
     ({"task_type": "Clone"}, "task_type"),
+    ({"extra_params": {"guidance_scale": 2.0}}, "extra_params"),
+    ({"extra_params": {"cfg_scale": 0.5}}, "extra_params"),
+    ({"extra_params": {"guidance_scale": True}}, "extra_params"),
+    ({"extra_params": {"guidance_scale": "1.0"}}, "extra_params"),
+    ({"extra_params": {"temperature": 0.0}}, "extra_params"),
+    ({"extra_params": {"top_k": 1}}, "extra_params"),
+    ({"extra_params": {"negative_prompt": "noise"}}, "extra_params"),
 ])
 def test_refused_fields_are_400s_naming_them(dep: Deployment, fields: dict, param: str) -> None:
     fields = {k: wav_url() if v == "REF" else v for k, v in fields.items()}
     assert fails(dep, **fields) == param
+
+
+def test_guidance_at_one_is_greedy_decoding_and_accepted(dep: Deployment) -> None:
+    plain = plan(dep, voice="S1")
+    given = plan(dep, voice="S1", extra_params={"guidance_scale": 1.0, "cfg_scale": 1})
+    assert ADAPTER.generation_inputs(given, 0, None).keys() == ADAPTER.generation_inputs(plain, 0, None).keys()
+    assert (given.speaker, given.ref_audio, given.instructions) == (plain.speaker, plain.ref_audio, plain.instructions)
 
 
 def test_stored_voices_are_the_reference(dep: Deployment) -> None:

@@ -53,7 +53,11 @@ SEED_MAX = 2**63 - 1
 UNSUPPORTED_FIELDS = ("negative_prompt", "temperature", "top_p", "top_k", "language", "speaker_embedding",
                       "x_vector_only_mode", "non_streaming_mode")
 # Fields accepted only at one value (400 naming the field otherwise).
-FIXED_VALUES: dict[str, float] = {"guidance_scale": 1.0, "cfg_scale": 1.0, "speed": 1.0, "sample_rate": SAMPLE_RATE}
+FIXED_VALUES: dict[str, float] = {"speed": 1.0, "sample_rate": SAMPLE_RATE}
+# `extra_params` keys vLLM-Omni reads for this family, accepted only at the value greedy decoding means
+# (the spec: guidance_scale/cfg_scale other than 1.0 rejected); temperature/top_p/top_k/negative_prompt
+# and any other key: 400 naming `extra_params`.
+GREEDY_PARAMS: dict[str, float] = {"guidance_scale": 1.0, "cfg_scale": 1.0}
 MAX_REF_CLIPS = 1
 REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
 
@@ -74,6 +78,7 @@ RULES = FamilyRules(
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
     variants={"base": "Base"},
+    extra_params=tuple(GREEDY_PARAMS),
 )
 
 
