@@ -1,7 +1,8 @@
 """Gepard-1.0 through the whole stack, served next to Qwen3-TTS and VoxCPM2 in the session's shared
 deployment (tests/e2e_fixtures.py): /v1/models lists it (family, 22.05 kHz, its one voice); its audio
-through the raw stream, SSE, the whole file and the openai SDK equals the offline engine's with the
-same seed (the same number of frames, the samples within one 16-bit step); the same request and seed
+through the raw stream, SSE, the whole file, the openai SDK and the WebSocket equals the offline engine's
+with the same seed (the same number of frames, the samples within one 16-bit step); one request of each
+family in flight together; the same request and seed
 twice give the same audio, another seed other audio, no seed the pinned 42; every row of the spec's
 Gepard table that refuses something is a 400 naming the field, and the next request succeeds.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 
 import httpx
 import numpy as np
@@ -201,3 +203,48 @@ def test_accepted_fixed_values(http, stack):
     want, frames = offline(stack)
     samples = wav_of(http.post(SPEECH, json=body(stack, speed=1.0, sample_rate=22050, voice="default")))
     assert_same_audio(samples, want, frames)
+
+
+def test_websocket_with_its_id(stack):
+    from websockets.sync.client import connect
+
+    want, frames = offline(stack)
+    ws_url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(ws_url, open_timeout=30, max_size=None) as ws:
+        ws.send(json.dumps({"type": "session.config", "model": stack["gepard"], "voice": "default",
+                            "max_new_tokens": FRAMES, "seed": SEED, "response_format": "pcm"}))
+        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        ws.send(json.dumps({"type": "input.done"}))
+        audio, done = b"", None
+        while done is None:
+            m = ws.recv(timeout=300)
+            if isinstance(m, bytes):
+                audio += m
+            elif json.loads(m)["type"] == "session.done":
+                done = json.loads(m)
+            else:
+                assert json.loads(m)["type"] != "error", m
+    assert_same_audio(np.frombuffer(audio, "<i2"), want, frames)
+
+
+def test_one_request_of_each_family_in_flight_together(stack):
+    results: dict[str, int] = {}
+
+    def post(key, payload):
+        with httpx.Client(base_url=stack["url"], timeout=300) as c, c.stream("POST", SPEECH, json=payload) as r:
+            results[key] = r.status_code
+            b"".join(r.iter_bytes())
+
+    stream = {"response_format": "pcm", "stream_format": "audio"}
+    payloads = {
+        "gepard": body(stack, **stream),
+        "qwen": {"input": TEXT, "model": stack["names"]["custom_voice"], "voice": "vivian", "max_new_tokens": 12,
+                 **stream},
+        "vox": {"input": TEXT, "model": stack["names"]["voxcpm2"], "max_new_tokens": 6, **stream},
+    }
+    threads = [threading.Thread(target=post, args=item) for item in payloads.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert results == dict.fromkeys(payloads, 200)
