@@ -270,6 +270,7 @@ def export_gepard(src: Path, tmp: Path, precision: str, progress: Callable[[int,
         samples_per_frame=spec.SAMPLES_PER_FRAME,
         vocoder_state_size=state_size,
         vocoder_state_layout=layout,
+        speakers={v: i for i, v in enumerate(spec.VOICES)},  # the one voice GET /v1/models lists
         tables=tables,
         memory=memory,
         graphs=specs,

@@ -1,6 +1,8 @@
 """Gepard-1.0's export entry (export/families.py): detect, check, export, make-tiny.
 
-Light to import (no torch). Serving (Triton, gateway) is not wired yet: `deploy` refuses.
+Served (demo: a tiny checkpoint): each checkpoint's speech_generation decodes inline (the export's
+NanoCodec `codec_stream` graph, exact streaming); there are no voice features (one voice, `default`).
+Light to import (no torch): the heavy modules load when an entry point is called.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint
 from ttscore.contract import gepard as contract
-from ttscore.contract.errors import CheckpointError, InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 SIZES = ("tiny", "real")  # export.gepard.tiny.SIZES
 
@@ -44,13 +46,16 @@ def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
 
 
 def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
-    names = ", ".join(s.name for s in served)
-    raise CheckpointError(f"{names}: {contract.RULES.name} exports and runs offline (`triton-tts say`) but has no "
-                          "Triton backend or gateway adapter yet, so it cannot be served")
+    """Each checkpoint decodes inline (its own export's codec_stream graph) and has no voice-features model."""
+    plan = Deployment()
+    for s in served:
+        plan.vocoder[s.name] = "inline"
+        plan.voice_features[s.name] = None
+    return plan
 
 
 FAMILY = ExportFamily(
     name=contract.FAMILY, display=contract.RULES.name, hub_org="nineninesix",
     signature="config.json with model_type qwen3_5_text beside a gepard_config.json", detect=detect, check=check,
-    export=export, make_tiny=make_tiny, sizes=SIZES, deploy=deploy,
+    export=export, make_tiny=make_tiny, sizes=SIZES, deploy=deploy, demo=(("Gepard-1.0-tiny", {}),),
 )

@@ -11,13 +11,14 @@ from typing import cast
 from ttscore.contract import plugins
 
 from ..family import FamilyAdapter
-from . import breeze_tts_2, omnivoice, qwen3_tts, voxcpm2
+from . import breeze_tts_2, gepard, omnivoice, qwen3_tts, voxcpm2
 
 ADAPTERS: dict[str, FamilyAdapter] = {a.family: a for a in (
     cast(FamilyAdapter, qwen3_tts.ADAPTER),
     cast(FamilyAdapter, voxcpm2.ADAPTER),
     cast(FamilyAdapter, breeze_tts_2.ADAPTER),
     cast(FamilyAdapter, omnivoice.ADAPTER),
+    cast(FamilyAdapter, gepard.ADAPTER),
     *(cast(FamilyAdapter, a) for a in plugins.layer_families("gateway")),
 )}
 

@@ -1,0 +1,250 @@
+"""Gepard-1.0 through the whole stack, served next to Qwen3-TTS and VoxCPM2 in the session's shared
+deployment (tests/e2e_fixtures.py): /v1/models lists it (family, 22.05 kHz, its one voice); its audio
+through the raw stream, SSE, the whole file, the openai SDK and the WebSocket equals the offline engine's
+with the same seed (the same number of frames, the samples within one 16-bit step); one request of each
+family in flight together; the same request and seed
+twice give the same audio, another seed other audio, no seed the pinned 42; every row of the spec's
+Gepard table that refuses something is a 400 naming the field, and the next request succeeds.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+
+import httpx
+import numpy as np
+import openai
+import pytest
+from gateway_fixtures import start_gateway
+
+from gateway import encoding
+from gateway.settings import Settings
+from ttscore.backend.launcher import free_port
+from ttscore.contract import gepard as spec
+from ttscore.contract import tensors as triton_io
+from ttscore.runtime.engine import Generator
+from ttscore.runtime.families import FAMILIES
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+TEXT = "Hello, this is Gepard speaking."
+FRAMES = 8
+SEED = 7
+SPEECH = "/v1/audio/speech"
+
+
+@pytest.fixture(scope="module")
+def stack(e2e_triton, tmp_path_factory):
+    cfg = {**e2e_triton["config"], "speaker_samples_dir": str(tmp_path_factory.mktemp("gepard-speakers")),
+           "health_interval_s": 0}
+    port = free_port()
+    gw, thread = start_gateway(Settings.from_dict(cfg), port)
+    yield {"url": f"http://127.0.0.1:{port}", "names": e2e_triton["names"], "gepard": e2e_triton["names"]["gepard"],
+           "model": e2e_triton["pipelines"]["gepard"]}
+    gw.should_exit = True
+    thread.join(15)
+
+
+@pytest.fixture(scope="module")
+def http(stack):
+    with httpx.Client(base_url=stack["url"], timeout=300) as c:
+        yield c
+
+
+def offline(stack, seed: int | None = SEED, frames: int = FRAMES) -> tuple[np.ndarray, int]:
+    """The offline engine with the tensors the gateway sends: (audio, frames made)."""
+    fields = {"text": TEXT, "max_new_tokens": frames, "seed": seed}
+    request = FAMILIES[spec.FAMILY].request_from_tensors(triton_io.request_tensors(**fields))
+    events = list(Generator(stack["model"], max_batch=1, chunk_policy="fixed").synthesize(request))
+    made = sum(e.frames for e in events)
+    assert 1 <= made <= frames
+    return np.concatenate([e.pcm for e in events]), made
+
+
+def body(stack, **kw):
+    return {"input": TEXT, "model": stack["gepard"], "max_new_tokens": FRAMES, "seed": SEED, **kw}
+
+
+def wav_of(r) -> np.ndarray:
+    assert r.status_code == 200, r.text
+    rate, samples = encoding.parse_wav(r.content)
+    assert rate == spec.SAMPLE_RATE
+    return samples
+
+
+def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray, frames: int) -> None:
+    want = encoding.to_int16(want_float).astype(np.int32)
+    assert want.size == frames * spec.SAMPLES_PER_FRAME
+    assert got_int16.shape == want.shape, (got_int16.shape, want.shape)
+    assert np.max(np.abs(got_int16.astype(np.int32) - want)) <= 1
+
+
+def three_ways(http, payload: dict) -> tuple[list[np.ndarray], int]:
+    """The whole file, the raw PCM stream and SSE events (int16 samples of each), and the frames the
+    SSE's final usage counts."""
+    out = [wav_of(http.post(SPEECH, json=payload))]
+    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream_format": "audio"}) as r:
+        assert r.status_code == 200, r.read()
+        out.append(np.frombuffer(b"".join(r.iter_bytes()), "<i2"))
+    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        text = "".join(r.iter_text())
+    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done", events[-1]
+    out.append(np.frombuffer(b"".join(base64.b64decode(e["audio"]) for e in events
+                                      if e["type"] == "speech.audio.delta"), "<i2"))
+    return out, int(events[-1]["usage"]["output_tokens"])
+
+
+def test_models_lists_it_with_family_rate_and_voice(http, stack):
+    cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+    card = cards[stack["gepard"]]
+    assert (card["family"], card["sample_rate"], card["voices"]) == (spec.FAMILY, 22050, ["default"])
+    assert cards[stack["names"]["voxcpm2"]]["family"] == "voxcpm2"
+    assert cards[stack["names"]["custom_voice"]]["family"] == "qwen3_tts"
+
+
+def test_whole_file_raw_stream_and_sse_equal_the_offline_engine(http, stack):
+    want, frames = offline(stack)
+    got, counted = three_ways(http, body(stack))
+    assert counted == frames
+    for samples in got:
+        assert_same_audio(samples, want, frames)
+    assert all(np.array_equal(got[0], g) for g in got[1:])  # streamed == whole (exact streaming vocoder)
+
+
+def test_streamed_wav_and_voice_default(http, stack):
+    want, frames = offline(stack)
+    with http.stream("POST", SPEECH, json=body(stack, voice="default", response_format="wav",
+                                               stream_format="audio")) as r:
+        assert r.status_code == 200, r.read()
+        data = b"".join(r.iter_bytes())
+    rate, samples = encoding.parse_wav(data)
+    assert rate == spec.SAMPLE_RATE
+    assert_same_audio(samples, want, frames)
+
+
+def test_the_seed_reaches_the_sampler(http, stack):
+    first = wav_of(http.post(SPEECH, json=body(stack)))
+    assert np.array_equal(first, wav_of(http.post(SPEECH, json=body(stack))))  # same request and seed twice
+    other = wav_of(http.post(SPEECH, json=body(stack, seed=SEED + 1)))
+    assert not np.array_equal(first, other)
+    want, frames = offline(stack, seed=SEED + 1)
+    assert_same_audio(other, want, frames)
+    unseeded = {k: v for k, v in body(stack).items() if k != "seed"}
+    pinned, frames = offline(stack, seed=spec.DEFAULT_SEED)  # no seed: the deploy YAML's pinned 42
+    assert_same_audio(wav_of(http.post(SPEECH, json=unseeded)), pinned, frames)
+
+
+@pytest.mark.parametrize("fmt", ["flac", "mp3", "pcm"])
+def test_whole_file_formats(http, stack, fmt):
+    r = http.post(SPEECH, json=body(stack, response_format=fmt))
+    assert r.status_code == 200 and r.headers["content-type"] == encoding.MEDIA_TYPES[fmt], r.text
+    assert r.content
+
+
+def test_openai_sdk_against_its_id(stack):
+    want, frames = offline(stack)
+    client = openai.OpenAI(base_url=stack["url"] + "/v1", api_key="none", max_retries=0, timeout=300)
+    for model in (stack["gepard"], f"nineninesix/{stack['gepard']}"):
+        r = client.audio.speech.create(model=model, voice="default", input=TEXT, response_format="wav",
+                                       extra_body={"max_new_tokens": FRAMES, "seed": SEED})
+        rate, samples = encoding.parse_wav(r.content)
+        assert rate == spec.SAMPLE_RATE
+        assert_same_audio(samples, want, frames)
+    with client.audio.speech.with_streaming_response.create(
+            model=stack["gepard"], voice="default", input=TEXT, response_format="pcm",
+            extra_body={"stream_format": "audio", "max_new_tokens": FRAMES, "seed": SEED}) as r:
+        pcm = b"".join(r.iter_bytes())
+    assert_same_audio(np.frombuffer(pcm, "<i2"), want, frames)
+
+
+# One case per refusing row of the spec's Gepard table (speech_api.md, "Gepard-1.0").
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"input": "   "}, "input"),  # input: empty / whitespace-only
+        ({"input": ""}, "input"),
+        ({"voice": "vivian"}, "voice"),  # voice: omitted or "default" only
+        ({"voice": "alloy"}, "voice"),
+        ({"response_format": "opus"}, "response_format"),  # 22.05 kHz is not an Opus rate
+        ({"response_format": "aac"}, "response_format"),
+        ({"response_format": "mp3", "stream_format": "audio"}, "response_format"),  # streams: pcm/wav only
+        ({"response_format": "flac", "stream": True}, "response_format"),
+        ({"speed": 1.5}, "speed"),  # speed: 1.0 only
+        ({"max_new_tokens": 0}, "max_new_tokens"),  # 1..4096
+        ({"max_new_tokens": 4097}, "max_new_tokens"),
+        ({"seed": -1}, "seed"),
+        ({"extra_params": {"temperature": 0.7}}, "extra_params"),  # any key
+        ({"extra_params": {"top_k": 5}}, "extra_params"),
+        ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio"),  # cloning / style fields
+        ({"ref_text": "A transcript."}, "ref_text"),
+        ({"speaker_embedding": [0.0, 1.0]}, "speaker_embedding"),
+        ({"instructions": "A calm voice."}, "instructions"),
+        ({"language": "English"}, "language"),
+        ({"task_type": "Base"}, "task_type"),
+        ({"x_vector_only_mode": True}, "x_vector_only_mode"),
+        ({"non_streaming_mode": False}, "non_streaming_mode"),
+        ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
+        ({"word_timestamps": True}, "word_timestamps"),
+        ({"sample_rate": 24000}, "sample_rate"),  # 22050 only
+    ],
+)
+def test_refused_field_is_a_400_naming_it_and_the_next_request_succeeds(http, stack, extra, param):
+    r = http.post(SPEECH, json=body(stack, **extra))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.json()
+    assert wav_of(http.post(SPEECH, json=body(stack))).size
+
+
+def test_accepted_fixed_values(http, stack):
+    want, frames = offline(stack)
+    samples = wav_of(http.post(SPEECH, json=body(stack, speed=1.0, sample_rate=22050, voice="default")))
+    assert_same_audio(samples, want, frames)
+
+
+def test_websocket_with_its_id(stack):
+    from websockets.sync.client import connect
+
+    want, frames = offline(stack)
+    ws_url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(ws_url, open_timeout=30, max_size=None) as ws:
+        ws.send(json.dumps({"type": "session.config", "model": stack["gepard"], "voice": "default",
+                            "max_new_tokens": FRAMES, "seed": SEED, "response_format": "pcm"}))
+        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        ws.send(json.dumps({"type": "input.done"}))
+        audio, done = b"", None
+        while done is None:
+            m = ws.recv(timeout=300)
+            if isinstance(m, bytes):
+                audio += m
+            elif json.loads(m)["type"] == "session.done":
+                done = json.loads(m)
+            else:
+                assert json.loads(m)["type"] != "error", m
+    assert_same_audio(np.frombuffer(audio, "<i2"), want, frames)
+
+
+def test_one_request_of_each_family_in_flight_together(stack):
+    results: dict[str, int] = {}
+
+    def post(key, payload):
+        with httpx.Client(base_url=stack["url"], timeout=300) as c, c.stream("POST", SPEECH, json=payload) as r:
+            results[key] = r.status_code
+            b"".join(r.iter_bytes())
+
+    stream = {"response_format": "pcm", "stream_format": "audio"}
+    payloads = {
+        "gepard": body(stack, **stream),
+        "qwen": {"input": TEXT, "model": stack["names"]["custom_voice"], "voice": "vivian", "max_new_tokens": 12,
+                 **stream},
+        "vox": {"input": TEXT, "model": stack["names"]["voxcpm2"], "max_new_tokens": 6, **stream},
+    }
+    threads = [threading.Thread(target=post, args=item) for item in payloads.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert results == dict.fromkeys(payloads, 200)
