@@ -60,8 +60,8 @@ class GepardAdapter:
         for field in rules.unsupported:
             if getattr(f, field, None) is not None:
                 raise bad_request(f"'{field}' is not supported by {name} models", field)
-        if getattr(f, "extra_params", None):  # any key, temperature/top_p/top_k included
-            raise bad_request(f"{name} models take no 'extra_params'", "extra_params")
+        # `extra_params` (any key, temperature/top_p/top_k included): refused by the planner, as for every
+        # family whose rules list no knobs (FamilyRules.extra_params)
         voice = text_field(f.voice, "voice", 256)
         if voice is not None and voice not in gepard.VOICES:
             raise bad_request(f"Invalid voice '{voice}' for {name}: omit 'voice' or use 'default' (its only voice)",
