@@ -1,0 +1,1 @@
+"""Voxtral TTS (offline so far): the checkpoint's facts (checkpoint.py)."""
