@@ -202,7 +202,7 @@ def parse_params(params: dict[str, Any]) -> VoxtralInfo:
     if (codec.acoustic_dim != n_ac or int(ta.get("semantic_codebook_size", 8192)) != sem
             or int(ta.get("acoustic_codebook_size", 21)) != ac):
         raise CheckpointError(f"{PARAMS}: the codec's codebooks do not match audio_model_args")
-    if any(s not in (1, 2) for s in codec.strides) or math.prod(codec.strides) != math.prod(codec.encoder_strides):
+    if codec.strides[0] != 1 or any(s not in (1, 2) for s in codec.strides) or math.prod(codec.strides) != math.prod(codec.encoder_strides):
         raise CheckpointError(f"{PARAMS}: codec strides {codec.strides} not supported")
     voices = {str(k): int(v) for k, v in (ta.get("voice") or {}).items()}
     return VoxtralInfo(
