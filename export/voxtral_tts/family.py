@@ -1,7 +1,6 @@
 """Voxtral TTS's export entry (export/families.py): detect, check, make-tiny.
 
-Light to import (no torch). Only the checkpoint side exists so far: `export` and `deploy` refuse with
-what is missing (export/voxtral_tts/README.md).
+Light to import (no torch). Offline only so far: `deploy` refuses (export/voxtral_tts/README.md).
 """
 
 from __future__ import annotations
@@ -31,8 +30,9 @@ def check(checkpoint: Path) -> object:
 
 def export(src: Path, tmp: Path, precision: str, progress: ExportProgress | None,
            source: dict[str, Any]) -> dict[str, Any]:
-    raise CheckpointError(f"{src}: {contract.DISPLAY} checkpoints are read and checked, but their export to ONNX "
-                          "is not implemented yet (export/voxtral_tts/README.md)")
+    from export.voxtral_tts.exporter import export_voxtral
+
+    return export_voxtral(src, tmp, precision, progress, source)
 
 
 def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:

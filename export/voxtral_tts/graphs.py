@@ -23,7 +23,7 @@ The Euler loop, clamping and quantisation run in numpy (ttscore.runtime.families
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import TypeVar, cast
 
 import torch
 import torch.nn.functional as F
@@ -358,7 +358,10 @@ class CodecDecoder(nn.Module):
         return x.transpose(1, 2).reshape(x.shape[0], -1)  # [B, patch, T'] -> [B, T' * patch]
 
 
-def load(module: nn.Module, checkpoint: object) -> nn.Module:
+M = TypeVar("M", bound=nn.Module)
+
+
+def load(module: M, checkpoint: object) -> M:
     """Every parameter and persistent buffer of `module` from consolidated.safetensors' tensor of the same
     name, as float32 (strict: a name the file lacks is a KeyError)."""
     from pathlib import Path
@@ -370,4 +373,101 @@ def load(module: nn.Module, checkpoint: object) -> nn.Module:
     with safe_open(str(Path(str(checkpoint)) / WEIGHTS), framework="pt") as f:
         state = {name: f.get_tensor(name).to(torch.float32) for name in module.state_dict()}
     module.load_state_dict(state, strict=True)
-    return module.eval()
+    module.eval()
+    return module
+
+
+class CodecStream(CodecDecoder):
+    """The codec as an exact streaming decoder: (codes [B, 1 + n_acoustic, T], state [B, S]) ->
+    (pcm [B, T * samples_per_frame], new_state). A zero state starts an utterance; chunks decoded one
+    after another equal one whole `CodecDecoder` decode. The state holds, flattened in `layout` order:
+    the frames seen (one float), the first conv's input history (its replicate padding at the start), each
+    attention layer's last `window` keys and values (ALiBi needs no positions), each transposed conv's
+    overlap carry, and the output conv's input history (reflect padding on the first chunk)."""
+
+    def __init__(self, info: VoxtralInfo) -> None:
+        super().__init__(info)
+        c = info.codec
+        latent = c.semantic_dim + c.acoustic_dim
+        self.layout: list[tuple[str, tuple[int, ...]]] = [("frames_seen", (1,))]
+        factor = 1
+        for j, (kind, k, stride) in enumerate(self.audio_tokenizer.kinds):
+            if kind == "conv":
+                self.layout.append((f"conv{j}", (latent, k - 1)))
+            elif kind == "convT":
+                self.layout.append((f"convT{j}", (c.dim, k - stride)))
+                factor *= stride
+            else:
+                block = cast(CodecTransformer, self.audio_tokenizer.decoder_blocks[j])
+                for li in range(len(block.layers)):
+                    for kv in ("k", "v"):
+                        self.layout.append((f"attn{j}.{li}.{kv}", (c.n_kv_heads, block.window, c.head_dim)))
+        self.layout.append(("output_proj", (c.dim, c.patch_kernel - 1)))
+        self.sizes = [math.prod(shape) for _, shape in self.layout]
+
+    @property
+    def state_size(self) -> int:
+        return sum(self.sizes)
+
+    def forward(self, codes: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        body = self.audio_tokenizer
+        b, t = codes.shape[0], codes.shape[2]
+        parts = list(torch.split(state, self.sizes, dim=1))
+        pieces = {name: p.reshape(b, *shape) for (name, shape), p in zip(self.layout, parts, strict=True)}
+        seen = pieces["frames_seen"][:, 0]  # [B]
+        first = (seen == 0)[:, None, None]
+        new: dict[str, torch.Tensor] = {"frames_seen": torch.clamp(seen + t, max=1e6)[:, None]}
+        sc = cast("_Codebook", body.quantizer.semantic_codebook)
+        table = sc.embedding_sum / sc.cluster_usage.clamp(min=1e-5)[:, None]
+        semantic = F.embedding(codes[:, 0], table).transpose(1, 2)
+        acoustic = codes[:, 1:].float() * 2 / (self.levels - 1) - 1
+        x = torch.cat([semantic, acoustic], dim=1)
+        factor = 1
+        for j, ((kind, k, stride), block) in enumerate(zip(body.kinds, body.decoder_blocks, strict=True)):
+            if kind == "conv":
+                hist = torch.where(first, x[..., :1].expand(-1, -1, k - 1), pieces[f"conv{j}"])
+                xp = torch.cat([hist, x], dim=-1)
+                new[f"conv{j}"] = xp[..., xp.shape[-1] - (k - 1):]
+                x = F.conv1d(xp, cast(ConvHolder, block).weight())
+            elif kind == "convT":
+                y = F.conv_transpose1d(x, cast(ConvHolder, block).weight(), stride=stride)
+                n = x.shape[-1] * stride
+                carry = torch.where(first, torch.zeros_like(pieces[f"convT{j}"]), pieces[f"convT{j}"])
+                y = torch.cat([y[..., : k - stride] + carry, y[..., k - stride:]], dim=-1)
+                new[f"convT{j}"] = y[..., n:]
+                x = y[..., :n]
+                factor *= stride
+            else:
+                x = self._attend_stream(cast(CodecTransformer, block), j, x, seen * factor, pieces, new)
+        kp = self.kernel
+        hist = pieces["output_proj"]
+        xp = torch.where(first, F.pad(x, (kp - 1, 0), mode="reflect"), torch.cat([hist, x], dim=-1))
+        new["output_proj"] = xp[..., xp.shape[-1] - (kp - 1):]
+        x = F.conv1d(xp, cast(ConvHolder, body.output_proj).weight())
+        pcm = x.transpose(1, 2).reshape(b, -1)
+        return pcm, torch.cat([new[name].reshape(b, -1) for name, _ in self.layout], dim=1)
+
+    @staticmethod
+    def _attend_stream(block: CodecTransformer, j: int, x: torch.Tensor, processed: torch.Tensor,
+                       pieces: dict[str, torch.Tensor], new: dict[str, torch.Tensor]) -> torch.Tensor:
+        h = x.transpose(1, 2)  # [B, L, D]
+        n = h.shape[1]
+        w = block.window
+        kk = torch.arange(w + n)
+        rel = kk[None, :] - (w + torch.arange(n))[:, None]  # key - query, cache slots first
+        alibi = block.slopes[None, :, None, None] * rel[None, None].float()  # [1, H, L, W + L]
+        stale = kk[None, :] < (w - processed)[:, None]  # [B, W + L]: cache slots never filled
+        masked = (rel > 0)[None, None] | (rel < -w)[None, None] | stale[:, None, None, :]
+        bias = torch.where(masked, torch.tensor(float("-inf")), alibi)
+        for li, layer in enumerate(cast("list[Block]", list(block.layers))):
+            att = layer.attention
+            q, k, v = att.qkv(layer.attention_norm(h))
+            k_all = torch.cat([pieces[f"attn{j}.{li}.k"], k], dim=2)
+            v_all = torch.cat([pieces[f"attn{j}.{li}.v"], v], dim=2)
+            new[f"attn{j}.{li}.k"] = k_all[:, :, k_all.shape[2] - w:]
+            new[f"attn{j}.{li}.v"] = v_all[:, :, v_all.shape[2] - w:]
+            r = att.attend(q, k_all, v_all, bias)
+            hh = h + (layer.attention_scale * r if hasattr(layer, "attention_scale") else r)
+            r = layer.feed_forward(layer.ffn_norm(hh))
+            h = hh + (layer.ffn_scale * r if hasattr(layer, "ffn_scale") else r)
+        return h.transpose(1, 2)

@@ -11,6 +11,8 @@ are the next input. Mistral's causal codec turns the frames into 24 kHz audio. P
 
 from __future__ import annotations
 
+from ttscore.contract.graphs import GraphSpec, TensorSpec
+
 FAMILY = "voxtral_tts"
 DISPLAY = "Voxtral TTS"
 HUB_ORG = "mistralai"
@@ -23,3 +25,89 @@ NUM_AUDIO_SPECIAL = 2
 DEFAULT_DECODING_STEPS = 7
 DEFAULT_CFG_ALPHA = 1.2  # VoxtralTTSForConditionalGeneration._DEFAULT_CFG_ALPHA
 MAX_NEW_TOKENS_LIMIT = 4096
+
+# --- graphs -------------------------------------------------------------------------------------
+# Tables (numpy .npy beside the graphs): the text token embedding [V, D], the 37 codebooks' summed-input
+# table [rows, D] (row = code with its +2 offset + the codebook's offset), and per preset voice its
+# prompt rows ([frames, D], `voice_<name>`).
+TOK_EMBEDDINGS = "tok_embeddings"
+AUDIO_EMBEDDINGS = "audio_embeddings"
+VOICE_TABLE_PREFIX = "voice_"
+GRAPH_NAMES = ("lm_step", "velocity", "codec_stream")
+
+
+def past_key(i: int) -> str:
+    return f"past_key_{i}"
+
+
+def past_value(i: int) -> str:
+    return f"past_value_{i}"
+
+
+def new_key(i: int) -> str:
+    return f"new_key_{i}"
+
+
+def new_value(i: int) -> str:
+    return f"new_value_{i}"
+
+
+def _kv(layers: int, kv_heads: int, head_dim: int, axis: str, new: bool) -> list[TensorSpec]:
+    k, v = (new_key, new_value) if new else (past_key, past_value)
+    return [t for i in range(layers) for t in (
+        TensorSpec(k(i), "float32", ("batch", kv_heads, axis, head_dim)),
+        TensorSpec(v(i), "float32", ("batch", kv_heads, axis, head_dim)),
+    )]
+
+
+def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> GraphSpec:
+    """Prefill (T = the prompt) and decode (T = 1) over explicit past K/V: `attention_mask` [B, P + T]
+    marks valid slots (rows are ragged); the new positions are causal among themselves. Outputs the
+    last position's final-normed hidden state [B, D], its semantic code [B] (vLLM-Omni's id: 1 is
+    [END_AUDIO], 2.. the codes +2) and the new K/V (rotated, Mistral's interleaved layout)."""
+    return GraphSpec(
+        "lm_step",
+        (
+            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
+            TensorSpec("attention_mask", "int64", ("batch", "total")),
+            TensorSpec("position_ids", "int64", ("batch", "tokens")),
+            *_kv(layers, kv_heads, head_dim, "past", new=False),
+        ),
+        (
+            TensorSpec("hidden", "float32", ("batch", dim)),
+            TensorSpec("semantic_code", "int64", ("batch",)),
+            *_kv(layers, kv_heads, head_dim, "tokens", new=True),
+        ),
+    )
+
+
+def velocity_spec(n_acoustic: int, dim: int) -> GraphSpec:
+    """One Euler step's guided velocity: x [B, n], t [B], hidden [B, D], cfg_alpha [B] -> v [B, n]
+    (conditional and unconditional rows batched inside)."""
+    return GraphSpec(
+        "velocity",
+        (
+            TensorSpec("x", "float32", ("batch", n_acoustic)),
+            TensorSpec("t", "float32", ("batch",)),
+            TensorSpec("hidden", "float32", ("batch", dim)),
+            TensorSpec("cfg_alpha", "float32", ("batch",)),
+        ),
+        (TensorSpec("velocity", "float32", ("batch", n_acoustic)),),
+    )
+
+
+def codec_stream_spec(n_codebooks: int, state_size: int) -> GraphSpec:
+    """Mistral's codec as an exact streaming graph: codes [B, 1 + n_acoustic, T] (ids without the +2
+    offset) + `state` [B, S] (zeros start an utterance) -> pcm [B, T * samples_per_frame] + new_state.
+    Chunks decoded one after another equal one whole decode."""
+    return GraphSpec(
+        "codec_stream",
+        (
+            TensorSpec("codes", "int64", ("batch", n_codebooks, "frames")),
+            TensorSpec("state", "float32", ("batch", state_size)),
+        ),
+        (
+            TensorSpec("pcm", "float32", ("batch", "samples")),
+            TensorSpec("new_state", "float32", ("batch", state_size)),
+        ),
+    )

@@ -48,3 +48,11 @@ def acoustic_codes(velocity: VelocityFn, noise: F32, hidden: F32, cfg_alpha: F32
     codes[semantic == spec.END_AUDIO] = spec.EMPTY_AUDIO
     out: I64 = codes + spec.NUM_AUDIO_SPECIAL
     return out
+
+
+def frame_noise(seed: int, frames: int, n_acoustic: int) -> F32:
+    """The flow-matching x0 of a request's first `frames` frames, [frames, n_acoustic], from its seed
+    (numpy's PCG64: the project's choice; vLLM-Omni's x0 comes from torch's unseeded global RNG)."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    out: F32 = rng.standard_normal((frames, n_acoustic), dtype=np.float32)
+    return out
