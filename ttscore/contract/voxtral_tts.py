@@ -12,6 +12,7 @@ are the next input. Mistral's causal codec turns the frames into 24 kHz audio. P
 from __future__ import annotations
 
 from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.rules import FamilyRules, FieldRule
 
 FAMILY = "voxtral_tts"
 DISPLAY = "Voxtral TTS"
@@ -111,3 +112,32 @@ def codec_stream_spec(n_codebooks: int, state_size: int) -> GraphSpec:
             TensorSpec("new_state", "float32", ("batch", state_size)),
         ),
     )
+
+
+# --- requests -----------------------------------------------------------------------------------
+DEFAULT_MAX_NEW_TOKENS = 2048  # frames (vLLM-Omni's deploy: max_tokens 2048)
+SEED_MAX = 2**63 - 1
+# The project's x0 comes from the request's seed (42 without one: serving is deterministic by default);
+# vLLM-Omni draws x0 from torch's global RNG, which `seed` does not control.
+DEFAULT_SEED = 42
+CFG_ALPHA_RANGE = (0.0, 10.0)  # extra_params.cfg_alpha (vLLM-Omni takes any float; the project bounds it)
+DEFAULT_INITIAL_CHUNK_FRAMES = 4
+DEFAULT_CHUNK_FRAMES = 25
+MAX_TEXT_CHARS = 4096
+TASK = "Base"
+UNSUPPORTED_FIELDS = ("ref_audio", "ref_text", "speaker_embedding", "instructions", "language", "task_type",
+                      "x_vector_only_mode", "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
+RULES = FamilyRules(
+    family=FAMILY,
+    tasks=(TASK,),
+    fields=(
+        FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
+        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
+    ),
+    display_name=DISPLAY,
+    unsupported=UNSUPPORTED_FIELDS,
+    default_voice=None,
+    max_text_chars=MAX_TEXT_CHARS,
+    sample_rate=24000,
+    variants={"base": TASK},
+)
