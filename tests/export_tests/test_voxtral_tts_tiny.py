@@ -136,3 +136,16 @@ def test_tekken_loads_in_mistral_common(voxtral_tiny: Path) -> None:
     tok = MistralTokenizer.from_file(str(voxtral_tiny / "tekken.json"))
     ids = tok.encode_speech_request(SpeechRequest(input="Hi", voice="casual_male")).tokens
     assert ids == [1, 25, 24, 24, 24, 35, ord("H") + 40, ord("i") + 40, 36, 25]
+
+
+def test_real_size_params() -> None:
+    """--size real's params.json (not written here: 8 GB) has the published size: ~4.0 B parameters, 20
+    preset voices, 1920 samples a frame."""
+    import math
+
+    from export.voxtral_tts.tiny import params
+
+    info = parse_params(params("real"))
+    total = sum(math.prod(s) for s in tensor_shapes(info).values())
+    assert 3.9e9 < total < 4.1e9
+    assert len(info.voices) == 20 and info.codec.samples_per_frame == 1920 and info.n_acoustic_codebook == 36
