@@ -18,8 +18,9 @@ transformers' `MistralModel`.
   [BEGIN_AUDIO]`, text by the byte-level tekken: byte + number of special tokens); `prompt_source` says
   which.
 
-vLLM stand-ins: every `vllm.*` name the two files import becomes an inert placeholder (none is called on
-this path) except `init_logger` (logging.getLogger) and `default_weight_loader` (a copy into the
+vLLM stand-ins: every `vllm.*` name the two files import becomes an inert placeholder (only used as a base
+class or, for `MULTIMODAL_REGISTRY.register_processor`, an identity decorator at import; nothing on
+the generation path calls one) except `init_logger` (logging.getLogger) and `default_weight_loader` (a copy into the
 parameter, which is what vLLM's does on CPU); `vllm_omni.platforms.current_omni_platform` likewise.
 `mistral_common` is stood in the same way when it is not installed (the module only names its classes).
 
