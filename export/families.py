@@ -14,6 +14,7 @@ from export.gepard.family import FAMILY as GEPARD
 from export.omnivoice.family import FAMILY as OMNIVOICE
 from export.qwen3_tts.family import FAMILY as QWEN3_TTS
 from export.voxcpm2.family import FAMILY as VOXCPM2
+from export.voxtral_tts.family import FAMILY as VOXTRAL_TTS
 from ttscore.contract import plugins
 from ttscore.contract.errors import ArtifactError, CheckpointError
 
@@ -26,7 +27,7 @@ def _external() -> list[ExportFamily]:
     return [entry for entry in found if isinstance(entry, ExportFamily)]
 
 
-FAMILIES: dict[str, ExportFamily] = {f.name: f for f in (QWEN3_TTS, VOXCPM2, BREEZE_TTS_2, OMNIVOICE, GEPARD, *_external())}
+FAMILIES: dict[str, ExportFamily] = {f.name: f for f in (QWEN3_TTS, VOXCPM2, BREEZE_TTS_2, OMNIVOICE, GEPARD, VOXTRAL_TTS, *_external())}
 DEFAULT = QWEN3_TTS.name  # make-tiny's --family when none is given
 
 

@@ -61,6 +61,7 @@ FAMILY_ENV = {
     "breeze_tts_2": "ref5",  # T5Gemma2TextEncoder (transformers>=5)
     "omnivoice": "ref5",  # the codec encoder: HiggsAudioV2TokenizerModel (transformers>=5.3); the generator reference runs in "main"
     "gepard": "ref5",  # Qwen3_5TextModel (transformers>=5.2)
+    "voxtral_tts": "main",  # MistralModel + vLLM-Omni's modules (they need einops, which ref5 lacks)
 }
 
 

@@ -1,0 +1,56 @@
+"""Voxtral TTS's export entry (export/families.py): detect, check, make-tiny.
+
+Light to import (no torch). Offline only so far: `deploy` refuses (export/voxtral_tts/README.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint
+from ttscore.contract import voxtral_tts as contract
+from ttscore.contract.errors import CheckpointError, InvalidRequest
+
+SIZES = ("tiny", "real")  # export.voxtral_tts.tiny.SIZES
+
+
+def detect(checkpoint: Path) -> bool:
+    from ttscore.runtime.families.voxtral_tts.checkpoint import is_voxtral_tts
+
+    return is_voxtral_tts(checkpoint)
+
+
+def check(checkpoint: Path) -> object:
+    from ttscore.runtime.families.voxtral_tts.checkpoint import read_checkpoint
+
+    return read_checkpoint(checkpoint)
+
+
+def export(src: Path, tmp: Path, precision: str, progress: ExportProgress | None,
+           source: dict[str, Any]) -> dict[str, Any]:
+    from export.voxtral_tts.exporter import export_voxtral
+
+    return export_voxtral(src, tmp, precision, progress, source)
+
+
+def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
+    from export.voxtral_tts.tiny import make_tiny_voxtral
+
+    if size not in SIZES:
+        raise InvalidRequest(f"--family {contract.FAMILY} takes --size {' or '.join(SIZES)}", "size")
+    return make_tiny_voxtral(Path(out), seed=seed, size=size)
+
+
+def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
+    names = ", ".join(s.name for s in served)
+    raise CheckpointError(f"{names}: {contract.DISPLAY} has no Triton backend or gateway adapter yet, "
+                          "so it cannot be served")
+
+
+FAMILY = ExportFamily(
+    name=contract.FAMILY, display=contract.DISPLAY, hub_org=contract.HUB_ORG,
+    signature="Mistral-format params.json with multimodal.audio_model_args.acoustic_transformer_args",
+    detect=detect, check=check, export=export, make_tiny=make_tiny, sizes=SIZES, deploy=deploy,
+)

@@ -1,0 +1,143 @@
+"""The Voxtral TTS family's side of the contract: its fixed facts (offline only so far).
+
+Voxtral TTS (mistralai/Voxtral-4B-TTS-2603; the reference is vLLM-Omni 0.30.0's plain-torch
+`FlowMatchingAudioTransformer` and `VoxtralTTSAudioTokenizer` over Hugging Face's `MistralModel`) is a
+Ministral language model whose last hidden state gives, per 80 ms frame, a semantic code (argmax of
+`semantic_codebook_output`) and 36 acoustic codes (a small bidirectional flow-matching transformer,
+Euler steps with classifier-free guidance, quantised to 21 levels); the 37 codes' embeddings, summed,
+are the next input. Mistral's causal codec turns the frames into 24 kHz audio. Preset voices only
+(the public checkpoint has no codec encoder).
+"""
+
+from __future__ import annotations
+
+from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.rules import FamilyRules, FieldRule
+
+FAMILY = "voxtral_tts"
+DISPLAY = "Voxtral TTS"
+HUB_ORG = "mistralai"
+
+# vLLM-Omni's AudioSpecialTokens: the first two ids of every audio codebook.
+EMPTY_AUDIO = 0
+END_AUDIO = 1
+NUM_AUDIO_SPECIAL = 2
+# vLLM-Omni's parser: params.json without acoustic_transformer_args.n_decoding_steps gets 7 (with a warning).
+DEFAULT_DECODING_STEPS = 7
+DEFAULT_CFG_ALPHA = 1.2  # VoxtralTTSForConditionalGeneration._DEFAULT_CFG_ALPHA
+MAX_NEW_TOKENS_LIMIT = 4096
+
+# --- graphs -------------------------------------------------------------------------------------
+# Tables (numpy .npy beside the graphs): the text token embedding [V, D], the 37 codebooks' summed-input
+# table [rows, D] (row = code with its +2 offset + the codebook's offset), and per preset voice its
+# prompt rows ([frames, D], `voice_<name>`).
+TOK_EMBEDDINGS = "tok_embeddings"
+AUDIO_EMBEDDINGS = "audio_embeddings"
+VOICE_TABLE_PREFIX = "voice_"
+GRAPH_NAMES = ("lm_step", "velocity", "codec_stream")
+
+
+def past_key(i: int) -> str:
+    return f"past_key_{i}"
+
+
+def past_value(i: int) -> str:
+    return f"past_value_{i}"
+
+
+def new_key(i: int) -> str:
+    return f"new_key_{i}"
+
+
+def new_value(i: int) -> str:
+    return f"new_value_{i}"
+
+
+def _kv(layers: int, kv_heads: int, head_dim: int, axis: str, new: bool) -> list[TensorSpec]:
+    k, v = (new_key, new_value) if new else (past_key, past_value)
+    return [t for i in range(layers) for t in (
+        TensorSpec(k(i), "float32", ("batch", kv_heads, axis, head_dim)),
+        TensorSpec(v(i), "float32", ("batch", kv_heads, axis, head_dim)),
+    )]
+
+
+def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> GraphSpec:
+    """Prefill (T = the prompt) and decode (T = 1) over explicit past K/V: `attention_mask` [B, P + T]
+    marks valid slots (rows are ragged); the new positions are causal among themselves. Outputs the
+    last position's final-normed hidden state [B, D], its semantic code [B] (vLLM-Omni's id: 1 is
+    [END_AUDIO], 2.. the codes +2) and the new K/V (rotated, Mistral's interleaved layout)."""
+    return GraphSpec(
+        "lm_step",
+        (
+            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
+            TensorSpec("attention_mask", "int64", ("batch", "total")),
+            TensorSpec("position_ids", "int64", ("batch", "tokens")),
+            *_kv(layers, kv_heads, head_dim, "past", new=False),
+        ),
+        (
+            TensorSpec("hidden", "float32", ("batch", dim)),
+            TensorSpec("semantic_code", "int64", ("batch",)),
+            *_kv(layers, kv_heads, head_dim, "tokens", new=True),
+        ),
+    )
+
+
+def velocity_spec(n_acoustic: int, dim: int) -> GraphSpec:
+    """One Euler step's guided velocity: x [B, n], t [B], hidden [B, D], cfg_alpha [B] -> v [B, n]
+    (conditional and unconditional rows batched inside)."""
+    return GraphSpec(
+        "velocity",
+        (
+            TensorSpec("x", "float32", ("batch", n_acoustic)),
+            TensorSpec("t", "float32", ("batch",)),
+            TensorSpec("hidden", "float32", ("batch", dim)),
+            TensorSpec("cfg_alpha", "float32", ("batch",)),
+        ),
+        (TensorSpec("velocity", "float32", ("batch", n_acoustic)),),
+    )
+
+
+def codec_stream_spec(n_codebooks: int, state_size: int) -> GraphSpec:
+    """Mistral's codec as an exact streaming graph: codes [B, 1 + n_acoustic, T] (ids without the +2
+    offset) + `state` [B, S] (zeros start an utterance) -> pcm [B, T * samples_per_frame] + new_state.
+    Chunks decoded one after another equal one whole decode."""
+    return GraphSpec(
+        "codec_stream",
+        (
+            TensorSpec("codes", "int64", ("batch", n_codebooks, "frames")),
+            TensorSpec("state", "float32", ("batch", state_size)),
+        ),
+        (
+            TensorSpec("pcm", "float32", ("batch", "samples")),
+            TensorSpec("new_state", "float32", ("batch", state_size)),
+        ),
+    )
+
+
+# --- requests -----------------------------------------------------------------------------------
+DEFAULT_MAX_NEW_TOKENS = 2048  # frames (vLLM-Omni's deploy: max_tokens 2048)
+SEED_MAX = 2**63 - 1
+# The project's x0 comes from the request's seed (42 without one: serving is deterministic by default);
+# vLLM-Omni draws x0 from torch's global RNG, which `seed` does not control.
+DEFAULT_SEED = 42
+CFG_ALPHA_RANGE = (0.0, 10.0)  # extra_params.cfg_alpha (vLLM-Omni takes any float; the project bounds it)
+DEFAULT_INITIAL_CHUNK_FRAMES = 4
+DEFAULT_CHUNK_FRAMES = 25
+MAX_TEXT_CHARS = 4096
+TASK = "Base"
+UNSUPPORTED_FIELDS = ("ref_audio", "ref_text", "speaker_embedding", "instructions", "language", "task_type",
+                      "x_vector_only_mode", "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
+RULES = FamilyRules(
+    family=FAMILY,
+    tasks=(TASK,),
+    fields=(
+        FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
+        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
+    ),
+    display_name=DISPLAY,
+    unsupported=UNSUPPORTED_FIELDS,
+    default_voice=None,
+    max_text_chars=MAX_TEXT_CHARS,
+    sample_rate=24000,
+    variants={"base": TASK},
+)

@@ -1,0 +1,196 @@
+"""Voxtral TTS over its exported graphs under the shared engine (ttscore.runtime.family).
+
+A request's life: `admit` (validate; the prompt from tekken.json with the preset voice's frame count;
+the request's flow-matching noise from its seed; no model call) -> `prefill` (token rows, the [AUDIO]
+positions replaced by the voice's rows; `lm_step` over them; the call that completes the prompt makes
+the first frame) -> `step` (the last frame's 37 codebook embeddings summed, `lm_step` one position further
+for every sequence in one batched call, then the frames) -> `release`.
+
+A frame: `lm_step`'s semantic code ([END_AUDIO] ends the utterance: "stop"), then the acoustic codes by
+the numpy Euler loop over the `velocity` graph for all the batch's rows at once (flow.py), each row with
+its own noise row (frame i of the request takes row i of its noise, so a request's audio does not depend
+on what it was batched with) and its own cfg_alpha.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ttscore.contract import voxtral_tts as spec
+from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.manifest import Manifest
+from ttscore.runtime.families.voxtral_tts.flow import F32, I64, acoustic_codes, frame_noise
+from ttscore.runtime.families.voxtral_tts.generate import VoxtralGraphs
+from ttscore.runtime.families.voxtral_tts.request import VoxtralRequest
+from ttscore.runtime.families.voxtral_tts.tokenizer import TekkenTokenizer
+from ttscore.runtime.family import Sequence
+from ttscore.runtime.vocoder import OrtVocoder
+
+
+@dataclass
+class VoxtralSequence(Sequence):
+    ids: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    voice: str = ""
+    embeds: F32 | None = None
+    kv: list[F32] = field(default_factory=list)  # per layer k, v: [kv_heads, length, head_dim]
+    hidden: F32 | None = None
+    semantic: int = 0
+    last: I64 | None = None
+    max_frames: int = spec.DEFAULT_MAX_NEW_TOKENS
+    noise: F32 | None = None  # [max_frames, n_acoustic]
+    cfg_alpha: float = spec.DEFAULT_CFG_ALPHA
+
+
+class VoxtralModel:
+    def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None, *,
+                 vocoder: bool = True) -> None:
+        self.g = VoxtralGraphs(artifacts, threads)
+        self.manifest = manifest
+        self.sizes = self.g.sizes
+        self.tokenizer = TekkenTokenizer(Path(artifacts) / "tokenizer" / "tekken.json")
+        self.state_size = int(manifest.vocoder_state_size or 0)
+        self.vocoder: OrtVocoder | None = (
+            OrtVocoder(self.g.graphs["codec_stream"], self.state_size, self.vocoder_feeds) if vocoder else None)
+        self.num_codebooks = 1 + int(self.sizes["n_acoustic_codebook"])
+        self.sample_rate = int(self.sizes["codec"]["sampling_rate"])
+        self.samples_per_frame = int(manifest.samples_per_frame or 0)
+
+    @property
+    def frame_seconds(self) -> float:
+        return self.samples_per_frame / self.sample_rate
+
+    @property
+    def vocoder_state_size(self) -> int:
+        return self.state_size
+
+    @staticmethod
+    def vocoder_feeds(frames: npt.NDArray[Any], state: F32, position: I64) -> dict[str, npt.NDArray[Any]]:
+        """codec_stream's inputs: frames [B, T, 37] (vLLM-Omni's ids) -> codes [B, 37, T] without the offset."""
+        codes = np.ascontiguousarray(frames.astype(np.int64).transpose(0, 2, 1) - spec.NUM_AUDIO_SPECIAL)
+        return {"codes": codes, "state": state}
+
+    def admit(self, request: VoxtralRequest) -> VoxtralSequence:
+        if not isinstance(request.text, str) or not request.text.strip():
+            raise InvalidRequest("'input' must be a non-empty string", "input")
+        if len(request.text) > spec.MAX_TEXT_CHARS:
+            raise InvalidRequest(f"'input' is longer than {spec.MAX_TEXT_CHARS} characters", "input")
+        if not request.voice:
+            raise InvalidRequest(f"'voice' is required: one of {', '.join(self.g.voices)}", "voice")
+        voice = request.voice.lower()
+        if voice not in self.g.voices:
+            raise InvalidRequest(f"unknown voice {request.voice!r} (this checkpoint's: {', '.join(self.g.voices)})",
+                                 "voice")
+        alpha = spec.DEFAULT_CFG_ALPHA if request.cfg_alpha is None else request.cfg_alpha
+        lo, hi = spec.CFG_ALPHA_RANGE
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not lo <= float(alpha) <= hi:
+            raise InvalidRequest(f"'cfg_alpha' must be a number between {lo} and {hi}", "cfg_alpha")
+        max_new = spec.RULES.field("max_new_tokens").resolve(request.max_new_tokens)
+        seed = spec.RULES.field("seed").resolve(request.seed)
+        ids, n_text = self.tokenizer.prompt(request.text, voice)
+        return VoxtralSequence(
+            initial_chunk_frames=request.initial_chunk_frames or spec.DEFAULT_INITIAL_CHUNK_FRAMES,
+            chunk_frames=request.chunk_frames or spec.DEFAULT_CHUNK_FRAMES,
+            text_tokens=n_text, prompt_tokens=len(ids), ids=np.array(ids, np.int64), voice=voice,
+            max_frames=max_new, noise=frame_noise(seed, max_new, int(self.sizes["n_acoustic_codebook"])),
+            cfg_alpha=float(alpha))
+
+    def prompt_embeds(self, ids: I64, voice: str) -> F32:
+        out: F32 = np.array(self.g.tok[ids], np.float32)
+        slots = ids == int(self.sizes["audio_token_id"])
+        out[slots] = self.g.voice_rows(voice)
+        return out
+
+    def prefill(self, work: list[tuple[Sequence, int]]) -> None:
+        done: list[VoxtralSequence] = []
+        for s, n in work:
+            if not isinstance(s, VoxtralSequence):
+                continue
+            if s.embeds is None:
+                s.embeds = self.prompt_embeds(s.ids, s.voice)
+            lo, hi = s.prefilled, s.prefilled + n
+            self._lm([s], s.embeds[None, lo:hi])
+            s.prefilled = hi
+            if hi == s.prompt_tokens:
+                s.embeds = None
+                done.append(s)
+        if done:
+            self._frames(done)
+
+    def step(self, batch: list[Sequence]) -> None:
+        seqs = [s for s in batch if isinstance(s, VoxtralSequence) and s.finished is None and s.last is not None]
+        if not seqs:
+            return
+        x = np.stack([self.g.frame_embedding(s.last) for s in seqs if s.last is not None])[:, None]
+        self._lm(seqs, x)
+        self._frames(seqs)
+
+    def release(self, seq: Sequence) -> None:
+        if isinstance(seq, VoxtralSequence):
+            seq.kv, seq.embeds, seq.noise = [], None, None
+
+    def memory(self) -> dict[str, int]:
+        return {}
+
+    def _lm(self, seqs: list[VoxtralSequence], x: F32) -> None:
+        """New positions x [B, T, D] after each row's past (rows left-padded to the longest past)."""
+        b, t, _ = x.shape
+        lm = self.sizes["lm"]
+        layers, kvh, hd = int(lm["n_layers"]), int(lm["n_kv_heads"]), int(lm["head_dim"])
+        past_len = [s.kv[0].shape[1] if s.kv else 0 for s in seqs]
+        pmax = max(past_len)
+        mask = np.zeros((b, pmax + t), np.int64)
+        mask[:, pmax:] = 1
+        for r in range(b):
+            mask[r, pmax - past_len[r]:pmax] = 1
+        feeds: dict[str, npt.NDArray[Any]] = {
+            "inputs_embeds": np.ascontiguousarray(x, np.float32), "attention_mask": mask,
+            "position_ids": (np.array(past_len, np.int64)[:, None] + np.arange(t)[None]).astype(np.int64)}
+        for i in range(layers):
+            for j, name in ((0, spec.past_key(i)), (1, spec.past_value(i))):
+                buf = np.zeros((b, kvh, pmax, hd), np.float32)
+                for r, s in enumerate(seqs):
+                    if s.kv:
+                        buf[r, :, pmax - past_len[r]:] = s.kv[2 * i + j]
+                feeds[name] = buf
+        out = self.g.graphs["lm_step"].run(feeds)
+        for r, s in enumerate(seqs):
+            new = [out[spec.new_key(i) if j == 0 else spec.new_value(i)][r] for i in range(layers) for j in (0, 1)]
+            s.kv = [np.concatenate([a, n], axis=1) for a, n in zip(s.kv, new, strict=True)] if s.kv else new
+            s.hidden = np.asarray(out["hidden"][r], np.float32)
+            s.semantic = int(out["semantic_code"][r])
+
+    def _frames(self, seqs: list[VoxtralSequence]) -> None:
+        going: list[VoxtralSequence] = []
+        for s in seqs:
+            if s.frames_out >= s.max_frames:
+                s.finished = "length"
+            elif s.semantic == spec.END_AUDIO:
+                s.finished = "stop"
+            else:
+                going.append(s)
+        if not going:
+            return
+        vel = self.g.graphs["velocity"]
+
+        def velocity(xx: F32, t: F32, h: F32, a: F32) -> F32:
+            res: F32 = vel.run({"x": xx, "t": t, "hidden": h, "cfg_alpha": a})["velocity"]
+            return res
+
+        noise = np.stack([s.noise[s.frames_out] for s in going if s.noise is not None]).astype(np.float32)
+        hidden = np.stack([s.hidden for s in going if s.hidden is not None]).astype(np.float32)
+        semantic = np.array([s.semantic for s in going], np.int64)
+        alpha = np.array([s.cfg_alpha for s in going], np.float32)
+        ac = acoustic_codes(velocity, noise, hidden, alpha, semantic, int(self.sizes["fm"]["n_decoding_steps"]),
+                            int(self.sizes["acoustic_codebook_size"]))
+        for r, s in enumerate(going):
+            frame: I64 = np.concatenate([[s.semantic], ac[r]]).astype(np.int64)
+            s.last = frame
+            s.pending.append(frame)
+            s.frames_out += 1
+            if s.frames_out >= s.max_frames:
+                s.finished = "length"
