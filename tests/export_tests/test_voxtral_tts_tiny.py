@@ -129,7 +129,12 @@ def test_tekken_loads_in_mistral_common(voxtral_tiny: Path) -> None:
     """mistral-common 1.13.1 (not in the project's environments: `pip install mistral-common==1.13.1`
     into one to run this) loads the tiny tekken.json and lays out the speech prompt as the reference's
     hand-written fallback does."""
-    pytest.importorskip("mistral_common", reason="mistral-common is not installed in this environment")
+    import importlib.util
+
+    import refenv
+
+    if importlib.util.find_spec("mistral_common") is None:
+        refenv.missing("mistral-common (requirements-nodeps.txt) is not installed in this environment")
     from mistral_common.protocol.speech.request import SpeechRequest
     from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 

@@ -44,7 +44,12 @@ def test_bpe_by_hand(merged: Path) -> None:
 
 
 def test_bpe_matches_mistral_common(merged: Path) -> None:
-    pytest.importorskip("mistral_common", reason="mistral-common is not installed in this environment")
+    import importlib.util
+
+    import refenv
+
+    if importlib.util.find_spec("mistral_common") is None:
+        refenv.missing("mistral-common (requirements-nodeps.txt) is not installed in this environment")
     from mistral_common.protocol.speech.request import SpeechRequest
     from mistral_common.tokens.tokenizers.mistral import MistralTokenizer
 
