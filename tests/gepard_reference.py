@@ -17,7 +17,10 @@ zero-shot aside: ref_compressor., supcon_head., aligner., mtp., lm_head.).
 - generate: a json list of {"text", "seed", "max_new_tokens"} -> for request i: prompt_ids_i,
   codes_i [frames, 32], noise_heads_i [steps, 31, widest], noise0_i [steps, levels of head 0] (the
   Gumbel noise each sampling step drew from the request's generator, the stopping step included),
-  stopped_i.
+  stopped_i. Noise fed: when IN.npz holds noise_heads_i and noise0_i (one row per step, at least as
+  many as the steps taken), request i's steps take those rows in order instead of drawing from a
+  torch generator (its "seed" is then unused) - the Gumbel noise our runtime draws for a seed, so the
+  reference makes the frames a served request with that seed must make.
 """
 
 from __future__ import annotations
@@ -110,7 +113,10 @@ def prompt_ids(tokenizer, text: str, sc: dict) -> list[int]:
     return [sc["base"] + i for i in range(sc["slots"])] + block * (repeats - 1) + [*block, sc["sos"]]
 
 
-def generate(talker, sc: dict, tokenizer, text: str, seed: int, max_tokens: int) -> dict:
+def generate(talker, sc: dict, tokenizer, text: str, seed: int, max_tokens: int,
+             fed: tuple[np.ndarray, np.ndarray] | None = None) -> dict:
+    """One request; `fed`: (noise_heads [steps, 31, widest], noise0 [steps, levels of head 0]) to take
+    in order instead of drawing from the seeded generator."""
     import torch
 
     levels = sc["levels"]
@@ -131,7 +137,12 @@ def generate(talker, sc: dict, tokenizer, text: str, seed: int, max_tokens: int)
         fused = hidden @ fused_w.T + fused_b
         gathered = fused[:, gidx].float() + gmask
         h0 = fused[:, :levels[0]].float()
-        gh, g0 = gumbel(gathered, gen), gumbel(h0, gen)  # heads 1..31 first, as _sample_frame
+        if fed is None:
+            gh, g0 = gumbel(gathered, gen), gumbel(h0, gen)  # heads 1..31 first, as _sample_frame
+        else:
+            step = len(noise_heads)
+            gh, g0 = torch.from_numpy(fed[0][step])[None], torch.from_numpy(fed[1][step])[None]
+            assert gh.shape == gathered.shape and g0.shape == h0.shape, (gh.shape, g0.shape)
         heads = (gathered / sc["temperature"] + gh).argmax(dim=-1)
         head0 = (h0 / sc["temperature"] + g0).argmax(dim=-1)
         do_stop = bool(torch.sigmoid(talker.stop_head(hidden)).squeeze(-1)[0] > sc["stop_threshold"])
@@ -177,7 +188,9 @@ def main(inputs: dict, checkpoint: str, command: str, arg: str = "{}") -> dict:
             tokenizer = AutoTokenizer.from_pretrained(checkpoint)
             out: dict = {}
             for i, req in enumerate(json.loads(arg)):
-                res = generate(talker, sc, tokenizer, req["text"], int(req["seed"]), int(req["max_new_tokens"]))
+                fed = ((inputs[f"noise_heads_{i}"].astype(np.float32), inputs[f"noise0_{i}"].astype(np.float32))
+                       if f"noise_heads_{i}" in inputs else None)
+                res = generate(talker, sc, tokenizer, req["text"], int(req["seed"]), int(req["max_new_tokens"]), fed)
                 out.update({f"{k}_{i}": v for k, v in res.items()})
             return out
     raise SystemExit(f"unknown command {command}")

@@ -5,6 +5,12 @@ with the same seed (the same number of frames, the samples within one 16-bit ste
 family in flight together; the same request and seed
 twice give the same audio, another seed other audio, no seed the pinned 42; every row of the spec's
 Gepard table that refuses something is a 400 naming the field, and the next request succeeds.
+
+A Gepard-1.0 the project did not create (tests/gepard_foreign.py, in the same deployment): the
+reference (tests/gepard_reference.py in ref5) fed the Gumbel noise our runtime draws for the request's
+seed makes frames whose NanoCodec decode (the port validated against NeMo, in torch) equals the audio
+of /v1/audio/speech with that seed, whole, raw stream and SSE (within one 16-bit step), for two texts
+and seeds.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import numpy as np
 import openai
 import pytest
 from gateway_fixtures import start_gateway
+from gepard_fixtures import FOREIGN_CODEC_FILE, reference_with_our_noise
 
 from gateway import encoding
 from gateway.settings import Settings
@@ -30,6 +37,8 @@ from ttscore.runtime.families import FAMILIES
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TEXT = "Hello, this is Gepard speaking."
+# (text, seed, max_new_tokens) for the foreign checkpoint: a long text and a short one (its text repeated)
+FOREIGN_CASES = (("Hello there, this is another voice speaking.", 21, 14), ("Sunny", 5, 12))
 FRAMES = 8
 SEED = 7
 SPEECH = "/v1/audio/speech"
@@ -248,3 +257,40 @@ def test_one_request_of_each_family_in_flight_together(stack):
     for t in threads:
         t.join(300)
     assert results == dict.fromkeys(payloads, 200)
+
+
+@pytest.fixture(scope="module")
+def foreign_reference(e2e_triton) -> list[tuple[np.ndarray, int]]:
+    """Per FOREIGN_CASES: the reference's audio (its frames, made with our runtime's noise for the seed,
+    decoded whole by the torch NanoCodec port) and its frame count."""
+    import torch
+
+    from export.gepard.codec import load_codec
+
+    checkpoint = e2e_triton["checkpoints"]["gepard_foreign"]
+    cases = [{"text": t, "seed": s, "max_new_tokens": n} for t, s, n in FOREIGN_CASES]
+    ref = reference_with_our_noise(checkpoint, e2e_triton["pipelines"]["gepard_foreign"], cases)
+    codec = load_codec(checkpoint / FOREIGN_CODEC_FILE)
+    out = []
+    for i in range(len(cases)):
+        codes = ref[f"codes_{i}"]
+        assert codes.shape[0] > 1
+        with torch.inference_mode():
+            pcm = codec(torch.from_numpy(codes.T[None].copy()))[0].numpy()
+        out.append((pcm, codes.shape[0]))
+    return out
+
+
+@pytest.mark.parametrize("case", range(len(FOREIGN_CASES)))
+def test_foreign_checkpoint_through_the_api_equals_the_reference(http, stack, foreign_reference, case):
+    name = stack["names"]["gepard_foreign"]
+    card = {m["id"]: m for m in http.get("/v1/models").json()["data"]}[name]
+    assert (card["family"], card["sample_rate"]) == (spec.FAMILY, 22050)
+    text, seed, frames = FOREIGN_CASES[case]
+    want, made = foreign_reference[case]
+    assert np.abs(encoding.to_int16(want)).max() > 10  # not silence
+    got, counted = three_ways(http, {"input": text, "model": name, "max_new_tokens": frames, "seed": seed})
+    assert counted == made
+    for samples in got:
+        assert_same_audio(samples, want, made)
+    assert all(np.array_equal(got[0], g) for g in got[1:])

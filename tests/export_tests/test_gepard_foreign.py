@@ -12,54 +12,28 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gepard_fixtures import reference
+from gepard_fixtures import *  # noqa: F403  (gepard_foreign, gepard_foreign_artifacts)
+from gepard_fixtures import FOREIGN_CODEC_FILE, reference, reference_with_our_noise
 from test_gepard_parity import run_frames
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
 
-FOREIGN = Path(__file__).resolve().parents[1] / "gepard_foreign.py"
-CODEC = {"sample_rate": 22050, "samples_per_frame": 1024,
-         "vector_quantizer": {"_target_": "nemo.collections.tts.modules.audio_codec_modules.GroupFiniteScalarQuantizer",
-                              "num_groups": 8, "num_levels_per_group": [8, 7, 6, 6]},
-         "audio_decoder": {"_target_": "nemo.collections.tts.modules.audio_codec_modules.CausalHiFiGANDecoder",
-                           "input_dim": 32, "up_sample_rates": [4, 4, 4, 4, 4], "base_channels": 64,
-                           "in_kernel_size": 5, "out_kernel_size": 5, "resblock_kernel_sizes": [3, 5],
-                           "resblock_dilation_sizes": [1, 2], "activation": "half_snake",
-                           "output_activation": "clamp", "n_groups_equal_to_out_channels": True}}
 CASES = (("Hello there, this is another voice.", 4, 14), ("Sunny", 9, 10))
 
 
 @pytest.fixture(scope="module")
-def foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import refenv
-    import torch
-
-    from export.gepard.codec import NanoCodec, write_nemo
-
-    out = tmp_path_factory.mktemp("gepard-foreign") / "ckpt"
-    refenv.run(refenv.env_for("gepard"), FOREIGN, {}, [str(out)])
-    torch.manual_seed(5)
-    state = {f"audio_decoder.{k}": v for k, v in NanoCodec(CODEC).audio_decoder.state_dict().items()}
-    (out / "nanocodec").mkdir()
-    write_nemo(out / "nanocodec" / "codec.nemo", CODEC, state)
-    return out
-
-
-@pytest.fixture(scope="module")
-def model(foreign: Path) -> Any:
-    from export.exporter import export_checkpoint
+def model(gepard_foreign_artifacts: Path) -> Any:
     from ttscore.runtime.families import load_model
 
-    export_checkpoint(foreign, foreign.parent / "x")
-    return load_model(foreign.parent / "x")
+    return load_model(gepard_foreign_artifacts)
 
 
-def test_foreign_checkpoint_matches_the_reference(foreign: Path, model: Any) -> None:
+def test_foreign_checkpoint_matches_the_reference(gepard_foreign: Path, model: Any) -> None:
     from ttscore.runtime.families.gepard.request import GepardRequest
 
     assert model.info.backbone.hidden_size == 48 and model.info.num_speaker_slots == 4
     assert model.info.temperature == 0.5 and model.info.stop_threshold == 0.4
-    want = reference(foreign, "generate", {}, json.dumps([{"text": t, "seed": s, "max_new_tokens": n}
+    want = reference(gepard_foreign, "generate", {}, json.dumps([{"text": t, "seed": s, "max_new_tokens": n}
                                                            for t, s, n in CASES]))
     seqs = []
     for i, (text, seed, n) in enumerate(CASES):
@@ -75,7 +49,24 @@ def test_foreign_checkpoint_matches_the_reference(foreign: Path, model: Any) -> 
     assert list(want["prompt_ids_1"]).count(model.info.start_of_text) > 1
 
 
-def test_foreign_codec_streams_exactly(foreign: Path, model: Any) -> None:
+def test_the_reference_fed_our_seeded_noise_makes_our_frames(gepard_foreign: Path, model: Any) -> None:
+    """The other way round (what the API tests rely on): the noise our runtime draws for a seed, fed to
+    the reference, gives the frames our runtime makes for that seed on its own."""
+    from ttscore.runtime.families.gepard.request import GepardRequest
+
+    cases = [{"text": t, "seed": s + 100, "max_new_tokens": n} for t, s, n in CASES]
+    want = reference_with_our_noise(gepard_foreign, model, cases)
+    seqs = [model.admit(GepardRequest(text=c["text"], seed=c["seed"], max_new_tokens=c["max_new_tokens"]))
+            for c in cases]
+    for i, got in enumerate(run_frames(model, seqs)):
+        assert got.shape[0] > 1
+        np.testing.assert_array_equal(got, want[f"codes_{i}"])
+    # the reference took our noise, not its own generator's
+    drawn = reference(gepard_foreign, "generate", {}, json.dumps(cases))
+    assert not np.array_equal(drawn["noise_heads_0"], want["noise_heads_0"])
+
+
+def test_foreign_codec_streams_exactly(gepard_foreign: Path, model: Any) -> None:
     import torch
 
     from export.gepard.codec import load_codec
@@ -84,6 +75,6 @@ def test_foreign_codec_streams_exactly(foreign: Path, model: Any) -> None:
     stream = model.vocoder.new_stream()
     pcm = np.concatenate([model.vocoder.decode([(stream, codes[a:b])])[0] for a, b in ((0, 2), (2, 3), (3, 7))])
     with torch.inference_mode():
-        want = load_codec(foreign / "nanocodec" / "codec.nemo")(torch.from_numpy(codes.T[None].copy()))[0].numpy()
+        want = load_codec(gepard_foreign / FOREIGN_CODEC_FILE)(torch.from_numpy(codes.T[None].copy()))[0].numpy()
     assert pcm.shape == want.shape == (7 * 1024,) and np.abs(want).max() > 1e-3
     np.testing.assert_allclose(pcm, want, atol=1e-4)
