@@ -3,8 +3,9 @@
 `e2e_triton`: the real tritonserver rendered exactly as `triton-tts serve` renders it for a mixed
 deployment: a greedy CustomVoice, a VoiceDesign and a greedy Base tiny Qwen3-TTS checkpoint (one
 shared code2wav, the voice_features ensemble), a tiny VoxCPM2 checkpoint (its audiovae_decoder
-and audiovae_encoder) and a tiny OmniVoice checkpoint (its codec decoder inline), one request at a
-time per model. Keys: the Qwen3-TTS variant, "voxcpm2" or "omnivoice". Started once per session;
+and audiovae_encoder), a tiny OmniVoice checkpoint (its codec decoder inline) and an OmniVoice
+checkpoint the project did not make, one request at a time per model. Keys: the Qwen3-TTS variant,
+"voxcpm2", "omnivoice" or "omnivoice_foreign". Started once per session;
 each e2e module runs its own gateway(s) against it.
 """
 
@@ -19,7 +20,8 @@ from omnivoice_fixtures import *  # noqa: F403  (its session fixtures, which e2e
 
 @pytest.fixture(scope="session")
 def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_voice_design, tiny_base_greedy,
-               voxcpm2_tiny, voxcpm2_artifacts, omnivoice_tiny, omnivoice_artifacts) -> dict[str, Any]:
+               voxcpm2_tiny, voxcpm2_artifacts, omnivoice_tiny, omnivoice_artifacts, omnivoice_foreign,
+               omnivoice_foreign_artifacts) -> dict[str, Any]:
     from gateway_fixtures import render_stack_repository
 
     from ttscore.runtime.families import load_model
@@ -27,7 +29,9 @@ def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_v
     work = tmp_path_factory.mktemp("e2e")
     variants = {"custom_voice": tiny_custom_voice_greedy, "voice_design": tiny_voice_design, "base": tiny_base_greedy,
                 "voxcpm2": (voxcpm2_tiny, voxcpm2_artifacts, load_model(voxcpm2_artifacts)),
-                "omnivoice": (omnivoice_tiny, omnivoice_artifacts, load_model(omnivoice_artifacts))}
+                "omnivoice": (omnivoice_tiny, omnivoice_artifacts, load_model(omnivoice_artifacts)),
+                "omnivoice_foreign": (omnivoice_foreign, omnivoice_foreign_artifacts,
+                                      load_model(omnivoice_foreign_artifacts))}
     pairs = [(t[0], t[1]) for t in variants.values()]
     # One request at a time per model: a request that was not cancelled would block the next one.
     repo, cfg = render_stack_repository(work, pairs, max_active=1)
