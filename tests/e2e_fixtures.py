@@ -3,11 +3,11 @@
 `e2e_triton`: the real tritonserver rendered exactly as `triton-tts serve` renders it for a mixed
 deployment: a greedy CustomVoice, a VoiceDesign and a greedy Base tiny Qwen3-TTS checkpoint (one
 shared code2wav, the voice_features ensemble), a tiny VoxCPM2 checkpoint (its audiovae_decoder
-and audiovae_encoder), a tiny OmniVoice checkpoint (its codec decoder inline), a tiny Gepard-1.0
-(its speech_generation alone) and a Gepard-1.0 the project did not create (tests/gepard_foreign.py),
-one request at a time per model. Keys: the Qwen3-TTS variant, "voxcpm2", "omnivoice", "gepard" or
-"gepard_foreign". Started once per session; each e2e module runs its own
-gateway(s) against it.
+and audiovae_encoder), a tiny OmniVoice checkpoint (its codec decoder inline) and an OmniVoice
+checkpoint the project did not make, a tiny Gepard-1.0 (its speech_generation alone) and a Gepard-1.0
+the project did not create (tests/gepard_foreign.py), one request at a time per model. Keys: the
+Qwen3-TTS variant, "voxcpm2", "omnivoice", "omnivoice_foreign", "gepard" or "gepard_foreign".
+Started once per session; each e2e module runs its own gateway(s) against it.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from omnivoice_fixtures import *  # noqa: F403  (its session fixtures, which e2e
 
 @pytest.fixture(scope="session")
 def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_voice_design, tiny_base_greedy,
-               voxcpm2_tiny, voxcpm2_artifacts, omnivoice_tiny, omnivoice_artifacts,
-               gepard_tiny, gepard_artifacts, gepard_foreign, gepard_foreign_artifacts) -> dict[str, Any]:
+               voxcpm2_tiny, voxcpm2_artifacts, omnivoice_tiny, omnivoice_artifacts, omnivoice_foreign,
+               omnivoice_foreign_artifacts, gepard_tiny, gepard_artifacts, gepard_foreign,
+               gepard_foreign_artifacts) -> dict[str, Any]:
     from gateway_fixtures import render_stack_repository
 
     from ttscore.runtime.families import load_model
@@ -32,6 +33,8 @@ def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_v
     variants = {"custom_voice": tiny_custom_voice_greedy, "voice_design": tiny_voice_design, "base": tiny_base_greedy,
                 "voxcpm2": (voxcpm2_tiny, voxcpm2_artifacts, load_model(voxcpm2_artifacts)),
                 "omnivoice": (omnivoice_tiny, omnivoice_artifacts, load_model(omnivoice_artifacts)),
+                "omnivoice_foreign": (omnivoice_foreign, omnivoice_foreign_artifacts,
+                                      load_model(omnivoice_foreign_artifacts)),
                 "gepard": (gepard_tiny, gepard_artifacts, load_model(gepard_artifacts)),
                 "gepard_foreign": (gepard_foreign, gepard_foreign_artifacts, load_model(gepard_foreign_artifacts))}
     pairs = [(t[0], t[1]) for t in variants.values()]

@@ -5,8 +5,10 @@ model is non-autoregressive: it fills in the whole utterance (its length fixed u
 reference's duration estimate) over `num_step` unmasking steps. Fields:
 
 - `voice` omitted or "default": the auto voice (the model's own); or an uploaded voice (its codes
-  computed once at upload through each served checkpoint's codec_encoder); any other name is a 400
-  naming `voice` (precomputed voice files are not supported for this family);
+  computed once at upload through each served checkpoint's codec_encoder); or a precomputed voice
+  file (`precompute-voice`, ttscore.contract.omnivoice_voicefile: the clip's codes and transcript,
+  served only by checkpoints whose codec made them: another codec's is a 400 naming `voice`); any
+  other name is a 400 naming `voice`;
 - `ref_audio` + optional `ref_text` (cloning; overrides an uploaded voice): the clip's codes through
   the checkpoint's codec_encoder (the reference's preprocessing), the transcript as the reference's
   create_voice_clone_prompt leaves it (`clone_ref_text`); without one the codes are used alone;
@@ -31,6 +33,7 @@ import dataclasses
 import math
 import numbers
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +42,8 @@ import numpy as np
 from ttscore.contract import families, omnivoice, omnivoice_text
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.omnivoice_voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES, check_codes
+from ttscore.contract.voicefile import REF_CODE
 
 from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
 from ..errors import bad_request, from_invalid_request
@@ -53,7 +58,7 @@ from ..planning import (
     plan_output,
     text_field,
 )
-from ..voices.precomputed import PrecomputedVoice, SkipVoice
+from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
 
 if TYPE_CHECKING:
     from ttscore.contract.manifest import Manifest
@@ -62,6 +67,22 @@ if TYPE_CHECKING:
 
 VOICE_ALIASES: dict[str, str] = {}  # no preset speakers for OpenAI's voice names
 LANGUAGES = "language_ids"  # manifest_facts key: the reference's language map (name -> id)
+CODEC = "codec_sha256"  # manifest_facts key: the checksum of the codec weights (precomputed voices fit it)
+
+
+@dataclass(frozen=True)
+class OmniVoiceVoice(PrecomputedVoice):
+    """A precomputed OmniVoice voice: the reference codes (and, as every voice, its ref_text)."""
+
+    ref_codes: np.ndarray | None = None  # int64 [8, T]
+
+
+@dataclass(frozen=True)
+class CodecTarget:
+    """A served OmniVoice checkpoint as precomputed voices are checked against it."""
+
+    name: str
+    codec_sha256: str | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +125,8 @@ class OmniVoiceAdapter:
 
     def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
         table = (manifest.raw.get("tables") or {}).get(LANGUAGES) or {}
-        return {LANGUAGES: {str(k): str(v) for k, v in table.items()}}
+        return {LANGUAGES: {str(k): str(v) for k, v in table.items()},
+                CODEC: manifest.source_sha256(CODEC_WEIGHTS)}
 
     def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
@@ -128,10 +150,13 @@ class OmniVoiceAdapter:
             if stored is None:
                 raise bad_request(f"Invalid voice '{f.voice}' for {name}: use an uploaded voice, or omit 'voice' "
                                   f"(or '{omnivoice.DEFAULT_VOICE}') for the model's auto voice", "voice")
-            if stored.family not in (None, ckpt.family) or stored.precomputed is not None:
+            if stored.family not in (None, ckpt.family):
                 made = families.display_name(stored.family)
                 raise bad_request(f"Voice '{stored.name}' is a precomputed {made} voice: it cannot be used with {name} "
                                   f"model `{ckpt.name}`", "voice")
+            if stored.models is not None and ckpt.name not in stored.models:
+                raise bad_request(f"Voice '{stored.name}' was precomputed with another {name} codec (it fits "
+                                  f"{', '.join(stored.models) or 'no served model'}), not `{ckpt.name}`", "voice")
         ref_audio = text_field(f.ref_audio, "ref_audio", 1 << 30)
         ref_text = text_field(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS)
         ref_text = ref_text if ref_text and ref_text.strip() else None
@@ -175,12 +200,16 @@ class OmniVoiceAdapter:
         return plan.ref_audio is not None or plan.stored_voice is not None  # else the auto voice
 
     async def reference_features(self, plan: SpeechPlan, env: FeatureEnv) -> np.ndarray:
-        """The reference codes [8, T]: an uploaded voice's (computed at upload), or `ref_audio`'s
-        through the checkpoint's codec_encoder (shared by concurrent and recent requests)."""
+        """The reference codes [8, T]: a precomputed voice's, an uploaded voice's (computed at
+        upload), or `ref_audio`'s through the checkpoint's codec_encoder (shared by concurrent and
+        recent requests)."""
+        stored = plan.stored_voice
+        if stored is not None and stored.precomputed is not None:
+            precomputed: np.ndarray = stored.precomputed
+            return precomputed
         model = plan.checkpoint.voice_features_model
         if not model:
             raise InvalidRequest(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
-        stored = plan.stored_voice
         if stored is not None:
             if stored.model_features is None:
                 raise InvalidRequest(f"Voice '{stored.name}' cannot be used with {plan.checkpoint.name}", "voice")
@@ -230,13 +259,45 @@ class OmniVoiceAdapter:
         return np.asarray(codes, np.int64)
 
     def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
-        return {}
+        """Every served OmniVoice checkpoint's codec checksum (a voice fits those with its codec)."""
+        return {"targets": [CodecTarget(c.name, c.facts.get(CODEC)) for c in checkpoints if c.family == self.family]}
 
-    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any, **checks: Any) -> PrecomputedVoice:
-        raise SkipVoice(f"{self.rules.name} voice files are not supported yet")
+    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any,
+                          targets: Sequence[CodecTarget] = ()) -> PrecomputedVoice:
+        """A profile (ttscore.contract.omnivoice_voicefile): `ref_code` [T, 8] and its optional
+        `ref_text`, checked against the served checkpoints' codec."""
+        name, mode, path, tensors = read_entry(root, raw_name, entry, PROFILE_MODES, PROFILE_MODES[0])
+        stored = tensors.get(REF_CODE)
+        if stored is None:
+            raise SkipVoice(f"missing tensor {REF_CODE!r}")
+        if stored.ndim != 2:
+            raise SkipVoice(f"{REF_CODE} must be an integer [T, {omnivoice.NUM_CODEBOOKS}] tensor, got "
+                            f"{stored.dtype} {list(stored.shape)}")
+        try:
+            check_codes(stored.T, REF_CODE)
+        except InvalidRequest as exc:
+            raise SkipVoice(f"{REF_CODE}: {exc.message}") from None
+        text = entry.get("ref_text")
+        ref_text = text.strip() if isinstance(text, str) and text.strip() else None
+        identity = entry.get("checkpoint") if isinstance(entry.get("checkpoint"), dict) else {}
+        sha = identity.get(CODEC_SHA256) if isinstance(identity.get(CODEC_SHA256), str) else None
+        models: tuple[str, ...] | None = None
+        if targets:
+            models = tuple(t.name for t in targets if sha is None or t.codec_sha256 is None or t.codec_sha256 == sha)
+            if not models:
+                made = identity.get("name") or "another checkpoint"
+                raise SkipVoice(f"made for {made} (codec {sha}); the served {self.rules.name} models' codecs are "
+                                + ", ".join(f"{t.name} ({t.codec_sha256 or 'unknown'})" for t in targets))
+        ref_codes = np.ascontiguousarray(stored.T.astype(np.int64))
+        ref_codes.setflags(write=False)  # shared between requests
+        return OmniVoiceVoice(name=name, mode=mode, features=None, path=path, ref_text=ref_text,
+                              speaker_description=description(entry), model_type=self.family, models=models,
+                              ref_codes=ref_codes)
 
     def stored_voice(self, voice: PrecomputedVoice) -> StoredVoice:
-        raise InvalidRequest(f"{self.rules.name} models cannot use precomputed voices yet", "voice")
+        assert isinstance(voice, OmniVoiceVoice) and voice.ref_codes is not None
+        return StoredVoice(voice.name, ref_text=voice.ref_text, family=voice.model_type, models=voice.models,
+                           precomputed=voice.ref_codes)
 
 
 ADAPTER = OmniVoiceAdapter()

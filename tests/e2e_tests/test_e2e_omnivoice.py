@@ -7,13 +7,17 @@ generated sentence chunk by sentence chunk: its first SSE audio event is the fir
 alone, sent before the later chunks' events (the order of events, not timing). Cloning from
 `ref_audio` (with and without `ref_text`) and from an uploaded voice equals the offline engine fed the
 clip's codes from clone.ReferenceEncoder (the path `say --ref-audio` takes). /v1/models lists it;
-every refused field is a 400 naming it and the next request succeeds.
+every refused field is a 400 naming it and the next request succeeds. An OmniVoice checkpoint the
+project did not make (omnivoice_fixtures.omnivoice_foreign, served in the same deployment): with both
+temperatures 0 its whole file, raw stream and SSE equal the reference decoder's audio of the
+reference's own codes within the parity tests' bound, for the auto voice, voice design and cloning.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import math
 from typing import Any
 
 import httpx
@@ -287,3 +291,95 @@ def test_refused_field_is_a_400_naming_it_and_the_next_request_succeeds(http, st
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param, r.json()
     assert wav_of(http.post(SPEECH, json=body(stack))).size
+
+
+# --- an OmniVoice checkpoint the project did not make (omnivoice_fixtures.omnivoice_foreign) -----------
+
+AUDIO_RTOL = 1e-4  # the parity tests' bound: max |ours - reference| / max |reference| of the decoded audio
+
+
+@pytest.fixture(scope="module")
+def foreign(e2e_triton):
+    from export.omnivoice.reference import load_reference
+
+    checkpoint = e2e_triton["checkpoints"]["omnivoice_foreign"]
+    return {"model": e2e_triton["names"]["omnivoice_foreign"], "checkpoint": checkpoint,
+            "reference": load_reference(checkpoint)}
+
+
+def reference_audio(foreign, text: str, instructions: str | None = None, prompt: Any = None) -> np.ndarray:
+    """The reference's codes (`_generate_iterative`, both temperatures 0, as the parity tests run it)
+    decoded by the reference's codec decoder."""
+    import torch
+
+    from export.omnivoice.reference import omnivoice_module
+
+    mod, reference = omnivoice_module(), foreign["reference"]
+    config = mod.OmniVoiceGenerationConfig(num_step=NUM_STEP, postprocess_output=False, position_temperature=0.0,
+                                           class_temperature=0.0)
+    task = reference._preprocess_all(text=[text], instruct=[instructions], voice_clone_prompt=prompt)
+    with torch.no_grad():
+        codes = reference._generate_iterative(task, config)[0]
+        audio = reference.audio_tokenizer.decode(codes[None]).audio_values[0, 0].numpy()
+    assert len(np.unique(codes.numpy())) > 20  # not a degenerate utterance
+    return audio
+
+
+def assert_reference_audio(got_int16: np.ndarray, want: np.ndarray) -> None:
+    """Within AUDIO_RTOL of the reference's peak, in 16-bit steps: to_int16 floors, so two signals
+    |a - b| apart differ by at most ceil(|a - b| * 2^15) steps."""
+    bound = max(1, math.ceil(AUDIO_RTOL * np.abs(want).max() * 32768))
+    ref = encoding.to_int16(want).astype(np.int32)
+    assert got_int16.shape == ref.shape, (got_int16.shape, ref.shape)
+    assert np.max(np.abs(got_int16.astype(np.int32) - ref)) <= bound
+
+
+def three_ways(http, request: dict[str, Any]) -> list[np.ndarray]:
+    """The whole file, the raw stream and the SSE stream of one request."""
+    whole = wav_of(http.post(SPEECH, json=request))
+    with http.stream("POST", SPEECH, json={**request, "response_format": "pcm", "stream_format": "audio"}) as r:
+        assert r.status_code == 200
+        raw = np.frombuffer(b"".join(r.iter_bytes()), "<i2")
+    with http.stream("POST", SPEECH, json={**request, "response_format": "pcm", "stream": True}) as r:
+        sse = np.frombuffer(b"".join(sse_deltas(r)), "<i2")
+    return [whole, raw, sse]
+
+
+FOREIGN_TEXT = "Pack my box with five dozen liquor jugs."  # one sentence: one stream chunk
+
+
+@pytest.mark.parametrize("instructions", [None, "elderly, high pitch"])
+def test_foreign_checkpoint_auto_voice_and_design_equal_the_reference(http, stack, foreign, instructions):
+    want = reference_audio(foreign, FOREIGN_TEXT, instructions)
+    extra = {} if instructions is None else {"instructions": instructions}
+    for got in three_ways(http, body(stack, model=foreign["model"], input=FOREIGN_TEXT, **extra)):
+        assert_reference_audio(got, want)
+
+
+def test_foreign_checkpoint_clones_as_the_reference(http, stack, foreign, tmp_path):
+    """The clip's codes as the reference's tokenizer class (transformers 5.14's
+    HiggsAudioV2TokenizerModel, ref5) encodes the preprocessed clip, then the reference's generation
+    with that VoiceClonePrompt (as tests/export_tests/test_omnivoice_clone.py)."""
+    import refenv
+    import torch
+
+    from export.omnivoice.reference import omnivoice_module
+    from ttscore.contract import omnivoice as spec
+    from ttscore.runtime.families.omnivoice.clone import preprocess
+
+    rate, transcript = 22050, "sphinx of black quartz judge my vow"
+    t = np.arange(int(rate * 0.9)) / rate
+    burst = (0.3 * np.sin(2 * np.pi * 180 * t) * np.clip(np.sin(2 * np.pi * 2.5 * t), 0, None) ** 0.5
+             + 0.1 * np.sin(2 * np.pi * 1300 * t)).astype(np.float32)
+    clip = np.concatenate([burst, np.zeros(rate // 2, np.float32), burst[::-1]])
+    path = tmp_path / "foreign_ref.wav"
+    sf.write(path, clip, rate, subtype="FLOAT")
+    out = refenv.run(refenv.env_for(spec.FAMILY), refenv.TESTS / "omnivoice_codec_ref5.py",
+                     {"audio_0": preprocess(clip, rate)}, [str(foreign["checkpoint"] / "audio_tokenizer"), "encode"])
+    mod = omnivoice_module()
+    prompt = mod.VoiceClonePrompt(ref_audio_tokens=torch.from_numpy(out["codes_0"]), ref_text=transcript + ".",
+                                  ref_rms=0.1)
+    want = reference_audio(foreign, FOREIGN_TEXT, None, prompt)
+    request = body(stack, model=foreign["model"], input=FOREIGN_TEXT, ref_audio=data_url(path), ref_text=transcript)
+    for got in three_ways(http, request):
+        assert_reference_audio(got, want)

@@ -1,7 +1,8 @@
 """What the offline tools ask of OmniVoice (ttscore.runtime.family.OfflineTools): `say`'s request
 (auto voice, voice design with --instructions, or cloning with --ref-audio [+ --ref-text]: the
 clip's codes through the exported codec encoder, `clone.ReferenceEncoder`, and the transcript as the
-reference's create_voice_clone_prompt leaves it). precompute-voice is not supported yet."""
+reference's create_voice_clone_prompt leaves it) and voice files (precompute-voice: those codes and
+the optional transcript, ttscore.contract.omnivoice_voicefile)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,36 @@ from typing import Any
 
 from ttscore.contract import omnivoice as spec
 from ttscore.contract.errors import InvalidRequest
-from ttscore.runtime.family import Progress, SayJob, SayOptions, VoiceFileOptions
+from ttscore.runtime.family import Progress, SayJob, SayOptions, VoiceFileOptions, read_reference
+
+
+def precompute_voice(artifacts: str | Path, voice_name: str, ref_audio_path: str | Path, ref_text: str | None,
+                     output_dir: str | Path, speaker_description: str | None = None) -> dict[str, Any]:
+    """An OmniVoice voice from the exported checkpoint in `artifacts`: the clip's codes [8, T] as its
+    codec_encoder computes them after the reference's preprocessing (clone.ReferenceEncoder, what
+    `ref_audio` gets when served), the transcript if given, and the codec's checksum."""
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.contract.omnivoice_voicefile import CODEC_SHA256, CODEC_WEIGHTS, write_omnivoice_profile
+    from ttscore.contract.voicefile import validate_voice_name
+    from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
+
+    name = validate_voice_name(voice_name, "voice_name")
+    root = Path(artifacts)
+    manifest = read_manifest(root)
+    if manifest.family != spec.FAMILY:
+        raise InvalidRequest(f"{root} is a {manifest.family} export, not {spec.RULES.name}", "checkpoint")
+    audio, sr = read_reference(ref_audio_path)
+    codes = ReferenceEncoder(root, manifest, None).codes(audio, sr)
+    source = Path(str((manifest.raw.get("source") or {}).get("path") or root))
+    return write_omnivoice_profile(
+        output_dir, name, ref_codes=codes, ref_text=ref_text,
+        checkpoint={"name": source.name, CODEC_SHA256: manifest.source_sha256(CODEC_WEIGHTS)},
+        speaker_description=speaker_description)
 
 
 class OmniVoiceOffline:
-    voice_modes: tuple[str, ...] = ()
-    voice_help: str = "OmniVoice: not yet (say clones with --ref-audio)"
+    voice_modes: tuple[str, ...] = ("clone",)  # ttscore.contract.omnivoice_voicefile.PROFILE_MODES
+    voice_help: str = "OmniVoice: clone (the reference codes and, optionally, --ref-text, its transcript)"
 
     def say(self, artifacts: Path, options: SayOptions) -> SayJob:
         from ttscore.runtime.families import load_model
@@ -35,7 +60,6 @@ class OmniVoiceOffline:
             from ttscore.contract.manifest import read_manifest
             from ttscore.contract.omnivoice_text import clone_ref_text
             from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
-            from ttscore.runtime.family import read_reference
 
             audio, sr = read_reference(o.ref_audio)
             ref_codes = ReferenceEncoder(Path(artifacts), read_manifest(artifacts), None).codes(audio, sr)
@@ -45,8 +69,17 @@ class OmniVoiceOffline:
                                    position_temperature=0.0 if o.greedy else None)
         return SayJob(model, request, spec.SAMPLE_RATE, "frames")
 
-    def precompute_voice(self, artifacts: Path, options: VoiceFileOptions, progress: Progress) -> tuple[dict[str, Any], str]:
-        raise InvalidRequest(f"precompute-voice is not supported for {spec.RULES.name} yet", "checkpoint")
+    def precompute_voice(self, artifacts: Path, options: VoiceFileOptions, progress: Progress
+                         ) -> tuple[dict[str, Any], str]:
+        o = options
+        if o.mode not in (None, *self.voice_modes):
+            raise InvalidRequest(f"mode must be one of {', '.join(self.voice_modes)} for {spec.RULES.name}, got "
+                                 f"{o.mode!r}", "mode")
+        progress(1, 1, f"encoding the reference with {artifacts.name}'s codec encoder and writing the voice file")
+        entry = precompute_voice(artifacts, o.voice_name, o.ref_audio, o.ref_text, o.output_dir,
+                                 o.speaker_description)
+        return entry, (f"{spec.RULES.name} clone, codes [{entry['num_codebooks']}, {entry['ref_code_length']}]"
+                       + ("" if "ref_text" in entry else ", no transcript"))
 
 
 OFFLINE = OmniVoiceOffline()

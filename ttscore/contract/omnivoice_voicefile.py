@@ -1,0 +1,77 @@
+"""OmniVoice precomputed voices: the profile writer (`triton-tts precompute-voice` with an OmniVoice
+checkpoint), over the shared voices format of ttscore.contract.voicefile.
+
+Entries share the directory and the manifest with the other families' and name their family:
+
+        "<name>": {"name", "file", "model_type": "omnivoice", "mode": "clone",
+                   "ref_text": ... (optional: the transcript of the reference clip, as given),
+                   "ref_code_length": T, "num_codebooks": 8,
+                   "checkpoint": {"name": ..., "audio_tokenizer_sha256": ... (when known)}, ...}
+    <name lower>.safetensors
+        ref_code  int32 [T, 8]  the reference clip's codes (the checkpoint's codec_encoder after the
+                                reference's preprocessing: clone.ReferenceEncoder), time-major as the
+                                shared format stores codes; the model takes them as [8, T]
+
+A voice is a cloning reference: a request naming it equals the same request with the clip as
+`ref_audio` and its transcript (if any) as `ref_text`. The gateway's OmniVoice adapter loads them
+and checks them against each served checkpoint's codec checksum.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.omnivoice import CODEBOOK_SIZE, FAMILY, NUM_CODEBOOKS
+from ttscore.contract.voicefile import REF_CODE, merge_voice, validate_voice_name, voice_file_name
+
+PROFILE_MODES = ("clone",)
+CODEC_SHA256 = "audio_tokenizer_sha256"  # the checkpoint identity key of the codec that made the codes
+CODEC_WEIGHTS = "audio_tokenizer/model.safetensors"  # its source file (Manifest.source_sha256)
+
+
+def check_codes(codes: NDArray[Any], param: str = "ref_audio") -> NDArray[np.int32]:
+    """Codes [8, T] in the codebook's range as the file stores them ([T, 8] int32), or InvalidRequest."""
+    codes = np.asarray(codes)
+    if codes.ndim != 2 or codes.shape[0] != NUM_CODEBOOKS or codes.shape[1] == 0 or codes.dtype.kind not in "iu":
+        raise InvalidRequest(f"reference codes must be a non-empty integer [{NUM_CODEBOOKS}, T] array", param)
+    if codes.min() < 0 or codes.max() >= CODEBOOK_SIZE:
+        raise InvalidRequest(f"reference codes must be in [0, {CODEBOOK_SIZE})", param)
+    return np.ascontiguousarray(codes.T.astype(np.int32))
+
+
+def write_omnivoice_profile(
+    output_dir: str | Path,
+    voice_name: str,
+    *,
+    ref_codes: NDArray[Any],
+    ref_text: str | None,
+    checkpoint: dict[str, Any] | None = None,
+    speaker_description: str | None = None,
+) -> dict[str, Any]:
+    """Write an OmniVoice profile (`<name>.safetensors` + its manifest entry) of the codes [8, T];
+    returns the entry. `checkpoint` is its identity ({"name", CODEC_SHA256}), checked by the loader
+    against the served checkpoints."""
+    from safetensors.numpy import save
+
+    name = validate_voice_name(voice_name, "voice_name")
+    stored = check_codes(ref_codes)
+    entry: dict[str, Any] = {"name": name, "file": voice_file_name(name), "model_type": FAMILY, "mode": "clone",
+                             "ref_code_length": int(stored.shape[0]), "num_codebooks": NUM_CODEBOOKS}
+    text = (ref_text or "").strip() or None
+    if text is not None:
+        entry["ref_text"] = text
+    if checkpoint:
+        entry["checkpoint"] = {k: v for k, v in checkpoint.items() if isinstance(v, str) and v}
+    description = (speaker_description or "").strip() or None
+    if description is not None:
+        entry["speaker_description"] = description
+    entry["created_at"] = int(time.time())
+    payload = save({REF_CODE: stored}, metadata={"name": name, "mode": "clone", "model_type": FAMILY})
+    merge_voice(Path(output_dir), entry, payload)
+    return entry
