@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 from gepard_fixtures import *  # noqa: F403  (gepard_tiny, gepard_artifacts: fixtures of e2e_triton)
 from omnivoice_fixtures import *  # noqa: F403  (its session fixtures, which e2e_triton takes)
+from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny, voxtral_artifacts: fixtures of e2e_triton)
 
 
 @pytest.fixture(scope="session")
 def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_voice_design, tiny_base_greedy,
                voxcpm2_tiny, voxcpm2_artifacts, omnivoice_tiny, omnivoice_artifacts,
-               gepard_tiny, gepard_artifacts) -> dict[str, Any]:
+               gepard_tiny, gepard_artifacts, voxtral_tiny, voxtral_artifacts) -> dict[str, Any]:
     from gateway_fixtures import render_stack_repository
 
     from ttscore.runtime.families import load_model
@@ -31,7 +32,8 @@ def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_v
     variants = {"custom_voice": tiny_custom_voice_greedy, "voice_design": tiny_voice_design, "base": tiny_base_greedy,
                 "voxcpm2": (voxcpm2_tiny, voxcpm2_artifacts, load_model(voxcpm2_artifacts)),
                 "omnivoice": (omnivoice_tiny, omnivoice_artifacts, load_model(omnivoice_artifacts)),
-                "gepard": (gepard_tiny, gepard_artifacts, load_model(gepard_artifacts))}
+                "gepard": (gepard_tiny, gepard_artifacts, load_model(gepard_artifacts)),
+                "voxtral_tts": (voxtral_tiny, voxtral_artifacts, load_model(voxtral_artifacts))}
     pairs = [(t[0], t[1]) for t in variants.values()]
     # One request at a time per model: a request that was not cancelled would block the next one.
     repo, cfg = render_stack_repository(work, pairs, max_active=1)
