@@ -51,3 +51,14 @@ def test_request_from_tensors() -> None:
     with pytest.raises(InvalidRequest) as info:
         family.request_from_tensors(triton_io.request_tensors(text="Hi.", speaker="casual_male"))
     assert info.value.param == "speaker"
+
+
+def test_prepare_finds_a_checkpoint_without_config_json(voxtral_tiny: Path, tmp_path: Path) -> None:
+    """Mistral's layout has params.json, no config.json: prepare finds it directly and in a parent."""
+    from ttscore.tools.prepare import find_checkpoints
+
+    assert not (voxtral_tiny / "config.json").exists()
+    assert [c.path for c in find_checkpoints(voxtral_tiny)] == [voxtral_tiny]
+    (tmp_path / "Voxtral-TTS-tiny").symlink_to(voxtral_tiny, target_is_directory=True)
+    (tmp_path / "not-a-checkpoint").mkdir()
+    assert [c.name for c in find_checkpoints(tmp_path)] == ["Voxtral-TTS-tiny"]
