@@ -138,8 +138,9 @@ def test_extra_params_for_a_family_without_knobs_is_refused_as_before():
     from gateway.planning import Deployment, SpeechFields, plan_speech
     from gateway.settings import CheckpointSettings
 
-    ckpt = ServedCheckpoint(settings=CheckpointSettings("Breeze", "base", "sg", Path("/nowhere")), speakers=(),
-                            languages=("auto",), sample_rate=24000, samples_per_frame=1920, family="breeze_tts_2")
+    # Gepard-1.0's rules list no extra_params keys (Breeze-TTS-2's now list its greedy-only ones)
+    ckpt = ServedCheckpoint(settings=CheckpointSettings("Gepard", "base", "sg", Path("/nowhere")), speakers=(),
+                            languages=("auto",), sample_rate=22050, samples_per_frame=1024, family="gepard")
     with pytest.raises(APIError) as err:
         plan_speech(SpeechFields(input="Hi", extra_params={}), Deployment([ckpt]))
     assert err.value.param == "extra_params" and "Unrecognized request argument" in str(err.value)
