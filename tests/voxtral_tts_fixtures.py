@@ -1,5 +1,5 @@
-"""Voxtral TTS's tiny checkpoint, made once per test session (the tests that use it import these
-fixtures), and `reference`, which runs tests/voxtral_tts_reference.py (vLLM-Omni 0.30.0's modules from
+"""Voxtral TTS's tiny checkpoint and its export, made once per test session (the tests that use them
+import these fixtures; the directory under the session's base temp is the cache), and `reference`, which runs tests/voxtral_tts_reference.py (vLLM-Omni 0.30.0's modules from
 the release wheel around transformers' MistralModel) in the "main" reference environment."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["VLLM_OMNI_WHEEL", "reference", "voxtral_tiny"]
+__all__ = ["VLLM_OMNI_WHEEL", "reference", "voxtral_artifacts", "voxtral_tiny"]
 
 REFERENCE = Path(__file__).resolve().parent / "voxtral_tts_reference.py"
 WHEEL = "vllm_omni-0.30.0-py3-none-any.whl"
@@ -38,6 +38,16 @@ def voxtral_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.getbasetemp() / "voxtral_tts" / "voxtral-tiny"
     if not (out / "params.json").is_file():
         make_tiny_voxtral(out, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def voxtral_artifacts(voxtral_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.exporter import export_checkpoint
+
+    out = tmp_path_factory.getbasetemp() / "voxtral_tts" / "artifacts"
+    if not (out / "manifest.json").is_file():
+        export_checkpoint(voxtral_tiny, out)
     return out
 
 

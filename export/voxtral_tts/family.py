@@ -1,6 +1,8 @@
 """Voxtral TTS's export entry (export/families.py): detect, check, make-tiny.
 
-Light to import (no torch). Offline only so far: `deploy` refuses (export/voxtral_tts/README.md).
+Served (demo: a tiny checkpoint): each checkpoint's speech_generation decodes inline (the export's
+`codec_stream` graph, Mistral's codec as an exact streaming decoder); there are no voice features (preset
+voices only: the public checkpoint has no codec encoder). Light to import (no torch).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint
 from ttscore.contract import voxtral_tts as contract
-from ttscore.contract.errors import CheckpointError, InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 SIZES = ("tiny", "real")  # export.voxtral_tts.tiny.SIZES
 
@@ -44,13 +46,17 @@ def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
 
 
 def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
-    names = ", ".join(s.name for s in served)
-    raise CheckpointError(f"{names}: {contract.DISPLAY} has no Triton backend or gateway adapter yet, "
-                          "so it cannot be served")
+    """Each checkpoint decodes inline (its own export's codec_stream graph) and has no voice-features model."""
+    plan = Deployment()
+    for s in served:
+        plan.vocoder[s.name] = "inline"
+        plan.voice_features[s.name] = None
+    return plan
 
 
 FAMILY = ExportFamily(
     name=contract.FAMILY, display=contract.DISPLAY, hub_org=contract.HUB_ORG,
     signature="Mistral-format params.json with multimodal.audio_model_args.acoustic_transformer_args",
     detect=detect, check=check, export=export, make_tiny=make_tiny, sizes=SIZES, deploy=deploy,
+    demo=(("Voxtral-TTS-tiny", {}),),
 )

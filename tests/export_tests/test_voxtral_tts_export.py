@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny)
+from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny, voxtral_artifacts)
 from voxtral_tts_fixtures import reference
 
 from ttscore.contract import voxtral_tts as spec
@@ -24,16 +24,6 @@ CASES = [{"text": "Good morning, how are you?", "voice": "casual_male", "max_new
           "seed": 7},
          {"text": "Salut", "voice": "neutral_female", "max_new_tokens": 9, "cfg_alpha": 2.0, "seed": 8}]
 TOL = 1e-4
-
-
-@pytest.fixture(scope="module")
-def voxtral_artifacts(voxtral_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
-
-    out = tmp_path_factory.getbasetemp() / "voxtral_tts" / "artifacts"
-    if not (out / "manifest.json").is_file():
-        export_checkpoint(voxtral_tiny, out)
-    return out
 
 
 def test_manifest(voxtral_artifacts: Path) -> None:

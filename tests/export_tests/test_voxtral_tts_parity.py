@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_voxtral_tts_export import voxtral_artifacts  # noqa: F401  (fixture)
-from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny)
+from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny, voxtral_artifacts)
 from voxtral_tts_fixtures import reference
 
 from ttscore.contract.errors import InvalidRequest
@@ -28,7 +27,7 @@ TOL = 1e-4
 
 
 @pytest.fixture(scope="module")
-def model(voxtral_artifacts: Path) -> Any:  # noqa: F811
+def model(voxtral_artifacts: Path) -> Any:
     from ttscore.runtime.families import load_model
 
     return load_model(voxtral_artifacts)
@@ -84,7 +83,7 @@ def test_admit_refuses(model: Any, kw: dict[str, Any], field: str) -> None:
     assert e.value.param == field
 
 
-def test_say(voxtral_artifacts: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_say(voxtral_artifacts: Path, tmp_path: Path) -> None:
     import soundfile as sf
 
     from ttscore.tools.cli import main

@@ -138,6 +138,7 @@ def test_extra_params_for_a_family_without_knobs_is_refused_as_before():
     from gateway.planning import Deployment, SpeechFields, plan_speech
     from gateway.settings import CheckpointSettings
 
+    # Gepard-1.0's rules list no extra_params keys (Breeze-TTS-2's now list its greedy-only ones)
     ckpt = ServedCheckpoint(settings=CheckpointSettings("Gepard", "base", "sg", Path("/nowhere")), speakers=(),
                             languages=("auto",), sample_rate=22050, samples_per_frame=1024, family="gepard")
     with pytest.raises(APIError) as err:

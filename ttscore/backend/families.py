@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from ttscore.backend import breeze_tts_2, gepard, omnivoice, qwen3_tts, voxcpm2
+from ttscore.backend import breeze_tts_2, gepard, omnivoice, qwen3_tts, voxcpm2, voxtral_tts
 from ttscore.backend.family import BackendFamily, TritonModel
 from ttscore.contract import plugins
 
@@ -18,6 +18,7 @@ _FAMILIES: list[BackendFamily] = [
     breeze_tts_2.FAMILY,
     omnivoice.FAMILY,
     gepard.FAMILY,
+    voxtral_tts.FAMILY,
     *cast("list[BackendFamily]", plugins.layer_families("backend")),
 ]
 FAMILIES: dict[str, BackendFamily] = {f.name: f for f in _FAMILIES}

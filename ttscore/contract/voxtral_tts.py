@@ -1,4 +1,4 @@
-"""The Voxtral TTS family's side of the contract: its fixed facts (offline only so far).
+"""The Voxtral TTS family's side of the contract: its fixed facts, exported graphs and request rules.
 
 Voxtral TTS (mistralai/Voxtral-4B-TTS-2603; the reference is vLLM-Omni 0.30.0's plain-torch
 `FlowMatchingAudioTransformer` and `VoxtralTTSAudioTokenizer` over Hugging Face's `MistralModel`) is a
@@ -11,6 +11,7 @@ are the next input. Mistral's causal codec turns the frames into 24 kHz audio. P
 
 from __future__ import annotations
 
+from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.rules import FamilyRules, FieldRule
 
@@ -140,4 +141,10 @@ RULES = FamilyRules(
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=24000,
     variants={"base": TASK},
+    extra_params=("cfg_alpha",),
 )
+
+VOICE = wire.string_input("voice", "Voxtral TTS: preset voice (one of the checkpoint's, lower-case accepted; required).")
+CFG_ALPHA = wire.TensorIO("cfg_alpha", "FP32", (1,), True,
+                          "Voxtral TTS: classifier-free guidance of the flow matching (default 1.2, 0..10).")
+WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, VOICE, wire.MAX_NEW_TOKENS, wire.SEED, CFG_ALPHA))

@@ -121,8 +121,18 @@ def find_checkpoints(root: str | Path) -> list[Checkpoint]:
     """prepare's checkpoints: `root` if it is one (a checkpoint directory, snapshot, `models--*`
     folder or repo id), else every checkpoint directory and `models--*` repo directly in it, by name."""
     path = Path(root).expanduser()
-    if not path.is_dir() or (path / "config.json").is_file() or _repo_of(path.resolve()) is not None:
+    if not path.is_dir() or _is_checkpoint(path) or _repo_of(path.resolve()) is not None:
         return [resolve_checkpoint(root)]
     found = [resolve_checkpoint(p) for p in sorted(path.iterdir())
-             if p.is_dir() and ((p / "config.json").is_file() or _repo_of(p.resolve()) is not None)]
+             if p.is_dir() and (_is_checkpoint(p) or _repo_of(p.resolve()) is not None)]
     return sorted(found, key=lambda c: c.name)
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """A checkpoint directory: a config.json, or a layout a registered family detects (one without a
+    config.json, e.g. Mistral's params.json)."""
+    if (path / "config.json").is_file():
+        return True
+    from export.families import FAMILIES
+
+    return any(f.detect(path) for f in FAMILIES.values())

@@ -1,4 +1,4 @@
-"""Voxtral TTS (mistralai/Voxtral-4B-TTS-2603), offline so far: preset voices, semantic argmax and
+"""Voxtral TTS (mistralai/Voxtral-4B-TTS-2603): preset voices, semantic argmax and
 flow-matching acoustic codes with per-request seeded noise over exported graphs, Mistral's codec as an
 exact streaming vocoder (export/voxtral_tts/README.md)."""
 
@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from numpy.typing import NDArray
 
+from ttscore.contract import tensors as triton_io
 from ttscore.contract import voxtral_tts
-from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
 from ttscore.runtime.family import OfflineTools
 
@@ -37,7 +37,9 @@ class VoxtralTTS:
         return OFFLINE
 
     def request_from_tensors(self, tensors: Mapping[str, NDArray[Any]]) -> Any:
-        raise InvalidRequest(f"{voxtral_tts.DISPLAY} is not served through Triton yet (offline only)", "model")
+        from ttscore.runtime.families.voxtral_tts.request import VoxtralRequest
+
+        return VoxtralRequest(**triton_io.request_kwargs(tensors, self.name))
 
 
 FAMILY = VoxtralTTS()

@@ -1,0 +1,153 @@
+"""The Voxtral TTS family's gateway adapter (gateway.family.FamilyAdapter).
+
+Answered only when `model` names a Voxtral TTS checkpoint (or when only Voxtral TTS is served). Preset
+voices only: `voice` is required and is one of the checkpoint's presets (its manifest's speakers, listed
+in GET /v1/audio/voices and /v1/models; lower-case accepted). Taken: `input`, `voice`, `response_format`
+and `sample_rate` (the shared output rules: every format whole, pcm/wav streamed; resampled from
+24 kHz), `stream` / `stream_format` (SSE and raw), `speed` (whole clips only, as for every family: the
+shared planner), `max_new_tokens` (frames of 80 ms, 1..4096, default 2048), `seed` (the request's own
+flow-matching noise x0; without one 42. vLLM-Omni's x0 comes from torch's global RNG, which `seed` does
+not control), `extra_params.cfg_alpha` (classifier-free guidance, 0..10, default 1.2: vLLM-Omni takes
+any float, the runtime bounds it).
+Refused, each with a 400 naming the field: a missing or unknown `voice`, an uploaded or precomputed
+voice and `ref_audio`/`ref_text` (the checkpoint has no codec encoder, so it cannot clone), any other
+`extra_params` key (the planner), and the family's other unsupported fields (contract RULES:
+`speaker_embedding`, `instructions`, `language`, `task_type`, `x_vector_only_mode`, `non_streaming_mode`,
+`initial_codec_chunk_frames`, `word_timestamps`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ttscore.contract import tensors as triton_io
+from ttscore.contract import voxtral_tts
+from ttscore.contract.errors import InvalidRequest
+
+from ..backend import InferenceBackend
+from ..errors import bad_request, from_invalid_request
+from ..family import FeatureEnv
+from ..longtext import segment_seed, split_segments
+from ..planning import Deployment, SpeechFields, SpeechPlan, StoredVoice, plan_output, text_field
+from ..voices.precomputed import PrecomputedVoice, SkipVoice
+
+if TYPE_CHECKING:
+    from ttscore.contract.manifest import Manifest
+
+    from ..checkpoints import ServedCheckpoint
+
+VOICE_ALIASES: dict[str, str] = {}  # OpenAI's voice names are not Voxtral presets
+NO_ENCODER = "the checkpoint has no codec encoder, so it cannot clone a voice: use one of its preset voices"
+
+
+@dataclasses.dataclass(frozen=True)
+class VoxtralPlan(SpeechPlan):
+    """A plan with the family's own generation input."""
+
+    cfg_alpha: float | None = None  # extra_params.cfg_alpha, checked (None: the runtime's 1.2)
+
+
+def _cfg_alpha(extra: Mapping[str, Any] | None) -> float | None:
+    """`extra_params.cfg_alpha` (its key was checked by the planner): 400 naming `extra_params`."""
+    value = (extra or {}).get("cfg_alpha")
+    if value is None:
+        return None
+    lo, hi = voxtral_tts.CFG_ALPHA_RANGE
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) \
+            or not lo <= float(value) <= hi:
+        raise bad_request(f"'extra_params': 'cfg_alpha' must be a number between {lo} and {hi}, got {value!r}",
+                          "extra_params")
+    return float(value)
+
+
+class VoxtralAdapter:
+    family = voxtral_tts.FAMILY
+    rules = voxtral_tts.RULES
+    routes_by_task = False
+    default_task = voxtral_tts.TASK
+    caches_voice_features = False
+    clones_voices = False  # no codec encoder: no uploaded or precomputed voices
+    voice_aliases = VOICE_ALIASES
+
+    def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
+        return {}
+
+    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
+        assert named is not None  # not routed by task: always the named (or only) checkpoint
+        ckpt, rules = named, self.rules
+        name = rules.name
+        for field in ("ref_audio", "ref_text"):
+            if getattr(f, field, None) is not None:
+                raise bad_request(f"'{field}' is not supported by {name} models: {NO_ENCODER}", field)
+        for field in rules.unsupported:
+            if getattr(f, field, None) is not None:
+                raise bad_request(f"'{field}' is not supported by {name} models", field)
+        presets = ", ".join(ckpt.speakers)
+        voice = text_field(f.voice, "voice", 256)
+        if voice is None or not voice.strip():
+            raise bad_request(f"'voice' is required for {name} models: one of {presets}", "voice")
+        speaker = voice.lower()
+        if speaker not in ckpt.speakers:
+            if deployment.resolve_voice(speaker) is not None:
+                raise bad_request(f"Voice '{voice}' is an uploaded or precomputed voice: {name} models take preset "
+                                  f"voices only ({NO_ENCODER})", "voice")
+            raise bad_request(f"Invalid voice '{voice}' for {name} model `{ckpt.name}`: use one of {presets}", "voice")
+        output = plan_output(f, ckpt.sample_rate)
+        try:
+            max_new = rules.field("max_new_tokens").check(f.max_new_tokens)
+            seed = rules.field("seed").check(f.seed)
+        except InvalidRequest as exc:
+            raise from_invalid_request(exc) from None
+        segments = split_segments(text, deployment.segment_chars)
+        return VoxtralPlan(
+            checkpoint=ckpt, task=ckpt.task, text=text, speaker=speaker, language="auto", instructions=None,
+            ref_audio=None, ref_text=None, x_vector_only=False, stored_voice=None, non_streaming_mode=None,
+            max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
+            segments=tuple(segments) if len(segments) > 1 else (), cfg_alpha=_cfg_alpha(f.extra_params),
+        )
+
+    # --- generation --------------------------------------------------------------------------------
+
+    def needs_reference(self, plan: SpeechPlan) -> bool:
+        return False
+
+    async def reference_features(self, plan: SpeechPlan, env: FeatureEnv) -> Any:
+        raise InvalidRequest(f"'ref_audio' is not supported by {self.rules.name} models: {NO_ENCODER}", "ref_audio")
+
+    def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
+        assert isinstance(plan, VoxtralPlan)
+        return {
+            "text": plan.texts[segment],
+            "voice": plan.speaker,
+            "max_new_tokens": plan.max_new_tokens,
+            "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
+            "cfg_alpha": plan.cfg_alpha,
+        }
+
+    def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
+        return triton_io.request_tensors(**self.generation_fields(plan, segment))
+
+    # --- voices: the checkpoint's presets only -------------------------------------------------------
+
+    async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
+                            prompt: bool, request_id: str) -> Any:
+        raise InvalidRequest(f"{self.rules.name} models take preset voices only: {NO_ENCODER}", "voice")
+
+    def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
+        return {}
+
+    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any, **checks: Any) -> PrecomputedVoice:
+        raise SkipVoice(f"{self.rules.name} has no precomputed voices (preset voices only: {NO_ENCODER})")
+
+    def stored_voice(self, voice: PrecomputedVoice) -> StoredVoice:
+        raise SkipVoice(f"{self.rules.name} has no stored voices")
+
+
+ADAPTER = VoxtralAdapter()
