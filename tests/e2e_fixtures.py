@@ -5,9 +5,10 @@ deployment: a greedy CustomVoice, a VoiceDesign and a greedy Base tiny Qwen3-TTS
 shared code2wav, the voice_features ensemble), a tiny VoxCPM2 checkpoint (its audiovae_decoder
 and audiovae_encoder), a tiny OmniVoice checkpoint (its codec decoder inline) and an OmniVoice
 checkpoint the project did not make, a tiny Gepard-1.0 (its speech_generation alone) and a Gepard-1.0
-the project did not create (tests/gepard_foreign.py), a tiny Voxtral TTS (its codec inline), one
-request at a time per model. Keys: the Qwen3-TTS variant, "voxcpm2", "omnivoice", "omnivoice_foreign",
-"gepard", "gepard_foreign" or "voxtral_tts".
+the project did not create (tests/gepard_foreign.py), a tiny Voxtral TTS (its codec inline) and a
+Voxtral TTS the project did not create (tests/voxtral_tts_foreign.py), one request at a time per model.
+Keys: the Qwen3-TTS variant, "voxcpm2", "omnivoice", "omnivoice_foreign", "gepard", "gepard_foreign",
+"voxtral_tts" or "voxtral_tts_foreign".
 Started once per session; each e2e module runs its own gateway(s) against it.
 """
 
@@ -19,14 +20,15 @@ from typing import Any
 import pytest
 from gepard_fixtures import *  # noqa: F403  (gepard_tiny, gepard_artifacts: fixtures of e2e_triton)
 from omnivoice_fixtures import *  # noqa: F403  (its session fixtures, which e2e_triton takes)
-from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny, voxtral_artifacts: fixtures of e2e_triton)
+from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny, voxtral_artifacts, voxtral_foreign, ...: fixtures of e2e_triton)
 
 
 @pytest.fixture(scope="session")
 def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_voice_design, tiny_base_greedy,
                voxcpm2_tiny, voxcpm2_artifacts, omnivoice_tiny, omnivoice_artifacts, omnivoice_foreign,
                omnivoice_foreign_artifacts, gepard_tiny, gepard_artifacts, gepard_foreign,
-               gepard_foreign_artifacts, voxtral_tiny, voxtral_artifacts) -> dict[str, Any]:
+               gepard_foreign_artifacts, voxtral_tiny, voxtral_artifacts, voxtral_foreign,
+               voxtral_foreign_artifacts) -> dict[str, Any]:
     from gateway_fixtures import render_stack_repository
 
     from ttscore.runtime.families import load_model
@@ -39,7 +41,9 @@ def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_v
                                       load_model(omnivoice_foreign_artifacts)),
                 "gepard": (gepard_tiny, gepard_artifacts, load_model(gepard_artifacts)),
                 "gepard_foreign": (gepard_foreign, gepard_foreign_artifacts, load_model(gepard_foreign_artifacts)),
-                "voxtral_tts": (voxtral_tiny, voxtral_artifacts, load_model(voxtral_artifacts))}
+                "voxtral_tts": (voxtral_tiny, voxtral_artifacts, load_model(voxtral_artifacts)),
+                "voxtral_tts_foreign": (voxtral_foreign, voxtral_foreign_artifacts,
+                                        load_model(voxtral_foreign_artifacts))}
     pairs = [(t[0], t[1]) for t in variants.values()]
     # One request at a time per model: a request that was not cancelled would block the next one.
     repo, cfg = render_stack_repository(work, pairs, max_active=1)

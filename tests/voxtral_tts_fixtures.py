@@ -1,6 +1,9 @@
-"""Voxtral TTS's tiny checkpoint and its export, made once per test session (the tests that use them
-import these fixtures; the directory under the session's base temp is the cache), and `reference`, which runs tests/voxtral_tts_reference.py (vLLM-Omni 0.30.0's modules from
-the release wheel around transformers' MistralModel) in the "main" reference environment."""
+"""Voxtral TTS's tiny checkpoint, the foreign checkpoint (one the project did not create: built in the
+"main" reference environment by tests/voxtral_tts_foreign.py from vLLM-Omni's own modules) and their
+exports, made once per test session (the tests that use them import these fixtures; the directory under
+the session's base temp is the cache); `reference`, which runs tests/voxtral_tts_reference.py
+(vLLM-Omni 0.30.0's modules from the release wheel around transformers' MistralModel) in the "main"
+reference environment, and `reference_with_our_noise`, the reference fed the noise our runtime draws."""
 
 from __future__ import annotations
 
@@ -8,12 +11,17 @@ import contextlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
+from voxtral_tts_foreign import VOICES as FOREIGN_VOICES
 
-__all__ = ["VLLM_OMNI_WHEEL", "reference", "voxtral_artifacts", "voxtral_tiny"]
+__all__ = ["VLLM_OMNI_WHEEL", "reference", "reference_with_our_noise", "voxtral_artifacts", "voxtral_foreign",
+           "voxtral_foreign_artifacts", "voxtral_tiny"]
 
 REFERENCE = Path(__file__).resolve().parent / "voxtral_tts_reference.py"
+FOREIGN = Path(__file__).resolve().parent / "voxtral_tts_foreign.py"
 WHEEL = "vllm_omni-0.30.0-py3-none-any.whl"
 
 
@@ -51,6 +59,31 @@ def voxtral_artifacts(voxtral_tiny: Path, tmp_path_factory: pytest.TempPathFacto
     return out
 
 
+@pytest.fixture(scope="session")
+def voxtral_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import refenv
+
+    if VLLM_OMNI_WHEEL is None:
+        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
+    out = tmp_path_factory.getbasetemp() / "voxtral_tts" / "voxtral-foreign"
+    if not all((out / "voice_embedding" / f"{v}.pt").is_file() for v in FOREIGN_VOICES):  # its last files
+        import shutil
+
+        shutil.rmtree(out, ignore_errors=True)  # a run cut short
+        refenv.run(refenv.env_for("voxtral_tts"), FOREIGN, {}, [str(VLLM_OMNI_WHEEL), str(out)])
+    return out
+
+
+@pytest.fixture(scope="session")
+def voxtral_foreign_artifacts(voxtral_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.exporter import export_checkpoint
+
+    out = tmp_path_factory.getbasetemp() / "voxtral_tts" / "foreign-artifacts"
+    if not (out / "manifest.json").is_file():
+        export_checkpoint(voxtral_foreign, out)
+    return out
+
+
 def reference(checkpoint: Path, requests: list[dict], inputs: dict | None = None) -> dict:
     """tests/voxtral_tts_reference.py in "main"; refenv.missing (skip, or fail under make test) without
     the wheel."""
@@ -60,3 +93,19 @@ def reference(checkpoint: Path, requests: list[dict], inputs: dict | None = None
         refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
     return refenv.run(refenv.env_for("voxtral_tts"), REFERENCE, inputs or {},
                       [str(VLLM_OMNI_WHEEL), str(checkpoint), json.dumps(requests)])
+
+
+def reference_with_our_noise(checkpoint: Path, model: Any, requests: list[dict]) -> dict:
+    """The reference for `requests` ({"text", "voice", "max_new_tokens", "cfg_alpha", "seed"}), each fed
+    the flow-matching noise our runtime draws for it: the request admitted by `model` (an exported
+    checkpoint's runtime model), whose sequence holds its noise, row i for frame i (the order the
+    runtime consumes it): the codes and audio a served request with that seed must make."""
+    from ttscore.runtime.families.voxtral_tts.request import VoxtralRequest
+
+    noise: dict[str, np.ndarray] = {}
+    for i, req in enumerate(requests):
+        seq = model.admit(VoxtralRequest(text=req["text"], voice=req["voice"], max_new_tokens=req["max_new_tokens"],
+                                         seed=req["seed"], cfg_alpha=req["cfg_alpha"]))
+        assert seq.noise is not None and seq.noise.shape[0] == seq.max_frames
+        noise[f"noise_{i}"] = np.asarray(seq.noise)
+    return reference(checkpoint, requests, noise)

@@ -5,6 +5,13 @@ through the openai SDK, equals the offline engine's with the same seed (the same
 samples within one 16-bit step); `seed` reaches the flow-matching noise and `extra_params.cfg_alpha`
 the guidance; `speed` applies to whole clips only; every refused field is a 400 naming it (cloning
 fields with the no-encoder reason) and the next request succeeds.
+
+A Voxtral TTS the project did not create (tests/voxtral_tts_foreign.py, in the same deployment): the
+reference (tests/voxtral_tts_reference.py: vLLM-Omni 0.30.0's modules around MistralModel) fed the
+flow-matching noise our runtime draws for the request's seed makes codes whose decode by the reference's
+codec equals the audio of /v1/audio/speech with that seed, whole, raw stream and SSE (within the offline
+tolerance 1e-4 plus one 16-bit step), for its two preset voices (one request ends on [END_AUDIO], the
+other runs to its budget with another cfg_alpha).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import numpy as np
 import openai
 import pytest
 from gateway_fixtures import start_gateway
+from voxtral_tts_fixtures import reference_with_our_noise
 
 from gateway import encoding
 from gateway.settings import Settings
@@ -35,6 +43,11 @@ RATE = 24000
 SAMPLES_PER_FRAME = 1920
 VOICES = ["casual_male", "neutral_female"]
 SPEECH = "/v1/audio/speech"
+# The foreign checkpoint's requests: (text, voice, seed, max_new_tokens, cfg_alpha); the first ends on
+# [END_AUDIO] before its budget.
+FOREIGN_CASES = (("Ahlan wa sahlan", "ar_male", 21, 12, spec.DEFAULT_CFG_ALPHA),
+                 ("Bonjour à tous", "fr_female", 23, 10, 2.0))
+AUDIO_ATOL = 1e-4  # the stated tolerance of the engine's audio against the reference's (float)
 
 
 @pytest.fixture(scope="module")
@@ -202,3 +215,34 @@ def test_refused_field_is_a_400_naming_it_and_the_next_request_succeeds(http, st
     if param in ("ref_audio", "ref_text"):
         assert "no codec encoder" in r.json()["error"]["message"]
     assert wav_of(http.post(SPEECH, json=body(stack))).size
+
+
+@pytest.fixture(scope="module")
+def foreign_reference(e2e_triton) -> dict:
+    """The reference's codes, [END_AUDIO] flags and audio per FOREIGN_CASES, each made with the noise our
+    runtime draws for its seed."""
+    cases = [{"text": t, "voice": v, "seed": s, "max_new_tokens": n, "cfg_alpha": a}
+             for t, v, s, n, a in FOREIGN_CASES]
+    return reference_with_our_noise(e2e_triton["checkpoints"]["voxtral_tts_foreign"],
+                                    e2e_triton["pipelines"]["voxtral_tts_foreign"], cases)
+
+
+@pytest.mark.parametrize("case", range(len(FOREIGN_CASES)))
+def test_foreign_checkpoint_through_the_api_equals_the_reference(http, stack, foreign_reference, case):
+    name = stack["names"]["voxtral_tts_foreign"]
+    card = {m["id"]: m for m in http.get("/v1/models").json()["data"]}[name]
+    assert (card["family"], card["sample_rate"], card["voices"]) == (spec.FAMILY, RATE, ["ar_male", "fr_female"])
+    text, voice, seed, frames, alpha = FOREIGN_CASES[case]
+    codes, want = foreign_reference[f"codes_{case}"], foreign_reference[f"audio_{case}"]
+    assert bool(foreign_reference[f"stopped_{case}"]) == (case == 0) and 1 < len(codes) <= frames
+    assert want.size == len(codes) * SAMPLES_PER_FRAME and np.abs(encoding.to_int16(want)).max() > 10  # not silence
+    payload = {"input": text, "model": name, "voice": voice, "max_new_tokens": frames, "seed": seed}
+    if alpha != spec.DEFAULT_CFG_ALPHA:
+        payload["extra_params"] = {"cfg_alpha": alpha}
+    got, counted = three_ways(http, payload)
+    assert counted == len(codes)
+    for samples in got:
+        assert samples.shape == want.shape
+        # int16 floors the served float: within one 16-bit step of it, which is within AUDIO_ATOL of want
+        assert np.max(np.abs(samples / 32768.0 - want)) <= AUDIO_ATOL + 1 / 32768
+    assert all(np.array_equal(got[0], g) for g in got[1:])
