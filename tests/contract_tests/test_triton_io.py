@@ -15,20 +15,31 @@ pytestmark = pytest.mark.unit
 request_from_tensors = FAMILIES["qwen3_tts"].request_from_tensors
 
 
+# Each family's request dataclass, and the wire inputs its request_from_tensors turns into something
+# else (VoxCPM2: ref_patches/ref_text become the reference or continuation prompt; Breeze-TTS-2:
+# speaker becomes its voice tag; OmniVoice: ref_audio_codes fills ref_codes).
+REQUESTS = {
+    "qwen3_tts": ("Qwen3TTSRequest", set()),
+    "voxcpm2": ("VoxCPM2Request", {"ref_patches", "ref_text"}),
+    "breeze_tts_2": ("BreezeRequest", {"speaker"}),
+    "omnivoice": ("OmniVoiceRequest", {"ref_audio_codes"}),
+    "gepard": ("GepardRequest", set()),
+    "voxtral_tts": ("VoxtralRequest", set()),
+}
+
+
 def test_every_input_is_a_field_of_the_request_of_each_family_taking_it():
-    from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
+    import importlib
 
-    qwen = {t.name for t in triton_io.SPEECH_INPUTS if "qwen3_tts" in t.families}
-    assert qwen <= set(Qwen3TTSRequest.__dataclass_fields__)
-    vox = {t.name for t in triton_io.SPEECH_INPUTS if "voxcpm2" in t.families}
-    # ref_patches / ref_text become the reference or continuation prompt (the family's request_from_tensors).
-    assert vox - {"ref_patches", "ref_text"} <= set(VoxCPM2Request.__dataclass_fields__)
-    from ttscore.runtime.families.omnivoice.request import OmniVoiceRequest
-
-    omni = {t.name for t in triton_io.SPEECH_INPUTS if "omnivoice" in t.families}
-    # ref_audio_codes fills the request's ref_codes (the family's request_from_tensors).
-    assert omni - {"ref_audio_codes"} <= set(OmniVoiceRequest.__dataclass_fields__)
-    assert {t.name for t in triton_io.SPEECH_INPUTS} == qwen | vox | omni
+    assert set(REQUESTS) == set(FAMILIES)  # a new family adds its line here
+    covered: set[str] = set()
+    for family, (name, converted) in REQUESTS.items():
+        request = getattr(importlib.import_module(f"ttscore.runtime.families.{family}.request"), name)
+        inputs = {t.name for t in triton_io.SPEECH_INPUTS if family in t.families}
+        assert converted <= inputs, family
+        assert inputs - converted <= set(request.__dataclass_fields__), family
+        covered |= inputs
+    assert {t.name for t in triton_io.SPEECH_INPUTS} == covered
     # Only text is required, on the wire and in the dataclass.
     assert [t.name for t in triton_io.SPEECH_INPUTS if not t.optional] == ["text"]
 
