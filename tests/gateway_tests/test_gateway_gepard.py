@@ -94,3 +94,9 @@ def test_no_voices_of_its_own() -> None:
     with pytest.raises(SkipVoice, match="no precomputed voices"):
         ADAPTER.precomputed_voice(Path("."), "v", {"model_type": spec.FAMILY})
     assert spec.VOICES == ("default",)
+
+
+def test_a_family_refusing_language_lists_no_language(dep: Deployment) -> None:
+    # Gepard refuses `language` (400), so /v1/models must not advertise even "Auto" for it.
+    assert dep.checkpoints[0].languages == ()
+    assert fails(dep, language="Auto") == "language"
