@@ -21,7 +21,7 @@ from . import encoding
 from .planning import SpeechFields
 from .settings import DEFAULT_MAX_INPUT_CHARS, DEFAULT_SEGMENT_CHARS
 
-ResponseFormat = Literal["wav", "mp3", "flac", "pcm", "opus", "aac"]
+ResponseFormat = Literal["wav", "mp3", "flac", "pcm", "opus", "aac", "ulaw", "alaw"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
 StreamFormat = Literal["sse", "audio"]
 BATCH_MAX_ITEMS = 32
@@ -73,7 +73,8 @@ class _GenerationFields(BaseModel):
     sample_rate: int | None = Field(
         None, ge=encoding.MIN_RATE, le=encoding.MAX_RATE,
         description="Output sample rate (default: the model's, see GET /v1/models). mp3/aac: 8000, 11025, 12000, 16000, 22050, "
-        "24000, 32000, 44100, 48000; opus: 8000, 12000, 16000, 24000, 48000; wav/pcm/flac: any in range.")
+        "24000, 32000, 44100, 48000; opus: 8000, 12000, 16000, 24000, 48000; ulaw/alaw: 8000 (their default); "
+        "wav/pcm/flac: any in range.")
     language: str | None = Field(None, description="Language name or Auto (default Auto); see the checkpoint's list.")
     max_new_tokens: int | None = Field(
         None, ge=_MAX_NEW_TOKENS[0], le=_MAX_NEW_TOKENS[1],
@@ -117,10 +118,12 @@ class SpeechRequest(_GenerationFields):
         f"longer than {DEFAULT_SEGMENT_CHARS} (segment_chars) is split at sentence boundaries and spoken as "
         "consecutive segments in one audio stream."))
     model: str | None = Field(None, description="A served model id (GET /v1/models); default: routed by task.")
-    response_format: ResponseFormat | None = Field("wav", description="Audio format. Streaming: pcm or wav only.")
-    stream: bool | None = Field(False, description="Stream speech.audio.* SSE events (pcm/wav, speed 1.0).")
+    response_format: ResponseFormat | None = Field(
+        "wav", description="Audio format. ulaw / alaw: G.711 at 8 kHz (a whole file is a WAV with the G.711 format "
+        "tag; streamed, the headerless bytes). Streaming: pcm, wav, ulaw or alaw only.")
+    stream: bool | None = Field(False, description="Stream speech.audio.* SSE events (pcm/wav/ulaw/alaw, speed 1.0).")
     stream_format: StreamFormat | None = Field(
-        None, description="'audio': raw pcm/wav bytes as decoded; 'sse': speech.audio.* events. "
+        None, description="'audio': raw pcm/wav/ulaw/alaw bytes as decoded; 'sse': speech.audio.* events. "
         "Omitted: stream=true selects sse.")
 
     def to_fields(self) -> SpeechFields:
@@ -319,7 +322,7 @@ class SessionConfig(_GenerationFields):
     model: str | None = None
     response_format: ResponseFormat | None = Field(
         None, description="Default wav (one payload per request); pcm when stream_audio is true.")
-    stream_audio: bool = Field(False, description="Stream one or more chunks per request (pcm or wav).")
+    stream_audio: bool = Field(False, description="Stream one or more chunks per request (pcm, wav, ulaw or alaw).")
     split_granularity: SplitGranularity = Field(
         "none", description="none: one request per input.done; sentence / clause: one per detected unit.")
 
