@@ -146,7 +146,8 @@ class GatewayMetrics:
             "audio", ["model"], registry=r)
         self.cancelled = Counter(
             "tts_cancelled_requests",
-            "Requests whose client went away before the response was complete (their Triton work is cancelled)",
+            "Requests whose client went away (or sent a WebSocket input.cancel) before the response was complete "
+            "(their Triton work is cancelled)",
             ["route"], registry=r)
         self.errors = Counter(
             "tts_errors", "Errors a client was told about (status, SSE/WebSocket error, batch item), by API error type",

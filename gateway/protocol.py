@@ -345,6 +345,14 @@ class InputDone(BaseModel):
     type: Literal["input.done"]
 
 
+class InputCancel(BaseModel):
+    """Barge-in: stop the current utterance now (its request in flight cancelled, the text sent
+    before this message and not yet spoken dropped); the session stays, with its config."""
+
+    model_config = _STRICT
+    type: Literal["input.cancel"]
+
+
 class SessionClose(BaseModel):
     model_config = _STRICT
     type: Literal["session.close"]
@@ -354,6 +362,7 @@ CLIENT_MESSAGES: dict[str, type[BaseModel]] = {
     "session.config": SessionConfig,
     "input.text": InputText,
     "input.done": InputDone,
+    "input.cancel": InputCancel,
     "session.close": SessionClose,
 }
 
@@ -373,12 +382,14 @@ class AudioDone(BaseModel):
     sentence_index: int
     total_bytes: int
     error: bool = False
+    cancelled: bool | None = None  # True: stopped by input.cancel (absent otherwise)
 
 
 class SessionDone(BaseModel):
     type: Literal["session.done"] = "session.done"
     utterance_index: int
     total_sentences: int
+    cancelled: bool | None = None  # True: the utterance ended by input.cancel (absent otherwise)
 
 
 class StreamError(BaseModel):

@@ -16,6 +16,13 @@ Obligations:
   `stream_audio`), `audio.done` (total_bytes, error): always paired, also when generation fails
   (then an `error` message comes in between). `utterance_index` counts flushes, `sentence_index` the
   requests inside one.
+- Barge-in: `input.cancel` stops the current utterance at once. The reader sees it as it arrives
+  (even while a request is being generated or the queue is full): the request in flight is
+  cancelled (its task, hence its Triton request, whose slot is freed), its `audio.done` says
+  `"cancelled": true` and no frame of it follows; every `input.text` / `input.done` sent before the
+  cancel and not yet spoken is dropped, as is the splitter's buffer; then `session.done` with
+  `"cancelled": true` closes the utterance (counted like a flush). The config stays in force.
+  A cancelled request is counted with status 499 and in tts_cancelled_requests (gateway.metrics).
 - Errors in messages (not JSON, unknown type, bad fields, too large) are non-fatal `error`
   messages. The idle timeout (no message while the server waits for one, also between utterances)
   sends an `error` and closes the connection.
@@ -50,7 +57,7 @@ from .backend import ENDPOINT_AFFINITY, Affinity
 from .errors import APIError
 from .metrics import STATUS_CLIENT_GONE, RequestTrace
 from .planning import SpeechPlan
-from .protocol import CLIENT_MESSAGES, AudioDone, AudioStart, SessionConfig, SessionDone
+from .protocol import CLIENT_MESSAGES, AudioDone, AudioStart, InputCancel, SessionConfig, SessionDone
 from .services import Features, SpeechService, StreamAborted
 from .settings import Settings
 from .text_split import TextSplitter
@@ -67,6 +74,10 @@ MESSAGE_TYPES = ", ".join(CLIENT_MESSAGES)
 
 class Disconnected(Exception):
     """The client went away (or the connection failed): stop, cancelling any work in flight."""
+
+
+class Cancelled(Exception):
+    """The client sent input.cancel while a request was generated: it was cancelled."""
 
 
 class Transport(Protocol):
@@ -116,7 +127,10 @@ class StreamingSession:
         self.utterance_open = False  # text arrived since the last input.done
         # Every sentence of one utterance goes to one Triton endpoint (gateway.pool), chosen at its first.
         self.affinity = Affinity()
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(QUEUE_MESSAGES)  # (arrival time, message)
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(QUEUE_MESSAGES)  # (arrival time, parsed message)
+        # input.cancel messages received but not handled yet (the reader counts them on arrival).
+        self._cancels = 0
+        self._cancel = asyncio.Event()  # set while _cancels > 0
         self._gone = asyncio.Event()
         self._received_at = time.monotonic()  # arrival of the message being handled
 
@@ -139,7 +153,11 @@ class StreamingSession:
                 message = await self.transport.receive()
                 if message is None:
                     break
-                await self._queue.put((time.monotonic(), message))
+                parsed = self._parse(message)
+                if isinstance(parsed, InputCancel):  # seen now, not when the handler gets to it
+                    self._cancels += 1
+                    self._cancel.set()
+                await self._queue.put((time.monotonic(), parsed))
         except Exception:  # a broken connection is a disconnect
             logger.debug("streaming session %s: receive failed", self.request_id, exc_info=True)
         self._gone.set()
@@ -192,23 +210,32 @@ class StreamingSession:
             if not await self._handle(raw):
                 return
 
-    async def _until_gone(self, work: Awaitable[T]) -> T:
-        """Run `work`; if the client disconnects first, cancel it (cancelling the Triton request)."""
+    async def _until_gone(self, work: Awaitable[T], cancellable: bool = False) -> T:
+        """Run `work`; if the client disconnects first (or, `cancellable`, sends input.cancel),
+        cancel it (cancelling the Triton request) and raise Disconnected (Cancelled)."""
         task = asyncio.ensure_future(work)
         gone = asyncio.ensure_future(self._gone.wait())
+        waits = {task, gone}
+        cancel = asyncio.ensure_future(self._cancel.wait()) if cancellable else None
+        if cancel is not None:
+            waits.add(cancel)
         try:
-            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             task.cancel()
             raise
         finally:
             gone.cancel()
+            if cancel is not None:
+                cancel.cancel()
         if task.done():
             return task.result()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
-        raise Disconnected()
+        if self._gone.is_set() or not cancellable:
+            raise Disconnected()
+        raise Cancelled()
 
     # --- messages --------------------------------------------------------------------------------
 
@@ -240,9 +267,8 @@ class StreamingSession:
             details: list[dict[str, Any]] = [dict(e) for e in exc.errors()]
             return f"Invalid {kind}: {errors.validation_error(details).message}"
 
-    async def _handle(self, raw: str | bytes) -> bool:
-        """Handle one message; False ends the connection."""
-        msg = self._parse(raw)
+    async def _handle(self, msg: BaseModel | str) -> bool:
+        """Handle one (parsed) message; False ends the connection."""
         if isinstance(msg, str):
             await self._error(msg)
             return True
@@ -254,10 +280,18 @@ class StreamingSession:
             assert isinstance(msg, SessionConfig)
             await self._configure(msg)
             return True
+        if kind == "input.cancel":
+            self._cancels -= 1
+            if not self._cancels:
+                self._cancel.clear()
         if self.config is None:
             await self._error(f"Send session.config before {kind}")
             return True
-        if kind == "input.text":
+        if kind == "input.cancel":
+            await self._end_utterance(cancelled=True)
+        elif self._cancels:
+            pass  # input.text / input.done sent before an input.cancel: dropped with the utterance
+        elif kind == "input.text":
             await self._text(getattr(msg, "text", ""))
         elif kind == "input.done":
             await self._flush()
@@ -294,14 +328,26 @@ class StreamingSession:
         if text:
             self.utterance_open = True
         for unit in self.splitter.feed(text):
+            if self._cancels:
+                return  # an input.cancel ends the utterance: the rest is dropped
             await self._speak(unit)
 
     async def _flush(self) -> None:
         for unit in self.splitter.flush():
+            if self._cancels:
+                return  # the input.cancel behind this flush closes the utterance
             await self._speak(unit)
-        await self.transport.send_json(
-            SessionDone(utterance_index=self.utterance_index, total_sentences=self.sentence_index).model_dump()
-        )
+        if not self._cancels:
+            await self._end_utterance()
+
+    async def _end_utterance(self, cancelled: bool = False) -> None:
+        """session.done for the current utterance; the next one starts. A cancelled one drops the
+        text still buffered."""
+        await self.transport.send_json(SessionDone(
+            utterance_index=self.utterance_index, total_sentences=self.sentence_index, cancelled=cancelled or None,
+        ).model_dump(exclude_none=True))
+        if cancelled and self.config is not None:
+            self.splitter = TextSplitter(self.config.message.split_granularity)
         self.utterance_index += 1
         self.sentence_index = 0
         self.utterance_open = False
@@ -322,14 +368,18 @@ class StreamingSession:
         ).model_dump())
         sent = [0]
         failed = False
+        cancelled = False
         trace = RequestTrace(self.route, self._received_at)
         status = 200
         token = ENDPOINT_AFFINITY.set(self.affinity)  # (the work task below copies the context)
         try:
-            await self._until_gone(self._generate(config, text, rid, sent, trace))
+            await self._until_gone(self._generate(config, text, rid, sent, trace), cancellable=True)
         except Disconnected:
             self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
             raise
+        except Cancelled:
+            cancelled = True
+            logger.info("streaming request %s cancelled by input.cancel", rid)
         except (APIError, InvalidRequest, StreamAborted) as exc:
             failed = True
             if isinstance(exc, StreamAborted):  # the stream put its cause on the trace
@@ -349,10 +399,14 @@ class StreamingSession:
                               f"{errors.ws_message(exc, rid)}")
         finally:
             ENDPOINT_AFFINITY.reset(token)
-        self.service.metrics.finished(trace, status)
+        if cancelled:
+            self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
+        else:
+            self.service.metrics.finished(trace, status)
         await self.transport.send_json(AudioDone(
             utterance_index=utterance, sentence_index=index, total_bytes=sent[0], error=failed,
-        ).model_dump())
+            cancelled=cancelled or None,
+        ).model_dump(exclude_none=True))
 
     async def _generate(self, config: _Config, text: str, rid: str, sent: list[int], trace: RequestTrace) -> None:
         plan = self.service.plan(config.message.speech_fields(text))

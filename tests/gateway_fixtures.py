@@ -187,7 +187,7 @@ class FakeBackend:
             done = 0
             while done < total:
                 n = min(first if done == 0 else self.chunk_frames, total - done)
-                if text == "slow":
+                if text in ("slow", "slow."):  # (a sentence of its own: "slow.")
                     await asyncio.sleep(0.05)
                 else:
                     await asyncio.sleep(0)

@@ -397,3 +397,70 @@ def test_disconnect_mid_request_cancels_the_backend_stream(tmp_path):
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+# --- barge-in: input.cancel -------------------------------------------------------------------------
+
+
+def test_input_cancel_stops_the_utterance_and_the_session_goes_on(client, fake):
+    with client.websocket_connect(WS) as ws:
+        ws.send_json(config(stream_audio=True, max_new_tokens=2000, voice="ryan"))
+        ws.send_json({"type": "input.text", "text": "slow"})
+        ws.send_json({"type": "input.done"})
+        head = [read(ws), read(ws)]
+        assert head[0]["type"] == "audio.start" and isinstance(head[1], bytes)  # audio is flowing
+        ws.send_json({"type": "input.cancel"})
+        cancelled = head + until(ws, "session.done")
+        # the next utterance on the same session, with the same config
+        ws.send_json({"type": "input.text", "text": "After the barge-in."})
+        ws.send_json({"type": "input.done"})
+        after = until(ws, "session.done")
+        metrics = client.get("/metrics").text
+    done_at = next(i for i, m in enumerate(cancelled) if isinstance(m, dict) and m["type"] == "audio.done")
+    assert not any(isinstance(m, bytes) for m in cancelled[done_at:]), "audio after the cancelled audio.done"
+    (req,) = requests_of(cancelled)
+    assert req["done"]["cancelled"] is True and req["done"]["error"] is False
+    assert cancelled[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 1, "cancelled": True}
+    assert fake.calls[0].cancelled and not fake.calls[0].finished and fake.calls[0].chunks_sent < 2000
+    (req,) = requests_of(after)
+    assert "cancelled" not in req["done"] and req["start"]["utterance_index"] == 1
+    assert after[-1] == {"type": "session.done", "utterance_index": 1, "total_sentences": 1}
+    assert [c.fields["speaker"] for c in fake.calls] == ["ryan", "ryan"]
+    assert [c.fields["text"] for c in fake.calls] == ["slow", "After the barge-in."]
+    assert 'tts_cancelled_requests_total{route="/v1/audio/speech/stream"} 1.0' in metrics
+    (line,) = [m for m in metrics.splitlines() if m.startswith("tts_requests_total{") and 'status="499"' in m]
+    assert 'route="/v1/audio/speech/stream"' in line and line.endswith(" 1.0")
+
+
+def test_input_cancel_drops_the_unspoken_text(client, fake):
+    with client.websocket_connect(WS) as ws:
+        ws.send_json(config(split_granularity="sentence", stream_audio=True, max_new_tokens=2000))
+        # "slow." is spoken at once; "Second one." and the unfinished "Third" wait behind it
+        ws.send_json({"type": "input.text", "text": "slow. Second one. Third"})
+        head = [read(ws), read(ws)]
+        assert head[0]["type"] == "audio.start" and isinstance(head[1], bytes)
+        ws.send_json({"type": "input.text", "text": " more text"})  # queued behind the request: dropped
+        ws.send_json({"type": "input.cancel"})
+        cancelled = head + until(ws, "session.done")
+        ws.send_json({"type": "input.text", "text": "Fresh start."})
+        ws.send_json({"type": "input.done"})
+        after = until(ws, "session.done")
+    assert [r["done"].get("cancelled") for r in requests_of(cancelled)] == [True]
+    assert cancelled[-1]["cancelled"] is True and cancelled[-1]["total_sentences"] == 1
+    assert [r["start"]["sentence_text"] for r in requests_of(after)] == ["Fresh start."]
+    assert [c.fields["text"] for c in fake.calls] == ["slow.", "Fresh start."]
+
+
+def test_input_cancel_with_nothing_in_flight_clears_the_buffer(client, fake):
+    with client.websocket_connect(WS) as ws:
+        ws.send_json({"type": "input.cancel"})  # before any config: a non-fatal error
+        assert "Send session.config before input.cancel" in read(ws)["message"]
+        ws.send_json(config())
+        ws.send_json({"type": "input.text", "text": "never spoken"})
+        ws.send_json({"type": "input.cancel"})
+        assert read(ws) == {"type": "session.done", "utterance_index": 0, "total_sentences": 0, "cancelled": True}
+        ws.send_json({"type": "input.text", "text": "Spoken."})
+        ws.send_json({"type": "input.done"})
+        after = until(ws, "session.done")
+    assert [r["start"]["utterance_index"] for r in requests_of(after)] == [1]
+    assert [c.fields["text"] for c in fake.calls] == ["Spoken."]
