@@ -310,7 +310,7 @@ VOICE_UPLOAD_FORM: dict[str, Any] = {
 
 # --- WebSocket /v1/audio/speech/stream -------------------------------------------------------------
 
-SplitGranularity = Literal["none", "sentence", "clause"]
+SplitGranularity = Literal["none", "sentence", "clause", "incremental"]
 
 
 class SessionConfig(_GenerationFields):
@@ -324,7 +324,9 @@ class SessionConfig(_GenerationFields):
         None, description="Default wav (one payload per request); pcm when stream_audio is true.")
     stream_audio: bool = Field(False, description="Stream one or more chunks per request (pcm, wav, ulaw or alaw).")
     split_granularity: SplitGranularity = Field(
-        "none", description="none: one request per input.done; sentence / clause: one per detected unit.")
+        "none", description="none: one request per input.done; sentence / clause: one per detected unit; "
+        "incremental: the first input.text starts one generation and later ones extend its text while it runs "
+        "(models that take text mid-generation; others fall back to sentence, said by session.configured).")
 
     def speech_fields(self, text: str) -> SpeechFields:
         data = self.model_dump(exclude={"type", "stream_audio", "split_granularity"})
@@ -383,6 +385,15 @@ class AudioDone(BaseModel):
     total_bytes: int
     error: bool = False
     cancelled: bool | None = None  # True: stopped by input.cancel (absent otherwise)
+
+
+class SessionConfigured(BaseModel):
+    """Sent after a session.config asking for split_granularity "incremental": the mode in effect
+    ("incremental", or "sentence" where the model cannot take text while it generates)."""
+
+    type: Literal["session.configured"] = "session.configured"
+    split_granularity: str
+    reason: str | None = None  # why incremental is not in effect
 
 
 class SessionDone(BaseModel):
