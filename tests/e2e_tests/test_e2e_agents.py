@@ -163,3 +163,70 @@ def test_telephony_formats_over_the_real_stack(stack, fmt):
     for decoded in (y, streamed):
         x = pcm8k.astype(np.int64)
         assert np.all(np.abs(decoded.astype(np.int64) - x) <= np.abs(x) / 32 + 8 + 2)  # G.711 (+ the 1-LSB run noise)
+
+
+INCREMENTAL_TEXT = "Hello there, the answer streams in word by word."
+INCREMENTAL_FRAMES = 40
+
+
+def offline_streaming_prompt(stack, text: str, frames: int) -> np.ndarray:
+    gen = Generator(stack["pipeline"], max_batch=1)
+    req = Qwen3TTSRequest(text=text, speaker="vivian", language="English", seed=SEED, max_new_tokens=frames,
+                          non_streaming_mode=False)
+    return np.concatenate([ev.pcm for ev in gen.synthesize(req)])
+
+
+def test_incremental_text_word_by_word_equals_the_text_sent_whole(stack):
+    """Greedy Qwen3-TTS over the real stack: the utterance streamed word by word into one running
+    generation gives the audio of the same text sent in one input.text (and of the offline run in
+    the streaming prompt mode), and its first audio comes while words are still unsent."""
+    from websockets.sync.client import connect
+
+    model = {"model": stack["triton_model"]}
+    waits_before = triton_sample(triton_samples(stack), "tts_generation_text_wait_seconds_count", **model)
+    url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
+    words = INCREMENTAL_TEXT.split(" ")
+    pieces = [words[0]] + [" " + w for w in words[1:]]
+    with connect(url, additional_headers={"X-Request-Id": "e2e-incremental-1"}) as ws:
+        ws.send(json.dumps({"type": "session.config", "model": stack["model"], "voice": "vivian",
+                            "language": "English", "seed": SEED, "max_new_tokens": INCREMENTAL_FRAMES,
+                            "stream_audio": True, "split_granularity": "incremental"}))
+        assert recv(ws) == {"type": "session.configured", "split_granularity": "incremental"}
+        ws.send(json.dumps({"type": "input.text", "text": pieces[0]}))
+        ws.send(json.dumps({"type": "input.text", "text": pieces[1]}))
+        messages = [recv(ws)]
+        assert messages[0]["type"] == "audio.start"
+        while not isinstance(messages[-1], bytes):  # audio while most words are still unsent
+            messages.append(recv(ws))
+            assert not (isinstance(messages[-1], dict) and messages[-1]["type"] in ("audio.done", "error")), messages
+        for piece in pieces[2:]:
+            ws.send(json.dumps({"type": "input.text", "text": piece}))
+        ws.send(json.dumps({"type": "input.done"}))
+        messages += collect(ws)
+        # the same text in one input.text, on the same session
+        ws.send(json.dumps({"type": "input.text", "text": INCREMENTAL_TEXT}))
+        ws.send(json.dumps({"type": "input.done"}))
+        whole = collect(ws)
+    for got in (messages, whole):
+        done = [m for m in got if isinstance(m, dict) and m["type"] == "audio.done"]
+        assert len(done) == 1 and done[0]["error"] is False, got
+    streamed = np.frombuffer(b"".join(m for m in messages if isinstance(m, bytes)), "<i2").astype(np.int32)
+    at_once = np.frombuffer(b"".join(m for m in whole if isinstance(m, bytes)), "<i2").astype(np.int32)
+    offline = encoding.to_int16(offline_streaming_prompt(stack, INCREMENTAL_TEXT, INCREMENTAL_FRAMES)).astype(np.int32)
+    assert streamed.size > 0 and streamed.shape == at_once.shape == offline.shape
+    assert np.max(np.abs(streamed - at_once)) <= 1 and np.max(np.abs(streamed - offline)) <= 1
+    # the sequence waited for text in the scheduler (kept, not stepped), and is gone now
+    deadline = time.time() + 30
+    while True:
+        samples = triton_samples(stack)
+        try:
+            assert triton_sample(samples, "tts_generation_text_wait_seconds_count", **model) > waits_before
+            assert triton_sample(samples, "tts_generation_waiting_for_text_requests", **model) == 0
+            assert triton_sample(samples, "tts_generation_active_requests", **model) == 0
+            break
+        except AssertionError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+    gateway_metrics = httpx.get(stack["url"] + "/metrics", timeout=10).text
+    assert 'tts_ws_first_text_to_audio_seconds_count{split_granularity="incremental"} 2.0' in gateway_metrics
