@@ -470,6 +470,8 @@ class StreamingSession:
         await self._extend(self._open, text, done=False)
 
     async def _extend(self, open_text: _OpenText, text: str, done: bool) -> None:
+        if open_text.task is not None and open_text.task.done():
+            return  # the generation already ended (its budget spent, failed, cancelled): nothing takes text
         token = ENDPOINT_AFFINITY.set(self.affinity)
         try:
             await self._until_gone(self.service.extend_text(open_text.plan, open_text.rid, open_text.key, text, done))

@@ -6,7 +6,7 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -130,6 +130,7 @@ class _Extension:
 
 
 ORPHAN_EXTENSION_S = 10.0  # an extension whose request has not arrived by then is refused
+ENDED_KEYS = 1024  # text keys of ended requests remembered (their extensions are refused at once)
 
 @dataclass
 class SchedulerStats:
@@ -184,6 +185,8 @@ class GenerationScheduler:
         self._lock = threading.Lock()
         self._waiting = 0  # inbox + pending, for admission control from execute()
         self._orphans: list[_Extension] = []  # extensions whose request has not arrived yet
+        self._ended_keys: OrderedDict[str, None] = OrderedDict()  # text keys of requests that ended
+        self._keys_lock = threading.Lock()
 
     # --- called from execute() ------------------------------------------------------------------
 
@@ -390,12 +393,16 @@ class GenerationScheduler:
             if waiting is not None:
                 waiting.extensions.append(ext)
                 self._finish(_Entry("ext", "", None, ext.stream))
-            elif now - ext.arrived < ORPHAN_EXTENSION_S:
+            elif not self._key_ended(ext.key) and now - ext.arrived < ORPHAN_EXTENSION_S:
                 left.append(ext)
             else:
                 self._finish(_Entry("ext", "", None, ext.stream),
                              error=WireError(triton_io.INVALID_ARG, "no open request takes this text", "text"))
         self._orphans = left
+
+    def _key_ended(self, key: str) -> bool:
+        with self._keys_lock:
+            return key in self._ended_keys
 
     def _extend(self, entry: _Entry, ext: _Extension, answered: bool = False) -> None:
         error: WireError | None = None
@@ -484,10 +491,14 @@ class GenerationScheduler:
             log.warning("send failed for %s; dropping it", entry.triton_id or entry.req_id, exc_info=True)
             return False
 
-    @staticmethod
     def _finish(
-        entry: _Entry, outputs: dict[str, np.ndarray] | None = None, error: WireError | None = None
+        self, entry: _Entry, outputs: dict[str, np.ndarray] | None = None, error: WireError | None = None
     ) -> None:
+        if entry.text_key is not None:  # its later extensions are refused at once, not kept as orphans
+            with self._keys_lock:  # (submit() may refuse a request from execute()'s thread)
+                self._ended_keys[entry.text_key] = None
+                while len(self._ended_keys) > ENDED_KEYS:
+                    self._ended_keys.popitem(last=False)
         if entry.done:
             log.error("refusing a second FINAL for %s", entry.triton_id or entry.req_id)
             return
