@@ -106,7 +106,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     s = result["median"]
-    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    fig, ax = plt.subplots(figsize=(9, 3.8))
     y = range(len(MODES))
     ax.barh([i + 0.18 for i in y], [s[m]["total_s"] for m in MODES], height=0.34, color="#9db4d0", label="total")
     ax.barh([i - 0.18 for i in y], [s[m]["first_audio_s"] for m in MODES], height=0.34, color="#d0703c",
@@ -115,7 +115,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_yticks(list(y), MODES)
     ax.set_xlabel("seconds from the first word sent")
     ax.set_title(f"{result['words']} words at {result['words_per_second']:g} words/s, median of {result['repeats']}")
-    ax.legend(loc="lower right")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
