@@ -457,14 +457,22 @@ class StreamingSession:
         self.utterance_open = True
         if self._open is None:
             rid = f"{self.request_id}-u{self.utterance_index}-s{self.sentence_index}"
+            rest = ""
             try:
                 plan = self.service.plan(config.open_fields(text))
+                if len(plan.texts) > 1:  # a long first text: one generation, the rest as an extension
+                    first = plan.texts[0]
+                    cut = text.find(first) + len(first) if first in text else len(text)
+                    text, rest = text[:cut], text[cut:]
+                    plan = self.service.plan(config.open_fields(text))
             except (APIError, InvalidRequest) as exc:
                 await self._error(f"input.text ignored: {errors.ws_message(exc, rid)}")
                 return
-            self._open = _OpenText(uuid.uuid4().hex, plan, rid, len(text))
+            self._open = _OpenText(uuid.uuid4().hex, plan, rid, len(text) + len(rest))
             self._open.task = asyncio.ensure_future(self._speak(text, self._open))
             await asyncio.sleep(0)  # let it send audio.start and its Triton request first
+            if rest:
+                await self._extend(self._open, rest, done=False)
             return
         self._open.chars += len(text)
         await self._extend(self._open, text, done=False)

@@ -193,6 +193,11 @@ class FakeBackend:
             text = inputs["text"].reshape(-1)[0].decode("utf-8")
             self.extensions.append((key, text, done))
             call = next((c for c in self.calls if c.text_key == key), None)
+            for _ in range(500):  # as Triton's scheduler, an extension that overtook its request waits for it
+                if call is not None:
+                    break
+                await asyncio.sleep(0.01)
+                call = next((c for c in self.calls if c.text_key == key), None)
             if call is None or call.text_done or call.finished or call.cancelled:
                 raise BackendError(INVALID_ARG, "no open request takes this text", "text")
             call.fields["text"] += text

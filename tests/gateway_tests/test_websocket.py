@@ -546,3 +546,19 @@ def test_input_cancel_stops_an_incremental_generation(client, fake):
     assert fake.calls[0].cancelled and not fake.calls[0].finished
     (req,) = requests_of(after)
     assert req["done"]["error"] is False and fake.calls[1].fields["text"] == "Next" and fake.calls[1].finished
+
+
+def test_incremental_long_first_text_is_one_generation(tmp_path, fake):
+    long_text = "First sentence here. " * 6 + "And the end"
+    with make_client(tmp_path, fake, segment_chars=50) as c, c.websocket_connect(WS) as ws:
+        ws.send_json(config(split_granularity="incremental"))
+        assert read(ws)["split_granularity"] == "incremental"
+        ws.send_json({"type": "input.text", "text": long_text})
+        ws.send_json({"type": "input.text", "text": " of it."})
+        ws.send_json({"type": "input.done"})
+        messages = until(ws, "session.done")
+        (req,) = requests_of(messages)
+    assert errors_in(messages) == []
+    assert len(fake.calls) == 1 and fake.calls[0].fields["text"] == long_text + " of it."
+    assert req["done"]["error"] is False and len(req["audio"]) == len(encoding.to_int16(fake_audio(
+        len((long_text + " of it.").split()))).tobytes())
