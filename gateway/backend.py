@@ -13,10 +13,10 @@ Health (gateway.monitor): `server_live`, `model_components` (an ensemble's steps
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -99,10 +99,13 @@ class BackendError(Exception):
 
 class InferenceBackend(Protocol):
     def stream_speech(
-        self, model: str, inputs: dict[str, np.ndarray], request_id: str
+        self, model: str, inputs: dict[str, np.ndarray], request_id: str,
+        parameters: Mapping[str, Any] | None = None,
     ) -> AsyncGenerator[SpeechChunk, None]:
         """Responses of one decoupled request until its FINAL one. Closing the iterator early
-        (client gone, error downstream) must cancel the request on the server."""
+        (client gone, error downstream) must cancel the request on the server. `parameters`: request
+        parameters to add (incremental text, ttscore.contract.tensors.TEXT_*_PARAMETER); callers
+        pass it only when they have some."""
         ...
 
     async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:

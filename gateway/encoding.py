@@ -6,6 +6,11 @@
   A streamed WAV header has 0xFFFFFFFF in both size fields (length unknown, as OpenAI streams it).
 - flac: soundfile into a BytesIO (seekable: libsndfile seeks back to patch headers).
 - mp3: lameenc (CBR). opus: Ogg Opus via PyAV's libopus. aac: ADTS via PyAV's native AAC encoder.
+- ulaw / alaw (G.711 mu-law / A-law, telephony): 8 kHz by definition, one byte a sample, encoded
+  from the same 16-bit samples as pcm with ITU-T G.711's segment tables (bit-identical to the
+  reference encoder, e.g. Python's audioop). A whole file is a WAV whose format tag says G.711
+  (7 mu-law, 6 A-law; 18-byte fmt chunk and a fact chunk, as non-PCM WAV requires); a stream (raw,
+  SSE, WebSocket chunks) is the headerless bytes (media type audio/basic, audio/x-alaw-basic).
 - Resampling: soxr.ResampleStream, for whole clips too, so chunked output equals one shot.
 - Speed: PyAV's atempo filter (pitch kept), chained so each stage stays within [0.5, 2].
 """
@@ -25,13 +30,21 @@ MEDIA_TYPES = {
     "mp3": "audio/mpeg",
     "opus": "audio/ogg",
     "aac": "audio/aac",
+    "ulaw": "audio/wav",  # whole file: WAV with the G.711 format tag
+    "alaw": "audio/wav",
 }
+# Streamed (headerless) G.711: the media types of raw 8 kHz mu-law (RFC 2046) and A-law.
+STREAM_MEDIA_TYPES = {"ulaw": "audio/basic", "alaw": "audio/x-alaw-basic"}
+G711_FORMATS = ("ulaw", "alaw")
+G711_RATE = 8000
 MIN_RATE, MAX_RATE = 8000, 48000
 # Rates each codec can carry without resampling inside the encoder.
 _CODEC_RATES = {
     "mp3": (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000),
     "opus": (8000, 12000, 16000, 24000, 48000),
     "aac": (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000),
+    "ulaw": (G711_RATE,),
+    "alaw": (G711_RATE,),
 }
 UNKNOWN_LENGTH = 0xFFFFFFFF
 
@@ -45,6 +58,17 @@ class _AnyRate:
 
 def sample_rates(fmt: str) -> _AnyRate | tuple[int, ...]:
     return _CODEC_RATES.get(fmt) or _AnyRate()
+
+
+def default_rate(fmt: str, source_rate: int) -> int:
+    """The output rate when the request names none: the model's, except for the formats defined
+    at one rate (G.711: 8 kHz)."""
+    return G711_RATE if fmt in G711_FORMATS else int(source_rate)
+
+
+def media_type(fmt: str, streamed: bool = False) -> str:
+    """Content type of a whole file of `fmt`, or of its raw byte stream."""
+    return STREAM_MEDIA_TYPES.get(fmt, MEDIA_TYPES[fmt]) if streamed else MEDIA_TYPES[fmt]
 
 
 def describe_rates(fmt: str) -> str:
@@ -88,6 +112,51 @@ def parse_wav(data: bytes) -> tuple[int, np.ndarray]:
         raise ValueError("not a RIFF/WAVE stream")
     rate = struct.unpack_from("<I", data, 24)[0]
     return int(rate), np.frombuffer(data[44:], dtype="<i2")
+
+
+# --- G.711 (telephony) -------------------------------------------------------------------------------
+
+_ULAW_SEG_END = np.array([0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF, 0x1FFF], dtype=np.int32)
+_ALAW_SEG_END = np.array([0x1F, 0x3F, 0x7F, 0xFF, 0x1FF, 0x3FF, 0x7FF, 0xFFF], dtype=np.int32)
+_WAVE_FORMAT_TAG = {"alaw": 6, "ulaw": 7}
+
+
+def lin2ulaw(samples: np.ndarray) -> np.ndarray:
+    """int16 -> G.711 mu-law bytes: 14-bit magnitude plus bias, segment, 4 mantissa bits, inverted."""
+    v = np.asarray(samples, dtype=np.int32).reshape(-1) >> 2
+    mask = np.where(v < 0, 0x7F, 0xFF)
+    v = np.minimum(np.abs(v), 8159) + (0x84 >> 2)
+    seg = np.searchsorted(_ULAW_SEG_END, v)  # the first segment whose end >= v; 8: beyond them all
+    code = np.where(seg >= 8, 0x7F, (np.minimum(seg, 7) << 4) | ((v >> (np.minimum(seg, 7) + 1)) & 0xF))
+    return ((code ^ mask) & 0xFF).astype(np.uint8)
+
+
+def lin2alaw(samples: np.ndarray) -> np.ndarray:
+    """int16 -> G.711 A-law bytes: 13-bit magnitude, segment, 4 mantissa bits, even bits inverted."""
+    v = np.asarray(samples, dtype=np.int32).reshape(-1) >> 3
+    mask = np.where(v >= 0, 0xD5, 0x55)
+    v = np.where(v >= 0, v, -v - 1)
+    seg = np.searchsorted(_ALAW_SEG_END, v)
+    mantissa = np.where(seg < 2, v >> 1, v >> np.clip(seg, 1, 7)) & 0xF
+    code = np.where(seg >= 8, 0x7F, (np.minimum(seg, 7) << 4) | mantissa)
+    return ((code ^ mask) & 0xFF).astype(np.uint8)
+
+
+def g711_bytes(pcm: np.ndarray, fmt: str) -> bytes:
+    """float PCM (already at 8 kHz) -> headerless G.711 bytes of `fmt` (ulaw / alaw)."""
+    samples = to_int16(pcm)
+    return (lin2ulaw(samples) if fmt == "ulaw" else lin2alaw(samples)).tobytes()
+
+
+def g711_wav_header(fmt: str, sample_rate: int, data_bytes: int) -> bytes:
+    """A mono 8-bit G.711 WAV header: fmt chunk of 18 bytes (cbSize 0) and a fact chunk (frames)."""
+    return struct.pack(
+        "<4sI4s4sIHHIIHHH4sII4sI",
+        b"RIFF", 4 + 26 + 12 + 8 + data_bytes, b"WAVE",
+        b"fmt ", 18, _WAVE_FORMAT_TAG[fmt], 1, sample_rate, sample_rate, 1, 8, 0,
+        b"fact", 4, data_bytes,
+        b"data", data_bytes,
+    )
 
 
 # --- resampling and speed ------------------------------------------------------------------------
@@ -182,6 +251,9 @@ def encode(pcm: np.ndarray, sample_rate: int, fmt: str) -> bytes:
         return _encode_av(x, sample_rate, "ogg", "libopus", bit_rate=64000 if sample_rate >= 16000 else 24000)
     if fmt == "aac":
         return _encode_av(x, sample_rate, "adts", "aac", bit_rate=96000 if sample_rate >= 32000 else 64000)
+    if fmt in G711_FORMATS:
+        data = g711_bytes(x, fmt)
+        return g711_wav_header(fmt, sample_rate, len(data)) + data
     raise ValueError(f"unknown audio format {fmt!r}")
 
 
@@ -232,14 +304,17 @@ def render(pcm: np.ndarray, source_rate: int, fmt: str, sample_rate: int, speed:
     return encode(x, sample_rate, fmt)
 
 
-# --- streaming (pcm / wav only) -----------------------------------------------------------------
+# --- streaming (pcm / wav / ulaw / alaw) -----------------------------------------------------------
+
+STREAMABLE_FORMATS = ("pcm", "wav", *G711_FORMATS)
 
 
 class StreamEncoder:
-    """Raw-byte stream of pcm or wav: `start()` (WAV header), then `chunk()` per model chunk, `finish()`."""
+    """Raw-byte stream of pcm, wav (16-bit, after a streaming WAV header) or headerless G.711:
+    `start()`, then `chunk()` per model chunk, `finish()`."""
 
     def __init__(self, fmt: str, source_rate: int, sample_rate: int) -> None:
-        if fmt not in ("pcm", "wav"):
+        if fmt not in STREAMABLE_FORMATS:
             raise ValueError(f"{fmt!r} cannot be streamed")
         self.fmt = fmt
         self.sample_rate = sample_rate
@@ -248,8 +323,11 @@ class StreamEncoder:
     def start(self) -> bytes:
         return wav_header(self.sample_rate, None) if self.fmt == "wav" else b""
 
+    def _bytes(self, pcm: np.ndarray) -> bytes:
+        return g711_bytes(pcm, self.fmt) if self.fmt in G711_FORMATS else pcm_bytes(pcm)
+
     def chunk(self, pcm: np.ndarray) -> bytes:
-        return pcm_bytes(self._resampler.feed(pcm))
+        return self._bytes(self._resampler.feed(pcm))
 
     def finish(self) -> bytes:
-        return pcm_bytes(self._resampler.feed(np.zeros(0, np.float32), last=True))
+        return self._bytes(self._resampler.feed(np.zeros(0, np.float32), last=True))

@@ -33,6 +33,13 @@ if TYPE_CHECKING:
     from .voices.precomputed import PrecomputedVoice
 
 
+def takes_open_text(plan: SpeechPlan) -> bool:
+    """Can the plan's generation take more text while it runs (the WebSocket's incremental mode)?
+    Its family adapter's `takes_open_text(plan)`; a family without one cannot."""
+    check = getattr(plan.checkpoint.adapter, "takes_open_text", None)
+    return bool(check(plan)) if check is not None else False
+
+
 class FeatureEnv(Protocol):
     """What the speech service lends an adapter to compute a plan's reference features. Errors:
     InvalidRequest (400 naming the field) and BackendError (mapped like any Triton error)."""

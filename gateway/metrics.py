@@ -146,8 +146,14 @@ class GatewayMetrics:
             "audio", ["model"], registry=r)
         self.cancelled = Counter(
             "tts_cancelled_requests",
-            "Requests whose client went away before the response was complete (their Triton work is cancelled)",
+            "Requests whose client went away (or sent a WebSocket input.cancel) before the response was complete "
+            "(their Triton work is cancelled)",
             ["route"], registry=r)
+        self.text_to_audio = Histogram(
+            "tts_ws_first_text_to_audio_seconds",
+            "WebSocket: seconds from an utterance's first input.text to its first audio frame sent, by the "
+            "split_granularity in effect (none, sentence, clause, incremental)",
+            ["split_granularity"], buckets=TTFA_BUCKETS, registry=r)
         self.errors = Counter(
             "tts_errors", "Errors a client was told about (status, SSE/WebSocket error, batch item), by API error type",
             ["cause"], registry=r)
@@ -175,6 +181,9 @@ class GatewayMetrics:
         label = self.model_label(model)
         trace.models.add(label)
         return Generation(self, label, trace.received_at, streamed)
+
+    def first_text_to_audio(self, split_granularity: str, seconds: float) -> None:
+        self.text_to_audio.labels(split_granularity).observe(seconds)
 
     def finished(self, trace: RequestTrace, status: int, client_gone: bool = False) -> None:
         self.requests.labels(trace.route, str(status), trace.model_label()).inc()

@@ -34,7 +34,7 @@ MAX_REF_TEXT_CHARS = 4096
 DEFAULT_FORMAT = "wav"
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 STREAM_FORMATS = ("audio", "sse")
-STREAMABLE_FORMATS = ("pcm", "wav")
+STREAMABLE_FORMATS = encoding.STREAMABLE_FORMATS
 
 
 @dataclass
@@ -115,7 +115,7 @@ class NoStoredVoices:
 
 @dataclass(frozen=True)
 class OutputSpec:
-    format: str  # wav | pcm | flac | mp3 | opus | aac
+    format: str  # wav | pcm | flac | mp3 | opus | aac | ulaw | alaw
     sample_rate: int  # of the audio sent to the client
     source_rate: int  # of the model
     speed: float
@@ -123,7 +123,7 @@ class OutputSpec:
 
     @property
     def media_type(self) -> str:
-        return encoding.MEDIA_TYPES[self.format]
+        return encoding.media_type(self.format, streamed=self.stream == "audio")
 
 
 @dataclass(frozen=True)
@@ -282,13 +282,13 @@ def plan_output(f: SpeechFields, source_rate: int) -> OutputSpec:
         if fmt not in STREAMABLE_FORMATS:
             raise bad_request(
                 "Streaming (stream=true, stream_format='audio' or stream_format='sse') requires "
-                f"response_format='pcm' or 'wav'. Got response_format='{fmt}'.",
+                f"response_format='pcm' or 'wav' (or the telephony 'ulaw' / 'alaw'). Got response_format='{fmt}'.",
                 "response_format",
             )
         if speed != 1.0:
             raise bad_request(f"Streaming requires speed=1.0 (got {speed}); speed is only applied to whole clips.",
                               "speed")
-    rate = source_rate if f.sample_rate is None else f.sample_rate
+    rate = encoding.default_rate(fmt, source_rate) if f.sample_rate is None else f.sample_rate
     allowed = encoding.sample_rates(fmt)
     if rate not in allowed:
         raise bad_request(

@@ -43,7 +43,7 @@ import logging
 import socket
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -352,8 +352,8 @@ class TritonPool:
 
     # --- InferenceBackend --------------------------------------------------------------------------
 
-    async def stream_speech(self, model: str, inputs: dict[str, np.ndarray], request_id: str
-                            ) -> AsyncGenerator[SpeechChunk, None]:
+    async def stream_speech(self, model: str, inputs: dict[str, np.ndarray], request_id: str,
+                            parameters: Mapping[str, Any] | None = None) -> AsyncGenerator[SpeechChunk, None]:
         needs = (model, *self.stream_models)
         tried: set[str] = set()
         while True:
@@ -367,7 +367,8 @@ class TritonPool:
             ep.requests[model] += 1
             try:
                 with ep.inflight.open(needs) as ticket:
-                    stream = ep.backend.stream_speech(model, inputs, request_id)
+                    stream = (ep.backend.stream_speech(model, inputs, request_id) if parameters is None
+                              else ep.backend.stream_speech(model, inputs, request_id, parameters))
                     async with aclosing(stream):
                         while True:
                             chunk = await next_within(stream, None, ticket.aborted)

@@ -21,7 +21,7 @@ from . import encoding
 from .planning import SpeechFields
 from .settings import DEFAULT_MAX_INPUT_CHARS, DEFAULT_SEGMENT_CHARS
 
-ResponseFormat = Literal["wav", "mp3", "flac", "pcm", "opus", "aac"]
+ResponseFormat = Literal["wav", "mp3", "flac", "pcm", "opus", "aac", "ulaw", "alaw"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
 StreamFormat = Literal["sse", "audio"]
 BATCH_MAX_ITEMS = 32
@@ -73,7 +73,8 @@ class _GenerationFields(BaseModel):
     sample_rate: int | None = Field(
         None, ge=encoding.MIN_RATE, le=encoding.MAX_RATE,
         description="Output sample rate (default: the model's, see GET /v1/models). mp3/aac: 8000, 11025, 12000, 16000, 22050, "
-        "24000, 32000, 44100, 48000; opus: 8000, 12000, 16000, 24000, 48000; wav/pcm/flac: any in range.")
+        "24000, 32000, 44100, 48000; opus: 8000, 12000, 16000, 24000, 48000; ulaw/alaw: 8000 (their default); "
+        "wav/pcm/flac: any in range.")
     language: str | None = Field(None, description="Language name or Auto (default Auto); see the checkpoint's list.")
     max_new_tokens: int | None = Field(
         None, ge=_MAX_NEW_TOKENS[0], le=_MAX_NEW_TOKENS[1],
@@ -117,10 +118,12 @@ class SpeechRequest(_GenerationFields):
         f"longer than {DEFAULT_SEGMENT_CHARS} (segment_chars) is split at sentence boundaries and spoken as "
         "consecutive segments in one audio stream."))
     model: str | None = Field(None, description="A served model id (GET /v1/models); default: routed by task.")
-    response_format: ResponseFormat | None = Field("wav", description="Audio format. Streaming: pcm or wav only.")
-    stream: bool | None = Field(False, description="Stream speech.audio.* SSE events (pcm/wav, speed 1.0).")
+    response_format: ResponseFormat | None = Field(
+        "wav", description="Audio format. ulaw / alaw: G.711 at 8 kHz (a whole file is a WAV with the G.711 format "
+        "tag; streamed, the headerless bytes). Streaming: pcm, wav, ulaw or alaw only.")
+    stream: bool | None = Field(False, description="Stream speech.audio.* SSE events (pcm/wav/ulaw/alaw, speed 1.0).")
     stream_format: StreamFormat | None = Field(
-        None, description="'audio': raw pcm/wav bytes as decoded; 'sse': speech.audio.* events. "
+        None, description="'audio': raw pcm/wav/ulaw/alaw bytes as decoded; 'sse': speech.audio.* events. "
         "Omitted: stream=true selects sse.")
 
     def to_fields(self) -> SpeechFields:
@@ -307,7 +310,7 @@ VOICE_UPLOAD_FORM: dict[str, Any] = {
 
 # --- WebSocket /v1/audio/speech/stream -------------------------------------------------------------
 
-SplitGranularity = Literal["none", "sentence", "clause"]
+SplitGranularity = Literal["none", "sentence", "clause", "incremental"]
 
 
 class SessionConfig(_GenerationFields):
@@ -319,9 +322,11 @@ class SessionConfig(_GenerationFields):
     model: str | None = None
     response_format: ResponseFormat | None = Field(
         None, description="Default wav (one payload per request); pcm when stream_audio is true.")
-    stream_audio: bool = Field(False, description="Stream one or more chunks per request (pcm or wav).")
+    stream_audio: bool = Field(False, description="Stream one or more chunks per request (pcm, wav, ulaw or alaw).")
     split_granularity: SplitGranularity = Field(
-        "none", description="none: one request per input.done; sentence / clause: one per detected unit.")
+        "none", description="none: one request per input.done; sentence / clause: one per detected unit; "
+        "incremental: the first input.text starts one generation and later ones extend its text while it runs "
+        "(models that take text mid-generation; others fall back to sentence, said by session.configured).")
 
     def speech_fields(self, text: str) -> SpeechFields:
         data = self.model_dump(exclude={"type", "stream_audio", "split_granularity"})
@@ -342,6 +347,14 @@ class InputDone(BaseModel):
     type: Literal["input.done"]
 
 
+class InputCancel(BaseModel):
+    """Barge-in: stop the current utterance now (its request in flight cancelled, the text sent
+    before this message and not yet spoken dropped); the session stays, with its config."""
+
+    model_config = _STRICT
+    type: Literal["input.cancel"]
+
+
 class SessionClose(BaseModel):
     model_config = _STRICT
     type: Literal["session.close"]
@@ -351,6 +364,7 @@ CLIENT_MESSAGES: dict[str, type[BaseModel]] = {
     "session.config": SessionConfig,
     "input.text": InputText,
     "input.done": InputDone,
+    "input.cancel": InputCancel,
     "session.close": SessionClose,
 }
 
@@ -370,12 +384,23 @@ class AudioDone(BaseModel):
     sentence_index: int
     total_bytes: int
     error: bool = False
+    cancelled: bool | None = None  # True: stopped by input.cancel (absent otherwise)
+
+
+class SessionConfigured(BaseModel):
+    """Sent after a session.config asking for split_granularity "incremental": the mode in effect
+    ("incremental", or "sentence" where the model cannot take text while it generates)."""
+
+    type: Literal["session.configured"] = "session.configured"
+    split_granularity: str
+    reason: str | None = None  # why incremental is not in effect
 
 
 class SessionDone(BaseModel):
     type: Literal["session.done"] = "session.done"
     utterance_index: int
     total_sentences: int
+    cancelled: bool | None = None  # True: the utterance ended by input.cancel (absent otherwise)
 
 
 class StreamError(BaseModel):

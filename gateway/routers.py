@@ -123,7 +123,8 @@ _SSE_EVENT = {
     },
     "required": ["data"],
 }
-_AUDIO_CONTENT = {mt: {"schema": {"type": "string", "format": "binary"}} for mt in dict.fromkeys(encoding.MEDIA_TYPES.values())}
+_AUDIO_CONTENT = {mt: {"schema": {"type": "string", "format": "binary"}}
+                  for mt in dict.fromkeys([*encoding.MEDIA_TYPES.values(), *encoding.STREAM_MEDIA_TYPES.values()])}
 _SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "The audio (whole clip, or raw pcm/wav bytes as decoded with stream_format='audio'), "

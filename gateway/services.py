@@ -34,6 +34,7 @@ import numpy as np
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.rules import RefAudioBounds
+from ttscore.contract.tensors import TEXT_DONE_PARAMETER, TEXT_EXTEND_PARAMETER, TEXT_KEY_PARAMETER
 
 from . import encoding, errors, longtext, refaudio, sse
 from .backend import DEADLINE_EXCEEDED, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
@@ -277,23 +278,25 @@ class SpeechService:
                 del self._ref_features[key]  # failures are not cached
             raise
 
-    async def _segment(self, plan: SpeechPlan, segment: int, request_id: str, features: Features | None
-                       ) -> AsyncGenerator[SpeechChunk, None]:
+    async def _segment(self, plan: SpeechPlan, segment: int, request_id: str, features: Features | None,
+                       text_key: str | None = None) -> AsyncGenerator[SpeechChunk, None]:
         """One generation on Triton: the chunks of segment `segment` of `plan`, until Triton's FINAL one.
         Never waits forever: ends with an APIError when a limit passes (504; each segment of a long
         text has the whole `request_timeout_s`) or a model it needs breaks (503; the health monitor
-        aborts it)."""
+        aborts it). An open-text generation (`text_key`, incremental text) pauses while it waits for
+        text: it has no time limits (the WebSocket session's idle timeout and its cancellation bound it)."""
         deadline = Deadline(time.monotonic(), self.settings.request_timeout_s, self.settings.stall_timeout_s)
         inputs = plan.generation_inputs(segment, features)
         model = plan.checkpoint.triton_model
-        stream = self.backend.stream_speech(model, inputs, request_id)
+        stream = (self.backend.stream_speech(model, inputs, request_id) if text_key is None
+                  else self.backend.stream_speech(model, inputs, request_id, {TEXT_KEY_PARAMETER: text_key}))
         try:
             async with aclosing(stream):
                 streaming = False
                 while True:
                     limit, which = deadline.wait_limit(time.monotonic(), streaming)
                     try:
-                        chunk = await next_within(stream, limit)
+                        chunk = await next_within(stream, None if text_key is not None else limit)
                     except asyncio.TimeoutError:
                         raise BackendError(DEADLINE_EXCEEDED, deadline.message(which)) from None
                     if chunk is END:
@@ -303,13 +306,14 @@ class SpeechService:
         except BackendError as exc:
             raise self._api_error(exc, request_id) from None
 
-    def _segments(self, plan: SpeechPlan, request_id: str, features: Features | None
+    def _segments(self, plan: SpeechPlan, request_id: str, features: Features | None, text_key: str | None = None
                   ) -> AsyncGenerator[SpeechChunk, None]:
         """Every segment's chunks in order as one stream: usage adds up across segments, and only
-        the last segment's final chunk is final. Triton sees segment i as request `<id>-s<i>`."""
+        the last segment's final chunk is final. Triton sees segment i as request `<id>-s<i>`.
+        An open-text generation (`text_key`) is one request of the plan's whole text."""
         count = len(plan.texts)
-        if count == 1:
-            return self._segment(plan, 0, request_id, features)
+        if count == 1 or text_key is not None:
+            return self._segment(plan, 0, request_id, features, text_key)
 
         def maker(i: int) -> Callable[[], AsyncGenerator[SpeechChunk, None]]:
             return lambda: self._segment(plan, i, f"{request_id}-s{i}", features)
@@ -329,8 +333,8 @@ class SpeechService:
 
         return joined()
 
-    async def _generate(self, plan: SpeechPlan, request_id: str, features: Features | None, trace: RequestTrace
-                        ) -> AsyncGenerator[SpeechChunk, None]:
+    async def _generate(self, plan: SpeechPlan, request_id: str, features: Features | None, trace: RequestTrace,
+                        text_key: str | None = None) -> AsyncGenerator[SpeechChunk, None]:
         """The request's chunks, every segment's in order (see _segment for the time limits)."""
         # Metered from here: waiting for readiness and the reference features is time to first audio too.
         # A long text is one generation for the metrics, as for its client.
@@ -345,7 +349,7 @@ class SpeechService:
                                                       deadline.remaining(time.monotonic()))
                 except asyncio.TimeoutError:
                     raise self._api_error(BackendError(DEADLINE_EXCEEDED, deadline.message(TOTAL)), request_id) from None
-            stream = self._segments(plan, request_id, features)
+            stream = self._segments(plan, request_id, features, text_key)
             async with aclosing(stream):
                 async for chunk in stream:
                     meter.audio(chunk.audio.size / plan.output.source_rate)
@@ -369,8 +373,10 @@ class SpeechService:
         return Clip(audio, out.media_type, usage)
 
     async def open_stream(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
-                          trace: RequestTrace) -> AudioStream:
-        gen = self._generate(plan, request_id, features, trace)
+                          trace: RequestTrace, text_key: str | None = None) -> AudioStream:
+        """The request's audio stream, once its first chunk came. `text_key`: the generation's text is
+        a beginning (incremental text, the WebSocket): `extend_text` with the key gives the rest."""
+        gen = self._generate(plan, request_id, features, trace, text_key)
         try:
             first: SpeechChunk | None = await gen.__anext__()
         except StopAsyncIteration:
@@ -379,6 +385,19 @@ class SpeechService:
             await gen.aclose()
             raise
         return AudioStream(plan, gen, first, request_id, trace)
+
+    async def extend_text(self, plan: SpeechPlan, request_id: str, text_key: str, text: str, done: bool) -> None:
+        """More text for the open generation of `text_key` (done: its text is complete), applied by
+        the same Triton model instance; APIError when Triton refuses it."""
+        inputs = {"text": np.array([text.encode("utf-8")], dtype=np.object_)}
+        params: dict[str, Any] = {TEXT_EXTEND_PARAMETER: text_key, TEXT_DONE_PARAMETER: done}
+        stream = self.backend.stream_speech(plan.checkpoint.triton_model, inputs, request_id, params)
+        try:
+            async with aclosing(stream):
+                async for _ in stream:
+                    pass
+        except BackendError as exc:
+            raise self._api_error(exc, request_id) from None
 
     # --- batch ---------------------------------------------------------------------------------
 

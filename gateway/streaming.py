@@ -16,6 +16,25 @@ Obligations:
   `stream_audio`), `audio.done` (total_bytes, error): always paired, also when generation fails
   (then an `error` message comes in between). `utterance_index` counts flushes, `sentence_index` the
   requests inside one.
+- Barge-in: `input.cancel` stops the current utterance at once. The reader sees it as it arrives
+  (even while a request is being generated or the queue is full): the request in flight is
+  cancelled (its task, hence its Triton request, whose slot is freed), its `audio.done` says
+  `"cancelled": true` and no frame of it follows; every `input.text` / `input.done` sent before the
+  cancel and not yet spoken is dropped, as is the splitter's buffer; then `session.done` with
+  `"cancelled": true` closes the utterance (counted like a flush). The config stays in force.
+  A cancelled request is counted with status 499 and in tts_cancelled_requests (gateway.metrics).
+- Incremental text (`split_granularity: "incremental"`, for models that take text while they
+  generate: gateway.family.takes_open_text; others fall back to `sentence`): the reply to such a
+  config is `session.configured` naming the mode in effect. The first `input.text` of an utterance
+  starts ONE generation (its `audio.start` carries that first text), sent to Triton with a text key
+  (ttscore.contract.tensors.TEXT_KEY_PARAMETER, a random hex per generation); each later
+  `input.text` is sent to the same model instance as an extension (`SpeechService.extend_text`,
+  one at a time, in order) while the audio streams; `input.done` ends the text and waits for the
+  audio to finish (`audio.done`, `session.done` with total_sentences 1). The generation runs as
+  its own task so the session keeps reading messages; `input.cancel` stops it like any request.
+  The Qwen3-TTS prompt is built in its streaming mode (non_streaming_mode false).
+- Metrics: tts_ws_first_text_to_audio_seconds{split_granularity} (gateway.metrics), per utterance,
+  from the arrival of its first input.text to its first audio frame sent.
 - Errors in messages (not JSON, unknown type, bad fields, too large) are non-fatal `error`
   messages. The idle timeout (no message while the server waits for one, also between utterances)
   sends an `error` and closes the connection.
@@ -38,7 +57,9 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from collections.abc import Awaitable
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -48,9 +69,18 @@ from ttscore.contract.errors import InvalidRequest
 from . import errors
 from .backend import ENDPOINT_AFFINITY, Affinity
 from .errors import APIError
+from .family import takes_open_text
 from .metrics import STATUS_CLIENT_GONE, RequestTrace
-from .planning import SpeechPlan
-from .protocol import CLIENT_MESSAGES, AudioDone, AudioStart, SessionConfig, SessionDone
+from .planning import SpeechFields, SpeechPlan
+from .protocol import (
+    CLIENT_MESSAGES,
+    AudioDone,
+    AudioStart,
+    InputCancel,
+    SessionConfig,
+    SessionConfigured,
+    SessionDone,
+)
 from .services import Features, SpeechService, StreamAborted
 from .settings import Settings
 from .text_split import TextSplitter
@@ -67,6 +97,10 @@ MESSAGE_TYPES = ", ".join(CLIENT_MESSAGES)
 
 class Disconnected(Exception):
     """The client went away (or the connection failed): stop, cancelling any work in flight."""
+
+
+class Cancelled(Exception):
+    """The client sent input.cancel while a request was generated: it was cancelled."""
 
 
 class Transport(Protocol):
@@ -87,14 +121,42 @@ _GONE = object()
 _STOP = object()
 
 
+INCREMENTAL = "incremental"
+
+
 class _Config:
     """An accepted session.config, with what was worked out from it once."""
 
-    def __init__(self, message: SessionConfig, probe: SpeechPlan, features: Features | None) -> None:
+    def __init__(self, message: SessionConfig, probe: SpeechPlan, features: Features | None, mode: str) -> None:
         self.message = message
         self.format = probe.output.format
         self.sample_rate = probe.output.sample_rate
         self.features = features  # inline ref_audio: computed once per config
+        self.mode = mode  # the split_granularity in effect (incremental may fall back to sentence)
+
+    def splitter(self) -> TextSplitter:
+        """A fresh splitter of the mode in effect (incremental text is not split)."""
+        return TextSplitter("none" if self.mode == INCREMENTAL else self.mode)
+
+    def open_fields(self, text: str) -> SpeechFields:
+        """An incremental generation's fields: always streamed (raw frames; pcm unless the config
+        names a streamable format) in the streaming prompt mode."""
+        fields = self.message.speech_fields(text)
+        return replace(fields, non_streaming_mode=False, stream_format="audio", stream=None,
+                       response_format=fields.response_format if self.message.stream_audio
+                       else (self.message.response_format or "pcm"))
+
+
+@dataclass
+class _OpenText:
+    """The running generation of an utterance in incremental mode."""
+
+    key: str  # the Triton text key of the generation
+    plan: SpeechPlan
+    rid: str
+    chars: int  # characters sent so far
+    stop: asyncio.Event = field(default_factory=asyncio.Event)  # set: cancel it (the utterance is cancelled)
+    task: asyncio.Future[None] | None = None
 
 
 class StreamingSession:
@@ -116,9 +178,15 @@ class StreamingSession:
         self.utterance_open = False  # text arrived since the last input.done
         # Every sentence of one utterance goes to one Triton endpoint (gateway.pool), chosen at its first.
         self.affinity = Affinity()
-        self._queue: asyncio.Queue[Any] = asyncio.Queue(QUEUE_MESSAGES)  # (arrival time, message)
+        self._queue: asyncio.Queue[Any] = asyncio.Queue(QUEUE_MESSAGES)  # (arrival time, parsed message)
+        # input.cancel messages received but not handled yet (the reader counts them on arrival).
+        self._cancels = 0
+        self._cancel = asyncio.Event()  # set while _cancels > 0
         self._gone = asyncio.Event()
         self._received_at = time.monotonic()  # arrival of the message being handled
+        self._open: _OpenText | None = None  # incremental mode: the utterance's running generation
+        self._utterance_at: float | None = None  # arrival of the utterance's first text
+        self._audio_seen = False  # the utterance's first audio was sent (metrics)
 
     # --- the connection ----------------------------------------------------------------------------
 
@@ -129,6 +197,10 @@ class StreamingSession:
         except Disconnected:
             logger.info("streaming session %s: client disconnected", self.request_id)
         finally:
+            if self._open is not None and self._open.task is not None:
+                self._open.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._open.task
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
@@ -139,7 +211,11 @@ class StreamingSession:
                 message = await self.transport.receive()
                 if message is None:
                     break
-                await self._queue.put((time.monotonic(), message))
+                parsed = self._parse(message)
+                if isinstance(parsed, InputCancel):  # seen now, not when the handler gets to it
+                    self._cancels += 1
+                    self._cancel.set()
+                await self._queue.put((time.monotonic(), parsed))
         except Exception:  # a broken connection is a disconnect
             logger.debug("streaming session %s: receive failed", self.request_id, exc_info=True)
         self._gone.set()
@@ -192,23 +268,32 @@ class StreamingSession:
             if not await self._handle(raw):
                 return
 
-    async def _until_gone(self, work: Awaitable[T]) -> T:
-        """Run `work`; if the client disconnects first, cancel it (cancelling the Triton request)."""
+    async def _until_gone(self, work: Awaitable[T], cancellable: bool = False,
+                          stop: asyncio.Event | None = None) -> T:
+        """Run `work`; if the client disconnects first (or, `cancellable`, sends input.cancel, or
+        `stop` is set), cancel it (cancelling the Triton request) and raise Disconnected (Cancelled)."""
         task = asyncio.ensure_future(work)
         gone = asyncio.ensure_future(self._gone.wait())
+        waits = {task, gone}
+        cancels = [asyncio.ensure_future(e.wait()) for e in ((self._cancel, stop) if cancellable else ()) if e]
+        waits.update(cancels)
         try:
-            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             task.cancel()
             raise
         finally:
             gone.cancel()
+            for waiting in cancels:
+                waiting.cancel()
         if task.done():
             return task.result()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
-        raise Disconnected()
+        if self._gone.is_set() or not cancellable:
+            raise Disconnected()
+        raise Cancelled()
 
     # --- messages --------------------------------------------------------------------------------
 
@@ -240,9 +325,8 @@ class StreamingSession:
             details: list[dict[str, Any]] = [dict(e) for e in exc.errors()]
             return f"Invalid {kind}: {errors.validation_error(details).message}"
 
-    async def _handle(self, raw: str | bytes) -> bool:
-        """Handle one message; False ends the connection."""
-        msg = self._parse(raw)
+    async def _handle(self, msg: BaseModel | str) -> bool:
+        """Handle one (parsed) message; False ends the connection."""
         if isinstance(msg, str):
             await self._error(msg)
             return True
@@ -254,10 +338,18 @@ class StreamingSession:
             assert isinstance(msg, SessionConfig)
             await self._configure(msg)
             return True
+        if kind == "input.cancel":
+            self._cancels -= 1
+            if not self._cancels:
+                self._cancel.clear()
         if self.config is None:
             await self._error(f"Send session.config before {kind}")
             return True
-        if kind == "input.text":
+        if kind == "input.cancel":
+            await self._end_utterance(cancelled=True)
+        elif self._cancels:
+            pass  # input.text / input.done sent before an input.cancel: dropped with the utterance
+        elif kind == "input.text":
             await self._text(getattr(msg, "text", ""))
         elif kind == "input.done":
             await self._flush()
@@ -279,10 +371,29 @@ class StreamingSession:
         except (APIError, InvalidRequest) as exc:
             await self._error(f"Invalid session.config: {errors.ws_message(exc, rid)}")
             return
-        self.config = _Config(msg, probe, features)
-        self.splitter = TextSplitter(msg.split_granularity)
+        mode, reason = msg.split_granularity, None
+        if mode == INCREMENTAL and not takes_open_text(probe):
+            mode, reason = "sentence", (f"{probe.checkpoint.name} cannot take text while it generates with this "
+                                        "configuration; each sentence is one request")
+        config = _Config(msg, probe, features, mode)
+        if mode == INCREMENTAL:
+            try:
+                self.service.plan(config.open_fields("Hello."))
+            except (APIError, InvalidRequest) as exc:
+                await self._error(f"Invalid session.config: {errors.ws_message(exc, rid)}")
+                return
+        self.config = config
+        self.splitter = config.splitter()
+        if msg.split_granularity == INCREMENTAL:
+            await self.transport.send_json(
+                SessionConfigured(split_granularity=mode, reason=reason).model_dump(exclude_none=True))
 
     async def _text(self, text: str) -> None:
+        if text and not self.utterance_open:
+            self._utterance_at, self._audio_seen = self._received_at, False
+        if self.config is not None and self.config.mode == INCREMENTAL:
+            await self._open_text(text)
+            return
         pending = len(self.splitter.pending)
         limit = self.service.deployment.max_input_chars
         if pending + len(text) > limit:
@@ -294,42 +405,142 @@ class StreamingSession:
         if text:
             self.utterance_open = True
         for unit in self.splitter.feed(text):
+            if self._cancels:
+                return  # an input.cancel ends the utterance: the rest is dropped
             await self._speak(unit)
 
     async def _flush(self) -> None:
+        if self._open is not None:
+            await self._close_open()
+            if not self._cancels:
+                await self._end_utterance()
+            return
         for unit in self.splitter.flush():
+            if self._cancels:
+                return  # the input.cancel behind this flush closes the utterance
             await self._speak(unit)
-        await self.transport.send_json(
-            SessionDone(utterance_index=self.utterance_index, total_sentences=self.sentence_index).model_dump()
-        )
+        if not self._cancels:
+            await self._end_utterance()
+
+    async def _end_utterance(self, cancelled: bool = False) -> None:
+        """session.done for the current utterance; the next one starts. A cancelled one drops the
+        text still buffered (and stops its generation in incremental mode)."""
+        if self._open is not None:
+            self._open.stop.set()
+            await self._close_open(wait_only=True)
+        await self.transport.send_json(SessionDone(
+            utterance_index=self.utterance_index, total_sentences=self.sentence_index, cancelled=cancelled or None,
+        ).model_dump(exclude_none=True))
+        if cancelled and self.config is not None:
+            self.splitter = self.config.splitter()
         self.utterance_index += 1
         self.sentence_index = 0
         self.utterance_open = False
         self.affinity = Affinity()
 
+    # --- incremental text ------------------------------------------------------------------------------
+
+    async def _open_text(self, text: str) -> None:
+        """Start the utterance's generation with its first text, or extend it."""
+        config = self.config
+        assert config is not None
+        if not text:
+            return
+        limit = self.service.deployment.max_input_chars
+        sent = self._open.chars if self._open is not None else 0
+        if sent + len(text) > limit:
+            await self._error(
+                f"input.text ignored: the utterance would be {sent + len(text)} characters, more than one request "
+                f"takes ({limit}); send input.done more often"
+            )
+            return
+        self.utterance_open = True
+        if self._open is None:
+            rid = f"{self.request_id}-u{self.utterance_index}-s{self.sentence_index}"
+            rest = ""
+            try:
+                plan = self.service.plan(config.open_fields(text))
+                if len(plan.texts) > 1:  # a long first text: one generation, the rest as an extension
+                    first = plan.texts[0]
+                    cut = text.find(first) + len(first) if first in text else len(text)
+                    text, rest = text[:cut], text[cut:]
+                    plan = self.service.plan(config.open_fields(text))
+            except (APIError, InvalidRequest) as exc:
+                await self._error(f"input.text ignored: {errors.ws_message(exc, rid)}")
+                return
+            self._open = _OpenText(uuid.uuid4().hex, plan, rid, len(text) + len(rest))
+            self._open.task = asyncio.ensure_future(self._speak(text, self._open))
+            await asyncio.sleep(0)  # let it send audio.start and its Triton request first
+            if rest:
+                await self._extend(self._open, rest, done=False)
+            return
+        self._open.chars += len(text)
+        await self._extend(self._open, text, done=False)
+
+    async def _extend(self, open_text: _OpenText, text: str, done: bool) -> None:
+        if open_text.task is not None and open_text.task.done():
+            return  # the generation already ended (its budget spent, failed, cancelled): nothing takes text
+        token = ENDPOINT_AFFINITY.set(self.affinity)
+        try:
+            await self._until_gone(self.service.extend_text(open_text.plan, open_text.rid, open_text.key, text, done))
+        except (APIError, InvalidRequest) as exc:
+            # A generation that already ended (its budget spent, failed, cancelled) takes no more text.
+            if open_text.task is not None and not open_text.task.done():
+                await self._error(f"input.text could not extend the utterance: {errors.ws_message(exc, open_text.rid)}")
+        finally:
+            ENDPOINT_AFFINITY.reset(token)
+
+    async def _close_open(self, wait_only: bool = False) -> None:
+        """End the open generation's text (unless `wait_only`) and wait for its audio.done."""
+        open_text = self._open
+        if open_text is None:
+            return
+        if not wait_only and open_text.task is not None and not open_text.task.done():
+            await self._extend(open_text, "", done=True)
+        try:
+            if open_text.task is not None:
+                await open_text.task
+        finally:
+            self._open = None
+
     # --- one TTS request ----------------------------------------------------------------------------
 
-    async def _speak(self, text: str) -> None:
+    async def _send_audio(self, data: bytes) -> None:
+        if not self._audio_seen and self._utterance_at is not None and self.config is not None and data:
+            self._audio_seen = True
+            self.service.metrics.first_text_to_audio(self.config.mode, time.monotonic() - self._utterance_at)
+        await self.transport.send_bytes(data)
+
+    async def _speak(self, text: str, open_text: _OpenText | None = None) -> None:
+        """One TTS request of `text`: audio.start, its audio, audio.done. `open_text`: the
+        utterance's incremental generation (this runs as its task; more text comes by extension)."""
         config = self.config
         assert config is not None
         index = self.sentence_index
         self.sentence_index += 1
         utterance = self.utterance_index
         rid = f"{self.request_id}-u{utterance}-s{index}"
+        output = open_text.plan.output if open_text is not None else None
         await self.transport.send_json(AudioStart(
-            utterance_index=utterance, sentence_index=index, sentence_text=text, format=config.format,
-            sample_rate=config.sample_rate,
+            utterance_index=utterance, sentence_index=index, sentence_text=text,
+            format=output.format if output else config.format,
+            sample_rate=output.sample_rate if output else config.sample_rate,
         ).model_dump())
         sent = [0]
         failed = False
+        cancelled = False
         trace = RequestTrace(self.route, self._received_at)
         status = 200
         token = ENDPOINT_AFFINITY.set(self.affinity)  # (the work task below copies the context)
         try:
-            await self._until_gone(self._generate(config, text, rid, sent, trace))
+            await self._until_gone(self._generate(config, text, rid, sent, trace, open_text), cancellable=True,
+                                   stop=open_text.stop if open_text is not None else None)
         except Disconnected:
             self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
             raise
+        except Cancelled:
+            cancelled = True
+            logger.info("streaming request %s cancelled by input.cancel", rid)
         except (APIError, InvalidRequest, StreamAborted) as exc:
             failed = True
             if isinstance(exc, StreamAborted):  # the stream put its cause on the trace
@@ -349,22 +560,37 @@ class StreamingSession:
                               f"{errors.ws_message(exc, rid)}")
         finally:
             ENDPOINT_AFFINITY.reset(token)
-        self.service.metrics.finished(trace, status)
+        if cancelled:
+            self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
+        else:
+            self.service.metrics.finished(trace, status)
         await self.transport.send_json(AudioDone(
             utterance_index=utterance, sentence_index=index, total_bytes=sent[0], error=failed,
-        ).model_dump())
+            cancelled=cancelled or None,
+        ).model_dump(exclude_none=True))
 
-    async def _generate(self, config: _Config, text: str, rid: str, sent: list[int], trace: RequestTrace) -> None:
+    async def _generate(self, config: _Config, text: str, rid: str, sent: list[int], trace: RequestTrace,
+                        open_text: _OpenText | None = None) -> None:
+        if open_text is not None:  # incremental: streamed whatever stream_audio says (the point is early audio)
+            plan = open_text.plan
+            stream = await self.service.open_stream(plan, rid, config.features, trace=trace, text_key=open_text.key)
+            try:
+                async for data in stream.body():
+                    await self._send_audio(data)
+                    sent[0] += len(data)
+            finally:
+                await stream.aclose()
+            return
         plan = self.service.plan(config.message.speech_fields(text))
         if plan.output.stream is not None:
             stream = await self.service.open_stream(plan, rid, config.features, trace=trace)
             try:
                 async for data in stream.body():
-                    await self.transport.send_bytes(data)
+                    await self._send_audio(data)
                     sent[0] += len(data)
             finally:
                 await stream.aclose()
         else:
             clip = await self.service.synthesize(plan, rid, config.features, trace=trace)
-            await self.transport.send_bytes(clip.audio)
+            await self._send_audio(clip.audio)
             sent[0] += len(clip.audio)

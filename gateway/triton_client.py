@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 import grpc
@@ -281,14 +281,15 @@ class TritonBackend:
         return out
 
     async def stream_speech(
-        self, model: str, inputs: dict[str, np.ndarray], request_id: str
+        self, model: str, inputs: dict[str, np.ndarray], request_id: str,
+        parameters: Mapping[str, Any] | None = None,
     ) -> AsyncGenerator[SpeechChunk, None]:
         finished = asyncio.Event()
         request = {
             "model_name": model,
             "inputs": _inputs(inputs),
             "request_id": request_id,
-            "parameters": {"triton_enable_empty_final_response": True},
+            "parameters": {**(parameters or {}), "triton_enable_empty_final_response": True},
         }
 
         async def requests() -> AsyncIterator[dict[str, Any]]:

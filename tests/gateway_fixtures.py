@@ -6,7 +6,9 @@
   the text: "fail-invalid" (INVALID_ARG before any audio), "fail-midstream" (INTERNAL after the
   first chunk), "fail-unavailable" (UNAVAILABLE), "fail-internal" (INTERNAL at once), "slow" (0.05 s
   per chunk, to observe cancellation), "hang" (no response ever), "hang-midstream" (the first chunk,
-  then nothing). It records every request and every cancellation. Health: `live`, per-model
+  then nothing). It records every request and every cancellation. Incremental text: a request
+  with the text-key parameter is open (one frame per word it has, then it waits for an extension;
+  the final chunk after the one marked done); extensions are recorded in `extensions`. Health: `live`, per-model
   `probe_results` (default ok; a reload clears the model's), `components` (ensemble steps),
   `reload_error`, `hold_reloads` (a reload waits while it is true); reloads are recorded.
 - `fake_deployment(tmp, variants)`: Settings over hand-written manifests (no exported weights).
@@ -95,6 +97,9 @@ class Call:
     chunks_sent: int = 0
     cancelled: bool = False
     finished: bool = False
+    text_key: str | None = None  # incremental text: open until an extension says done
+    text_done: bool = False
+    more: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass
@@ -112,6 +117,7 @@ class FakeBackend:
     reload_error: str | None = None
     hold_reloads: bool = False
     reloads: list[str] = field(default_factory=list)
+    extensions: list[tuple[str, str, bool]] = field(default_factory=list)  # (key, text, done)
     _active: int = 0
 
     async def close(self) -> None:
@@ -142,6 +148,31 @@ class FakeBackend:
     async def model_ready(self, model: str) -> bool:
         return self.ready and model not in self.not_ready_models
 
+    async def _open_stream(self, call: Call) -> AsyncIterator[SpeechChunk]:
+        """One frame per word of the text so far; waits for more; final after the text is done."""
+        made = 0
+        try:
+            while True:
+                words = len(call.fields["text"].split())
+                if made < words:
+                    n = words - made
+                    chunk = SpeechChunk(audio=fake_audio(n, made), frames=n, usage=Usage(words, 0, made + n),
+                                        final=False, finish_reason="")
+                    made += n
+                    call.chunks_sent += 1
+                    yield chunk
+                    continue
+                if call.text_done:
+                    call.finished = True
+                    yield SpeechChunk(audio=np.zeros(0, np.float32), frames=0, usage=Usage(words, 0, made),
+                                      final=True, finish_reason="stop")
+                    return
+                call.more.clear()
+                await call.more.wait()
+        except (GeneratorExit, asyncio.CancelledError):
+            call.cancelled = True
+            raise
+
     async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
         """The voice_features ensemble: (audio, sample_rate) -> x_vector, ref_codes."""
         audio, sample_rate = inputs["audio"], int(inputs["sample_rate"].reshape(-1)[0])
@@ -154,8 +185,32 @@ class FakeBackend:
         frames = int(np.ceil(seconds * 12.5))
         return {"x_vector": np.full(X_VECTOR_DIM, 0.5, np.float32), "ref_codes": np.zeros((frames, 16), np.int64)}
 
-    async def stream_speech(self, model: str, inputs: dict[str, np.ndarray], request_id: str
-                            ) -> AsyncIterator[SpeechChunk]:
+    async def stream_speech(self, model: str, inputs: dict[str, np.ndarray], request_id: str,
+                            parameters: dict[str, Any] | None = None) -> AsyncIterator[SpeechChunk]:
+        params = dict(parameters or {})
+        if triton_io.TEXT_EXTEND_PARAMETER in params:  # more text for an open request
+            key, done = params[triton_io.TEXT_EXTEND_PARAMETER], params.get(triton_io.TEXT_DONE_PARAMETER) is True
+            text = inputs["text"].reshape(-1)[0].decode("utf-8")
+            self.extensions.append((key, text, done))
+            call = next((c for c in self.calls if c.text_key == key), None)
+            for _ in range(500):  # as Triton's scheduler, an extension that overtook its request waits for it
+                if call is not None:
+                    break
+                await asyncio.sleep(0.01)
+                call = next((c for c in self.calls if c.text_key == key), None)
+            if call is None or call.text_done or call.finished or call.cancelled:
+                raise BackendError(INVALID_ARG, "no open request takes this text", "text")
+            call.fields["text"] += text
+            call.text_done = done
+            call.more.set()
+            return
+        if triton_io.TEXT_KEY_PARAMETER in params:
+            fields = triton_io.request_kwargs(inputs)
+            call = Call(model, fields, request_id, text_key=params[triton_io.TEXT_KEY_PARAMETER])
+            self.calls.append(call)
+            async for chunk in self._open_stream(call):
+                yield chunk
+            return
         try:
             fields = triton_io.request_kwargs(inputs)
         except InvalidRequest as exc:
@@ -187,7 +242,7 @@ class FakeBackend:
             done = 0
             while done < total:
                 n = min(first if done == 0 else self.chunk_frames, total - done)
-                if text == "slow":
+                if text in ("slow", "slow."):  # (a sentence of its own: "slow.")
                     await asyncio.sleep(0.05)
                 else:
                     await asyncio.sleep(0)

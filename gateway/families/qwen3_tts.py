@@ -221,6 +221,13 @@ class Qwen3TTSAdapter:
     def needs_reference(self, plan: SpeechPlan) -> bool:
         return plan.task == "Base"  # Base always clones
 
+    def takes_open_text(self, plan: SpeechPlan) -> bool:
+        """Incremental text (gateway.family.takes_open_text): the streaming prompt mode takes one
+        text token per frame, except with an in-context reference (its text leads the prompt) or
+        non_streaming_mode asked for."""
+        in_context = plan.task == "Base" and not plan.x_vector_only
+        return not in_context and plan.non_streaming_mode is not True
+
     async def reference_features(self, plan: SpeechPlan, env: FeatureEnv) -> Features:
         """From the stored voice (an upload's cached computation, or a precomputed x-vector and
         codes), else `ref_audio` (or the stored clip) through the checkpoint's voice_features."""

@@ -3,13 +3,19 @@
 // - Streaming plays raw 16-bit PCM (stream_format=audio) through Web Audio as it arrives; otherwise
 //   the whole clip goes to an <audio> element. Time to first audio and the real-time factor
 //   (processing seconds / audio seconds: below 1 is faster than real time) are shown either way.
+// - "Live text" plays a voice agent: the text goes word by word over the WebSocket
+//   (/v1/audio/speech/stream, split_granularity "incremental": one running generation takes every
+//   word), the audio frames play as they come; Stop sends input.cancel (barge-in) and waits for the
+//   cancelled session.done. The mode in effect and the cancellation land in #stats's data-*.
 // - Errors are the API's own messages ({"error": {"message": ...}}).
 // - The numbers shown are also in #stats's data-* attributes, which the browser test reads.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const KEY_STORAGE = "triton-tts-api-key";
-const state = { models: [], voices: null, controller: null, recorder: null, recorded: null, audioCtx: null };
+const state = { models: [], voices: null, controller: null, recorder: null, recorded: null, audioCtx: null,
+  live: null };
+const LIVE_WORDS_PER_SECOND = 15;
 
 // --- API -------------------------------------------------------------------------------------------
 
@@ -261,6 +267,90 @@ async function speakStreaming(signal) {
   }
 }
 
+function playPcm(ctx, rate, data, clock) {
+  // 16-bit little-endian mono PCM -> a buffer source scheduled right after the previous one.
+  const n = Math.floor(data.byteLength / 2);
+  if (n === 0) return 0;
+  const view = new DataView(data, 0, n * 2);
+  const buffer = ctx.createBuffer(1, n, rate);
+  const out = buffer.getChannelData(0);
+  for (let i = 0; i < n; i++) out[i] = view.getInt16(2 * i, true) / 32768;
+  const source = ctx.createBufferSource();
+  source.buffer = buffer;
+  source.connect(ctx.destination);
+  if (clock.startAt === null) { clock.startAt = ctx.currentTime + 0.05; clock.playAt = clock.startAt; }
+  clock.playAt = Math.max(clock.playAt, ctx.currentTime);
+  source.start(clock.playAt);
+  clock.playAt += n / rate;
+  return n;
+}
+
+function wsUrl() {
+  const url = new URL("/v1/audio/speech/stream", window.location.href);
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  const key = $("api-key").value.trim();
+  if (key) url.searchParams.set("api_key", key);  // browsers cannot set headers on a WebSocket
+  return url.toString();
+}
+
+function speakLive() {
+  // The text as an LLM would send it: one input.text per word, then input.done.
+  const ctx = audioContext();
+  const words = $("text").value.split(/\s+/).filter((w) => w);
+  const body = requestBody(true);
+  const config = { type: "session.config", stream_audio: true, response_format: "pcm", split_granularity: "incremental" };
+  for (const k of ["model", "voice", "language", "instructions", "seed", "max_new_tokens"]) {
+    if (body[k] !== undefined) config[k] = body[k];
+  }
+  const ws = new WebSocket(wsUrl());
+  ws.binaryType = "arraybuffer";
+  const live = { ws, timers: [], cancelled: false };
+  state.live = live;
+  const clock = { startAt: null, playAt: 0 };
+  let started = null, bytes = 0, samples = 0, rate = 24000;
+  return new Promise((resolve, reject) => {
+    ws.onopen = () => {
+      ws.send(JSON.stringify(config));
+      started = performance.now();
+      words.forEach((word, i) => {
+        live.timers.push(setTimeout(() => {
+          if (ws.readyState === WebSocket.OPEN && !live.cancelled) {
+            ws.send(JSON.stringify({ type: "input.text", text: i === 0 ? word : " " + word }));
+          }
+        }, (1000 * i) / LIVE_WORDS_PER_SECOND));
+      });
+      live.timers.push(setTimeout(() => {
+        if (ws.readyState === WebSocket.OPEN && !live.cancelled) ws.send(JSON.stringify({ type: "input.done" }));
+      }, (1000 * words.length) / LIVE_WORDS_PER_SECOND));
+    };
+    ws.onmessage = (event) => {
+      if (typeof event.data !== "string") {
+        if (live.cancelled) return;
+        if (bytes === 0) setStats({ ttfaMs: performance.now() - started });
+        bytes += event.data.byteLength;
+        samples += playPcm(ctx, rate, event.data, clock);
+        const seconds = samples / rate;
+        setStats({ bytes, audioSeconds: seconds, rtf: seconds > 0 ? (performance.now() - started) / 1000 / seconds : "" });
+        return;
+      }
+      const msg = JSON.parse(event.data);
+      if (msg.type === "session.configured") setStats({ mode: msg.split_granularity });
+      else if (msg.type === "audio.start") rate = msg.sample_rate;
+      else if (msg.type === "audio.done" && msg.cancelled) setStats({ cancelled: "true" });
+      else if (msg.type === "error") reject(new Error(msg.message));
+      else if (msg.type === "session.done") {
+        ws.send(JSON.stringify({ type: "session.close" }));
+        resolve();
+      }
+    };
+    ws.onerror = () => reject(new Error("the WebSocket failed"));
+    ws.onclose = () => resolve();
+  }).finally(() => {
+    live.timers.forEach(clearTimeout);
+    if (state.live === live) state.live = null;
+  });
+}
+
 async function speakWhole(signal) {
   const started = performance.now();
   const res = await api("/v1/audio/speech", {
@@ -284,12 +374,14 @@ async function speakWhole(signal) {
 
 async function speak() {
   showError(null);
-  setStats({ ttfaMs: "", rtf: "", audioSeconds: "", bytes: "", playedSeconds: "", done: "false" });
+  setStats({ ttfaMs: "", rtf: "", audioSeconds: "", bytes: "", playedSeconds: "", done: "false", mode: "",
+    cancelled: "" });
   state.controller = new AbortController();
   $("speak").disabled = true;
   $("stop").disabled = false;
   try {
-    if ($("stream").checked) await speakStreaming(state.controller.signal);
+    if ($("live").checked) await speakLive();
+    else if ($("stream").checked) await speakStreaming(state.controller.signal);
     else await speakWhole(state.controller.signal);
   } catch (err) {
     if (err.name !== "AbortError") showError(err);
@@ -302,6 +394,13 @@ async function speak() {
 }
 
 function stop() {
+  const live = state.live;
+  if (live && live.ws.readyState === WebSocket.OPEN && !live.cancelled) {
+    // Barge-in: the session stays; the server cancels the generation and answers session.done.
+    live.cancelled = true;
+    live.timers.forEach(clearTimeout);
+    live.ws.send(JSON.stringify({ type: "input.cancel" }));
+  }
   if (state.controller) state.controller.abort();  // closes the stream: the server cancels the work
   if (state.audioCtx) { state.audioCtx.close(); state.audioCtx = null; }
   $("player").pause();

@@ -113,8 +113,33 @@ def test_empty_audio_encodes_without_error():
 def test_media_types_follow_openai():
     assert encoding.MEDIA_TYPES == {
         "wav": "audio/wav", "pcm": "audio/pcm", "flac": "audio/flac", "mp3": "audio/mpeg",
-        "opus": "audio/ogg", "aac": "audio/aac",
+        "opus": "audio/ogg", "aac": "audio/aac", "ulaw": "audio/wav", "alaw": "audio/wav",
     }
+    assert encoding.media_type("ulaw", streamed=True) == "audio/basic"
+    assert encoding.media_type("alaw", streamed=True) == "audio/x-alaw-basic"
+    assert encoding.media_type("pcm", streamed=True) == "audio/pcm"
+
+
+def test_g711_is_bit_identical_to_the_reference_encoder():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import audioop
+    x = np.arange(-32768, 32768, dtype=np.int16)
+    assert encoding.lin2ulaw(x).tobytes() == audioop.lin2ulaw(x.tobytes(), 2)
+    assert encoding.lin2alaw(x).tobytes() == audioop.lin2alaw(x.tobytes(), 2)
+
+
+@pytest.mark.parametrize("fmt", ["ulaw", "alaw"])
+def test_g711_streamed_equals_the_whole_file_data(fmt):
+    pcm = tone(0.7)
+    whole = encoding.render(pcm, SR, fmt, 8000)
+    enc = encoding.StreamEncoder(fmt, SR, 8000)
+    streamed = enc.start() + b"".join(enc.chunk(c) for c in np.array_split(pcm, 7)) + enc.finish()
+    assert whole[58:] == streamed and len(streamed) == round(pcm.size / 3)
+    assert encoding.default_rate(fmt, SR) == 8000 and encoding.default_rate("wav", SR) == SR
+    assert list(encoding.sample_rates(fmt)) == [8000]
 
 
 def test_rate_sets():

@@ -182,3 +182,52 @@ def test_playground_in_a_real_browser(stack, tmp_path):
             assert page_errors == []
         finally:
             browser.close()
+
+
+def test_playground_live_text_and_its_stop_in_a_real_browser(stack):
+    """Live text: the words go over the WebSocket into one incremental generation and play as they
+    come; Stop mid-utterance is a barge-in (input.cancel): the server answers with a cancelled
+    audio.done, and the Triton request is released (the gateway's metrics)."""
+    sync_playwright, reason = _browser()
+    if reason:
+        pytest.skip(reason)
+    page_errors: list[str] = []
+    auth = {"Authorization": f"Bearer {KEY}"}
+    before = httpx.get(stack["url"] + "/metrics", headers=auth).text
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM if CHROMIUM.is_file() else shutil.which("chromium")),
+            args=["--no-sandbox", "--autoplay-policy=no-user-gesture-required"],
+        )
+        try:
+            context = browser.new_context()
+            context.add_init_script(f"localStorage.setItem('triton-tts-api-key', '{KEY}')")
+            page = context.new_page()
+            page.on("pageerror", lambda e: page_errors.append(str(e)))
+            page.goto(stack["url"] + "/")
+            page.wait_for_selector("#model option[value='tts-1']", state="attached")
+            page.select_option("#model", stack["names"]["custom_voice"])
+            page.select_option("#voice", "vivian")
+            page.fill("#seed", "7")
+            page.fill("#max-frames", "4000")  # far longer than the test lets it run
+            page.fill("#text", " ".join(["Words keep coming from the model."] * 8))
+            page.check("#live")
+            page.click("#speak")
+            page.wait_for_selector("#stats[data-mode='incremental']", timeout=60_000)
+            page.wait_for_function("Number(document.getElementById('stats').dataset.bytes || 0) > 0",
+                                   timeout=120_000)
+            assert page.eval_on_selector("#stats", "e => e.dataset.done") == "false"  # still speaking
+            page.click("#stop")
+            page.wait_for_selector("#stats[data-done='true']", timeout=60_000)
+            stats = page.eval_on_selector("#stats", "e => ({...e.dataset})")
+            assert stats["cancelled"] == "true" and page.is_hidden("#error"), page.inner_text("#error")
+            assert page_errors == []
+        finally:
+            browser.close()
+    after = httpx.get(stack["url"] + "/metrics", headers=auth).text
+
+    def cancelled(text: str) -> float:
+        line = [m for m in text.splitlines() if m.startswith('tts_cancelled_requests_total{route="/v1/audio/speech/stream"}')]
+        return float(line[0].rsplit(" ", 1)[1]) if line else 0.0
+
+    assert cancelled(after) == cancelled(before) + 1

@@ -397,3 +397,168 @@ def test_disconnect_mid_request_cancels_the_backend_stream(tmp_path):
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+# --- barge-in: input.cancel -------------------------------------------------------------------------
+
+
+def test_input_cancel_stops_the_utterance_and_the_session_goes_on(client, fake):
+    with client.websocket_connect(WS) as ws:
+        ws.send_json(config(stream_audio=True, max_new_tokens=2000, voice="ryan"))
+        ws.send_json({"type": "input.text", "text": "slow"})
+        ws.send_json({"type": "input.done"})
+        head = [read(ws), read(ws)]
+        assert head[0]["type"] == "audio.start" and isinstance(head[1], bytes)  # audio is flowing
+        ws.send_json({"type": "input.cancel"})
+        cancelled = head + until(ws, "session.done")
+        # the next utterance on the same session, with the same config
+        ws.send_json({"type": "input.text", "text": "After the barge-in."})
+        ws.send_json({"type": "input.done"})
+        after = until(ws, "session.done")
+        metrics = client.get("/metrics").text
+    done_at = next(i for i, m in enumerate(cancelled) if isinstance(m, dict) and m["type"] == "audio.done")
+    assert not any(isinstance(m, bytes) for m in cancelled[done_at:]), "audio after the cancelled audio.done"
+    (req,) = requests_of(cancelled)
+    assert req["done"]["cancelled"] is True and req["done"]["error"] is False
+    assert cancelled[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 1, "cancelled": True}
+    assert fake.calls[0].cancelled and not fake.calls[0].finished and fake.calls[0].chunks_sent < 2000
+    (req,) = requests_of(after)
+    assert "cancelled" not in req["done"] and req["start"]["utterance_index"] == 1
+    assert after[-1] == {"type": "session.done", "utterance_index": 1, "total_sentences": 1}
+    assert [c.fields["speaker"] for c in fake.calls] == ["ryan", "ryan"]
+    assert [c.fields["text"] for c in fake.calls] == ["slow", "After the barge-in."]
+    assert 'tts_cancelled_requests_total{route="/v1/audio/speech/stream"} 1.0' in metrics
+    (line,) = [m for m in metrics.splitlines() if m.startswith("tts_requests_total{") and 'status="499"' in m]
+    assert 'route="/v1/audio/speech/stream"' in line and line.endswith(" 1.0")
+
+
+def test_input_cancel_drops_the_unspoken_text(client, fake):
+    with client.websocket_connect(WS) as ws:
+        ws.send_json(config(split_granularity="sentence", stream_audio=True, max_new_tokens=2000))
+        # "slow." is spoken at once; "Second one." and the unfinished "Third" wait behind it
+        ws.send_json({"type": "input.text", "text": "slow. Second one. Third"})
+        head = [read(ws), read(ws)]
+        assert head[0]["type"] == "audio.start" and isinstance(head[1], bytes)
+        ws.send_json({"type": "input.text", "text": " more text"})  # queued behind the request: dropped
+        ws.send_json({"type": "input.cancel"})
+        cancelled = head + until(ws, "session.done")
+        ws.send_json({"type": "input.text", "text": "Fresh start."})
+        ws.send_json({"type": "input.done"})
+        after = until(ws, "session.done")
+    assert [r["done"].get("cancelled") for r in requests_of(cancelled)] == [True]
+    assert cancelled[-1]["cancelled"] is True and cancelled[-1]["total_sentences"] == 1
+    assert [r["start"]["sentence_text"] for r in requests_of(after)] == ["Fresh start."]
+    assert [c.fields["text"] for c in fake.calls] == ["slow.", "Fresh start."]
+
+
+def test_input_cancel_with_nothing_in_flight_clears_the_buffer(client, fake):
+    with client.websocket_connect(WS) as ws:
+        ws.send_json({"type": "input.cancel"})  # before any config: a non-fatal error
+        assert "Send session.config before input.cancel" in read(ws)["message"]
+        ws.send_json(config())
+        ws.send_json({"type": "input.text", "text": "never spoken"})
+        ws.send_json({"type": "input.cancel"})
+        assert read(ws) == {"type": "session.done", "utterance_index": 0, "total_sentences": 0, "cancelled": True}
+        ws.send_json({"type": "input.text", "text": "Spoken."})
+        ws.send_json({"type": "input.done"})
+        after = until(ws, "session.done")
+    assert [r["start"]["utterance_index"] for r in requests_of(after)] == [1]
+    assert [c.fields["text"] for c in fake.calls] == ["Spoken."]
+
+
+# --- incremental text ------------------------------------------------------------------------------
+
+
+def test_incremental_text_extends_one_running_generation(client, fake):
+    words = ["Hello", " there", " my", " friend."]
+    with client.websocket_connect(WS) as ws:
+        ws.send_json(config(split_granularity="incremental", max_new_tokens=2000))
+        assert read(ws) == {"type": "session.configured", "split_granularity": "incremental"}
+        ws.send_json({"type": "input.text", "text": words[0]})
+        start = read(ws)
+        assert start == {"type": "audio.start", "utterance_index": 0, "sentence_index": 0, "sentence_text": "Hello",
+                         "format": "pcm", "sample_rate": 24000}
+        messages: list = [start, read(ws)]
+        assert isinstance(messages[-1], bytes)  # audio of the first word before the others are sent
+        for word in words[1:]:
+            ws.send_json({"type": "input.text", "text": word})
+            messages.append(read(ws))
+            assert isinstance(messages[-1], bytes)
+        ws.send_json({"type": "input.done"})
+        messages += until(ws, "session.done")
+        # the next utterance starts a new generation with the same config
+        ws.send_json({"type": "input.text", "text": "Again"})
+        ws.send_json({"type": "input.done"})
+        second = until(ws, "session.done")
+        metrics = client.get("/metrics").text
+    (req,) = requests_of(messages)
+    assert req["done"]["error"] is False and "cancelled" not in req["done"]
+    assert np.array_equal(np.frombuffer(req["audio"], "<i2"), encoding.to_int16(fake_audio(4)))
+    assert messages[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 1}
+    first = fake.calls[0]
+    assert first.fields["text"] == "Hello there my friend." and first.fields["non_streaming_mode"] is False
+    assert first.text_key and first.finished and len(fake.calls) == 2
+    assert [e for e in fake.extensions if e[0] == first.text_key] == \
+        [(first.text_key, w, False) for w in words[1:]] + [(first.text_key, "", True)]
+    assert fake.calls[1].fields["text"] == "Again" and fake.calls[1].text_key not in (None, first.text_key)
+    assert [r["start"]["utterance_index"] for r in requests_of(second)] == [1]
+    assert 'tts_ws_first_text_to_audio_seconds_count{split_granularity="incremental"} 2.0' in metrics
+
+
+def test_incremental_falls_back_to_sentences_where_the_model_cannot_take_text(client, fake):
+    with client.websocket_connect(WS) as ws:
+        ws.send_json(config(split_granularity="incremental", non_streaming_mode=True))
+        configured = read(ws)
+        assert configured["type"] == "session.configured" and configured["split_granularity"] == "sentence"
+        assert "cannot take text while it generates" in configured["reason"]
+        ws.send_json({"type": "input.text", "text": "One. Two."})
+        ws.send_json({"type": "input.done"})
+        reqs = requests_of(until(ws, "session.done"))
+    assert [r["start"]["sentence_text"] for r in reqs] == ["One.", "Two."]
+    assert all(c.text_key is None for c in fake.calls)
+
+
+def test_incremental_config_with_a_format_that_cannot_stream_is_rejected(client, fake):
+    with client.websocket_connect(WS) as ws:
+        ws.send_json(config(split_granularity="incremental", response_format="mp3"))
+        message = read(ws)
+        assert message["type"] == "error" and "Invalid session.config" in message["message"]
+        assert "response_format" in message["message"]
+
+
+def test_input_cancel_stops_an_incremental_generation(client, fake):
+    with client.websocket_connect(WS) as ws:
+        ws.send_json(config(split_granularity="incremental"))
+        assert read(ws)["split_granularity"] == "incremental"
+        ws.send_json({"type": "input.text", "text": "Interrupt"})
+        head = [read(ws), read(ws)]
+        assert isinstance(head[1], bytes)
+        ws.send_json({"type": "input.text", "text": " me"})  # before the cancel: dropped or spoken
+        ws.send_json({"type": "input.cancel"})
+        cancelled = head + until(ws, "session.done")
+        ws.send_json({"type": "input.text", "text": "Next"})
+        ws.send_json({"type": "input.done"})
+        after = until(ws, "session.done")
+    done_at = next(i for i, m in enumerate(cancelled) if isinstance(m, dict) and m["type"] == "audio.done")
+    assert cancelled[done_at]["cancelled"] is True
+    assert not any(isinstance(m, bytes) for m in cancelled[done_at:])
+    assert cancelled[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 1, "cancelled": True}
+    assert fake.calls[0].cancelled and not fake.calls[0].finished
+    (req,) = requests_of(after)
+    assert req["done"]["error"] is False and fake.calls[1].fields["text"] == "Next" and fake.calls[1].finished
+
+
+def test_incremental_long_first_text_is_one_generation(tmp_path, fake):
+    long_text = "First sentence here. " * 6 + "And the end"
+    with make_client(tmp_path, fake, segment_chars=50) as c, c.websocket_connect(WS) as ws:
+        ws.send_json(config(split_granularity="incremental"))
+        assert read(ws)["split_granularity"] == "incremental"
+        ws.send_json({"type": "input.text", "text": long_text})
+        ws.send_json({"type": "input.text", "text": " of it."})
+        ws.send_json({"type": "input.done"})
+        messages = until(ws, "session.done")
+        (req,) = requests_of(messages)
+    assert errors_in(messages) == []
+    assert len(fake.calls) == 1 and fake.calls[0].fields["text"] == long_text + " of it."
+    assert req["done"]["error"] is False and len(req["audio"]) == len(encoding.to_int16(fake_audio(
+        len((long_text + " of it.").split()))).tobytes())

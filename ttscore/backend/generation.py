@@ -6,9 +6,9 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -59,6 +59,17 @@ class GeneratorLike(Protocol):
 
     def cancel(self, req_id: str) -> bool: ...
 
+    # Incremental text (ttscore.runtime.engine.Generator): `submit(..., text_open=True)` and
+    # `extend`; a generator without them serves no open requests.
+    def extend(self, req_id: str, text: str, done: bool) -> bool: ...
+
+
+def _submit(generator: GeneratorLike, req_id: str, request: Any, text_open: bool) -> None:
+    if text_open:
+        generator.submit(req_id, request, text_open=True)  # type: ignore[call-arg]
+    else:
+        generator.submit(req_id, request)
+
 
 def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
     """The production generator: the checkpoint's family model (ONNX Runtime sessions) + continuous batching."""
@@ -102,7 +113,24 @@ class _Entry:
     request: Any
     stream: ResponseStream
     done: bool = False
+    text_key: str | None = None  # incremental text: the key its extensions name
+    extensions: list[_Extension] = field(default_factory=list)  # arrived before it was admitted
 
+
+@dataclass
+class _Extension:
+    """More text for the open request whose text key is `key` (incremental text); answered with an
+    empty FINAL response once applied (or held for a request not admitted yet), an error otherwise."""
+
+    key: str
+    text: str
+    done: bool
+    stream: ResponseStream
+    arrived: float = 0.0
+
+
+ORPHAN_EXTENSION_S = 10.0  # an extension whose request has not arrived by then is refused
+ENDED_KEYS = 1024  # text keys of ended requests remembered (their extensions are refused at once)
 
 @dataclass
 class SchedulerStats:
@@ -156,11 +184,16 @@ class GenerationScheduler:
         self._ids = 0
         self._lock = threading.Lock()
         self._waiting = 0  # inbox + pending, for admission control from execute()
+        self._orphans: list[_Extension] = []  # extensions whose request has not arrived yet
+        self._ended_keys: OrderedDict[str, None] = OrderedDict()  # text keys of requests that ended
+        self._keys_lock = threading.Lock()
 
     # --- called from execute() ------------------------------------------------------------------
 
-    def submit(self, request: Any, stream: ResponseStream, triton_id: str = "") -> str:
-        entry = _Entry("", triton_id, request, stream)
+    def submit(self, request: Any, stream: ResponseStream, triton_id: str = "", text_key: str | None = None) -> str:
+        """Queue a request. `text_key`: its text is a beginning (incremental text); `extend` calls
+        naming the key give the rest."""
+        entry = _Entry("", triton_id, request, stream, text_key=text_key)
         error: WireError | None = None
         # Under the lock, so stop() cannot drain the inbox between the check and the put.
         with self._lock:
@@ -178,6 +211,10 @@ class GenerationScheduler:
             self._ended("rejected")
             self._finish(entry, error=error)
         return entry.req_id
+
+    def extend(self, key: str, text: str, done: bool, stream: ResponseStream) -> None:
+        """More text for the open request of `key` (from execute(); applied by the loop thread)."""
+        self._inbox.put(_Extension(key, text, done, stream, time.monotonic()))  # type: ignore[arg-type]
 
     def reject(self, stream: ResponseStream, error: WireError) -> None:
         """FINAL error for a request that never reached the queue (e.g. undecodable tensors)."""
@@ -217,6 +254,9 @@ class GenerationScheduler:
                 log.error("step loop did not stop within %.0f s", timeout_s)
                 return  # it still owns the generator; the process is going away
         self._drain_inbox()
+        for ext in self._orphans:
+            self._finish(_Entry("ext", "", None, ext.stream), error=WireError(UNAVAILABLE, "server is shutting down"))
+        self._orphans.clear()
         for entry in list(self._active.values()) + list(self._pending):
             self._ended("failed" if entry.req_id in self._active else "rejected")
             self._abort(entry, WireError(UNAVAILABLE, "server is shutting down"))
@@ -242,20 +282,24 @@ class GenerationScheduler:
                 busy = False
             if not busy:
                 try:
-                    entry = self._inbox.get(timeout=self.idle_wait_s)
+                    item = self._inbox.get(timeout=self.idle_wait_s)
                 except queue.Empty:
                     continue
-                self._pending.append(entry)
+                self._take(item)
 
     def run_once(self) -> bool:
         """One iteration: admit, drop cancelled, one generator step, stream its chunks.
         Returns False when there was nothing to do."""
         self._drain_inbox()
         self._admit()
+        self._apply_extensions()
         self._drop_cancelled()
         self.metrics.load(self.num_pending, len(self._active))
+        self._report_text_waits()
         if not self._active:
             return bool(self._pending)
+        if self._all_waiting():
+            return False  # every request waits for text: sleep on the inbox, do not spin
         batch = len(self._active)
         t0 = time.perf_counter()
         try:
@@ -287,7 +331,17 @@ class GenerationScheduler:
             log.error("generator lost %d requests", len(self._active))
             self._fail_active()
         self.metrics.load(self.num_pending, len(self._active))
+        self._report_text_waits()
         return True
+
+    def _all_waiting(self) -> bool:
+        waiting = getattr(self.generator, "num_waiting", 0)
+        return isinstance(waiting, int) and waiting >= len(self._active) > 0
+
+    def _report_text_waits(self) -> None:
+        drain = getattr(self.generator, "drain_text_waits", None)
+        if drain is not None:
+            self.metrics.text_waits(int(getattr(self.generator, "num_waiting", 0)), drain())
 
     def _dispatch(self, events: list[Any]) -> None:
         """Send each chunk event to its request's stream (FINAL for the last one)."""
@@ -313,9 +367,57 @@ class GenerationScheduler:
     def _drain_inbox(self) -> None:
         while True:
             try:
-                self._pending.append(self._inbox.get_nowait())
+                self._take(self._inbox.get_nowait())
             except queue.Empty:
                 return
+
+    def _take(self, item: _Entry | _Extension) -> None:
+        if isinstance(item, _Extension):
+            self._orphans.append(item)  # matched with its request by _apply_extensions
+        else:
+            self._pending.append(item)
+
+    def _apply_extensions(self) -> None:
+        """Give each extension to its request: applied to an admitted one, held by a pending one,
+        kept a while for one that has not arrived, refused for one that is gone or complete."""
+        if not self._orphans:
+            return
+        left: list[_Extension] = []
+        now = time.monotonic()
+        for ext in self._orphans:
+            target = next((e for e in self._active.values() if e.text_key == ext.key), None)
+            if target is not None:
+                self._extend(target, ext)
+                continue
+            waiting = next((e for e in self._pending if e.text_key == ext.key), None)
+            if waiting is not None:
+                waiting.extensions.append(ext)
+                self._finish(_Entry("ext", "", None, ext.stream))
+            elif not self._key_ended(ext.key) and now - ext.arrived < ORPHAN_EXTENSION_S:
+                left.append(ext)
+            else:
+                self._finish(_Entry("ext", "", None, ext.stream),
+                             error=WireError(triton_io.INVALID_ARG, "no open request takes this text", "text"))
+        self._orphans = left
+
+    def _key_ended(self, key: str) -> bool:
+        with self._keys_lock:
+            return key in self._ended_keys
+
+    def _extend(self, entry: _Entry, ext: _Extension, answered: bool = False) -> None:
+        error: WireError | None = None
+        try:
+            if not self.generator.extend(entry.req_id, ext.text, ext.done):
+                error = WireError(triton_io.INVALID_ARG, "no open request takes this text", "text")
+        except InvalidRequest as exc:
+            error = triton_io.invalid_request_error(exc)
+        except Exception:
+            log.exception("extending %s failed", entry.triton_id or entry.req_id)
+            self._ended("failed")
+            self._abort(entry, WireError(INTERNAL, INTERNAL_MESSAGE))
+            error = WireError(INTERNAL, INTERNAL_MESSAGE)
+        if not answered:
+            self._finish(_Entry("ext", "", None, ext.stream), error=error)
 
     def _admit(self) -> None:
         while self._pending and len(self._active) < self.max_active:
@@ -328,7 +430,7 @@ class GenerationScheduler:
                 continue
             t0 = time.perf_counter()
             try:
-                self.generator.submit(entry.req_id, entry.request)  # prompt + prefill
+                _submit(self.generator, entry.req_id, entry.request, entry.text_key is not None)  # prompt + prefill
             except InvalidRequest as exc:
                 self._ended("rejected")
                 self._finish(entry, error=triton_io.invalid_request_error(exc))
@@ -341,6 +443,10 @@ class GenerationScheduler:
             self.metrics.prefill(time.perf_counter() - t0)
             self.stats.submitted += 1
             self._active[entry.req_id] = entry
+            for ext in entry.extensions:  # text that came while it waited for a slot (already answered)
+                if entry.req_id in self._active:
+                    self._extend(entry, ext, answered=True)
+            entry.extensions.clear()
 
     def _drop_cancelled(self) -> None:
         for entry in list(self._active.values()):
@@ -385,10 +491,14 @@ class GenerationScheduler:
             log.warning("send failed for %s; dropping it", entry.triton_id or entry.req_id, exc_info=True)
             return False
 
-    @staticmethod
     def _finish(
-        entry: _Entry, outputs: dict[str, np.ndarray] | None = None, error: WireError | None = None
+        self, entry: _Entry, outputs: dict[str, np.ndarray] | None = None, error: WireError | None = None
     ) -> None:
+        if entry.text_key is not None:  # its later extensions are refused at once, not kept as orphans
+            with self._keys_lock:  # (submit() may refuse a request from execute()'s thread)
+                self._ended_keys[entry.text_key] = None
+                while len(self._ended_keys) > ENDED_KEYS:
+                    self._ended_keys.popitem(last=False)
         if entry.done:
             log.error("refusing a second FINAL for %s", entry.triton_id or entry.req_id)
             return

@@ -82,14 +82,19 @@ def each_request(requests: list[Any], handle: Callable[[dict[str, np.ndarray]], 
             for x in request_items(requests, handle, log, what)]
 
 
-def is_probe(request: Any) -> bool:
-    """A gateway health probe (request parameter HEALTH_PROBE_PARAMETER set to true)?"""
+def request_parameters(request: Any) -> dict[str, Any]:
+    """The request's parameters ({} when there are none or they cannot be read)."""
     try:
         raw = request.parameters()
         params = json.loads(raw) if raw else {}
-    except Exception:  # unreadable parameters: not a probe; the normal path reports what is wrong
-        return False
-    return isinstance(params, dict) and params.get(HEALTH_PROBE_PARAMETER) is True
+    except Exception:  # unreadable parameters: none; the normal path reports what is wrong
+        return {}
+    return params if isinstance(params, dict) else {}
+
+
+def is_probe(request: Any) -> bool:
+    """A gateway health probe (request parameter HEALTH_PROBE_PARAMETER set to true)?"""
+    return request_parameters(request).get(HEALTH_PROBE_PARAMETER) is True
 
 
 def answer_probes(requests: list[Any], execute: Callable[[list[Any]], list[Any]]) -> list[Any]:

@@ -98,12 +98,24 @@ PENDING = MetricSpec(
     "tts_generation_pending_requests", GAUGE, "Requests accepted and waiting for a slot in the running batch"
 )
 ACTIVE = MetricSpec("tts_generation_active_requests", GAUGE, "Requests in the running batch")
+WAITING = MetricSpec(
+    "tts_generation_waiting_for_text_requests", GAUGE,
+    "Requests of the running batch that have used all their text and wait for more (incremental text): they hold "
+    "their slot but are not stepped",
+)
+TEXT_WAIT_SECONDS = MetricSpec(
+    "tts_generation_text_wait_seconds",
+    HISTOGRAM,
+    "How long a request waited for more text (incremental text), per wait",
+    (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
 REQUESTS = MetricSpec(
     "tts_generation_requests_total",
     COUNTER,
     "Requests that ended, by outcome (completed, cancelled, rejected, failed)",
 )
-SPECS = (BATCH_SIZE, STEP_SECONDS, PREFILL_SECONDS, STEP_OUTSIDE_SECONDS, PENDING, ACTIVE, KV_BYTES, REQUESTS)
+SPECS = (BATCH_SIZE, STEP_SECONDS, PREFILL_SECONDS, STEP_OUTSIDE_SECONDS, PENDING, ACTIVE, KV_BYTES, REQUESTS,
+         WAITING, TEXT_WAIT_SECONDS)
 
 
 class SchedulerMetrics(Protocol):
@@ -118,6 +130,8 @@ class SchedulerMetrics(Protocol):
     def profile(self, outside_seconds: float, kv_bytes: int) -> None: ...
 
     def finished(self, outcome: str) -> None: ...
+
+    def text_waits(self, waiting: int, waits: Sequence[float]) -> None: ...
 
 
 class NullMetrics:
@@ -136,6 +150,9 @@ class NullMetrics:
         pass
 
     def finished(self, outcome: str) -> None:
+        pass
+
+    def text_waits(self, waiting: int, waits: Sequence[float]) -> None:
         pass
 
 
@@ -169,6 +186,8 @@ class GenerationMetrics:
         self.max_batch_size = 0
         self.outside_seconds = 0.0
         self.kv_bytes = 0
+        self.waiting = 0
+        self.text_wait_seconds = 0.0
         self._delta = MetricsDelta()
 
     # --- SchedulerMetrics -----------------------------------------------------------------------
@@ -208,6 +227,15 @@ class GenerationMetrics:
         with self._lock:
             self.outcomes[outcome] += 1
             self._delta.counts[outcome] = self._delta.counts.get(outcome, 0) + 1
+
+    def text_waits(self, waiting: int, waits: Sequence[float]) -> None:
+        """Requests waiting for text now, and the waits that ended (seconds each)."""
+        with self._lock:
+            self.waiting = waiting
+            self.text_wait_seconds += sum(waits)
+            self._delta.gauges[WAITING.name] = float(waiting)
+            for w in waits:
+                self._observe(TEXT_WAIT_SECONDS.name, w)
 
     # --- publishing -----------------------------------------------------------------------------
 

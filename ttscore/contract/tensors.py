@@ -99,6 +99,19 @@ _SCALAR_KINDS = {"BYTES": "str", "BOOL": "bool", "INT32": "int", "INT64": "int",
 # stays true after a stub process dies, an answer proves the stub is alive and executing.
 HEALTH_PROBE_PARAMETER = "tts_health_probe"
 
+# Incremental text (text streamed into a running generation), as request parameters of
+# speech_generation so the tensor table stays the same:
+# - TEXT_KEY_PARAMETER (a string, unguessable: the gateway draws it per generation) on a speech
+#   request: its `text` is a beginning; the request waits for more text (it keeps its slot).
+# - TEXT_EXTEND_PARAMETER (that key) on another speech_generation request whose `text` tensor is the
+#   text to append, TEXT_DONE_PARAMETER true on the last one: answered with one empty FINAL response
+#   once the text is applied (or an INVALID_ARG error: no open request has that key, or the text is
+#   already complete). The request of the key must be served by the same model instance (one
+#   instance per speech_generation model, as rendered).
+TEXT_KEY_PARAMETER = "tts_text_key"
+TEXT_EXTEND_PARAMETER = "tts_text_extend"
+TEXT_DONE_PARAMETER = "tts_text_done"
+
 
 # --- errors on the wire -------------------------------------------------------------------------
 

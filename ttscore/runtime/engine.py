@@ -12,6 +12,14 @@ One `step()` is one iteration of the loop:
 4. Chunks that became ready are vocoded, streams batched by the exact streaming vocoder.
 Requests join (`submit`: validation and prompt only) and leave (finish or `cancel`) between steps.
 
+Incremental text (`submit(..., text_open=True)`, then `extend(req_id, text, done)`): for families
+whose model takes text while it generates (FamilyModel.admit_open / extend_text; Qwen3-TTS in its
+streaming prompt mode consumes one text token per frame). A sequence that has used all the text it
+has so far is `waiting_for_text`: it keeps its slot (and KV row) but is neither prefilled nor
+stepped until `extend` gives it more text or its end; its frames made so far are vocoded at once
+(the client hears everything made while the sequence waits). How long sequences waited is kept
+for the metrics (`drain_text_waits`).
+
 Chunk schedule (`chunk_policy`): the first chunk comes after `initial_chunk_frames` frames; later
 chunks are at most `chunk_frames` frames (both per request, the spec's fields), and in between:
 - "fixed": every `chunk_frames` frames (the spec's literal reading; a slow stream underruns);
@@ -92,6 +100,7 @@ class _Active:
     first_sent: float = 0.0  # clock() when the first chunk was made
     sent_seconds: float = 0.0  # audio seconds made so far
     no_frames: NDArray[Any] | None = None  # [0, *frame shape] in the family's dtype, once a frame was made
+    waiting_since: float | None = None  # clock() when it began waiting for text
 
 
 class Generator:
@@ -123,31 +132,73 @@ class Generator:
         self.last_step = StepProfile()
         self._iteration_s = 0.0  # moving average of step() wall time (adaptive chunks)
         self._active: dict[str, _Active] = {}
+        self._text_waits: list[float] = []  # seconds of each finished wait for text, until drained
 
     @property
     def num_active(self) -> int:
         return len(self._active)
 
+    @property
+    def num_waiting(self) -> int:
+        """Sequences kept in the batch while they wait for text."""
+        return sum(1 for a in self._active.values() if a.seq.waiting_for_text)
+
+    def drain_text_waits(self) -> list[float]:
+        """Seconds each sequence waited for text, per wait that ended since the last call."""
+        waits, self._text_waits = self._text_waits, []
+        return waits
+
     # --- joining --------------------------------------------------------------------------------
 
-    def submit(self, req_id: str, request: Any) -> None:
-        """Validate and queue for prefill (the family's admit). Raises InvalidRequest naming the bad field."""
+    def submit(self, req_id: str, request: Any, text_open: bool = False) -> None:
+        """Validate and queue for prefill (the family's admit). Raises InvalidRequest naming the bad field.
+        `text_open`: the request's text is a beginning; `extend` gives the rest (incremental text)."""
         if req_id in self._active:
             raise InvalidRequest(f"request id {req_id!r} is already active", "request_id")
         if len(self._active) >= self.max_batch:
             # The caller (Triton's scheduler) admits at most max_batch requests; this is its bug.
             raise RuntimeError(f"generator already holds max_batch={self.max_batch} requests")
-        seq = self.model.admit(request)
+        if text_open:
+            admit_open = getattr(self.model, "admit_open", None)
+            if admit_open is None:
+                raise InvalidRequest("this model cannot take more text while it generates", "text")
+            seq = admit_open(request)
+        else:
+            seq = self.model.admit(request)
         stream = self.vocoder.new_stream()
         if seq.vocoder_prefix is not None:
             self.vocoder.decode([(stream, seq.vocoder_prefix)])
-        self._active[req_id] = _Active(req_id, seq, stream)
+        a = _Active(req_id, seq, stream)
+        self._active[req_id] = a
+        self._note_wait(a)
+
+    def extend(self, req_id: str, text: str, done: bool) -> bool:
+        """More text for an open request (`done`: its text is complete). False: no such request."""
+        a = self._active.get(req_id)
+        if a is None:
+            return False
+        extend_text = getattr(self.model, "extend_text", None)
+        if extend_text is None:
+            raise InvalidRequest("this model cannot take more text while it generates", "text")
+        extend_text(a.seq, text, done)
+        self._note_wait(a)
+        return True
+
+    def _note_wait(self, a: _Active) -> None:
+        """Track when a sequence starts and stops waiting for text."""
+        if a.seq.waiting_for_text and a.waiting_since is None:
+            a.waiting_since = self.clock()
+        elif not a.seq.waiting_for_text and a.waiting_since is not None:
+            self._text_waits.append(self.clock() - a.waiting_since)
+            a.waiting_since = None
 
     def cancel(self, req_id: str) -> bool:
         """Drop a request now; its KV slot and batch slot are freed before the next step."""
         a = self._active.pop(req_id, None)
         if a is None:
             return False
+        if a.waiting_since is not None:
+            self._text_waits.append(self.clock() - a.waiting_since)
         self.model.release(a.seq)
         return True
 
@@ -171,11 +222,14 @@ class Generator:
             else:
                 events += first
         running = [
-            a.seq for a in self._active.values() if a.seq.finished is None and a.seq.prefilled >= a.seq.prompt_tokens
+            a.seq for a in self._active.values()
+            if a.seq.finished is None and not a.seq.waiting_for_text and a.seq.prefilled >= a.seq.prompt_tokens
         ]
         if running:
             self.model.step(running)
             profile.batch = len(running)
+        for a in self._active.values():
+            self._note_wait(a)
         events += self._vocode(profile)
         profile.seconds = time.perf_counter() - t0
         profile.ort_seconds = OnnxGraph.seconds - ort0
@@ -190,7 +244,7 @@ class Generator:
         work: list[tuple[Sequence, int]] = []
         for a in self._active.values():
             left = a.seq.prompt_tokens - a.seq.prefilled
-            if left <= 0 or a.seq.finished is not None:
+            if left <= 0 or a.seq.finished is not None or a.seq.waiting_for_text:
                 continue
             n = min(left, budget)
             work.append((a.seq, n))
@@ -206,6 +260,8 @@ class Generator:
             return True
         if n == 0:
             return False
+        if seq.waiting_for_text:
+            return True  # no frame comes until more text does: send what was made
         if a.chunks_out == 0:
             return n >= seq.initial_chunk_frames
         if n >= seq.chunk_frames:

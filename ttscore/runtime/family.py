@@ -39,6 +39,9 @@ class Sequence:
     pending: list[Codes] = field(default_factory=list)  # frames made but not yet vocoded
     frames_out: int = 0
     finished: str | None = None  # "stop" | "length" once no more frames will come
+    # Incremental text (a family's `extend_text`): the sequence has used all the text it has and
+    # waits for more (or for its end); the engine keeps it, but neither prefills nor steps it.
+    waiting_for_text: bool = False
 
 
 class Vocoder(Protocol):

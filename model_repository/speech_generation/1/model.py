@@ -56,6 +56,17 @@ class TritonPythonModel:
             if glue.is_probe(request):  # gateway health probe: answered now, proves stub + step loop alive
                 self.scheduler.probe(stream)
                 continue
+            params = glue.request_parameters(request)
+            extend = params.get(triton_io.TEXT_EXTEND_PARAMETER)
+            if isinstance(extend, str):  # incremental text: more text for an open request
+                try:
+                    text = triton_io.request_kwargs({"text": glue.input_arrays(request).get("text")})["text"]
+                except Exception:
+                    self.scheduler.reject(stream, triton_io.WireError(triton_io.INVALID_ARG, "bad text", "text"))
+                    continue
+                self.scheduler.extend(extend, text, params.get(triton_io.TEXT_DONE_PARAMETER) is True, stream)
+                continue
+            key = params.get(triton_io.TEXT_KEY_PARAMETER)
             try:
                 synthesis = self.request_from_tensors(glue.input_arrays(request))
             except InvalidRequest as exc:
@@ -65,7 +76,7 @@ class TritonPythonModel:
                 log.exception("could not decode request %s", request.request_id())
                 self.scheduler.reject(stream, triton_io.WireError(triton_io.INTERNAL, triton_io.INTERNAL_MESSAGE))
                 continue
-            self.scheduler.submit(synthesis, stream, request.request_id())
+            self.scheduler.submit(synthesis, stream, request.request_id(), text_key=key if isinstance(key, str) else None)
         # decoupled: responses go through the senders
 
     def finalize(self):

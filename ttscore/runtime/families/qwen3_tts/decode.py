@@ -20,6 +20,8 @@ largest active request's plan, prompt + max_new_tokens.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,14 +29,17 @@ import numpy as np
 import numpy.typing as npt
 
 from ttscore.contract import qwen3_tts as spec
+from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.families.qwen3_tts.prompt import Prompt, build_prompt
 from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest, ResolvedRequest, resolve
+from ttscore.runtime.families.qwen3_tts.tokenizer import assistant_text
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.sampling import process_logits_batch, sample
 
 if TYPE_CHECKING:
     from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
 
+logger = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
 GROWTH_BLOCK = 16  # positions added at least per capacity growth
 
@@ -50,6 +55,14 @@ class QwenSequence(Sequence):
     next_input: F32 | None = None  # [H] the next talker input (last frame's embeddings + text)
     seen: npt.NDArray[np.bool_] | None = None  # [V] codes in the code0 history (repetition penalty)
     n_codes: int = 0  # code0s sampled so far
+    # Incremental text (admit_open / extend_text): the text so far, whether it is complete, the
+    # text tokens committed (never retokenized afterwards), and the last frame's embedding sum
+    # while the sequence waits for the next text token.
+    text_open: bool = False
+    text: str = ""
+    tokens: list[int] = field(default_factory=list)
+    instruct_tokens: int = 0  # usage: the instructions' tokens (text_tokens = these + the text's)
+    held: F32 | None = None
 
 
 class KVArena:
@@ -148,6 +161,95 @@ def admit(p: Qwen3TTSPipeline, request: Qwen3TTSRequest) -> QwenSequence:
         planned=length + req.max_new_tokens,
         seen=np.zeros(info.codec_vocab_size, bool),
     )
+
+
+# --- incremental text ---------------------------------------------------------------------------
+#
+# In the streaming prompt mode (non_streaming_mode false, no in-context reference) the talker's
+# prompt holds the first text token and every generated frame adds the next one (then tts_eos,
+# then tts_pad), so the text can arrive while the sequence generates. The text so far is
+# tokenized as a whole each time it grows and the tokens are committed up to, not including, the
+# last one (more text may still change it: "Hel" + "lo"); `done` commits the rest and tts_eos. With
+# text cut at word boundaries the committed tokens are those of the whole text, so the frames equal
+# those of the same text sent at once (greedy). A frame that needs a token not committed yet makes
+# the sequence wait (`waiting_for_text`) with its embedding held.
+
+
+def admit_open(p: Qwen3TTSPipeline, request: Qwen3TTSRequest) -> QwenSequence:
+    """Admit a request whose text is a beginning (incremental text); the prompt is built once its
+    first text token is committed."""
+    if request.non_streaming_mode:
+        raise InvalidRequest("incremental text needs the streaming prompt mode (non_streaming_mode false)",
+                             "non_streaming_mode")
+    req = resolve(dataclasses.replace(request, non_streaming_mode=False), p.info)
+    if req.ref_codes is not None:
+        raise InvalidRequest("incremental text cannot be used with in-context cloning (ref_text); "
+                             "use x_vector_only_mode", "ref_text")
+    seq = QwenSequence(
+        initial_chunk_frames=req.initial_chunk_frames,
+        chunk_frames=req.chunk_frames,
+        text_tokens=0,
+        req=req,
+        rng=np.random.default_rng(req.seed),
+        seen=np.zeros(p.info.codec_vocab_size, bool),
+        text_open=True,
+        waiting_for_text=True,
+    )
+    extend_text(p, seq, req.text, done=False)
+    return seq
+
+
+def extend_text(p: Qwen3TTSPipeline, seq: QwenSequence, text: str, done: bool) -> None:
+    """Append `text` (done: the text is complete). Raises InvalidRequest for a closed sequence."""
+    if not seq.text_open:
+        raise InvalidRequest("the request's text is already complete", "text")
+    assert seq.req is not None
+    seq.text += text
+    seq.text_open = not done
+    all_ids = p.tokenizer.encode(assistant_text(seq.text))[3:-5]
+    now = all_ids if done else all_ids[:-1]
+    if now[: len(seq.tokens)] != seq.tokens:
+        # The text's tokenization changed across a committed token (text cut inside a word): the
+        # committed tokens stay (they may be spoken already); the audio is then not exactly that
+        # of the whole text.
+        logger.warning("incremental text re-tokenized a committed token; keeping the committed ones")
+    seq.tokens += now[len(seq.tokens):] if len(now) > len(seq.tokens) else []
+    if done and not all_ids:
+        raise InvalidRequest("input text produced no tokens", "input")
+    if seq.prompt is None:
+        if not seq.tokens:
+            return  # still waiting for the first token
+        prompt = build_prompt(dataclasses.replace(seq.req, text=seq.text, non_streaming_mode=False), p.info,
+                              p.tables, p.tokenizer)
+        seq.prompt = prompt
+        seq.prompt_tokens = int(prompt.embeds.shape[0])
+        seq.planned = seq.prompt_tokens + seq.req.max_new_tokens
+        seq.text_tokens = prompt.text_tokens  # the instructions' tokens + the text's so far
+        seq.instruct_tokens = prompt.text_tokens - len(all_ids)
+        seq.waiting_for_text = False
+    T = p.tables.text
+    st = p.info.special_text_ids
+    rows = [T[seq.tokens[1:]]] + ([T[[st["tts_eos"]]]] if done else [])
+    seq.prompt.trailing = np.concatenate(rows, axis=0).astype(np.float32)
+    seq.text_tokens = seq.instruct_tokens + len(all_ids)
+    if seq.held is not None:
+        _feed_text(seq, seq.held)
+
+
+def _feed_text(a: QwenSequence, embed: F32) -> None:
+    """The next talker input: the last frame's embedding sum plus the next text row (tts_pad once
+    the text and tts_eos are used), or wait for it when the text is still open."""
+    assert a.prompt is not None
+    n = a.frames_out - 1
+    if n < a.prompt.trailing.shape[0]:
+        text = a.prompt.trailing[n]
+    elif a.text_open:
+        a.held, a.next_input, a.waiting_for_text = embed, None, True
+        return
+    else:
+        text = a.prompt.pad
+    a.held, a.waiting_for_text = None, False
+    a.next_input = embed + text
 
 
 def prefill(p: Qwen3TTSPipeline, work: list[tuple[QwenSequence, int]]) -> None:
@@ -279,9 +381,8 @@ def _frame(p: Qwen3TTSPipeline, batch: list[QwenSequence], logits: F32, hidden: 
         assert a.req is not None and a.prompt is not None
         a.pending.append(frames[i])
         a.frames_out += 1
-        n = a.frames_out - 1
-        text = a.prompt.trailing[n] if n < a.prompt.trailing.shape[0] else a.prompt.pad
-        a.next_input = embed_sum[i] + text
         # A request whose budget is spent needs no further talker step.
         if a.frames_out >= a.req.max_new_tokens:
             a.finished = "length"
+            continue
+        _feed_text(a, embed_sum[i])

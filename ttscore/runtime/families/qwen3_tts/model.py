@@ -103,6 +103,14 @@ class Qwen3TTSPipeline:
     def admit(self, request: Qwen3TTSRequest) -> QwenSequence:
         return decode.admit(self, request)
 
+    def admit_open(self, request: Qwen3TTSRequest) -> QwenSequence:
+        """Incremental text (ttscore.runtime.engine): the request's text is a beginning."""
+        return decode.admit_open(self, request)
+
+    def extend_text(self, seq: Sequence, text: str, done: bool) -> None:
+        if isinstance(seq, QwenSequence):
+            decode.extend_text(self, seq, text, done)
+
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
         decode.prefill(self, [(s, n) for s, n in work if isinstance(s, QwenSequence)])
 
