@@ -335,6 +335,8 @@ class SpeechService:
         # Metered from here: waiting for readiness and the reference features is time to first audio too.
         # A long text is one generation for the metrics, as for its client.
         meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
+        if plan.seed_drawn:  # recorded, so that the request can be replayed by anyone
+            logger.info("request %s: seed %d drawn by the gateway", request_id, plan.seed)
         try:
             await self.readiness.require()
             if plan.needs_voice_features and features is None:
