@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import itertools
 import json
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from gateway_fixtures import SAMPLE_RATE, SAMPLES_PER_FRAME, FakeBackend, fake_audio, fake_deployment
+from gateway_fixtures import SAMPLE_RATE, SAMPLES_PER_FRAME, FakeBackend, fake_deployment
 from prometheus_text import parse
 
 from gateway import sse
@@ -42,7 +43,7 @@ A, B = "10.0.0.1:8001", "10.0.0.2:8001"
 
 def chunks_of(audio: np.ndarray, sizes: list[int]) -> list[np.ndarray]:
     edges = np.cumsum([0, *sizes])
-    return [audio[a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    return [audio[a:b] for a, b in itertools.pairwise(edges)]
 
 
 def random_sizes(rng: np.random.Generator, total: int) -> list[int]:
