@@ -350,6 +350,7 @@ def restart(cluster: dict, index: int) -> None:
     from ttscore.backend import launcher
 
     dead = cluster["tritons"][index]
+    dead.stop(timeout_s=30)  # waits for a graceful exit; kills the stubs a SIGKILLed server left behind
     server = launcher.TritonServer(dead.model_repository, http_port=dead.http_port, grpc_port=dead.grpc_port,
                                    metrics_port=dead.metrics_port,
                                    log_file=dead.log_file.with_name(f"tritonserver-{len(cluster['restarted'])}.log"),
@@ -363,17 +364,18 @@ def restart(cluster: dict, index: int) -> None:
                    f"{g.url} to take {server.grpc_url} back", logs=[g])
 
 
-def replay_round(cluster: dict, kinds: list[str]) -> tuple[list[Job], list[Job], float]:
-    """The jobs undisturbed, then again with one Triton SIGKILLed once each stream has audio."""
+def replay_round(cluster: dict, kinds: list[str], how: signal.Signals = signal.SIGKILL, frames: int = REPLAY_FRAMES
+                 ) -> tuple[list[Job], list[Job], float]:
+    """The jobs undisturbed, then again with one Triton sent `how` once each stream has audio."""
     gateway = cluster["gateways"][0]
     model = cluster["names"]["custom_voice"]
-    calm = [Job(kind, 1000 + i) for i, kind in enumerate(kinds)]
+    calm = [Job(kind, 1000 + i, frames) for i, kind in enumerate(kinds)]
     run_jobs(calm, gateway.url, model)
     assert all(j.ok and not j.error for j in calm), [(j.kind, j.error) for j in calm if not j.ok]
     replays_before = gateway_counter(gateway, "tts_replayed_requests_total")
     victim = cluster["tritons"][0]
-    killed = [Job(kind, 1000 + i) for i, kind in enumerate(kinds)]
-    run_jobs(killed, gateway.url, model, lambda: os.kill(victim.pid, signal.SIGKILL))
+    killed = [Job(kind, 1000 + i, frames) for i, kind in enumerate(kinds)]
+    run_jobs(killed, gateway.url, model, lambda: os.kill(victim.pid, how))
     replays = gateway_counter(gateway, "tts_replayed_requests_total") - replays_before
     restart(cluster, 0)
     return calm, killed, replays
@@ -409,6 +411,17 @@ def test_a_triton_killed_mid_stream_loses_no_sse_whole_or_websocket_response(clu
           f"audio: {replays:g} replayed, all complete, largest difference {max(worst)} LSB")
     assert replays >= 1
 
+
+
+def test_a_triton_stopped_gracefully_mid_stream_loses_no_stream(cluster):
+    # A rolling restart: SIGTERM. Triton takes no new request and gives its streams its exit timeout
+    # (5 s here); the ones still running when it exits are replayed on the other Triton.
+    calm, stopped, replays = replay_round(cluster, ["raw"] * RAW_STREAMS, signal.SIGTERM, frames=400)
+    worst = assert_same_audio(calm, stopped)
+    seconds = [len(j.audio) / 2 / 24000 for j in calm]
+    print(f"\ngraceful stop (SIGTERM) of one Triton: {RAW_STREAMS} seeded streams ({min(seconds):.1f}-"
+          f"{max(seconds):.1f} s), {replays:g} replayed after it exited, all complete, largest difference "
+          f"{max(worst)} LSB")
 
 def test_load_spreads_then_a_killed_triton_loses_no_request_without_audio(cluster):
     tritons, gateways = cluster["tritons"], cluster["gateways"]
