@@ -216,7 +216,8 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        backend = pool_from_settings(settings, factory)
+        replayable = [c.triton_model for c in checkpoints if c.rules.reproducible]
+        backend = pool_from_settings(settings, factory, replayable)
         app.state.backend = backend
         await backend.start()  # resolves its endpoints first
         metrics.endpoints = backend.stats
