@@ -216,8 +216,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        replayable = [c.triton_model for c in checkpoints if c.rules.reproducible]
-        backend = pool_from_settings(settings, factory, replayable)
+        backend = pool_from_settings(settings, factory)
         app.state.backend = backend
         await backend.start()  # resolves its endpoints first
         metrics.endpoints = backend.stats

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .backend import ProbeResult
@@ -148,9 +148,8 @@ class HealthBook:
 class Ticket:
     """One stream in flight: `aborted` resolves (to the error to raise) when a model it needs breaks."""
 
-    def __init__(self, models: Iterable[str], registry: InflightStreams, movable: bool = False) -> None:
+    def __init__(self, models: Iterable[str], registry: InflightStreams) -> None:
         self.models = frozenset(models)
-        self.movable = movable  # the stream can be replayed elsewhere (gateway.replay): it may be moved
         self.aborted: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
         self._registry = registry
 
@@ -170,8 +169,8 @@ class InflightStreams:
     def __init__(self) -> None:
         self._open: set[Ticket] = set()
 
-    def open(self, models: Iterable[str], movable: bool = False) -> Ticket:
-        ticket = Ticket(models, self, movable)
+    def open(self, models: Iterable[str]) -> Ticket:
+        ticket = Ticket(models, self)
         self._open.add(ticket)
         return ticket
 
@@ -181,15 +180,6 @@ class InflightStreams:
         n = 0
         for ticket in list(self._open):
             if (wanted is None or ticket.models & wanted) and not ticket.aborted.done():
-                ticket.aborted.set_result(error)
-                n += 1
-        return n
-
-    def move(self, can_go: Callable[[frozenset[str]], bool], error: Exception) -> int:
-        """End every movable stream whose models `can_go` elsewhere with `error`; how many."""
-        n = 0
-        for ticket in list(self._open):
-            if ticket.movable and not ticket.aborted.done() and can_go(ticket.models):
                 ticket.aborted.set_result(error)
                 n += 1
         return n

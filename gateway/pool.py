@@ -24,11 +24,6 @@ connections: one pod would take everything. So the gateway balances itself, per 
   and a second endpoint costs one attempt; only UNAVAILABLE takes the endpoint out. INVALID_ARG,
   CANCELLED and DEADLINE_EXCEEDED are the request's own outcome: never retried. After audio went
   out, a reproducible request is replayed by the service (gateway.replay) while `serving(model)`.
-- Moving off a Triton shutting down. An endpoint found alive and not ready while every model is
-  ready there (Triton stops taking requests on SIGTERM and gives its streams `--exit-timeout-secs`;
-  a model being reloaded is not this) with streams in flight ends those
-  of `movable_models` (the ones the service replays) that another endpoint serves, with
-  UNAVAILABLE: each is replayed there at once instead of waiting (a rolling restart).
 - Health (gateway.monitor). One HealthMonitor per endpoint, driven by this module's rounds: it
   probes that endpoint's stubs, ends that endpoint's streams when a model breaks there (raised here
   as UNAVAILABLE, so a stream without audio yet is retried elsewhere) and reloads it there.
@@ -197,7 +192,6 @@ class TritonPool:
         resolve_interval_s: float = 5.0,
         resolver: Resolver = resolve_addresses,
         clock: Callable[[], float] = time.monotonic,
-        movable_models: Iterable[str] = (),
     ) -> None:
         """`models`: what readiness needs (checked on every endpoint each round); `stream_models`:
         models every speech stream also runs on (a shared code2wav), so an endpoint serves a speech
@@ -208,8 +202,6 @@ class TritonPool:
         self.make_backend = make_backend
         self.models = list(dict.fromkeys(models))
         self.stream_models = tuple(stream_models)
-        # Speech models whose streams the service replays (gateway.replay): moved off a Triton shutting down.
-        self.movable_models = frozenset(movable_models)
         self.monitor_factory = monitor_factory
         self.check_interval_s = check_interval_s
         self.resolve_interval_s = resolve_interval_s
@@ -315,29 +307,11 @@ class TritonPool:
 
     async def _check_ready(self, ep: Endpoint, models: Sequence[str]) -> bool:
         ready = await ep.backend.server_ready()
-        if not ready and len(ep.inflight) and await self._shutting_down(ep):
-            self._move(ep)
         ep.mark(ready, "Triton is unreachable or not ready")
         if ready:
             answers = await asyncio.gather(*(ep.backend.model_ready(m) for m in models))
             ep.models_ready.update(zip(models, answers, strict=True))
         return ready
-
-    async def _shutting_down(self, ep: Endpoint) -> bool:
-        """A server not ready (just asked) that is alive with every model ready: Triton stopping (SIGTERM),
-        not a model being reloaded (which makes a strictly ready server not ready too)."""
-        if not await ep.backend.server_live():
-            return False
-        return all(await asyncio.gather(*(ep.backend.model_ready(m) for m in self.models)))
-
-    def _move(self, ep: Endpoint) -> None:
-        """End the movable streams of `ep` that another endpoint serves, with UNAVAILABLE: the service
-        replays each there (gateway.replay) instead of waiting for `ep` to finish them."""
-        others = [e for e in self.endpoints.values() if e is not ep]
-        error = BackendError(UNAVAILABLE, f"Triton endpoint {ep.url} is shutting down")
-        moved = ep.inflight.move(lambda needs: any(e.serves(needs) for e in others), error)
-        if moved:
-            logger.warning("Triton endpoint %s is shutting down: moving %d stream(s) to other endpoints", ep.url, moved)
 
     # --- choosing ----------------------------------------------------------------------------------
 
@@ -397,7 +371,7 @@ class TritonPool:
             ep.outstanding[model] += 1
             ep.requests[model] += 1
             try:
-                with ep.inflight.open(needs, movable=model in self.movable_models) as ticket:
+                with ep.inflight.open(needs) as ticket:
                     stream = ep.backend.stream_speech(model, inputs, request_id)
                     async with aclosing(stream):
                         while True:
@@ -510,11 +484,8 @@ class TritonPool:
         return [ep.stats() for ep in self.endpoints.values()]
 
 
-def pool_from_settings(settings: Settings, make_backend: Callable[[str], InferenceBackend],
-                       replayable_models: Iterable[str] = ()) -> TritonPool:
-    """The production pool of the gateway's settings (health monitors as the settings say).
-    `replayable_models`: the speech models the service replays (their streams move off a Triton
-    shutting down; none while `max_replays` is 0)."""
+def pool_from_settings(settings: Settings, make_backend: Callable[[str], InferenceBackend]) -> TritonPool:
+    """The production pool of the gateway's settings (health monitors as the settings say)."""
     targets = [Target(*split_host_port(url)) for url in settings.endpoints()]
     models = settings.triton_models()
     factory: MonitorFactory | None = None
@@ -528,5 +499,4 @@ def pool_from_settings(settings: Settings, make_backend: Callable[[str], Inferen
     interval = min(settings.endpoint_check_interval_s, settings.health_interval_s or settings.endpoint_check_interval_s)
     return TritonPool(targets, make_backend, models=models, stream_models=tuple(settings.readiness_models),
                       monitor_factory=factory, check_interval_s=interval,
-                      resolve_interval_s=settings.triton_resolve_interval_s,
-                      movable_models=replayable_models if settings.max_replays > 0 else ())
+                      resolve_interval_s=settings.triton_resolve_interval_s)

@@ -12,7 +12,6 @@ fake endpoints; the real thing with SIGKILLed Tritons is tests/e2e_tests/test_mu
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
 import itertools
@@ -313,82 +312,3 @@ def test_errors_of_the_request_are_not_replayed(tmp_path):
         assert metrics(client)["tts_replayed_requests_total"] == 0
     assert events[-1][0] == sse.ERROR and events[-1][1]["error"]["code"] == 400
     assert sum(len(f.calls) for f in fakes.values()) == 1
-
-
-# --- a Triton shutting down: its streams move --------------------------------------------------------
-
-
-@dataclass
-class Shutdown:
-    """The endpoint whose stream first reaches `after` chunks starts shutting down (SIGTERM): it answers
-    not ready (its models still ready, it still lives) and takes no new stream; its streams in flight
-    then make no progress (`hang`: a long drain) or go on to their end."""
-
-    after: int = 2
-    hang: bool = True
-    left: int = 1
-
-
-@dataclass
-class Stopping(FakeBackend):
-    shutdown: Shutdown | None = None
-    stopping: bool = False
-
-    async def server_ready(self) -> bool:
-        return self.ready and not self.stopping
-
-    async def model_ready(self, model: str) -> bool:
-        return self.ready
-
-    async def stream_speech(self, model, tensors, request_id):
-        if self.stopping:
-            raise BackendError(UNAVAILABLE, "Server is stopping")
-        n = 0
-        async for chunk in super().stream_speech(model, tensors, request_id):
-            yield chunk
-            n += 1
-            sd = self.shutdown
-            if sd is not None and sd.left > 0 and n >= sd.after and not chunk.final:
-                sd.left -= 1
-                self.stopping = True
-            if self.stopping and sd is not None and sd.hang and not chunk.final:
-                await asyncio.Event().wait()
-
-
-def stopping_app(tmp_path, shutdown: Shutdown | None, **settings) -> tuple[TestClient, dict[str, Stopping]]:
-    config = fake_deployment(tmp_path, ("custom_voice",), health_interval_s=0, triton_urls=[A, B],
-                             endpoint_check_interval_s=0.05, **settings)
-    fakes: dict[str, Stopping] = {}
-
-    def backend(url: str) -> Stopping:
-        fakes[url] = Stopping(chunk_frames=4 if url == A else 3, shutdown=shutdown)
-        return fakes[url]
-
-    return TestClient(create_app(config, backend_factory=backend), raise_server_exceptions=False), fakes
-
-
-@pytest.mark.parametrize("form", ["raw", "sse", "whole"])
-def test_streams_move_off_a_triton_shutting_down(tmp_path, form):
-    with stopping_app(tmp_path / "calm", None)[0] as client:
-        want, _ = audio_of(client, form, BODY)
-    client, fakes = stopping_app(tmp_path / "stop", Shutdown(after=2, hang=True))
-    with client:
-        got, events = audio_of(client, form, BODY)  # without the move it would hang until stall_timeout_s
-        assert metrics(client)["tts_replayed_requests_total"] == 1
-    assert got == want and sse.ERROR not in events
-    stopped = [f for f in fakes.values() if f.stopping]
-    assert len(stopped) == 1 and stopped[0].calls[0].cancelled  # moved: its Triton request was cancelled
-
-
-def test_a_stream_that_cannot_be_replayed_waits_for_a_triton_shutting_down(tmp_path, monkeypatch):
-    family = "qwen3_tts"
-    monkeypatch.setitem(families.RULES, family, dataclasses.replace(families.RULES[family], sampling=UNSEEDED))
-    with stopping_app(tmp_path / "calm", None)[0] as client:
-        want, _ = audio_of(client, "raw", BODY)
-    client, fakes = stopping_app(tmp_path / "stop", Shutdown(after=2, hang=False, left=1), max_replays=2)
-    with client:
-        got, _ = audio_of(client, "raw", {**BODY, "input": "slow"})
-        assert metrics(client)["tts_replayed_requests_total"] == 0
-    [stopped] = [f for f in fakes.values() if f.stopping]
-    assert stopped.calls[0].finished and not stopped.calls[0].cancelled  # finished where it was
-    assert len(got) == len(want)
