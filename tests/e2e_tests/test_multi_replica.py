@@ -13,8 +13,8 @@ endpoints.
 - Replay (gateway.replay): eight seeded raw-PCM streams, then SSE streams, whole files and a
   WebSocket utterance, one Triton SIGKILLed once every stream has audio: every response completes
   without an error and equals the same request in an undisturbed run (same length, within 2 LSB);
-  the killed Triton is restarted on its ports after each round. Last, every Triton killed: each
-  stream ends with its in-band error and no client call hangs.
+  the killed Triton is restarted on its ports after each round. The same with SIGTERM (a rolling
+  restart). Last, every Triton killed: each stream ends with its in-band error and no client call hangs.
 
 The figures are printed (pytest -s). Every process started here is stopped, whatever happens.
 """
@@ -235,6 +235,7 @@ class Job:
     ok: bool = False
     started_at: float = 0.0
     ended_at: float = 0.0
+    rid: str = ""  # X-Request-Id
 
     def run(self, url: str, model: str) -> threading.Thread:
         thread = threading.Thread(target=self._run, args=(url, model), daemon=True)
@@ -263,6 +264,7 @@ class Job:
     def _raw(self, url: str, body: dict) -> None:
         with httpx.stream("POST", url + SPEECH, json={**body, "stream_format": "audio"},
                           timeout=REPLAY_TIMEOUT_S) as r:
+            self.rid = r.headers.get("x-request-id", "")
             if r.status_code != 200:
                 self.error = f"HTTP {r.status_code}: {r.read()[:200]!r}"
                 return
@@ -388,6 +390,10 @@ def assert_same_audio(calm: list[Job], killed: list[Job]) -> list[int]:
         x, y = pcm(a.audio), pcm(b.audio)
         assert x.size == y.size and x.size > 0, (b.kind, b.seed, x.size, y.size)
         worst.append(int(np.max(np.abs(x - y))))
+        if worst[-1] > 2:  # where they part, to find in the logs
+            bad = np.flatnonzero(np.abs(x - y) > 2)
+            print(f"\n{b.kind} seed {b.seed} ({b.rid}, calm {a.rid}): {bad.size} of {x.size} samples differ, "
+                  f"from sample {bad[0]} to {bad[-1]}")
     assert max(worst) <= 2, worst  # the same audio within 2 LSB
     return worst
 
@@ -414,14 +420,19 @@ def test_a_triton_killed_mid_stream_loses_no_sse_whole_or_websocket_response(clu
 
 
 def test_a_triton_stopped_gracefully_mid_stream_loses_no_stream(cluster):
-    # A rolling restart: SIGTERM. Triton takes no new request and gives its streams its exit timeout
-    # (5 s here); the ones still running when it exits are replayed on the other Triton.
-    calm, stopped, replays = replay_round(cluster, ["raw"] * RAW_STREAMS, signal.SIGTERM, frames=400)
+    # A rolling restart: SIGTERM. Triton 2.51 does not count decoupled streams as in-flight inferences
+    # ("Found 0 model versions that have in-flight inferences"): it unloads its models at once and the
+    # streams fail (INTERNAL). The gateway replays each on the other Triton: they move, nothing waits.
+    # (100 frames as in the other rounds: over 400-frame streams a stream that was never replayed was seen
+    # to part from its undisturbed run after ~370 frames, when the batch it ran in changed: float noise of
+    # another batch flipped one sampled code. A replay is checked against what was sent, see gateway.replay.)
+    calm, stopped, replays = replay_round(cluster, ["raw"] * RAW_STREAMS, signal.SIGTERM)
     worst = assert_same_audio(calm, stopped)
     seconds = [len(j.audio) / 2 / 24000 for j in calm]
     print(f"\ngraceful stop (SIGTERM) of one Triton: {RAW_STREAMS} seeded streams ({min(seconds):.1f}-"
-          f"{max(seconds):.1f} s), {replays:g} replayed after it exited, all complete, largest difference "
-          f"{max(worst)} LSB")
+          f"{max(seconds):.1f} s), {replays:g} replayed on the other, all complete, largest difference "
+          f"{max(worst)} LSB, client times {max(j.ended_at - j.started_at for j in stopped):.1f} s at most")
+    assert replays >= 1
 
 def test_load_spreads_then_a_killed_triton_loses_no_request_without_audio(cluster):
     tritons, gateways = cluster["tritons"], cluster["gateways"]
