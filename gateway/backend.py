@@ -30,6 +30,7 @@ __all__ = [
     "ENDPOINT_AFFINITY",
     "INTERNAL",
     "INVALID_ARG",
+    "RETRYABLE",
     "UNAVAILABLE",
     "Affinity",
     "BackendError",
@@ -41,6 +42,11 @@ __all__ = [
 
 # Not a model's code: the gateway gave up waiting (request_timeout_s / stall_timeout_s).
 DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+# Failures of an endpoint rather than of the request, worth another endpoint: before any audio a
+# request is retried (gateway.pool), after audio a reproducible one is replayed (gateway.replay).
+# INTERNAL is one because a Triton going down can answer it. INVALID_ARG, CANCELLED and the time
+# limits are the request's own outcome.
+RETRYABLE = frozenset({UNAVAILABLE, INTERNAL})
 
 
 @dataclass(frozen=True)

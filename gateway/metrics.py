@@ -7,6 +7,8 @@ The interface the rest of the gateway uses is small:
 - `GatewayMetrics.generation(model, trace, streamed)` meters one speech generation (one Triton
   speech request): the service calls `audio()` per chunk, `completed()` after the FINAL chunk and
   `close()` in every case;
+- `GatewayMetrics.replayed(model)` / `replay_dropped(model, seconds)`: a generation run again after
+  its Triton failed mid-stream, and the audio it generated again and dropped (gateway.replay);
 - `RequestTrace.fail(status, cause)` records an error the client was told about (the HTTP error
   renderer, the SSE error event, batch items, WebSocket requests);
 - `GatewayMetrics.finished(trace, status, client_gone)` counts a request (the middleware; the
@@ -144,6 +146,14 @@ class GatewayMetrics:
             "tts_stream_underruns",
             "Streamed chunks that arrived after a client playing the stream in real time would have run out of "
             "audio", ["model"], registry=r)
+        self.replays = Counter(
+            "tts_replayed_requests",
+            "Generations run again on another Triton after theirs failed with audio already out (gateway.replay); "
+            "a request replayed twice counts twice", ["model"], registry=r)
+        self.replayed_audio = Counter(
+            "tts_replayed_audio_seconds",
+            "Seconds of audio generated again by replays and dropped (the client already had them): a replay's "
+            "extra cost", ["model"], registry=r)
         self.cancelled = Counter(
             "tts_cancelled_requests",
             "Requests whose client went away (or sent a WebSocket input.cancel) before the response was complete "
@@ -163,7 +173,8 @@ class GatewayMetrics:
         voices = Gauge("tts_uploaded_voices", "Voices in the uploaded-voice store", registry=r)
         voices.set_function(lambda: float(uploaded_voices()))
         for model in models:  # the series exist (at 0) before the first request
-            for metric in (self.ttfa, self.rtf, self.audio_seconds, self.active, self.queued, self.underruns):
+            for metric in (self.ttfa, self.rtf, self.audio_seconds, self.active, self.queued, self.underruns,
+                           self.replays, self.replayed_audio):
                 metric.labels(model)
 
     def render(self) -> bytes:
@@ -184,6 +195,15 @@ class GatewayMetrics:
 
     def first_text_to_audio(self, split_granularity: str, seconds: float) -> None:
         self.text_to_audio.labels(split_granularity).observe(seconds)
+
+    def replayed(self, model: str) -> None:
+        """A generation of served model `model` is run again (gateway.replay)."""
+        self.replays.labels(self.model_label(model)).inc()
+
+    def replay_dropped(self, model: str, seconds: float) -> None:
+        """A replay of served model `model` generated `seconds` of audio the client already had."""
+        if seconds > 0:
+            self.replayed_audio.labels(self.model_label(model)).inc(seconds)
 
     def finished(self, trace: RequestTrace, status: int, client_gone: bool = False) -> None:
         self.requests.labels(trace.route, str(status), trace.model_label()).inc()

@@ -14,8 +14,9 @@ and `model`, then hands the request to the adapter of the checkpoint `model` nam
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -144,6 +145,7 @@ class SpeechPlan:
     initial_chunk_frames: int | None
     output: OutputSpec
     segments: tuple[str, ...] = ()  # long text (gateway.longtext); empty: `text` is one generation
+    seed_drawn: bool = False  # `seed` is the gateway's (see reproducible_plan), not the client's
 
     @property
     def family(self) -> str:
@@ -325,7 +327,24 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
         if key not in rules.extra_params:
             raise bad_request(f"'extra_params' key '{key}' is not supported by {rules.name} models (it takes "
                               f"{', '.join(rules.extra_params)})", "extra_params")
-    return (named or first).adapter.plan(f, named, text, deployment)
+    return reproducible_plan((named or first).adapter.plan(f, named, text, deployment))
+
+
+# A drawn seed stays a safe integer everywhere a client may send it back (JSON numbers in JavaScript).
+DRAWN_SEED_MAX = 2**31 - 1
+
+
+def reproducible_plan(plan: SpeechPlan) -> SpeechPlan:
+    """The plan, given a seed the gateway draws when its family needs one to be reproducible and
+    the client gave none (FamilyRules.draws_seed): such a request was random anyway, and now it can
+    be replayed (gateway.replay). A client's seed, a family's default seed and greedy families are
+    left as they are, so their audio does not change."""
+    rules = plan.checkpoint.rules
+    if plan.seed is not None or not rules.draws_seed:
+        return plan
+    rule = rules.field("seed")
+    hi = min(rule.hi, DRAWN_SEED_MAX)
+    return replace(plan, seed=rule.lo + secrets.randbelow(hi - rule.lo + 1), seed_drawn=True)
 
 
 __all__ = [
@@ -338,6 +357,7 @@ __all__ = [
     "VoiceResolver",
     "plan_output",
     "plan_speech",
+    "reproducible_plan",
     "task_mismatch",
     "text_field",
 ]

@@ -22,7 +22,8 @@ connections: one pod would take everything. So the gateway balances itself, per 
   has audio). Unary calls (voice features, reference patches: no audio) are retried the same way.
   INTERNAL is retried because a Triton going down can answer it (a stub failing as its server dies)
   and a second endpoint costs one attempt; only UNAVAILABLE takes the endpoint out. INVALID_ARG,
-  CANCELLED and DEADLINE_EXCEEDED are the request's own outcome: never retried.
+  CANCELLED and DEADLINE_EXCEEDED are the request's own outcome: never retried. After audio went
+  out, a reproducible request is replayed by the service (gateway.replay) while `serving(model)`.
 - Health (gateway.monitor). One HealthMonitor per endpoint, driven by this module's rounds: it
   probes that endpoint's stubs, ends that endpoint's streams when a model breaks there (raised here
   as UNAVAILABLE, so a stream without audio yet is retried elsewhere) and reloads it there.
@@ -53,7 +54,7 @@ import numpy as np
 from .backend import (
     CANCELLED,
     ENDPOINT_AFFINITY,
-    INTERNAL,
+    RETRYABLE,
     UNAVAILABLE,
     BackendError,
     EndpointStats,
@@ -71,7 +72,6 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 RESOLVE_TIMEOUT_S = 5.0
-RETRYABLE = frozenset({UNAVAILABLE, INTERNAL})  # before any audio: worth one more endpoint
 MonitorFactory = Callable[[InferenceBackend, InflightStreams], "HealthMonitor | None"]
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -335,6 +335,11 @@ class TritonPool:
         if affinity is not None:
             affinity.endpoint = chosen.url
         return chosen
+
+    def serving(self, model: str) -> bool:
+        """Does an endpoint serve speech model `model` now (what a replay needs: gateway.replay)?"""
+        needs = (model, *self.stream_models)
+        return any(ep.serves(needs) for ep in self.endpoints.values())
 
     def _can_retry(self, needs: tuple[str, ...], tried: set[str]) -> bool:
         return any(ep.serves(needs) for ep in self.endpoints.values() if ep.url not in tried)

@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 REQUEST_ID_KEY = "gateway.request_id"
+SEED_HEADER = "X-Seed"
 
 
 class ClientDisconnected(Exception):
@@ -132,8 +133,11 @@ _SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
         # An event stream is described per event (what OpenAPI 3.2 calls itemSchema; schemathesis
         # validates each parsed event against `schema`): `event` names it, `data` holds its JSON.
         "content": {**_AUDIO_CONTENT, sse.MEDIA_TYPE: {"schema": _SSE_EVENT}},
-        "headers": {name: {"schema": {"type": "integer"}, "description": "Token usage (non-streaming responses)"}
-                    for name in USAGE_HEADERS},
+        "headers": {**{name: {"schema": {"type": "integer"}, "description": "Token usage (non-streaming responses)"}
+                       for name in USAGE_HEADERS},
+                    SEED_HEADER: {"schema": {"type": "integer"}, "description": "The seed the audio was generated "
+                                  "with (the request's, or one the server drew): the same request with this seed "
+                                  "gives the same audio. Absent for models that take no seed or apply their own default."}},
     },
     **_ERRORS,
 }
@@ -147,12 +151,14 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
     svc, rid, trace = service(request), request_id(request), trace_of(request.scope)
     metrics(request).requested(trace, body.model)
     plan = svc.plan(body.to_fields())
+    # The seed the audio came from (the client's or the gateway's): the same request with it is the same audio.
+    seed = {SEED_HEADER: str(plan.seed)} if plan.seed is not None else {}
     if plan.output.stream is not None:
         stream = await until_disconnect(request, svc.open_stream(plan, rid, trace=trace))
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **seed}
         return AudioStreamResponse(stream, headers)
     clip = await until_disconnect(request, svc.synthesize(plan, rid, trace=trace))
-    return Response(clip.audio, media_type=clip.media_type, headers=clip.usage.headers())
+    return Response(clip.audio, media_type=clip.media_type, headers={**clip.usage.headers(), **seed})
 
 
 @router.post("/v1/audio/speech/batch", response_model=BatchSpeechResponse, response_model_exclude_none=True,

@@ -8,7 +8,9 @@
 - Readiness: Triton and every model the deployment needs, cached briefly while healthy, and never
   while no endpoint can serve one of them (the endpoints' health monitors, gateway.pool).
 - Faults and time limits: the backend (gateway.pool) ends a stream whose model breaks (gateway.health),
-  and waits on Triton are bounded here (gateway.deadline).
+  and waits on Triton are bounded here (gateway.deadline). A reproducible generation whose Triton
+  fails after its audio started is replayed here (gateway.replay): every response (whole clip, raw,
+  SSE, WebSocket, batch items) draws its samples from `_segment`.
 
 Closing a generator here closes the backend stream, which cancels the request in Triton: every
 consumer uses `aclosing`, and `AudioStream.aclose` covers a response that never started.
@@ -37,12 +39,13 @@ from ttscore.contract.rules import RefAudioBounds
 from ttscore.contract.tensors import TEXT_DONE_PARAMETER, TEXT_EXTEND_PARAMETER, TEXT_KEY_PARAMETER
 
 from . import encoding, errors, longtext, refaudio, sse
-from .backend import DEADLINE_EXCEEDED, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
+from .backend import DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
 from .checkpoints import ServedCheckpoint
 from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
 from .metrics import GatewayMetrics, RequestTrace
 from .planning import Deployment, SpeechFields, SpeechPlan, plan_speech
+from .replay import REPLAYABLE, Diverged, ReplayBudget, SampleCursor
 from .settings import Settings
 from .usage import Usage
 from .voices.sources import RefAudioSettings
@@ -220,6 +223,8 @@ class SpeechService:
         # and says which models none of them can serve.
         pooled: Callable[[], dict[str, str]] | None = getattr(backend, "unusable", None)
         self.endpoints: Callable[[], dict[str, dict[str, Any]]] | None = getattr(backend, "endpoint_status", None)
+        # Whether some endpoint serves a speech model now: a replay goes nowhere else (gateway.replay).
+        self.serving: Callable[[str], bool] = getattr(backend, "serving", lambda model: True)
         self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s, pooled)
         # Features of inline reference audio, keyed by its decoded content: a batch or a client that
         # repeats one ref_audio runs the voice_features ensemble once (fetching/decoding still happens).
@@ -279,44 +284,87 @@ class SpeechService:
             raise
 
     async def _segment(self, plan: SpeechPlan, segment: int, request_id: str, features: Features | None,
-                       text_key: str | None = None) -> AsyncGenerator[SpeechChunk, None]:
+                       budget: ReplayBudget, text_key: str | None = None) -> AsyncGenerator[SpeechChunk, None]:
         """One generation on Triton: the chunks of segment `segment` of `plan`, until Triton's FINAL one.
         Never waits forever: ends with an APIError when a limit passes (504; each segment of a long
         text has the whole `request_timeout_s`) or a model it needs breaks (503; the health monitor
         aborts it). An open-text generation (`text_key`, incremental text) pauses while it waits for
-        text: it has no time limits (the WebSocket session's idle timeout and its cancellation bound it)."""
+        text: it has no time limits (the WebSocket session's idle timeout and its cancellation bound it),
+        and it is not replayed (its text arrived over time; the client's session holds it, not the plan).
+
+        Replay (gateway.replay): when the generation's Triton fails after chunks were handed on and
+        the family is reproducible, the same inputs (seed included) run again while `budget` allows
+        and an endpoint serves the model (a failed one is out; none: the error goes on as before),
+        on the endpoint the backend picks, and only the samples after those already handed on go on.
+        Each chunk of Triton, replayed or not, resets the stall limit."""
         deadline = Deadline(time.monotonic(), self.settings.request_timeout_s, self.settings.stall_timeout_s)
         inputs = plan.generation_inputs(segment, features)
         model = plan.checkpoint.triton_model
-        stream = (self.backend.stream_speech(model, inputs, request_id) if text_key is None
-                  else self.backend.stream_speech(model, inputs, request_id, {TEXT_KEY_PARAMETER: text_key}))
+        rate = plan.output.source_rate
+        cursor = SampleCursor()
+        started = False  # chunks were handed on: a failure from now on is a replay's business
         try:
-            async with aclosing(stream):
-                streaming = False
-                while True:
-                    limit, which = deadline.wait_limit(time.monotonic(), streaming)
-                    try:
-                        chunk = await next_within(stream, None if text_key is not None else limit)
-                    except asyncio.TimeoutError:
-                        raise BackendError(DEADLINE_EXCEEDED, deadline.message(which)) from None
-                    if chunk is END:
-                        break
-                    streaming = True
-                    yield chunk
+            while True:
+                try:
+                    async for got in self._attempt(model, inputs, request_id, deadline, text_key):
+                        audio = cursor.take(got.audio)
+                        if audio.size < got.audio.size:
+                            self.metrics.replay_dropped(plan.checkpoint.name, (got.audio.size - audio.size) / rate)
+                            if audio.size == 0 and not got.final:
+                                continue  # all of it was handed on already
+                        if got.final:
+                            cursor.finish()
+                        started = True
+                        yield got if audio.size == got.audio.size else replace(got, audio=audio)
+                    return
+                except BackendError as exc:
+                    if not (started and text_key is None and exc.code in REPLAYABLE and plan.checkpoint.rules.reproducible
+                            and self.serving(model) and budget.take()):
+                        raise
+                    self.metrics.replayed(plan.checkpoint.name)
+                    logger.warning("request %s failed on Triton after %.2f s of audio (%s); replaying it with seed %s "
+                                   "(replay %d of at most %d)", request_id, cursor.sent / rate, exc, plan.seed,
+                                   budget.used, budget.limit)
+                    cursor.restart()
+        except Diverged as exc:
+            logger.error("request %s: replay abandoned: %s", request_id, exc)
+            raise self._api_error(BackendError(INTERNAL, "the speech service failed while streaming"),
+                                  request_id) from None
         except BackendError as exc:
             raise self._api_error(exc, request_id) from None
+
+    async def _attempt(self, model: str, inputs: dict[str, np.ndarray], request_id: str, deadline: Deadline,
+                       text_key: str | None = None) -> AsyncGenerator[SpeechChunk, None]:
+        """One Triton stream of a generation, every wait bounded by `deadline` (the stall limit once it
+        streams; a replay waits for its first chunk like a new request); an open-text one is unbounded."""
+        stream = (self.backend.stream_speech(model, inputs, request_id) if text_key is None
+                  else self.backend.stream_speech(model, inputs, request_id, {TEXT_KEY_PARAMETER: text_key}))
+        async with aclosing(stream):
+            streaming = False
+            while True:
+                limit, which = deadline.wait_limit(time.monotonic(), streaming)
+                try:
+                    chunk = await next_within(stream, None if text_key is not None else limit)
+                except asyncio.TimeoutError:
+                    raise BackendError(DEADLINE_EXCEEDED, deadline.message(which)) from None
+                if chunk is END:
+                    return
+                streaming = True
+                yield chunk
 
     def _segments(self, plan: SpeechPlan, request_id: str, features: Features | None, text_key: str | None = None
                   ) -> AsyncGenerator[SpeechChunk, None]:
         """Every segment's chunks in order as one stream: usage adds up across segments, and only
         the last segment's final chunk is final. Triton sees segment i as request `<id>-s<i>`.
-        An open-text generation (`text_key`) is one request of the plan's whole text."""
+        An open-text generation (`text_key`) is one request of the plan's whole text.
+        The request's replays (max_replays) are shared by its segments; a segment replays alone."""
         count = len(plan.texts)
+        budget = ReplayBudget(self.settings.max_replays)
         if count == 1 or text_key is not None:
-            return self._segment(plan, 0, request_id, features, text_key)
+            return self._segment(plan, 0, request_id, features, budget, text_key)
 
         def maker(i: int) -> Callable[[], AsyncGenerator[SpeechChunk, None]]:
-            return lambda: self._segment(plan, i, f"{request_id}-s{i}", features)
+            return lambda: self._segment(plan, i, f"{request_id}-s{i}", features, budget)
 
         async def joined() -> AsyncGenerator[SpeechChunk, None]:
             done = Usage()  # of the segments already complete
@@ -339,6 +387,8 @@ class SpeechService:
         # Metered from here: waiting for readiness and the reference features is time to first audio too.
         # A long text is one generation for the metrics, as for its client.
         meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
+        if plan.seed_drawn:  # recorded, so that the request can be replayed by anyone
+            logger.info("request %s: seed %d drawn by the gateway", request_id, plan.seed)
         try:
             await self.readiness.require()
             if plan.needs_voice_features and features is None:

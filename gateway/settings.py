@@ -58,6 +58,8 @@ Operations (all optional):
 - `drain_timeout_s` (30): after SIGTERM, how long requests in flight get to finish (gateway.drain).
 - Time limits (gateway.deadline): `request_timeout_s` (600, a whole request), `stall_timeout_s`
   (30: no Triton response for this long while streaming; also bounds each plain Triton call).
+- Replay (gateway.replay): `max_replays` (2): how many times one request whose Triton failed after
+  audio went out is re-run elsewhere with its seed (0: never; the stream ends in-band as before).
 - Faults (gateway.monitor): `health_interval_s` (2; 0 turns the monitor off),
   `health_probe_timeout_s` (5), `health_reload` (true: reload broken models through Triton's
   repository API), `health_reload_timeout_s` (300), `health_backoff_max_s` (30, between failed reloads).
@@ -112,6 +114,7 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
     "drain_timeout_s": (int, float),
     "request_timeout_s": (int, float),
     "stall_timeout_s": (int, float),
+    "max_replays": int,
     "health_interval_s": (int, float),
     "health_probe_timeout_s": (int, float),
     "health_reload": bool,
@@ -221,6 +224,7 @@ class Settings:
     # Time limits and fault handling (gateway.deadline, gateway.monitor).
     request_timeout_s: float = 600.0
     stall_timeout_s: float = 30.0
+    max_replays: int = 2
     health_interval_s: float = 2.0
     health_probe_timeout_s: float = 5.0
     health_reload: bool = True
@@ -258,6 +262,8 @@ class Settings:
             raise SettingsError("triton_resolve_interval_s and speaker_sync_interval_s must not be negative")
         if not self.endpoint_check_interval_s > 0:
             raise SettingsError("endpoint_check_interval_s must be positive")
+        if self.max_replays < 0:
+            raise SettingsError("max_replays must not be negative (0 turns replay off)")
         if self.health_interval_s < 0:
             raise SettingsError("health_interval_s must not be negative (0 turns the health monitor off)")
         max_text = min(r.max_text_chars for r in families.RULES.values())

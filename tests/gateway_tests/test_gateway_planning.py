@@ -13,7 +13,7 @@ from gateway_fixtures import fake_deployment
 from gateway import errors, refaudio
 from gateway.checkpoints import load_checkpoints
 from gateway.errors import APIError
-from gateway.planning import Deployment, SpeechFields, StoredVoice, plan_speech
+from gateway.planning import DRAWN_SEED_MAX, Deployment, SpeechFields, StoredVoice, plan_speech
 from gateway.protocol import BatchSpeechRequest
 from gateway.settings import Settings, SettingsError
 from ttscore.contract.errors import InvalidRequest
@@ -54,8 +54,18 @@ def test_defaults(root):
     p = plan(deployment(root), input="Hello")
     assert p.task == "CustomVoice" and p.speaker == "vivian" and p.language == "auto"
     assert p.output.format == "wav" and p.output.sample_rate == 24000 and p.output.speed == 1.0
-    assert p.output.stream is None and p.max_new_tokens == 2048 and p.seed is None
+    assert p.output.stream is None and p.max_new_tokens == 2048
+    # No seed given: the gateway draws one (a seeded family), so the request can be replayed.
+    assert p.seed_drawn and p.seed is not None and 0 <= p.seed <= DRAWN_SEED_MAX
     assert p.generation_fields()["task_type"] == "custom_voice"
+    assert p.generation_fields()["seed"] == p.seed
+
+
+def test_a_client_seed_is_kept_and_drawn_seeds_differ(root):
+    d = deployment(root)
+    given = plan(d, input="Hello", seed=7)
+    assert given.seed == 7 and not given.seed_drawn
+    assert len({plan(d, input="Hello").seed for _ in range(8)}) > 1
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
+from ttscore.contract.rules import GREEDY, FamilyRules, FieldRule, RefAudioBounds
 
 FAMILY = "breeze_tts_2"
 
@@ -64,6 +64,7 @@ REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_
 TASKS = ("CustomVoice", "VoiceDesign", "Base")  # the mode comes from the fields, not the task
 RULES = FamilyRules(
     family=FAMILY,
+    sampling=GREEDY,  # greedy decoding: no random draw (model.py)
     tasks=TASKS,
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import FamilyRules, FieldRule
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule
 
 FAMILY = "gepard"
 SAMPLE_RATE = 22050  # NanoCodec's output
@@ -44,6 +44,7 @@ UNSUPPORTED_FIELDS = ("ref_audio", "ref_text", "speaker_embedding", "instruction
 
 RULES = FamilyRules(
     family=FAMILY,
+    sampling=SEEDED,  # Gumbel noise from PCG64(seed), 42 without one
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ttscore.contract import omnivoice_text, wire
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
 
 FAMILY = "omnivoice"
 SAMPLE_RATE = 24000  # the codec's output
@@ -68,6 +68,7 @@ REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_
 
 RULES = FamilyRules(
     family=FAMILY,
+    sampling=SEEDED,  # every unmasking draw from the request's default_rng(seed)
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_FRAMES, None),  # None: the duration estimate

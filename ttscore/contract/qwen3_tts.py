@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
 
 FAMILY = "qwen3_tts"
 VARIANTS = ("custom_voice", "voice_design", "base")
@@ -39,6 +39,7 @@ REF_AUDIO_MAX_SECONDS = 60.0
 
 RULES = FamilyRules(
     family=FAMILY,
+    sampling=SEEDED,  # one uniform per code from the request's default_rng(seed)
     tasks=tuple(TASK_OF_VARIANT.values()),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),

@@ -59,6 +59,16 @@ class RefAudioBounds:
                               min(self.min_seconds, other.min_seconds), max(self.max_seconds, other.max_seconds))
 
 
+# How a family's audio depends on its request (FamilyRules.sampling): what reproducing a request takes.
+# A reproducible request can be replayed (the gateway re-runs a stream whose Triton died on another one
+# and skips what the client already has); for SEEDED families without a default seed the gateway draws
+# one when the client gave none, so that every request of theirs is reproducible.
+SEEDED = "seeded"  # every random draw comes from the request's seed: same inputs and seed, same audio
+GREEDY = "greedy"  # no random draw at all: same inputs, same audio (a seed is accepted and moot)
+UNSEEDED = "unseeded"  # randomness the seed does not control: a request cannot be reproduced
+SAMPLING = (SEEDED, GREEDY, UNSEEDED)
+
+
 @dataclass(frozen=True)
 class FamilyRules:
     family: str
@@ -76,10 +86,27 @@ class FamilyRules:
     variants: Mapping[str, str] = field(default_factory=dict)  # checkpoint variant (manifest) -> its task
     # The keys the family takes in the Speech API's `extra_params` (any other key: 400 naming it).
     extra_params: tuple[str, ...] = ()
+    # SEEDED, GREEDY or UNSEEDED (above). Not declared: UNSEEDED, never replayed.
+    sampling: str = UNSEEDED
+
+    def __post_init__(self) -> None:
+        if self.sampling not in SAMPLING:
+            raise ValueError(f"{self.family}: sampling must be one of {', '.join(SAMPLING)}, got {self.sampling!r}")
 
     @property
     def name(self) -> str:
         return self.display_name or self.family
+
+    @property
+    def reproducible(self) -> bool:
+        """Does the same request (inputs and seed) give the same audio, on any server and in any batch?"""
+        return self.sampling != UNSEEDED
+
+    @property
+    def draws_seed(self) -> bool:
+        """Must a request without a seed be given one to be reproducible (a seeded family without a
+        default seed: the model would draw its noise from entropy)?"""
+        return self.sampling == SEEDED and self.has_field("seed") and self.field("seed").default is None
 
     def field(self, name: str) -> FieldRule:
         for rule in self.fields:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
 
 FAMILY = "voxcpm2"
 
@@ -73,6 +73,7 @@ ZERO_SHOT_VOICE = "default"
 REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
 RULES = FamilyRules(
     family=FAMILY,
+    sampling=SEEDED,  # each patch's diffusion noise from the request's default_rng(seed)
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, None),  # None: the reference's length cap

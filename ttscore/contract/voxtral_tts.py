@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import FamilyRules, FieldRule
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule
 
 FAMILY = "voxtral_tts"
 DISPLAY = "Voxtral TTS"
@@ -130,6 +130,7 @@ UNSUPPORTED_FIELDS = ("ref_audio", "ref_text", "speaker_embedding", "instruction
                       "x_vector_only_mode", "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
 RULES = FamilyRules(
     family=FAMILY,
+    sampling=SEEDED,  # flow-matching x0 from PCG64(seed), 42 without one
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
