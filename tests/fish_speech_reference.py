@@ -331,6 +331,8 @@ def vllm_sample(logits, temperature: float, top_k: int, top_p: float, q):
     """vLLM's sampler for one row: temperature, apply_top_k_top_p, then argmax(probs / q)."""
     import torch
 
+    if temperature < 1e-5:  # vLLM's _SAMPLING_EPS: greedy
+        return int(logits.argmax())
     logits = logits.float() / temperature
     logits_sort, logits_idx = logits.sort(dim=-1, descending=False)
     if top_k > 0:
@@ -383,7 +385,8 @@ def generate(slow, hidden_of, tokenizer, mods, codec, req: dict, fed: tuple | No
         fast_torch.q_rows = [q_fast[t, j][None] for j in range(slow._num_codebooks - 1)]
         nxt, codes = slow.talker_mtp(torch.tensor([y]), slow.model.embed_input_ids(torch.tensor([[y]]))[0], h[None],
                                      None, temperature=temperature, top_k=top_k, top_p=top_p)
-        assert not fast_torch.q_rows
+        assert not fast_torch.q_rows or temperature <= 0  # greedy: the Fast AR takes argmax, no noise
+        fast_torch.q_rows = []
         frames.append(codes[0].numpy())
         hiddens.append(h.numpy())
         seq = torch.cat([seq, nxt.float()], dim=0)
