@@ -53,3 +53,26 @@ def test_frame_loop_matches_reference(fish_tiny: Path) -> None:
         np.testing.assert_allclose(got.hidden, ref[f"hidden_{i}"], atol=HIDDEN_TOLERANCE, rtol=0)
         compared += len(got.codes)
     assert compared >= 10
+
+
+AUDIO_TOLERANCE = 1e-4
+
+
+def test_codec_matches_reference(fish_tiny: Path) -> None:
+    """DacDecoder on the reference's codes gives the reference's audio within AUDIO_TOLERANCE; DacEncoder gives
+    its codes for a clip exactly (the clip zero-padded to whole frames, as DAC.encode pads it)."""
+    import torch
+
+    from export.fish_speech.codec import DacDecoder, DacEncoder, load_codec
+
+    clip = (0.3 * np.sin(np.arange(30000) * 0.03) + 0.05 * np.sin(np.arange(30000) * 0.7)).astype(np.float32)
+    reqs = [{"text": "Hello there, friend.", "max_new_tokens": 12, "seed": 7, "ref_text": "A clip."}]
+    ref = reference(fish_tiny, reqs, {"ref_audio_0": clip})
+    state, dims = load_codec(fish_tiny)
+    with torch.inference_mode():
+        audio = DacDecoder(state, dims)(torch.from_numpy(ref["codes_0"].T.copy())[None])[0].numpy()
+        padded = np.pad(clip, (0, -len(clip) % dims.samples_per_frame))
+        codes = DacEncoder(state, dims)(torch.from_numpy(padded)[None])[0].numpy()
+    assert len(ref["codes_0"]) >= 5
+    np.testing.assert_allclose(audio, ref["audio_0"], atol=AUDIO_TOLERANCE, rtol=0)
+    np.testing.assert_array_equal(codes.T, ref["ref_codes_0"])
