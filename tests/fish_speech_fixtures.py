@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from voxtral_tts_fixtures import VLLM_OMNI_WHEEL, WHEEL
 
-__all__ = ["fish_tiny", "reference"]
+__all__ = ["fish_artifacts", "fish_tiny", "reference"]
 
 REFERENCE = Path(__file__).resolve().parent / "fish_speech_reference.py"
 
@@ -23,6 +23,16 @@ def fish_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.getbasetemp() / "fish_speech" / "fish-tiny"
     if not (out / "codec.pth").is_file():
         make_tiny_fish(out, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fish_artifacts(fish_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.exporter import export_checkpoint
+
+    out = tmp_path_factory.getbasetemp() / "fish_speech" / "artifacts"
+    if not (out / "manifest.json").is_file():
+        export_checkpoint(fish_tiny, out)
     return out
 
 

@@ -286,3 +286,116 @@ def load_codec(checkpoint: Any) -> tuple[dict[str, torch.Tensor], CodecDims]:
 
     state = load_codec_state(Path(str(checkpoint)))
     return state, codec_dims({k: tuple(v.shape) for k, v in state.items()})
+
+
+class DacStream(DacDecoder):
+    """The DAC decoder as an exact streaming graph: codes [B, 10, n] (the next n frames) + state [B, S] (zeros
+    start an utterance) -> pcm [B, n * samples_per_frame] + new_state. Chunks decoded one after another equal
+    one whole decode: every layer is causal, so the state holds what each needs of the past: the frame count
+    (the post transformer's RoPE position), its K/V of the last window - 1 frames per layer, each causal conv's
+    last (kernel - 1) * dilation input samples, each overlapping transposed conv's last input sample."""
+
+    def __init__(self, state: dict[str, torch.Tensor], d: CodecDims) -> None:
+        super().__init__(state, d)
+        heads = d.latent_dim // DAC_HEAD_DIM
+        w = self.post.window - 1
+        layout: list[tuple[str, tuple[int, ...]]] = [("frames", (1,))]
+        for i in range(self.post.layers):
+            layout += [(f"post.{i}.k", (heads, w, DAC_HEAD_DIM)), (f"post.{i}.v", (heads, w, DAC_HEAD_DIM))]
+        for name, m in [*(("upsample." + n, m) for n, m in self.upsample.named_modules()),
+                        *(("decoder." + n, m) for n, m in self.decoder.named_modules())]:
+            if isinstance(m, CausalConv) and m.pad > 0:
+                layout.append((name, (m.weight.shape[1] * m.groups, m.pad)))
+            elif isinstance(m, CausalConvT) and m.cut > 0:
+                layout.append((name, (m.weight.shape[0], 1)))
+        self.layout = layout
+        self.state_size = sum(int(torch.tensor(s).prod()) for _, s in layout)
+        self._conv_names = {n for n, _ in layout}
+
+    def forward(self, codes: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
+        b = codes.shape[0]
+        parts: dict[str, torch.Tensor] = {}
+        at = 0
+        for name, shape in self.layout:
+            size = int(torch.tensor(shape).prod())
+            parts[name] = state[:, at:at + size].reshape(b, *shape)
+            at += size
+        new: dict[str, torch.Tensor] = {}
+        z, new_frames = self._post(self.latent(codes), parts, new)
+        new["frames"] = new_frames
+        for prefix, seq in (("upsample.", self.upsample), ("decoder.", self.decoder)):
+            z = self._run(seq, prefix, z, parts, new)
+        out = torch.cat([new[name].reshape(b, -1) for name, _ in self.layout], dim=1)
+        return z[:, 0], out
+
+    def _post(self, x: torch.Tensor, parts: dict[str, torch.Tensor], new: dict[str, torch.Tensor]
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        p = self.post
+        x = x.transpose(1, 2)
+        b, n, d = x.shape
+        heads = d // DAC_HEAD_DIM
+        w = p.window - 1
+        start = parts["frames"][:, 0]  # [B], every row at the same frame count
+        pos0 = start[0].to(torch.int64)
+        table = torch.as_tensor(p.table)
+        fc = table[pos0 + torch.arange(n)]
+        cos, sin = fc[..., 0][None, :, None], fc[..., 1][None, :, None]
+        q_i = torch.arange(n)[:, None]
+        s_i = torch.arange(w)[None, :]
+        # cache slot s holds position start - w + s: visible when valid (>= 0) and within the window of query q
+        cache_ok = (s_i >= q_i) & (s_i >= w - pos0)
+        r_i = torch.arange(n)[None, :]
+        new_ok = (r_i <= q_i) & (r_i > q_i - p.window)
+        bias = torch.where(torch.cat([cache_ok, new_ok], dim=1), torch.tensor(0.0), torch.tensor(float("-inf")))
+
+        def rope(z: torch.Tensor) -> torch.Tensor:
+            a, c = z[..., 0::2], z[..., 1::2]
+            return torch.stack((a * cos - c * sin, c * cos + a * sin), dim=-1).flatten(-2)
+
+        ps = list(p.params)
+        for li in range(p.layers):
+            wqkv, wo, w1, w2, w3, n1, n2, g1, g2 = ps[9 * li:9 * li + 9]
+            q, k, v = F.linear(p._rms(x, n1), wqkv).split([d, d, d], dim=-1)
+            q = rope(q.view(b, n, heads, DAC_HEAD_DIM)).transpose(1, 2)
+            k = rope(k.view(b, n, heads, DAC_HEAD_DIM)).transpose(1, 2)
+            v = v.view(b, n, heads, DAC_HEAD_DIM).transpose(1, 2)
+            k_all = torch.cat([parts[f"post.{li}.k"], k], dim=2)
+            v_all = torch.cat([parts[f"post.{li}.v"], v], dim=2)
+            new[f"post.{li}.k"], new[f"post.{li}.v"] = k_all[:, :, -w:], v_all[:, :, -w:]
+            att = (torch.matmul(q, k_all.transpose(-1, -2)) * DAC_HEAD_DIM ** -0.5 + bias).softmax(-1)
+            y = torch.matmul(att, v_all).transpose(1, 2).reshape(b, n, d)
+            h = x + F.linear(y, wo) * g1
+            x = h + F.linear(F.silu(F.linear(p._rms(h, n2), w1)) * F.linear(p._rms(h, n2), w3), w2) * g2
+        return p._rms(x, p.norm).transpose(1, 2), (start + n)[:, None]
+
+    def _run(self, module: nn.Module, name: str, x: torch.Tensor, parts: dict[str, torch.Tensor],
+             new: dict[str, torch.Tensor]) -> torch.Tensor:
+        """`module` on the next samples, its causal convs continuing from their state."""
+        if isinstance(module, CausalConv):
+            if module.pad == 0:
+                return module(x)
+            full = torch.cat([parts[name[:-1]], x], dim=-1)
+            new[name[:-1]] = full[..., -module.pad:]
+            return F.conv1d(full, module.weight, module.bias, stride=module.stride, dilation=module.dilation,
+                            groups=module.groups)
+        if isinstance(module, CausalConvT):
+            if module.cut == 0:
+                return module(x)
+            full = torch.cat([parts[name[:-1]], x], dim=-1)
+            new[name[:-1]] = x[..., -1:]
+            y = F.conv_transpose1d(full, module.weight, module.bias, stride=module.stride)
+            return y[..., module.stride: module.stride + x.shape[-1] * module.stride]
+        if isinstance(module, Residual):
+            y = module.a1(x)
+            y = self._run(module.c1, name + "c1.", y, parts, new)
+            y = self._run(module.c2, name + "c2.", module.a2(y), parts, new)
+            return x + y
+        if isinstance(module, ConvNeXt):
+            y = self._run(module.dw, name + "dw.", x, parts, new).permute(0, 2, 1)
+            y = module.pw2(F.gelu(module.pw1(module.norm(y)))) * module.gamma
+            return x + y.permute(0, 2, 1)
+        if isinstance(module, nn.Sequential):
+            for child_name, child in module.named_children():
+                x = self._run(child, f"{name}{child_name}.", x, parts, new)
+            return x
+        return module(x)

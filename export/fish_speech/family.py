@@ -1,8 +1,7 @@
 """Fish Speech S2 Pro's export entry (export/families.py): detect, check, make-tiny.
 
-Not served yet (no demo): `export` refuses a Fish Speech checkpoint with a message saying so (the Slow AR,
-Fast AR and DAC graphs are not written yet; export/fish_speech/README.md says what is done and what is
-left). Light to import (no torch).
+Exported (slow_step, fast_step, dac_stream, dac_encode, tables), not served yet (no demo; `deploy` refuses):
+export/fish_speech/README.md says what is done and what is left. Light to import (no torch).
 """
 
 from __future__ import annotations
@@ -32,9 +31,9 @@ def check(checkpoint: Path) -> object:
 
 def export(src: Path, tmp: Path, precision: str, progress: ExportProgress | None,
            source: dict[str, Any]) -> dict[str, Any]:
-    check(src)
-    raise CheckpointError(f"{src}: {contract.DISPLAY} checkpoints are recognised and checked, but their export "
-                          "is not implemented yet (export/fish_speech/README.md)")
+    from export.fish_speech.exporter import export_fish
+
+    return export_fish(src, tmp, precision, progress, source)
 
 
 def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:

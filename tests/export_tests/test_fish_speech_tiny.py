@@ -117,15 +117,6 @@ def test_reader_refuses_missing_unexpected_and_misshapen(fish_tiny: Path, tmp_pa
         read_checkpoint(h)
 
 
-def test_export_is_refused_not_faked(fish_tiny: Path, tmp_path: Path) -> None:
-    """Until the graphs exist, exporting a Fish Speech checkpoint says so instead of writing anything."""
-    from export.exporter import export_checkpoint
-
-    with pytest.raises(CheckpointError, match="export is not implemented yet"):
-        export_checkpoint(fish_tiny, tmp_path / "art")
-    assert not (tmp_path / "art" / "manifest.json").exists()
-
-
 def test_make_tiny_cli(tmp_path: Path) -> None:
     from ttscore.tools.cli import main
 

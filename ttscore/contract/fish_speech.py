@@ -11,6 +11,8 @@ clip into the codes of a cloning prompt. The reference is vLLM-Omni 0.30.0's fis
 
 from __future__ import annotations
 
+from ttscore.contract.graphs import GraphSpec, TensorSpec
+
 FAMILY = "fish_speech"
 DISPLAY = "Fish Speech S2 Pro"
 HUB_ORG = "fishaudio"
@@ -39,3 +41,101 @@ AUDIO_END = "<|audio_end|>"
 TEXT_ONLY_SYSTEM_PROMPT = "convert the provided text to speech"
 CLONE_SYSTEM_PROMPT_PREFIX = "convert the provided text to speech reference to the following:\n\nText:\n"
 CLONE_SYSTEM_PROMPT_SUFFIX = "\n\nSpeech:\n"
+
+# --- graphs -------------------------------------------------------------------------------------
+# Tables (numpy .npy beside the graphs): the text embedding [V, D], the codebook embeddings
+# [codebook_size * num_codebooks, D], the Fast AR's embedding [fast vocab, Df], and (when the widths differ)
+# fast_project_in's weight [Df, D] and bias [Df].
+EMBEDDINGS = "embeddings"
+CODEBOOK_EMBEDDINGS = "codebook_embeddings"
+FAST_EMBEDDINGS = "fast_embeddings"
+PROJECT_IN_WEIGHT = "fast_project_in_weight"
+PROJECT_IN_BIAS = "fast_project_in_bias"
+GRAPH_NAMES = ("slow_step", "fast_step", "dac_stream", "dac_encode")
+
+
+def past_key(i: int) -> str:
+    return f"past_key_{i}"
+
+
+def past_value(i: int) -> str:
+    return f"past_value_{i}"
+
+
+def new_key(i: int) -> str:
+    return f"new_key_{i}"
+
+
+def new_value(i: int) -> str:
+    return f"new_value_{i}"
+
+
+def _kv(layers: int, kv_heads: int, head_dim: int, axis: str, new: bool) -> list[TensorSpec]:
+    k, v = (new_key, new_value) if new else (past_key, past_value)
+    return [t for i in range(layers) for t in (
+        TensorSpec(k(i), "float32", ("batch", kv_heads, axis, head_dim)),
+        TensorSpec(v(i), "float32", ("batch", kv_heads, axis, head_dim)),
+    )]
+
+
+def slow_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int, candidates: int) -> GraphSpec:
+    """The Slow AR over explicit past K/V (prefill, then one frame a step; `attention_mask` [B, P + T] marks valid
+    slots of ragged rows): the last position's final-normed hidden state [B, D] and the logits of the ids it may
+    sample [B, candidates] (the semantic ids in order, then <|im_end|>), the new K/V (rotated)."""
+    return GraphSpec(
+        "slow_step",
+        (
+            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
+            TensorSpec("attention_mask", "int64", ("batch", "total")),
+            TensorSpec("position_ids", "int64", ("batch", "tokens")),
+            *_kv(layers, kv_heads, head_dim, "past", new=False),
+        ),
+        (
+            TensorSpec("hidden", "float32", ("batch", dim)),
+            TensorSpec("logits", "float32", ("batch", candidates)),
+            *_kv(layers, kv_heads, head_dim, "tokens", new=True),
+        ),
+    )
+
+
+def fast_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> GraphSpec:
+    """The Fast AR over its own past K/V (every row of a batch at the same step): the last position's logits
+    over the residual codes [B, RESIDUAL_CODEBOOK_SIZE] and the new K/V."""
+    return GraphSpec(
+        "fast_step",
+        (
+            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
+            TensorSpec("position_ids", "int64", ("batch", "tokens")),
+            *_kv(layers, kv_heads, head_dim, "past", new=False),
+        ),
+        (
+            TensorSpec("logits", "float32", ("batch", RESIDUAL_CODEBOOK_SIZE)),
+            *_kv(layers, kv_heads, head_dim, "tokens", new=True),
+        ),
+    )
+
+
+def dac_stream_spec(state_size: int) -> GraphSpec:
+    """The DAC decoder as an exact streaming graph: codes [B, 10, n] + `state` [B, S] (zeros start an utterance;
+    every row of a batch at the same frame count) -> pcm [B, n * samples_per_frame] + new_state. Chunks decoded
+    one after another equal one whole decode."""
+    return GraphSpec(
+        "dac_stream",
+        (
+            TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),
+            TensorSpec("state", "float32", ("batch", state_size)),
+        ),
+        (
+            TensorSpec("pcm", "float32", ("batch", "samples")),
+            TensorSpec("new_state", "float32", ("batch", state_size)),
+        ),
+    )
+
+
+def dac_encode_spec() -> GraphSpec:
+    """The DAC encoder: audio [B, samples] at 44.1 kHz (zero-padded to whole frames) -> codes [B, 10, frames]."""
+    return GraphSpec(
+        "dac_encode",
+        (TensorSpec("audio", "float32", ("batch", "samples")),),
+        (TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),),
+    )
