@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from voxtral_tts_fixtures import VLLM_OMNI_WHEEL, WHEEL
 
-__all__ = ["fish_artifacts", "fish_tiny", "reference"]
+__all__ = ["fish_artifacts", "fish_foreign", "fish_foreign_artifacts", "fish_tiny", "reference"]
 
 REFERENCE = Path(__file__).resolve().parent / "fish_speech_reference.py"
+FOREIGN = Path(__file__).resolve().parent / "fish_speech_foreign.py"
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +34,32 @@ def fish_artifacts(fish_tiny: Path, tmp_path_factory: pytest.TempPathFactory) ->
     out = tmp_path_factory.getbasetemp() / "fish_speech" / "artifacts"
     if not (out / "manifest.json").is_file():
         export_checkpoint(fish_tiny, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def fish_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/fish_speech_foreign.py's checkpoint (vLLM-Omni's own classes and init, dimensions unlike make-tiny's)."""
+    import shutil
+
+    import refenv
+
+    if VLLM_OMNI_WHEEL is None:
+        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
+    out = tmp_path_factory.getbasetemp() / "fish_speech" / "fish-foreign"
+    if not (out / "tokenizer_config.json").is_file():  # its last file
+        shutil.rmtree(out, ignore_errors=True)
+        refenv.run(refenv.env_for("fish_speech"), FOREIGN, {}, [str(VLLM_OMNI_WHEEL), str(out)])
+    return out
+
+
+@pytest.fixture(scope="session")
+def fish_foreign_artifacts(fish_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.exporter import export_checkpoint
+
+    out = tmp_path_factory.getbasetemp() / "fish_speech" / "foreign-artifacts"
+    if not (out / "manifest.json").is_file():
+        export_checkpoint(fish_foreign, out)
     return out
 
 
