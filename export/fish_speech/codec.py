@@ -291,7 +291,7 @@ def load_codec(checkpoint: Any) -> tuple[dict[str, torch.Tensor], CodecDims]:
 class DacStream(DacDecoder):
     """The DAC decoder as an exact streaming graph: codes [B, 10, n] (the next n frames) + state [B, S] (zeros
     start an utterance) -> pcm [B, n * samples_per_frame] + new_state. Chunks decoded one after another equal
-    one whole decode: every layer is causal, so the state holds what each needs of the past: the frame count
+    one whole decode, each row at its own frame count: every layer is causal, so the state holds what each needs of the past: the frame count
     (the post transformer's RoPE position), its K/V of the last window - 1 frames per layer, each causal conv's
     last (kernel - 1) * dilation input samples, each overlapping transposed conv's last input sample."""
 
@@ -335,18 +335,18 @@ class DacStream(DacDecoder):
         b, n, d = x.shape
         heads = d // DAC_HEAD_DIM
         w = p.window - 1
-        start = parts["frames"][:, 0]  # [B], every row at the same frame count
-        pos0 = start[0].to(torch.int64)
+        start = parts["frames"][:, 0].to(torch.int64)  # [B]: each row's frames so far
         table = torch.as_tensor(p.table)
-        fc = table[pos0 + torch.arange(n)]
-        cos, sin = fc[..., 0][None, :, None], fc[..., 1][None, :, None]
+        fc = table[start[:, None] + torch.arange(n)[None]]  # [B, n, 32, 2]
+        cos, sin = fc[..., 0][:, :, None], fc[..., 1][:, :, None]
         q_i = torch.arange(n)[:, None]
         s_i = torch.arange(w)[None, :]
         # cache slot s holds position start - w + s: visible when valid (>= 0) and within the window of query q
-        cache_ok = (s_i >= q_i) & (s_i >= w - pos0)
+        cache_ok = (s_i >= q_i)[None] & (s_i[None] >= (w - start)[:, None, None])  # [B, n, w]
         r_i = torch.arange(n)[None, :]
-        new_ok = (r_i <= q_i) & (r_i > q_i - p.window)
-        bias = torch.where(torch.cat([cache_ok, new_ok], dim=1), torch.tensor(0.0), torch.tensor(float("-inf")))
+        new_ok = ((r_i <= q_i) & (r_i > q_i - p.window))[None].expand(b, n, n)
+        allowed = torch.cat([cache_ok, new_ok], dim=2)[:, None]  # [B, 1, n, w + n]
+        bias = torch.where(allowed, torch.tensor(0.0), torch.tensor(float("-inf")))
 
         def rope(z: torch.Tensor) -> torch.Tensor:
             a, c = z[..., 0::2], z[..., 1::2]
@@ -366,7 +366,7 @@ class DacStream(DacDecoder):
             y = torch.matmul(att, v_all).transpose(1, 2).reshape(b, n, d)
             h = x + F.linear(y, wo) * g1
             x = h + F.linear(F.silu(F.linear(p._rms(h, n2), w1)) * F.linear(p._rms(h, n2), w3), w2) * g2
-        return p._rms(x, p.norm).transpose(1, 2), (start + n)[:, None]
+        return p._rms(x, p.norm).transpose(1, 2), (start + n).to(torch.float32)[:, None]
 
     def _run(self, module: nn.Module, name: str, x: torch.Tensor, parts: dict[str, torch.Tensor],
              new: dict[str, torch.Tensor]) -> torch.Tensor:

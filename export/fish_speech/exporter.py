@@ -201,6 +201,13 @@ def _codec_stage(src: Path, info: FishInfo, out: Path
             pieces.append(pcm)
             a += n
         tr.add("pcm", np.concatenate(pieces, axis=1), w, f"chunks {'+'.join(map(str, chunks))} vs whole")
+    # rows at different frame counts in one call: row 0 fresh, row 1 after 130 frames
+    st = np.zeros((2, size), np.float32)
+    _, st1 = ort_run(sess, {"codes": dec_cases[0][1:, :, :130], "state": st[1:]})
+    st[1:] = st1
+    mixed, _ = ort_run(sess, {"codes": np.stack([dec_cases[0][0, :, :10], dec_cases[0][1, :, 130:140]]), "state": st})
+    tr.add("pcm", mixed[0], dwant[0][0, :10 * spf], "ragged rows: row 0 from frame 0")
+    tr.add("pcm", mixed[1], dwant[0][1, 130 * spf:140 * spf], "ragged rows: row 1 from frame 130")
     reports = {dspec.name: _finish(tr, dspec.name, dpath, {"pcm": AUDIO_TOLERANCE})}
     sess = ort_session(epath)
     tr = ErrorTracker()

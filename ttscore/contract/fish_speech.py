@@ -117,7 +117,7 @@ def fast_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> Graph
 
 def dac_stream_spec(state_size: int) -> GraphSpec:
     """The DAC decoder as an exact streaming graph: codes [B, 10, n] + `state` [B, S] (zeros start an utterance;
-    every row of a batch at the same frame count) -> pcm [B, n * samples_per_frame] + new_state. Chunks decoded
+    each row at its own frame count) -> pcm [B, n * samples_per_frame] + new_state. Chunks decoded
     one after another equal one whole decode."""
     return GraphSpec(
         "dac_stream",
