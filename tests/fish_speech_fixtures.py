@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from voxtral_tts_fixtures import VLLM_OMNI_WHEEL, WHEEL
 
-__all__ = ["fish_artifacts", "fish_foreign", "fish_foreign_artifacts", "fish_tiny", "reference"]
+__all__ = ["VLLM_OMNI_WHEEL", "WHEEL", "fish_artifacts", "fish_foreign", "fish_foreign_artifacts", "fish_tiny", "reference"]
 
 REFERENCE = Path(__file__).resolve().parent / "fish_speech_reference.py"
 FOREIGN = Path(__file__).resolve().parent / "fish_speech_foreign.py"

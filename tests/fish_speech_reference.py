@@ -8,7 +8,8 @@ from the release wheel, imported without vLLM.
 - Fast AR: `FishSpeechFastAR` itself (its per-step KV cache, top-k/top-p, the 1024-way residual logits).
 - Slow AR backbone: vLLM's Qwen3Model is not importable without vLLM; the same Qwen3 decoder layers are
   vLLM-Omni's own `FishSpeechFastARModel` built from the Slow AR config (qk-norm on), run over the whole
-  sequence every frame (no cache), then the final norm (vLLM's Qwen3Model returns post-norm states).
+  sequence every frame (no cache), then the final norm (vLLM's Qwen3Model returns post-norm states); equal to
+  transformers' stock Qwen3Model on the same weights (tests/fish_speech_hf_check.py).
 - Slow AR sampling: vLLM's sampler (not in the wheel), written out: temperature, then vLLM's
   `apply_top_k_top_p` (ascending sort; top-k keeps logits >= the k-th; top-p drops the ascending-cumulative
   mass <= 1 - p, the top one always kept), then `probs / q` argmax with q ~ Exp(1) (vLLM's random_sample).

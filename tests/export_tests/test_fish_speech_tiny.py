@@ -178,3 +178,19 @@ def test_reference_runs_on_tiny_with_noise_fed(fish_tiny: Path) -> None:
             for line in first["real_codec_state"]}
     real = {k: v for k, v in real.items() if not k.endswith(("freqs_cis", "causal_mask"))}
     assert real == codec_shapes(codec_dims("real"))
+
+
+def test_reference_backbone_is_stock_qwen3(fish_tiny: Path) -> None:
+    """The reference's Slow AR backbone (vLLM-Omni's Qwen3-structured layers standing in for vLLM's Qwen3Model)
+    equals transformers' Qwen3Model on the same weights (q/k permuted from the interleaved rotary layout, cos/sin
+    rounded to bf16) over 40 positions (tests/fish_speech_hf_check.py)."""
+    import refenv
+    from fish_speech_fixtures import VLLM_OMNI_WHEEL, WHEEL
+
+    if VLLM_OMNI_WHEEL is None:
+        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
+    x = np.random.default_rng(0).standard_normal((40, 32)).astype(np.float32)
+    out = refenv.run(refenv.env_for("fish_speech"), Path(__file__).resolve().parents[1] / "fish_speech_hf_check.py",
+                     {"embeds": x}, [str(VLLM_OMNI_WHEEL), str(fish_tiny)])
+    assert np.abs(out["ours"]).max() > 0.1
+    np.testing.assert_allclose(out["ours"], out["hf"], atol=1e-5, rtol=0)
