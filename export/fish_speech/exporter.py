@@ -21,11 +21,13 @@ import numpy as np
 
 from export.common import (
     ErrorTracker,
+    compare_outputs,
     export_bound,
     export_inline,
     file_size,
     ort_run,
     ort_session,
+    quantize_graph,
     torch_threads,
     versions,
 )
@@ -218,6 +220,44 @@ def _codec_stage(src: Path, info: FishInfo, out: Path
     return reports, dspec, size, layout
 
 
+# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.common.quantize_graph),
+# each measured against its fp32 export (`vs_fp32`); dac_stream keeps its quantized form only at
+# VOCODER_MIN_SNR_DB or more. dac_encode stays fp32: its output is argmax codes, which a quantized encoder
+# would change for a reference clip (the cloning prompt).
+QUANTIZED = ("slow_step", "fast_step", "dac_stream")
+
+
+def _quant_feeds(info: FishInfo, graph: str, state_size: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Random inputs for comparing a quantized graph with its fp32 form."""
+    rng = np.random.default_rng(seed)
+    d = info.codec
+    if graph == "dac_stream":
+        feeds = []
+        for b, n in ((1, 6), (2, 3)):
+            codes = np.concatenate([rng.integers(0, d.semantic_codebook_size, (b, 1, n)),
+                                    rng.integers(0, d.residual_codebook_size, (b, d.n_residual, n))], axis=1)
+            feeds.append({"codes": codes.astype(np.int64), "state": np.zeros((b, state_size), np.float32)})
+        return feeds
+    t = info.config.slow if graph == "slow_step" else info.config.fast
+    feeds = []
+    for b, p, n in ((1, 0, 6), (3, 4, 1)):
+        feed: dict[str, np.ndarray] = {"inputs_embeds": rng.standard_normal((b, n, t.dim)).astype(np.float32),
+                                       "position_ids": np.tile(np.arange(p, p + n, dtype=np.int64), (b, 1))}
+        if graph == "slow_step":
+            feed["attention_mask"] = np.ones((b, p + n), np.int64)
+        for i in range(t.n_layer):
+            for name in (spec.past_key(i), spec.past_value(i)):
+                feed[name] = rng.standard_normal((b, t.n_local_heads, p, t.head_dim)).astype(np.float32)
+        feeds.append(feed)
+    return feeds
+
+
+def _quantize(info: FishInfo, path: Path, graph: str, precision: str, state_size: int) -> dict[str, Any]:
+    feeds = _quant_feeds(info, graph, state_size)
+    return quantize_graph(path, precision, lambda fp32, q: compare_outputs(fp32, q, feeds),
+                          audio=graph == "dac_stream")
+
+
 def _tables(src: Path, info: FishInfo, out: Path) -> dict[str, Any]:
     import torch
     from safetensors import safe_open
@@ -245,12 +285,14 @@ def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
 
     from export.memory import MemoryMonitor
 
-    if precision != "fp32":
-        raise InvalidRequest(f"{spec.DISPLAY} exports fp32 only so far (got --precision {precision})", "precision")
+    if precision not in ("fp32", "int8", "int4"):
+        raise InvalidRequest(f"{spec.DISPLAY} exports fp32, int8 or int4 (got --precision {precision})", "precision")
     src = Path(src)
     info = read_checkpoint(src)
     cfg = info.config
-    stages = ["slow_step", "fast_step", "codec", "tables", "manifest"]
+    stages = ["slow_step", "fast_step", "codec", "tables"]
+    stages += [f"{precision} quantization"] if precision != "fp32" else []
+    stages += ["manifest"]
 
     def stage(label: str) -> None:
         logger.info("export stage: %s", label)
@@ -277,6 +319,12 @@ def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
         stage("tables")
         with mon.stage("tables"):
             tables = _tables(src, info, tmp)
+        if precision != "fp32":
+            stage(f"{precision} quantization")
+            for name in QUANTIZED:
+                with mon.stage(f"{precision}_{name}"):
+                    reports[name] = {**reports[name], **_quantize(info, tmp / specs[name].filename, name, precision,
+                                                                 state_size)}
     memory = mon.summary()
     stage("manifest")
     tok_dir = tmp / "tokenizer"

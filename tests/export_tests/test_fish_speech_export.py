@@ -40,3 +40,27 @@ def test_not_served_yet() -> None:
 
     with pytest.raises(CheckpointError, match="not served yet"):
         FAMILIES[spec.FAMILY].deploy([])
+
+
+def test_int8_export_is_measured_against_fp32(fish_tiny: Path, tmp_path: Path) -> None:
+    """--precision int8: slow_step, fast_step (and dac_stream while its SNR holds) quantized, each with its
+    measurement against the fp32 graph; dac_encode stays fp32; the export still synthesizes."""
+    import numpy as np
+
+    from export.exporter import export_checkpoint
+    from ttscore.runtime.families.fish_speech.artifacts import FishArtifacts
+
+    out = tmp_path / "int8"
+    export_checkpoint(fish_tiny, out, precision="int8")
+    raw = json.loads((out / "manifest.json").read_text())
+    assert raw["precision"] == "int8"
+    for name in ("slow_step", "fast_step"):
+        v = raw["graphs"][name]["validation"]
+        assert v["quantized"].startswith("int8") and v["vs_fp32"]["snr_db"] > 20, name
+    stream = raw["graphs"]["dac_stream"]["validation"]
+    assert "snr_db" in stream["vs_fp32"] and (stream["quantized"] is not None) == (stream["vs_fp32"]["snr_db"] >= 30)
+    assert "quantized" not in raw["graphs"]["dac_encode"]["validation"]
+    art = FishArtifacts(out)
+    result, _ = art.synthesize("Quantized speech.", max_new_tokens=4, seed=1)
+    audio = art.decode(result.codes)
+    assert audio.shape == (2048 * len(result.codes),) and np.isfinite(audio).all()
