@@ -110,7 +110,7 @@ class FishModel:
                                        t.codebook_size + 1, t.num_codebooks)
         return FishSequence(
             initial_chunk_frames=request.initial_chunk_frames or 4, chunk_frames=request.chunk_frames or 25,
-            text_tokens=len(self.a.prompt.text_only(request.text)), prompt_tokens=len(ids),
+            text_tokens=self.a.prompt.text_tokens(request.text), prompt_tokens=len(ids),
             audio_tokens=0 if ref_codes is None else len(ref_codes),
             embeds=prompt_embeddings(t, ids, ref_codes, at), max_frames=max_new, q_slow=q_slow, q_fast=q_fast,
             temperature=temperature, top_k=top_k, top_p=top_p)

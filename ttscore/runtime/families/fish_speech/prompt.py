@@ -57,6 +57,10 @@ class FishPrompt:
         return (self._id(spec.IM_END) + self._text("\n") + self._turn("user") + self._text(text)
                 + self._id(spec.IM_END) + self._text("\n") + self._turn("assistant") + self._id(spec.VOICE))
 
+    def text_tokens(self, text: str) -> int:
+        """The input text's own tokens (usage)."""
+        return len(self._text(normalize(text)))
+
     def text_only(self, text: str) -> list[int]:
         return self._turn("system") + self._text(spec.TEXT_ONLY_SYSTEM_PROMPT) + self._tail(normalize(text))
 
