@@ -1,7 +1,8 @@
-"""Fish Speech S2 Pro's export entry (export/families.py): detect, check, make-tiny.
+"""Fish Speech S2 Pro's export entry (export/families.py): detect, check, make-tiny, deploy.
 
-Exported (slow_step, fast_step, dac_stream, dac_encode, tables), not served yet (no demo; `deploy` refuses):
-export/fish_speech/README.md says what is done and what is left. Light to import (no torch).
+Served (demo: a tiny checkpoint): each checkpoint's speech_generation decodes inline (the export's `dac_stream`
+graph, the DAC decoder as an exact streaming decoder) and gets its own `dac_encoder` (voice features: reference
+audio -> DAC codes). Light to import (no torch).
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint
+from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint, model_name
 from ttscore.contract import fish_speech as contract
-from ttscore.contract.errors import CheckpointError, InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 
 SIZES = ("tiny", "real")  # export.fish_speech.tiny.SIZES
 
@@ -45,11 +46,21 @@ def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
 
 
 def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
-    raise CheckpointError(f"{contract.DISPLAY} is not served yet")
+    """Each checkpoint's speech_generation decodes inline (its export's dac_stream) and gets its own
+    `dac_encoder` (voice features: reference audio -> DAC codes), suffixed with its name when several are served."""
+    plan = Deployment()
+    alone = len(served) == 1
+    for s in served:
+        encoder = model_name(contract.ENCODER_MODEL, s, alone)
+        plan.vocoder[s.name] = "inline"
+        plan.voice_features[s.name] = encoder
+        plan.models.append((encoder, contract.ENCODER_MODEL, {"artifacts_dir": str(s.artifacts)}))
+    return plan
 
 
 FAMILY = ExportFamily(
     name=contract.FAMILY, display=contract.DISPLAY, hub_org=contract.HUB_ORG,
     signature=f"config.json with model_type {contract.MODEL_TYPE}",
     detect=detect, check=check, export=export, make_tiny=make_tiny, sizes=SIZES, deploy=deploy,
+    demo=(("Fish-Speech-S2-Pro-tiny", {}),),
 )

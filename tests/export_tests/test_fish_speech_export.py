@@ -1,5 +1,5 @@
 """Fish Speech S2 Pro's export of the tiny checkpoint: the manifest (family, the four graphs with their validation
-against the torch modules, the exact streaming decoder's state), the tables; not served yet."""
+against the torch modules, the exact streaming decoder's state), the tables (served: tests/runtime_tests/test_fish_speech_serving.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 from fish_speech_fixtures import *  # noqa: F403  (fish_tiny, fish_artifacts)
 
 from ttscore.contract import fish_speech as spec
-from ttscore.contract.errors import CheckpointError
 
 pytestmark = pytest.mark.export
 
@@ -33,13 +32,6 @@ def test_manifest(fish_artifacts: Path) -> None:
     for table in (spec.EMBEDDINGS, spec.CODEBOOK_EMBEDDINGS, spec.FAST_EMBEDDINGS):
         assert (fish_artifacts / f"{table}.npy").is_file()
     assert (fish_artifacts / "tokenizer" / "tokenizer.json").is_file()
-
-
-def test_not_served_yet() -> None:
-    from export.families import FAMILIES
-
-    with pytest.raises(CheckpointError, match="not served yet"):
-        FAMILIES[spec.FAMILY].deploy([])
 
 
 def test_int8_export_is_measured_against_fp32(fish_tiny: Path, tmp_path: Path) -> None:

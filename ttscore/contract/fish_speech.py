@@ -1,4 +1,4 @@
-"""The Fish Speech family's side of the contract: its fixed facts (not served yet).
+"""The Fish Speech family's side of the contract: its fixed facts, exported graphs and request rules.
 
 Fish Speech S2 Pro (fishaudio/s2-pro, model_type `fish_qwen3_omni`; licence: Fish Audio Research
 License, non-commercial) is a dual autoregressive model: a Qwen3-like Slow AR over frames samples one
@@ -11,7 +11,9 @@ clip into the codes of a cloning prompt. The reference is vLLM-Omni 0.30.0's fis
 
 from __future__ import annotations
 
+from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
 
 FAMILY = "fish_speech"
 DISPLAY = "Fish Speech S2 Pro"
@@ -139,3 +141,62 @@ def dac_encode_spec() -> GraphSpec:
         (TensorSpec("audio", "float32", ("batch", "samples")),),
         (TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),),
     )
+
+
+# --- requests -----------------------------------------------------------------------------------
+SEED_MAX = 2**63 - 1
+# The project's sampling noise comes from the request's seed (42 without one: serving is deterministic by
+# default); vLLM-Omni's comes from vLLM's sampler, which a per-request seed seeds.
+DEFAULT_SEED = 42
+DEFAULT_INITIAL_CHUNK_FRAMES = 4
+DEFAULT_CHUNK_FRAMES = 25
+MAX_TEXT_CHARS = 4096
+TASK = "Base"
+DEFAULT_VOICE = "default"  # the model's own voice (text-only prompt), like omitting `voice`
+# vLLM-Omni's sampling knobs (the Speech API's `extra_params`, applied to the sampling params): inclusive ranges.
+TEMPERATURE_RANGE = (0.0, 10.0)  # 0: greedy (vLLM takes any temperature >= 0; the project bounds it)
+TOP_K_RANGE = (0, 4097)  # 0: off (the Slow AR's 4096 semantic ids + <|im_end|>)
+TOP_P_RANGE = (0.0, 1.0)  # exclusive of 0
+EXTRA_PARAMS = ("temperature", "top_k", "top_p")
+UNSUPPORTED_FIELDS = ("speaker_embedding", "instructions", "language", "task_type", "x_vector_only_mode",
+                      "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
+REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
+
+RULES = FamilyRules(
+    family=FAMILY,
+    tasks=(TASK,),
+    fields=(
+        FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
+        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
+    ),
+    display_name=DISPLAY,
+    unsupported=UNSUPPORTED_FIELDS,
+    default_voice=None,
+    ref_audio=REF_AUDIO,
+    max_text_chars=MAX_TEXT_CHARS,
+    sample_rate=SAMPLE_RATE,
+    variants={"base": TASK},
+    extra_params=EXTRA_PARAMS,
+)
+
+# Its speech_generation inputs. Cloning: the reference clip's DAC codes [frames, 10] from the family's
+# voice-features model (dac_encoder) and its transcript (the runtime's request fields `ref_codes`, `ref_text`).
+TEMPERATURE = wire.TensorIO("temperature", "FP32", (1,), True, "Sampling temperature (0: greedy).")
+TOP_K = wire.TensorIO("top_k", "INT32", (1,), True, "Top-k sampling (0: off).")
+TOP_P = wire.TensorIO("top_p", "FP32", (1,), True, "Nucleus sampling threshold.")
+REF_DAC_CODES = wire.TensorIO("ref_dac_codes", "INT64", (-1, NUM_CODEBOOKS), True,
+                              "Fish Speech: reference DAC codes [frames, 10] from dac_encoder (cloning).")
+REF_TEXT = wire.string_input("ref_text", "Fish Speech: transcript of the reference clip (cloning; required with it).")
+# The voice-features Triton model (one per served checkpoint): reference audio -> its DAC codes.
+ENCODER_MODEL = "dac_encoder"
+ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
+    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 44.1 kHz)."),
+)
+ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("ref_dac_codes", "INT64", (-1, NUM_CODEBOOKS),
+                  doc="Fish Speech reference codes [frames, 10] for speech_generation's ref_dac_codes."),
+)
+WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, wire.MAX_NEW_TOKENS, wire.SEED, TEMPERATURE, TOP_K, TOP_P,
+                                REF_DAC_CODES, REF_TEXT),
+                       {ENCODER_MODEL: (ENCODER_INPUTS, ENCODER_OUTPUTS)})

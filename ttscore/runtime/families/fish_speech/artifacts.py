@@ -1,6 +1,6 @@
 """A Fish Speech export run offline: its graphs and tables behind the frame loop (generate.py), the DAC encoder for
-a reference clip, and the streaming decoder for the audio. (The served path, under the shared engine, is not
-written yet: export/fish_speech/README.md.)
+a reference clip, and the streaming decoder for the audio (the served path is model.py under the shared engine;
+the served dac_encoder runs `encode_reference`).
 
 Noise: a request's sampling noise comes from its seed, `request_noise(seed, frames)`: numpy's default_rng(seed)
 draws the Slow AR's Exp(1) rows [frames, codebook_size + 1], then the Fast AR's [frames, 9, 1024].
@@ -35,6 +35,27 @@ def request_noise(seed: int, frames: int, candidates: int = 4097, codebooks: int
     q_slow = rng.exponential(size=(frames, candidates)).astype(np.float32)
     q_fast = rng.exponential(size=(frames, codebooks - 1, spec.RESIDUAL_CODEBOOK_SIZE)).astype(np.float32)
     return q_slow, q_fast
+
+
+def encode_clip(graph: OnnxGraph, audio: NDArray[Any], samples_per_frame: int) -> NDArray[np.int64]:
+    """A 44.1 kHz clip -> its DAC codes [frames, 10] (zero-padded to whole frames, as DAC.encode pads)."""
+    a = np.asarray(audio, np.float32).reshape(-1)
+    a = np.pad(a, (0, -len(a) % samples_per_frame))
+    codes: NDArray[np.int64] = graph.run({"audio": a[None]})["codes"][0].T.astype(np.int64)
+    return codes
+
+
+def encode_reference(graph: OnnxGraph, audio: NDArray[Any], rate: int, samples_per_frame: int,
+                     param: str = "ref_audio", rate_param: str | None = None) -> NDArray[np.int64]:
+    """A reference clip at any rate (the family's bounds, InvalidRequest naming `param`) -> resampled to 44.1 kHz
+    (vLLM-Omni resamples with torchaudio's Resample; here soxr, ttscore.runtime.audio) -> its codes [frames, 10].
+    The one rule of the served dac_encoder and offline cloning."""
+    from ttscore.runtime.audio import check_reference, resample
+
+    wav = check_reference(audio, rate, param, rate_param, spec.REF_AUDIO)
+    if int(rate) != spec.SAMPLE_RATE:
+        wav = np.asarray(resample(wav, int(rate), spec.SAMPLE_RATE), np.float32)
+    return encode_clip(graph, wav, samples_per_frame)
 
 
 class FishArtifacts:
@@ -92,11 +113,8 @@ class FishArtifacts:
         return out["logits"][0], new
 
     def encode(self, audio: F32) -> NDArray[np.int64]:
-        """A 44.1 kHz clip -> its codes [frames, 10] (zero-padded to whole frames, as DAC.encode pads)."""
-        a = np.asarray(audio, np.float32).reshape(-1)
-        a = np.pad(a, (0, -len(a) % self.samples_per_frame))
-        codes: NDArray[np.int64] = self.graphs["dac_encode"].run({"audio": a[None]})["codes"][0].T.astype(np.int64)
-        return codes
+        """A 44.1 kHz clip -> its codes [frames, 10]."""
+        return encode_clip(self.graphs["dac_encode"], audio, self.samples_per_frame)
 
     def decode(self, codes: NDArray[np.int64], chunks: list[int] | None = None) -> F32:
         """Frames [T, 10] -> audio, streamed through dac_stream in `chunks` (default: whole)."""

@@ -1,9 +1,10 @@
-"""Fish Speech S2 Pro over its exported graphs under the shared engine (ttscore.runtime.family). Not registered
-as a served family yet (no contract rules, backend or gateway adapter: export/fish_speech/README.md); the engine
-runs it directly (`Generator(FishModel(...))`).
+"""Fish Speech S2 Pro over its exported graphs under the shared engine (ttscore.runtime.family), registered as
+the family `fish_speech` (ttscore.runtime.families) and served by speech_generation.
 
-A request's life: `admit` (validate; a reference clip is encoded by `dac_encode` here, its codes' semantic ids
-going into the prompt; the sampling noise from the seed; the prompt rows) -> `prefill` (`slow_step` over the
+A request's life: `admit` (validate; a cloning request's reference codes are given (`ref_codes`: on the served
+path from the checkpoint's dac_encoder Triton model) or, offline only (`encoders`), a reference clip is encoded
+by `dac_encode` here; the codes' semantic ids go into the prompt; the sampling noise from the seed; the prompt
+rows) -> `prefill` (`slow_step` over the
 prompt; the call that completes it makes the first frame) -> `step` (each sequence's last frame embedded,
 `slow_step` one position further for every sequence in one batched call over ragged pasts, then the frames:
 the Slow AR's token per row, the Fast AR's 9 codes for all going rows in lockstep) -> `release`. Frame i of a
@@ -24,25 +25,12 @@ from ttscore.contract import fish_speech as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.families.fish_speech.artifacts import FishArtifacts, request_noise
 from ttscore.runtime.families.fish_speech.generate import F32, frame_embedding, prompt_embeddings
+from ttscore.runtime.families.fish_speech.request import FishRequest
 from ttscore.runtime.families.fish_speech.sampling import sample_fast, sample_slow
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.vocoder import OrtVocoder
 
 I64 = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class FishRequest:
-    text: str
-    ref_audio: F32 | None = None  # 44.1 kHz mono samples
-    ref_text: str | None = None
-    max_new_tokens: int | None = None
-    seed: int | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    initial_chunk_frames: int | None = None
-    chunk_frames: int | None = None
 
 
 @dataclass
@@ -61,8 +49,9 @@ class FishSequence(Sequence):
 
 
 class FishModel:
-    def __init__(self, artifacts: Path, threads: int | None = None) -> None:
+    def __init__(self, artifacts: Path, threads: int | None = None, *, encoders: bool = True) -> None:
         self.a = FishArtifacts(artifacts, threads)
+        self.encoders = encoders  # may admit a reference clip (offline); served: codes from dac_encoder only
         self.state_size = self.a.state_size
         self.samples_per_frame = self.a.samples_per_frame
         self.sample_rate = spec.SAMPLE_RATE
@@ -97,23 +86,44 @@ class FishModel:
         if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
             raise InvalidRequest("temperature >= 0, top_k >= 0 and 0 < top_p <= 1 are required", "extra_params")
         t = self.a.tables
-        ref_codes: I64 | None = None
-        if request.ref_audio is not None:
-            if not (request.ref_text or "").strip():
-                raise InvalidRequest("'ref_text' is required with 'ref_audio'", "ref_text")
-            ref_codes = self.a.encode(request.ref_audio)
+        ref_codes = self._reference(request)
+        if ref_codes is not None:
             ids, at = self.a.prompt.clone(request.text, str(request.ref_text),
                                           [int(c) + t.semantic_start for c in ref_codes[:, 0]])
         else:
             ids, at = self.a.prompt.text_only(request.text), 0
-        q_slow, q_fast = request_noise(42 if request.seed is None else int(request.seed), max_new,
+        q_slow, q_fast = request_noise(spec.DEFAULT_SEED if request.seed is None else int(request.seed), max_new,
                                        t.codebook_size + 1, t.num_codebooks)
         return FishSequence(
-            initial_chunk_frames=request.initial_chunk_frames or 4, chunk_frames=request.chunk_frames or 25,
+            initial_chunk_frames=request.initial_chunk_frames or spec.DEFAULT_INITIAL_CHUNK_FRAMES,
+            chunk_frames=request.chunk_frames or spec.DEFAULT_CHUNK_FRAMES,
             text_tokens=self.a.prompt.text_tokens(request.text), prompt_tokens=len(ids),
             audio_tokens=0 if ref_codes is None else len(ref_codes),
             embeds=prompt_embeddings(t, ids, ref_codes, at), max_frames=max_new, q_slow=q_slow, q_fast=q_fast,
             temperature=temperature, top_k=top_k, top_p=top_p)
+
+    def _reference(self, request: FishRequest) -> I64 | None:
+        """The reference clip's codes [frames, num_codebooks] (None: text-only); InvalidRequest naming the field."""
+        if request.ref_codes is None and request.ref_audio is None:
+            if request.ref_text is not None:
+                raise InvalidRequest("'ref_text' is the transcript of 'ref_audio': give 'ref_audio' too", "ref_text")
+            return None
+        if not (request.ref_text or "").strip():
+            raise InvalidRequest("Voice cloning requires 'ref_text' (transcript of the reference audio)", "ref_text")
+        t = self.a.tables
+        if request.ref_codes is not None:
+            codes = np.asarray(request.ref_codes)
+            if codes.ndim != 2 or codes.shape[1] != t.num_codebooks or len(codes) == 0 \
+                    or not np.issubdtype(codes.dtype, np.integer):
+                raise InvalidRequest(f"'ref_codes' must be integer codes [frames >= 1, {t.num_codebooks}], got "
+                                     f"{codes.dtype} {list(codes.shape)}", "ref_audio")
+            if codes.min() < 0 or codes.max() >= t.codebook_size:
+                raise InvalidRequest(f"'ref_codes' must lie in [0, {t.codebook_size})", "ref_audio")
+            return codes.astype(np.int64)
+        if not self.encoders:
+            raise InvalidRequest("this model takes reference codes from its dac_encoder, not reference audio",
+                                 "ref_audio")
+        return self.a.encode(np.asarray(request.ref_audio, np.float32))
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
         done: list[FishSequence] = []
