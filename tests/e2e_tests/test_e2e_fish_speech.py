@@ -1,6 +1,6 @@
 """Fish Speech S2 Pro through the whole stack, served next to the other families in the session's shared
 deployment (tests/e2e_fixtures.py): /v1/models lists it at 44.1 kHz; its audio through the raw stream, SSE and
-the whole file, and through the openai SDK, equals the offline engine's with the same seed (the same frames, the
+the whole file, through the openai SDK and the WebSocket, equals the offline engine's with the same seed (the same frames, the
 samples within one 16-bit step), text-only, cloned from `ref_audio` + `ref_text` (the codes of the
 checkpoint's dac_encoder, equal to the offline encoder's) and from an uploaded voice (its codes computed at
 upload, its stored transcript); `seed` and `extra_params` reach the samplers; every refused field is a 400
@@ -209,6 +209,31 @@ def test_openai_sdk(stack):
                         "ref_audio": data_url(stack["ref"]), "ref_text": REF_TEXT}) as r:
         pcm = b"".join(r.iter_bytes())
     assert_same_audio(np.frombuffer(pcm, "<i2"), want, frames)
+
+
+@pytest.mark.parametrize("cloned", [False, True])
+def test_websocket(stack, cloned):
+    from websockets.sync.client import connect
+
+    clone = {"ref_audio": data_url(stack["ref"]), "ref_text": REF_TEXT} if cloned else {}
+    codes = {"ref_text": REF_TEXT, "ref_dac_codes": clone_codes(stack["model"], stack["clip"])} if cloned else {}
+    want, frames = offline(stack, **codes)
+    ws_url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
+    with connect(ws_url, open_timeout=30, max_size=None) as ws:
+        ws.send(json.dumps({"type": "session.config", "model": stack["fish"], "voice": "default",
+                            "max_new_tokens": FRAMES, "seed": SEED, "response_format": "pcm", **clone}))
+        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
+        ws.send(json.dumps({"type": "input.done"}))
+        audio, done = b"", None
+        while done is None:
+            m = ws.recv(timeout=300)
+            if isinstance(m, bytes):
+                audio += m
+            elif json.loads(m)["type"] == "session.done":
+                done = json.loads(m)
+            else:
+                assert json.loads(m)["type"] != "error", m
+    assert_same_audio(np.frombuffer(audio, "<i2"), want, frames)
 
 
 @pytest.mark.parametrize(
