@@ -121,3 +121,26 @@ def test_served_model_takes_codes_not_a_clip(fish_artifacts: Path) -> None:
     a = run(served, FishRequest(text="Hi there.", ref_codes=codes, ref_text="A clip.", seed=5, max_new_tokens=6))
     b = run(offline, FishRequest(text="Hi there.", ref_audio=clip, ref_text="A clip.", seed=5, max_new_tokens=6))
     assert a.size > 0 and np.array_equal(a, b)
+
+
+def test_offline_say(fish_artifacts: Path, tmp_path: Path) -> None:
+    """`say`: text-only (voice omitted or default), cloned from a clip file at another rate (resampled, encoded
+    in process), --greedy as temperature 0; another voice or --language refused naming it."""
+    import soundfile as sf
+
+    from ttscore.runtime.families import FAMILIES
+    from ttscore.runtime.family import SayOptions
+
+    offline = FAMILIES[spec.FAMILY].offline
+    job = offline.say(fish_artifacts, SayOptions(text="Hi.", voice="default", seed=3, greedy=True))
+    assert job.sample_rate == spec.SAMPLE_RATE and job.request.temperature == 0.0 and job.request.ref_audio is None
+    clip = tmp_path / "ref.wav"
+    sf.write(clip, _clip(rate=22050), 22050, subtype="FLOAT")
+    job = offline.say(fish_artifacts, SayOptions(text="Hi.", ref_audio=str(clip), ref_text="A clip."))
+    assert job.request.ref_audio.size == int(0.5 * spec.SAMPLE_RATE)
+    assert job.model.admit(job.request).audio_tokens > 0
+    for options, param in ((SayOptions(text="Hi.", voice="vivian"), "voice"),
+                           (SayOptions(text="Hi.", language="English"), "language")):
+        with pytest.raises(InvalidRequest) as info:
+            offline.say(fish_artifacts, options)
+        assert info.value.param == param
