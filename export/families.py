@@ -10,6 +10,7 @@ from pathlib import Path
 
 from export.breeze_tts_2.family import FAMILY as BREEZE_TTS_2
 from export.family import ExportFamily
+from export.fish_speech.family import FAMILY as FISH_SPEECH
 from export.gepard.family import FAMILY as GEPARD
 from export.omnivoice.family import FAMILY as OMNIVOICE
 from export.qwen3_tts.family import FAMILY as QWEN3_TTS
@@ -27,7 +28,7 @@ def _external() -> list[ExportFamily]:
     return [entry for entry in found if isinstance(entry, ExportFamily)]
 
 
-FAMILIES: dict[str, ExportFamily] = {f.name: f for f in (QWEN3_TTS, VOXCPM2, BREEZE_TTS_2, OMNIVOICE, GEPARD, VOXTRAL_TTS, *_external())}
+FAMILIES: dict[str, ExportFamily] = {f.name: f for f in (QWEN3_TTS, VOXCPM2, BREEZE_TTS_2, OMNIVOICE, GEPARD, VOXTRAL_TTS, FISH_SPEECH, *_external())}
 DEFAULT = QWEN3_TTS.name  # make-tiny's --family when none is given
 
 

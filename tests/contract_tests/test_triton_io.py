@@ -25,6 +25,7 @@ REQUESTS = {
     "omnivoice": ("OmniVoiceRequest", {"ref_audio_codes"}),
     "gepard": ("GepardRequest", set()),
     "voxtral_tts": ("VoxtralRequest", set()),
+    "fish_speech": ("FishRequest", {"ref_dac_codes"}),
 }
 
 

@@ -1,0 +1,351 @@
+"""Fish Speech S2 Pro's export: `slow_step`, `fast_step`, `dac_stream`, `dac_encode` ONNX graphs plus the embedding
+tables, each graph checked against the torch modules of export/fish_speech/{graphs,codec}.py while exporting
+(those modules are checked against vLLM-Omni 0.30.0 by tests/export_tests/test_fish_speech_graphs.py).
+
+Stages: slow_step (prefill, then decode steps over the graph's own K/V, each equal to the torch module on the
+whole prefix; a ragged two-row batch equal to each row alone), fast_step (the frame's first two positions, then
+one code a step), dac_stream (the exact streaming DAC decoder: chunks against the whole decode), dac_encode (codes exactly), tables, manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from export.common import (
+    ErrorTracker,
+    compare_outputs,
+    export_bound,
+    export_inline,
+    file_size,
+    ort_run,
+    ort_session,
+    quantize_graph,
+    torch_threads,
+    versions,
+)
+from export.memory import release_memory
+from ttscore.contract import fish_speech as spec
+from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.graphs import GraphSpec
+from ttscore.contract.manifest import build_manifest
+from ttscore.runtime.families.fish_speech.checkpoint import (
+    CONFIG,
+    TOKENIZER,
+    WEIGHTS,
+    FishInfo,
+    Transformer,
+    read_checkpoint,
+)
+
+logger = logging.getLogger(__name__)
+
+TOLERANCE = 1e-4  # max abs error of the graphs' float outputs vs the torch modules (tiny: ~1e-6)
+AUDIO_TOLERANCE = 1e-4
+CODE_TOLERANCE = 0.0  # the encoder's codes: exactly
+
+
+def _finish(tr: ErrorTracker, name: str, path: Path, tol: dict[str, float]) -> dict[str, Any]:
+    tr.enforce(tol, name)
+    return {"file": path.name, "max_abs_error": tr.report(), "tolerance": tol, "bytes": file_size(path)}
+
+
+def _empty(t: Transformer, b: int = 1) -> list[np.ndarray]:
+    return [np.zeros((b, t.n_local_heads, 0, t.head_dim), np.float32) for _ in range(2 * t.n_layer)]
+
+
+def _past(t: Transformer, past: list[np.ndarray]) -> dict[str, np.ndarray]:
+    f = {}
+    for i in range(t.n_layer):
+        f[spec.past_key(i)], f[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
+    return f
+
+
+def _slow_stage(src: Path, info: FishInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
+    import torch
+
+    from export.fish_speech.graphs import SlowStep, load
+
+    t = info.config.slow
+    g = torch.Generator().manual_seed(3)
+    n_total, n_prefill = 9, 6
+    x = torch.randn(1, n_total, t.dim, generator=g)
+    empty = [torch.zeros(1, t.n_local_heads, 0, t.head_dim) for _ in range(2 * t.n_layer)]
+    with torch_threads(), torch.inference_mode():
+        model = load(SlowStep(info.config), src)
+        want = []
+        for n in range(n_prefill, n_total + 1):
+            res = model(x[:, :n], torch.ones(1, n, dtype=torch.int64), torch.arange(n)[None], *empty)
+            want.append((res[0].numpy(), res[1].numpy()))
+        past = [torch.randn(1, t.n_local_heads, 2, t.head_dim, generator=g) for _ in range(2 * t.n_layer)]
+        ex = (torch.randn(1, 3, t.dim, generator=g), torch.ones(1, 5, dtype=torch.int64), torch.arange(2, 5)[None], *past)
+        path = export_bound(model, ex, gspec, out)
+        del model
+    release_memory()
+    sess = ort_session(path)
+    tr = ErrorTracker()
+    xn = x.numpy()
+
+    def run(xs: np.ndarray, mask: np.ndarray, pos: np.ndarray, past: list[np.ndarray]) -> list[np.ndarray]:
+        return list(ort_run(sess, {"inputs_embeds": xs, "attention_mask": mask, "position_ids": pos, **_past(t, past)}))
+
+    def add(got: list[np.ndarray], w: tuple[np.ndarray, np.ndarray], case: str) -> None:
+        tr.add("hidden", got[0], w[0], case)
+        tr.add("logits", got[1], w[1], case)
+
+    got = run(xn[:, :n_prefill], np.ones((1, n_prefill), np.int64), np.arange(n_prefill)[None], _empty(t))
+    add(got, want[0], "prefill")
+    past_np = got[2:]
+    for p in range(n_prefill, n_total):
+        step = run(xn[:, p:p + 1], np.ones((1, p + 1), np.int64), np.array([[p]]), past_np)
+        add(step, want[p - n_prefill + 1], f"decode past={p}")
+        past_np = [np.concatenate([a, b], axis=2) for a, b in zip(past_np, step[2:], strict=True)]
+    rows, pmax = (7, 5), 7  # ragged batch: row 1's past left-padded
+    pasts = [np.zeros((2, t.n_local_heads, pmax, t.head_dim), np.float32) for _ in range(2 * t.n_layer)]
+    bx = np.zeros((2, 1, t.dim), np.float32)
+    mask = np.zeros((2, pmax + 1), np.int64)
+    pos = np.zeros((2, 1), np.int64)
+    for r, n_past in enumerate(rows):
+        kv = run(xn[:, :n_past], np.ones((1, n_past), np.int64), np.arange(n_past)[None], _empty(t))[2:]
+        for j in range(2 * t.n_layer):
+            pasts[j][r, :, pmax - n_past:] = kv[j][0]
+        bx[r, 0] = xn[0, n_past]
+        mask[r, pmax - n_past:] = 1
+        pos[r, 0] = n_past
+    batched = run(bx, mask, pos, pasts)
+    for r, n_past in enumerate(rows):
+        add([batched[0][r:r + 1], batched[1][r:r + 1]], want[n_past + 1 - n_prefill], f"batched row {r}")
+    return _finish(tr, gspec.name, path, {"hidden": TOLERANCE, "logits": TOLERANCE})
+
+
+def _fast_stage(src: Path, info: FishInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
+    import torch
+
+    from export.fish_speech.graphs import FastStep, load
+
+    t = info.config.fast
+    g = torch.Generator().manual_seed(4)
+    steps = info.config.num_codebooks  # positions 0..9
+    x = torch.randn(2, steps, t.dim, generator=g)
+    empty = [torch.zeros(2, t.n_local_heads, 0, t.head_dim) for _ in range(2 * t.n_layer)]
+    with torch_threads(), torch.inference_mode():
+        model = load(FastStep(info.config), src)
+        want = [model(x[:, :n], torch.arange(n)[None].expand(2, n), *empty)[0].numpy() for n in range(2, steps + 1)]
+        past = [torch.randn(2, t.n_local_heads, 2, t.head_dim, generator=g) for _ in range(2 * t.n_layer)]
+        path = export_bound(model, (x[:, 2:3], torch.tensor([[2], [2]]), *past), gspec, out)
+        del model
+    sess = ort_session(path)
+    tr = ErrorTracker()
+    xn = x.numpy()
+    past_np = _empty(t, 2)
+    at = 0
+    for i, n in enumerate(range(2, steps + 1)):
+        step = ort_run(sess, {"inputs_embeds": xn[:, at:n], "position_ids": np.tile(np.arange(at, n), (2, 1)),
+                              **_past(t, past_np)})
+        tr.add("logits", step[0], want[i], f"position {n - 1}")
+        past_np = [np.concatenate([a, b], axis=2) for a, b in zip(past_np, step[1:], strict=True)]
+        at = n
+    return _finish(tr, gspec.name, path, {"logits": TOLERANCE})
+
+
+def _codec_stage(src: Path, info: FishInfo, out: Path
+                 ) -> tuple[dict[str, dict[str, Any]], GraphSpec, int, list[Any]]:
+    """dac_stream: chunks of 1, 3, 4, 122 and 10 frames (past the post transformer's 128-frame window) through
+    the graph with its state == the torch whole decode of the 140 frames, two rows at once; and 1 frame
+    alone. dac_encode: codes exactly."""
+    import torch
+
+    from export.fish_speech.codec import DacDecoder, DacEncoder, DacStream, load_codec
+
+    d = info.codec
+    rng = np.random.default_rng(5)
+
+    def codes(b: int, n: int) -> np.ndarray:
+        sem = rng.integers(0, d.semantic_codebook_size, (b, 1, n))
+        res = rng.integers(0, d.residual_codebook_size, (b, d.n_residual, n))
+        return np.concatenate([sem, res], axis=1).astype(np.int64)
+
+    dec_cases = [codes(2, 140), codes(1, 1)]
+    spf = d.samples_per_frame
+    audio = [(0.3 * np.sin(np.arange(4 * spf) * f)[None]).astype(np.float32) for f in (0.02, 0.11)]
+    enc_cases = [np.concatenate(audio), audio[0][:, :spf]]
+    state, _ = load_codec(src)
+    espec = spec.dac_encode_spec()
+    with torch_threads(), torch.inference_mode():
+        dec = DacDecoder(state, d).eval()
+        dwant = [dec(torch.from_numpy(c)).numpy() for c in dec_cases]
+        del dec
+        stream = DacStream(state, d).eval()
+        size = stream.state_size
+        layout = [[name, list(shape)] for name, shape in stream.layout]
+        dspec = spec.dac_stream_spec(size)
+        dpath = export_inline(stream, (torch.from_numpy(dec_cases[0][:, :, :3]), torch.zeros(2, size)), dspec, out)
+        del stream
+        enc = DacEncoder(state, d).eval()
+        ewant = [enc(torch.from_numpy(a)).numpy() for a in enc_cases]
+        epath = export_inline(enc, (torch.from_numpy(enc_cases[0][:, :2 * spf]),), espec, out)
+        del enc
+    del state
+    sess = ort_session(dpath)
+    tr = ErrorTracker()
+    for c, w, chunks in zip(dec_cases, dwant, ((1, 3, 4, 122, 10), (1,)), strict=True):
+        st = np.zeros((c.shape[0], size), np.float32)
+        pieces, a = [], 0
+        for n in chunks:
+            pcm, st = ort_run(sess, {"codes": c[:, :, a:a + n], "state": st})
+            pieces.append(pcm)
+            a += n
+        tr.add("pcm", np.concatenate(pieces, axis=1), w, f"chunks {'+'.join(map(str, chunks))} vs whole")
+    # rows at different frame counts in one call: row 0 fresh, row 1 after 130 frames
+    st = np.zeros((2, size), np.float32)
+    _, st1 = ort_run(sess, {"codes": dec_cases[0][1:, :, :130], "state": st[1:]})
+    st[1:] = st1
+    mixed, _ = ort_run(sess, {"codes": np.stack([dec_cases[0][0, :, :10], dec_cases[0][1, :, 130:140]]), "state": st})
+    tr.add("pcm", mixed[0], dwant[0][0, :10 * spf], "ragged rows: row 0 from frame 0")
+    tr.add("pcm", mixed[1], dwant[0][1, 130 * spf:140 * spf], "ragged rows: row 1 from frame 130")
+    reports = {dspec.name: _finish(tr, dspec.name, dpath, {"pcm": AUDIO_TOLERANCE})}
+    sess = ort_session(epath)
+    tr = ErrorTracker()
+    for a, w in zip(enc_cases, ewant, strict=True):
+        tr.add("codes", ort_run(sess, {"audio": a})[0].astype(np.float64), w.astype(np.float64),
+               f"{a.shape[0]} x {a.shape[1]} samples")
+    reports[espec.name] = _finish(tr, espec.name, epath, {"codes": CODE_TOLERANCE})
+    return reports, dspec, size, layout
+
+
+# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.common.quantize_graph),
+# each measured against its fp32 export (`vs_fp32`); dac_stream keeps its quantized form only at
+# VOCODER_MIN_SNR_DB or more. dac_encode stays fp32: its output is argmax codes, which a quantized encoder
+# would change for a reference clip (the cloning prompt).
+QUANTIZED = ("slow_step", "fast_step", "dac_stream")
+
+
+def _quant_feeds(info: FishInfo, graph: str, state_size: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Random inputs for comparing a quantized graph with its fp32 form."""
+    rng = np.random.default_rng(seed)
+    d = info.codec
+    if graph == "dac_stream":
+        feeds = []
+        for b, n in ((1, 6), (2, 3)):
+            codes = np.concatenate([rng.integers(0, d.semantic_codebook_size, (b, 1, n)),
+                                    rng.integers(0, d.residual_codebook_size, (b, d.n_residual, n))], axis=1)
+            feeds.append({"codes": codes.astype(np.int64), "state": np.zeros((b, state_size), np.float32)})
+        return feeds
+    t = info.config.slow if graph == "slow_step" else info.config.fast
+    feeds = []
+    for b, p, n in ((1, 0, 6), (3, 4, 1)):
+        feed: dict[str, np.ndarray] = {"inputs_embeds": rng.standard_normal((b, n, t.dim)).astype(np.float32),
+                                       "position_ids": np.tile(np.arange(p, p + n, dtype=np.int64), (b, 1))}
+        if graph == "slow_step":
+            feed["attention_mask"] = np.ones((b, p + n), np.int64)
+        for i in range(t.n_layer):
+            for name in (spec.past_key(i), spec.past_value(i)):
+                feed[name] = rng.standard_normal((b, t.n_local_heads, p, t.head_dim)).astype(np.float32)
+        feeds.append(feed)
+    return feeds
+
+
+def _quantize(info: FishInfo, path: Path, graph: str, precision: str, state_size: int) -> dict[str, Any]:
+    feeds = _quant_feeds(info, graph, state_size)
+    return quantize_graph(path, precision, lambda fp32, q: compare_outputs(fp32, q, feeds),
+                          audio=graph == "dac_stream")
+
+
+def _tables(src: Path, info: FishInfo, out: Path) -> dict[str, Any]:
+    import torch
+    from safetensors import safe_open
+
+    names = [(spec.EMBEDDINGS, "text_model.model.embeddings.weight"),
+             (spec.CODEBOOK_EMBEDDINGS, "audio_decoder.codebook_embeddings.weight"),
+             (spec.FAST_EMBEDDINGS, "audio_decoder.embeddings.weight")]
+    if info.config.project_in:
+        names += [(spec.PROJECT_IN_WEIGHT, "audio_decoder.fast_project_in.weight"),
+                  (spec.PROJECT_IN_BIAS, "audio_decoder.fast_project_in.bias")]
+    tables: dict[str, Any] = {}
+    with safe_open(str(src / WEIGHTS), framework="pt") as f:
+        for name, tensor in names:
+            arr = f.get_tensor(tensor).to(torch.float32).numpy()
+            np.save(out / f"{name}.npy", arr)
+            tables[name] = {"shape": list(arr.shape)}
+            del arr
+    return tables
+
+
+def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, int, str], None] | None,
+                source: dict[str, Any]) -> dict[str, Any]:
+    """Every graph into `tmp`, one stage at a time; returns the manifest."""
+    import torch
+
+    from export.memory import MemoryMonitor
+
+    if precision not in ("fp32", "int8", "int4"):
+        raise InvalidRequest(f"{spec.DISPLAY} exports fp32, int8 or int4 (got --precision {precision})", "precision")
+    src = Path(src)
+    info = read_checkpoint(src)
+    cfg = info.config
+    stages = ["slow_step", "fast_step", "codec", "tables"]
+    stages += [f"{precision} quantization"] if precision != "fp32" else []
+    stages += ["manifest"]
+
+    def stage(label: str) -> None:
+        logger.info("export stage: %s", label)
+        if progress is not None:
+            progress(stages.index(label) + 1, len(stages), label)
+
+    torch.manual_seed(0)
+    s, f = cfg.slow, cfg.fast
+    specs = {"slow_step": spec.slow_step_spec(s.n_layer, s.dim, s.n_local_heads, s.head_dim, cfg.codebook_size + 1),
+             "fast_step": spec.fast_step_spec(f.n_layer, f.dim, f.n_local_heads, f.head_dim),
+             "dac_encode": spec.dac_encode_spec()}
+    reports: dict[str, Any] = {}
+    with MemoryMonitor() as mon:
+        stage("slow_step")
+        with mon.stage("slow_step"):
+            reports["slow_step"] = _slow_stage(src, info, specs["slow_step"], tmp)
+        stage("fast_step")
+        with mon.stage("fast_step"):
+            reports["fast_step"] = _fast_stage(src, info, specs["fast_step"], tmp)
+        stage("codec")
+        with mon.stage("codec"):
+            codec_reports, specs["dac_stream"], state_size, layout = _codec_stage(src, info, tmp)
+            reports.update(codec_reports)
+        stage("tables")
+        with mon.stage("tables"):
+            tables = _tables(src, info, tmp)
+        if precision != "fp32":
+            stage(f"{precision} quantization")
+            for name in QUANTIZED:
+                with mon.stage(f"{precision}_{name}"):
+                    reports[name] = {**reports[name], **_quantize(info, tmp / specs[name].filename, name, precision,
+                                                                 state_size)}
+    memory = mon.summary()
+    stage("manifest")
+    tok_dir = tmp / "tokenizer"
+    tok_dir.mkdir()
+    shutil.copy2(src / TOKENIZER, tok_dir / TOKENIZER)
+    return build_manifest(
+        tmp,
+        family=spec.FAMILY,
+        source=source,
+        variant="base",
+        model_size="real" if s.dim >= 1024 else "tiny",
+        precision=precision,
+        sizes=dataclasses.asdict(info),
+        sample_rate=spec.SAMPLE_RATE,
+        samples_per_frame=info.codec.samples_per_frame,
+        vocoder_state_size=state_size,
+        vocoder_state_layout=layout,
+        tables=tables,
+        memory=memory,
+        graphs=specs,
+        validation=reports,
+        configs={CONFIG: json.loads((src / CONFIG).read_text())},
+        versions=versions(),
+    )

@@ -1,0 +1,293 @@
+"""Fish Speech S2 Pro's language-model computations in the project's own torch (float32, ONNX-traceable), their
+parameters named as model.safetensors' tensors (loaded as they are).
+
+- `SlowStep`: the Slow AR (Qwen3 layers: fused wqkv, per-head q/k RMSNorm, GPT-J interleaved RoPE whose
+  cos/sin table is rounded to bf16 as vLLM-Omni's `load_weights` rounds it, SwiGLU) over explicit past K/V;
+  outputs the last position's final-normed hidden state [B, D] and the logits of the ids the Slow AR may
+  sample [B, codebook_size + 1]: the semantic ids in order, then `<|im_end|>` (the tied embedding's rows;
+  vLLM-Omni masks every other id to -inf).
+- `FastStep`: the Fast AR over its own past K/V (position 0 the Slow AR's hidden state, projected when the
+  widths differ; position 1 the semantic code's embedding; then each residual code's), outputting the last
+  position's logits cut to the 1024 residual codes (vLLM-Omni's `residual_codebook_size`).
+Sampling and the embedding sums run in numpy (ttscore.runtime.families.fish_speech).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ttscore.contract import fish_speech as spec
+from ttscore.runtime.families.fish_speech.checkpoint import FishConfig, Transformer
+
+if TYPE_CHECKING:
+    from ttscore.runtime.families.fish_speech.generate import Tables
+
+NEG = -1e9
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Attention(nn.Module):
+    q_norm: RMSNorm
+    k_norm: RMSNorm
+
+    def __init__(self, t: Transformer) -> None:
+        super().__init__()
+        self.wqkv = nn.Linear(t.dim, (t.n_head + 2 * t.n_local_heads) * t.head_dim, bias=False)
+        self.wo = nn.Linear(t.n_head * t.head_dim, t.dim, bias=False)
+        if t.qk_norm:
+            self.q_norm = RMSNorm(t.head_dim, t.norm_eps)
+            self.k_norm = RMSNorm(t.head_dim, t.norm_eps)
+        self.t = t
+
+
+class FeedForward(nn.Module):
+    def __init__(self, t: Transformer) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(t.dim, t.intermediate_size, bias=False)
+        self.w2 = nn.Linear(t.intermediate_size, t.dim, bias=False)
+        self.w3 = nn.Linear(t.dim, t.intermediate_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Layer(nn.Module):
+    attention: Attention
+    feed_forward: FeedForward
+    attention_norm: RMSNorm
+    ffn_norm: RMSNorm
+
+    def __init__(self, t: Transformer) -> None:
+        super().__init__()
+        self.attention = Attention(t)
+        self.feed_forward = FeedForward(t)
+        self.attention_norm = RMSNorm(t.dim, t.norm_eps)
+        self.ffn_norm = RMSNorm(t.dim, t.norm_eps)
+
+
+def rope_table(head_dim: int, positions: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [positions, head_dim / 2] as vLLM's RotaryEmbedding computes its cache, rounded to bf16."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+    freqs = torch.einsum("i,j -> ij", torch.arange(positions, dtype=torch.float), inv_freq)
+    return freqs.cos().to(torch.bfloat16).float(), freqs.sin().to(torch.bfloat16).float()
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """GPT-J interleaved rotation: x [B, H, T, hd], cos/sin [B, 1, T, hd/2]."""
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
+
+
+class Stack(nn.Module):
+    """Fish transformer layers over explicit past K/V (the new positions causal among themselves)."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def __init__(self, t: Transformer, positions: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(Layer(t) for _ in range(t.n_layer))
+        self.t = t
+        cos, sin = rope_table(t.head_dim, positions, t.rope_base)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def run(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+            past: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        t = self.t
+        b, n, _ = x.shape
+        total = attention_mask.shape[1]
+        cos, sin = self.cos[position_ids][:, None], self.sin[position_ids][:, None]  # [B, 1, T, hd/2]
+        key_pos = torch.arange(total)[None, :]
+        query_pos = (total - n + torch.arange(n))[:, None]
+        allowed = (attention_mask[:, None, None, :] > 0) & (key_pos <= query_pos)[None, None]
+        bias = torch.where(allowed, torch.tensor(0.0), torch.tensor(NEG))
+        rep = t.n_head // t.n_local_heads
+        new: list[torch.Tensor] = []
+        for i, layer in enumerate(cast("list[Layer]", list(self.layers))):
+            att = layer.attention
+            qkv = att.wqkv(layer.attention_norm(x))
+            q, k, v = qkv.split([t.n_head * t.head_dim, t.n_local_heads * t.head_dim, t.n_local_heads * t.head_dim],
+                                dim=-1)
+            q = q.view(b, n, t.n_head, t.head_dim)
+            k = k.view(b, n, t.n_local_heads, t.head_dim)
+            if t.qk_norm:
+                q, k = att.q_norm(q), att.k_norm(k)
+            q = _rope(q.transpose(1, 2), cos, sin)
+            k = _rope(k.transpose(1, 2), cos, sin)
+            v = v.view(b, n, t.n_local_heads, t.head_dim).transpose(1, 2)
+            new += [k, v]
+            k_all = torch.cat([past[2 * i], k], dim=2)
+            v_all = torch.cat([past[2 * i + 1], v], dim=2)
+            if rep > 1:
+                k_all, v_all = k_all.repeat_interleave(rep, dim=1), v_all.repeat_interleave(rep, dim=1)
+            scores = torch.matmul(q, k_all.transpose(-1, -2)) * (t.head_dim ** -0.5) + bias
+            out = torch.matmul(scores.softmax(-1), v_all).transpose(1, 2).reshape(b, n, t.n_head * t.head_dim)
+            h = x + att.wo(out)
+            x = h + layer.feed_forward(layer.ffn_norm(h))
+        return x, new
+
+
+class _Model(nn.Module):
+    def __init__(self, cfg: FishConfig) -> None:
+        super().__init__()
+        s = cfg.slow
+        self.stack = Stack(s, cfg.max_seq_len)
+        self.layers = self.stack.layers
+        self.norm = RMSNorm(s.dim, s.norm_eps)
+
+
+class _TextModel(nn.Module):
+    def __init__(self, cfg: FishConfig) -> None:
+        super().__init__()
+        self.model = _Model(cfg)
+
+
+class SlowStep(nn.Module):
+    """(inputs_embeds [B, T, D], attention_mask [B, P + T], position_ids [B, T], past K/V per layer) ->
+    hidden [B, D], logits [B, codebook_size + 1] (semantic ids, then <|im_end|>), new K/V [B, KV, T, hd]."""
+
+    def __init__(self, cfg: FishConfig) -> None:
+        super().__init__()
+        self.text_model = _TextModel(cfg)
+        self.allowed = [*list(range(cfg.semantic_start, cfg.semantic_end + 1)), spec.IM_END_ID]
+        # The tied embedding's rows of the allowed ids (set from text_model.model.embeddings by `load`).
+        self.head = nn.Parameter(torch.zeros(len(self.allowed), cfg.slow.dim))
+
+    def derive(self, tensor: Callable[[str], torch.Tensor]) -> None:
+        self.head.data.copy_(tensor("text_model.model.embeddings.weight")[self.allowed])
+
+    def forward(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        m = self.text_model.model
+        x, new = m.stack.run(inputs_embeds, attention_mask, position_ids, past)
+        hidden = m.norm(x[:, -1])
+        logits = hidden @ self.head.T
+        return (hidden, logits, *new)
+
+
+class _AudioDecoder(nn.Module):
+    def __init__(self, cfg: FishConfig) -> None:
+        super().__init__()
+        f = cfg.fast
+        self.stack = Stack(f, cfg.num_codebooks + 1)
+        self.layers = self.stack.layers
+        self.norm = RMSNorm(f.dim, f.norm_eps)
+        self.output = nn.Linear(f.dim, f.vocab_size, bias=False)
+
+
+class FastStep(nn.Module):
+    """(inputs_embeds [B, T, Df], position_ids [B, T], past K/V per layer) -> logits [B, 1024] of the last
+    position, new K/V. The Fast AR's past is never padded: every row of a batch is at the same step."""
+
+    def __init__(self, cfg: FishConfig) -> None:
+        super().__init__()
+        self.audio_decoder = _AudioDecoder(cfg)
+
+    def forward(self, inputs_embeds: torch.Tensor, position_ids: torch.Tensor,
+                *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = self.audio_decoder
+        b, n, _ = inputs_embeds.shape
+        mask = torch.ones(b, past[0].shape[2] + n, dtype=torch.int64)
+        x, new = a.stack.run(inputs_embeds, mask, position_ids, past)
+        logits = a.output(a.norm(x[:, -1]))[:, :spec.RESIDUAL_CODEBOOK_SIZE]
+        return (logits, *new)
+
+
+M = TypeVar("M", bound=nn.Module)
+
+
+def load(module: M, checkpoint: object) -> M:
+    """Every parameter of `module` from model.safetensors' tensor of the same name (the `stack.` alias of
+    `layers` aside), as float32; strict."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    from ttscore.runtime.families.fish_speech.checkpoint import WEIGHTS
+
+    names = [n for n in module.state_dict() if ".stack." not in n and n != "head"]
+    with safe_open(str(Path(str(checkpoint)) / WEIGHTS), framework="pt") as f:
+        state = {name: f.get_tensor(name).to(torch.float32) for name in names}
+        derive = getattr(module, "derive", None)
+        if derive is not None:
+            derive(lambda name: f.get_tensor(name).to(torch.float32))
+    result = module.load_state_dict(state, strict=False)
+    unexpected = [n for n in result.missing_keys if ".stack." not in n and n != "head"]
+    if unexpected or result.unexpected_keys:
+        raise KeyError(f"not loaded: {unexpected[:8]} {result.unexpected_keys[:8]}")
+    module.eval()
+    return module
+
+
+def scale() -> float:
+    """The next input's divisor: sqrt(num_codebooks + 1) (vLLM-Omni's talker_mtp)."""
+    return math.sqrt(spec.NUM_CODEBOOKS + 1)
+
+
+def tables(checkpoint: object) -> Tables:
+    """The numpy tables of the frame loop, from model.safetensors (float32)."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    from ttscore.runtime.families.fish_speech.checkpoint import WEIGHTS, read_config
+    from ttscore.runtime.families.fish_speech.generate import Tables
+
+    cfg = read_config(Path(str(checkpoint)))
+    with safe_open(str(Path(str(checkpoint)) / WEIGHTS), framework="pt") as f:
+        def get(name: str) -> np.ndarray:
+            return f.get_tensor(name).to(torch.float32).numpy()
+
+        project = ((get("audio_decoder.fast_project_in.weight"), get("audio_decoder.fast_project_in.bias"))
+                   if cfg.project_in else None)
+        return Tables(embeddings=get("text_model.model.embeddings.weight"),
+                      codebook_embeddings=get("audio_decoder.codebook_embeddings.weight"),
+                      fast_embeddings=get("audio_decoder.embeddings.weight"), project_in=project,
+                      semantic_start=cfg.semantic_start, codebook_size=cfg.codebook_size,
+                      num_codebooks=cfg.num_codebooks)
+
+
+def torch_steps(cfg: FishConfig, slow: SlowStep, fast: FastStep) -> tuple[Any, Any]:
+    """The frame loop's step functions over the torch modules (ttscore.runtime.families.fish_speech.generate)."""
+    s, f = cfg.slow, cfg.fast
+
+    def run(module: nn.Module, t: Transformer, x: np.ndarray, pos: int, past: Any, mask: bool) -> Any:
+        if past is None:
+            past = [torch.zeros(1, t.n_local_heads, 0, t.head_dim) for _ in range(2 * t.n_layer)]
+        n = x.shape[1]
+        args: list[torch.Tensor] = [torch.from_numpy(x)]
+        if mask:
+            args.append(torch.ones(1, pos + n, dtype=torch.int64))
+        args.append(torch.arange(pos, pos + n)[None])
+        with torch.inference_mode():
+            out = module(*args, *past)
+        k = 2 if mask else 1
+        new = [torch.cat([p, q], dim=2) for p, q in zip(past, out[k:], strict=True)]
+        return [o.numpy() for o in out[:k]], new
+
+    def slow_fn(x: np.ndarray, pos: int, past: Any) -> Any:
+        (h, logits), new = run(slow, s, x, pos, past, True)
+        return h[0], logits[0], new
+
+    def fast_fn(x: np.ndarray, pos: int, past: Any) -> Any:
+        (logits,), new = run(fast, f, x, pos, past, False)
+        return logits[0], new
+
+    return slow_fn, fast_fn

@@ -1,0 +1,234 @@
+"""Fish Speech S2 Pro over its exported graphs under the shared engine (ttscore.runtime.family), registered as
+the family `fish_speech` (ttscore.runtime.families) and served by speech_generation.
+
+A request's life: `admit` (validate; a cloning request's reference codes are given (`ref_codes`: on the served
+path from the checkpoint's dac_encoder Triton model) or, offline only (`encoders`), a reference clip is encoded
+by `dac_encode` here; the codes' semantic ids go into the prompt; the sampling noise from the seed; the prompt
+rows) -> `prefill` (`slow_step` over the
+prompt; the call that completes it makes the first frame) -> `step` (each sequence's last frame embedded,
+`slow_step` one position further for every sequence in one batched call over ragged pasts, then the frames:
+the Slow AR's token per row, the Fast AR's 9 codes for all going rows in lockstep) -> `release`. Frame i of a
+request takes row i of its noise, so its audio does not depend on what it was batched with. The vocoder is
+`dac_stream`, exact streaming (each stream's state carries its own frame count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ttscore.contract import fish_speech as spec
+from ttscore.contract.errors import InvalidRequest
+from ttscore.runtime.families.fish_speech.artifacts import FishArtifacts, request_noise
+from ttscore.runtime.families.fish_speech.generate import F32, frame_embedding, prompt_embeddings
+from ttscore.runtime.families.fish_speech.request import FishRequest
+from ttscore.runtime.families.fish_speech.sampling import sample_fast, sample_slow
+from ttscore.runtime.family import Sequence
+from ttscore.runtime.vocoder import OrtVocoder
+
+I64 = npt.NDArray[np.int64]
+
+
+@dataclass
+class FishSequence(Sequence):
+    embeds: F32 | None = None
+    kv: list[F32] = field(default_factory=list)  # per layer k, v: [kv_heads, length, head_dim]
+    hidden: F32 | None = None
+    logits: F32 | None = None
+    last: I64 | None = None
+    max_frames: int = spec.DEFAULT_MAX_NEW_TOKENS
+    q_slow: F32 | None = None
+    q_fast: F32 | None = None
+    temperature: float = spec.DEFAULT_TEMPERATURE
+    top_k: int = spec.DEFAULT_TOP_K
+    top_p: float = spec.DEFAULT_TOP_P
+
+
+class FishModel:
+    def __init__(self, artifacts: Path, threads: int | None = None, *, encoders: bool = True) -> None:
+        self.a = FishArtifacts(artifacts, threads)
+        self.encoders = encoders  # may admit a reference clip (offline); served: codes from dac_encoder only
+        self.state_size = self.a.state_size
+        self.samples_per_frame = self.a.samples_per_frame
+        self.sample_rate = spec.SAMPLE_RATE
+        self.num_codebooks = self.a.tables.num_codebooks
+        self._vocoder = OrtVocoder(self.a.graphs["dac_stream"], self.state_size, self.vocoder_feeds)
+
+    @property
+    def vocoder(self) -> OrtVocoder:
+        return self._vocoder
+
+    @property
+    def frame_seconds(self) -> float:
+        return self.samples_per_frame / self.sample_rate
+
+    @property
+    def vocoder_state_size(self) -> int:
+        return self.state_size
+
+    @staticmethod
+    def vocoder_feeds(frames: npt.NDArray[Any], state: F32, position: I64) -> dict[str, npt.NDArray[Any]]:
+        return {"codes": np.ascontiguousarray(frames.astype(np.int64).transpose(0, 2, 1)), "state": state}
+
+    def admit(self, request: FishRequest) -> FishSequence:
+        if not isinstance(request.text, str) or not request.text.strip():
+            raise InvalidRequest("'input' must be a non-empty string", "input")
+        max_new = spec.DEFAULT_MAX_NEW_TOKENS if request.max_new_tokens is None else int(request.max_new_tokens)
+        if not 1 <= max_new <= spec.MAX_NEW_TOKENS_LIMIT:
+            raise InvalidRequest(f"'max_new_tokens' must be between 1 and {spec.MAX_NEW_TOKENS_LIMIT}", "max_new_tokens")
+        temperature = spec.DEFAULT_TEMPERATURE if request.temperature is None else float(request.temperature)
+        top_k = spec.DEFAULT_TOP_K if request.top_k is None else int(request.top_k)
+        top_p = spec.DEFAULT_TOP_P if request.top_p is None else float(request.top_p)
+        if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
+            raise InvalidRequest("temperature >= 0, top_k >= 0 and 0 < top_p <= 1 are required", "extra_params")
+        t = self.a.tables
+        ref_codes = self._reference(request)
+        if ref_codes is not None:
+            ids, at = self.a.prompt.clone(request.text, str(request.ref_text),
+                                          [int(c) + t.semantic_start for c in ref_codes[:, 0]])
+        else:
+            ids, at = self.a.prompt.text_only(request.text), 0
+        q_slow, q_fast = request_noise(spec.DEFAULT_SEED if request.seed is None else int(request.seed), max_new,
+                                       t.codebook_size + 1, t.num_codebooks)
+        return FishSequence(
+            initial_chunk_frames=request.initial_chunk_frames or spec.DEFAULT_INITIAL_CHUNK_FRAMES,
+            chunk_frames=request.chunk_frames or spec.DEFAULT_CHUNK_FRAMES,
+            text_tokens=self.a.prompt.text_tokens(request.text), prompt_tokens=len(ids),
+            audio_tokens=0 if ref_codes is None else len(ref_codes),
+            embeds=prompt_embeddings(t, ids, ref_codes, at), max_frames=max_new, q_slow=q_slow, q_fast=q_fast,
+            temperature=temperature, top_k=top_k, top_p=top_p)
+
+    def _reference(self, request: FishRequest) -> I64 | None:
+        """The reference clip's codes [frames, num_codebooks] (None: text-only); InvalidRequest naming the field."""
+        if request.ref_codes is None and request.ref_audio is None:
+            if request.ref_text is not None:
+                raise InvalidRequest("'ref_text' is the transcript of 'ref_audio': give 'ref_audio' too", "ref_text")
+            return None
+        if not (request.ref_text or "").strip():
+            raise InvalidRequest("Voice cloning requires 'ref_text' (transcript of the reference audio)", "ref_text")
+        t = self.a.tables
+        if request.ref_codes is not None:
+            codes = np.asarray(request.ref_codes)
+            if codes.ndim != 2 or codes.shape[1] != t.num_codebooks or len(codes) == 0 \
+                    or not np.issubdtype(codes.dtype, np.integer):
+                raise InvalidRequest(f"'ref_codes' must be integer codes [frames >= 1, {t.num_codebooks}], got "
+                                     f"{codes.dtype} {list(codes.shape)}", "ref_audio")
+            if codes.min() < 0 or codes.max() >= t.codebook_size:
+                raise InvalidRequest(f"'ref_codes' must lie in [0, {t.codebook_size})", "ref_audio")
+            return codes.astype(np.int64)
+        if not self.encoders:
+            raise InvalidRequest("this model takes reference codes from its dac_encoder, not reference audio",
+                                 "ref_audio")
+        return self.a.encode(np.asarray(request.ref_audio, np.float32))
+
+    def prefill(self, work: list[tuple[Sequence, int]]) -> None:
+        done: list[FishSequence] = []
+        for s, n in work:
+            if not isinstance(s, FishSequence) or s.embeds is None:
+                continue
+            lo, hi = s.prefilled, s.prefilled + n
+            self._slow([s], s.embeds[None, lo:hi])
+            s.prefilled = hi
+            if hi == s.prompt_tokens:
+                s.embeds = None
+                done.append(s)
+        if done:
+            self._frames(done)
+
+    def step(self, batch: list[Sequence]) -> None:
+        seqs = [s for s in batch if isinstance(s, FishSequence) and s.finished is None and s.last is not None]
+        if not seqs:
+            return
+        x = np.stack([frame_embedding(self.a.tables, s.last) for s in seqs if s.last is not None])[:, None]
+        self._slow(seqs, x)
+        self._frames(seqs)
+
+    def release(self, seq: Sequence) -> None:
+        if isinstance(seq, FishSequence):
+            seq.kv, seq.embeds, seq.q_slow, seq.q_fast = [], None, None, None
+
+    def memory(self) -> dict[str, int]:
+        return {}
+
+    def _slow(self, seqs: list[FishSequence], x: F32) -> None:
+        """New positions x [B, T, D] after each row's past (rows left-padded to the longest past)."""
+        b, t, _ = x.shape
+        layers = self.a.slow_layers
+        kvh, hd = self.a.slow_kv
+        past_len = [s.kv[0].shape[1] if s.kv else 0 for s in seqs]
+        pmax = max(past_len)
+        mask = np.zeros((b, pmax + t), np.int64)
+        mask[:, pmax:] = 1
+        for r in range(b):
+            mask[r, pmax - past_len[r]:pmax] = 1
+        feeds: dict[str, npt.NDArray[Any]] = {
+            "inputs_embeds": np.ascontiguousarray(x, np.float32), "attention_mask": mask,
+            "position_ids": (np.array(past_len, np.int64)[:, None] + np.arange(t)[None]).astype(np.int64)}
+        for i in range(layers):
+            for j, name in ((0, spec.past_key(i)), (1, spec.past_value(i))):
+                buf = np.zeros((b, kvh, pmax, hd), np.float32)
+                for r, s in enumerate(seqs):
+                    if s.kv:
+                        buf[r, :, pmax - past_len[r]:] = s.kv[2 * i + j]
+                feeds[name] = buf
+        out = self.a.graphs["slow_step"].run(feeds)
+        for r, s in enumerate(seqs):
+            new = [out[spec.new_key(i) if j == 0 else spec.new_value(i)][r] for i in range(layers) for j in (0, 1)]
+            s.kv = [np.concatenate([a, n], axis=1) for a, n in zip(s.kv, new, strict=True)] if s.kv else new
+            s.hidden = np.asarray(out["hidden"][r], np.float32)
+            s.logits = np.asarray(out["logits"][r], np.float32)
+
+    def _frames(self, seqs: list[FishSequence]) -> None:
+        t = self.a.tables
+        going: list[tuple[FishSequence, int]] = []
+        for s in seqs:
+            assert s.logits is not None and s.q_slow is not None
+            y = sample_slow(s.logits, s.temperature, s.top_k, s.top_p, s.q_slow[s.frames_out])
+            if y == t.codebook_size:  # <|im_end|>
+                s.finished = "stop"
+            else:
+                going.append((s, y))
+        if not going:
+            return
+        codes = self._fast([s for s, _ in going], [y for _, y in going])
+        for (s, _), frame in zip(going, codes, strict=True):
+            s.last = frame
+            s.pending.append(frame)
+            s.frames_out += 1
+            if s.frames_out >= s.max_frames:
+                s.finished = "length"
+
+    def _fast(self, seqs: list[FishSequence], code0: list[int]) -> list[I64]:
+        """The Fast AR for all rows in lockstep (every row at the same position), each row its own noise."""
+        t = self.a.tables
+        layers = self.a.fast_layers
+        kvh, hd = self.a.fast_kv
+        b = len(seqs)
+        h = np.stack([s.hidden for s in seqs if s.hidden is not None]).astype(np.float32)
+        first = h if t.project_in is None else (h @ t.project_in[0].T + t.project_in[1]).astype(np.float32)
+        x = np.stack([first, t.fast_embeddings[np.array(code0)]], axis=1).astype(np.float32)
+        past = [np.zeros((b, kvh, 0, hd), np.float32) for _ in range(2 * layers)]
+        codes = [list([c]) for c in code0]
+        pos = 0
+        for j in range(t.num_codebooks - 1):
+            n = x.shape[1]
+            feeds: dict[str, npt.NDArray[Any]] = {"inputs_embeds": x,
+                                                  "position_ids": np.tile(np.arange(pos, pos + n), (b, 1))}
+            for i in range(layers):
+                feeds[spec.past_key(i)], feeds[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
+            out = self.a.graphs["fast_step"].run(feeds)
+            past = [np.concatenate([past[2 * i + k], out[(spec.new_key if k == 0 else spec.new_value)(i)]], axis=2)
+                    for i in range(layers) for k in (0, 1)]
+            pos += n
+            picked = []
+            for r, s in enumerate(seqs):
+                assert s.q_fast is not None
+                c = sample_fast(out["logits"][r], s.temperature, s.top_k, s.top_p, s.q_fast[s.frames_out, j])
+                codes[r].append(c)
+                picked.append(c)
+            x = t.fast_embeddings[np.array(picked)][:, None].astype(np.float32)
+        return [np.array(c, np.int64) for c in codes]
