@@ -74,3 +74,13 @@ def test_usage_wire_layout_round_trips():
     t = u.to_tensor()
     assert t.dtype == np.int32 and t.tolist() == [18, 101, 77]
     assert Usage.from_tensor(t) == u
+
+
+def test_every_family_taking_a_seed_declares_how_it_samples() -> None:
+    # FamilyRules.sampling defaults to UNSEEDED (never replayed); a family with a `seed` field that
+    # forgot to declare SEEDED or GREEDY would silently lose mid-stream failover (gateway.replay).
+    from ttscore.contract import families
+    from ttscore.contract.rules import UNSEEDED
+
+    forgot = [f for f, rules in families.RULES.items() if rules.has_field("seed") and rules.sampling == UNSEEDED]
+    assert not forgot, f"families with a seed field but sampling=UNSEEDED: {forgot}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
 
 FAMILY = "fish_speech"
 DISPLAY = "Fish Speech S2 Pro"
@@ -177,6 +177,7 @@ RULES = FamilyRules(
     sample_rate=SAMPLE_RATE,
     variants={"base": TASK},
     extra_params=EXTRA_PARAMS,
+    sampling=SEEDED,  # Slow/Fast AR sampling noise from the request's seed, 42 without one
 )
 
 # Its speech_generation inputs. Cloning: the reference clip's DAC codes [frames, 10] from the family's
