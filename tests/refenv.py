@@ -62,6 +62,7 @@ FAMILY_ENV = {
     "omnivoice": "ref5",  # the codec encoder: HiggsAudioV2TokenizerModel (transformers>=5.3); the generator reference runs in "main"
     "gepard": "ref5",  # Qwen3_5TextModel (transformers>=5.2)
     "voxtral_tts": "main",  # MistralModel + vLLM-Omni's modules (they need einops, which ref5 lacks)
+    "cosyvoice3": "main",  # Qwen2ForCausalLM + vLLM-Omni's flow and HiFT (diffusers 0.35.2 and x-transformers pinned there)
 }
 
 

@@ -1,0 +1,58 @@
+"""CosyVoice3's tiny checkpoint, made once per test session (the directory under the session's base temp
+is the cache), and `reference`, which runs tests/cosyvoice3_reference.py (vLLM-Omni 0.30.0's flow and
+HiFT from the release wheel around transformers' Qwen2ForCausalLM) in the "main" reference environment;
+`noise_inputs` draws every source of randomness the reference takes as input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from voxtral_tts_fixtures import VLLM_OMNI_WHEEL, WHEEL
+
+__all__ = ["VLLM_OMNI_WHEEL", "cosyvoice3_tiny", "noise_inputs", "reference"]
+
+REFERENCE = Path(__file__).resolve().parent / "cosyvoice3_reference.py"
+
+
+@pytest.fixture(scope="session")
+def cosyvoice3_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.cosyvoice3.tiny import make_tiny_cosyvoice3
+
+    out = tmp_path_factory.getbasetemp() / "cosyvoice3" / "cosyvoice3-tiny"
+    if not (out / "cosyvoice3.yaml").is_file():
+        make_tiny_cosyvoice3(out, seed=0)
+    return out
+
+
+def noise_inputs(seed: int, speech_rows: int, steps: int, mel_frames: int, requests: int = 1,
+                 table: int = 24000) -> dict[str, np.ndarray]:
+    """The HiFT noise tables and, per request, RAS noise [steps, 2, speech_rows] (Exp(1)) and flow noise
+    [80, mel_frames] (N(0, 1))."""
+    rng = np.random.default_rng(seed)
+    out = {"hift_rand_ini": rng.random(9).astype(np.float32),
+           "hift_sine_noise": rng.random((table, 9)).astype(np.float32),
+           "hift_uv_noise": rng.random(table).astype(np.float32)}
+    out["hift_rand_ini"][0] = 0.0  # the fundamental's initial phase is 0 (SineGen2)
+    for i in range(requests):
+        out[f"ras_noise_{i}"] = rng.exponential(size=(steps, 2, speech_rows)).astype(np.float32)
+        out[f"flow_noise_{i}"] = rng.standard_normal((80, mel_frames)).astype(np.float32)
+    return out
+
+
+def reference(checkpoint: Path, requests: list[dict], inputs: dict) -> dict:
+    """tests/cosyvoice3_reference.py in "main"; refenv.missing (skip, or fail under make test) without the
+    wheel or the reference's pinned packages."""
+    import refenv
+
+    if VLLM_OMNI_WHEEL is None:
+        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
+    try:
+        import diffusers  # noqa: F401
+        import x_transformers  # noqa: F401
+    except ImportError as e:
+        refenv.missing(f"the CosyVoice3 reference's packages (requirements-nodeps.txt: {e})")
+    return refenv.run(refenv.env_for("cosyvoice3"), REFERENCE, inputs,
+                      [str(VLLM_OMNI_WHEEL), str(checkpoint), json.dumps(requests)])
