@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from voxtral_tts_fixtures import VLLM_OMNI_WHEEL, WHEEL
 
-__all__ = ["VLLM_OMNI_WHEEL", "cosyvoice3_tiny", "noise_inputs", "reference"]
+__all__ = ["VLLM_OMNI_WHEEL", "cosyvoice3_artifacts", "cosyvoice3_tiny", "noise_inputs", "reference"]
 
 REFERENCE = Path(__file__).resolve().parent / "cosyvoice3_reference.py"
 
@@ -27,6 +27,16 @@ def cosyvoice3_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def cosyvoice3_artifacts(cosyvoice3_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.exporter import export_checkpoint
+
+    out = tmp_path_factory.getbasetemp() / "cosyvoice3" / "artifacts"
+    if not (out / "manifest.json").is_file():
+        export_checkpoint(cosyvoice3_tiny, out)
+    return out
+
+
 def noise_inputs(seed: int, speech_rows: int, steps: int, mel_frames: int, requests: int = 1,
                  table: int = 24000) -> dict[str, np.ndarray]:
     """The HiFT noise tables and, per request, RAS noise [steps, 2, speech_rows] (Exp(1)) and flow noise
@@ -37,7 +47,7 @@ def noise_inputs(seed: int, speech_rows: int, steps: int, mel_frames: int, reque
            "hift_uv_noise": rng.random(table).astype(np.float32)}
     out["hift_rand_ini"][0] = 0.0  # the fundamental's initial phase is 0 (SineGen2)
     for i in range(requests):
-        out[f"ras_noise_{i}"] = rng.exponential(size=(steps, 2, speech_rows)).astype(np.float32)
+        out[f"ras_noise_{i}"] = np.maximum(rng.exponential(size=(steps, 2, speech_rows)), 1e-30).astype(np.float32)
         out[f"flow_noise_{i}"] = rng.standard_normal((80, mel_frames)).astype(np.float32)
     return out
 

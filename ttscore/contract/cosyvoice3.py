@@ -9,6 +9,8 @@ Voice cloning only: `ref_audio` with its transcript `ref_text` (no presets).
 
 from __future__ import annotations
 
+from ttscore.contract.graphs import GraphSpec, TensorSpec
+
 FAMILY = "cosyvoice3"
 DISPLAY = "CosyVoice3"
 HUB_ORG = "FunAudioLLM"
@@ -24,3 +26,103 @@ FLOW_STEPS = 10
 # The prompt delimiter vLLM-Omni's adapter prepends (with this system text) when ref_text lacks it.
 END_OF_PROMPT = "<|endofprompt|>"
 DEFAULT_PROMPT_PREFIX = "You are a helpful assistant." + END_OF_PROMPT
+
+# --- graphs -------------------------------------------------------------------------------------
+# Tables (numpy .npy beside the graphs): the Qwen2 text embedding [V, D] and the speech embedding
+# [speech_token_size + 200, D] (sos / task_id rows included).
+TEXT_EMBEDDING = "text_embedding"
+SPEECH_EMBEDDING = "speech_embedding"
+GRAPH_NAMES = ("lm_step", "flow_cond", "flow_velocity", "hift")
+
+
+def past_key(i: int) -> str:
+    return f"past_key_{i}"
+
+
+def past_value(i: int) -> str:
+    return f"past_value_{i}"
+
+
+def new_key(i: int) -> str:
+    return f"new_key_{i}"
+
+
+def new_value(i: int) -> str:
+    return f"new_value_{i}"
+
+
+def _kv(layers: int, kv_heads: int, head_dim: int, axis: str, new: bool) -> list[TensorSpec]:
+    k, v = (new_key, new_value) if new else (past_key, past_value)
+    return [t for i in range(layers) for t in (
+        TensorSpec(k(i), "float32", ("batch", kv_heads, axis, head_dim)),
+        TensorSpec(v(i), "float32", ("batch", kv_heads, axis, head_dim)),
+    )]
+
+
+def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int, speech_rows: int) -> GraphSpec:
+    """Qwen2 prefill (T = the prompt) and decode (T = 1) over explicit past K/V: `attention_mask`
+    [B, P + T] marks valid slots (rows are ragged); the new positions are causal among themselves.
+    Outputs `llm_decoder`'s logits of the last position [B, speech_rows] and the new K/V (rotated)."""
+    return GraphSpec(
+        "lm_step",
+        (
+            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
+            TensorSpec("attention_mask", "int64", ("batch", "total")),
+            TensorSpec("position_ids", "int64", ("batch", "tokens")),
+            *_kv(layers, kv_heads, head_dim, "past", new=False),
+        ),
+        (
+            TensorSpec("logits", "float32", ("batch", speech_rows)),
+            *_kv(layers, kv_heads, head_dim, "tokens", new=True),
+        ),
+    )
+
+
+def flow_cond_spec(mel: int, spk_dim: int) -> GraphSpec:
+    """The flow's conditioning: speech tokens [B, T] (prompt + new, zero-padded past `token_len`) ->
+    `mu` [B, mel, 2T] (token embedding, pre-lookahead convs with zeros after the end, each token twice)
+    and `spks` [B, mel] (the L2-normalised speaker embedding through its affine layer)."""
+    return GraphSpec(
+        "flow_cond",
+        (
+            TensorSpec("tokens", "int64", ("batch", "tokens")),
+            TensorSpec("token_len", "int64", ("batch",)),
+            TensorSpec("embedding", "float32", ("batch", spk_dim)),
+        ),
+        (
+            TensorSpec("mu", "float32", ("batch", mel, "frames")),
+            TensorSpec("spks", "float32", ("batch", mel)),
+        ),
+    )
+
+
+def flow_velocity_spec(mel: int) -> GraphSpec:
+    """One Euler step's guided velocity of the DiT: x, mu, cond [B, mel, N], mask [B, N] (1 = valid frame),
+    t [B], spks [B, mel], chunk [B] (attention chunk in frames: frame i sees frames j < (i // chunk + 1) *
+    chunk; chunk >= N is full attention) -> v [B, mel, N] = (1 + cfg) v(mu, spks, cond) - cfg v(0, 0, 0)."""
+    return GraphSpec(
+        "flow_velocity",
+        (
+            TensorSpec("x", "float32", ("batch", mel, "frames")),
+            TensorSpec("mask", "float32", ("batch", "frames")),
+            TensorSpec("mu", "float32", ("batch", mel, "frames")),
+            TensorSpec("t", "float32", ("batch",)),
+            TensorSpec("spks", "float32", ("batch", mel)),
+            TensorSpec("cond", "float32", ("batch", mel, "frames")),
+            TensorSpec("chunk", "int64", ("batch",)),
+        ),
+        (TensorSpec("velocity", "float32", ("batch", mel, "frames")),),
+    )
+
+
+def hift_spec(mel: int, harmonics: int) -> GraphSpec:
+    """The causal HiFT over a whole utterance: mel [B, mel, F] and the fixed sine-noise table rows of its
+    samples [B, F * samples_per_frame, harmonics + 1] -> pcm [B, F * samples_per_frame]."""
+    return GraphSpec(
+        "hift",
+        (
+            TensorSpec("mel", "float32", ("batch", mel, "frames")),
+            TensorSpec("sine_noise", "float32", ("batch", "samples", harmonics + 1)),
+        ),
+        (TensorSpec("pcm", "float32", ("batch", "samples")),),
+    )
