@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from voxtral_tts_fixtures import VLLM_OMNI_WHEEL, WHEEL
 
-__all__ = ["VLLM_OMNI_WHEEL", "cosyvoice3_artifacts", "cosyvoice3_tiny", "noise_inputs", "reference"]
+__all__ = ["VLLM_OMNI_WHEEL", "cosyvoice3_artifacts", "cosyvoice3_foreign", "cosyvoice3_foreign_artifacts",
+           "cosyvoice3_tiny", "noise_inputs", "reference"]
 
 REFERENCE = Path(__file__).resolve().parent / "cosyvoice3_reference.py"
+FOREIGN = Path(__file__).resolve().parent / "cosyvoice3_foreign.py"
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +39,28 @@ def cosyvoice3_artifacts(cosyvoice3_tiny: Path, tmp_path_factory: pytest.TempPat
     return out
 
 
+@pytest.fixture(scope="session")
+def cosyvoice3_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """tests/cosyvoice3_foreign.py's checkpoint (built in "main" from the reference's own modules)."""
+    import refenv
+
+    _require_reference()
+    out = tmp_path_factory.getbasetemp() / "cosyvoice3" / "cosyvoice3-foreign"
+    if not (out / "cosyvoice3.yaml").is_file():
+        refenv.run(refenv.env_for("cosyvoice3"), FOREIGN, {}, [str(VLLM_OMNI_WHEEL), str(out)])
+    return out
+
+
+@pytest.fixture(scope="session")
+def cosyvoice3_foreign_artifacts(cosyvoice3_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from export.exporter import export_checkpoint
+
+    out = tmp_path_factory.getbasetemp() / "cosyvoice3" / "foreign-artifacts"
+    if not (out / "manifest.json").is_file():
+        export_checkpoint(cosyvoice3_foreign, out)
+    return out
+
+
 def noise_inputs(seed: int, speech_rows: int, steps: int, mel_frames: int, requests: int = 1,
                  table: int = 24000) -> dict[str, np.ndarray]:
     """The HiFT noise tables and, per request, RAS noise [steps, 2, speech_rows] (Exp(1)) and flow noise
@@ -52,9 +76,7 @@ def noise_inputs(seed: int, speech_rows: int, steps: int, mel_frames: int, reque
     return out
 
 
-def reference(checkpoint: Path, requests: list[dict], inputs: dict) -> dict:
-    """tests/cosyvoice3_reference.py in "main"; refenv.missing (skip, or fail under make test) without the
-    wheel or the reference's pinned packages."""
+def _require_reference() -> None:
     import refenv
 
     if VLLM_OMNI_WHEEL is None:
@@ -64,5 +86,13 @@ def reference(checkpoint: Path, requests: list[dict], inputs: dict) -> dict:
         import x_transformers  # noqa: F401
     except ImportError as e:
         refenv.missing(f"the CosyVoice3 reference's packages (requirements-nodeps.txt: {e})")
+
+
+def reference(checkpoint: Path, requests: list[dict], inputs: dict) -> dict:
+    """tests/cosyvoice3_reference.py in "main"; refenv.missing (skip, or fail under make test) without the
+    wheel or the reference's pinned packages."""
+    import refenv
+
+    _require_reference()
     return refenv.run(refenv.env_for("cosyvoice3"), REFERENCE, inputs,
                       [str(VLLM_OMNI_WHEEL), str(checkpoint), json.dumps(requests)])
