@@ -143,3 +143,28 @@ def test_reference_runs_on_make_tiny(cosyvoice3_tiny: Path) -> None:
     other["ras_noise_0"] = noise_inputs(2, rows, steps, 2 * (steps + 6))["ras_noise_0"]
     out2 = reference(cosyvoice3_tiny, [{**req, "decode": False}], {k: v for k, v in other.items() if not k.endswith("_1")})
     assert not np.array_equal(out2["tokens_0"], tokens)
+
+
+def test_real_size_layout_has_the_published_parameter_counts() -> None:
+    """`--size real`'s tensors (not written here: ~4 GB) count as the published models: the DiT flow
+    332.3 M, HiFT 20.8 M, the LM Qwen2-0.5B's 494 M + its tied lm_head + the two speech tables."""
+    import math
+
+    from export.cosyvoice3.tiny import info_of
+    from ttscore.runtime.families.cosyvoice3.checkpoint import flow_shapes, hift_shapes, llm_shapes
+
+    info = info_of("real")
+    count = {f.__name__: sum(math.prod(s) for s in f(info).values()) for f in (llm_shapes, flow_shapes, hift_shapes)}
+    assert round(count["flow_shapes"] / 1e6, 1) == 332.3
+    assert round(count["hift_shapes"] / 1e6, 1) == 20.8
+    qwen = count["llm_shapes"] - 151936 * 896 - 2 * 6761 * 896  # less lm_head (tied) and the speech tables
+    assert round(qwen / 1e6) == 494
+    assert (info.lm.heads, info.lm.kv_heads, info.lm.layers, info.flow.depth, info.flow.static_chunk_size) == (14, 2, 24, 22, 50)
+
+
+def test_make_tiny_cli(tmp_path: Path) -> None:
+    from ttscore.tools.cli import main
+
+    assert main(["make-tiny", "--family", "cosyvoice3", "--out", str(tmp_path / "c")]) == 0
+    assert (tmp_path / "c" / "cosyvoice3.yaml").is_file() and (tmp_path / "c" / "hift.pt").is_file()
+    assert main(["make-tiny", "--family", "cosyvoice3", "--out", str(tmp_path / "d"), "--size", "1.7b"]) == 2
