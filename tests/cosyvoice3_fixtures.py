@@ -13,10 +13,12 @@ import pytest
 from voxtral_tts_fixtures import VLLM_OMNI_WHEEL, WHEEL
 
 __all__ = ["VLLM_OMNI_WHEEL", "cosyvoice3_artifacts", "cosyvoice3_foreign", "cosyvoice3_foreign_artifacts",
-           "cosyvoice3_tiny", "noise_inputs", "reference"]
+           "cosyvoice3_tiny", "frontend_reference", "noise_inputs", "reference"]
 
 REFERENCE = Path(__file__).resolve().parent / "cosyvoice3_reference.py"
 FOREIGN = Path(__file__).resolve().parent / "cosyvoice3_foreign.py"
+FRONTEND_REFERENCE = Path(__file__).resolve().parent / "cosyvoice3_frontend_reference.py"
+TORCHAUDIO_WHEEL = "torchaudio-2.11.1-py3-none-manylinux_2_28_x86_64.whl"
 
 
 @pytest.fixture(scope="session")
@@ -86,6 +88,18 @@ def _require_reference() -> None:
         import x_transformers  # noqa: F401
     except ImportError as e:
         refenv.missing(f"the CosyVoice3 reference's packages (requirements-nodeps.txt: {e})")
+
+
+def frontend_reference(inputs: dict) -> dict:
+    """tests/cosyvoice3_frontend_reference.py in "main" (needs both wheels make setup downloads)."""
+    import refenv
+
+    if VLLM_OMNI_WHEEL is None:
+        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
+    ta = VLLM_OMNI_WHEEL.parent / TORCHAUDIO_WHEEL
+    if not ta.is_file():
+        refenv.missing(f"the {TORCHAUDIO_WHEEL} wheel (requirements-ref5-sources.txt; make setup downloads it)")
+    return refenv.run(refenv.env_for("cosyvoice3"), FRONTEND_REFERENCE, inputs, [str(VLLM_OMNI_WHEEL), str(ta)])
 
 
 def reference(checkpoint: Path, requests: list[dict], inputs: dict) -> dict:
