@@ -142,36 +142,58 @@ class CosyVoice3Graphs:
                                             "sine_noise": rows[None]})["pcm"][0]
         return out
 
-    # --- streaming --------------------------------------------------------------------------------
+    # --- streaming ---------------------------------------------------------------------------------
     def stream(self, prompt: Prompt, tokens: Iterator[int] | Sequence[int], noise: F32) -> Iterator[F32]:
         """Audio pieces as the tokens arrive (the hop scheme above); their concatenation equals
         `audio(mel(prompt, all tokens, noise, chunk=static_chunk))`."""
-        hop = self.chunk_tokens
-        n_prompt = len(prompt.speech_tokens)
-        first = -(-n_prompt // hop) * hop - n_prompt + hop  # prompt + first hop: a multiple of hop
-        have: list[int] = []
-        mel_done: list[F32] = []
-        emitted = 0
-        end = first
-        it = iter(tokens)
-        finished = False
-        while not finished:
-            while len(have) < end + self.lookahead:
-                try:
-                    have.append(next(it))
-                except StopIteration:
-                    finished = True
-                    break
-            final = finished
-            upto = len(have) if final else end
-            done_frames = sum(m.shape[1] for m in mel_done)
-            mel = self._flow(prompt, have if final else have[: end + self.lookahead], self.ratio * upto, noise,
-                             self.static_chunk)
-            mel_done.append(mel[:, done_frames:])
-            whole: F32 = np.concatenate(mel_done, axis=1)
-            pcm = self.audio(whole) if whole.shape[1] else np.zeros(0, np.float32)
-            keep = len(pcm) if final else max(0, (whole.shape[1] - WITHHELD_FRAMES) * self.samples_per_mel)
-            if keep > emitted:
-                yield pcm[emitted:keep]
-                emitted = keep
-            end += hop
+        hops = HopStream(self, prompt, noise)
+        for t in tokens:
+            piece = hops.push([t])
+            if len(piece):
+                yield piece
+        last = hops.finish()
+        if len(last):
+            yield last
+
+
+class HopStream:
+    """One utterance's streaming decode: tokens pushed as they come, audio out per completed hop."""
+
+    def __init__(self, graphs: CosyVoice3Graphs, prompt: Prompt, noise: F32) -> None:
+        self.g, self.prompt, self.noise = graphs, prompt, noise
+        hop, n_prompt = graphs.chunk_tokens, len(prompt.speech_tokens)
+        self.end = -(-n_prompt // hop) * hop - n_prompt + hop  # prompt + first hop: a multiple of hop
+        self.tokens: list[int] = []
+        self.mel: list[F32] = []
+        self.emitted = 0
+        self.done = False
+
+    def _hop(self, final: bool) -> F32:
+        g = self.g
+        upto = len(self.tokens) if final else self.end
+        have = sum(m.shape[1] for m in self.mel)
+        used = self.tokens if final else self.tokens[: self.end + g.lookahead]
+        mel = g._flow(self.prompt, used, g.ratio * upto, self.noise, g.static_chunk)
+        self.mel.append(mel[:, have:])
+        whole: F32 = np.concatenate(self.mel, axis=1)
+        pcm = g.audio(whole) if whole.shape[1] else np.zeros(0, np.float32)
+        keep = len(pcm) if final else max(0, (whole.shape[1] - WITHHELD_FRAMES) * g.samples_per_mel)
+        out: F32 = pcm[self.emitted:keep] if keep > self.emitted else np.zeros(0, np.float32)
+        self.emitted = max(self.emitted, keep)
+        self.end += g.chunk_tokens
+        return out
+
+    def push(self, tokens: Sequence[int]) -> F32:
+        """Take new tokens; the audio of every hop they complete (maybe none)."""
+        self.tokens.extend(int(t) for t in tokens)
+        pieces: list[F32] = []
+        while not self.done and len(self.tokens) >= self.end + self.g.lookahead:
+            pieces.append(self._hop(final=False))
+        return np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
+
+    def finish(self) -> F32:
+        """The rest of the utterance (the last hop, finalized)."""
+        if self.done:
+            return np.zeros(0, np.float32)
+        self.done = True
+        return self._hop(final=True)
