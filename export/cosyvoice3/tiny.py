@@ -7,7 +7,7 @@ as `parametrizations.weight.original0/1`), tiny `campplus.onnx` (kaldi fbank [B,
 `speech_tokenizer_v3.onnx` ((Whisper mel [1, 128, T], length [1] int32) -> tokens [1, ceil(T / 4)] int32,
 ids below speech_token_size) with the released models' input/output ranks and dtypes, an empty
 `config.json` (vLLM-Omni patches it), and `CosyVoice-BlankEN/` (Qwen2 config.json, generation_config.json,
-a small byte-level BPE tokenizer). The text embedding covers the tokenizer plus the CosyVoice3 special
+a small byte-level BPE as vocab.json + merges.txt + tokenizer_config.json). The text embedding covers the tokenizer plus the CosyVoice3 special
 tokens vLLM-Omni's tokenizer adds at load. `--size real` has the published dimensions.
 """
 
@@ -179,26 +179,39 @@ feat_extractor: !name:matcha.utils.audio.mel_spectrogram
 
 
 @lru_cache(maxsize=1)
-def tokenizer_json() -> str:
-    """A small byte-level BPE (Qwen's pre-tokenizer family) with Qwen2's <|endoftext|>."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def _bpe() -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """A small byte-level BPE (Qwen's pre-tokenizer family): its vocab and merges."""
+    import json
+
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(vocab_size=400, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator([_CORPUS], trainer=trainer)
-    return str(tok.to_str())
+    model = json.loads(tok.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    return dict(model["vocab"]), [(a, b) for a, b in merges]
+
+
+def tokenizer_files() -> dict[str, bytes]:
+    """Qwen2's slow-tokenizer files, as CosyVoice-BlankEN ships them: vocab.json, merges.txt and
+    tokenizer_config.json whose added_tokens_decoder puts <|endoftext|> right after the BPE ids."""
+    vocab, merges = _bpe()
+    eot = len(vocab)
+    cfg = {"tokenizer_class": "Qwen2Tokenizer", "add_prefix_space": False, "bos_token": None,
+           "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "unk_token": None, "errors": "replace",
+           "model_max_length": 32768, "clean_up_tokenization_spaces": False,
+           "added_tokens_decoder": {str(eot): {"content": "<|endoftext|>", "lstrip": False, "normalized": False,
+                                               "rstrip": False, "single_word": False, "special": True}}}
+    merges_txt = "#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges)
+    return {"vocab.json": json_bytes(vocab), "merges.txt": merges_txt.encode("utf-8"), "tokenizer_config.json": json_bytes(cfg)}
 
 
 def text_vocab(size: str) -> int:
     if size == "real":
         return 151936
-    from tokenizers import Tokenizer
-
-    n = int(Tokenizer.from_str(tokenizer_json()).get_vocab_size(with_added_tokens=True))
-    return 64 * math.ceil((n + ADDED_TOKEN_ROOM) / 64)
+    return 64 * math.ceil((len(_bpe()[0]) + 1 + ADDED_TOKEN_ROOM) / 64)
 
 
 def qwen_config(size: str) -> dict[str, Any]:
@@ -326,10 +339,8 @@ def make_tiny_cosyvoice3(out: Path, seed: int = 0, size: str = "tiny") -> Path:
         (q / "config.json").write_bytes(json_bytes(qwen_config(size)))
         (q / "generation_config.json").write_bytes(json_bytes({"bos_token_id": 151643, "eos_token_id": 151643,
                                                                "max_new_tokens": 2048}))
-        (q / "tokenizer.json").write_text(tokenizer_json())
-        (q / "tokenizer_config.json").write_bytes(json_bytes({
-            "tokenizer_class": "Qwen2Tokenizer", "add_prefix_space": False, "eos_token": "<|endoftext|>",
-            "pad_token": "<|endoftext|>", "model_max_length": 32768, "errors": "replace"}))
+        for name, data in tokenizer_files().items():
+            (q / name).write_bytes(data)
         tmp.chmod(0o755)
         replace_dir(tmp, out)
     except BaseException:

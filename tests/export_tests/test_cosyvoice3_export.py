@@ -30,7 +30,7 @@ def test_detected_and_exported(cosyvoice3_tiny: Path, cosyvoice3_artifacts: Path
     text = np.load(cosyvoice3_artifacts / "text_embedding.npy")
     speech = np.load(cosyvoice3_artifacts / "speech_embedding.npy")
     assert text.shape == (768, 64) and speech.shape == (6761, 64)
-    assert (cosyvoice3_artifacts / "tokenizer" / "tokenizer.json").is_file()
+    assert {p.name for p in (cosyvoice3_artifacts / "tokenizer").iterdir()} >= {"vocab.json", "merges.txt", "tokenizer_config.json"}
 
 
 def test_refuses_int8(cosyvoice3_tiny: Path, tmp_path: Path) -> None:
