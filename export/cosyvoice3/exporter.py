@@ -36,6 +36,8 @@ from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
 from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.cosyvoice3.checkpoint import (
+    FRONTEND_DIR,
+    FRONTEND_MODELS,
     LLM,
     QWEN_DIR,
     YAML,
@@ -235,6 +237,10 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
     memory = mon.summary()
     stage("manifest")
     shutil.copytree(src / QWEN_DIR, tmp / "tokenizer", ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    # The front-end models, used as shipped (the voice-features model prompt_encoder runs them).
+    (tmp / FRONTEND_DIR).mkdir()
+    for name in FRONTEND_MODELS:
+        shutil.copy2(src / name, tmp / FRONTEND_DIR / name)
     return build_manifest(
         tmp,
         family=spec.FAMILY,

@@ -1,7 +1,8 @@
 """CosyVoice3's export entry (export/families.py): detect, check, make-tiny, export.
 
-Not served yet (no demo): the export writes and validates the graphs; the runtime, backend and gateway
-layers are still to come (export/cosyvoice3/README.md). Light to import (no torch).
+Served (demo: a tiny checkpoint): each checkpoint's speech_generation runs the flow + HiFT hop stream
+inline and its prompt_encoder turns reference audio into the clip's speech tokens, prompt mel and speaker
+embedding (export/cosyvoice3/README.md). Light to import (no torch).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint
+from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint, model_name
 from ttscore.contract import cosyvoice3 as contract
 from ttscore.contract.errors import InvalidRequest
 
@@ -45,12 +46,23 @@ def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
 
 
 def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
-    raise InvalidRequest(f"{contract.DISPLAY} is not served yet (export only; export/cosyvoice3/README.md)", "model")
+    """Each checkpoint's speech_generation runs the hop-stream vocoder inline (the flow + HiFT re-run per
+    hop, under the chunk mask for streamed and whole requests alike) and gets its own `prompt_encoder`
+    (voice features: reference audio -> speech tokens, prompt mel, speaker embedding), suffixed with its
+    name when several are served."""
+    plan = Deployment()
+    alone = len(served) == 1
+    for s in served:
+        encoder = model_name(contract.ENCODER_MODEL, s, alone)
+        plan.vocoder[s.name] = "inline"
+        plan.voice_features[s.name] = encoder
+        plan.models.append((encoder, contract.ENCODER_MODEL, {"artifacts_dir": str(s.artifacts)}))
+    return plan
 
 
 FAMILY = ExportFamily(
     name=contract.FAMILY, display=contract.DISPLAY, hub_org=contract.HUB_ORG,
     signature="cosyvoice3.yaml beside llm.pt, flow.pt, hift.pt and CosyVoice-BlankEN/",
     detect=detect, check=check, export=export, make_tiny=make_tiny, sizes=SIZES, deploy=deploy,
-    demo=(),
+    demo=(("CosyVoice3-tiny", {}),),
 )

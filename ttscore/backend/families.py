@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from ttscore.backend import breeze_tts_2, gepard, omnivoice, qwen3_tts, voxcpm2, voxtral_tts
+from ttscore.backend import breeze_tts_2, cosyvoice3, gepard, omnivoice, qwen3_tts, voxcpm2, voxtral_tts
 from ttscore.backend.family import BackendFamily, TritonModel
 from ttscore.contract import plugins
 
@@ -19,6 +19,7 @@ _FAMILIES: list[BackendFamily] = [
     omnivoice.FAMILY,
     gepard.FAMILY,
     voxtral_tts.FAMILY,
+    cosyvoice3.FAMILY,
     *cast("list[BackendFamily]", plugins.layer_families("backend")),
 ]
 FAMILIES: dict[str, BackendFamily] = {f.name: f for f in _FAMILIES}

@@ -9,7 +9,9 @@ Voice cloning only: `ref_audio` with its transcript `ref_text` (no presets).
 
 from __future__ import annotations
 
+from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.rules import FamilyRules, FieldRule, RefAudioBounds
 
 FAMILY = "cosyvoice3"
 DISPLAY = "CosyVoice3"
@@ -26,6 +28,56 @@ FLOW_STEPS = 10
 # The prompt delimiter vLLM-Omni's adapter prepends (with this system text) when ref_text lacks it.
 END_OF_PROMPT = "<|endofprompt|>"
 DEFAULT_PROMPT_PREFIX = "You are a helpful assistant." + END_OF_PROMPT
+
+# --- request rules and wire ----------------------------------------------------------------------
+SAMPLE_RATE = 24000
+TASK = "Base"
+DEFAULT_VOICE = "default"  # `voice` omitted or "default": the reference's voice (ref_audio or an uploaded voice)
+MAX_NEW_TOKENS = 4096  # speech tokens (40 ms each); default: min(2048, 20 x the text's tokens)
+DEFAULT_SEED = 42
+SEED_MAX = 2**63 - 1
+MAX_TEXT_CHARS = 4096
+# The front-end resamples to 16 kHz (campplus, the speech tokenizer) and 24 kHz (the prompt mel).
+REF_AUDIO = RefAudioBounds(min_rate=16000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
+UNSUPPORTED_FIELDS = ("speaker_embedding", "instructions", "language", "task_type", "x_vector_only_mode",
+                      "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
+
+RULES = FamilyRules(
+    family=FAMILY,
+    tasks=(TASK,),
+    fields=(
+        FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS, None),  # None: the text-length rule
+        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
+    ),
+    display_name=DISPLAY,
+    unsupported=UNSUPPORTED_FIELDS,
+    default_voice=None,
+    ref_audio=REF_AUDIO,
+    max_text_chars=MAX_TEXT_CHARS,
+    sample_rate=SAMPLE_RATE,
+    variants={"base": TASK},
+)
+
+# Its speech_generation inputs: the reference clip's features (from the voice-features model
+# `prompt_encoder`, or an uploaded voice's, computed once at upload) and its transcript.
+REF_TEXT = wire.string_input("ref_text", "CosyVoice3: transcript of the reference clip (required).")
+PROMPT_SPEECH_TOKENS = wire.TensorIO("prompt_speech_tokens", "INT64", (-1,), True,
+                                     "CosyVoice3: the reference clip's speech tokens [T] from prompt_encoder.")
+PROMPT_MEL = wire.TensorIO("prompt_mel", "FP32", (-1, 80), True,
+                           "CosyVoice3: the reference clip's prompt mel [2T, 80] from prompt_encoder.")
+PROMPT_EMBEDDING = wire.TensorIO("prompt_embedding", "FP32", (-1,), True,
+                                 "CosyVoice3: the reference clip's speaker embedding [192] from prompt_encoder.")
+FEATURES = (PROMPT_SPEECH_TOKENS, PROMPT_MEL, PROMPT_EMBEDDING)
+ENCODER_MODEL = "prompt_encoder"
+ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
+    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (>= 16 kHz)."),
+)
+ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = tuple(
+    wire.TensorIO(t.name, t.dtype, t.dims, doc=t.doc) for t in FEATURES)
+WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, wire.MAX_NEW_TOKENS, wire.SEED, REF_TEXT, *FEATURES),
+                       {ENCODER_MODEL: (ENCODER_INPUTS, ENCODER_OUTPUTS)})
+
 
 # --- graphs -------------------------------------------------------------------------------------
 # Tables (numpy .npy beside the graphs): the Qwen2 text embedding [V, D] and the speech embedding

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from functools import reduce
 
-from ttscore.contract import breeze_tts_2, gepard, omnivoice, plugins, qwen3_tts, voxcpm2, voxtral_tts
+from ttscore.contract import (
+    breeze_tts_2,
+    cosyvoice3,
+    gepard,
+    omnivoice,
+    plugins,
+    qwen3_tts,
+    voxcpm2,
+    voxtral_tts,
+)
 from ttscore.contract.rules import FamilyRules, RefAudioBounds
 
 __all__ = ["DEFAULT_VOICE_MODEL_TYPE", "DISPLAY_NAMES", "RULES", "UNSUPPORTED_FIELDS", "VARIANTS", "FamilyRules", "display_name", "field_range",
@@ -30,13 +39,14 @@ RULES: dict[str, FamilyRules] = {r.family: r for r in (
     omnivoice.RULES,
     gepard.RULES,
     voxtral_tts.RULES,
+    cosyvoice3.RULES,
     *_external(),
 )}
 # Speech API fields a family does not take: a request giving one is refused (400 naming it).
 UNSUPPORTED_FIELDS: dict[str, tuple[str, ...]] = {f: r.unsupported for f, r in RULES.items()}
 DISPLAY_NAMES: dict[str, str] = {f: r.name for f, r in RULES.items()}
 # Each family's wire rows: its speech_generation inputs and public Triton models (ttscore.contract.tensors).
-WIRES = (qwen3_tts.WIRE, voxcpm2.WIRE, breeze_tts_2.WIRE, omnivoice.WIRE, gepard.WIRE, voxtral_tts.WIRE)
+WIRES = (qwen3_tts.WIRE, voxcpm2.WIRE, breeze_tts_2.WIRE, omnivoice.WIRE, gepard.WIRE, voxtral_tts.WIRE, cosyvoice3.WIRE)
 # The family of a voices-manifest entry that names none (vllm-omni's custom-voice schema: its
 # manifests are Qwen3-TTS ones; ttscore.contract.voicefile).
 DEFAULT_VOICE_MODEL_TYPE = qwen3_tts.FAMILY

@@ -14,7 +14,15 @@ from typing import cast
 from ttscore.contract import plugins
 from ttscore.contract.errors import ArtifactError
 from ttscore.contract.manifest import read_manifest
-from ttscore.runtime.families import breeze_tts_2, gepard, omnivoice, qwen3_tts, voxcpm2, voxtral_tts
+from ttscore.runtime.families import (
+    breeze_tts_2,
+    cosyvoice3,
+    gepard,
+    omnivoice,
+    qwen3_tts,
+    voxcpm2,
+    voxtral_tts,
+)
 from ttscore.runtime.family import Family, FamilyModel
 
 _FAMILIES: list[Family] = [
@@ -24,6 +32,7 @@ _FAMILIES: list[Family] = [
     omnivoice.FAMILY,
     gepard.FAMILY,
     voxtral_tts.FAMILY,
+    cosyvoice3.FAMILY,
     *cast("list[Family]", plugins.layer_families("runtime")),
 ]
 FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}

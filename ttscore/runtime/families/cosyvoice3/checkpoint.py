@@ -31,6 +31,9 @@ FLOW = "flow.pt"
 HIFT = "hift.pt"
 CAMPPLUS = "campplus.onnx"
 SPEECH_TOKENIZER = "speech_tokenizer_v3.onnx"
+# The export copies the two front-end models, as shipped, into this folder of its artifacts.
+FRONTEND_DIR = "frontend"
+FRONTEND_MODELS = (CAMPPLUS, SPEECH_TOKENIZER)
 QWEN_DIR = "CosyVoice-BlankEN"
 REQUIRED_FILES = (YAML, LLM, FLOW, HIFT, CAMPPLUS, SPEECH_TOKENIZER, f"{QWEN_DIR}/config.json")
 # Qwen2 config keys this implementation does not compute.

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -184,3 +185,44 @@ def clip_features(wav: F32, sr: int, campplus: Any, speech_tokenizer: Any) -> Cl
     tokens = np.asarray(tokens).reshape(-1).astype(np.int64)
     n = min(mel.shape[0] // 2, len(tokens))
     return ClipFeatures(tokens[:n], mel[: 2 * n], emb)
+
+
+class FrontEnd:
+    """An export's front-end models (its `frontend/` folder: campplus.onnx, speech_tokenizer_v3.onnx, as
+    shipped) as ONNX Runtime sessions: `features(wav, sr)` -> ClipFeatures (InvalidRequest naming
+    `ref_audio` for a clip it cannot take)."""
+
+    def __init__(self, folder: Path, threads: int | None = None) -> None:
+        import onnxruntime as ort
+
+        from ttscore.contract.errors import ArtifactError
+        from ttscore.runtime.families.cosyvoice3.checkpoint import CAMPPLUS, SPEECH_TOKENIZER
+
+        opts = ort.SessionOptions()
+        if threads:
+            opts.intra_op_num_threads = threads
+        missing = [n for n in (CAMPPLUS, SPEECH_TOKENIZER) if not (folder / n).is_file()]
+        if missing:
+            raise ArtifactError(f"{folder}: missing the front-end model(s) {', '.join(missing)} (re-export)")
+        self.campplus = ort.InferenceSession(str(folder / CAMPPLUS), opts, providers=["CPUExecutionProvider"])
+        self.tokenizer = ort.InferenceSession(str(folder / SPEECH_TOKENIZER), opts,
+                                              providers=["CPUExecutionProvider"])
+
+    def features(self, wav: F32, sr: int) -> ClipFeatures:
+        from ttscore.contract.cosyvoice3 import REF_AUDIO
+        from ttscore.contract.errors import InvalidRequest
+
+        x = np.asarray(wav, np.float32).reshape(-1)
+        if not REF_AUDIO.min_rate <= int(sr) <= REF_AUDIO.max_rate:
+            raise InvalidRequest(f"'ref_audio' sample rate must be between {REF_AUDIO.min_rate} and "
+                                 f"{REF_AUDIO.max_rate} Hz, got {sr}", "ref_audio")
+        seconds = len(x) / int(sr)
+        if not REF_AUDIO.min_seconds <= seconds <= REF_AUDIO.max_seconds:
+            raise InvalidRequest(f"'ref_audio' must be {REF_AUDIO.min_seconds} to {REF_AUDIO.max_seconds} s long, "
+                                 f"got {seconds:.2f} s", "ref_audio")
+        if not np.isfinite(x).all():
+            raise InvalidRequest("'ref_audio' has non-finite samples", "ref_audio")
+        clip = clip_features(x, int(sr), self.campplus, self.tokenizer)
+        if len(clip.speech_tokens) == 0:
+            raise InvalidRequest("'ref_audio' is too short: it gives no speech tokens", "ref_audio")
+        return clip

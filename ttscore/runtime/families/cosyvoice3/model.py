@@ -14,7 +14,6 @@ speech tokens (one per 40 ms) and whose vocoder is the flow + HiFT hop stream.
   25-token hop, the rest at the end marker. The chunk schedule follows the hops: the first chunk is the
   first hop + the look-ahead, later ones 25 tokens, so each chunk completes one hop. (A chunk event's
   `frames` counts the end marker of the last chunk; usage counts the tokens.) Streamed == whole decode under the chunk mask.
-The family is not registered in ttscore.runtime.families yet (no contract rules, backend or gateway).
 """
 
 from __future__ import annotations
@@ -30,7 +29,8 @@ from ttscore.contract import cosyvoice3 as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
 from ttscore.runtime.families.cosyvoice3 import sampling
-from ttscore.runtime.families.cosyvoice3.frontend import clip_features
+from ttscore.runtime.families.cosyvoice3.checkpoint import FRONTEND_DIR
+from ttscore.runtime.families.cosyvoice3.frontend import FrontEnd
 from ttscore.runtime.families.cosyvoice3.generate import CosyVoice3Graphs, HopStream, Prompt
 from ttscore.runtime.families.cosyvoice3.request import CosyVoice3Request
 from ttscore.runtime.families.cosyvoice3.tokenizer import CosyVoice3Tokenizer
@@ -90,9 +90,7 @@ class HopVocoder:
 
 
 class CosyVoice3Model:
-    def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None) -> None:
-        import onnxruntime as ort
-
+    def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None, encoders: bool = False) -> None:
         self.g = CosyVoice3Graphs(artifacts, threads)
         self.manifest = manifest
         self.sizes = self.g.sizes
@@ -101,8 +99,7 @@ class CosyVoice3Model:
         self.num_codebooks = 1
         self.sample_rate = self.g.sample_rate
         self.samples_per_frame = self.g.ratio * self.g.samples_per_mel
-        self._front: tuple[Any, Any] | None = None
-        self._ort = ort
+        self.front: FrontEnd | None = FrontEnd(Path(artifacts) / FRONTEND_DIR, threads) if encoders else None
 
     @property
     def frame_seconds(self) -> float:
@@ -115,10 +112,10 @@ class CosyVoice3Model:
     def vocoder_feeds(self, frames: npt.NDArray[Any], state: F32, position: I64) -> dict[str, npt.NDArray[Any]]:
         raise NotImplementedError("CosyVoice3's vocoder runs in-process (HopVocoder)")
 
-    def front_sessions(self, checkpoint: Path) -> None:
-        """The checkpoint's campplus.onnx and speech_tokenizer_v3.onnx (for `ref_audio` requests)."""
-        self._front = (self._ort.InferenceSession(str(Path(checkpoint) / "campplus.onnx")),
-                       self._ort.InferenceSession(str(Path(checkpoint) / "speech_tokenizer_v3.onnx")))
+    def front_sessions(self, folder: Path) -> None:
+        """Front-end models (campplus.onnx, speech_tokenizer_v3.onnx) from `folder` (a checkpoint, or an
+        export's frontend/) for `ref_audio` requests."""
+        self.front = FrontEnd(Path(folder))
 
     def admit(self, request: CosyVoice3Request) -> CosyVoice3Sequence:
         if not isinstance(request.text, str) or not request.text.strip():
@@ -137,13 +134,11 @@ class CosyVoice3Model:
         seed = DEFAULT_SEED if request.seed is None else int(request.seed)
         clip = request.clip
         if clip is None:
-            if self._front is None:
+            if self.front is None:
                 raise InvalidRequest("this model was loaded without its front-end models (campplus, speech tokenizer)",
                                      "ref_audio")
             wav, sr = request.ref_audio  # type: ignore[misc]
-            if int(sr) < 16000:
-                raise InvalidRequest(f"'ref_audio' sample rate {sr} Hz is below 16000 Hz", "ref_audio")
-            clip = clip_features(np.asarray(wav, np.float32), int(sr), *self._front)
+            clip = self.front.features(np.asarray(wav, np.float32), int(sr))
         ref_text = request.ref_text if spec.END_OF_PROMPT in request.ref_text else spec.DEFAULT_PROMPT_PREFIX + request.ref_text
         text_ids = self.tokenizer.ids(request.text)
         ids = np.array(self.tokenizer.ids(ref_text) + text_ids, np.int64)
