@@ -110,3 +110,28 @@ def reference(checkpoint: Path, requests: list[dict], inputs: dict) -> dict:
     _require_reference()
     return refenv.run(refenv.env_for("cosyvoice3"), REFERENCE, inputs,
                       [str(VLLM_OMNI_WHEEL), str(checkpoint), json.dumps(requests)])
+
+
+def reference_with_our_noise(checkpoint: Path, model, cases: list[dict]) -> dict:
+    """The reference (tests/cosyvoice3_reference.py) on `checkpoint` for each case (text, ref_text, ref_audio
+    (samples, rate), seed, max_new_tokens), fed what our runtime admits for it: the prompt ids, the clip's
+    features from our front-end (what prompt_encoder sends), the RAS and flow noise of the seed, its min/max
+    tokens, and the served mask (upstream's chunk mask). Returns tokens_i, mel_i, audio_i."""
+    from ttscore.runtime.families.cosyvoice3 import sampling
+    from ttscore.runtime.families.cosyvoice3.request import CosyVoice3Request
+
+    g = model.g
+    inputs = {"hift_rand_ini": np.zeros(g.harmonics + 1, np.float32),
+              "hift_sine_noise": sampling.sine_table(g.sample_rate, g.harmonics),
+              "hift_uv_noise": np.zeros(1, np.float32)}
+    reqs = []
+    for i, c in enumerate(cases):
+        seq = model.admit(CosyVoice3Request(text=c["text"], ref_text=c["ref_text"], ref_audio=c["ref_audio"],
+                                            seed=c["seed"], max_new_tokens=c.get("max_new_tokens")))
+        cond = seq.vocoder_prefix[0, 0]
+        p = cond.prompt
+        inputs.update({f"prompt_tokens_{i}": p.speech_tokens, f"prompt_feat_{i}": p.feat,
+                       f"embedding_{i}": p.embedding, f"ras_noise_{i}": seq.ras, f"flow_noise_{i}": cond.flow_noise})
+        reqs.append({"text_ids": [int(t) for t in p.text_ids], "max_new_tokens": seq.max_len,
+                     "min_new_tokens": seq.min_len, "chunk_mask": True})
+    return reference(checkpoint, reqs, inputs)

@@ -6,9 +6,11 @@ shared code2wav, the voice_features ensemble), a tiny VoxCPM2 checkpoint (its au
 and audiovae_encoder), a tiny OmniVoice checkpoint (its codec decoder inline) and an OmniVoice
 checkpoint the project did not make, a tiny Gepard-1.0 (its speech_generation alone) and a Gepard-1.0
 the project did not create (tests/gepard_foreign.py), a tiny Voxtral TTS (its codec inline) and a
-Voxtral TTS the project did not create (tests/voxtral_tts_foreign.py), one request at a time per model.
+Voxtral TTS the project did not create (tests/voxtral_tts_foreign.py), a tiny CosyVoice3 (its hop-stream
+vocoder inline, its prompt_encoder) and a CosyVoice3 the project did not create (tests/cosyvoice3_foreign.py),
+one request at a time per model.
 Keys: the Qwen3-TTS variant, "voxcpm2", "omnivoice", "omnivoice_foreign", "gepard", "gepard_foreign",
-"voxtral_tts" or "voxtral_tts_foreign".
+"voxtral_tts", "voxtral_tts_foreign", "cosyvoice3" or "cosyvoice3_foreign".
 Started once per session; each e2e module runs its own gateway(s) against it.
 """
 
@@ -18,6 +20,7 @@ import json
 from typing import Any
 
 import pytest
+from cosyvoice3_fixtures import *  # noqa: F403  (cosyvoice3_tiny, cosyvoice3_artifacts, cosyvoice3_foreign, ...)
 from gepard_fixtures import *  # noqa: F403  (gepard_tiny, gepard_artifacts: fixtures of e2e_triton)
 from omnivoice_fixtures import *  # noqa: F403  (its session fixtures, which e2e_triton takes)
 from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny, voxtral_artifacts, voxtral_foreign, ...: fixtures of e2e_triton)
@@ -28,7 +31,8 @@ def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_v
                voxcpm2_tiny, voxcpm2_artifacts, omnivoice_tiny, omnivoice_artifacts, omnivoice_foreign,
                omnivoice_foreign_artifacts, gepard_tiny, gepard_artifacts, gepard_foreign,
                gepard_foreign_artifacts, voxtral_tiny, voxtral_artifacts, voxtral_foreign,
-               voxtral_foreign_artifacts) -> dict[str, Any]:
+               voxtral_foreign_artifacts, cosyvoice3_tiny, cosyvoice3_artifacts, cosyvoice3_foreign,
+               cosyvoice3_foreign_artifacts) -> dict[str, Any]:
     from gateway_fixtures import render_stack_repository
 
     from ttscore.runtime.families import load_model
@@ -43,7 +47,10 @@ def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_v
                 "gepard_foreign": (gepard_foreign, gepard_foreign_artifacts, load_model(gepard_foreign_artifacts)),
                 "voxtral_tts": (voxtral_tiny, voxtral_artifacts, load_model(voxtral_artifacts)),
                 "voxtral_tts_foreign": (voxtral_foreign, voxtral_foreign_artifacts,
-                                        load_model(voxtral_foreign_artifacts))}
+                                        load_model(voxtral_foreign_artifacts)),
+                "cosyvoice3": (cosyvoice3_tiny, cosyvoice3_artifacts, load_model(cosyvoice3_artifacts)),
+                "cosyvoice3_foreign": (cosyvoice3_foreign, cosyvoice3_foreign_artifacts,
+                                       load_model(cosyvoice3_foreign_artifacts))}
     pairs = [(t[0], t[1]) for t in variants.values()]
     # One request at a time per model: a request that was not cancelled would block the next one.
     repo, cfg = render_stack_repository(work, pairs, max_active=1)
