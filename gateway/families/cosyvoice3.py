@@ -129,7 +129,8 @@ class CosyVoice3Adapter:
         if stored is not None:
             if stored.model_features is None:
                 raise InvalidRequest(f"Voice '{stored.name}' cannot be used with {plan.checkpoint.name}", "voice")
-            uploaded: Features = await stored.model_features(model, False)
+            # the prompt mode the upload computed them in (the features do not depend on it)
+            uploaded: Features = await stored.model_features(model, bool((stored.ref_text or "").strip()))
             return uploaded
         assert plan.ref_audio is not None
         audio, rate = await env.ref_audio(plan.ref_audio, self.rules.ref_audio)

@@ -9,8 +9,8 @@ next request succeeds.
 
 A CosyVoice3 the project did not create (tests/cosyvoice3_foreign.py, in the same deployment): the
 reference (tests/cosyvoice3_reference.py: vLLM-Omni 0.30.0's flow and HiFT around Qwen2ForCausalLM) fed the
-clip features, RAS and flow noise our runtime admits for the request's seed makes the same speech tokens,
-and its audio equals /v1/audio/speech's, whole, raw stream and SSE (within the offline tolerance 1e-4 plus
+clip features, RAS and flow noise our runtime admits for the request's seed makes the same speech tokens
+as our runtime (exactly; the API's usage counts as many), and its audio equals /v1/audio/speech's, whole, raw stream and SSE (within the offline tolerance 1e-4 plus
 one 16-bit step).
 """
 
@@ -255,10 +255,19 @@ def test_foreign_checkpoint_through_the_api_equals_the_reference(http, stack, fo
     text, ref_text, seed, tokens = FOREIGN_CASES[case]
     want_tokens, want = foreign_reference[f"tokens_{case}"], foreign_reference[f"audio_{case}"]
     assert len(want_tokens) > 1 and np.abs(want).max() > 0
+    # Our runtime's tokens for this request (what the served engine samples) equal the reference's exactly.
+    from ttscore.runtime.families.cosyvoice3.request import CosyVoice3Request
+
+    ours = stack["foreign"]
+    seq = ours.admit(CosyVoice3Request(text=text, ref_text=ref_text, ref_audio=clip(stack), seed=seed,
+                                       max_new_tokens=tokens))
+    cond = seq.vocoder_prefix[0, 0]
+    np.testing.assert_array_equal(np.array(ours.g.tokens(cond.prompt, seq.ras, seq.min_len, seq.max_len), np.int64),
+                                  want_tokens)
     payload = {"input": text, "model": name, "ref_audio": data_url(stack["ref"]), "ref_text": ref_text,
                "max_new_tokens": tokens, "seed": seed}
     got, _, counted = three_ways(http, payload)
-    assert counted == len(want_tokens)  # the same speech tokens' count (the engine's tokens: parity-tested)
+    assert counted == len(want_tokens)
     for samples in got:
         assert samples.shape == want.shape
         # int16 floors the served float: within one 16-bit step of it, which is within AUDIO_ATOL of want

@@ -95,7 +95,10 @@ def test_an_uploaded_voice_gives_its_features_and_transcript(dep: Deployment) ->
     assert p.stored_voice is not None and p.ref_text == "stored transcript"
     asked.clear()
     got = asyncio.run(ADAPTER.reference_features(p, None))  # an upload needs no request env
-    assert got is FEATURES and asked == [(spec.ENCODER_MODEL, False)]
+    assert got is FEATURES and asked == [(spec.ENCODER_MODEL, True)]  # the mode of an upload with a transcript
+    asked.clear()
+    asyncio.run(ADAPTER.reference_features(plan(dep, voice="plain", ref_audio=None), None))
+    assert asked == [(spec.ENCODER_MODEL, False)]
     assert plan(dep, voice="told", ref_audio=None).ref_text == "a transcript"  # the request's wins
     assert plan(dep, voice="plain", ref_audio=None).ref_text == "a transcript"
     p = plan(dep, voice="told")  # inline ref_audio overrides the upload
