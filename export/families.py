@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from export.breeze_tts_2.family import FAMILY as BREEZE_TTS_2
+from export.cosyvoice3.family import FAMILY as COSYVOICE3
 from export.family import ExportFamily
 from export.fish_speech.family import FAMILY as FISH_SPEECH
 from export.gepard.family import FAMILY as GEPARD
@@ -28,7 +29,8 @@ def _external() -> list[ExportFamily]:
     return [entry for entry in found if isinstance(entry, ExportFamily)]
 
 
-FAMILIES: dict[str, ExportFamily] = {f.name: f for f in (QWEN3_TTS, VOXCPM2, BREEZE_TTS_2, OMNIVOICE, GEPARD, VOXTRAL_TTS, FISH_SPEECH, *_external())}
+FAMILIES: dict[str, ExportFamily] = {f.name: f for f in (QWEN3_TTS, VOXCPM2, BREEZE_TTS_2, OMNIVOICE, GEPARD, VOXTRAL_TTS,
+                                                         FISH_SPEECH, COSYVOICE3, *_external())}
 DEFAULT = QWEN3_TTS.name  # make-tiny's --family when none is given
 
 

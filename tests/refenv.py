@@ -63,6 +63,7 @@ FAMILY_ENV = {
     "gepard": "ref5",  # Qwen3_5TextModel (transformers>=5.2)
     "voxtral_tts": "main",  # MistralModel + vLLM-Omni's modules (they need einops, which ref5 lacks)
     "fish_speech": "ref5",  # vLLM-Omni's fish_speech modules (plain torch; transformers' PretrainedConfig)
+    "cosyvoice3": "main",  # Qwen2ForCausalLM + vLLM-Omni's flow and HiFT (diffusers 0.35.2 and x-transformers pinned there)
 }
 
 

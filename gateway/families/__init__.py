@@ -11,7 +11,7 @@ from typing import cast
 from ttscore.contract import plugins
 
 from ..family import FamilyAdapter
-from . import breeze_tts_2, fish_speech, gepard, omnivoice, qwen3_tts, voxcpm2, voxtral_tts
+from . import breeze_tts_2, cosyvoice3, fish_speech, gepard, omnivoice, qwen3_tts, voxcpm2, voxtral_tts
 
 ADAPTERS: dict[str, FamilyAdapter] = {a.family: a for a in (
     cast(FamilyAdapter, qwen3_tts.ADAPTER),
@@ -21,6 +21,7 @@ ADAPTERS: dict[str, FamilyAdapter] = {a.family: a for a in (
     cast(FamilyAdapter, gepard.ADAPTER),
     cast(FamilyAdapter, voxtral_tts.ADAPTER),
     cast(FamilyAdapter, fish_speech.ADAPTER),
+    cast(FamilyAdapter, cosyvoice3.ADAPTER),
     *(cast(FamilyAdapter, a) for a in plugins.layer_families("gateway")),
 )}
 

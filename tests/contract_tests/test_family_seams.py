@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("ttscore", "gateway", "export", "perf")
 # The words that name a family in code: every family's name and its spellings.
-FAMILY_WORDS = re.compile(r"qwen|voxcpm|breeze|omnivoice|gepard|voxtral|fish", re.IGNORECASE)
+FAMILY_WORDS = re.compile(r"qwen|voxcpm|breeze|omnivoice|gepard|voxtral|fish|cosyvoice", re.IGNORECASE)
 # Where naming families is the job: one registration point per layer.
 REGISTRIES = {
     "ttscore/contract/families.py",

@@ -17,7 +17,8 @@ request_from_tensors = FAMILIES["qwen3_tts"].request_from_tensors
 
 # Each family's request dataclass, and the wire inputs its request_from_tensors turns into something
 # else (VoxCPM2: ref_patches/ref_text become the reference or continuation prompt; Breeze-TTS-2:
-# speaker becomes its voice tag; OmniVoice: ref_audio_codes fills ref_codes).
+# speaker becomes its voice tag; OmniVoice: ref_audio_codes fills ref_codes; CosyVoice3: the three
+# prompt features become its clip).
 REQUESTS = {
     "qwen3_tts": ("Qwen3TTSRequest", set()),
     "voxcpm2": ("VoxCPM2Request", {"ref_patches", "ref_text"}),
@@ -26,6 +27,7 @@ REQUESTS = {
     "gepard": ("GepardRequest", set()),
     "voxtral_tts": ("VoxtralRequest", set()),
     "fish_speech": ("FishRequest", {"ref_dac_codes"}),
+    "cosyvoice3": ("CosyVoice3Request", {"prompt_speech_tokens", "prompt_mel", "prompt_embedding"}),
 }
 
 

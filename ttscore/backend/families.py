@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import cast
 
-from ttscore.backend import breeze_tts_2, fish_speech, gepard, omnivoice, qwen3_tts, voxcpm2, voxtral_tts
+from ttscore.backend import (
+    breeze_tts_2,
+    cosyvoice3,
+    fish_speech,
+    gepard,
+    omnivoice,
+    qwen3_tts,
+    voxcpm2,
+    voxtral_tts,
+)
 from ttscore.backend.family import BackendFamily, TritonModel
 from ttscore.contract import plugins
 
@@ -20,6 +29,7 @@ _FAMILIES: list[BackendFamily] = [
     gepard.FAMILY,
     voxtral_tts.FAMILY,
     fish_speech.FAMILY,
+    cosyvoice3.FAMILY,
     *cast("list[BackendFamily]", plugins.layer_families("backend")),
 ]
 FAMILIES: dict[str, BackendFamily] = {f.name: f for f in _FAMILIES}

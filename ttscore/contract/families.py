@@ -10,6 +10,7 @@ from functools import reduce
 
 from ttscore.contract import (
     breeze_tts_2,
+    cosyvoice3,
     fish_speech,
     gepard,
     omnivoice,
@@ -40,6 +41,7 @@ RULES: dict[str, FamilyRules] = {r.family: r for r in (
     gepard.RULES,
     voxtral_tts.RULES,
     fish_speech.RULES,
+    cosyvoice3.RULES,
     *_external(),
 )}
 # Speech API fields a family does not take: a request giving one is refused (400 naming it).
@@ -47,7 +49,7 @@ UNSUPPORTED_FIELDS: dict[str, tuple[str, ...]] = {f: r.unsupported for f, r in R
 DISPLAY_NAMES: dict[str, str] = {f: r.name for f, r in RULES.items()}
 # Each family's wire rows: its speech_generation inputs and public Triton models (ttscore.contract.tensors).
 WIRES = (qwen3_tts.WIRE, voxcpm2.WIRE, breeze_tts_2.WIRE, omnivoice.WIRE, gepard.WIRE, voxtral_tts.WIRE,
-         fish_speech.WIRE)
+         fish_speech.WIRE, cosyvoice3.WIRE)
 # The family of a voices-manifest entry that names none (vllm-omni's custom-voice schema: its
 # manifests are Qwen3-TTS ones; ttscore.contract.voicefile).
 DEFAULT_VOICE_MODEL_TYPE = qwen3_tts.FAMILY

@@ -16,6 +16,7 @@ from ttscore.contract.errors import ArtifactError
 from ttscore.contract.manifest import read_manifest
 from ttscore.runtime.families import (
     breeze_tts_2,
+    cosyvoice3,
     fish_speech,
     gepard,
     omnivoice,
@@ -33,6 +34,7 @@ _FAMILIES: list[Family] = [
     gepard.FAMILY,
     voxtral_tts.FAMILY,
     fish_speech.FAMILY,
+    cosyvoice3.FAMILY,
     *cast("list[Family]", plugins.layer_families("runtime")),
 ]
 FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}

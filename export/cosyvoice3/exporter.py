@@ -1,0 +1,263 @@
+"""CosyVoice3's export: `lm_step`, `flow_cond`, `flow_velocity` and `hift` ONNX graphs plus the embedding
+tables, each graph checked against the torch modules of export/cosyvoice3/graphs.py while exporting (those
+modules are checked against the vLLM-Omni / Qwen2ForCausalLM reference by
+tests/export_tests/test_cosyvoice3_parity.py through the whole route).
+
+Stages: lm_step (prefill, then decode steps over the graph's own K/V, each equal to the torch module on
+the whole prefix; a ragged two-row batch equal to each row alone), flow_cond (two rows of different
+lengths), flow_velocity (full attention and the 25-token chunk mask, a padded row), hift (two lengths),
+tables (text and speech embeddings), manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from export.common import (
+    ErrorTracker,
+    export_bound,
+    export_inline,
+    file_size,
+    ort_run,
+    ort_session,
+    torch_threads,
+    versions,
+)
+from export.memory import release_memory
+from ttscore.contract import cosyvoice3 as spec
+from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.graphs import GraphSpec
+from ttscore.contract.manifest import build_manifest
+from ttscore.runtime.families.cosyvoice3.checkpoint import (
+    FRONTEND_DIR,
+    FRONTEND_MODELS,
+    LLM,
+    QWEN_DIR,
+    YAML,
+    CosyVoice3Info,
+    load_pt,
+    read_checkpoint,
+    read_yaml,
+)
+
+logger = logging.getLogger(__name__)
+
+TOLERANCE = 1e-4  # max abs error of the graphs' float outputs vs the torch modules (tiny: ~1e-6)
+LOGITS_TOLERANCE = 1e-3  # logits span tens; relative 1e-5
+AUDIO_TOLERANCE = 1e-4
+
+
+def _finish(tr: ErrorTracker, name: str, path: Path, tol: dict[str, float]) -> dict[str, Any]:
+    tr.enforce(tol, name)
+    return {"file": path.name, "max_abs_error": tr.report(), "tolerance": tol, "bytes": file_size(path)}
+
+
+def _empty(info: CosyVoice3Info, b: int = 1) -> list[np.ndarray]:
+    lm = info.lm
+    return [np.zeros((b, lm.kv_heads, 0, lm.head_dim), np.float32) for _ in range(2 * lm.layers)]
+
+
+def _feeds(info: CosyVoice3Info, x: np.ndarray, mask: np.ndarray, pos: np.ndarray, past: list[np.ndarray]
+           ) -> dict[str, np.ndarray]:
+    f = {"inputs_embeds": x, "attention_mask": mask, "position_ids": pos}
+    for i in range(info.lm.layers):
+        f[spec.past_key(i)], f[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
+    return f
+
+
+def _lm_stage(src: Path, info: CosyVoice3Info, gspec: GraphSpec, out: Path) -> dict[str, Any]:
+    import torch
+
+    from export.cosyvoice3.graphs import LMStep, load
+
+    lm = info.lm
+    layers, kvh, hd, d = lm.layers, lm.kv_heads, lm.head_dim, lm.hidden
+    g = torch.Generator().manual_seed(3)
+    n_total, n_prefill = 9, 6
+    x = torch.randn(1, n_total, d, generator=g)
+    with torch_threads(), torch.inference_mode():
+        model = load(LMStep(info), src)
+        want = []
+        for n in range(n_prefill, n_total + 1):
+            res = model(x[:, :n], torch.ones(1, n, dtype=torch.int64), torch.arange(n)[None],
+                        *[torch.zeros(1, kvh, 0, hd) for _ in range(2 * layers)])
+            want.append(res[0].numpy())
+        past = [torch.randn(1, kvh, 2, hd, generator=g) for _ in range(2 * layers)]
+        ex = (torch.randn(1, 3, d, generator=g), torch.ones(1, 5, dtype=torch.int64), torch.arange(2, 5)[None], *past)
+        path = export_bound(model, ex, gspec, out)
+        del model
+    release_memory()
+    sess = ort_session(path)
+    tr = ErrorTracker()
+    xn = x.numpy()
+    got = ort_run(sess, _feeds(info, xn[:, :n_prefill], np.ones((1, n_prefill), np.int64),
+                               np.arange(n_prefill, dtype=np.int64)[None], _empty(info)))
+    tr.add("logits", got[0], want[0], "prefill")
+    past_np = list(got[1:])
+    for p in range(n_prefill, n_total):
+        step = ort_run(sess, _feeds(info, xn[:, p:p + 1], np.ones((1, p + 1), np.int64), np.array([[p]], np.int64), past_np))
+        tr.add("logits", step[0], want[p - n_prefill + 1], f"decode past={p}")
+        past_np = [np.concatenate([a, b], axis=2) for a, b in zip(past_np, step[1:], strict=True)]
+    rows, pmax = (7, 5), 7  # ragged batch: row 1's past left-padded
+    pasts = [np.zeros((2, kvh, pmax, hd), np.float32) for _ in range(2 * layers)]
+    bx = np.zeros((2, 1, d), np.float32)
+    mask = np.zeros((2, pmax + 1), np.int64)
+    pos = np.zeros((2, 1), np.int64)
+    for r, n_past in enumerate(rows):
+        kv = ort_run(sess, _feeds(info, xn[:, :n_past], np.ones((1, n_past), np.int64),
+                                  np.arange(n_past, dtype=np.int64)[None], _empty(info)))[1:]
+        for j in range(2 * layers):
+            pasts[j][r, :, pmax - n_past:] = kv[j][0]
+        bx[r, 0] = xn[0, n_past]
+        mask[r, pmax - n_past:] = 1
+        pos[r, 0] = n_past
+    batched = ort_run(sess, _feeds(info, bx, mask, pos, pasts))
+    for r, n_past in enumerate(rows):
+        tr.add("logits", batched[0][r:r + 1], want[n_past + 1 - n_prefill], f"batched row {r}")
+    del sess
+    return _finish(tr, gspec.name, path, {"logits": LOGITS_TOLERANCE})
+
+
+def _inline_stage(module: Any, gspec: GraphSpec, cases: list[dict[str, np.ndarray]], example: int, out: Path,
+                  tol: float) -> dict[str, Any]:
+    import torch
+
+    with torch_threads(), torch.inference_mode():
+        want = [[o.numpy() for o in _tuple(module(*(torch.from_numpy(c[k]) for k in gspec.input_names)))] for c in cases]
+        path = export_inline(module, tuple(torch.from_numpy(cases[example][k]) for k in gspec.input_names), gspec, out)
+    sess = ort_session(path)
+    tr = ErrorTracker()
+    for i, (c, w) in enumerate(zip(cases, want, strict=True)):
+        for name, got, ref in zip(gspec.output_names, ort_run(sess, c), w, strict=True):
+            tr.add(name, got, ref, f"case {i} {tuple(c[gspec.input_names[0]].shape)}")
+    del sess
+    return _finish(tr, gspec.name, path, dict.fromkeys(gspec.output_names, tol))
+
+
+def _tuple(x: Any) -> tuple[Any, ...]:
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _flow_cond_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(4)
+    return [{"tokens": rng.integers(0, info.flow.vocab, (b, t)).astype(np.int64),
+             "token_len": np.array(lens, np.int64),
+             "embedding": rng.standard_normal((b, info.flow.spk_embed_dim)).astype(np.float32)}
+            for b, t, lens in ((2, 9, (9, 6)), (1, 30, (30,)))]
+
+
+def _velocity_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(5)
+    m = info.flow.mel
+    cases: list[dict[str, np.ndarray]] = []
+    for b, n, chunk in ((2, 24, (24, 8)), (1, 60, (info.flow.static_chunk_size,))):
+        mask = np.ones((b, n), np.float32)
+        if b == 2:
+            mask[1, n - 5:] = 0
+        cases.append({"x": rng.standard_normal((b, m, n)).astype(np.float32), "mask": mask,
+                      "mu": rng.standard_normal((b, m, n)).astype(np.float32),
+                      "t": rng.uniform(0, 1, b).astype(np.float32),
+                      "spks": rng.standard_normal((b, m)).astype(np.float32),
+                      "cond": rng.standard_normal((b, m, n)).astype(np.float32),
+                      "chunk": np.array(chunk, np.int64)})
+    return cases
+
+
+def _hift_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(6)
+    spf, h = info.hift.samples_per_frame, info.hift.nb_harmonics + 1
+    return [{"mel": rng.standard_normal((b, info.hift.in_channels, f)).astype(np.float32) * 2 - 3,
+             "sine_noise": rng.random((b, f * spf, h)).astype(np.float32)} for b, f in ((1, 12), (2, 7))]
+
+
+def _tables(src: Path, out: Path) -> dict[str, Any]:
+    state = load_pt(src / LLM)
+    tables: dict[str, Any] = {}
+    for name, key in ((spec.TEXT_EMBEDDING, "llm.model.model.embed_tokens.weight"),
+                      (spec.SPEECH_EMBEDDING, "speech_embedding.weight")):
+        arr = state[key].float().numpy()
+        np.save(out / f"{name}.npy", arr)
+        tables[name] = {"shape": list(arr.shape)}
+    return tables
+
+
+def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[int, int, str], None] | None,
+                      source: dict[str, Any]) -> dict[str, Any]:
+    """Every graph into `tmp`, one stage at a time; returns the manifest."""
+    import torch
+
+    from export.cosyvoice3.graphs import FlowCond, FlowVelocity, HiFT, load
+    from export.memory import MemoryMonitor
+
+    if precision != "fp32":
+        raise InvalidRequest(f"{spec.DISPLAY} exports fp32 only so far (got --precision {precision})", "precision")
+    src = Path(src)
+    info = read_checkpoint(src)
+    stages = ["lm_step", "flow_cond", "flow_velocity", "hift", "tables", "manifest"]
+
+    def stage(label: str) -> None:
+        logger.info("export stage: %s", label)
+        if progress is not None:
+            progress(stages.index(label) + 1, len(stages), label)
+
+    torch.manual_seed(0)
+    lm, f = info.lm, info.flow
+    specs = {"lm_step": spec.lm_step_spec(lm.layers, lm.hidden, lm.kv_heads, lm.head_dim, lm.speech_rows),
+             "flow_cond": spec.flow_cond_spec(f.mel, f.spk_embed_dim),
+             "flow_velocity": spec.flow_velocity_spec(f.mel),
+             "hift": spec.hift_spec(info.hift.in_channels, info.hift.nb_harmonics)}
+    reports: dict[str, Any] = {}
+    with MemoryMonitor() as mon:
+        stage("lm_step")
+        with mon.stage("lm_step"):
+            reports["lm_step"] = _lm_stage(src, info, specs["lm_step"], tmp)
+        stage("flow_cond")
+        with mon.stage("flow_cond"):
+            reports["flow_cond"] = _inline_stage(load(FlowCond(info), src), specs["flow_cond"], _flow_cond_cases(info),
+                                                 0, tmp, TOLERANCE)
+        stage("flow_velocity")
+        with mon.stage("flow_velocity"):
+            reports["flow_velocity"] = _inline_stage(load(FlowVelocity(info), src), specs["flow_velocity"],
+                                                     _velocity_cases(info), 0, tmp, TOLERANCE)
+        release_memory()
+        stage("hift")
+        with mon.stage("hift"):
+            reports["hift"] = _inline_stage(load(HiFT(info), src), specs["hift"], _hift_cases(info), 1, tmp,
+                                            AUDIO_TOLERANCE)
+        stage("tables")
+        with mon.stage("tables"):
+            tables = _tables(src, tmp)
+    memory = mon.summary()
+    stage("manifest")
+    shutil.copytree(src / QWEN_DIR, tmp / "tokenizer", ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    # The front-end models, used as shipped (the voice-features model prompt_encoder runs them).
+    (tmp / FRONTEND_DIR).mkdir()
+    for name in FRONTEND_MODELS:
+        shutil.copy2(src / name, tmp / FRONTEND_DIR / name)
+    return build_manifest(
+        tmp,
+        family=spec.FAMILY,
+        source=source,
+        variant="base",
+        model_size="real" if lm.hidden >= 512 else "tiny",
+        precision=precision,
+        sizes=dataclasses.asdict(info),
+        sample_rate=info.sample_rate,
+        samples_per_frame=info.flow.token_mel_ratio * info.hift.samples_per_frame,
+        # No carried vocoder state yet: a hop re-runs the flow and HiFT over the prefix (README "Streaming").
+        vocoder_state_size=1,
+        vocoder_state_layout=[["prefix_rerun", 1]],
+        tables=tables,
+        memory=memory,
+        graphs=specs,
+        validation=reports,
+        configs={YAML: read_yaml(src / YAML)},
+        versions=versions(),
+    )

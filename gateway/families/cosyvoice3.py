@@ -1,0 +1,189 @@
+"""The CosyVoice3 family's gateway adapter (gateway.family.FamilyAdapter).
+
+Answered only when `model` names a CosyVoice3 checkpoint (or when only CosyVoice3 is served). Voice
+cloning only (the spec's "Supported Models" and vLLM-Omni's adapter): the voice of a reference clip with
+its transcript. Fields:
+
+- `ref_audio` (required unless `voice` names an uploaded voice): the clip's speech tokens, prompt mel and
+  speaker embedding through the checkpoint's `prompt_encoder` (shared by concurrent and recent requests);
+- `ref_text` (required: the clip's transcript; an uploaded voice's stored one when the request has none):
+  the model prefixes "You are a helpful assistant.<|endofprompt|>" when it lacks `<|endofprompt|>`;
+- `voice`: omitted or "default" (the reference's voice: only with `ref_audio`), or an uploaded voice (its
+  three features computed once at upload through each served checkpoint's prompt_encoder, and its
+  transcript); `ref_audio` overrides an uploaded voice; any other name is a 400 naming `voice`;
+- `max_new_tokens` (speech tokens of 40 ms, 1..4096; default min(2048, 20 x the text's tokens)); `seed`
+  (the RAS sampling and flow noise; default 42); `speed` (whole clips only, as for every family: the
+  shared planner); `response_format`/`sample_rate`/`stream`/`stream_format`: the shared output rules.
+Refused (400 naming the field): a missing `ref_audio` or `ref_text`, a clip prompt_encoder refuses
+(`ref_audio`), any `extra_params` key (the planner), and the family's unsupported fields (contract RULES:
+`speaker_embedding`, `instructions`, `language`, `task_type`, `x_vector_only_mode`, `non_streaming_mode`,
+`initial_codec_chunk_frames`, `word_timestamps`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ttscore.contract import cosyvoice3, families
+from ttscore.contract import tensors as triton_io
+from ttscore.contract.errors import InvalidRequest
+
+from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
+from ..errors import bad_request, from_invalid_request
+from ..family import FeatureEnv, audio_key
+from ..longtext import segment_seed, split_segments
+from ..planning import (
+    MAX_REF_TEXT_CHARS,
+    Deployment,
+    SpeechFields,
+    SpeechPlan,
+    StoredVoice,
+    plan_output,
+    text_field,
+)
+from ..voices.precomputed import PrecomputedVoice, SkipVoice
+
+if TYPE_CHECKING:
+    from ttscore.contract.manifest import Manifest
+
+    from ..checkpoints import ServedCheckpoint
+
+VOICE_ALIASES: dict[str, str] = {}  # no preset speakers for OpenAI's voice names
+Features = tuple[np.ndarray, np.ndarray, np.ndarray]  # speech tokens [T], prompt mel [2T, 80], embedding
+
+
+class CosyVoice3Adapter:
+    family = cosyvoice3.FAMILY
+    rules = cosyvoice3.RULES
+    routes_by_task = False
+    default_task = cosyvoice3.TASK
+    # Uploaded voices: features computed at upload through every served checkpoint's prompt_encoder.
+    caches_voice_features = False
+    voice_aliases = VOICE_ALIASES
+    clones_voices = True  # each checkpoint has its prompt_encoder (export/cosyvoice3/family.py)
+
+    def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
+        return {}
+
+    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
+        assert named is not None  # not routed by task: always the named (or only) checkpoint
+        ckpt, rules = named, self.rules
+        name = rules.name
+        for field in rules.unsupported:
+            if getattr(f, field, None) is not None:
+                raise bad_request(f"'{field}' is not supported by {name} models", field)
+        voice = text_field(f.voice, "voice", 256)
+        voice = (voice or "").strip() or None
+        stored: StoredVoice | None = None
+        if voice is not None and voice.lower() != cosyvoice3.DEFAULT_VOICE:
+            stored = deployment.resolve_voice(voice.lower())
+            if stored is None:
+                raise bad_request(f"Invalid voice '{f.voice}' for {name}: use an uploaded voice, or omit 'voice' "
+                                  f"(or '{cosyvoice3.DEFAULT_VOICE}') with 'ref_audio' and 'ref_text'", "voice")
+            if stored.family not in (None, ckpt.family) or stored.model_features is None:
+                made = families.display_name(stored.family) if stored.family else "another"
+                raise bad_request(f"Voice '{stored.name}' is a precomputed {made} voice: it cannot be used with {name} "
+                                  f"model `{ckpt.name}`", "voice")
+        ref_audio = text_field(f.ref_audio, "ref_audio", 1 << 30)
+        ref_text = text_field(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS)
+        ref_text = ref_text if ref_text and ref_text.strip() else None
+        if ref_audio is not None:
+            stored = None  # inline ref_audio overrides an uploaded voice (spec)
+        elif stored is None:
+            raise bad_request(f"{name} requires 'ref_audio' (reference audio for voice cloning) or an uploaded "
+                              "voice", "ref_audio")
+        if ref_text is None and stored is not None:
+            ref_text = stored.ref_text if stored.ref_text and stored.ref_text.strip() else None
+        if ref_text is None:
+            raise bad_request(f"{name} requires 'ref_text' (transcript of the reference audio)", "ref_text")
+        output = plan_output(f, ckpt.sample_rate)
+        try:
+            max_new = rules.field("max_new_tokens").check(f.max_new_tokens)
+            seed = rules.field("seed").check(f.seed)
+        except InvalidRequest as exc:
+            raise from_invalid_request(exc) from None
+        segments = split_segments(text, deployment.segment_chars)
+        return SpeechPlan(
+            checkpoint=ckpt, task=rules.tasks[0], text=text, speaker=None, language="auto", instructions=None,
+            ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
+            non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
+            segments=tuple(segments) if len(segments) > 1 else (),
+        )
+
+    # --- generation --------------------------------------------------------------------------------
+
+    def needs_reference(self, plan: SpeechPlan) -> bool:
+        return True  # every request clones (ref_audio or an uploaded voice)
+
+    async def reference_features(self, plan: SpeechPlan, env: FeatureEnv) -> Features:
+        """The clip's three features: an uploaded voice's (computed at upload), or `ref_audio`'s through the
+        checkpoint's prompt_encoder (shared by concurrent and recent requests)."""
+        model = plan.checkpoint.voice_features_model
+        if not model:
+            raise InvalidRequest(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
+        stored = plan.stored_voice
+        if stored is not None:
+            if stored.model_features is None:
+                raise InvalidRequest(f"Voice '{stored.name}' cannot be used with {plan.checkpoint.name}", "voice")
+            # the prompt mode the upload computed them in (the features do not depend on it)
+            uploaded: Features = await stored.model_features(model, bool((stored.ref_text or "").strip()))
+            return uploaded
+        assert plan.ref_audio is not None
+        audio, rate = await env.ref_audio(plan.ref_audio, self.rules.ref_audio)
+        features: Features = await env.shared(
+            audio_key(model, audio, rate), lambda: self.clip_features(env.backend, model, audio, rate, False,
+                                                                      env.request_id))
+        return features
+
+    def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
+        return {
+            "text": plan.texts[segment],
+            "ref_text": plan.ref_text,
+            "max_new_tokens": plan.max_new_tokens,
+            "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
+        }
+
+    def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
+        tokens, mel, emb = features
+        return triton_io.request_tensors(
+            **self.generation_fields(plan, segment),
+            prompt_speech_tokens=np.ascontiguousarray(tokens, np.int64),
+            prompt_mel=np.ascontiguousarray(mel, np.float32), prompt_embedding=np.ascontiguousarray(emb, np.float32))
+
+    # --- voices ---------------------------------------------------------------------------------------
+
+    async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
+                            prompt: bool, request_id: str) -> Features:
+        """A clip's speech tokens, prompt mel and speaker embedding through a prompt_encoder."""
+        try:
+            outputs = await backend.infer(model, {
+                "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
+                "sample_rate": np.array([rate], dtype=np.int32),
+            }, request_id)
+        except BackendError as exc:
+            if exc.code == INVALID_ARG:  # the encoder refused the clip: the client's ref_audio
+                raise InvalidRequest(exc.message, "ref_audio") from None
+            raise
+        got = []
+        for row in cosyvoice3.ENCODER_OUTPUTS:
+            value = outputs.get(row.name)
+            if value is None:
+                raise BackendError(INTERNAL, f"{model} returned no {row.name}")
+            got.append(np.asarray(value))
+        return (got[0].astype(np.int64), got[1].astype(np.float32), got[2].astype(np.float32))
+
+    def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
+        return {}
+
+    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any, **checks: Any) -> PrecomputedVoice:
+        raise SkipVoice(f"{self.rules.name} has no precomputed voice files yet (upload the voice instead)")
+
+    def stored_voice(self, voice: PrecomputedVoice) -> StoredVoice:
+        raise SkipVoice(f"{self.rules.name} has no precomputed voices")
+
+
+ADAPTER = CosyVoice3Adapter()

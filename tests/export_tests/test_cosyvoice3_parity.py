@@ -1,0 +1,109 @@
+"""CosyVoice3's exported graphs against the reference (tests/cosyvoice3_reference.py: vLLM-Omni 0.30.0's
+flow and HiFT around Qwen2ForCausalLM, vLLM-Omni's own `_ras_sample_one`) with every source of randomness
+fed identically: the speech tokens exactly, mel and audio within the stated tolerances, for vLLM-Omni's
+offline decode (full attention) and upstream's streaming mask (25-token chunks); and the streaming hop
+scheme equal to the whole-utterance decode under that mask, its first audio out after the first hop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cosyvoice3_fixtures import *  # noqa: F403  (cosyvoice3_tiny, cosyvoice3_artifacts)
+from cosyvoice3_fixtures import reference
+
+pytestmark = pytest.mark.unit
+
+MEL_TOLERANCE = 1e-4  # max abs error of the mel (values of order 1-5; measured ~3e-6 on tiny)
+AUDIO_TOLERANCE = 1e-4  # max abs error of the waveform (measured ~2e-6 on tiny)
+STREAM_TOLERANCE = 1e-5  # streamed vs whole decode under the chunk mask (measured ~1.5e-6: float order only)
+
+
+def _prompt(graphs, seed: int, n_prompt: int, text: list[int]):
+    from ttscore.runtime.families.cosyvoice3.generate import Prompt
+
+    rng = np.random.default_rng(seed)
+    return Prompt(np.array(text, np.int64), rng.integers(0, graphs.speech_token_size, n_prompt).astype(np.int64),
+                  rng.standard_normal((2 * n_prompt, graphs.mel_dim)).astype(np.float32),
+                  rng.standard_normal(192).astype(np.float32))
+
+
+def _inputs(graphs, cases) -> dict[str, np.ndarray]:
+    from ttscore.runtime.families.cosyvoice3 import sampling
+
+    inputs = {"hift_rand_ini": np.zeros(graphs.harmonics + 1, np.float32),
+              "hift_sine_noise": sampling.sine_table(graphs.sample_rate, graphs.harmonics),
+              "hift_uv_noise": np.zeros(1, np.float32)}
+    for i, (prompt, ras, flow) in enumerate(cases):
+        inputs.update({f"prompt_tokens_{i}": prompt.speech_tokens, f"prompt_feat_{i}": prompt.feat,
+                       f"embedding_{i}": prompt.embedding, f"ras_noise_{i}": ras, f"flow_noise_{i}": flow})
+    return inputs
+
+
+def check_parity(checkpoint: Path, artifacts: Path, seeds: tuple[int, ...] = (5, 9), min_len: int = 10) -> None:
+    """Each seed: tokens (RAS noise from the seed, no stop before `min_len`), then the mel/audio with full
+    attention and with the chunk mask, ours vs the reference fed the same noise (also relative to the
+    audio's peak: 1e-3); the stream equals the chunked whole."""
+    from ttscore.runtime.families.cosyvoice3 import sampling
+    from ttscore.runtime.families.cosyvoice3.generate import CosyVoice3Graphs
+
+    g = CosyVoice3Graphs(artifacts)
+    steps, n_prompt, text = 60, 7, [11, 12, 13, 14, 15]
+    cases, reqs, ours = [], [], []
+    for seed in seeds:
+        prompt = _prompt(g, seed, n_prompt, text)
+        ras = sampling.ras_noise(seed, steps, g.speech_token_size + 200)
+        flow = sampling.flow_noise(seed, g.mel_dim, 2 * (steps + n_prompt))
+        toks = g.tokens(prompt, ras, min_len, steps)
+        whole = g.mel(prompt, toks, flow)
+        chunked = g.mel(prompt, toks, flow, chunk=g.static_chunk)
+        ours.append((toks, whole, g.audio(whole), chunked, g.audio(chunked), prompt, flow))
+        for mask in (False, True):
+            cases.append((prompt, ras, flow))
+            reqs.append({"text_ids": text, "max_new_tokens": steps, "min_new_tokens": min_len, "chunk_mask": mask})
+    out = reference(checkpoint, reqs, _inputs(g, cases))
+    for k, (toks, mel, audio, cmel, caudio, prompt, flow) in enumerate(ours):
+        assert len(toks) > 2 * g.chunk_tokens, "long enough for two streaming hops"
+        for j, (m, a) in enumerate(((mel, audio), (cmel, caudio))):
+            i = 2 * k + j
+            np.testing.assert_array_equal(out[f"tokens_{i}"], np.array(toks, np.int64))
+            np.testing.assert_allclose(m, out[f"mel_{i}"], rtol=0, atol=MEL_TOLERANCE)
+            np.testing.assert_allclose(a, out[f"audio_{i}"], rtol=0, atol=AUDIO_TOLERANCE)
+            assert np.abs(a - out[f"audio_{i}"]).max() <= 1e-3 * np.abs(a).max()
+        assert np.abs(mel - cmel).max() > 1e-3, "the chunk mask changes the mel"
+        streamed = np.concatenate(list(g.stream(prompt, toks, flow)))
+        np.testing.assert_allclose(streamed, caudio, rtol=0, atol=STREAM_TOLERANCE)
+
+
+def test_tokens_mel_audio_match_the_reference(cosyvoice3_tiny: Path, cosyvoice3_artifacts: Path) -> None:
+    check_parity(cosyvoice3_tiny, cosyvoice3_artifacts)
+
+
+def test_stream_first_audio_after_the_first_hop(cosyvoice3_artifacts: Path) -> None:
+    """The first piece comes out once the first hop's tokens (and the look-ahead) are in, long before the
+    last token; the pieces join into the whole decode under the chunk mask."""
+    from ttscore.runtime.families.cosyvoice3 import sampling
+    from ttscore.runtime.families.cosyvoice3.generate import WITHHELD_FRAMES, CosyVoice3Graphs
+
+    g = CosyVoice3Graphs(cosyvoice3_artifacts)
+    n_prompt = 9
+    prompt = _prompt(g, 1, n_prompt, [5, 6, 7])
+    toks = list(np.random.default_rng(2).integers(0, g.speech_token_size, 90))
+    flow = sampling.flow_noise(1, g.mel_dim, 2 * (len(toks) + n_prompt))
+    consumed: list[int] = []
+
+    def arriving():
+        for t in toks:
+            consumed.append(t)
+            yield int(t)
+
+    stream = g.stream(prompt, arriving(), flow)
+    first = next(stream)
+    first_hop = 2 * g.chunk_tokens - n_prompt  # prompt (9) + 41 = 50: two chunks
+    assert len(consumed) == first_hop + g.lookahead < len(toks)
+    assert len(first) == (2 * first_hop - WITHHELD_FRAMES) * g.samples_per_mel
+    rest = list(stream)
+    assert len(rest) >= 2
+    whole = g.audio(g.mel(prompt, toks, flow, chunk=g.static_chunk))
+    np.testing.assert_allclose(np.concatenate([first, *rest]), whole, rtol=0, atol=STREAM_TOLERANCE)

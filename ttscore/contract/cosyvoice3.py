@@ -1,0 +1,181 @@
+"""The CosyVoice3 family's side of the contract: its fixed facts (FunAudioLLM/Fun-CosyVoice3-0.5B-2512).
+
+Three stages: a Qwen2 language model over `[sos, text, task_id, prompt speech tokens]` emitting 25 Hz
+speech tokens (RAS sampling; every id >= speech_token_size is a stop id), a DiT flow-matching model
+(10 Euler steps, cosine schedule, classifier-free guidance 0.7) turning prompt + new tokens into 80-bin
+mel frames at 50 Hz, and a causal HiFT vocoder (neural source filter + inverse STFT) at 24 kHz.
+Voice cloning only: `ref_audio` with its transcript `ref_text` (no presets).
+"""
+
+from __future__ import annotations
+
+from ttscore.contract import wire
+from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
+
+FAMILY = "cosyvoice3"
+DISPLAY = "CosyVoice3"
+HUB_ORG = "FunAudioLLM"
+
+# CosyVoice3LM: the 200 rows after the speech codebook are special; sos/eos/task_id/fill are the first four.
+NUM_SPECIAL_SPEECH = 200
+SOS_OFFSET, EOS_OFFSET, TASK_ID_OFFSET, FILL_OFFSET = 0, 1, 2, 3
+# RAS sampling (cosyvoice3.yaml llm.sampling; vLLM-Omni's _ras_sample_one).
+TOP_P, TOP_K, WIN_SIZE, TAU_R = 0.8, 25, 10, 0.1
+MIN_TOKEN_TEXT_RATIO, MAX_TOKEN_TEXT_RATIO = 2, 20
+# Flow: n_timesteps 10 (CausalMaskedDiffWithDiT.inference), cosine t schedule, CFG rate from the yaml.
+FLOW_STEPS = 10
+# The prompt delimiter vLLM-Omni's adapter prepends (with this system text) when ref_text lacks it.
+END_OF_PROMPT = "<|endofprompt|>"
+DEFAULT_PROMPT_PREFIX = "You are a helpful assistant." + END_OF_PROMPT
+
+# --- request rules and wire ----------------------------------------------------------------------
+SAMPLE_RATE = 24000
+TASK = "Base"
+DEFAULT_VOICE = "default"  # `voice` omitted or "default": the reference's voice (ref_audio or an uploaded voice)
+MAX_NEW_TOKENS = 4096  # speech tokens (40 ms each); default: min(2048, 20 x the text's tokens)
+DEFAULT_SEED = 42
+SEED_MAX = 2**63 - 1
+MAX_TEXT_CHARS = 4096
+# The front-end resamples to 16 kHz (campplus, the speech tokenizer) and 24 kHz (the prompt mel).
+REF_AUDIO = RefAudioBounds(min_rate=16000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
+UNSUPPORTED_FIELDS = ("speaker_embedding", "instructions", "language", "task_type", "x_vector_only_mode",
+                      "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
+
+RULES = FamilyRules(
+    family=FAMILY,
+    tasks=(TASK,),
+    fields=(
+        FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS, None),  # None: the text-length rule
+        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
+    ),
+    display_name=DISPLAY,
+    unsupported=UNSUPPORTED_FIELDS,
+    default_voice=None,
+    ref_audio=REF_AUDIO,
+    max_text_chars=MAX_TEXT_CHARS,
+    sample_rate=SAMPLE_RATE,
+    variants={"base": TASK},
+    sampling=SEEDED,  # RAS noise and the flow's noise from the request's seed, 42 without one
+)
+
+# Its speech_generation inputs: the reference clip's features (from the voice-features model
+# `prompt_encoder`, or an uploaded voice's, computed once at upload) and its transcript.
+REF_TEXT = wire.string_input("ref_text", "CosyVoice3: transcript of the reference clip (required).")
+PROMPT_SPEECH_TOKENS = wire.TensorIO("prompt_speech_tokens", "INT64", (-1,), True,
+                                     "CosyVoice3: the reference clip's speech tokens [T] from prompt_encoder.")
+PROMPT_MEL = wire.TensorIO("prompt_mel", "FP32", (-1, 80), True,
+                           "CosyVoice3: the reference clip's prompt mel [2T, 80] from prompt_encoder.")
+PROMPT_EMBEDDING = wire.TensorIO("prompt_embedding", "FP32", (-1,), True,
+                                 "CosyVoice3: the reference clip's speaker embedding [192] from prompt_encoder.")
+FEATURES = (PROMPT_SPEECH_TOKENS, PROMPT_MEL, PROMPT_EMBEDDING)
+ENCODER_MODEL = "prompt_encoder"
+ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
+    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
+    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (>= 16 kHz)."),
+)
+ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = tuple(
+    wire.TensorIO(t.name, t.dtype, t.dims, doc=t.doc) for t in FEATURES)
+WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, wire.MAX_NEW_TOKENS, wire.SEED, REF_TEXT, *FEATURES),
+                       {ENCODER_MODEL: (ENCODER_INPUTS, ENCODER_OUTPUTS)})
+
+
+# --- graphs -------------------------------------------------------------------------------------
+# Tables (numpy .npy beside the graphs): the Qwen2 text embedding [V, D] and the speech embedding
+# [speech_token_size + 200, D] (sos / task_id rows included).
+TEXT_EMBEDDING = "text_embedding"
+SPEECH_EMBEDDING = "speech_embedding"
+GRAPH_NAMES = ("lm_step", "flow_cond", "flow_velocity", "hift")
+
+
+def past_key(i: int) -> str:
+    return f"past_key_{i}"
+
+
+def past_value(i: int) -> str:
+    return f"past_value_{i}"
+
+
+def new_key(i: int) -> str:
+    return f"new_key_{i}"
+
+
+def new_value(i: int) -> str:
+    return f"new_value_{i}"
+
+
+def _kv(layers: int, kv_heads: int, head_dim: int, axis: str, new: bool) -> list[TensorSpec]:
+    k, v = (new_key, new_value) if new else (past_key, past_value)
+    return [t for i in range(layers) for t in (
+        TensorSpec(k(i), "float32", ("batch", kv_heads, axis, head_dim)),
+        TensorSpec(v(i), "float32", ("batch", kv_heads, axis, head_dim)),
+    )]
+
+
+def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int, speech_rows: int) -> GraphSpec:
+    """Qwen2 prefill (T = the prompt) and decode (T = 1) over explicit past K/V: `attention_mask`
+    [B, P + T] marks valid slots (rows are ragged); the new positions are causal among themselves.
+    Outputs `llm_decoder`'s logits of the last position [B, speech_rows] and the new K/V (rotated)."""
+    return GraphSpec(
+        "lm_step",
+        (
+            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
+            TensorSpec("attention_mask", "int64", ("batch", "total")),
+            TensorSpec("position_ids", "int64", ("batch", "tokens")),
+            *_kv(layers, kv_heads, head_dim, "past", new=False),
+        ),
+        (
+            TensorSpec("logits", "float32", ("batch", speech_rows)),
+            *_kv(layers, kv_heads, head_dim, "tokens", new=True),
+        ),
+    )
+
+
+def flow_cond_spec(mel: int, spk_dim: int) -> GraphSpec:
+    """The flow's conditioning: speech tokens [B, T] (prompt + new, zero-padded past `token_len`) ->
+    `mu` [B, mel, 2T] (token embedding, pre-lookahead convs with zeros after the end, each token twice)
+    and `spks` [B, mel] (the L2-normalised speaker embedding through its affine layer)."""
+    return GraphSpec(
+        "flow_cond",
+        (
+            TensorSpec("tokens", "int64", ("batch", "tokens")),
+            TensorSpec("token_len", "int64", ("batch",)),
+            TensorSpec("embedding", "float32", ("batch", spk_dim)),
+        ),
+        (
+            TensorSpec("mu", "float32", ("batch", mel, "frames")),
+            TensorSpec("spks", "float32", ("batch", mel)),
+        ),
+    )
+
+
+def flow_velocity_spec(mel: int) -> GraphSpec:
+    """One Euler step's guided velocity of the DiT: x, mu, cond [B, mel, N], mask [B, N] (1 = valid frame),
+    t [B], spks [B, mel], chunk [B] (attention chunk in frames: frame i sees frames j < (i // chunk + 1) *
+    chunk; chunk >= N is full attention) -> v [B, mel, N] = (1 + cfg) v(mu, spks, cond) - cfg v(0, 0, 0)."""
+    return GraphSpec(
+        "flow_velocity",
+        (
+            TensorSpec("x", "float32", ("batch", mel, "frames")),
+            TensorSpec("mask", "float32", ("batch", "frames")),
+            TensorSpec("mu", "float32", ("batch", mel, "frames")),
+            TensorSpec("t", "float32", ("batch",)),
+            TensorSpec("spks", "float32", ("batch", mel)),
+            TensorSpec("cond", "float32", ("batch", mel, "frames")),
+            TensorSpec("chunk", "int64", ("batch",)),
+        ),
+        (TensorSpec("velocity", "float32", ("batch", mel, "frames")),),
+    )
+
+
+def hift_spec(mel: int, harmonics: int) -> GraphSpec:
+    """The causal HiFT over a whole utterance: mel [B, mel, F] and the fixed sine-noise table rows of its
+    samples [B, F * samples_per_frame, harmonics + 1] -> pcm [B, F * samples_per_frame]."""
+    return GraphSpec(
+        "hift",
+        (
+            TensorSpec("mel", "float32", ("batch", mel, "frames")),
+            TensorSpec("sine_noise", "float32", ("batch", "samples", harmonics + 1)),
+        ),
+        (TensorSpec("pcm", "float32", ("batch", "samples")),),
+    )
