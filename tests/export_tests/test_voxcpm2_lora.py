@@ -273,3 +273,29 @@ def test_assign_lora_picks_the_one_family_that_takes_adapters(voxcpm2_tiny: Path
 
     with pytest.raises(InvalidRequest, match="take no LoRA adapter"):
         export_checkpoint(tiny_checkpoint, Path("/nonexistent-out"), lora=lora)
+
+
+def test_prepare_with_lora_and_the_gateway_lists_it(voxcpm2_tiny: Path, lora: Path, tmp_path: Path) -> None:
+    """`prepare --lora` (compose's init step): the export carries the adapter, and the gateway started
+    on the config it writes lists it in GET /v1/models (no Triton: a fake backend)."""
+    import sys
+
+    from fastapi.testclient import TestClient
+
+    from gateway.app import create_app
+    from gateway.settings import Settings
+    from ttscore.tools.cli import main
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from gateway_fixtures import FakeBackend
+
+    gw = tmp_path / "gateway.json"
+    assert main(["prepare", "--checkpoints", str(voxcpm2_tiny), "--artifacts", str(tmp_path / "art"),
+                 "--repository", str(tmp_path / "repo"), "--gateway-config", str(gw), "--lora", str(lora),
+                 "--quiet"]) == 0
+    settings = Settings.from_dict(json.loads(gw.read_text()))
+    with TestClient(create_app(settings, backend_factory=lambda s: FakeBackend())) as client:
+        cards = client.get("/v1/models").json()["data"]
+    want = identity(lora)
+    assert [c["adapter"] for c in cards if c["id"] == "VoxCPM2-tiny"] == [
+        {k: want[k] for k in ("name", "format", "sha256", "r", "alpha")}]
