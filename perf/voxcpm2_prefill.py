@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                 audio_err = max(audio_err, float(np.abs(a_pcm[k] - b_pcm[k]).max()))
     summary: dict[str, Any] = {"concurrency": args.concurrency, "repeats": args.repeats,
                                "artifacts": str(art), "audio_max_abs_batched_vs_one_at_a_time": audio_err}
-    lines = [f"| mode | request | prompt tokens | prefill start (ms, median) | prefill end (ms) | "
-             f"first frame (ms) | waits for another's prefill |", "|---|---|---|---|---|---|---|"]
+    lines = ["| mode | request | prompt tokens | prefill start (ms, median) | prefill end (ms) | "
+             "first frame (ms) | waits for another's prefill |", "|---|---|---|---|---|---|---|"]
     for mode, rs in runs.items():
         per: dict[str, Any] = {}
         for key in rs[0]:
