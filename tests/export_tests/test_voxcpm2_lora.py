@@ -31,19 +31,13 @@ TEXT = "Hello world, this is a test."
 
 
 @pytest.fixture(scope="module")
-def lora(voxcpm2_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.voxcpm2.tiny import make_tiny_lora
-
-    return make_tiny_lora(voxcpm2_tiny, tmp_path_factory.mktemp("vxlora") / "tiny-adapter", seed=0)
+def lora(voxcpm2_lora: Path) -> Path:
+    return voxcpm2_lora
 
 
 @pytest.fixture(scope="module")
-def lora_artifacts(voxcpm2_tiny: Path, lora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
-
-    out = tmp_path_factory.mktemp("vxlora-art") / "artifacts"
-    export_checkpoint(voxcpm2_tiny, out, lora=lora)
-    return out
+def lora_artifacts(voxcpm2_lora_artifacts: Path) -> Path:
+    return voxcpm2_lora_artifacts
 
 
 def noise(model: VoxCPM2Model, seed: int) -> Any:
