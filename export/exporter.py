@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from export.families import family_of
-from export.family import ExportProgress
-from ttscore.contract.errors import ExportError, TTSError
+from export.family import ExportFamily, ExportProgress
+from ttscore.contract.errors import ExportError, InvalidRequest, TTSError
 from ttscore.contract.manifest import MANIFEST
 from ttscore.runtime.weights import checkpoint_fingerprint, file_digest
 
@@ -42,12 +42,21 @@ def source_record(src: Path) -> dict[str, Any]:
     return {"path": str(src), "fingerprint": fingerprint(src, memo), "files": files}
 
 
+def adapter_identity(family: ExportFamily, lora: str | Path) -> dict[str, Any]:
+    """The identity of a startup LoRA adapter for a checkpoint of `family` (export.family.LoraSupport),
+    its format checked; InvalidRequest for a family that takes none."""
+    if family.lora is None:
+        raise InvalidRequest(f"--lora: {family.display} checkpoints take no LoRA adapter", "lora")
+    return family.lora.identity(Path(lora))
+
+
 def export_checkpoint(
     checkpoint: str | Path, out: str | Path, *, precision: str = "fp32", device: str = "cpu",
-    progress: ExportProgress | None = None,
+    progress: ExportProgress | None = None, lora: str | Path | None = None,
 ) -> dict[str, Any]:
     """Export + validate. Returns the manifest. Raises CheckpointError / ExportError.
-    `progress` is told of each stage as it starts."""
+    `progress` is told of each stage as it starts. `lora`: a startup LoRA adapter directory merged
+    into the weights before export (the family's format, export.family.LoraSupport)."""
     if precision not in PRECISIONS:
         raise ExportError(f"precision must be one of {', '.join(PRECISIONS)} on this build, got {precision!r}")
     if device != "cpu":
@@ -57,6 +66,10 @@ def export_checkpoint(
     # The checkpoint's config.json decides the family (the one dispatch point of export).
     family = family_of(src)
     family.check(src)
+    options: dict[str, Any] = {}
+    if lora is not None:
+        adapter_identity(family, lora)  # its format, before any heavy work
+        options["lora"] = Path(lora).resolve()
     if dst == src or src in dst.parents:
         raise ExportError("the output directory must not be inside the source checkpoint")
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +78,7 @@ def export_checkpoint(
     tmp.mkdir()
     started = time.time()
     try:
-        manifest = family.export(src, tmp, precision, progress, source_record(src))
+        manifest = family.export(src, tmp, precision, progress, source_record(src), **options)
         manifest["export_seconds"] = round(time.time() - started, 1)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False))
         if dst.exists():

@@ -72,6 +72,21 @@ def model_name(base: str, served: ServedCheckpoint, alone: bool) -> str:
 
 
 @dataclass(frozen=True)
+class LoraSupport:
+    """A family's startup LoRA adapters (`--lora DIR` of export, say, serve, prepare): merged into
+    the weights before export, recorded in the manifest's `adapter`.
+
+    identity(adapter_dir) -> {name, sha256, ...}: the adapter's format checked (no torch), and what
+        the manifest and the export cache key record;
+    make_tiny(checkpoint, out, seed) -> a random adapter for that (tiny) checkpoint, for tests.
+    The family's `export` then takes `lora=adapter_dir` (given only when set)."""
+
+    format: str  # for people, in errors: what an adapter directory holds
+    identity: Callable[[Path], dict[str, Any]]
+    make_tiny: Callable[[Path, Path, int], Path]
+
+
+@dataclass(frozen=True)
 class ExportFamily:
     """One model family's export entry.
 
@@ -98,3 +113,4 @@ class ExportFamily:
     tiny_options: tuple[TinyOption, ...] = ()
     # The demo checkpoints of `serve` / `prepare --demo`: (directory name, make_tiny options).
     demo: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    lora: LoraSupport | None = None  # startup LoRA adapters, for a family that takes them

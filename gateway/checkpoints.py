@@ -36,6 +36,8 @@ class ServedCheckpoint:
     family: str = next(iter(families.RULES))  # the manifest's model family (ttscore.contract.families)
     # What the family's gateway adapter read from the manifest (FamilyAdapter.manifest_facts).
     facts: dict[str, Any] = field(default_factory=dict)
+    # The startup LoRA adapter merged into its weights at export (the manifest's `adapter`), or None.
+    lora: dict[str, Any] | None = None
 
     @property
     def name(self) -> str:
@@ -104,6 +106,7 @@ class ServedCheckpoint:
             num_code_groups=manifest.num_code_groups,
             family=manifest.family,
             facts=adapter(manifest.family).manifest_facts(manifest),
+            lora=dict(manifest.adapter) if manifest.adapter else None,
         )
 
 

@@ -228,6 +228,19 @@ class VoicesResponse(BaseModel):
         None, description="OpenAI voice names accepted in `voice` -> the preset speaker each speaks with.")
 
 
+class AdapterCard(BaseModel):
+    """A startup LoRA adapter merged into a served model's weights when it was exported."""
+
+    name: str = Field(description="The adapter directory's name.")
+    format: str | None = None
+    sha256: str = Field(description="Identity of the adapter's files (lora config and weights).")
+    r: int | None = None
+    alpha: float | None = None
+
+
+ADAPTER_FIELDS = tuple(AdapterCard.model_fields)
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
@@ -242,6 +255,8 @@ class ModelCard(BaseModel):
     routed_by_task: bool | None = Field(
         None, description="An alias that behaves like an omitted `model`: routed by task and voice (cloned "
         "voices to the Base model), to alias_of for preset voices.")
+    adapter: AdapterCard | None = Field(
+        None, description="The startup LoRA adapter merged into this model (`--lora` at export); absent: none.")
 
 
 class ModelList(BaseModel):

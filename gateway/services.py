@@ -45,6 +45,7 @@ from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
 from .metrics import GatewayMetrics, RequestTrace
 from .planning import Deployment, SpeechFields, SpeechPlan, plan_speech
+from .protocol import ADAPTER_FIELDS
 from .replay import REPLAYABLE, Diverged, ReplayBudget, SampleCursor
 from .settings import Settings
 from .usage import Usage
@@ -518,6 +519,7 @@ class SpeechService:
                 "voices": list(c.speakers),
                 "languages": sorted("Auto" if x == "auto" else x.title() for x in c.languages),
                 "sample_rate": c.sample_rate,
+                **({"adapter": {k: c.lora.get(k) for k in ADAPTER_FIELDS}} if c.lora else {}),
             }
 
         data = [card(c, c.name) for c in self.deployment.checkpoints]

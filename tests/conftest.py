@@ -128,3 +128,21 @@ def voxcpm2_artifacts(voxcpm2_tiny: Path, tmp_path_factory: pytest.TempPathFacto
     out = tmp_path_factory.mktemp("voxcpm2-art") / "artifacts"
     export_checkpoint(voxcpm2_tiny, out)
     return out
+
+
+@pytest.fixture(scope="session")
+def voxcpm2_lora(voxcpm2_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny native LoRA adapter for voxcpm2_tiny (`triton-tts make-tiny-lora`)."""
+    from export.voxcpm2.tiny import make_tiny_lora
+
+    return make_tiny_lora(voxcpm2_tiny, tmp_path_factory.mktemp("vxlora") / "tiny-adapter", seed=0)
+
+
+@pytest.fixture(scope="session")
+def voxcpm2_lora_artifacts(voxcpm2_tiny: Path, voxcpm2_lora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """voxcpm2_tiny exported with voxcpm2_lora merged (`export --lora`)."""
+    from export.exporter import export_checkpoint
+
+    out = tmp_path_factory.mktemp("vxlora-art") / "artifacts"
+    export_checkpoint(voxcpm2_tiny, out, lora=voxcpm2_lora)
+    return out

@@ -332,9 +332,14 @@ def _vae_stages(ref: Any, info: VoxCPM2Info, specs: dict[str, GraphSpec], out: P
 
 
 def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
-                   progress: Callable[[int, int, str], None] | None, source: dict[str, Any]) -> dict[str, Any]:
+                   progress: Callable[[int, int, str], None] | None, source: dict[str, Any],
+                   lora: Path | None = None) -> dict[str, Any]:
     """Every graph into `tmp`, one stage at a time, each holding only the weights it traces (see
-    export.memory); returns the manifest (the caller writes it and renames `tmp` into place)."""
+    export.memory); returns the manifest (the caller writes it and renames `tmp` into place).
+
+    `lora`: a native VoxCPM2 LoRA adapter directory (export/voxcpm2/lora.py), validated whole before
+    the first stage and merged into each targeted weight as its stage loads it, so every graph is
+    exported and validated with the merged weights; the manifest's `adapter` records its identity."""
     import shutil
 
     import torch
@@ -358,7 +363,7 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     with MemoryMonitor() as mon:
         stage("loading the checkpoint")
         with mon.stage("load"):
-            ref = StagedVoxCPM2(src)
+            ref = StagedVoxCPM2(src, lora)
             with ref.loaded(("audio_vae.decoder.",)) as model:
                 state_size = sum(c * n for c, n in _decoder_layout(model))
                 del model
@@ -378,6 +383,11 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
         stage("AudioVAE")
         with mon.stage("audio_vae"):
             reports.update(_vae_stages(ref, info, specs, tmp))
+        adapter = None
+        if ref.adapter is not None:
+            unmerged = sorted(set(ref.adapter.targets) - ref.merged)
+            check(not unmerged, f"LoRA targets never loaded by an export stage: {unmerged[:3]}")
+            adapter = {**ref.adapter.identity, "merged_layers": len(ref.merged)}
         del ref
         if precision != "fp32":
             stage(f"{precision} quantization")
@@ -411,6 +421,7 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
         validation=reports,
         configs={"config.json": json.loads((src / "config.json").read_text(encoding="utf-8"))},
         versions=versions(OPSET),
+        adapter=adapter,
     )
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint, model_name
+from export.family import Deployment, ExportFamily, ExportProgress, LoraSupport, ServedCheckpoint, model_name
 from ttscore.contract import voxcpm2 as contract
 from ttscore.contract.errors import InvalidRequest
 
@@ -29,11 +29,23 @@ def check(checkpoint: Path) -> object:
 
 
 def export(src: Path, tmp: Path, precision: str, progress: ExportProgress | None,
-           source: dict[str, Any]) -> dict[str, Any]:
+           source: dict[str, Any], lora: Path | None = None) -> dict[str, Any]:
     from export.voxcpm2.exporter import export_voxcpm2
     from ttscore.runtime.families.voxcpm2.checkpoint import read_checkpoint
 
-    return export_voxcpm2(src, tmp, read_checkpoint(src), precision, progress, source)
+    return export_voxcpm2(src, tmp, read_checkpoint(src), precision, progress, source, lora)
+
+
+def lora_identity(adapter: Path) -> dict[str, Any]:
+    from export.voxcpm2.lora import identity
+
+    return identity(adapter)
+
+
+def make_tiny_lora(checkpoint: Path, out: Path, seed: int = 0) -> Path:
+    from export.voxcpm2.tiny import make_tiny_lora as make
+
+    return make(Path(checkpoint), Path(out), seed=seed)
 
 
 def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
@@ -70,4 +82,9 @@ FAMILY = ExportFamily(
     sizes=SIZES,
     deploy=deploy,
     demo=(("VoxCPM2-tiny", {}),),
+    lora=LoraSupport(
+        format="native VoxCPM2 LoRA export (lora_config.json + lora_weights.safetensors)",
+        identity=lora_identity,
+        make_tiny=make_tiny_lora,
+    ),
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.machinery
+import json
 import sys
 import types
 from collections.abc import Iterator
@@ -56,20 +57,36 @@ def reference_classes() -> dict[str, Any]:
     }
 
 
-def load_reference(checkpoint: str | Path) -> Any:
+def load_reference(checkpoint: str | Path, lora: str | Path | None = None) -> Any:
     """`VoxCPM2Model.from_local` on CPU, converted to float32 (export and parity run in float32).
 
     from_local loads with `strict=False`; a checkpoint whose tensors do not match the model exactly
     would load silently, so the key sets are compared here and any difference is a CheckpointError.
+    `lora`: a native LoRA adapter directory applied the reference's own way (not merged): the model
+    is built with its `LoRAConfig` (LoRALinear layers) and `load_lora_weights` must load every
+    lora_A/lora_B the model has and skip none.
     """
 
     path = Path(checkpoint)
     classes = reference_classes()
+    lora_config = None
+    if lora is not None:
+        with voxcpm_imports():
+            from voxcpm.model.voxcpm2 import LoRAConfig
+        raw = json.loads((Path(lora) / "lora_config.json").read_text(encoding="utf-8"))["lora_config"]
+        lora_config = LoRAConfig(**raw)
     try:
-        model = classes["model"].from_local(str(path), optimize=False, device="cpu")
+        model = classes["model"].from_local(str(path), optimize=False, device="cpu", lora_config=lora_config)
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{path}: the voxcpm reference cannot load it: {exc}") from exc
+    if lora is not None:
+        loaded, skipped = model.load_lora_weights(str(lora), device="cpu")
+        want = sorted(n for n, _ in model.named_parameters() if ".lora_" in n)
+        if skipped or sorted(loaded) != want:
+            raise CheckpointError(f"{lora}: the reference loaded {len(loaded)} of {len(want)} LoRA tensors, "
+                                  f"skipped {skipped[:1]}")
     missing, unexpected = checkpoint_key_diff(model, path)
+    missing = [n for n in missing if ".lora_" not in n]
     if missing or unexpected:
         raise CheckpointError(
             f"{path}: weights do not match the model: {len(missing)} missing (e.g. {missing[:1]}), "
@@ -93,7 +110,7 @@ class StagedVoxCPM2:
     meta device when the block ends.
     """
 
-    def __init__(self, checkpoint: str | Path) -> None:
+    def __init__(self, checkpoint: str | Path, lora: Path | None = None) -> None:
         import torch
         from accelerate import init_empty_weights
 
@@ -129,6 +146,14 @@ class StagedVoxCPM2:
         load_tensors(model, sorted(want - params), self.files, path)  # persistent buffers, once
         to_float32(model)
         self.model = model
+        # A startup LoRA adapter (export/voxcpm2/lora.py): validated whole against the module tree
+        # now, merged into each targeted weight whenever a stage loads it.
+        self.adapter = None
+        self.merged: set[str] = set()
+        if lora is not None:
+            from .lora import LoraAdapter
+
+            self.adapter = LoraAdapter(lora, model)
 
     def parameter_names(self, prefixes: tuple[str, ...], exclude: tuple[str, ...] = ()) -> list[str]:
         return [n for n, _ in self.model.named_parameters()
@@ -144,6 +169,8 @@ class StagedVoxCPM2:
             raise ValueError(f"no parameters under {prefixes}")
         try:
             load_tensors(self.model, names, self.files, self.checkpoint)
+            if self.adapter is not None:
+                self.merged.update(self.adapter.merge(self.model, names))
             yield self.model
         finally:
             unload_tensors(self.model, names)

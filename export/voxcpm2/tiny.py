@@ -392,3 +392,41 @@ def make_tiny_voxcpm2(out: Path, seed: int = 0, size: str = "tiny") -> Path:
         raise
     logger.info("wrote %s VoxCPM2 checkpoint to %s in %.1f s", size, out, time.perf_counter() - started)
     return out
+
+
+# A tiny startup LoRA adapter (export/voxcpm2/lora.py) for tests: every group enabled with the
+# reference LoRAConfig's default target names. B is not zero (as a freshly initialised LoRALinear's
+# would be) so the adapter visibly changes the output: alpha / r * B @ A is about half a base weight.
+TINY_LORA_R, TINY_LORA_ALPHA = 4, 8
+
+
+def make_tiny_lora(checkpoint: Path, out: Path, seed: int = 0) -> Path:
+    """Write a deterministic random native VoxCPM2 LoRA adapter (lora_config.json +
+    lora_weights.safetensors) for the checkpoint `checkpoint` (its config decides the shapes)."""
+    import math
+
+    import torch
+    from safetensors.torch import save_file
+
+    from export.tiny_weights import TensorInit
+
+    from .lora import ATTENTION, CONFIG, PROJECTIONS, WEIGHTS, LoraConfig, targets
+
+    cfg = json.loads((Path(checkpoint) / "config.json").read_text(encoding="utf-8"))
+    groups: dict[str, tuple[str, ...]] = {"lm": ATTENTION, "dit": ATTENTION, "proj": PROJECTIONS}
+    lora = LoraConfig(r=TINY_LORA_R, alpha=float(TINY_LORA_ALPHA), groups=groups)
+
+    init = TensorInit(seed, "voxcpm2-lora", torch.float32)
+    for name, (fan_in, _fan_out) in sorted(targets(_meta_model(cfg), lora, Path(checkpoint)).items()):
+        init.normal(f"{name}.lora_A", (TINY_LORA_R, fan_in), 1.0 / math.sqrt(fan_in))
+        init.normal(f"{name}.lora_B", (_fan_out, TINY_LORA_R), 0.25 / math.sqrt(TINY_LORA_R))
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = {"lora_config": {"enable_lm": True, "enable_dit": True, "enable_proj": True, "r": TINY_LORA_R,
+                              "alpha": TINY_LORA_ALPHA, "dropout": 0.0,
+                              "target_modules_lm": list(ATTENTION), "target_modules_dit": list(ATTENTION),
+                              "target_proj_modules": list(PROJECTIONS)}}
+    (out / CONFIG).write_bytes(json_bytes(config))
+    save_file(init.tensors, str(out / WEIGHTS), metadata={"format": "pt"})
+    os.chmod(out / WEIGHTS, 0o644)
+    return out

@@ -28,6 +28,9 @@ DEFAULT_FAMILY = next(iter(families.RULES))
 # family; manifests written before it used a family's own key, still read.
 VOCODER = "vocoder"
 LEGACY_VOCODER_KEYS = ("code2wav", "vae_decoder")
+# A startup LoRA adapter merged into the exported weights: its identity (name, format, sha256, r,
+# alpha, ...); absent when the export has none.
+ADAPTER = "adapter"
 
 
 def _int_or_none(value: object) -> int | None:
@@ -91,6 +94,16 @@ class Manifest:
             dim = _int_or_none(((self.raw.get("sizes") or {}).get("talker") or {}).get("hidden_size"))
         return dim
 
+    @property
+    def adapter(self) -> Mapping[str, Any] | None:
+        """The startup LoRA adapter merged into these artifacts (`name`, `sha256`, ...), or None."""
+        entry = self.raw.get(ADAPTER)
+        return entry if isinstance(entry, Mapping) and isinstance(entry.get("sha256"), str) else None
+
+    @property
+    def adapter_sha256(self) -> str | None:
+        return str(self.adapter["sha256"]) if self.adapter else None
+
     def source_sha256(self, relative: str) -> str | None:
         """Checksum of one source checkpoint file (e.g. to tell whether two checkpoints share a vocoder)."""
         entry = ((self.raw.get("source") or {}).get("files") or {}).get(relative) or {}
@@ -146,18 +159,21 @@ def build_manifest(
     memory: Mapping[str, Any] | None = None,
     versions: Mapping[str, Any] | None = None,
     device: str = "cpu",
+    adapter: Mapping[str, Any] | None = None,
     **family_fields: Any,
 ) -> dict[str, Any]:
     """The manifest.json of an export into `directory`, the same for every family: each graph in
     `graphs` must have been written there (its entry is its spec plus its `validation` report), and
     the result must read back (`Manifest.parse`) with its sample rate, frame size and vocoder state.
-    `family_fields` are the family's own top-level fields, for its runtime. ExportError otherwise."""
+    `family_fields` are the family's own top-level fields, for its runtime. `adapter`: the identity
+    of a startup LoRA adapter merged into the weights (at least `name` and `sha256`), else None.
+    ExportError otherwise."""
     entries: dict[str, Any] = {}
     for name, spec in graphs.items():
         if not (directory / spec.filename).is_file():
             raise ExportError(f"export produced no {spec.filename}")
         entries[name] = {**spec.to_json(), "validation": dict(validation.get(name, {}))}
-    clash = set(family_fields) & {VOCODER, *LEGACY_VOCODER_KEYS, "graphs", "family", "format_version"}
+    clash = set(family_fields) & {VOCODER, *LEGACY_VOCODER_KEYS, "graphs", "family", "format_version", ADAPTER}
     if clash:
         raise ExportError(f"manifest field {sorted(clash)[0]!r} is not a family's own field")
     raw: dict[str, Any] = {
@@ -181,6 +197,10 @@ def build_manifest(
         "configs": dict(configs or {}),
         "versions": dict(versions or {}),
     }
+    if adapter is not None:
+        if not all(isinstance(adapter.get(k), str) and adapter.get(k) for k in ("name", "sha256")):
+            raise ExportError("the manifest's adapter needs a name and a sha256")
+        raw[ADAPTER] = dict(adapter)
     try:
         manifest = Manifest.parse(directory, raw)
     except ArtifactError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -17,10 +18,11 @@ def cache_root() -> Path:
     return Path(os.environ.get("TRITON_TTS_CACHE", Path.home() / ".cache" / "triton-tts"))
 
 
-def cached_export(fingerprint: str, precision: str) -> Path:
-    """Where the cache keeps the export of the checkpoint with this content fingerprint: keyed by
-    content, not path, so two paths to the same files share one export."""
-    return cache_root() / "artifacts" / f"{fingerprint}-{precision}"
+def cached_export(fingerprint: str, precision: str, adapter_sha256: str | None = None) -> Path:
+    """Where the cache keeps the export of the checkpoint with this content fingerprint (and startup
+    LoRA adapter, by content): keyed by content, not path, so two paths to the same files share one export."""
+    lora = f"-lora-{adapter_sha256[:16]}" if adapter_sha256 else ""
+    return cache_root() / "artifacts" / f"{fingerprint}-{precision}{lora}"
 
 
 def _digests() -> Path:
@@ -51,30 +53,65 @@ def checkpoint_fingerprint(src: Path) -> str:
 
 
 def ensure_artifacts(checkpoint: str | Path | Checkpoint, precision: str = "fp32", out: Path | None = None, *,
-                     quiet: bool = False) -> Path:
+                     quiet: bool = False, lora: str | Path | None = None) -> Path:
     """Artifacts for a checkpoint (a directory, cache snapshot or repo id: ttscore.tools.checkpoints),
-    exported into the cache (or `out`) unless an up-to-date export exists; an export shows its
-    stages (ttscore.tools.progress) unless `quiet`."""
-    from export.exporter import export_checkpoint
+    exported into the cache (or `out`) unless an up-to-date export exists (same source fingerprint,
+    precision and startup LoRA adapter `lora`, by content); an export shows its stages
+    (ttscore.tools.progress) unless `quiet`."""
+    from export.exporter import adapter_identity, export_checkpoint
     from export.families import family_of
     from ttscore.contract.manifest import read_manifest
     from ttscore.tools.progress import Stages
 
     ckpt = resolve_checkpoint(checkpoint)
     src = ckpt.path.resolve()
-    family_of(src).check(src)  # fail fast, before any heavy import
+    family = family_of(src)
+    family.check(src)  # fail fast, before any heavy import
+    adapter = adapter_identity(family, lora)["sha256"] if lora is not None else None
     fp = checkpoint_fingerprint(src)
-    target = out or cached_export(fp, precision)
+    target = out or cached_export(fp, precision, adapter)
     try:
         manifest = read_manifest(target)
-        if manifest.fingerprint == fp and manifest.precision == precision:
+        if manifest.fingerprint == fp and manifest.precision == precision and manifest.adapter_sha256 == adapter:
             return target
     except ArtifactError:
         pass
-    logger.info("exporting %s -> %s (%s)", src, target, precision)
+    logger.info("exporting %s -> %s (%s%s)", src, target, precision, f", LoRA {lora}" if lora else "")
     with Stages(f"export {ckpt.name}", quiet=quiet) as stages:
-        export_checkpoint(src, target, precision=precision, progress=stages.hook)
+        export_checkpoint(src, target, precision=precision, progress=stages.hook, lora=lora)
     return target
+
+
+def lora_env() -> str | None:
+    """The default of `--lora`: $TTS_LORA (compose and Kubernetes set it; empty: none)."""
+    return os.environ.get("TTS_LORA") or None
+
+
+def add_lora(parser: argparse.ArgumentParser, env: bool = True) -> None:
+    """`--lora DIR` (export, say, serve, prepare); serve and prepare default to $TTS_LORA."""
+    from export.families import FAMILIES
+
+    formats = "; ".join(f"{f.display}: {f.lora.format}" for f in FAMILIES.values() if f.lora is not None)
+    parser.add_argument("--lora", metavar="DIR", default=lora_env() if env else None,
+                        help=f"a startup LoRA adapter directory, merged into the weights before export ({formats})"
+                        + ("; default $TTS_LORA" if env else ""))
+
+
+def assign_lora(checkpoints: list[Checkpoint], lora: str | Path | None) -> list[str | Path | None]:
+    """`--lora` of serve and prepare, per checkpoint: the adapter goes to the one checkpoint whose
+    family takes startup LoRA adapters (export.family.LoraSupport); none or several such is an error."""
+    from export.families import family_of
+    from ttscore.contract.errors import InvalidRequest
+
+    if lora is None:
+        return [None] * len(checkpoints)
+    takes = [family_of(c.path.resolve()).lora is not None for c in checkpoints]
+    if sum(takes) != 1:
+        names = [c.name for c, t in zip(checkpoints, takes, strict=True) if t]
+        raise InvalidRequest(
+            f"--lora applies to the one served checkpoint whose family takes LoRA adapters; "
+            f"{'none is' if not names else 'several are: ' + ', '.join(names)}", "lora")
+    return [lora if t else None for t in takes]
 
 
 def demo_checkpoints(root: Path) -> list[Path]:

@@ -1,4 +1,4 @@
-"""`triton-tts`: make-tiny, export, say, serve, prepare, precompute-voice, bench.
+"""`triton-tts`: make-tiny, make-tiny-lora, export, say, serve, prepare, precompute-voice, bench.
 
 Every expected failure (bad checkpoint, bad request, failed validation) prints one line naming the
 problem and exits with status 2; anything else is a bug and keeps its traceback.
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ttscore.contract.errors import TTSError
-from ttscore.tools.artifacts import ensure_artifacts
+from ttscore.tools.artifacts import add_lora, ensure_artifacts
 from ttscore.tools.progress import add_quiet
 
 logger = logging.getLogger("triton-tts")
@@ -48,7 +48,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
     checkpoint = resolve_checkpoint(args.checkpoint)
     with Stages(f"export {checkpoint.name}", quiet=args.quiet) as shown:
         manifest = export_checkpoint(
-            checkpoint.path, Path(args.out), precision=args.precision, device=args.device, progress=shown.hook
+            checkpoint.path, Path(args.out), precision=args.precision, device=args.device, progress=shown.hook,
+            lora=args.lora,
         )
     print(
         f"exported {manifest['variant']} ({manifest['precision']}) to {args.out} "
@@ -76,7 +77,10 @@ def _cmd_say(args: argparse.Namespace) -> int:
 
     if bool(args.checkpoint) == bool(args.artifacts):
         raise InvalidRequest("give exactly one of --checkpoint or --artifacts", "checkpoint")
-    artifacts = Path(args.artifacts) if args.artifacts else ensure_artifacts(args.checkpoint, args.precision)
+    if args.lora and args.artifacts:
+        raise InvalidRequest("--lora is merged at export: give it with --checkpoint, not --artifacts", "lora")
+    artifacts = (Path(args.artifacts) if args.artifacts
+                 else ensure_artifacts(args.checkpoint, args.precision, lora=args.lora))
     family = read_manifest(artifacts).family
     offline = getattr(FAMILIES.get(family), "offline", None)
     if offline is None:
@@ -122,6 +126,19 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_make_tiny_lora(args: argparse.Namespace) -> int:
+    from export.families import family_of
+    from ttscore.contract.errors import InvalidRequest
+    from ttscore.tools.checkpoints import resolve_checkpoint
+
+    src = resolve_checkpoint(args.checkpoint).path.resolve()
+    family = family_of(src)
+    if family.lora is None:
+        raise InvalidRequest(f"{family.display} checkpoints take no LoRA adapter", "checkpoint")
+    print(family.lora.make_tiny(src, Path(args.out), args.seed))
+    return 0
+
+
 def _add_make_tiny_parser(sub: Any) -> None:
     """make-tiny's flags: --family, --out, --seed, --size, and every registered family's own options
     (export.family.TinyOption), each refused for a family that does not take it."""
@@ -148,6 +165,13 @@ def _add_make_tiny_parser(sub: Any) -> None:
                 t.add_argument(option.cli, dest=option.name, choices=option.choices, help=option.help)
     t.set_defaults(func=_cmd_make_tiny)
 
+    lt = sub.add_parser("make-tiny-lora", help="write a random LoRA adapter (the family's native format) for a "
+                        "checkpoint, e.g. a make-tiny one")
+    lt.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    lt.add_argument("--out", required=True)
+    lt.add_argument("--seed", type=int, default=0)
+    lt.set_defaults(func=_cmd_make_tiny_lora)
+
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="triton-tts", description=__doc__)
@@ -161,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--out", required=True)
     e.add_argument("--device", default="cpu", choices=["cpu", "gpu"])
     e.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4", "fp16", "bf16"])
+    add_lora(e)
     add_quiet(e)
     e.set_defaults(func=_cmd_export)
 
@@ -170,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--checkpoint", help=CHECKPOINT_HELP)
     s.add_argument("--artifacts")
     s.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4"])
+    add_lora(s, env=False)
     s.add_argument("--voice")
     s.add_argument("--language")
     s.add_argument("--instructions")

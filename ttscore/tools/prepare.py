@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ttscore.contract.errors import CheckpointError, TTSError
+from ttscore.tools.artifacts import add_lora
 from ttscore.tools.checkpoints import Checkpoint, resolve_checkpoint
 from ttscore.tools.checkpoints import find_checkpoints as checkpoints_in
 from ttscore.tools.progress import add_quiet
@@ -60,19 +61,20 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def prepare(checkpoints: list[Path] | list[Checkpoint], artifacts: Path, repository: Path, gateway_config_path: Path, *,
             triton_url: str, device: str = "cpu", precision: str = "fp32", max_active: int | None = None,
-            quiet: bool = False) -> dict[str, Any]:
-    """Export (when needed), render, write the gateway config; returns that config."""
+            quiet: bool = False, lora: str | Path | None = None) -> dict[str, Any]:
+    """Export (when needed), render, write the gateway config; returns that config. `lora`: a startup
+    LoRA adapter for the one checkpoint whose family takes adapters (ttscore.tools.artifacts.assign_lora)."""
     from ttscore.backend import repository as renderer
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.artifacts import ensure_artifacts
+    from ttscore.tools.artifacts import assign_lora, ensure_artifacts
     from ttscore.tools.serve import Served, _model_id, gateway_config, plan_deployment
 
     taken: set[str] = set()
     served = []
-    for spec in checkpoints:
-        ckpt = resolve_checkpoint(spec)
+    resolved = [resolve_checkpoint(spec) for spec in checkpoints]
+    for ckpt, adapter in zip(resolved, assign_lora(resolved, lora), strict=True):
         model_id = _model_id(Path(ckpt.name), taken)  # named as found (a symlink keeps its own name)
-        art = ensure_artifacts(ckpt, precision, out=artifacts / model_id, quiet=quiet)
+        art = ensure_artifacts(ckpt, precision, out=artifacts / model_id, quiet=quiet, lora=adapter)
         served.append(Served(model_id, ckpt.path, art, read_manifest(art)))
     plan = plan_deployment(served, max_active)
     if device == "gpu":
@@ -101,7 +103,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         raise PrepareError("give --checkpoints DIR or --demo")
     config = prepare(checkpoints, artifacts, Path(args.repository), Path(args.gateway_config),
                      triton_url=args.triton_url, device=args.device, precision=args.precision,
-                     max_active=args.max_active, quiet=args.quiet)
+                     max_active=args.max_active, quiet=args.quiet, lora=args.lora)
     names = ", ".join(m["name"] for m in config["models"])
     print(f"prepared {names}: repository {args.repository}, gateway config {args.gateway_config}", flush=True)
     return 0
@@ -120,6 +122,7 @@ def add_prepare_parser(sub: Any) -> None:
     p.add_argument("--triton-url", default="127.0.0.1:8001", help="Triton gRPC address as the gateway reaches it")
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="instance kind of the graph models")
     p.add_argument("--precision", default="fp32", choices=["fp32", "int8"])
+    add_lora(p)
     p.add_argument("--max-active", type=int, help="requests batched together per step (per checkpoint)")
     add_quiet(p)
     p.set_defaults(func=_cmd_prepare)

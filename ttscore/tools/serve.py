@@ -26,6 +26,7 @@ from typing import Any
 
 from ttscore.contract.errors import TTSError
 from ttscore.contract.manifest import Manifest
+from ttscore.tools.artifacts import add_lora
 from ttscore.tools.progress import add_quiet
 
 logger = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from ttscore.backend import repository
     from ttscore.backend.launcher import TritonServer, TritonServerError
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.artifacts import cache_root, ensure_artifacts
+    from ttscore.tools.artifacts import assign_lora, cache_root, ensure_artifacts
     from ttscore.tools.checkpoints import resolve_checkpoint
     from ttscore.tools.supervisor import RestartPolicy, Supervisor
 
@@ -163,10 +164,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     work = Path(args.work or cache_root() / "serve")
     taken: set[str] = set()
     served = []
-    for spec in checkpoints:
-        ckpt = resolve_checkpoint(spec)
+    resolved = [resolve_checkpoint(c) for c in checkpoints]
+    for ckpt, lora in zip(resolved, assign_lora(resolved, args.lora), strict=True):
         print(f"preparing {ckpt.path} (export is skipped when up to date)...", flush=True)
-        art = ensure_artifacts(ckpt, args.precision, quiet=args.quiet)
+        art = ensure_artifacts(ckpt, args.precision, quiet=args.quiet, lora=lora)
         served.append(Served(_model_id(Path(ckpt.name), taken), ckpt.path, art, read_manifest(art)))
 
     plan = plan_deployment(served, args.max_active)
@@ -267,6 +268,7 @@ def add_serve_parser(sub: Any) -> None:
                    help="checkpoint directory, Hugging Face cache snapshot, or repo id Org/Name[@revision] "
                         "(repeat to serve several)")
     s.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4"])
+    add_lora(s)
     s.add_argument("--host", default="0.0.0.0")
     s.add_argument("--port", type=int, default=8091, help="gateway port")
     s.add_argument("--triton-http-port", type=int, default=8000)

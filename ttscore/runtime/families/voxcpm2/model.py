@@ -1,8 +1,9 @@
 """VoxCPM2 over its exported graphs: tokenizer, prompt, per-patch decode, streaming AudioVAE vocoder.
 
 A request's life (the engine's Sequence protocol): `admit` (tokenize, lay out the prompt; no model
-call) -> `prefill` (the prompt through the base LM, the bridge and the residual LM; the call that
-completes a prompt makes the first patch) -> `step` (both LMs advance one position for every
+call) -> `prefill` (the prompt through the base LM, the bridge and the residual LM, every chunk the
+engine admitted in the same call batched together, left-padded; the call that completes a prompt
+makes the first patch) -> `step` (both LMs advance one position for every
 sequence in one batched call each, then one patch per sequence: heads, the LocDiT solver batched
 across sequences, the local encoder) -> `release`. The engine's "frame" is one patch [P, D].
 
@@ -179,20 +180,40 @@ class VoxCPM2Model:
         seq.feat_embeds = feat
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
-        done: list[VoxSequence] = []
-        for s, n in work:
-            if not isinstance(s, VoxSequence):
-                continue
+        """Every admitted chunk in one batched call per graph: the base LM over the chunks left-padded
+        to the longest (each row after its own past), the bridge over all their positions, the
+        residual LM likewise; then the first patch of every prompt this call completes. A single
+        chunk runs unpadded, exactly as alone."""
+        rows = [(s, n) for s, n in work if isinstance(s, VoxSequence) and n > 0]
+        if not rows:
+            return
+        seqs = [s for s, _ in rows]
+        for s in seqs:
             if s.embeds is None:
                 self._prompt_embeds(s)
-            assert s.embeds is not None and s.feat_embeds is not None
-            lo, hi = s.prefilled, s.prefilled + n
-            lm_out = self._lm(self.base_lm, self.info.lm.num_layers, [s], s.embeds[None, lo:hi], "base_kv")
-            out = self.bridge.run({"lm_out": lm_out[0], "feat_embeds": s.feat_embeds[lo:hi], "audio_mask": s.audio[lo:hi]})
-            res = self._lm(self.residual_lm, self.info.residual.num_layers, [s], out["residual_input"][None], "res_kv")
+        spans = [(s.prefilled, s.prefilled + n) for s, n in rows]
+        lengths = [n for _, n in rows]
+        h = self.info.lm.hidden_size
+        x = np.zeros((len(rows), max(lengths), h), np.float32)
+        for r, (s, (lo, hi)) in enumerate(zip(seqs, spans, strict=True)):
+            assert s.embeds is not None
+            x[r, x.shape[1] - (hi - lo):] = s.embeds[lo:hi]
+        lm_out = self._lm(self.base_lm, self.info.lm.num_layers, seqs, x, "base_kv", lengths)
+        flat = np.concatenate([lm_out[r, lm_out.shape[1] - n:] for r, n in enumerate(lengths)])
+        feat = np.concatenate([s.feat_embeds[lo:hi] for s, (lo, hi) in zip(seqs, spans, strict=True)
+                               if s.feat_embeds is not None])
+        mask = np.concatenate([s.audio[lo:hi] for s, (lo, hi) in zip(seqs, spans, strict=True)])
+        out = self.bridge.run({"lm_out": flat, "feat_embeds": feat, "audio_mask": mask})
+        ends = np.cumsum(lengths)
+        res_in = np.zeros_like(x)
+        for r, n in enumerate(lengths):
+            res_in[r, x.shape[1] - n:] = out["residual_input"][ends[r] - n:ends[r]]
+        res = self._lm(self.residual_lm, self.info.residual.num_layers, seqs, res_in, "res_kv", lengths)
+        done: list[VoxSequence] = []
+        for r, (s, (_, hi)) in enumerate(zip(seqs, spans, strict=True)):
             s.prefilled = hi
             if hi == s.prompt_tokens:
-                s.lm_hidden, s.res_hidden = out["lm_hidden"][-1], res[0, -1]
+                s.lm_hidden, s.res_hidden = out["lm_hidden"][ends[r] - 1], res[r, -1]
                 assert s.patches is not None
                 s.cond = np.ascontiguousarray(s.patches[-1].T)
                 done.append(s)
@@ -220,18 +241,23 @@ class VoxCPM2Model:
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _lm(self, graph: OnnxGraph, layers: int, seqs: list[VoxSequence], x: F32, which: str) -> F32:
-        """New positions x [B, T, H] (same T for every row) after each row's past; appends the K/V."""
+    def _lm(self, graph: OnnxGraph, layers: int, seqs: list[VoxSequence], x: F32, which: str,
+            lengths: list[int] | None = None) -> F32:
+        """New positions x [B, T, H] after each row's past; appends the K/V. `lengths`: how many of
+        each row's T positions are real (left-padded: the last n), all T when None."""
         b, t, _ = x.shape
+        new_len = lengths or [t] * b
         past_len = [getattr(s, which)[0].shape[1] if getattr(s, which) else 0 for s in seqs]
         pmax = max(past_len)
         stack = self.info.lm if which == "base_kv" else self.info.residual
         kvh, hd = stack.num_kv_heads, stack.head_dim
         mask = np.zeros((b, pmax + t), np.int64)
-        mask[:, pmax:] = 1
         feeds: dict[str, npt.NDArray[Any]] = {"inputs_embeds": np.ascontiguousarray(x, np.float32)}
         if "position_ids" in graph.input_names:
-            feeds["position_ids"] = (np.array(past_len, np.int64)[:, None] + np.arange(t)[None]).astype(np.int64)
+            pos = np.zeros((b, t), np.int64)
+            for r in range(b):
+                pos[r, t - new_len[r]:] = past_len[r] + np.arange(new_len[r])
+            feeds["position_ids"] = pos
         for i in range(layers):
             for j, name in ((0, spec.lm_past_key(i)), (1, spec.lm_past_value(i))):
                 buf = np.zeros((b, kvh, pmax, hd), np.float32)
@@ -242,11 +268,14 @@ class VoxCPM2Model:
                 feeds[name] = buf
         for r in range(b):
             mask[r, : past_len[r]] = 1
+            mask[r, pmax + t - new_len[r]:] = 1
         feeds["attention_mask"] = mask
         out = graph.run(feeds)
         for r, s in enumerate(seqs):
             kv = getattr(s, which)
-            new = [out[spec.lm_new_key(i) if j == 0 else spec.lm_new_value(i)][r] for i in range(layers) for j in (0, 1)]
+            lead = t - new_len[r]
+            new = [out[spec.lm_new_key(i) if j == 0 else spec.lm_new_value(i)][r, :, lead:]
+                   for i in range(layers) for j in (0, 1)]
             setattr(s, which, [np.concatenate([a, n], axis=1) for a, n in zip(kv, new, strict=True)] if kv else new)
         hidden: F32 = out["hidden"]
         return hidden
