@@ -114,6 +114,7 @@ BENCHES = {
     "perf-analyzer": "ttscore.tools.bench.perf_analyzer",  # Triton's perf_analyzer against the served models
     "compare": "ttscore.tools.bench.compare",  # all of it in one run: reference, offline, Triton c=1/4/8; table + plot
     "breakdown": "ttscore.tools.bench.breakdown",  # each graph's share of a decode step, by batch size
+    "peer": "ttscore.tools.bench.peer",  # side by side with another engine's command, alternating
 }
 
 

@@ -35,14 +35,14 @@ def _graphs(pipe: Any) -> dict[str, Any]:
     return found
 
 
-def measure(pipe: Any, manifest: Any, batch: int, frames: int, chunk_frames: int) -> dict[str, Any]:
+def measure(pipe: Any, manifest: Any, batch: int, frames: int, chunk_frames: int, *, warm_up: bool = True) -> dict[str, Any]:
     from ttscore.runtime.engine import Generator
     from ttscore.tools.bench import common
 
     graphs = _graphs(pipe)
     speaker = common.first_speaker(manifest)
     result: dict[str, Any] = {}
-    for _round in ("warm-up", "measured"):
+    for _round in ("warm-up", "measured") if warm_up else ("measured",):
         for g in graphs.values():
             g.spent, g.calls = 0.0, 0
         gen = Generator(pipe, max_batch=batch, chunk_policy="fixed")
