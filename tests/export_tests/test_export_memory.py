@@ -192,10 +192,12 @@ def test_replace_graph_moves_external_data_and_drops_the_old(tmp_path: Path, mon
     assert np.allclose(run(dst), 192.0)
 
 
+@pytest.mark.parametrize("per_channel", [False, True])
 @pytest.mark.parametrize("graph", ["talker", "code_predictor"])
-def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: str) -> None:
+def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: str, per_channel: bool) -> None:
     """quantize_matmuls (one weight in memory at a time) gives onnxruntime's quantize_dynamic
-    result: the same nodes, the same int8 weights and scales, the same outputs bit for bit."""
+    result, per tensor and per channel: the same nodes, the same int8 weights and scales, the same
+    outputs bit for bit."""
     import collections
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -209,8 +211,8 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
     optimized = optimize_basic(tmp_path / rep["file"], tmp_path / "basic.onnx")
     theirs, ours = tmp_path / "theirs.onnx", tmp_path / "ours.onnx"
     quantize_dynamic(str(optimized), str(theirs), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                     per_channel=False, extra_options={"MatMulConstBOnly": True})
-    quantize_matmuls(optimized, ours)
+                     per_channel=per_channel, extra_options={"MatMulConstBOnly": True})
+    quantize_matmuls(optimized, ours, per_channel=per_channel)
 
     a, b = onnx.load(str(theirs)), onnx.load(str(ours))
     assert collections.Counter(n.op_type for n in a.graph.node) == collections.Counter(n.op_type for n in b.graph.node)
@@ -220,6 +222,8 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
     assert set(got) == set(want)
     for name, value in want.items():
         assert got[name].dtype == value.dtype and np.array_equal(got[name], value), name
+    scales = [v for n, v in got.items() if n.endswith("_scale") and v.size > 1]
+    assert bool(scales) == per_channel  # per channel: one scale per output column
 
     rng = np.random.default_rng(0)
     s_a, s_b = ort.InferenceSession(str(theirs)), ort.InferenceSession(str(ours))
