@@ -762,10 +762,14 @@ def quantize_graph(path: Path, precision: str, measure: Measure, *, audio: bool 
     """Quantize one validated fp32 graph, measure it against the fp32 graph and put it in its place;
     returns the manifest fields `quantized` (the method, or None where the graph stays fp32) and
     `vs_fp32`. An `audio` graph (a vocoder) keeps its quantized form only at `VOCODER_MIN_SNR_DB`
-    or more; a graph with no constant-weight MatMul stays fp32 as it is. `per_channel` (int8 only):
-    one weight scale per output column instead of one per tensor, at the same speed (the same fused
-    DynamicQuantizeMatMul kernel); Qwen3-TTS 0.6B code predictor greedy agreement with fp32 68%
-    instead of 35% (perf/README.md, issue 29).
+    or more; a graph with no constant-weight MatMul stays fp32 as it is.
+
+    `per_channel` (int8 only): one weight scale per output column instead of one per tensor, the
+    same fused DynamicQuantizeMatMul kernel and speed, closer to fp32 (Qwen3-TTS 0.6B code
+    predictor greedy agreement 68% instead of 35%; perf/README.md, issue 29). Either way each
+    activation tensor gets one scale over the whole batch, so an int8 row's result depends on the
+    other rows of its batch (8-bit MatMulNBits, quantizing activations per row and block, was not
+    batch-invariant either on the tiny checkpoint, and slower at batch 1).
 
     int8: dynamic quantization (MatMulInteger) was the fastest int8 form at batch 8 on the 2-core
     development machine (Qwen3-TTS 0.6B code predictor: 1.1 s vs 2.3 s for 8-bit MatMulNBits under
