@@ -76,15 +76,18 @@ def run_peer(command: str, *, frames: int, threads: int, samples_per_frame: int,
             if not wav.is_file():
                 raise SystemExit(f"peer {argv[0]} wrote no audio to {{wav}}")
             made = sf.info(str(wav)).frames / samples_per_frame
-    return {"seconds": seconds, "frames": made}
+    return {"seconds": seconds, "frames": made, "output_tail": (proc.stdout + proc.stderr)[-1500:]}
 
 
 def summary(runs: list[dict[str, Any]], frame_seconds: float) -> dict[str, Any]:
     """Median ms per frame and RTF over the rounds (each round's own frames)."""
     per_frame = [r["seconds"] / max(r["frames"], 1e-9) for r in runs]
     med = statistics.median(per_frame)
-    return {"ms_per_frame": round(1000 * med, 1), "rtf": round(med / frame_seconds, 3),
-            "runs_ms_per_frame": [round(1000 * x, 1) for x in per_frame], "frames": [r["frames"] for r in runs]}
+    out = {"ms_per_frame": round(1000 * med, 1), "rtf": round(med / frame_seconds, 3),
+           "runs_ms_per_frame": [round(1000 * x, 1) for x in per_frame], "frames": [r["frames"] for r in runs]}
+    if any("output_tail" in r for r in runs):  # what the peer printed (its own timings, if any)
+        out["output_tails"] = [r.get("output_tail", "") for r in runs]
+    return out
 
 
 def table(result: dict[str, Any]) -> str:
