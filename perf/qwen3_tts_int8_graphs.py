@@ -1,6 +1,6 @@
 """Per-graph micro-benchmark of Qwen3-TTS quantization variants and ONNX Runtime session knobs (issue 29).
 
-    PYTHONPATH=. .venv/bin/python perf/int8_graphs.py --artifacts ART_0.6B_FP32 --checkpoint CKPT_0.6B --work /tmp/q \
+    PYTHONPATH=. .venv/bin/python perf/qwen3_tts_int8_graphs.py --artifacts ART_0.6B_FP32 --checkpoint CKPT_0.6B --work /tmp/q \
         --variants fp32 dyn nb8 nb4 --threads 2 --spin 0 --batch 1 --reps 5 --out perf/results/int8-graphs.json
 
 Takes an fp32 export (`triton-tts export --precision fp32`), builds each variant of the talker and the
