@@ -221,13 +221,13 @@ def triton(bench: Any, art: Path, precision: str, levels: list[int], frames: int
         rate = common.sample_rate(manifest)
         warm = argparse.Namespace(model=served[0].triton_model, url=server.grpc_url, input_data=data, sample_rate=rate,
                                   concurrency="1:1:1", requests_per_window=1, stability_percentage=999,
-                                  max_trials=3, out=str(pwork / "warmup"))
+                                  max_trials=3, out=str(pwork / "warmup"), stages=None)
         perf_analyzer.cmd_speech(warm)
         for c in levels:
             before = scrape(server.metrics_url)
             ns = argparse.Namespace(model=served[0].triton_model, url=server.grpc_url, input_data=data, sample_rate=rate,
                                     concurrency=f"{c}:{c}:1", requests_per_window=max(requests_per_window, c),
-                                    stability_percentage=999, max_trials=3, out=str(pwork / f"c{c}"))
+                                    stability_percentage=999, max_trials=3, out=str(pwork / f"c{c}"), stages=None)
             load = os.getloadavg()[0]
             with RssSampler(server.pid) as rss:
                 perf_analyzer.cmd_speech(ns)
