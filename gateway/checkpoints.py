@@ -26,7 +26,7 @@ class ServedCheckpoint:
 
     settings: CheckpointSettings
     speakers: tuple[str, ...]  # lower-case built-in speaker names (CustomVoice)
-    languages: tuple[str, ...]  # lower-case, "auto" included; empty for a family that refuses `language`
+    languages: tuple[str, ...]  # lower-case, "auto" included; empty for a family that refuses "Auto" too
     sample_rate: int
     samples_per_frame: int
     model_size: str = ""
@@ -97,8 +97,8 @@ class ServedCheckpoint:
         return cls(
             settings=settings,
             speakers=speakers,
-            # A family that refuses `language` lists none (not even "Auto": a request naming it is a 400).
-            languages=() if "language" in rules.unsupported else tuple(sorted({*manifest.languages, "auto"})),
+            # A family that refuses `language` outright lists none (not even "Auto": naming it is a 400).
+            languages=tuple(sorted({*manifest.languages, "auto"})) if rules.auto_language else (),
             sample_rate=manifest.sample_rate,
             samples_per_frame=manifest.samples_per_frame,
             model_size=manifest.model_size,

@@ -188,3 +188,10 @@ def test_precomputed_voice_file_round_trip(tmp_path: Path) -> None:
 def test_precomputed_checks_read_each_checkpoints_codec(tmp_path: Path) -> None:
     a, b = checkpoint(tmp_path, "a", "aa"), checkpoint(tmp_path, "b", None)
     assert ADAPTER.precomputed_checks([a, b]) == {"targets": [CodecTarget("a", "aa"), CodecTarget("b", None)]}
+
+
+def test_auto_language_accepted_and_listed(dep: Deployment) -> None:
+    # "Auto" (the spec's default) is accepted, so /v1/models lists it; any other language is a 400.
+    assert "auto" in dep.checkpoints[0].languages
+    plan(dep, language="Auto")
+    assert fails(dep, language="English") == "language"

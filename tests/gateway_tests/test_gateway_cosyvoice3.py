@@ -188,3 +188,9 @@ def test_no_precomputed_voices() -> None:
 
     with pytest.raises(SkipVoice, match="no precomputed voice"):
         ADAPTER.precomputed_voice(Path("."), "v", {"model_type": spec.FAMILY})
+
+
+def test_language_refused_so_none_listed(dep: Deployment) -> None:
+    # `language` is refused, "Auto" included (400 naming it), so /v1/models lists no language.
+    assert dep.checkpoints[0].languages == ()
+    assert fails(dep, language="Auto").param == "language"

@@ -191,3 +191,9 @@ def test_an_encoder_refusal_names_ref_audio(dep: Deployment) -> None:
     with pytest.raises(InvalidRequest) as info:
         asyncio.run(ADAPTER.reference_features(plan(dep, ref_audio=CLIP, ref_text="T."), env))
     assert info.value.param == "ref_audio"
+
+
+def test_language_refused_so_none_listed(dep: Deployment) -> None:
+    # `language` is refused, "Auto" included (400 naming it), so /v1/models lists no language.
+    assert dep.checkpoints[0].languages == ()
+    assert fails(dep, language="Auto").param == "language"

@@ -129,3 +129,9 @@ def test_no_voices_of_its_own() -> None:
 
     with pytest.raises(SkipVoice, match="no precomputed voices"):
         ADAPTER.precomputed_voice(Path("."), "v", {"model_type": spec.FAMILY})
+
+
+def test_language_refused_so_none_listed(dep: Deployment) -> None:
+    # `language` is refused, "Auto" included (400 naming it), so /v1/models lists no language.
+    assert dep.checkpoints[0].languages == ()
+    assert fails(dep, language="Auto").param == "language"

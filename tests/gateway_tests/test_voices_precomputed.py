@@ -102,7 +102,7 @@ def test_invalid_entries_are_skipped_with_warnings(tmp_path, caplog):
         ("{not json", "Cannot read"),
         (json.dumps([1, 2]), "no 'voices'"),
         (json.dumps({"schema_version": 2, "voices": {}}), "schema_version 2"),
-        (json.dumps({"model_type": "cosyvoice3", "voices": {}}), "cosyvoice3"),
+        (json.dumps({"model_type": "mars_tts", "voices": {}}), "mars_tts"),
     ],
 )
 def test_unusable_manifests_load_nothing_but_never_fail(tmp_path, caplog, content, fragment):

@@ -77,8 +77,8 @@ def test_write_rejects_bad_input(tmp_path, kwargs, param):
 
 @pytest.mark.unit
 def test_foreign_manifest_is_not_clobbered(tmp_path):
-    (tmp_path / MANIFEST_NAME).write_text(json.dumps({"schema_version": 1, "model_type": "cosyvoice3", "voices": {}}))
-    with pytest.raises(InvalidRequest, match="cosyvoice3"):
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps({"schema_version": 1, "model_type": "mars_tts", "voices": {}}))
+    with pytest.raises(InvalidRequest, match="mars_tts"):
         write_voice_profile(tmp_path, "a", np.ones(4), None, mode="xvec")
     (tmp_path / MANIFEST_NAME).write_text("{broken")
     with pytest.raises(InvalidRequest, match="unreadable"):

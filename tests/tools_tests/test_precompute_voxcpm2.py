@@ -107,13 +107,13 @@ def test_invalid_voxcpm2_profiles_are_skipped(tmp_path, caplog):
         "notext": {**good, "name": "notext", "file": "good.safetensors", "prompt_text": " "},
         "badshape": {**good, "name": "badshape", "file": "good.safetensors", "patch_size": 9},
         "badmode": {**good, "name": "badmode", "file": "good.safetensors", "mode": "icl"},
-        "alien": {**good, "name": "alien", "model_type": "cosyvoice3"},
+        "alien": {**good, "name": "alien", "model_type": "mars_tts"},
     })
     (d / MANIFEST_NAME).write_text(json.dumps(manifest))
     with caplog.at_level(logging.WARNING):
         assert list(load_precomputed_voices(d, precomputed_loaders())) == ["good"]
     for reason in ("cannot load corrupt", "needs tensor 'ref_patches'", "needs 'prompt_text'", "the entry says",
-                   "invalid mode 'icl'", "cosyvoice3"):
+                   "invalid mode 'icl'", "mars_tts"):
         assert reason in caplog.text, reason
     # The checkpoint identity: another AudioVAE or patch shape than every served VoxCPM2 -> skipped.
     caplog.clear()

@@ -57,6 +57,7 @@ RULES = FamilyRules(
     sample_rate=SAMPLE_RATE,
     variants={"base": TASK},
     sampling=SEEDED,  # RAS noise and the flow's noise from the request's seed, 42 without one
+    auto_language=False,  # `language` is refused, "Auto" included
 )
 
 # Its speech_generation inputs: the reference clip's features (from the voice-features model

@@ -178,6 +178,7 @@ RULES = FamilyRules(
     variants={"base": TASK},
     extra_params=EXTRA_PARAMS,
     sampling=SEEDED,  # Slow/Fast AR sampling noise from the request's seed, 42 without one
+    auto_language=False,  # `language` is refused, "Auto" included
 )
 
 # Its speech_generation inputs. Cloning: the reference clip's DAC codes [frames, 10] from the family's

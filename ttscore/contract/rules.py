@@ -86,6 +86,9 @@ class FamilyRules:
     variants: Mapping[str, str] = field(default_factory=dict)  # checkpoint variant (manifest) -> its task
     # The keys the family takes in the Speech API's `extra_params` (any other key: 400 naming it).
     extra_params: tuple[str, ...] = ()
+    # Whether `language` "Auto" (the spec's default: no language) is accepted. False for a family that
+    # refuses `language` outright, "Auto" included; what /v1/models lists follows it.
+    auto_language: bool = True
     # SEEDED, GREEDY or UNSEEDED (above). Not declared: UNSEEDED, never replayed.
     sampling: str = UNSEEDED
 

@@ -143,6 +143,7 @@ RULES = FamilyRules(
     sample_rate=24000,
     variants={"base": TASK},
     extra_params=("cfg_alpha",),
+    auto_language=False,  # `language` is refused, "Auto" included
 )
 
 VOICE = wire.string_input("voice", "Voxtral TTS: preset voice (one of the checkpoint's, lower-case accepted; required).")

@@ -83,6 +83,7 @@ def offline(bench: Any, ckpt: Path, arts: dict[str, Path], frames: int, repeats:
         times = [run_ref(frames) for _ in range(repeats)]
         rows["reference"] = _offline_row(times, frame_s)
         del ref
+        _give_back_memory()
     outputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for precision, art in arts.items():
         pipe = common.load_model(art, threads=threads, encoders=False)
@@ -94,6 +95,7 @@ def offline(bench: Any, ckpt: Path, arts: dict[str, Path], frames: int, repeats:
         outputs[precision] = (codes, pcm)
         rows[precision] = _offline_row(times, frame_s)
         del pipe
+        _give_back_memory()
     if "fp32" in outputs:
         base_codes, base_pcm = outputs["fp32"]
         for precision, (codes, pcm) in outputs.items():
@@ -108,6 +110,18 @@ def offline(bench: Any, ckpt: Path, arts: dict[str, Path], frames: int, repeats:
                 "audio_max_abs": float(f"{np.abs(pcm[:m] - base_pcm[:m]).max():.3g}") if m else None,
             }
     return rows
+
+
+def _give_back_memory() -> None:
+    """Hand a freed model's memory back to the system before the next one loads (a real-size model
+    is several GiB: the reference, the export and the Triton server it starts next must not add up)."""
+    import contextlib
+    import ctypes
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: the allocator keeps what it keeps
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _offline_row(times: list[tuple[float, int]], frame_s: float) -> dict[str, Any]:
@@ -221,13 +235,13 @@ def triton(bench: Any, art: Path, precision: str, levels: list[int], frames: int
         rate = common.sample_rate(manifest)
         warm = argparse.Namespace(model=served[0].triton_model, url=server.grpc_url, input_data=data, sample_rate=rate,
                                   concurrency="1:1:1", requests_per_window=1, stability_percentage=999,
-                                  max_trials=3, out=str(pwork / "warmup"))
+                                  max_trials=3, out=str(pwork / "warmup"), stages=None)
         perf_analyzer.cmd_speech(warm)
         for c in levels:
             before = scrape(server.metrics_url)
             ns = argparse.Namespace(model=served[0].triton_model, url=server.grpc_url, input_data=data, sample_rate=rate,
                                     concurrency=f"{c}:{c}:1", requests_per_window=max(requests_per_window, c),
-                                    stability_percentage=999, max_trials=3, out=str(pwork / f"c{c}"))
+                                    stability_percentage=999, max_trials=3, out=str(pwork / f"c{c}"), stages=None)
             load = os.getloadavg()[0]
             with RssSampler(server.pid) as rss:
                 perf_analyzer.cmd_speech(ns)
