@@ -52,7 +52,7 @@ def build(variant: str, fp32: Path, work: Path) -> Path:
     t0 = time.perf_counter()
     if variant == "dyn":
         quantize_int8(fp32, out)
-    elif variant in ("nb8", "nb8b", "nb4"):
+    elif variant in ("nb8", "nb8b", "nb4", "nb8k256"):
         quantize_weights(fp32, 4 if variant == "nb4" else 8, out, block_size=128 if variant == "nb8b" else 32)
     elif variant == "dynpc":
         from onnxruntime.quantization import QuantType, quantize_dynamic

@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ttscore.tools.bench import common
 from ttscore.tools.progress import Stages, add_quiet
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
@@ -114,14 +115,15 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one peer run may take")
     ap.add_argument("--out", help="write the results as JSON (and the table next to it as .md)")
     add_quiet(ap)
+    common.add_thread_pool(ap)
     args = ap.parse_args()
     peers = dict(parse_peer(p) for p in args.peer)
     if "ours" in peers:
         raise SystemExit("--peer: the label 'ours' names this project's row")
 
     os.environ.setdefault("TTS_ORT_THREADS", str(args.threads))
+    common.use_thread_pool(args)
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.bench import common
     from ttscore.tools.bench.breakdown import measure
 
     manifest = read_manifest(args.artifacts)
