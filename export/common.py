@@ -550,15 +550,15 @@ def quantize_weights(onnx_path: Path, bits: int, out_path: Path | None = None, b
     return out_path
 
 
-def quantize_int8(onnx_path: Path, out_path: Path | None = None, *, per_channel: bool = False) -> Path:
+def quantize_int8(onnx_path: Path, out_path: Path | None = None, *, block_size: int | None = None) -> Path:
     """Dynamic int8 quantization of the MatMul weights (CPU), as onnxruntime's `quantize_dynamic`
     does it, one weight at a time.
 
     The legacy exporter routes weights used more than once through Identity nodes, which the
     quantizer does not see through; onnxruntime's basic (semantics-preserving, provider
     independent) optimization removes them first. Then `quantize_matmuls` rewrites each MatMul with
-    a constant weight (see there). Returns the new path (`<stem>.int8.onnx`) after checking that
-    onnxruntime loads it.
+    a constant weight (see there; `block_size`: 8-bit MatMulNBits instead). Returns the new path
+    (`<stem>.int8.onnx`) after checking that onnxruntime loads it.
     """
     onnx_path = Path(onnx_path)
     if out_path is None:
@@ -568,7 +568,7 @@ def quantize_int8(onnx_path: Path, out_path: Path | None = None, *, per_channel:
     with scratch_dir(out_path.parent) as tmp:
         optimized = optimize_basic(onnx_path, tmp / "basic.onnx")
         try:
-            quantize_matmuls(optimized, out_path, per_channel=per_channel)
+            quantize_matmuls(optimized, out_path, block_size=block_size)
         except ExportError:
             raise
         except Exception as exc:
@@ -605,32 +605,45 @@ def optimize_basic(src: Path, dst: Path) -> Path:
     return dst
 
 
-def quantize_columns(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric int8 quantization of a MatMul weight [K, N], one scale per output column: what
-    onnxruntime's `quantize_data(column, INT8, symmetric=True)` gives for each column, vectorized
-    (scale = max |w| / 127 as float32, q = round-half-even(w / scale) in [-127, 127]). Returns
-    (scale [N] float32, q [K, N] int8)."""
+def quantize_blocks(w: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric 8-bit block quantization of a MatMul weight [K, N] in MatMulNBits' layout, by
+    onnxruntime's own MLAS routine (what MatMulNBitsQuantizer calls): K padded to whole blocks,
+    returns (packed uint8 [N, blocks, block_size], scales float32 [N, blocks])."""
+    from onnxruntime.capi._pybind_state import quantize_matmul_8bits
+
     w = np.asarray(w, np.float32)
-    absmax = np.maximum(np.abs(np.minimum(w.min(axis=0), 0)), np.abs(np.maximum(w.max(axis=0), 0))).astype(np.float64)
-    scale = (2 * absmax / 254).astype(np.float32)
-    scale = np.where(scale < np.finfo(np.float32).tiny, np.float32(1.0), scale).astype(np.float32)
-    return scale, np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+    k, n = w.shape
+    blocks = -(-k // block_size)
+    if blocks * block_size != k:
+        w = np.pad(w, ((0, blocks * block_size - k), (0, 0)))
+    packed = np.zeros((n, blocks, block_size), np.uint8)
+    scales = np.zeros((n, blocks), np.float32)
+    zero_points = np.zeros((n, blocks), np.uint8)  # unused when symmetric
+    quantize_matmul_8bits(packed, np.ascontiguousarray(w), scales, zero_points, block_size, n, k, True)
+    return packed, scales
 
 
-def quantize_matmuls(src: Path, dst: Path, *, per_channel: bool = False) -> Path:
+def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None) -> Path:
     """Rewrite every float MatMul whose weight (B) is an initializer into onnxruntime's dynamic int8
     pattern, writing `dst` with all of its weights in `<dst>.data`.
 
     The result is what `onnxruntime.quantization.quantize_dynamic(weight_type=QInt8,
-    op_types_to_quantize=["MatMul"], per_channel=per_channel, extra_options={"MatMulConstBOnly": True})`
+    op_types_to_quantize=["MatMul"], per_channel=False, extra_options={"MatMulConstBOnly": True})`
     makes of the same graph (tests/export_tests/test_export_memory.py compares the two), with the same names so
     that onnxruntime's load-time fusions (DynamicQuantizeMatMul) apply: the activation goes through
     one DynamicQuantizeLinear per tensor (uint8), the weight is quantized by the quantizer's own
-    `quantize_data` (symmetric int8, one scale; `per_channel`: one per output column,
-    `quantize_columns`), and MatMulInteger -> Cast -> Mul by the product of
+    `quantize_data` (symmetric int8, one scale), and MatMulInteger -> Cast -> Mul by the product of
     the two scales gives the original output. quantize_dynamic loads the whole float model into
     protobuf and keeps copies while it works: 16 GiB for the 1.7B talker (5.7 GB of weights); here
     one weight is in memory at a time.
+
+
+    `block_size` (16 .. 256): instead, 8-bit weight-only `MatMulNBits` (com.microsoft), as
+    onnxruntime's MatMulNBitsQuantizer(bits=8, block_size, is_symmetric=True, accuracy_level=4)
+    writes it (the same packed weights and scales, from the same MLAS routine, `quantize_blocks`):
+    one scale per `block_size` weights of a column, the activations quantized to int8 per row and
+    block at run time. One node per MatMul, faster than MatMulInteger at batch 1 and 8 on
+    Qwen3-TTS 0.6B with block 256 (perf/README.md, issue 29).
     """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -658,26 +671,32 @@ def quantize_matmuls(src: Path, dst: Path, *, per_channel: bool = False) -> Path
     quantized_weights: dict[str, tuple[str, str, str]] = {}  # weight -> (q, zero point, scale)
     quantized_inputs: dict[str, tuple[str, str, str]] = {}  # activation -> (q, scale, zero point)
     pending: list[tuple[str, Any]] = []  # (name, TensorProto or int8 array) to write, in order
+    pending_names: set[str] = set()  # MatMulNBits weights already in `pending` (one per shared weight)
     for node in graph.node:
         weight = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
         if weight is None or weight.data_type != TensorProto.FLOAT or node.input[0] in inits:
             nodes.append(node)
             continue
         x = node.input[0]
+        if block_size is not None:
+            w_q, w_scale = weight.name + "_Q8", weight.name + "_scales"
+            if w_q not in pending_names:
+                packed, scales = quantize_blocks(read(weight), block_size)
+                pending += [(w_scale, scales), (w_q, packed)]
+                pending_names.add(w_q)
+            k, n = (int(d) for d in weight.dims)
+            nodes.append(helper.make_node(
+                "MatMulNBits", [x, w_q, w_scale], [node.output[0]], node.name + "_Q8" if node.name else "",
+                domain="com.microsoft", K=k, N=n, bits=8, block_size=block_size, accuracy_level=4))
+            continue
         if x not in quantized_inputs:
             quantized_inputs[x] = (x + "_quantized", x + "_scale", x + "_zero_point")
             nodes.append(helper.make_node("DynamicQuantizeLinear", [x], list(quantized_inputs[x]), x + "_QuantizeLinear"))
         if weight.name not in quantized_weights:
             w_q, w_zp, w_scale = weight.name + "_quantized", weight.name + "_zero_point", weight.name + "_scale"
-            if per_channel:
-                scale, q = quantize_columns(read(weight))
-                dims = [len(scale)]
-                zero_point = np.zeros(len(scale), np.int8)
-            else:
-                zero_point, scale, q = quantize_data(read(weight).flatten(), TensorProto.INT8, True, reduce_range=False)
-                dims = []
-            pending.append((w_scale, helper.make_tensor(w_scale, weight.data_type, dims, scale.reshape(-1).tolist())))
-            pending.append((w_zp, helper.make_tensor(w_zp, TensorProto.INT8, dims, zero_point.reshape(-1).tolist())))
+            zero_point, scale, q = quantize_data(read(weight).flatten(), TensorProto.INT8, True, reduce_range=False)
+            pending.append((w_scale, helper.make_tensor(w_scale, weight.data_type, [], scale.reshape(-1).tolist())))
+            pending.append((w_zp, helper.make_tensor(w_zp, TensorProto.INT8, [], zero_point.reshape(-1).tolist())))
             pending.append((w_q, np.asarray(q, dtype=np.int8).reshape(tuple(weight.dims))))
             quantized_weights[weight.name] = (w_q, w_zp, w_scale)
         x_q, x_scale, x_zp = quantized_inputs[x]
@@ -699,6 +718,8 @@ def quantize_matmuls(src: Path, dst: Path, *, per_channel: bool = False) -> Path
     pending = [(n, t) for n, t in inits.items() if n in used] + pending
     del graph.node[:]
     graph.node.extend(nodes)
+    if block_size is not None and not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
 
     data_path = dst.with_name(dst.name + ".data")
     offset = 0
@@ -736,7 +757,8 @@ def quantize_matmuls(src: Path, dst: Path, *, per_channel: bool = False) -> Path
 VOCODER_MIN_SNR_DB = 30.0
 QUANTIZED_OPS = ("MatMulInteger", "MatMulNBits")
 INT8_METHOD = "int8 dynamic (MatMulInteger, per-tensor weights)"
-INT8_PER_CHANNEL_METHOD = "int8 dynamic (MatMulInteger, per-channel weights)"
+# int8 in blocks along K (`quantize_graph(int8_block_size=...)`): what Qwen3-TTS exports.
+INT8_BLOCK = 256
 INT4_METHOD = "int4 weight-only MatMulNBits (block 32, symmetric, int8 activations)"
 
 # Compares a validated fp32 graph with its quantized form: (fp32 path, quantized path) -> the
@@ -750,6 +772,11 @@ def snr_db(ref: Any, got: Any) -> float:
     return round(float(10 * np.log10(float((ref**2).sum()) / max(float((err**2).sum()), 1e-30))), 1)
 
 
+def int8_block_method(block_size: int) -> str:
+    """The manifest's `quantized` for int8 in blocks (`quantize_graph(int8_block_size=...)`)."""
+    return f"int8 weight-only MatMulNBits (block {block_size}, symmetric, int8 activations)"
+
+
 def quantized_ops(path: Path) -> set[str]:
     """The quantized operators (MatMulInteger, MatMulNBits) a graph contains."""
     import onnx
@@ -758,28 +785,26 @@ def quantized_ops(path: Path) -> set[str]:
 
 
 def quantize_graph(path: Path, precision: str, measure: Measure, *, audio: bool = False,
-                   per_channel: bool = False) -> dict[str, Any]:
+                   int8_block_size: int | None = None) -> dict[str, Any]:
     """Quantize one validated fp32 graph, measure it against the fp32 graph and put it in its place;
     returns the manifest fields `quantized` (the method, or None where the graph stays fp32) and
     `vs_fp32`. An `audio` graph (a vocoder) keeps its quantized form only at `VOCODER_MIN_SNR_DB`
     or more; a graph with no constant-weight MatMul stays fp32 as it is.
 
-    `per_channel` (int8 only): one weight scale per output column instead of one per tensor, the
-    same fused DynamicQuantizeMatMul kernel and speed, closer to fp32 (Qwen3-TTS 0.6B code
-    predictor greedy agreement 68% instead of 35%; perf/README.md, issue 29). Either way each
-    activation tensor gets one scale over the whole batch, so an int8 row's result depends on the
-    other rows of its batch (8-bit MatMulNBits, quantizing activations per row and block, was not
-    batch-invariant either on the tiny checkpoint, and slower at batch 1).
-
-    int8: dynamic quantization (MatMulInteger) was the fastest int8 form at batch 8 on the 2-core
-    development machine (Qwen3-TTS 0.6B code predictor: 1.1 s vs 2.3 s for 8-bit MatMulNBits under
-    load); int4: MatMulNBits, the fastest single-stream form (0.45 s vs 0.72 s for dynamic int8)."""
+    int8: dynamic quantization (MatMulInteger, one scale per tensor), or with `int8_block_size`
+    8-bit MatMulNBits with one scale per block of that many weights of a column. On the 2-vCPU
+    development machine, idle, Qwen3-TTS 0.6B (perf/README.md, issue 29), blocks of 256 beat
+    MatMulInteger at batch 1 (talker 24.5 vs 27.9 ms) and batch 8 (44 vs 52 ms) with a smaller error;
+    blocks of 32 were slower (earlier runs under load: 2.3 s vs 1.1 s at batch 8), so other families
+    keep MatMulInteger until measured. int4: MatMulNBits 4-bit, block 32."""
     path = Path(path)
     check(precision in ("int8", "int4"), f"cannot quantize to {precision!r}")
     logger.info("quantizing %s to %s", path.name, precision)
-    if precision == "int8":
-        q = quantize_int8(path, per_channel=per_channel)
-        method = INT8_PER_CHANNEL_METHOD if per_channel else INT8_METHOD
+    if precision == "int8" and int8_block_size:
+        q = quantize_int8(path, block_size=int8_block_size)
+        method = int8_block_method(int8_block_size)
+    elif precision == "int8":
+        q, method = quantize_int8(path), INT8_METHOD
     else:
         q, method = quantize_weights(path, 4), INT4_METHOD
     if not quantized_ops(q):

@@ -50,15 +50,15 @@ def _quantize(model: Any, path: Path, graph: str, precision: str) -> dict[str, A
     """Quantize one validated fp32 graph (export.common.quantize_graph); returns the manifest fields
     `quantized` and `vs_fp32`. `model` is the reference model (only its configs are read: the
     weights may stay on the meta device)."""
-    from export.common import quantize_graph
+    from export.common import INT8_BLOCK, quantize_graph
 
     from .talker import validate_int8
 
     if graph == "code2wav_stream":
         return quantize_graph(path, precision, compare_vocoder, audio=True)
-    # Per-channel int8 weights: the same speed as per-tensor (the same fused kernel) and about twice
-    # the greedy agreement with fp32 on the 0.6B code predictor (perf/README.md, issue 29).
-    return quantize_graph(path, precision, lambda fp32, q: validate_int8(model, fp32, q), per_channel=True)
+    # int8 in blocks of 256 along K (8-bit MatMulNBits): faster than MatMulInteger on the talker and
+    # the code predictor at batch 1 and 8, and closer to fp32 (perf/README.md, issue 29).
+    return quantize_graph(path, precision, lambda fp32, q: validate_int8(model, fp32, q), int8_block_size=INT8_BLOCK)
 
 
 def compare_vocoder(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict[str, Any]:

@@ -192,12 +192,10 @@ def test_replace_graph_moves_external_data_and_drops_the_old(tmp_path: Path, mon
     assert np.allclose(run(dst), 192.0)
 
 
-@pytest.mark.parametrize("per_channel", [False, True])
 @pytest.mark.parametrize("graph", ["talker", "code_predictor"])
-def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: str, per_channel: bool) -> None:
+def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: str) -> None:
     """quantize_matmuls (one weight in memory at a time) gives onnxruntime's quantize_dynamic
-    result, per tensor and per channel: the same nodes, the same int8 weights and scales, the same
-    outputs bit for bit."""
+    result: the same nodes, the same int8 weights and scales, the same outputs bit for bit."""
     import collections
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
@@ -211,8 +209,8 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
     optimized = optimize_basic(tmp_path / rep["file"], tmp_path / "basic.onnx")
     theirs, ours = tmp_path / "theirs.onnx", tmp_path / "ours.onnx"
     quantize_dynamic(str(optimized), str(theirs), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                     per_channel=per_channel, extra_options={"MatMulConstBOnly": True})
-    quantize_matmuls(optimized, ours, per_channel=per_channel)
+                     per_channel=False, extra_options={"MatMulConstBOnly": True})
+    quantize_matmuls(optimized, ours)
 
     a, b = onnx.load(str(theirs)), onnx.load(str(ours))
     assert collections.Counter(n.op_type for n in a.graph.node) == collections.Counter(n.op_type for n in b.graph.node)
@@ -222,8 +220,6 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
     assert set(got) == set(want)
     for name, value in want.items():
         assert got[name].dtype == value.dtype and np.array_equal(got[name], value), name
-    scales = [v for n, v in got.items() if n.endswith("_scale") and v.size > 1]
-    assert bool(scales) == per_channel  # per channel: one scale per output column
 
     rng = np.random.default_rng(0)
     s_a, s_b = ort.InferenceSession(str(theirs)), ort.InferenceSession(str(ours))
@@ -239,6 +235,67 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
         else:
             feed[inp.name] = rng.random(shape, dtype=np.float32)
     if graph == "talker":  # new tokens 3, past 3: the mask spans both
+        feed["attention_mask"] = np.ones((3, 6), np.int64)
+    for x, y in zip(s_a.run(None, feed), s_b.run(None, feed), strict=True):
+        assert np.array_equal(x, y)
+
+
+@pytest.mark.parametrize("graph", ["talker", "code_predictor"])
+def test_streaming_int8_blocks_are_what_the_nbits_quantizer_makes(tmp_path: Path, graph: str) -> None:
+    """quantize_matmuls(block_size=...) (one weight in memory at a time) gives onnxruntime's
+    MatMulNBitsQuantizer(bits=8, symmetric, accuracy_level 4) result: one MatMulNBits per MatMul,
+    the same attributes, the same packed weights and scales, the same outputs bit for bit (shared
+    weights of the unrolled code predictor stored once)."""
+    import collections
+    import logging
+
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+    from test_export_talker import tiny_model
+
+    from export.common import optimize_basic, quantize_matmuls
+    from export.qwen3_tts.talker import export_code_predictor, export_talker
+
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    model = tiny_model(32)
+    rep = (export_talker if graph == "talker" else export_code_predictor)(model, tmp_path, validate=False)
+    optimized = optimize_basic(tmp_path / rep["file"], tmp_path / "basic.onnx")
+    ours = tmp_path / "ours.onnx"
+    quantize_matmuls(optimized, ours, block_size=16)  # K = 32 and 64 here: two and more blocks per column
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(optimized)), algo_config=DefaultWeightOnlyQuantConfig(
+        block_size=16, is_symmetric=True, accuracy_level=4, bits=8))
+    quantizer.process()
+    a, b = quantizer.model.model, onnx.load(str(ours))
+
+    def nodes(m: Any) -> collections.Counter[Any]:
+        return collections.Counter((n.op_type, tuple(sorted((x.name, x.i) for x in n.attribute if x.type == x.INT)))
+                                   for n in m.graph.node if n.op_type == "MatMulNBits")
+
+    assert nodes(a) == nodes(b) and sum(nodes(b).values()) >= 4
+    weights = {t.name for t in b.graph.initializer}
+    assert not [n for n in b.graph.node if n.op_type == "MatMul" and n.input[1] in weights]  # every one rewritten
+    want = {t.name: onnx.numpy_helper.to_array(t) for t in a.graph.initializer if t.name.endswith(("_Q8", "_scales"))}
+    got = {t.name: onnx.numpy_helper.to_array(t) for t in b.graph.initializer if t.name.endswith(("_Q8", "_scales"))}
+    assert want and set(got) == set(want)
+    for name, value in want.items():
+        assert got[name].dtype == value.dtype and np.array_equal(got[name], value), name
+
+    rng = np.random.default_rng(0)
+    s_a, s_b = ort.InferenceSession(a.SerializeToString()), ort.InferenceSession(str(ours))
+    feed: dict[str, np.ndarray] = {}
+    for inp in s_a.get_inputs():
+        shape = [d if isinstance(d, int) else 3 for d in inp.shape]
+        if inp.name == "attention_mask":
+            feed[inp.name] = np.ones(shape, np.int64)
+        elif inp.type == "tensor(int64)":
+            feed[inp.name] = rng.integers(0, 8, size=shape).astype(np.int64)
+        elif inp.type == "tensor(bool)":
+            feed[inp.name] = np.zeros(shape, bool)
+        else:
+            feed[inp.name] = rng.random(shape, dtype=np.float32)
+    if graph == "talker":
         feed["attention_mask"] = np.ones((3, 6), np.int64)
     for x, y in zip(s_a.run(None, feed), s_b.run(None, feed), strict=True):
         assert np.array_equal(x, y)
