@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ttscore.tools.bench.peer import parse_peer, peer_argv, summary
+from ttscore.tools.bench.peer import DEFAULT_RTF_PATTERN, parse_peer, peer_argv, reported_rtf, summary
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -46,6 +46,20 @@ def test_parse_peer_needs_a_label():
 def test_summary_is_the_median_of_per_frame_times():
     s = summary([{"seconds": 1.0, "frames": 10}, {"seconds": 3.0, "frames": 10}, {"seconds": 2.2, "frames": 11}], 0.08)
     assert s["ms_per_frame"] == 200.0 and s["rtf"] == 2.5 and s["runs_ms_per_frame"] == [100.0, 300.0, 200.0]
+    assert s["best_ms_per_frame"] == 200.0 and "reported_rtf" not in s
+
+
+def test_a_peers_own_rtf_is_read_and_the_best_taken():
+    c_engine = "  Speech decoder: 2201 ms total\nAudio: 3.2s generated in 5.4s (RTF 1.67)\nWrote out.wav"
+    assert reported_rtf(c_engine, DEFAULT_RTF_PATTERN) == 1.67
+    assert reported_rtf("RTF=0.5 then RTF: 2", DEFAULT_RTF_PATTERN) == 2.0  # the last one printed
+    assert reported_rtf("no timing here", DEFAULT_RTF_PATTERN) is None
+    runs = [{"seconds": 1.6, "frames": 10, "output_tail": f"(RTF {x})"} for x in (1.5, 1.7, 1.6)]
+    s = summary(runs, 0.08, DEFAULT_RTF_PATTERN)
+    assert s["ms_per_frame"] == 160.0 and s["reported_rtf"] == 1.6 and s["reported_ms_per_frame"] == 128.0
+    assert s["best_ms_per_frame"] == 128.0  # its own report leaves model loading out
+    runs[1]["output_tail"] = "crashed before printing"
+    assert "reported_rtf" not in summary(runs, 0.08, DEFAULT_RTF_PATTERN)  # only when every round printed it
 
 
 @pytest.mark.slow
