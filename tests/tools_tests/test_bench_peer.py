@@ -79,7 +79,7 @@ def test_bench_peer_runs_both_alternately(tiny_custom_voice, tmp_path):
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(calls) == 3  # warm-up + 2 rounds
     assert all(c == [result["meta"]["text"], "1", "1"] for c in calls)
-    assert "| fake |" in proc.stdout and Path(out).with_suffix(".md").is_file()
+    assert "| fake |" in proc.stdout and Path(out).with_suffix(".md").is_file() and Path(out).with_suffix(".png").is_file()
 
 
 @pytest.mark.slow

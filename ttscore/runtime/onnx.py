@@ -17,9 +17,10 @@ THREAD_POOLS = ("shared", "session")
 _shared_pool: list[int] = []
 
 
-def share_thread_pool(threads: int = 0) -> None:
+def share_thread_pool(threads: int | None = None) -> None:
     """Run every ONNX Runtime session this process opens from now on on one shared intra-op pool of
-    `threads` threads (0: ONNX Runtime's default, one per physical core), whose idle threads spin.
+    `threads` threads (None or 0: TTS_ORT_THREADS, else ONNX Runtime's default, one per physical
+    core), whose idle threads spin.
 
     A speech generation process runs its graphs one after another (talker, code predictor,
     vocoder): with a pool per session, each graph's call wakes blocked threads op after op; with
@@ -34,8 +35,9 @@ def share_thread_pool(threads: int = 0) -> None:
     if not _shared_pool:
         import onnxruntime.capi._pybind_state as ort_c
 
-        ort_c.set_global_thread_pool_sizes(int(threads), 1)
-        _shared_pool.append(int(threads))
+        size = threads or int(os.environ.get("TTS_ORT_THREADS", "0") or 0)
+        ort_c.set_global_thread_pool_sizes(size, 1)
+        _shared_pool.append(size)
 
 
 def session_options(threads: int | None = None) -> Any:

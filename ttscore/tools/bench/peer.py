@@ -132,6 +132,44 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot(result: dict[str, Any], path: Path) -> None:
+    """One bar per engine, ms per 80 ms frame at its best (ours split by graph), the real-time line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    engines = result["engines"]
+    labels = list(engines)
+    fig, ax = plt.subplots(figsize=(10, 0.6 * len(labels) + 1.6))
+    frame_ms = result["meta"]["frame_ms"]
+    for i, label in enumerate(labels):
+        row = engines[label]
+        if "graph_ms_per_frame" in row:
+            left = 0.0
+            for g, ms in row["graph_ms_per_frame"].items():
+                ax.barh(i, ms, left=left, label=g)
+                left += ms
+            ax.barh(i, max(row["best_ms_per_frame"] - left, 0.0), left=left, color="lightgrey", label="other")
+        else:
+            ax.barh(i, row["best_ms_per_frame"], color="slategrey")
+        ax.text(row["best_ms_per_frame"] + 1, i, f"{row['best_ms_per_frame']:.0f} ms", va="center")
+    ax.axvline(frame_ms, color="black", linestyle=":", linewidth=1)
+    ax.text(frame_ms, len(labels) - 0.4, " real time", va="bottom")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"ms per {frame_ms:.0f} ms frame (median of {result['meta']['repeats']} alternating rounds; "
+                  "peers: best of wall and own report)")
+    ax.set_xlim(0, 1.15 * max(row["best_ms_per_frame"] for row in engines.values()))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    meta = result["meta"]
+    ax.set_title(f"{meta['frames']} frames, {meta['threads']} threads, {meta['cpus']} cpus, load {meta['load_average'][0]:.1f}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--artifacts", required=True, help="our exported artifacts (a preset-voice checkpoint)")
@@ -144,7 +182,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one peer run may take")
     ap.add_argument("--peer-rtf", default=DEFAULT_RTF_PATTERN, metavar="REGEX",
                     help="where a peer prints its own real-time factor (first group); '' to ignore")
-    ap.add_argument("--out", help="write the results as JSON (and the table next to it as .md)")
+    ap.add_argument("--out", help="write the results as JSON (the table next to it as .md, a plot as .png)")
     add_quiet(ap)
     common.add_thread_pool(ap)
     args = ap.parse_args()
@@ -194,6 +232,7 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1))
         out.with_suffix(".md").write_text(md + "\n")
+        plot(result, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":
