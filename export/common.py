@@ -638,12 +638,13 @@ def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None) -> 
     one weight is in memory at a time.
 
 
-    `block_size` (16 .. 256): instead, 8-bit weight-only `MatMulNBits` (com.microsoft), as
-    onnxruntime's MatMulNBitsQuantizer(bits=8, block_size, is_symmetric=True, accuracy_level=4)
-    writes it (the same packed weights and scales, from the same MLAS routine, `quantize_blocks`):
-    one scale per `block_size` weights of a column, the activations quantized to int8 per row and
-    block at run time. One node per MatMul, faster than MatMulInteger at batch 1 and 8 on
-    Qwen3-TTS 0.6B with block 256 (perf/README.md, issue 29).
+    `block_size` (16 .. 256): instead, 8-bit weight-only `MatMulNBits` (com.microsoft), with the
+    packed weights and scales onnxruntime's MatMulNBitsQuantizer(bits=8, block_size,
+    is_symmetric=True, accuracy_level=4) writes (the same MLAS routine, `quantize_blocks`): one
+    scale per `block_size` weights of a column, the activations quantized to int8 per row and block
+    at run time. The MatMuls that share an activation (q/k/v, gate/up) become one node and a Split.
+    Faster than MatMulInteger at batch 1 and 8 on Qwen3-TTS 0.6B with block 256 (perf/README.md,
+    issue 29).
     """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -672,22 +673,53 @@ def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None) -> 
     quantized_inputs: dict[str, tuple[str, str, str]] = {}  # activation -> (q, scale, zero point)
     pending: list[tuple[str, Any]] = []  # (name, TensorProto or int8 array) to write, in order
     pending_names: set[str] = set()  # MatMulNBits weights already in `pending` (one per shared weight)
-    for node in graph.node:
+
+    def quantizable(node: Any) -> Any:
         weight = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
         if weight is None or weight.data_type != TensorProto.FLOAT or node.input[0] in inits:
+            return None
+        return weight
+
+    # Blocks: the MatMuls of one activation (q/k/v, gate/up) become ONE MatMulNBits over their
+    # weights side by side, then a Split: the activation is quantized once and one kernel call
+    # streams all their weights (columns are quantized independently, so the result is the same).
+    siblings: dict[str, list[Any]] = {}
+    if block_size is not None:
+        for node in graph.node:
+            if quantizable(node) is not None and len(inits[node.input[1]].dims) == 2:
+                siblings.setdefault(node.input[0], []).append(node)
+    emitted: set[int] = set()
+    for node in graph.node:
+        weight = quantizable(node)
+        if weight is None:
             nodes.append(node)
             continue
         x = node.input[0]
-        if block_size is not None:
-            w_q, w_scale = weight.name + "_Q8", weight.name + "_scales"
+        if block_size is not None and x in siblings:
+            if id(node) in emitted:
+                continue
+            group = siblings[x]
+            emitted.update(id(n) for n in group)
+            weights = [inits[n.input[1]] for n in group]
+            stem = weights[0].name if len(weights) == 1 else f"{weights[0].name}_and_{len(weights) - 1}"
+            w_q, w_scale = stem + "_Q8", stem + "_scales"
             if w_q not in pending_names:
-                packed, scales = quantize_blocks(read(weight), block_size)
-                pending += [(w_scale, scales), (w_q, packed)]
+                parts = [quantize_blocks(read(w), block_size) for w in weights]
+                pending += [(w_scale, np.concatenate([p[1] for p in parts])),
+                            (w_q, np.concatenate([p[0] for p in parts]))]
                 pending_names.add(w_q)
-            k, n = (int(d) for d in weight.dims)
-            nodes.append(helper.make_node(
-                "MatMulNBits", [x, w_q, w_scale], [node.output[0]], node.name + "_Q8" if node.name else "",
-                domain="com.microsoft", K=k, N=n, bits=8, block_size=block_size, accuracy_level=4))
+            k, widths = int(weights[0].dims[0]), [int(w.dims[1]) for w in weights]
+            name = group[0].name + "_Q8" if group[0].name else ""
+            y = group[0].output[0] if len(group) == 1 else group[0].output[0] + "_siblings"
+            nodes.append(helper.make_node("MatMulNBits", [x, w_q, w_scale], [y], name, domain="com.microsoft",
+                                          K=k, N=sum(widths), bits=8, block_size=block_size, accuracy_level=4))
+            if len(group) > 1:
+                split = "split_" + "_".join(map(str, widths))
+                if split not in pending_names:
+                    pending.append((split, np.asarray(widths, np.int64)))
+                    pending_names.add(split)
+                nodes.append(helper.make_node("Split", [y, split], [n.output[0] for n in group],
+                                              name + "_split" if name else "", axis=-1))
             continue
         if x not in quantized_inputs:
             quantized_inputs[x] = (x + "_quantized", x + "_scale", x + "_zero_point")

@@ -242,11 +242,10 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
 
 @pytest.mark.parametrize("graph", ["talker", "code_predictor"])
 def test_streaming_int8_blocks_are_what_the_nbits_quantizer_makes(tmp_path: Path, graph: str) -> None:
-    """quantize_matmuls(block_size=...) (one weight in memory at a time) gives onnxruntime's
-    MatMulNBitsQuantizer(bits=8, symmetric, accuracy_level 4) result: one MatMulNBits per MatMul,
-    the same attributes, the same packed weights and scales, the same outputs bit for bit (shared
-    weights of the unrolled code predictor stored once)."""
-    import collections
+    """quantize_matmuls(block_size=...) (one weight in memory at a time) computes what onnxruntime's
+    MatMulNBitsQuantizer(bits=8, symmetric, accuracy_level 4) makes of the same graph, bit for bit,
+    with fewer nodes: the MatMuls that share an activation (q/k/v, gate/up) are one MatMulNBits over
+    their weights side by side (each stored once however many passes use it) and a Split."""
     import logging
 
     from onnxruntime.quantization.matmul_nbits_quantizer import (
@@ -269,18 +268,19 @@ def test_streaming_int8_blocks_are_what_the_nbits_quantizer_makes(tmp_path: Path
     quantizer.process()
     a, b = quantizer.model.model, onnx.load(str(ours))
 
-    def nodes(m: Any) -> collections.Counter[Any]:
-        return collections.Counter((n.op_type, tuple(sorted((x.name, x.i) for x in n.attribute if x.type == x.INT)))
-                                   for n in m.graph.node if n.op_type == "MatMulNBits")
-
-    assert nodes(a) == nodes(b) and sum(nodes(b).values()) >= 4
+    theirs_n = [n for n in a.graph.node if n.op_type == "MatMulNBits"]
+    ours_n = [n for n in b.graph.node if n.op_type == "MatMulNBits"]
+    layers = model.talker.config.num_hidden_layers if graph == "talker" else None
+    if layers is not None:  # 7 MatMuls per layer + the codec head -> 4 per layer + 1
+        assert (len(theirs_n), len(ours_n)) == (7 * layers + 1, 4 * layers + 1)
+    assert 4 <= len(ours_n) < len(theirs_n)
+    for n in ours_n:
+        attrs = {x.name: x.i for x in n.attribute}
+        assert (attrs["bits"], attrs["block_size"], attrs["accuracy_level"]) == (8, 16, 4)
     weights = {t.name for t in b.graph.initializer}
     assert not [n for n in b.graph.node if n.op_type == "MatMul" and n.input[1] in weights]  # every one rewritten
-    want = {t.name: onnx.numpy_helper.to_array(t) for t in a.graph.initializer if t.name.endswith(("_Q8", "_scales"))}
-    got = {t.name: onnx.numpy_helper.to_array(t) for t in b.graph.initializer if t.name.endswith(("_Q8", "_scales"))}
-    assert want and set(got) == set(want)
-    for name, value in want.items():
-        assert got[name].dtype == value.dtype and np.array_equal(got[name], value), name
+    if graph == "code_predictor":  # its unrolled passes share one stored copy of each weight
+        assert len({n.input[1] for n in ours_n}) < len(ours_n)
 
     rng = np.random.default_rng(0)
     s_a, s_b = ort.InferenceSession(a.SerializeToString()), ort.InferenceSession(str(ours))
