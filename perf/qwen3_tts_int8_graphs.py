@@ -15,11 +15,14 @@ over `--reps` repetitions. Each variant's error against fp32 is measured as the 
 Variants (graph file `<graph>.<variant>.onnx` in `--work`):
   fp32   the exported graph
   dyn    export.common.quantize_int8: DynamicQuantizeLinear + MatMulInteger, per-tensor int8 weights
-         (what `--precision int8` exports today)
+         (Qwen3-TTS `--precision int8` before issue 29; still the other families')
+  dynpc  onnxruntime.quantization.quantize_dynamic, per-channel int8 weights
   nb8    MatMulNBits 8-bit, block 32, accuracy_level 4 (int8 activations per block)
   nb8b   MatMulNBits 8-bit, block 128
+  nb8k256  MatMulNBits 8-bit, block 256 (onnxruntime's quantizer)
+  blk    export.common.quantize_int8(block_size=256): nb8k256 with the MatMuls of one activation
+         merged into one node (what Qwen3-TTS `--precision int8` exports since issue 29)
   nb4    MatMulNBits 4-bit, block 32 (what `--precision int4` exports)
-  dynpc  onnxruntime.quantization.quantize_dynamic, per-channel int8 weights
 """
 
 from __future__ import annotations
@@ -52,8 +55,11 @@ def build(variant: str, fp32: Path, work: Path) -> Path:
     t0 = time.perf_counter()
     if variant == "dyn":
         quantize_int8(fp32, out)
-    elif variant in ("nb8", "nb8b", "nb4", "nb8k256"):
-        quantize_weights(fp32, 4 if variant == "nb4" else 8, out, block_size=128 if variant == "nb8b" else 32)
+    elif variant in ("nb8", "nb8b", "nb8k256", "nb4"):
+        block = {"nb8b": 128, "nb8k256": 256}.get(variant, 32)
+        quantize_weights(fp32, 4 if variant == "nb4" else 8, out, block_size=block)
+    elif variant == "blk":
+        quantize_int8(fp32, out, block_size=256)
     elif variant == "dynpc":
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
