@@ -56,9 +56,12 @@ def _quantize(model: Any, path: Path, graph: str, precision: str) -> dict[str, A
 
     if graph == "code2wav_stream":
         return quantize_graph(path, precision, compare_vocoder, audio=True)
-    # int8 in blocks of 256 along K (8-bit MatMulNBits): faster than MatMulInteger on the talker and
-    # the code predictor at batch 1 and 8, and closer to fp32 (perf/README.md, issue 29).
-    return quantize_graph(path, precision, lambda fp32, q: validate_int8(model, fp32, q), int8_block_size=INT8_BLOCK)
+    # int8 (perf/README.md, issue 29): the code predictor in blocks of 256 along K (8-bit MatMulNBits),
+    # faster than MatMulInteger at batch 1 and 8 and closer to fp32; the talker stays dynamic
+    # MatMulInteger, as fast per decode step and 1.5x faster on a burst's prefill (MatMulNBits is
+    # slower at many rows), which the code predictor never runs.
+    block = INT8_BLOCK if graph == "code_predictor" else None
+    return quantize_graph(path, precision, lambda fp32, q: validate_int8(model, fp32, q), int8_block_size=block)
 
 
 def compare_vocoder(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict[str, Any]:
