@@ -312,9 +312,9 @@ def test_settings_parse_typed(dummy_artifacts):
     config = committed_config("speech_generation", artifacts_dir=str(dummy_artifacts), max_active_requests="3")
     s = model_settings.SpeechGenerationSettings.from_model_config(config)
     assert (s.artifacts_dir, s.max_active_requests, s.max_pending_requests) == (dummy_artifacts, 3, 64)
-    assert s.thread_pool == "shared"  # the committed default
-    config = committed_config("speech_generation", artifacts_dir=str(dummy_artifacts), thread_pool="session")
-    assert model_settings.SpeechGenerationSettings.from_model_config(config).thread_pool == "session"
+    assert s.thread_pool == "session"  # the committed default
+    config = committed_config("speech_generation", artifacts_dir=str(dummy_artifacts), thread_pool="shared")
+    assert model_settings.SpeechGenerationSettings.from_model_config(config).thread_pool == "shared"
 
 
 # --- metrics (ttscore/backend/triton_metrics.py) through the fake's MetricFamily ---------------------------

@@ -116,9 +116,10 @@ class SpeechGenerationSettings:
     max_pending_requests: int  # admitted but waiting for a slot; beyond this: UNAVAILABLE
     intra_op_threads: int  # 0 = ONNX Runtime default
     vocoder: str = "inline"  # "inline": in-process ORT session; else the code2wav model called by BLS
-    # "shared": one ONNX Runtime intra-op pool for every graph of the process (ttscore.runtime.onnx.
-    # share_thread_pool); "session": a blocking pool per graph, for CPUs shared with other busy processes.
-    thread_pool: str = "shared"
+    # "session": a blocking ONNX Runtime pool per graph (the default: Triton, its clients and the
+    # gateway share the cores); "shared": one spinning pool for every graph of the process
+    # (ttscore.runtime.onnx.share_thread_pool), for a model with cores to itself.
+    thread_pool: str = "session"
 
     chunk_policy: str = engine.DEFAULT_CHUNK_POLICY  # chunk sizes after the first (ttscore.runtime.engine)
     prefill_token_budget: int = engine.DEFAULT_PREFILL_BUDGET  # prompt positions prefilled per step, batched across joins
@@ -153,7 +154,7 @@ class SpeechGenerationSettings:
             max_pending_requests=_int_param(name, params, "max_pending_requests", 64, 0),
             intra_op_threads=_int_param(name, params, "intra_op_threads", 0, 0),
             vocoder=str(params.get("vocoder", "inline") or "inline"),
-            thread_pool=_choice_param(name, params, "thread_pool", "shared", THREAD_POOLS),
+            thread_pool=_choice_param(name, params, "thread_pool", "session", THREAD_POOLS),
             chunk_policy=_choice_param(
                 name, params, "chunk_policy", engine.DEFAULT_CHUNK_POLICY, engine.CHUNK_POLICIES
             ),

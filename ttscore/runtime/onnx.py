@@ -29,9 +29,14 @@ def share_thread_pool(threads: int | None = None) -> None:
     123-149 per-session blocking, 154-177 per-session spinning (three pools spinning against each
     other on two cores).
 
+    Through Triton on the same 2 vCPUs, with tritonserver and perf_analyzer competing for the cores,
+    the spinning pool is slower at 4-8 streams (1.21 against 1.42 audio seconds per second at c=8),
+    so the speech_generation model's `thread_pool` defaults to "session".
+
     Process-wide and one-way: ONNX Runtime refuses a per-session pool once a global one exists, so
-    only a process that opens every session through `session_options` calls this (the Triton
-    speech_generation model, `triton-tts bench`), before its first session."""
+    only a process that opens every session through `session_options` calls this (`triton-tts say`,
+    `triton-tts bench peer/breakdown`, a speech_generation model with `thread_pool: shared`), before
+    its first session."""
     if not _shared_pool:
         import onnxruntime.capi._pybind_state as ort_c
 

@@ -21,11 +21,12 @@ from ttscore.contract.manifest import Manifest
 
 def add_thread_pool(ap: Any) -> None:
     """`--thread-pool`: how this bench's ONNX Runtime sessions get their threads, as the
-    speech_generation model's `thread_pool` parameter (default: shared, as served)."""
+    speech_generation model's `thread_pool` parameter (default here: shared, one process with the
+    cores to itself; the served model's default is session)."""
     from ttscore.runtime.onnx import THREAD_POOLS
 
     ap.add_argument("--thread-pool", choices=THREAD_POOLS, default="shared",
-                    help="shared: one spinning pool for every graph (as served); session: a blocking pool per graph")
+                    help="shared: one spinning pool for every graph; session: a blocking pool per graph (as served)")
 
 
 def use_thread_pool(args: Any) -> None:

@@ -206,7 +206,7 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def triton(bench: Any, art: Path, precision: str, levels: list[int], frames: int, threads: int, work: Path,
-           requests_per_window: int, chunk_policy: str, thread_pool: str = "shared") -> list[dict[str, Any]]:
+           requests_per_window: int, chunk_policy: str, thread_pool: str = "session") -> list[dict[str, Any]]:
     from ttscore.backend import repository
     from ttscore.backend.launcher import TritonServer
     from ttscore.contract.manifest import read_manifest
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests-per-window", type=int, default=2, help="at least the concurrency")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk-policy", default="adaptive", choices=["adaptive", "ramp", "fixed"])
-    ap.add_argument("--thread-pool", nargs="+", default=["shared"], metavar="[PRECISION=]POOL",
+    ap.add_argument("--thread-pool", nargs="+", default=["session"], metavar="[PRECISION=]POOL",
                     help="speech_generation's thread_pool (shared or session), for all or per precision label")
     ap.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
     ap.add_argument("--skip-triton", action="store_true")
@@ -347,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TTS_ORT_THREADS"] = str(args.threads)
     from export.exporter import export_checkpoint
     from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.onnx import THREAD_POOLS
     from ttscore.tools.bench import common
 
     bench = common.bench_family(args.family)
@@ -379,10 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     print("offline ...", flush=True)
     result["offline"] = offline(bench, ckpt, arts, args.frames, args.repeats, args.threads, not args.no_reference)
     print(json.dumps(result["offline"]), flush=True)
-    pools = {p: "shared" for p in arts}
+    pools = dict.fromkeys(arts, "session")
     for item in args.thread_pool:
         label, _, pool = item.rpartition("=")
-        if pool not in ("shared", "session") or (label and label not in arts):
+        if pool not in THREAD_POOLS or (label and label not in arts):
             raise SystemExit(f"--thread-pool {item!r}: expected [PRECISION=]shared|session")
         pools.update({label: pool} if label else dict.fromkeys(arts, pool))
     result["thread_pool"] = pools
