@@ -6,7 +6,8 @@ A chain of `--pairs` x (MatMul H->I, MatMul I->H) with distinct random weights (
 1024x3072: 201 M weights, the 0.6B talker's MLP shapes, 200 MB even at int8, far more than the L3),
 so every call reads every weight from memory once, as a decode step does. Each weight format is
 built from the same fp32 graph, every session has `--threads` intra-op threads, the formats run
-one call each in turn for `--reps` rounds (median), at batch 1 and `--batch`. Reports ms per call,
+one call each in turn for `--reps` rounds (median), at 1 row and each `--batch` (a decode batch, a
+prefill burst). Reports ms per call,
 weights streamed per second and the output's max error relative to fp32's largest value.
 """
 
@@ -88,7 +89,7 @@ def main() -> None:
     ap.add_argument("--inner", type=int, default=3072)
     ap.add_argument("--pairs", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--batch", type=int, nargs="+", default=[8, 80], help="rows besides 1 (decode batch, prefill burst)")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--formats", nargs="+", default=FORMATS)
     ap.add_argument("--out", type=Path, help="write the table (Markdown)")
@@ -107,7 +108,7 @@ def main() -> None:
         sessions[fmt] = ort.InferenceSession(str(build(fmt, fp32, args.work)), so, providers=["CPUExecutionProvider"])
     weights = 2 * args.pairs * args.hidden * args.inner
     rows = {fmt: {} for fmt in sessions}
-    for batch in (1, args.batch):
+    for batch in (1, *args.batch):
         x = np.random.default_rng(1).standard_normal((batch, 1, args.hidden)).astype(np.float32)
         ref = sessions["fp32"].run(None, {"x": x})[0] if "fp32" in sessions else None
         times: dict[str, list[float]] = {fmt: [] for fmt in sessions}
@@ -126,9 +127,11 @@ def main() -> None:
                 rows[fmt]["err"] = float(np.abs(out - ref).max() / np.abs(ref).max())
     lines = [f"{args.pairs} x (MatMul {args.hidden}x{args.inner}, {args.inner}x{args.hidden}), {weights / 1e6:.0f} M weights, "
              f"{args.threads} threads, median of {args.reps}",
-             "", f"| format | batch 1 ms | G weights/s | batch {args.batch} ms | max error / max fp32 |", "|---|---|---|---|---|"]
+             "", "| format | 1 row: ms | G weights/s | " + " | ".join(f"{b} rows: ms" for b in args.batch)
+             + " | max error / max fp32 |", "|---|---|---|" + "---|" * len(args.batch) + "---|"]
     for fmt, r in rows.items():
-        lines.append(f"| {fmt} | {r[1]:.2f} | {weights / r[1] / 1e6:.1f} | {r[args.batch]:.2f} | {r.get('err', 0):.3f} |")
+        lines.append(f"| {fmt} | {r[1]:.2f} | {weights / r[1] / 1e6:.1f} | "
+                     + " | ".join(f"{r[b]:.2f}" for b in args.batch) + f" | {r.get('err', 0):.3f} |")
     table = "\n".join(lines)
     print(table)
     if args.out:
