@@ -550,15 +550,15 @@ def quantize_weights(onnx_path: Path, bits: int, out_path: Path | None = None, b
     return out_path
 
 
-def quantize_int8(onnx_path: Path, out_path: Path | None = None) -> Path:
+def quantize_int8(onnx_path: Path, out_path: Path | None = None, *, block_size: int | None = None) -> Path:
     """Dynamic int8 quantization of the MatMul weights (CPU), as onnxruntime's `quantize_dynamic`
     does it, one weight at a time.
 
     The legacy exporter routes weights used more than once through Identity nodes, which the
     quantizer does not see through; onnxruntime's basic (semantics-preserving, provider
     independent) optimization removes them first. Then `quantize_matmuls` rewrites each MatMul with
-    a constant weight (see there). Returns the new path (`<stem>.int8.onnx`) after checking that
-    onnxruntime loads it.
+    a constant weight (see there; `block_size`: 8-bit MatMulNBits instead). Returns the new path
+    (`<stem>.int8.onnx`) after checking that onnxruntime loads it.
     """
     onnx_path = Path(onnx_path)
     if out_path is None:
@@ -568,7 +568,7 @@ def quantize_int8(onnx_path: Path, out_path: Path | None = None) -> Path:
     with scratch_dir(out_path.parent) as tmp:
         optimized = optimize_basic(onnx_path, tmp / "basic.onnx")
         try:
-            quantize_matmuls(optimized, out_path)
+            quantize_matmuls(optimized, out_path, block_size=block_size)
         except ExportError:
             raise
         except Exception as exc:
@@ -605,7 +605,25 @@ def optimize_basic(src: Path, dst: Path) -> Path:
     return dst
 
 
-def quantize_matmuls(src: Path, dst: Path) -> Path:
+def quantize_blocks(w: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric 8-bit block quantization of a MatMul weight [K, N] in MatMulNBits' layout, by
+    onnxruntime's own MLAS routine (what MatMulNBitsQuantizer calls): K padded to whole blocks,
+    returns (packed uint8 [N, blocks, block_size], scales float32 [N, blocks])."""
+    from onnxruntime.capi._pybind_state import quantize_matmul_8bits
+
+    w = np.asarray(w, np.float32)
+    k, n = w.shape
+    blocks = -(-k // block_size)
+    if blocks * block_size != k:
+        w = np.pad(w, ((0, blocks * block_size - k), (0, 0)))
+    packed = np.zeros((n, blocks, block_size), np.uint8)
+    scales = np.zeros((n, blocks), np.float32)
+    zero_points = np.zeros((n, blocks), np.uint8)  # unused when symmetric
+    quantize_matmul_8bits(packed, np.ascontiguousarray(w), scales, zero_points, block_size, n, k, True)
+    return packed, scales
+
+
+def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None) -> Path:
     """Rewrite every float MatMul whose weight (B) is an initializer into onnxruntime's dynamic int8
     pattern, writing `dst` with all of its weights in `<dst>.data`.
 
@@ -618,6 +636,15 @@ def quantize_matmuls(src: Path, dst: Path) -> Path:
     the two scales gives the original output. quantize_dynamic loads the whole float model into
     protobuf and keeps copies while it works: 16 GiB for the 1.7B talker (5.7 GB of weights); here
     one weight is in memory at a time.
+
+
+    `block_size` (16 .. 256): instead, 8-bit weight-only `MatMulNBits` (com.microsoft), with the
+    packed weights and scales onnxruntime's MatMulNBitsQuantizer(bits=8, block_size,
+    is_symmetric=True, accuracy_level=4) writes (the same MLAS routine, `quantize_blocks`): one
+    scale per `block_size` weights of a column, the activations quantized to int8 per row and block
+    at run time. The MatMuls that share an activation (q/k/v, gate/up) become one node and a Split.
+    Faster than MatMulInteger at batch 1 and 8 on Qwen3-TTS 0.6B with block 256 (perf/README.md,
+    issue 29).
     """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -645,12 +672,55 @@ def quantize_matmuls(src: Path, dst: Path) -> Path:
     quantized_weights: dict[str, tuple[str, str, str]] = {}  # weight -> (q, zero point, scale)
     quantized_inputs: dict[str, tuple[str, str, str]] = {}  # activation -> (q, scale, zero point)
     pending: list[tuple[str, Any]] = []  # (name, TensorProto or int8 array) to write, in order
-    for node in graph.node:
+    pending_names: set[str] = set()  # MatMulNBits weights already in `pending` (one per shared weight)
+
+    def quantizable(node: Any) -> Any:
         weight = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
         if weight is None or weight.data_type != TensorProto.FLOAT or node.input[0] in inits:
+            return None
+        return weight
+
+    # Blocks: the MatMuls of one activation (q/k/v, gate/up) become ONE MatMulNBits over their
+    # weights side by side, then a Split: the activation is quantized once and one kernel call
+    # streams all their weights (columns are quantized independently, so the result is the same).
+    siblings: dict[str, list[Any]] = {}
+    if block_size is not None:
+        for node in graph.node:
+            if quantizable(node) is not None and len(inits[node.input[1]].dims) == 2:
+                siblings.setdefault(node.input[0], []).append(node)
+    emitted: set[int] = set()
+    for node in graph.node:
+        weight = quantizable(node)
+        if weight is None:
             nodes.append(node)
             continue
         x = node.input[0]
+        if block_size is not None and x in siblings:
+            if id(node) in emitted:
+                continue
+            group = siblings[x]
+            emitted.update(id(n) for n in group)
+            weights = [inits[n.input[1]] for n in group]
+            stem = weights[0].name if len(weights) == 1 else f"{weights[0].name}_and_{len(weights) - 1}"
+            w_q, w_scale = stem + "_Q8", stem + "_scales"
+            if w_q not in pending_names:
+                parts = [quantize_blocks(read(w), block_size) for w in weights]
+                pending += [(w_scale, np.concatenate([p[1] for p in parts])),
+                            (w_q, np.concatenate([p[0] for p in parts]))]
+                pending_names.add(w_q)
+            k, widths = int(weights[0].dims[0]), [int(w.dims[1]) for w in weights]
+            name = group[0].name + "_Q8" if group[0].name else ""
+            y = group[0].output[0] if len(group) == 1 else group[0].output[0] + "_siblings"
+            nodes.append(helper.make_node("MatMulNBits", [x, w_q, w_scale], [y], name, domain="com.microsoft",
+                                          K=k, N=sum(widths), bits=8, block_size=block_size, accuracy_level=4))
+            if len(group) > 1:
+                split = "split_" + "_".join(map(str, widths))
+                if split not in pending_names:
+                    pending.append((split, np.asarray(widths, np.int64)))
+                    pending_names.add(split)
+                nodes.append(helper.make_node("Split", [y, split], [n.output[0] for n in group],
+                                              name + "_split" if name else "", axis=-1))
+            continue
         if x not in quantized_inputs:
             quantized_inputs[x] = (x + "_quantized", x + "_scale", x + "_zero_point")
             nodes.append(helper.make_node("DynamicQuantizeLinear", [x], list(quantized_inputs[x]), x + "_QuantizeLinear"))
@@ -680,6 +750,8 @@ def quantize_matmuls(src: Path, dst: Path) -> Path:
     pending = [(n, t) for n, t in inits.items() if n in used] + pending
     del graph.node[:]
     graph.node.extend(nodes)
+    if block_size is not None and not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
 
     data_path = dst.with_name(dst.name + ".data")
     offset = 0
@@ -717,6 +789,8 @@ def quantize_matmuls(src: Path, dst: Path) -> Path:
 VOCODER_MIN_SNR_DB = 30.0
 QUANTIZED_OPS = ("MatMulInteger", "MatMulNBits")
 INT8_METHOD = "int8 dynamic (MatMulInteger, per-tensor weights)"
+# int8 in blocks along K (`quantize_graph(int8_block_size=...)`): what Qwen3-TTS exports.
+INT8_BLOCK = 256
 INT4_METHOD = "int4 weight-only MatMulNBits (block 32, symmetric, int8 activations)"
 
 # Compares a validated fp32 graph with its quantized form: (fp32 path, quantized path) -> the
@@ -730,6 +804,11 @@ def snr_db(ref: Any, got: Any) -> float:
     return round(float(10 * np.log10(float((ref**2).sum()) / max(float((err**2).sum()), 1e-30))), 1)
 
 
+def int8_block_method(block_size: int) -> str:
+    """The manifest's `quantized` for int8 in blocks (`quantize_graph(int8_block_size=...)`)."""
+    return f"int8 weight-only MatMulNBits (block {block_size}, symmetric, int8 activations)"
+
+
 def quantized_ops(path: Path) -> set[str]:
     """The quantized operators (MatMulInteger, MatMulNBits) a graph contains."""
     import onnx
@@ -737,19 +816,26 @@ def quantized_ops(path: Path) -> set[str]:
     return {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node} & set(QUANTIZED_OPS)
 
 
-def quantize_graph(path: Path, precision: str, measure: Measure, *, audio: bool = False) -> dict[str, Any]:
+def quantize_graph(path: Path, precision: str, measure: Measure, *, audio: bool = False,
+                   int8_block_size: int | None = None) -> dict[str, Any]:
     """Quantize one validated fp32 graph, measure it against the fp32 graph and put it in its place;
     returns the manifest fields `quantized` (the method, or None where the graph stays fp32) and
     `vs_fp32`. An `audio` graph (a vocoder) keeps its quantized form only at `VOCODER_MIN_SNR_DB`
     or more; a graph with no constant-weight MatMul stays fp32 as it is.
 
-    int8: dynamic quantization (MatMulInteger) was the fastest int8 form at batch 8 on the 2-core
-    development machine (Qwen3-TTS 0.6B code predictor: 1.1 s vs 2.3 s for 8-bit MatMulNBits under
-    load); int4: MatMulNBits, the fastest single-stream form (0.45 s vs 0.72 s for dynamic int8)."""
+    int8: dynamic quantization (MatMulInteger, one scale per tensor), or with `int8_block_size`
+    8-bit MatMulNBits with one scale per block of that many weights of a column. On the 2-vCPU
+    development machine, idle, Qwen3-TTS 0.6B (perf/README.md, issue 29), blocks of 256 beat
+    MatMulInteger at batch 1 (talker 24.5 vs 27.9 ms) and batch 8 (44 vs 52 ms) with a smaller error;
+    blocks of 32 were slower (earlier runs under load: 2.3 s vs 1.1 s at batch 8), so other families
+    keep MatMulInteger until measured. int4: MatMulNBits 4-bit, block 32."""
     path = Path(path)
     check(precision in ("int8", "int4"), f"cannot quantize to {precision!r}")
     logger.info("quantizing %s to %s", path.name, precision)
-    if precision == "int8":
+    if precision == "int8" and int8_block_size:
+        q = quantize_int8(path, block_size=int8_block_size)
+        method = int8_block_method(int8_block_size)
+    elif precision == "int8":
         q, method = quantize_int8(path), INT8_METHOD
     else:
         q, method = quantize_weights(path, 4), INT4_METHOD

@@ -50,13 +50,18 @@ def _quantize(model: Any, path: Path, graph: str, precision: str) -> dict[str, A
     """Quantize one validated fp32 graph (export.common.quantize_graph); returns the manifest fields
     `quantized` and `vs_fp32`. `model` is the reference model (only its configs are read: the
     weights may stay on the meta device)."""
-    from export.common import quantize_graph
+    from export.common import INT8_BLOCK, quantize_graph
 
     from .talker import validate_int8
 
     if graph == "code2wav_stream":
         return quantize_graph(path, precision, compare_vocoder, audio=True)
-    return quantize_graph(path, precision, lambda fp32, q: validate_int8(model, fp32, q))
+    # int8 (perf/README.md, issue 29): the code predictor in blocks of 256 along K (8-bit MatMulNBits),
+    # faster than MatMulInteger at batch 1 and 8 and closer to fp32; the talker stays dynamic
+    # MatMulInteger, as fast per decode step and 1.5x faster on a burst's prefill (MatMulNBits is
+    # slower at many rows), which the code predictor never runs.
+    block = INT8_BLOCK if graph == "code_predictor" else None
+    return quantize_graph(path, precision, lambda fp32, q: validate_int8(model, fp32, q), int8_block_size=block)
 
 
 def compare_vocoder(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict[str, Any]:

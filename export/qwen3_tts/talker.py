@@ -112,9 +112,31 @@ def code_predictor_graph_spec(tts_model: Any) -> GraphSpec:
 # explicit decoder math around the original modules
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
+def _rotate_half(x: torch.Tensor, half: int) -> torch.Tensor:
+    """RoPE's rotate_half with the split point a Python int (head_dim // 2): the graph slices at
+    constants, where `x.shape[-1] // 2` traces as Shape -> Gather -> Div -> Unsqueeze per call."""
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class _Reshape(torch.autograd.Function):
+    """`x.reshape(shape)` with ONNX's conventions in `shape` (0: that dimension of x, -1: inferred;
+    with a 0, the exporter's shape inference wants a -1 too), exported as ONE Reshape by a constant
+    shape. A reshape whose sizes the wrapper reads from a
+    tensor (`h.shape[0]`, ...) traces as Shape/Gather/Unsqueeze/Concat nodes before every Reshape:
+    about a third of the talker's nodes, each an operator call per step."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+        return x.reshape([x.shape[i] if d == 0 else d for i, d in enumerate(shape)])
+
+    @staticmethod
+    def symbolic(g: Any, x: Any, shape: tuple[int, ...]) -> Any:
+        return g.op("Reshape", x, g.op("Constant", value_t=torch.tensor(shape, dtype=torch.int64)))
+
+
+def _reshape(x: torch.Tensor, *shape: int) -> torch.Tensor:
+    out: torch.Tensor = _Reshape.apply(x, shape)
+    return out
 
 
 def _cos_sin(inv_freq: torch.Tensor, scaling: float, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -135,35 +157,29 @@ def _decoder_layer(
     heads: int,
     kv_heads: int,
     head_dim: int,
-    t: int | None = None,
     split_past: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One Qwen3 decoder layer (talker or code predictor: same structure) with explicit KV.
 
-    x [B, T, H]; past_k/v [B, kv, P, hd] or None; allowed: bool broadcastable to [B, 1, 1, T, P+T]
-    or None (attend to everything). Returns (out [B, T, H], k_new, v_new [B, kv, T, hd]).
-    `t`: T when it is static (code predictor): reshapes then get constant shapes, which keeps the
-    unrolled graph small (fewer Shape/Gather/Concat nodes per step).
+    x [B, T, H]; past_k/v [B, kv, P, hd] or None; allowed: bool broadcastable to
+    [B, kv, n_rep*T, P+T] (`_fold_mask`) or None (attend to everything). Returns (out [B, T, H],
+    k_new, v_new [B, kv, T, hd]). Every reshape has a constant shape (`_reshape`), so the graph
+    has no shape arithmetic per layer.
     `split_past` (talker): attend to the past and the new keys without concatenating the cache.
     GQA without materializing repeated K/V: the query heads of one kv head are folded into the
-    query-length axis ([B, kv, n_rep*T, hd]); head h uses kv head h // n_rep as repeat_kv does.
+    query-length axis ([B, kv, n_rep*T, hd], row r*T + t for query head kv*n_rep + r at position
+    t); head h uses kv head h // n_rep as repeat_kv does.
     """
     attn: Any = layer.self_attn
-    n_rep = heads // kv_heads
+    half = head_dim // 2
     residual = x
     h = layer.input_layernorm(x)
-    if t is None:
-        lead = h.shape[:-1]
-        tt: Any = h.shape[1]
-        batch: Any = h.shape[0]
-    else:
-        lead, tt, batch = (-1, t), t, -1
-    q = attn.q_norm(attn.q_proj(h).view(*lead, heads, head_dim)).transpose(1, 2)
-    k = attn.k_norm(attn.k_proj(h).view(*lead, kv_heads, head_dim)).transpose(1, 2)
-    v = attn.v_proj(h).view(*lead, kv_heads, head_dim).transpose(1, 2)
-    q = q * cos + _rotate_half(q) * sin
-    k = k * cos + _rotate_half(k) * sin
-    qg = q.reshape(batch, kv_heads, n_rep * tt, head_dim)
+    q = attn.q_norm(_reshape(attn.q_proj(h), 0, 0, heads, -1)).transpose(1, 2)
+    k = attn.k_norm(_reshape(attn.k_proj(h), 0, 0, kv_heads, -1)).transpose(1, 2)
+    v = _reshape(attn.v_proj(h), 0, 0, kv_heads, -1).transpose(1, 2)
+    q = q * cos + _rotate_half(q, half) * sin
+    k = k * cos + _rotate_half(k, half) * sin
+    qg = _reshape(q, 0, kv_heads, -1, head_dim)
     values: torch.Tensor | None
     if split_past and past_k is not None and past_v is not None:
         # Scores against the past and the new keys separately, so the graph never concatenates
@@ -178,10 +194,7 @@ def _decoder_layer(
         values = v if past_v is None else torch.cat((past_v, v), dim=2)
         w = torch.matmul(qg, keys.transpose(2, 3)) * attn.scaling  # [B, kv, n_rep*T, S]
     if allowed is not None:
-        s = w.shape[-1]
-        w5 = w.reshape(batch, kv_heads, n_rep, tt, s)
-        w5 = torch.where(allowed, w5, torch.tensor(_NEG, dtype=w.dtype))
-        w = w5.reshape(batch, kv_heads, n_rep * tt, s)
+        w = torch.where(allowed, w, torch.tensor(_NEG, dtype=w.dtype))
     w = torch.softmax(w, dim=-1)
     if values is None:
         assert past_v is not None
@@ -189,11 +202,17 @@ def _decoder_layer(
         o = torch.matmul(w[..., :p], past_v) + torch.matmul(w[..., p:], v)  # [B, kv, n_rep*T, hd]
     else:
         o = torch.matmul(w, values)  # [B, kv, n_rep*T, hd]
-    o = o.reshape(batch, heads, tt, head_dim).transpose(1, 2)
-    o = attn.o_proj(o.reshape(batch, tt, heads * head_dim))
+    o = _reshape(o, 0, heads, -1, head_dim).transpose(1, 2)  # [B, T, heads, hd]
+    o = attn.o_proj(_reshape(o, 0, 0, -1))
     x = residual + o
     x = x + layer.mlp(layer.post_attention_layernorm(x))
     return x, k, v
+
+
+def _fold_mask(allowed: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """allowed [B, T, S] -> [B, 1, n_rep*T, S], the rows of `_decoder_layer`'s folded queries (row
+    r*T + t is query position t): built once per graph call, shared by every layer."""
+    return allowed.unsqueeze(1).repeat(1, 1, n_rep, 1)
 
 
 class TalkerStep(nn.Module):
@@ -225,8 +244,7 @@ class TalkerStep(nn.Module):
         key_pos = torch.arange(total, device=attention_mask.device)
         query_pos = key_pos[total - t :]  # absolute slots of the new tokens: P .. P+T-1
         causal = key_pos.unsqueeze(0) <= query_pos.unsqueeze(1)  # [T, S]
-        allowed = causal.unsqueeze(0) & (attention_mask != 0).unsqueeze(1)  # [B, T, S]
-        allowed = allowed.unsqueeze(1).unsqueeze(1)  # [B, 1, 1, T, S]
+        allowed = _fold_mask(causal.unsqueeze(0) & (attention_mask != 0).unsqueeze(1), self.heads // self.kv_heads)
         cos, sin = _cos_sin(self.inv_freq, self.scaling, position_ids)
         x = inputs_embeds
         new: list[torch.Tensor] = []
@@ -419,14 +437,12 @@ class CodePredictorFrame(nn.Module):
         cos, sin = self.cos[:, :, pos : pos + n], self.sin[:, :, pos : pos + n]
         allowed = None
         if n > 1:  # the 2-token prefill is causal; single steps see the whole (valid) cache
-            allowed = torch.ones(n, n, dtype=torch.bool).tril().view(1, 1, 1, n, n)
+            allowed = _fold_mask(torch.ones(n, n, dtype=torch.bool).tril().unsqueeze(0), self.heads // self.kv_heads)
         new_kv: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
             past_k = None if kv is None else kv[2 * i]
             past_v = None if kv is None else kv[2 * i + 1]
-            x, k, v = _decoder_layer(
-                layer, x, cos, sin, past_k, past_v, allowed, self.heads, self.kv_heads, self.head_dim, t=n
-            )
+            x, k, v = _decoder_layer(layer, x, cos, sin, past_k, past_v, allowed, self.heads, self.kv_heads, self.head_dim)
             new_kv += [k if past_k is None else torch.cat((past_k, k), 2), v if past_v is None else torch.cat((past_v, v), 2)]
         return self.norm(x[:, -1:, :]), new_kv
 

@@ -240,6 +240,67 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
         assert np.array_equal(x, y)
 
 
+@pytest.mark.parametrize("graph", ["talker", "code_predictor"])
+def test_streaming_int8_blocks_are_what_the_nbits_quantizer_makes(tmp_path: Path, graph: str) -> None:
+    """quantize_matmuls(block_size=...) (one weight in memory at a time) computes what onnxruntime's
+    MatMulNBitsQuantizer(bits=8, symmetric, accuracy_level 4) makes of the same graph, bit for bit,
+    with fewer nodes: the MatMuls that share an activation (q/k/v, gate/up) are one MatMulNBits over
+    their weights side by side (each stored once however many passes use it) and a Split."""
+    import logging
+
+    from onnxruntime.quantization.matmul_nbits_quantizer import (
+        DefaultWeightOnlyQuantConfig,
+        MatMulNBitsQuantizer,
+    )
+    from test_export_talker import tiny_model
+
+    from export.common import optimize_basic, quantize_matmuls
+    from export.qwen3_tts.talker import export_code_predictor, export_talker
+
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    model = tiny_model(32)
+    rep = (export_talker if graph == "talker" else export_code_predictor)(model, tmp_path, validate=False)
+    optimized = optimize_basic(tmp_path / rep["file"], tmp_path / "basic.onnx")
+    ours = tmp_path / "ours.onnx"
+    quantize_matmuls(optimized, ours, block_size=16)  # K = 32 and 64 here: two and more blocks per column
+    quantizer = MatMulNBitsQuantizer(onnx.load(str(optimized)), algo_config=DefaultWeightOnlyQuantConfig(
+        block_size=16, is_symmetric=True, accuracy_level=4, bits=8))
+    quantizer.process()
+    a, b = quantizer.model.model, onnx.load(str(ours))
+
+    theirs_n = [n for n in a.graph.node if n.op_type == "MatMulNBits"]
+    ours_n = [n for n in b.graph.node if n.op_type == "MatMulNBits"]
+    layers = model.talker.config.num_hidden_layers if graph == "talker" else None
+    if layers is not None:  # 7 MatMuls per layer + the codec head -> 4 per layer + 1
+        assert (len(theirs_n), len(ours_n)) == (7 * layers + 1, 4 * layers + 1)
+    assert 4 <= len(ours_n) < len(theirs_n)
+    for n in ours_n:
+        attrs = {x.name: x.i for x in n.attribute}
+        assert (attrs["bits"], attrs["block_size"], attrs["accuracy_level"]) == (8, 16, 4)
+    weights = {t.name for t in b.graph.initializer}
+    assert not [n for n in b.graph.node if n.op_type == "MatMul" and n.input[1] in weights]  # every one rewritten
+    if graph == "code_predictor":  # its unrolled passes share one stored copy of each weight
+        assert len({n.input[1] for n in ours_n}) < len(ours_n)
+
+    rng = np.random.default_rng(0)
+    s_a, s_b = ort.InferenceSession(a.SerializeToString()), ort.InferenceSession(str(ours))
+    feed: dict[str, np.ndarray] = {}
+    for inp in s_a.get_inputs():
+        shape = [d if isinstance(d, int) else 3 for d in inp.shape]
+        if inp.name == "attention_mask":
+            feed[inp.name] = np.ones(shape, np.int64)
+        elif inp.type == "tensor(int64)":
+            feed[inp.name] = rng.integers(0, 8, size=shape).astype(np.int64)
+        elif inp.type == "tensor(bool)":
+            feed[inp.name] = np.zeros(shape, bool)
+        else:
+            feed[inp.name] = rng.random(shape, dtype=np.float32)
+    if graph == "talker":
+        feed["attention_mask"] = np.ones((3, 6), np.int64)
+    for x, y in zip(s_a.run(None, feed), s_b.run(None, feed), strict=True):
+        assert np.array_equal(x, y)
+
+
 # ---- MemoryMonitor ---------------------------------------------------------------------------------
 @pytest.mark.unit
 def test_memory_monitor_sees_a_stage_allocation() -> None:

@@ -367,3 +367,34 @@ def test_int4_variants_through_the_exporter(model: Any, out: dict[str, Any], tmp
         ops = {n.op_type for n in onnx.load(str(path)).graph.node}
         assert "MatMulNBits" in ops and not list(tmp_path.glob(f"{name}.int4*"))
         ort_session(path)  # the replaced graph loads where it is (its external weights renamed with it)
+
+
+def test_int8_through_the_exporter(model: Any, out: dict[str, Any], tmp_path: Path) -> None:
+    """export --precision int8 (Qwen3-TTS): the code predictor as 8-bit MatMulNBits in blocks of
+    INT8_BLOCK along K, the talker as dynamic MatMulInteger (faster on prefill bursts); each graph
+    replaced in place, its error vs fp32 in the report (a measurement on random weights, printed;
+    not a quality claim: issue 29, perf/README.md)."""
+    import shutil
+
+    from export.common import INT8_BLOCK, INT8_METHOD, int8_block_method
+    from export.qwen3_tts.exporter import _quantize
+
+    for name, method, op in (("talker", INT8_METHOD, "MatMulInteger"),
+                             ("code_predictor", int8_block_method(INT8_BLOCK), "MatMulNBits")):
+        path = tmp_path / f"{name}.onnx"
+        for suffix in ("", ".data"):
+            if (out["dir"] / f"{name}.onnx{suffix}").exists():
+                shutil.copy2(out["dir"] / f"{name}.onnx{suffix}", tmp_path / f"{name}.onnx{suffix}")
+        rep = _quantize(model, path, name, "int8")
+        assert rep["quantized"] == method
+        vs = rep["vs_fp32"]
+        print(name, method, vs)
+        assert 0.0 <= vs["greedy_agreement"] <= 1.0 and all(np.isfinite(v) for v in vs["max_abs_err"].values())
+        graph = onnx.load(str(path))
+        ops = [n for n in graph.graph.node if n.op_type in ("MatMulNBits", "MatMulInteger")]
+        assert ops and {n.op_type for n in ops} == {op} and not list(tmp_path.glob(f"{name}.int8*"))
+        for n in ops:
+            attrs = {a.name: a.i for a in n.attribute}
+            if op == "MatMulNBits":
+                assert attrs["bits"] == 8 and attrs["block_size"] == INT8_BLOCK and attrs["accuracy_level"] == 4
+        ort_session(path)

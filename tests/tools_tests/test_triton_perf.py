@@ -47,6 +47,19 @@ def test_summarize_streaming():
     assert row["chunks_per_request"] == 2.5
 
 
+def test_an_empty_final_response_is_no_audio():
+    """perf_analyzer 2.51 exports the empty audio of a final response after a stop (frames 0) as one
+    uninitialized number; it counts as nothing, and a one-sample chunk it writes the same way as one."""
+    sr = 1000
+    req = request(0, [10, 60, 70], [100, 100, 0])
+    req["response_outputs"][2] = {"audio": -1.25e33, "frames": 0, "finish_reason": "stop"}
+    one = request(0, [10], [0])
+    one["response_outputs"][0] = {"audio": 0.5, "frames": 1}
+    [row] = pa.summarize_streaming({"experiments": [{"experiment": {"mode": "concurrency", "value": 1},
+                                                     "requests": [req, one]}]}, sample_rate=sr)
+    assert row["audio_seconds"] == pytest.approx(0.201)
+
+
 def test_code2wav_input_data_shapes():
     data = pa.code2wav_input_data([3], state_size=5, groups=16)["data"][0]
     assert data["codes"]["shape"] == [3, 16] and len(data["codes"]["content"]) == 48

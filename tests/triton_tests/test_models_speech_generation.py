@@ -299,6 +299,7 @@ def test_not_decoupled_fails_fast(fake_pb_utils, monkeypatch, dummy_artifacts):
         ("max_active_requests", "many", "must be an integer"),
         ("max_pending_requests", "-1", "max_pending_requests must be >= 0"),
         ("max_activ_requests", "4", "unknown parameter"),
+        ("thread_pool", "global", "thread_pool must be one of shared, session"),
     ],
 )
 def test_bad_parameters_fail_fast(fake_pb_utils, monkeypatch, dummy_artifacts, key, value, match):
@@ -311,6 +312,9 @@ def test_settings_parse_typed(dummy_artifacts):
     config = committed_config("speech_generation", artifacts_dir=str(dummy_artifacts), max_active_requests="3")
     s = model_settings.SpeechGenerationSettings.from_model_config(config)
     assert (s.artifacts_dir, s.max_active_requests, s.max_pending_requests) == (dummy_artifacts, 3, 64)
+    assert s.thread_pool == "session"  # the committed default
+    config = committed_config("speech_generation", artifacts_dir=str(dummy_artifacts), thread_pool="shared")
+    assert model_settings.SpeechGenerationSettings.from_model_config(config).thread_pool == "shared"
 
 
 # --- metrics (ttscore/backend/triton_metrics.py) through the fake's MetricFamily ---------------------------

@@ -77,6 +77,10 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
     from ttscore.runtime.families import load_model
 
     inline = settings.vocoder == "inline"
+    if settings.thread_pool == "shared":
+        from ttscore.runtime.onnx import share_thread_pool
+
+        share_thread_pool(settings.intra_op_threads)  # before the first session of this stub process
     try:
         # Voice features come from the voice-features models, so this model never loads the
         # encoders; with a BLS vocoder it does not load the vocoder graph either.

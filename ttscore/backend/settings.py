@@ -13,6 +13,7 @@ from ttscore.contract import manifest as contract_manifest
 from ttscore.contract.errors import ArtifactError, TTSError
 from ttscore.contract.manifest import Manifest
 from ttscore.runtime import engine
+from ttscore.runtime.onnx import THREAD_POOLS
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,10 @@ class SpeechGenerationSettings:
     max_pending_requests: int  # admitted but waiting for a slot; beyond this: UNAVAILABLE
     intra_op_threads: int  # 0 = ONNX Runtime default
     vocoder: str = "inline"  # "inline": in-process ORT session; else the code2wav model called by BLS
+    # "session": a blocking ONNX Runtime pool per graph (the default: Triton, its clients and the
+    # gateway share the cores); "shared": one spinning pool for every graph of the process
+    # (ttscore.runtime.onnx.share_thread_pool), for a model with cores to itself.
+    thread_pool: str = "session"
 
     chunk_policy: str = engine.DEFAULT_CHUNK_POLICY  # chunk sizes after the first (ttscore.runtime.engine)
     prefill_token_budget: int = engine.DEFAULT_PREFILL_BUDGET  # prompt positions prefilled per step, batched across joins
@@ -125,6 +130,7 @@ class SpeechGenerationSettings:
         "max_pending_requests",
         "intra_op_threads",
         "vocoder",
+        "thread_pool",
         "chunk_policy",
         "prefill_token_budget",
     )
@@ -148,6 +154,7 @@ class SpeechGenerationSettings:
             max_pending_requests=_int_param(name, params, "max_pending_requests", 64, 0),
             intra_op_threads=_int_param(name, params, "intra_op_threads", 0, 0),
             vocoder=str(params.get("vocoder", "inline") or "inline"),
+            thread_pool=_choice_param(name, params, "thread_pool", "session", THREAD_POOLS),
             chunk_policy=_choice_param(
                 name, params, "chunk_policy", engine.DEFAULT_CHUNK_POLICY, engine.CHUNK_POLICIES
             ),

@@ -11,6 +11,62 @@ from numpy.typing import NDArray
 
 from ttscore.contract.errors import ArtifactError
 
+# `speech_generation`'s thread_pool parameter (and `triton-tts bench --thread-pool`): see share_thread_pool.
+THREAD_POOLS = ("shared", "session")
+# [threads] of the process-wide pool once `share_thread_pool` ran; empty: each session has its own.
+_shared_pool: list[int] = []
+
+
+def share_thread_pool(threads: int | None = None) -> None:
+    """Run every ONNX Runtime session this process opens from now on on one shared intra-op pool of
+    `threads` threads (None or 0: TTS_ORT_THREADS, else ONNX Runtime's default, one per physical
+    core), whose idle threads spin.
+
+    A speech generation process runs its graphs one after another (talker, code predictor,
+    vocoder): with a pool per session, each graph's call wakes blocked threads op after op; with
+    one pool the same threads go from graph to graph and stay hot. Measured on the 2-vCPU machine
+    (Qwen3-TTS 0.6B int8, one stream, perf/README.md, issue 29): 114-116 ms per 80 ms frame shared,
+    123-149 per-session blocking, 154-177 per-session spinning (three pools spinning against each
+    other on two cores).
+
+    Through Triton on the same 2 vCPUs, with tritonserver and perf_analyzer competing for the cores,
+    the spinning pool is slower at 4-8 streams (1.21 against 1.42 audio seconds per second at c=8),
+    so the speech_generation model's `thread_pool` defaults to "session".
+
+    Process-wide and one-way: ONNX Runtime refuses a per-session pool once a global one exists, so
+    only a process that opens every session through `session_options` calls this (`triton-tts say`,
+    `triton-tts bench peer/breakdown`, a speech_generation model with `thread_pool: shared`), before
+    its first session."""
+    if not _shared_pool:
+        import onnxruntime.capi._pybind_state as ort_c
+
+        size = threads or int(os.environ.get("TTS_ORT_THREADS", "0") or 0)
+        ort_c.set_global_thread_pool_sizes(size, 1)
+        _shared_pool.append(size)
+
+
+def session_options(threads: int | None = None) -> Any:
+    """The SessionOptions every session of the runtime opens with: the shared pool after
+    `share_thread_pool`, else its own pool of `threads` (None: TTS_ORT_THREADS, else ONNX Runtime's
+    default) whose idle threads block (TTS_ORT_SPIN=1: spin), all graph optimizations on."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if _shared_pool:
+        opts.use_per_session_threads = False
+        return opts
+    opts.intra_op_num_threads = threads or int(os.environ.get("TTS_ORT_THREADS", "0") or 0)
+    opts.inter_op_num_threads = 1
+    # Idle intra-op threads block instead of spinning: without a shared pool every Triton model
+    # (generation, code2wav) and every graph has its own pool on the same cores, and on an
+    # oversubscribed CPU spinning threads steal the cores the working ones need (tiny checkpoint,
+    # 2 shared cores: 140-185 ms per frame spinning vs 25-50 ms blocking). TTS_ORT_SPIN=1 restores
+    # spinning on dedicated cores.
+    if os.environ.get("TTS_ORT_SPIN", "0") != "1":
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return opts
+
 
 class OnnxGraph:
     """One ONNX Runtime session, fed and read by the names of its GraphSpec.
@@ -26,16 +82,7 @@ class OnnxGraph:
 
         if not path.is_file():
             raise ArtifactError(f"missing graph {path}")
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads or int(os.environ.get("TTS_ORT_THREADS", "0") or 0)
-        opts.inter_op_num_threads = 1
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        # Idle intra-op threads block instead of spinning: every Triton model (generation, code2wav)
-        # has its own pool on the same cores, and on an oversubscribed CPU spinning threads steal
-        # the cores the working ones need (tiny checkpoint, 2 shared cores: 140-185 ms per frame
-        # spinning vs 25-50 ms blocking). TTS_ORT_SPIN=1 restores spinning on dedicated cores.
-        if os.environ.get("TTS_ORT_SPIN", "0") != "1":
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts = session_options(threads)
         providers: list[Any] = ["CPUExecutionProvider"]
         if os.environ.get("TTS_DEVICE", "cpu") == "gpu":
             device_id = int(os.environ.get("TTS_CUDA_DEVICE", "0"))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ttscore.contract.errors import TTSError
+from ttscore.runtime.onnx import THREAD_POOLS
 from ttscore.tools.artifacts import add_lora, ensure_artifacts
 from ttscore.tools.progress import add_quiet
 
@@ -81,6 +82,10 @@ def _cmd_say(args: argparse.Namespace) -> int:
         raise InvalidRequest("--lora is merged at export: give it with --checkpoint, not --artifacts", "lora")
     artifacts = (Path(args.artifacts) if args.artifacts
                  else ensure_artifacts(args.checkpoint, args.precision, lora=args.lora))
+    if args.thread_pool == "shared":  # after any export above: its sessions have their own pools
+        from ttscore.runtime.onnx import share_thread_pool
+
+        share_thread_pool()
     family = read_manifest(artifacts).family
     offline = getattr(FAMILIES.get(family), "offline", None)
     if offline is None:
@@ -114,6 +119,7 @@ BENCHES = {
     "perf-analyzer": "ttscore.tools.bench.perf_analyzer",  # Triton's perf_analyzer against the served models
     "compare": "ttscore.tools.bench.compare",  # all of it in one run: reference, offline, Triton c=1/4/8; table + plot
     "breakdown": "ttscore.tools.bench.breakdown",  # each graph's share of a decode step, by batch size
+    "peer": "ttscore.tools.bench.peer",  # side by side with another engine's command, alternating
 }
 
 
@@ -205,6 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int)
     s.add_argument("--max-new-tokens", type=int)
     s.add_argument("--greedy", action="store_true", help="override sampling: greedy talker and code predictor")
+    s.add_argument("--thread-pool", choices=THREAD_POOLS, default="shared",
+                   help="shared: one ONNX Runtime pool for every graph; session: a pool per graph (as served)")
     s.add_argument(
         "--non-streaming-mode", type=lambda v: v.lower() in ("1", "true", "yes"), default=None,
         help="prompt construction mode (default: the variant's)",

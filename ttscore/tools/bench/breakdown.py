@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ttscore.tools.bench import common
 from ttscore.tools.progress import Stages, add_quiet
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
@@ -35,14 +36,13 @@ def _graphs(pipe: Any) -> dict[str, Any]:
     return found
 
 
-def measure(pipe: Any, manifest: Any, batch: int, frames: int, chunk_frames: int) -> dict[str, Any]:
+def measure(pipe: Any, manifest: Any, batch: int, frames: int, chunk_frames: int, *, warm_up: bool = True) -> dict[str, Any]:
     from ttscore.runtime.engine import Generator
-    from ttscore.tools.bench import common
 
     graphs = _graphs(pipe)
     speaker = common.first_speaker(manifest)
     result: dict[str, Any] = {}
-    for _round in ("warm-up", "measured"):
+    for _round in ("warm-up", "measured") if warm_up else ("measured",):
         for g in graphs.values():
             g.spent, g.calls = 0.0, 0
         gen = Generator(pipe, max_batch=batch, chunk_policy="fixed")
@@ -93,11 +93,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", help="write the results as JSON (and the table next to it as .md)")
     add_quiet(ap)
+    common.add_thread_pool(ap)
     args = ap.parse_args()
 
     os.environ.setdefault("TTS_ORT_THREADS", str(args.threads))
+    common.use_thread_pool(args)
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.bench import common
 
     manifest = read_manifest(args.artifacts)
     with Stages("breakdown", total=1 + len(args.batch), quiet=args.quiet) as stages:

@@ -19,6 +19,24 @@ from typing import Any
 from ttscore.contract.manifest import Manifest
 
 
+def add_thread_pool(ap: Any) -> None:
+    """`--thread-pool`: how this bench's ONNX Runtime sessions get their threads, as the
+    speech_generation model's `thread_pool` parameter (default here: shared, one process with the
+    cores to itself; the served model's default is session)."""
+    from ttscore.runtime.onnx import THREAD_POOLS
+
+    ap.add_argument("--thread-pool", choices=THREAD_POOLS, default="shared",
+                    help="shared: one spinning pool for every graph; session: a blocking pool per graph (as served)")
+
+
+def use_thread_pool(args: Any) -> None:
+    """Apply `--thread-pool` (with `--threads`) before the first session opens."""
+    if args.thread_pool == "shared":
+        from ttscore.runtime.onnx import share_thread_pool
+
+        share_thread_pool(args.threads)
+
+
 def load_model(artifacts: str | Path, threads: int | None = None, *, encoders: bool = True) -> Any:
     """The export in `artifacts`, loaded by the family its manifest names (a runtime FamilyModel)."""
     from ttscore.runtime.families import load_model as load

@@ -206,7 +206,7 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def triton(bench: Any, art: Path, precision: str, levels: list[int], frames: int, threads: int, work: Path,
-           requests_per_window: int, chunk_policy: str) -> list[dict[str, Any]]:
+           requests_per_window: int, chunk_policy: str, thread_pool: str = "session") -> list[dict[str, Any]]:
     from ttscore.backend import repository
     from ttscore.backend.launcher import TritonServer
     from ttscore.contract.manifest import read_manifest
@@ -220,6 +220,7 @@ def triton(bench: Any, art: Path, precision: str, levels: list[int], frames: int
         entry.setdefault("parameters", {})["intra_op_threads"] = str(threads)
         if name == served[0].triton_model:
             entry["parameters"]["chunk_policy"] = chunk_policy
+            entry["parameters"]["thread_pool"] = thread_pool
     pwork = work / f"triton-{precision}"
     repo = repository.render_repository(pwork / "model_repository", plan["settings"], models=plan["models"],
                                         aliases=plan["aliases"])
@@ -335,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests-per-window", type=int, default=2, help="at least the concurrency")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk-policy", default="adaptive", choices=["adaptive", "ramp", "fixed"])
+    ap.add_argument("--thread-pool", nargs="+", default=["session"], metavar="[PRECISION=]POOL",
+                    help="speech_generation's thread_pool (shared or session), for all or per precision label")
     ap.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
     ap.add_argument("--skip-triton", action="store_true")
     ap.add_argument("--work", default="build/bench")
@@ -344,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TTS_ORT_THREADS"] = str(args.threads)
     from export.exporter import export_checkpoint
     from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.onnx import THREAD_POOLS
     from ttscore.tools.bench import common
 
     bench = common.bench_family(args.family)
@@ -376,12 +380,19 @@ def main(argv: list[str] | None = None) -> int:
     print("offline ...", flush=True)
     result["offline"] = offline(bench, ckpt, arts, args.frames, args.repeats, args.threads, not args.no_reference)
     print(json.dumps(result["offline"]), flush=True)
+    pools = dict.fromkeys(arts, "session")
+    for item in args.thread_pool:
+        label, _, pool = item.rpartition("=")
+        if pool not in THREAD_POOLS or (label and label not in arts):
+            raise SystemExit(f"--thread-pool {item!r}: expected [PRECISION=]shared|session")
+        pools.update({label: pool} if label else dict.fromkeys(arts, pool))
+    result["thread_pool"] = pools
     result["triton"] = {}
     if not args.skip_triton:
         for precision, art in arts.items():
             print(f"triton {precision} ...", flush=True)
             result["triton"][precision] = triton(bench, art, precision, args.concurrency, args.frames, args.threads, work,
-                                                 args.requests_per_window, args.chunk_policy)
+                                                 args.requests_per_window, args.chunk_policy, pools[precision])
     result["load_average_end"] = os.getloadavg()
     (out / "results.json").write_text(json.dumps(result, indent=2))
     (out / "table.md").write_text(table(result))

@@ -122,6 +122,16 @@ def _pct(values: list[float]) -> dict[str, float | None]:
     }
 
 
+def _audio_samples(output: dict[str, Any]) -> int:
+    """Samples in one response's `audio`. perf_analyzer 2.51 exports an empty tensor (a final response
+    after a stop, `frames` 0) as one uninitialized number instead of [], so a bare number counts as
+    one sample only where the response says it carries frames."""
+    audio = output.get("audio")
+    if isinstance(audio, list):
+        return len(audio)
+    return 0 if audio is None or output.get("frames") in (0, [0]) else 1
+
+
 def summarize_streaming(profile: dict[str, Any], sample_rate: int) -> list[dict[str, Any]]:
     """Per experiment (concurrency): TTFA, gaps, underruns, RTF, audio seconds per second."""
     rows = []
@@ -137,7 +147,7 @@ def summarize_streaming(profile: dict[str, Any], sample_rate: int) -> list[dict[
             outputs = req.get("response_outputs") or []
             if not stamps:
                 continue
-            durations = [len(o.get("audio") or []) / sample_rate for o in outputs] or [0.0] * len(stamps)
+            durations = [_audio_samples(o) / sample_rate for o in outputs] or [0.0] * len(stamps)
             audio = float(sum(durations))
             audio_total += audio
             chunks.append(len(stamps))

@@ -197,10 +197,9 @@ class FrontEnd:
 
         from ttscore.contract.errors import ArtifactError
         from ttscore.runtime.families.cosyvoice3.checkpoint import CAMPPLUS, SPEECH_TOKENIZER
+        from ttscore.runtime.onnx import session_options
 
-        opts = ort.SessionOptions()
-        if threads:
-            opts.intra_op_num_threads = threads
+        opts = session_options(threads)
         missing = [n for n in (CAMPPLUS, SPEECH_TOKENIZER) if not (folder / n).is_file()]
         if missing:
             raise ArtifactError(f"{folder}: missing the front-end model(s) {', '.join(missing)} (re-export)")
