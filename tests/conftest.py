@@ -24,6 +24,16 @@ if str(TESTS_DIR) not in sys.path:  # `import fakes...` from any test module
 pytest_plugins = ["model_fixtures", "e2e_fixtures", "breeze_tts_2_fixtures"]
 
 
+@pytest.fixture(autouse=True)
+def _no_process_wide_onnx_pool() -> Iterator[None]:
+    """ONNX Runtime's shared pool (`thread_pool: shared`, `--thread-pool shared`) is process-wide and
+    one-way: once a test asks for it in the pytest process, every later per-session pool fails. A
+    test that needs it runs it in a subprocess (tests/runtime_tests/test_thread_pool.py)."""
+    yield
+    onnx_runtime = sys.modules.get("ttscore.runtime.onnx")
+    assert not getattr(onnx_runtime, "_shared_pool", None), "a test turned on ONNX Runtime's process-wide pool"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_speaker_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A gateway built without an explicit speaker_samples_dir must never touch ~/.cache."""

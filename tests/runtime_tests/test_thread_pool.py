@@ -1,6 +1,6 @@
-"""ttscore.runtime.onnx.share_thread_pool: every session of a process on one ONNX Runtime pool (the
-speech_generation model's default `thread_pool: shared`). Process-wide, so each case runs in its own
-interpreter: the audio is the same as with a pool per session of the same size, and once shared no
+"""ttscore.runtime.onnx.share_thread_pool: every session of a process on one ONNX Runtime pool
+(`thread_pool: shared`, `say/bench --thread-pool shared`). Process-wide, so each case runs in its own
+interpreter (and no test may ask for it in the pytest process): the audio is the same as with a pool per session of the same size, and once shared no
 session of the process asks for its own pool (ONNX Runtime would refuse it)."""
 
 from __future__ import annotations

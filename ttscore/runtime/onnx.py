@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 
 from ttscore.contract.errors import ArtifactError
 
-# `speech_generation`'s thread_pool parameter (and `triton-tts bench --thread-pool`): see share_thread_pool.
+# `speech_generation`'s thread_pool parameter (and `triton-tts say/bench --thread-pool`): see share_thread_pool.
 THREAD_POOLS = ("shared", "session")
 # [threads] of the process-wide pool once `share_thread_pool` ran; empty: each session has its own.
 _shared_pool: list[int] = []
@@ -34,9 +34,9 @@ def share_thread_pool(threads: int | None = None) -> None:
     so the speech_generation model's `thread_pool` defaults to "session".
 
     Process-wide and one-way: ONNX Runtime refuses a per-session pool once a global one exists, so
-    only a process that opens every session through `session_options` calls this (`triton-tts say`,
-    `triton-tts bench peer/breakdown`, a speech_generation model with `thread_pool: shared`), before
-    its first session."""
+    only a process that opens every session through `session_options` asks for it (`triton-tts say`
+    and `bench peer/breakdown --thread-pool shared`, a speech_generation model with `thread_pool:
+    shared`), before its first session; everything else keeps a pool per session."""
     if not _shared_pool:
         import onnxruntime.capi._pybind_state as ort_c
 

@@ -211,8 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int)
     s.add_argument("--max-new-tokens", type=int)
     s.add_argument("--greedy", action="store_true", help="override sampling: greedy talker and code predictor")
-    s.add_argument("--thread-pool", choices=THREAD_POOLS, default="shared",
-                   help="shared: one ONNX Runtime pool for every graph; session: a pool per graph (as served)")
+    s.add_argument("--thread-pool", choices=THREAD_POOLS, default="session",
+                   help="session: a pool per graph (as served); shared: one ONNX Runtime pool for every graph, "
+                        "faster for one stream with the cores to itself (process-wide: a CLI process only)")
     s.add_argument(
         "--non-streaming-mode", type=lambda v: v.lower() in ("1", "true", "yes"), default=None,
         help="prompt construction mode (default: the variant's)",

@@ -21,12 +21,12 @@ from ttscore.contract.manifest import Manifest
 
 def add_thread_pool(ap: Any) -> None:
     """`--thread-pool`: how this bench's ONNX Runtime sessions get their threads, as the
-    speech_generation model's `thread_pool` parameter (default here: shared, one process with the
-    cores to itself; the served model's default is session)."""
+    speech_generation model's `thread_pool` parameter (default session, as served; shared is
+    process-wide and one-way, so it is only ever asked for)."""
     from ttscore.runtime.onnx import THREAD_POOLS
 
-    ap.add_argument("--thread-pool", choices=THREAD_POOLS, default="shared",
-                    help="shared: one spinning pool for every graph; session: a blocking pool per graph (as served)")
+    ap.add_argument("--thread-pool", choices=THREAD_POOLS, default="session",
+                    help="session: a blocking pool per graph (as served); shared: one spinning pool for every graph")
 
 
 def use_thread_pool(args: Any) -> None:
