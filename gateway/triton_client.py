@@ -64,8 +64,12 @@ _PROBE_DTYPES: dict[str, Any] = {
     "TYPE_INT64": np.int64, "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
     "TYPE_STRING": np.object_,
 }
-# Triton's own messages for a model it cannot run right now (not loaded, loading, unloaded).
-_MODEL_UNAVAILABLE = re.compile(r"unknown model|is not ready|not found|unavailable|is not loaded", re.IGNORECASE)
+# Triton's own messages for a model it cannot run right now (not loaded, loading, unloaded, or a
+# server shutting down: "Server is stopping, scheduler for model has stopped accepting new inference
+# requests", which a replay or a retry that reaches a stopping Triton gets before any audio).
+_MODEL_UNAVAILABLE = re.compile(
+    r"unknown model|is not ready|not found|unavailable|is not loaded|server is stopping|stopped accepting", re.IGNORECASE
+)
 
 
 def _inputs(tensors: dict[str, np.ndarray]) -> list[grpcclient.InferInput]:

@@ -37,6 +37,18 @@ SLOW = ProbeResult("timeout", "no answer to a health probe within 5 s")
 # --- Backoff / HealthBook -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("message", [
+    "Request for unknown model: 'speech_generation' is not found",
+    "ERROR: [request id: speech-1] Server is stopping, scheduler for model has stopped accepting new inference requests",
+])
+def test_a_model_triton_cannot_run_now_is_unavailable(message):
+    """Triton's own messages for a model it cannot run now (a stopping server too) are UNAVAILABLE:
+    retryable on another endpoint before any audio, not an internal error of the request."""
+    from gateway.triton_client import _from_message
+
+    assert _from_message(message).code == UNAVAILABLE
+
+
 def test_backoff_first_repair_is_immediate_then_doubles_up_to_the_cap():
     b = Backoff(1.0, 30.0)
     assert [b.delay(n) for n in range(8)] == [0, 1, 2, 4, 8, 16, 30, 30]
