@@ -643,8 +643,8 @@ def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None) -> 
     is_symmetric=True, accuracy_level=4) writes (the same MLAS routine, `quantize_blocks`): one
     scale per `block_size` weights of a column, the activations quantized to int8 per row and block
     at run time. The MatMuls that share an activation (q/k/v, gate/up) become one node and a Split.
-    Faster than MatMulInteger at batch 1 and 8 on Qwen3-TTS 0.6B with block 256 (perf/README.md,
-    issue 29).
+    On the Qwen3-TTS 0.6B code predictor with block 256: as fast or up to 9% faster than
+    MatMulInteger at batch 1 and 8; at many rows (a prefill) 1.5x slower (perf/README.md, issue 29).
     """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -825,10 +825,11 @@ def quantize_graph(path: Path, precision: str, measure: Measure, *, audio: bool 
 
     int8: dynamic quantization (MatMulInteger, one scale per tensor), or with `int8_block_size`
     8-bit MatMulNBits with one scale per block of that many weights of a column. On the 2-vCPU
-    development machine, idle, Qwen3-TTS 0.6B (perf/README.md, issue 29), blocks of 256 beat
-    MatMulInteger at batch 1 (talker 24.5 vs 27.9 ms) and batch 8 (44 vs 52 ms) with a smaller error;
-    blocks of 32 were slower (earlier runs under load: 2.3 s vs 1.1 s at batch 8), so other families
-    keep MatMulInteger until measured. int4: MatMulNBits 4-bit, block 32."""
+    development machine, idle, Qwen3-TTS 0.6B (perf/README.md, issue 29), blocks of 256 were as
+    fast or faster than MatMulInteger per decode step with a smaller error, but 1.5x slower on a
+    prefill of many rows; blocks of 32 were slower (2.3 s vs 1.1 s at batch 8 under load). So only
+    graphs that never prefill (the Qwen3-TTS code predictor) use blocks; other families keep
+    MatMulInteger until measured. int4: MatMulNBits 4-bit, block 32."""
     path = Path(path)
     check(precision in ("int8", "int4"), f"cannot quantize to {precision!r}")
     logger.info("quantizing %s to %s", path.name, precision)
