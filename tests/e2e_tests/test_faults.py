@@ -34,6 +34,7 @@ from websockets.sync.client import connect
 
 from gateway import sse
 from ttscore.backend.launcher import free_ports
+from ttscore.tools.supervisor import RestartPolicy, Supervisor
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -179,12 +180,15 @@ def ws_summary(messages: list) -> tuple[list[bool], list[str]]:
     return done, errs
 
 
-def watch_readiness(url: str, model: str, since: float, timeout: float) -> tuple[float, float, dict]:
-    """Seconds from `since` to the first 503 naming `model`, and to the first 200 after it."""
-    not_ready_at, body = None, {}
+def watch_readiness(url: str, model: str, since: float, timeout: float, server: Any = None
+                    ) -> tuple[float, float, dict]:
+    """Seconds from `since` to the first 503 naming `model`, and to the first 200 after it
+    (on failure: the last /ready body and, given `server`, whether tritonserver lives and its log)."""
+    not_ready_at, body, last = None, {}, None
     deadline = since + timeout
     while time.monotonic() < deadline:
         r = ready(url)
+        last = r if r is not None else last
         if r is not None and r.status_code == 503 and not_ready_at is None:
             data = r.json()
             if model in data.get("broken", {}) or data.get("triton") is False:
@@ -192,16 +196,45 @@ def watch_readiness(url: str, model: str, since: float, timeout: float) -> tuple
         if r is not None and r.status_code == 200 and not_ready_at is not None:
             return not_ready_at - since, time.monotonic() - since, body
         time.sleep(0.05)
-    raise AssertionError(f"readiness did not go 503 -> 200 within {timeout} s (503 seen: {not_ready_at is not None})")
+    detail = f"; last /ready: {last.status_code} {last.text}" if last is not None else ""
+    if server is not None:
+        detail += f"; tritonserver alive: {server.is_alive()}; its log:\n{server.log_tail(80)}"
+    raise AssertionError(f"readiness did not go 503 -> 200 within {timeout} s (503 seen: {not_ready_at is not None})"
+                         + detail)
 
 
 # --- a stub process dies ------------------------------------------------------------------------------
 
 
+def supervised(server: Any) -> tuple[Supervisor, Callable[[], None]]:
+    """Run `server` the way production does: under a Supervisor polled from a thread (what
+    `triton-tts serve` does; Compose and Kubernetes restart the container instead). Returns the
+    function that stops the watching (call it before stopping the server) and returns the supervisor.
+
+    Why: killing a python stub with decoupled requests in flight once took tritonserver 2.51 down
+    with it (CI, stop 33: the streams got UNAVAILABLE at once, liveness failed and nothing restarted
+    it). The gateway's side of that is the same (errors, 503, 200 once Triton is back); the tests say
+    which path a run took (`Supervisor.restarts`)."""
+    sup = Supervisor(server, RestartPolicy(backoff_initial_s=0.5, ready_timeout_s=120.0))
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.2) and sup.poll():
+            pass
+
+    thread = threading.Thread(target=watch, daemon=True, name="supervisor")
+    thread.start()
+
+    def stop() -> None:
+        done.set()
+        thread.join(10)
+    return sup, stop
+
+
 @pytest.fixture
 def stack(triton_server, dummy_artifacts, tmp_path):
-    """Real Triton (production model.py files, FakeGenerator) + the gateway (uvicorn, in process)
-    with its default health settings."""
+    """Real Triton (production model.py files, FakeGenerator) under a supervisor + the gateway
+    (uvicorn, in process) with its default health settings."""
     server = triton_server(
         models=["speech_generation", "code2wav", "voice_features", "audio_preprocess", "speaker_encoder",
                 "speech_encoder"],
@@ -213,15 +246,17 @@ def stack(triton_server, dummy_artifacts, tmp_path):
     settings = fake_deployment(tmp_path, ("custom_voice",), triton_url=server.grpc_url,
                                readiness_models=["code2wav", "voice_features"])
     port = free_ports(1)[0]
+    supervisor, stop_supervising = supervised(server)
     gw, thread = start_gateway(settings, port)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: ready_status(url) == 200, 60, f"the gateway's /ready ({url})",
                    detail=lambda: ((r := ready(url)) is not None and r.text) or "no gateway")
-        yield {"server": server, "url": url, "port": port}
+        yield {"server": server, "url": url, "port": port, "supervisor": supervisor}
     finally:
         gw.should_exit = True
         thread.join(15)
+        stop_supervising()
         server.stop()
 
 
@@ -247,11 +282,16 @@ def test_speech_generation_stub_killed_with_requests_in_flight(stack):
                 c.join(15)
                 assert not c.is_alive(), f"{name} still hanging 15 s after the kill"
         errors_after = {name: round(c.ended_at - killed, 2) for name, c in clients.items() if name != "ws"}
-        not_ready_s, ready_s, body = watch_readiness(url, "speech_generation", killed, 60)
+        not_ready_s, ready_s, body = watch_readiness(url, "speech_generation", killed, 60, server)
+        restarted = stack["supervisor"].restarts > 0  # tritonserver died with its stub (see `supervised`)
         print(f"\nstub killed: clients ended after {errors_after} s; /ready 503 after {not_ready_s:.2f} s "
-              f"({body['broken']}), 200 again after {ready_s:.2f} s")
+              f"({body['broken']}), 200 again after {ready_s:.2f} s "
+              f"({'tritonserver died too and was restarted' if restarted else 'the gateway reloaded the model'})")
         assert all(t < 10 for t in errors_after.values()), errors_after
-        assert "speech_generation" in body["broken"] and body["models"]["speech_generation"] is False
+        if restarted:  # readiness saw Triton itself go
+            assert body["triton"] is False, body
+        else:
+            assert "speech_generation" in body["broken"] and body["models"]["speech_generation"] is False
 
         events = clients["sse"].result
         assert isinstance(events, list) and events[-1][0] == sse.ERROR, events[-3:]
@@ -280,7 +320,7 @@ def test_ensemble_step_stub_killed(stack):
     url, server = stack["url"], stack["server"]
     os.kill(child_with(server.pid, "/audio_preprocess/1/model.py"), signal.SIGKILL)
     killed = time.monotonic()
-    not_ready_s, ready_s, body = watch_readiness(url, "voice_features", killed, 60)
+    not_ready_s, ready_s, body = watch_readiness(url, "voice_features", killed, 60, server)
     print(f"\naudio_preprocess killed: /ready 503 after {not_ready_s:.2f} s ({body['broken']}), "
           f"200 again after {ready_s:.2f} s")
     assert body["broken"]["voice_features"].startswith("audio_preprocess: ")
