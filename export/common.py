@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.contract.errors import CheckpointError, ExportError
+from ttscore.contract.errors import CheckpointError, ExportError, InvalidRequest
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +40,24 @@ def check(condition: bool, message: str) -> None:
 OPSET = 18
 EXPORTER_INLINE = "torch.onnx.export(dynamo=False) (legacy TorchScript exporter)"
 EXPORTER_BOUND = "torch.onnx.export(dynamo=False, export_params=False) (legacy TorchScript exporter) + bind_weights"
+
+
+def only_fp32(display: str, precision: str) -> None:
+    """Refuse any other precision for a family that exports fp32 only so far (400 naming `precision`)."""
+    if precision != "fp32":
+        raise InvalidRequest(f"{display} exports fp32 only so far (got --precision {precision})", "precision")
+
+
+def stage_announcer(stages: list[str], progress: Callable[[int, int, str], None] | None) -> Callable[[str], None]:
+    """What an exporter calls as each of its `stages` begins: logged, and reported as "step i of n"
+    to `progress` (the CLI's progress line) when one is given."""
+
+    def stage(label: str) -> None:
+        logger.info("export stage: %s", label)
+        if progress is not None:
+            progress(stages.index(label) + 1, len(stages), label)
+
+    return stage
 
 
 def versions(opset: int = OPSET) -> dict[str, Any]:

@@ -12,7 +12,6 @@ tests/export_tests/test_breeze_tts_2_export.py) through export.common's helpers.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +19,20 @@ from typing import Any
 
 import numpy as np
 
-from export.common import ErrorTracker, export_bound, file_size, ort_run, ort_session, torch_threads, versions
+from export.common import (
+    ErrorTracker,
+    export_bound,
+    file_size,
+    only_fp32,
+    ort_run,
+    ort_session,
+    stage_announcer,
+    torch_threads,
+    versions,
+)
 from export.memory import release_memory
 from ttscore.contract import breeze_tts_2 as spec
-from ttscore.contract.errors import ExportError, InvalidRequest
+from ttscore.contract.errors import ExportError
 from ttscore.contract.graphs import GraphSpec
 from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.breeze_tts_2.checkpoint import (
@@ -33,8 +42,6 @@ from ttscore.runtime.families.breeze_tts_2.checkpoint import (
     read_checkpoint,
     tensor_names,
 )
-
-logger = logging.getLogger(__name__)
 
 TOLERANCE = 1e-3  # max abs error of any validated output vs the torch modules (tiny measured: ~1e-6)
 
@@ -256,15 +263,11 @@ def export_breeze(src: Path, tmp: Path, precision: str, progress: Callable[[int,
     from export.memory import MemoryMonitor
     from ttscore.contract.qwen3_tts import code2wav_spec, code2wav_stream_spec, speech_encoder_spec
 
-    if precision != "fp32":
-        raise InvalidRequest(f"Breeze-TTS-2 exports fp32 only so far (got --precision {precision})", "precision")
+    only_fp32(spec.RULES.name, precision)
     info = read_checkpoint(src)
     stages = ["text encoder", "backbone", "depth decoder", "tables", "codec", "manifest"]
 
-    def stage(label: str) -> None:
-        logger.info("export stage: %s", label)
-        if progress is not None:
-            progress(stages.index(label) + 1, len(stages), label)
+    stage = stage_announcer(stages, progress)
 
     torch.manual_seed(0)
     specs = graph_specs(info)

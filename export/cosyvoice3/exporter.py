@@ -12,7 +12,6 @@ tables (text and speech embeddings), manifest.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -25,14 +24,15 @@ from export.common import (
     export_bound,
     export_inline,
     file_size,
+    only_fp32,
     ort_run,
     ort_session,
+    stage_announcer,
     torch_threads,
     versions,
 )
 from export.memory import release_memory
 from ttscore.contract import cosyvoice3 as spec
-from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
 from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.cosyvoice3.checkpoint import (
@@ -46,8 +46,6 @@ from ttscore.runtime.families.cosyvoice3.checkpoint import (
     read_checkpoint,
     read_yaml,
 )
-
-logger = logging.getLogger(__name__)
 
 TOLERANCE = 1e-4  # max abs error of the graphs' float outputs vs the torch modules (tiny: ~1e-6)
 LOGITS_TOLERANCE = 1e-3  # logits span tens; relative 1e-5
@@ -196,16 +194,12 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
     from export.cosyvoice3.graphs import FlowCond, FlowVelocity, HiFT, load
     from export.memory import MemoryMonitor
 
-    if precision != "fp32":
-        raise InvalidRequest(f"{spec.DISPLAY} exports fp32 only so far (got --precision {precision})", "precision")
+    only_fp32(spec.DISPLAY, precision)
     src = Path(src)
     info = read_checkpoint(src)
     stages = ["lm_step", "flow_cond", "flow_velocity", "hift", "tables", "manifest"]
 
-    def stage(label: str) -> None:
-        logger.info("export stage: %s", label)
-        if progress is not None:
-            progress(stages.index(label) + 1, len(stages), label)
+    stage = stage_announcer(stages, progress)
 
     torch.manual_seed(0)
     lm, f = info.lm, info.flow

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from export.common import (
     ort_run,
     ort_session,
     quantize_graph,
+    stage_announcer,
     torch_threads,
     versions,
 )
@@ -44,8 +44,6 @@ from ttscore.runtime.families.fish_speech.checkpoint import (
     Transformer,
     read_checkpoint,
 )
-
-logger = logging.getLogger(__name__)
 
 TOLERANCE = 1e-4  # max abs error of the graphs' float outputs vs the torch modules (tiny: ~1e-6)
 AUDIO_TOLERANCE = 1e-4
@@ -294,10 +292,7 @@ def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
     stages += [f"{precision} quantization"] if precision != "fp32" else []
     stages += ["manifest"]
 
-    def stage(label: str) -> None:
-        logger.info("export stage: %s", label)
-        if progress is not None:
-            progress(stages.index(label) + 1, len(stages), label)
+    stage = stage_announcer(stages, progress)
 
     torch.manual_seed(0)
     s, f = cfg.slow, cfg.fast

@@ -10,7 +10,6 @@ transformers' Qwen3_5TextModel and to the whole NanoCodec decode by tests/export
 
 from __future__ import annotations
 
-import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -23,14 +22,16 @@ from export.common import (
     export_bound,
     export_inline,
     file_size,
+    only_fp32,
     ort_run,
     ort_session,
+    stage_announcer,
     torch_threads,
     versions,
 )
 from export.memory import release_memory
 from ttscore.contract import gepard as spec
-from ttscore.contract.errors import CheckpointError, InvalidRequest
+from ttscore.contract.errors import CheckpointError
 from ttscore.contract.graphs import GraphSpec
 from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.gepard.checkpoint import (
@@ -42,8 +43,6 @@ from ttscore.runtime.families.gepard.checkpoint import (
     read_checkpoint,
     read_configs,
 )
-
-logger = logging.getLogger(__name__)
 
 TOLERANCE = 1e-4  # max abs error of backbone / frame_embed outputs vs the torch modules (tiny: ~1e-6)
 CODEC_TOLERANCE = 1e-4  # codec_stream audio, streamed in chunks, vs the torch whole decode
@@ -214,16 +213,12 @@ def export_gepard(src: Path, tmp: Path, precision: str, progress: Callable[[int,
 
     from export.memory import MemoryMonitor
 
-    if precision != "fp32":
-        raise InvalidRequest(f"Gepard-1.0 exports fp32 only so far (got --precision {precision})", "precision")
+    only_fp32(spec.RULES.name, precision)
     info = read_checkpoint(src, codec)
     archive = codec_archive(src, codec)
     stages = ["backbone", "frame embed", "tables", "codec", "manifest"]
 
-    def stage(label: str) -> None:
-        logger.info("export stage: %s", label)
-        if progress is not None:
-            progress(stages.index(label) + 1, len(stages), label)
+    stage = stage_announcer(stages, progress)
 
     torch.manual_seed(0)
     s = info.backbone

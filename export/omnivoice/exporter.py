@@ -17,6 +17,7 @@ from export.common import (
     export_bound,
     export_inline,
     max_abs,
+    only_fp32,
     ort_run,
     ort_session,
     torch_threads,
@@ -104,8 +105,7 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
     from export.omnivoice.graphs import CodecDecoderGraph, CodecEncoderGraph, Generator
     from export.omnivoice.reference import load_reference, reference_batch, reference_logits
 
-    if precision != "fp32":
-        raise ExportError(f"{contract.RULES.name} exports fp32 only for now, not {precision}")
+    only_fp32(contract.RULES.name, precision)
     info = read_checkpoint(src)
     tmp = Path(tmp)
     validation: dict[str, dict[str, Any]] = {}

@@ -95,7 +95,7 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
     export.memory); returns the manifest (the caller writes it and renames `tmp` into place)."""
     import torch
 
-    from export.common import versions
+    from export.common import stage_announcer, versions
     from export.memory import MemoryMonitor
 
     from .reference import StagedReference
@@ -105,10 +105,7 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
     stages += [f"{precision} quantization"] if precision != "fp32" else []
     stages += ["manifest"]
 
-    def stage(label: str) -> None:
-        logger.info("export stage: %s", label)
-        if progress is not None:
-            progress(stages.index(label) + 1, len(stages), label)
+    stage = stage_announcer(stages, progress)
 
     torch.manual_seed(0)
     reports: dict[str, Any] = {}

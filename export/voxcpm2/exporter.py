@@ -20,7 +20,6 @@ parameters, weight norm folded) are still traced with their weights inline.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from export.common import (
     ort_session,
     quantize_graph,
     snr_db,
+    stage_announcer,
     torch_threads,
     versions,
 )
@@ -49,8 +49,6 @@ from ttscore.contract.graphs import GraphSpec
 from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.voxcpm2.checkpoint import TOKENIZER_FILES, VoxCPM2Info
 from ttscore.runtime.families.voxcpm2.solver import SolveRow, solve
-
-logger = logging.getLogger(__name__)
 
 TOLERANCE = 1e-3  # max abs error of any validated output (tiny measured: <= ~3e-6)
 TEXT_TABLE = "text_embeddings"
@@ -353,10 +351,7 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     stages += [f"{precision} quantization"] if precision != "fp32" else []
     stages += ["manifest"]
 
-    def stage(label: str) -> None:
-        logger.info("export stage: %s", label)
-        if progress is not None:
-            progress(stages.index(label) + 1, len(stages), label)
+    stage = stage_announcer(stages, progress)
 
     torch.manual_seed(0)
     reports: dict[str, Any] = {}

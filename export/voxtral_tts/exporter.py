@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -25,8 +24,10 @@ from export.common import (
     export_bound,
     export_inline,
     file_size,
+    only_fp32,
     ort_run,
     ort_session,
+    stage_announcer,
     torch_threads,
     versions,
 )
@@ -43,8 +44,6 @@ from ttscore.runtime.families.voxtral_tts.checkpoint import (
     VoxtralInfo,
     read_checkpoint,
 )
-
-logger = logging.getLogger(__name__)
 
 TOLERANCE = 1e-4  # max abs error of the graphs' float outputs vs the torch modules (tiny: ~1e-6)
 CODE_TOLERANCE = 0.0  # semantic codes: exactly
@@ -220,16 +219,12 @@ def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int
 
     from export.memory import MemoryMonitor
 
-    if precision != "fp32":
-        raise InvalidRequest(f"{spec.DISPLAY} exports fp32 only so far (got --precision {precision})", "precision")
+    only_fp32(spec.DISPLAY, precision)
     src = Path(src)
     info = read_checkpoint(src)
     stages = ["lm_step", "velocity", "codec", "tables", "manifest"]
 
-    def stage(label: str) -> None:
-        logger.info("export stage: %s", label)
-        if progress is not None:
-            progress(stages.index(label) + 1, len(stages), label)
+    stage = stage_announcer(stages, progress)
 
     torch.manual_seed(0)
     lm = info.lm

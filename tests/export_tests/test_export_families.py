@@ -134,3 +134,34 @@ def test_serve_refuses_an_unregistered_family(tmp_path):
 
     with pytest.raises(ServeError, match="cannot serve model family 'nope' \\(known: qwen3_tts, voxcpm2"):
         plan_deployment([_served(tmp_path, "n", {"family": "nope"})])
+
+
+@pytest.mark.parametrize("module, function", [
+    ("breeze_tts_2", "export_breeze"), ("cosyvoice3", "export_cosyvoice3"), ("gepard", "export_gepard"),
+    ("omnivoice", "export_omnivoice"), ("voxtral_tts", "export_voxtral"),
+])
+def test_an_fp32_only_exporter_refuses_another_precision_before_reading_anything(module, function, tmp_path):
+    """400 naming `precision` (export.common.only_fp32), raised before the checkpoint is opened: the
+    source here does not exist, so any other error means the check came too late."""
+    from ttscore.contract.errors import InvalidRequest
+
+    export = getattr(importlib.import_module(f"export.{module}.exporter"), function)
+    with pytest.raises(InvalidRequest, match=r"exports fp32 only so far \(got --precision int8\)") as err:
+        export(tmp_path / "no-checkpoint", tmp_path / "out", "int8", None, {})
+    assert err.value.param == "precision"
+    assert not (tmp_path / "out").exists()
+
+
+def test_stage_announcer_reports_each_stage_as_step_i_of_n(caplog):
+    from export.common import stage_announcer
+
+    seen: list[tuple[int, int, str]] = []
+    stage = stage_announcer(["load", "graph", "manifest"], lambda i, n, label: seen.append((i, n, label)))
+    with caplog.at_level("INFO", logger="export.common"):
+        stage("graph")
+        stage("manifest")
+    assert seen == [(2, 3, "graph"), (3, 3, "manifest")]
+    assert [r.getMessage() for r in caplog.records] == ["export stage: graph", "export stage: manifest"]
+    stage_announcer(["load"], None)("load")  # no progress callback: only logged
+    with pytest.raises(ValueError):
+        stage("not a stage")
