@@ -6,32 +6,10 @@ after silence removal) or an export without the encoder gets INVALID_ARG naming 
 
 from __future__ import annotations
 
-import logging
-
 import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
 
-from ttscore.backend import glue
-from ttscore.backend import settings as model_settings
+from ttscore.backend.clip_encoder import clip_encoder_model
 from ttscore.backend.omnivoice import encoder
 
-log = logging.getLogger("ttscore.model.codec_encoder")
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        glue.install_logging()
-        config = glue.model_config(args)
-        settings = model_settings.OrtModelSettings.from_model_config(config)
-        model_settings.Instance.from_args(args).configure_process()
-        self.encoder = encoder.load(config.get("name", "codec_encoder"), settings)
-
-    def execute(self, requests):
-        # Health probes get an empty response without running the model (ttscore.backend.glue).
-        return glue.answer_probes(requests, self._execute)
-
-    def _execute(self, requests):
-        return glue.each_request(requests, lambda t: encoder.encode_request(t, self.encoder), log,
-                                 "reference encoding")
-
-    def finalize(self):
-        self.encoder = None
+# One clip per request, health probes, errors naming the field: ttscore.backend.clip_encoder.
+TritonPythonModel = clip_encoder_model("codec_encoder", encoder.load, encoder.encode_request)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.backend.settings import ModelSettingsError
+from ttscore.backend.settings import ModelSettingsError, OrtModelSettings, open_graph
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
@@ -20,13 +20,19 @@ def check_manifest(model: str, manifest: Manifest) -> None:
         raise ModelSettingsError(f"{model}: {manifest.path} is a {manifest.family} export, not {spec.RULES.name}")
 
 
-def encode_request(tensors: Mapping[str, np.ndarray], encoder: Any) -> np.ndarray:
-    """(audio, sample_rate) -> ref_codes [T, 16] int64; InvalidRequest naming the tensor."""
+def load(model: str, settings: OrtModelSettings) -> Any:
+    """breeze_speech_encoder: the export's speech_encoder graph."""
+    check_manifest(model, settings.manifest)
+    return open_graph(model, settings, "speech_encoder")
+
+
+def encode_request(tensors: Mapping[str, np.ndarray], encoder: Any) -> dict[str, np.ndarray]:
+    """(audio, sample_rate) -> {"ref_codes": [T, 16] int64}; InvalidRequest naming the tensor."""
     from ttscore.runtime.families.breeze_tts_2.model import encode_reference
 
     rate = np.asarray(tensors["sample_rate"]).reshape(-1)
     if rate.size != 1:
         raise InvalidRequest("input 'sample_rate' must hold one value", "sample_rate")
     audio = np.asarray(tensors["audio"], np.float32).reshape(-1)
-    return np.ascontiguousarray(
-        encode_reference(encoder, audio, int(rate[0]), param="audio", rate_param="sample_rate"), np.int64)
+    return {"ref_codes": np.ascontiguousarray(
+        encode_reference(encoder, audio, int(rate[0]), param="audio", rate_param="sample_rate"), np.int64)}

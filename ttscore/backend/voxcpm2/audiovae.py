@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ttscore.backend.settings import ModelSettingsError
+from ttscore.backend.settings import ModelSettingsError, OrtModelSettings, open_graph
 from ttscore.backend.vocoder import VocoderItem, check_state
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 from ttscore.contract.manifest import Manifest
@@ -51,16 +51,25 @@ def decoder_item(tensors: Mapping[str, np.ndarray], facts: DecoderFacts) -> Voco
     return VocoderItem({"latents": latents.astype(np.float32, copy=False), "state": state}, frames=int(latents.shape[2]))
 
 
-def encode_request(tensors: Mapping[str, np.ndarray], encoder: object, info: VoxCPM2Info) -> np.ndarray:
-    """audiovae_encoder: (audio, sample_rate, prompt?) -> ref_patches [T, P, D]; InvalidRequest naming the tensor."""
+def load_encoder(model: str, settings: OrtModelSettings) -> tuple[object, VoxCPM2Info]:
+    """audiovae_encoder: the export's vae_encoder graph and the checkpoint's facts."""
+    info = voxcpm2_info(model, settings.manifest)  # refuses another family's export first
+    return open_graph(model, settings, "vae_encoder"), info
+
+
+def encode_request(tensors: Mapping[str, np.ndarray], loaded: tuple[object, VoxCPM2Info]) -> dict[str, np.ndarray]:
+    """audiovae_encoder: (audio, sample_rate, prompt?) -> {"ref_patches": [T, P, D]}; InvalidRequest naming the
+    tensor."""
     from ttscore.runtime.families.voxcpm2.model import encode_reference
+
+    encoder, info = loaded
 
     for name in ("audio", "sample_rate"):
         if name not in tensors:
             raise InvalidRequest(f"input '{name}' is required", name)
     prompt = bool(np.asarray(tensors["prompt"]).reshape(-1)[0]) if "prompt" in tensors else False
     rate = int(np.asarray(tensors["sample_rate"]).reshape(-1)[0])
-    return encode_reference(
+    return {"ref_patches": encode_reference(
         encoder, info, np.asarray(tensors["audio"], np.float32).reshape(-1), rate,  # type: ignore[arg-type]
         pad="left" if prompt else "right", param="audio", rate_param="sample_rate",
-    )
+    )}
