@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ttscore.contract.rules import FamilyRules
+
 from . import encoding
 from .aliases import DEFAULT_MODEL_ALIASES, effective_voice_aliases
 from .errors import APIError, bad_request, model_not_found
@@ -244,6 +246,17 @@ def text_field(value: str | None, param: str, limit: int, *, required: bool = Fa
     if len(value) > limit:
         raise bad_request(f"'{param}' is too long: {len(value)} characters, the maximum is {limit}", param)
     return value
+
+
+def refuse_unsupported(f: SpeechFields, rules: FamilyRules) -> None:
+    """400 naming the first of the family's unsupported fields (FamilyRules.unsupported) the request set.
+    `language: "Auto"` counts as not set for a family that takes "Auto" (FamilyRules.auto_language)."""
+    for field in rules.unsupported:
+        value = getattr(f, field, None)
+        if field == "language" and rules.auto_language and isinstance(value, str) and value.strip().lower() == "auto":
+            continue
+        if value is not None:
+            raise bad_request(f"'{field}' is not supported by {rules.name} models", field)
 
 
 def task_mismatch(served_tasks: Sequence[str], task: str, family_name: str) -> APIError:

@@ -36,7 +36,15 @@ from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
 from ..errors import bad_request, from_invalid_request
 from ..family import FeatureEnv, audio_key
 from ..longtext import segment_seed, split_segments
-from ..planning import Deployment, SpeechFields, SpeechPlan, StoredVoice, plan_output, text_field
+from ..planning import (
+    Deployment,
+    SpeechFields,
+    SpeechPlan,
+    StoredVoice,
+    plan_output,
+    refuse_unsupported,
+    text_field,
+)
 from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
 
 if TYPE_CHECKING:
@@ -98,13 +106,7 @@ class BreezeTTS2Adapter:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
         ckpt, rules = named, self.rules
         name = rules.name
-        given = {
-            "x_vector_only_mode": f.x_vector_only_mode, "non_streaming_mode": f.non_streaming_mode,
-            "language": None if isinstance(f.language, str) and f.language.strip().lower() == "auto" else f.language,
-        }
-        for field in rules.unsupported:
-            if given.get(field) is not None:
-                raise bad_request(f"'{field}' is not supported by {name} models", field)
+        refuse_unsupported(f, rules)
         for field, value in (("speed", f.speed), ("sample_rate", f.sample_rate)):
             fixed = breeze_tts_2.FIXED_VALUES[field]
             if value is not None and value != fixed:

@@ -43,6 +43,7 @@ from ..planning import (
     SpeechPlan,
     StoredVoice,
     plan_output,
+    refuse_unsupported,
     text_field,
 )
 from ..voices.precomputed import PrecomputedVoice, SkipVoice
@@ -73,9 +74,7 @@ class CosyVoice3Adapter:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
         ckpt, rules = named, self.rules
         name = rules.name
-        for field in rules.unsupported:
-            if getattr(f, field, None) is not None:
-                raise bad_request(f"'{field}' is not supported by {name} models", field)
+        refuse_unsupported(f, rules)
         voice = text_field(f.voice, "voice", 256)
         voice = (voice or "").strip() or None
         stored: StoredVoice | None = None

@@ -29,7 +29,15 @@ from ..backend import InferenceBackend
 from ..errors import bad_request, from_invalid_request
 from ..family import FeatureEnv
 from ..longtext import segment_seed, split_segments
-from ..planning import Deployment, SpeechFields, SpeechPlan, StoredVoice, plan_output, text_field
+from ..planning import (
+    Deployment,
+    SpeechFields,
+    SpeechPlan,
+    StoredVoice,
+    plan_output,
+    refuse_unsupported,
+    text_field,
+)
 from ..voices.precomputed import PrecomputedVoice, SkipVoice
 
 if TYPE_CHECKING:
@@ -57,9 +65,7 @@ class GepardAdapter:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
         ckpt, rules = named, self.rules
         name = rules.name
-        for field in rules.unsupported:
-            if getattr(f, field, None) is not None:
-                raise bad_request(f"'{field}' is not supported by {name} models", field)
+        refuse_unsupported(f, rules)
         # `extra_params` (any key, temperature/top_p/top_k included): refused by the planner, as for every
         # family whose rules list no knobs (FamilyRules.extra_params)
         voice = text_field(f.voice, "voice", 256)

@@ -56,6 +56,7 @@ from ..planning import (
     SpeechPlan,
     StoredVoice,
     plan_output,
+    refuse_unsupported,
     text_field,
 )
 from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
@@ -132,10 +133,7 @@ class OmniVoiceAdapter:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
         ckpt, rules = named, self.rules
         name = rules.name
-        given = {"x_vector_only_mode": f.x_vector_only_mode, "non_streaming_mode": f.non_streaming_mode}
-        for field in rules.unsupported:
-            if given.get(field) is not None:
-                raise bad_request(f"'{field}' is not supported by {name} models", field)
+        refuse_unsupported(f, rules)
         if f.initial_codec_chunk_frames is not None:
             raise bad_request(f"'initial_codec_chunk_frames' is not supported by {name} models (non-autoregressive: "
                               "audio comes a whole sentence at a time)", "initial_codec_chunk_frames")

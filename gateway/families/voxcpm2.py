@@ -37,6 +37,7 @@ from ..planning import (
     SpeechPlan,
     StoredVoice,
     plan_output,
+    refuse_unsupported,
     text_field,
 )
 from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
@@ -98,14 +99,7 @@ class VoxCPM2Adapter:
         ckpt = named
         rules = self.rules
         name = rules.name
-        given = {
-            "instructions": f.instructions, "x_vector_only_mode": f.x_vector_only_mode,
-            "non_streaming_mode": f.non_streaming_mode,
-            "language": None if isinstance(f.language, str) and f.language.strip().lower() == "auto" else f.language,
-        }
-        for field in rules.unsupported:
-            if given.get(field) is not None:
-                raise bad_request(f"'{field}' is not supported by {name} models", field)
+        refuse_unsupported(f, rules)
         if f.task_type is not None and f.task_type not in rules.tasks:
             raise bad_request(
                 f"{name} models do not support task_type='{f.task_type}'. Use task_type='{rules.tasks[0]}' or omit it.",

@@ -35,7 +35,15 @@ from ..backend import InferenceBackend
 from ..errors import bad_request, from_invalid_request
 from ..family import FeatureEnv
 from ..longtext import segment_seed, split_segments
-from ..planning import Deployment, SpeechFields, SpeechPlan, StoredVoice, plan_output, text_field
+from ..planning import (
+    Deployment,
+    SpeechFields,
+    SpeechPlan,
+    StoredVoice,
+    plan_output,
+    refuse_unsupported,
+    text_field,
+)
 from ..voices.precomputed import PrecomputedVoice, SkipVoice
 
 if TYPE_CHECKING:
@@ -86,9 +94,7 @@ class VoxtralAdapter:
         for field in ("ref_audio", "ref_text"):
             if getattr(f, field, None) is not None:
                 raise bad_request(f"'{field}' is not supported by {name} models: {NO_ENCODER}", field)
-        for field in rules.unsupported:
-            if getattr(f, field, None) is not None:
-                raise bad_request(f"'{field}' is not supported by {name} models", field)
+        refuse_unsupported(f, rules)
         presets = ", ".join(ckpt.speakers)
         voice = text_field(f.voice, "voice", 256)
         if voice is None or not voice.strip():

@@ -323,3 +323,30 @@ def test_backend_errors_map_to_statuses():
     e = errors.from_backend("INTERNAL", "secret detail", None, "rid-1")
     assert e.status == 500 and "secret" not in e.message and "rid-1" in e.message
     assert errors.from_backend("", "weird", None, "r").status == 500
+
+
+@pytest.mark.parametrize("family", ["breeze_tts_2", "cosyvoice3", "fish_speech", "gepard", "omnivoice", "voxcpm2",
+                                    "voxtral_tts"])
+def test_refuse_unsupported_names_the_first_field_set_and_auto_only_where_taken(family):
+    """gateway.planning.refuse_unsupported, every adapter's one rule: each unsupported request field, set
+    alone, is a 400 naming it; "Auto" as the language is no language for a family that takes "Auto"."""
+    from gateway.planning import refuse_unsupported
+    from ttscore.contract.families import RULES
+
+    rules = RULES[family]
+    values = {"language": "German", "instructions": "calm", "task_type": "Base", "x_vector_only_mode": True,
+              "non_streaming_mode": False, "initial_codec_chunk_frames": 4, "ref_audio": "data:,", "ref_text": "hi"}
+    settable = [f for f in rules.unsupported if hasattr(SpeechFields(input="x"), f)]
+    assert settable, f"{family}: no unsupported field is a request field"
+    for field in settable:
+        with pytest.raises(APIError) as err:
+            refuse_unsupported(SpeechFields(input="x", **{field: values[field]}), rules)
+        assert err.value.param == field and f"'{field}' is not supported by {rules.name}" in err.value.message
+    refuse_unsupported(SpeechFields(input="x"), rules)  # nothing set: nothing refused
+    if "language" in rules.unsupported:
+        auto = SpeechFields(input="x", language=" auto ")
+        if rules.auto_language:
+            refuse_unsupported(auto, rules)
+        else:
+            with pytest.raises(APIError):
+                refuse_unsupported(auto, rules)
