@@ -1,5 +1,4 @@
-"""The Triton model of every family's reference-clip encoder (voice features: codec_encoder,
-dac_encoder, prompt_encoder, breeze_speech_encoder, audiovae_encoder).
+"""The Triton model of every family's reference-clip encoder (its voice-features model).
 
 Each is one clip per request (clips differ in length; padding them together would change what they
 encode), a health probe answered without running anything, and a bad clip answered INVALID_ARG
@@ -7,7 +6,7 @@ naming the field, whatever the family. What differs is the family's: `load(model
 graphs from the export (ModelSettingsError when the artifacts are not its), `encode(tensors, loaded)`
 turns one request's tensors into its outputs (InvalidRequest naming the field). A model.py is then::
 
-    TritonPythonModel = clip_encoder_model("codec_encoder", encoder.load, encoder.encode_request)
+    TritonPythonModel = clip_encoder_model("<model>", family_module.load, family_module.encode_request)
 
 Imported only inside the python-backend stub (it imports ttscore.backend.glue).
 """
