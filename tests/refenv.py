@@ -10,19 +10,27 @@ per release line (README "Reference environments"):
 - "ref5": `.venv-ref5`, requirements-ref5.txt: transformers 5.x, the same torch build, nothing else.
 
 A test reaches another environment only through `run`: it writes its input arrays to an .npz file,
-runs a script with that environment's python as a subprocess (the checkout and tests/ on its
-PYTHONPATH, Hugging Face offline), and reads the script's output arrays back from another .npz file.
+runs a script with that environment's python (the checkout and tests/ on its PYTHONPATH, Hugging Face
+offline), and reads the script's output arrays back from another .npz file. The script runs in a child
+forked by the environment's worker (tests/refenv_worker.py: torch and transformers imported once per
+test session, each run isolated from the others); `TTS_REFENV_WORKER=0` runs a fresh interpreter instead.
 The script's side is `serve(fn)`, at the bottom of this module, which therefore imports nothing but
 the standard library and numpy (both environments have them).
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,27 +115,134 @@ def python(env: str | RefEnv) -> Path:
                       f"{' or '.join(str(p.parent) for p in dict.fromkeys(places))}): run `make setup`")
 
 
+def _child_env() -> dict[str, str]:
+    child_env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
+    child_env.update(PYTHONPATH=os.pathsep.join((str(ROOT), str(TESTS))), PYTHONNOUSERSITE="1",
+                     HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    return child_env
+
+
+# `TTS_REFENV_WORKER=0`: a fresh interpreter per run (the slow way, to rule the fork server out).
+WORKER_ENV = "TTS_REFENV_WORKER"
+
+
+class _Worker:
+    """One environment's fork server (tests/refenv_worker.py): torch and transformers imported once,
+    each run a forked child that starts from that freshly imported state."""
+
+    START_S = 180.0  # its first answer waits for the imports
+
+    def __init__(self, exe: Path, name: str) -> None:
+        self.name = name
+        fd, log = tempfile.mkstemp(prefix=f"refenv-worker-{name}-", suffix=".log")
+        self.log = Path(log)
+        self.proc = subprocess.Popen([str(exe), str(TESTS / "refenv_worker.py")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=fd, env=_child_env(), cwd=str(ROOT))
+        os.close(fd)
+        self.buffer = b""
+        self.started = False
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _answer(self, timeout_s: float) -> dict[str, int] | None:
+        import select
+
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if ready:
+                data = os.read(self.proc.stdout.fileno(), 65536)
+                if not data:
+                    raise RefEnvError(f"the {self.name!r} reference worker exited ({self.proc.poll()}):\n"
+                                      f"{_tail(self.log.read_text(errors='replace'))}")
+                self.buffer += data
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return json.loads(line)
+
+    def run(self, script: Path, argv: Sequence[str], cwd: str, log: Path, timeout_s: float) -> int | None:
+        """The script's exit status; None when it ran past `timeout_s` (and was killed)."""
+        assert self.proc.stdin is not None
+        request = {"script": str(script), "argv": list(argv), "cwd": cwd, "log": str(log)}
+        self.proc.stdin.write((json.dumps(request) + "\n").encode())
+        self.proc.stdin.flush()
+        forked = self._answer(timeout_s + (0 if self.started else self.START_S))
+        if forked is None:
+            raise RefEnvError(f"the {self.name!r} reference worker did not start a run in time")
+        self.started = True
+        done = self._answer(timeout_s)
+        if done is not None:
+            return done["rc"]
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(forked["pid"], signal.SIGKILL)
+        self._answer(30.0)  # its exit status, to keep the protocol in step
+        return None
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(OSError):
+            self.log.unlink()
+
+
+_workers: dict[str, _Worker] = {}
+_lock = threading.Lock()
+
+
+@atexit.register
+def _close_workers() -> None:
+    for worker in _workers.values():
+        worker.close()
+    _workers.clear()
+
+
+def _worker(exe: Path, name: str) -> _Worker:
+    worker = _workers.get(name)
+    if worker is None or not worker.alive():
+        if worker is not None:
+            worker.close()
+        worker = _workers[name] = _Worker(exe, name)
+    return worker
+
+
 def run(env: str | RefEnv, script: Path | str, inputs: Mapping[str, np.ndarray] | None = None,
         args: Sequence[str] = (), *, timeout_s: float = 300) -> dict[str, np.ndarray]:
     """Run `script` (a file that ends in `serve(fn)`) with the environment's python, `inputs` in,
-    its output arrays out. Fails with the script's stderr if it exits non-zero or times out."""
+    its output arrays out. Fails with the script's output if it exits non-zero or times out.
+
+    The script runs in a child forked by the environment's worker (tests/refenv_worker.py): the same
+    as a fresh `python SCRIPT IN.npz OUT.npz ARGS...`, without importing torch each time."""
     exe = python(env)
     name = env if isinstance(env, str) else env.name
     with tempfile.TemporaryDirectory(prefix=f"refenv-{name}-") as tmp:
-        src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
+        src, dst, log = Path(tmp) / "in.npz", Path(tmp) / "out.npz", Path(tmp) / "output.log"
         np.savez(src, **dict(inputs or {}))
-        child_env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONHOME")}
-        child_env.update(PYTHONPATH=os.pathsep.join((str(ROOT), str(TESTS))), PYTHONNOUSERSITE="1",
-                         HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-        cmd = [str(exe), str(script), str(src), str(dst), *args]
-        try:
-            done = subprocess.run(cmd, cwd=tmp, env=child_env, capture_output=True, text=True, timeout=timeout_s)
-        except subprocess.TimeoutExpired as exc:
-            raise RefEnvError(f"{Path(script).name} in {name!r} ran past {timeout_s} s:\n"
-                              f"{_tail(exc.stderr)}") from None
-        if done.returncode != 0:
-            raise RefEnvError(f"{Path(script).name} in {name!r} ({exe}) exited with {done.returncode}:\n"
-                              f"{_tail(done.stderr)}")
+        argv = [str(src), str(dst), *args]
+        if os.environ.get(WORKER_ENV, "1") == "0":
+            try:
+                done = subprocess.run([str(exe), str(script), *argv], cwd=tmp, env=_child_env(),
+                                      capture_output=True, text=True, timeout=timeout_s)
+            except subprocess.TimeoutExpired as exc:
+                raise RefEnvError(f"{Path(script).name} in {name!r} ran past {timeout_s} s:\n"
+                                  f"{_tail(exc.stderr)}") from None
+            rc: int | None = done.returncode
+            log.write_text(done.stdout + done.stderr)
+        else:
+            with _lock:
+                rc = _worker(exe, name).run(Path(script).resolve(), argv, tmp, log, timeout_s)
+        output = log.read_text(errors="replace") if log.is_file() else ""
+        if rc is None:
+            raise RefEnvError(f"{Path(script).name} in {name!r} ran past {timeout_s} s:\n{_tail(output)}")
+        if rc != 0:
+            raise RefEnvError(f"{Path(script).name} in {name!r} ({exe}) exited with {rc}:\n{_tail(output)}")
         if not dst.is_file():
             raise RefEnvError(f"{Path(script).name} in {name!r} wrote no outputs (does it end in serve(fn)?)")
         with np.load(dst, allow_pickle=False) as out:

@@ -108,3 +108,41 @@ def test_a_failing_script_reports_its_stderr(tmp_path):
 def test_every_family_has_a_built_environment():
     for family in refenv.FAMILY_ENV:
         assert refenv.python(refenv.env_for(family)).is_file()
+
+
+def test_runs_are_isolated_and_start_as_a_fresh_interpreter(tmp_path, monkeypatch):
+    """The worker forks each run from the same freshly imported state: what one script puts in
+    sys.modules or draws from torch's global generator is gone for the next (a fresh interpreter seeds
+    that generator at random, so a reference that needs a seed sets one either way). The slow path
+    (TTS_REFENV_WORKER=0, a fresh interpreter per run) gives the same answers."""
+    script = tmp_path / "state.py"
+    script.write_text(
+        "import sys, types\nimport numpy as np\nimport torch\nfrom refenv import serve\n"
+        "seen = 'refenv_test_stub' in sys.modules\n"
+        "sys.modules['refenv_test_stub'] = types.ModuleType('refenv_test_stub')\n"
+        "serve(lambda inputs: {'seen': np.array(seen), 'draw': torch.rand(4).numpy(), 'pid': np.array(__import__('os').getpid())})\n")
+    first = refenv.run("main", script)
+    second = refenv.run("main", script)
+    assert not first["seen"] and not second["seen"]
+    assert first["pid"] != second["pid"]
+    np.testing.assert_array_equal(first["draw"], second["draw"])
+    monkeypatch.setenv(refenv.WORKER_ENV, "0")
+    fresh = refenv.run("main", script)
+    assert not fresh["seen"] and fresh["draw"].shape == (4,)
+
+
+def test_a_run_past_its_timeout_is_killed_and_the_worker_serves_the_next(tmp_path):
+    slow = tmp_path / "slow.py"
+    slow.write_text("import time\nprint('still going', flush=True)\ntime.sleep(60)\n")
+    with pytest.raises(refenv.RefEnvError, match=r"(?s)ran past 2 s.*still going"):
+        refenv.run("ref5", slow, timeout_s=2)
+    quick = tmp_path / "quick.py"
+    quick.write_text("import numpy as np\nfrom refenv import serve\nserve(lambda inputs, x: {'x': np.array(int(x))})\n")
+    assert int(refenv.run("ref5", quick, args=["7"])["x"]) == 7
+
+
+def test_an_exception_reports_its_traceback(tmp_path):
+    script = tmp_path / "raises.py"
+    script.write_text("raise ValueError('no such layer')\n")
+    with pytest.raises(refenv.RefEnvError, match=r"(?s)exited with 1.*ValueError: no such layer"):
+        refenv.run("main", script)
