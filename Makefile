@@ -48,12 +48,22 @@ say-demo: $(STAMP)
 	$(VENV)/bin/triton-tts say --checkpoint $(DEMO_DIR)/checkpoint-custom_voice --voice vivian \
 	  --language English --max-new-tokens 40 --seed 7 -o $(DEMO_DIR)/hello.wav "Hello from Triton TTS."
 
+# Two workers, each running whole test modules (--dist loadfile): the suite waits on subprocesses
+# (tritonserver, references, the gateway) about half the time, so two keep both cores busy; exports are
+# shared through tests/artifacts.py's store (one builds, the other reuses). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: $(STAMP) $(REF5_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy ttscore gateway export
 	$(VENV)/bin/mypy --strict ttscore/contract ttscore/runtime
 	$(VENV)/bin/lint-imports
-	TTS_REQUIRE_REFERENCES=1 $(PY) -m pytest -q --durations=25
+	TTS_REQUIRE_REFERENCES=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
+
+# The inner loop: unit, fake-backend gateway and python-backend-model tests; nothing that exports a
+# checkpoint, starts tritonserver or runs a reference (tests/conftest.py marks those `artifacts`).
+FAST := not (integration or export or parity or slow or gpu or artifacts)
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "$(FAST)"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -62,4 +72,4 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf build .pytest_cache
+	rm -rf build .pytest_cache  # build/test-cache: the tests' artifact store (tests/artifacts.py)

@@ -17,9 +17,11 @@ FOREIGN = Path(__file__).resolve().parent / "breeze_tts_2_foreign.py"  # builds 
 
 @pytest.fixture(scope="session")
 def breeze_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from artifacts import STORE
+
     from export.breeze_tts_2.tiny import make_tiny_breeze
 
-    return make_tiny_breeze(tmp_path_factory.mktemp("breeze") / "Breeze-TTS-2-tiny", seed=0)
+    return STORE.checkpoint("Breeze-TTS-2-tiny", lambda out: make_tiny_breeze(out, seed=0))
 
 
 def reference(checkpoint: Path, command: str, inputs: dict | None = None, arg: str = "{}") -> dict:
@@ -31,30 +33,30 @@ def reference(checkpoint: Path, command: str, inputs: dict | None = None, arg: s
 
 @pytest.fixture(scope="session")
 def breeze_export(breeze_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.mktemp("breeze-x") / "artifacts"
-    export_checkpoint(breeze_tiny, out)
-    return out
+    return STORE.export(breeze_tiny)
 
 
 @pytest.fixture(scope="session")
 def breeze_foreign(breeze_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A checkpoint built from transformers 5.14.1's own config classes and init (the tiny's codec)."""
     import refenv
+    from artifacts import STORE
 
-    out = tmp_path_factory.mktemp("breeze-foreign") / "Breeze-TTS-2-foreign"
-    refenv.run(refenv.env_for("breeze_tts_2"), FOREIGN, {}, [str(out), str(breeze_tiny / "audio_tokenizer")])
-    return out
+    from ttscore.runtime.weights import checkpoint_fingerprint
+
+    codec = breeze_tiny / "audio_tokenizer"
+    return STORE.checkpoint(
+        "Breeze-TTS-2-foreign", lambda out: refenv.run(refenv.env_for("breeze_tts_2"), FOREIGN, {}, [str(out), str(codec)]),
+        sources=[FOREIGN], codec=checkpoint_fingerprint(codec))
 
 
 @pytest.fixture(scope="session")
 def breeze_foreign_export(breeze_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.mktemp("breeze-foreign-x") / "artifacts"
-    export_checkpoint(breeze_foreign, out)
-    return out
+    return STORE.export(breeze_foreign)
 
 
 def run_codes(model: Any, requests: list[Any]) -> list[np.ndarray]:

@@ -24,6 +24,26 @@ if str(TESTS_DIR) not in sys.path:  # `import fakes...` from any test module
 pytest_plugins = ["timing", "model_fixtures", "e2e_fixtures", "breeze_tts_2_fixtures"]
 
 
+# Fixtures that make or serve exported checkpoints (the *_fixtures.py plugins, the VoxCPM2 ones below,
+# a real tritonserver): a test that takes one, directly or through another fixture, is marked `artifacts`
+# so that `make test-fast` (-m "not artifacts ...") leaves it to `make test`.
+HEAVY_FIXTURES = {"triton_server", "voxcpm2_tiny", "voxcpm2_artifacts", "voxcpm2_lora", "voxcpm2_lora_artifacts"}
+
+
+def _heavy(fixturedef: Any) -> bool:
+    module = getattr(fixturedef.func, "__module__", "") or ""
+    return fixturedef.argname in HEAVY_FIXTURES or (module.endswith("_fixtures") and module != "gateway_fixtures")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(_heavy(d) for defs in info.name2fixturedefs.values() for d in defs):
+            item.add_marker(pytest.mark.artifacts)
+
+
 @pytest.fixture(autouse=True)
 def _no_process_wide_onnx_pool() -> Iterator[None]:
     """ONNX Runtime's shared pool (`thread_pool: shared`, `--thread-pool shared`) is process-wide and
@@ -126,18 +146,18 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
 # --- VoxCPM2 (tests/export_tests/test_voxcpm2_*.py): one tiny checkpoint and its export for the whole session.
 @pytest.fixture(scope="session")
 def voxcpm2_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from artifacts import STORE
+
     from export.voxcpm2.tiny import make_tiny_voxcpm2
 
-    return make_tiny_voxcpm2(tmp_path_factory.mktemp("voxcpm2") / "VoxCPM2-tiny", seed=0)
+    return STORE.checkpoint("VoxCPM2-tiny", lambda out: make_tiny_voxcpm2(out, seed=0))
 
 
 @pytest.fixture(scope="session")
 def voxcpm2_artifacts(voxcpm2_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.mktemp("voxcpm2-art") / "artifacts"
-    export_checkpoint(voxcpm2_tiny, out)
-    return out
+    return STORE.export(voxcpm2_tiny)
 
 
 @pytest.fixture(scope="session")
@@ -151,8 +171,6 @@ def voxcpm2_lora(voxcpm2_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -
 @pytest.fixture(scope="session")
 def voxcpm2_lora_artifacts(voxcpm2_tiny: Path, voxcpm2_lora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """voxcpm2_tiny exported with voxcpm2_lora merged (`export --lora`)."""
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.mktemp("vxlora-art") / "artifacts"
-    export_checkpoint(voxcpm2_tiny, out, lora=voxcpm2_lora)
-    return out
+    return STORE.export(voxcpm2_tiny, lora=voxcpm2_lora)

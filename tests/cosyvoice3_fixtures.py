@@ -23,44 +23,38 @@ TORCHAUDIO_WHEEL = "torchaudio-2.11.1-py3-none-manylinux_2_28_x86_64.whl"
 
 @pytest.fixture(scope="session")
 def cosyvoice3_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from artifacts import STORE
+
     from export.cosyvoice3.tiny import make_tiny_cosyvoice3
 
-    out = tmp_path_factory.getbasetemp() / "cosyvoice3" / "cosyvoice3-tiny"
-    if not (out / "cosyvoice3.yaml").is_file():
-        make_tiny_cosyvoice3(out, seed=0)
-    return out
+    return STORE.checkpoint("cosyvoice3-tiny", lambda out: make_tiny_cosyvoice3(out, seed=0))
 
 
 @pytest.fixture(scope="session")
 def cosyvoice3_artifacts(cosyvoice3_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.getbasetemp() / "cosyvoice3" / "artifacts"
-    if not (out / "manifest.json").is_file():
-        export_checkpoint(cosyvoice3_tiny, out)
-    return out
+    return STORE.export(cosyvoice3_tiny)
 
 
 @pytest.fixture(scope="session")
 def cosyvoice3_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/cosyvoice3_foreign.py's checkpoint (built in "main" from the reference's own modules)."""
     import refenv
+    from artifacts import STORE
 
     _require_reference()
-    out = tmp_path_factory.getbasetemp() / "cosyvoice3" / "cosyvoice3-foreign"
-    if not (out / "cosyvoice3.yaml").is_file():
-        refenv.run(refenv.env_for("cosyvoice3"), FOREIGN, {}, [str(VLLM_OMNI_WHEEL), str(out)])
-    return out
+    return STORE.checkpoint(
+        "cosyvoice3-foreign", lambda out: refenv.run(refenv.env_for("cosyvoice3"), FOREIGN, {},
+                                                     [str(VLLM_OMNI_WHEEL), str(out)]),
+        sources=[FOREIGN])
 
 
 @pytest.fixture(scope="session")
 def cosyvoice3_foreign_artifacts(cosyvoice3_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.getbasetemp() / "cosyvoice3" / "foreign-artifacts"
-    if not (out / "manifest.json").is_file():
-        export_checkpoint(cosyvoice3_foreign, out)
-    return out
+    return STORE.export(cosyvoice3_foreign)
 
 
 def noise_inputs(seed: int, speech_rows: int, steps: int, mel_frames: int, requests: int = 1,

@@ -19,48 +19,39 @@ FOREIGN = Path(__file__).resolve().parent / "fish_speech_foreign.py"
 
 @pytest.fixture(scope="session")
 def fish_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from artifacts import STORE
+
     from export.fish_speech.tiny import make_tiny_fish
 
-    out = tmp_path_factory.getbasetemp() / "fish_speech" / "fish-tiny"
-    if not (out / "codec.pth").is_file():
-        make_tiny_fish(out, seed=0)
-    return out
+    return STORE.checkpoint("fish-tiny", lambda out: make_tiny_fish(out, seed=0))
 
 
 @pytest.fixture(scope="session")
 def fish_artifacts(fish_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.getbasetemp() / "fish_speech" / "artifacts"
-    if not (out / "manifest.json").is_file():
-        export_checkpoint(fish_tiny, out)
-    return out
+    return STORE.export(fish_tiny)
 
 
 @pytest.fixture(scope="session")
 def fish_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """tests/fish_speech_foreign.py's checkpoint (vLLM-Omni's own classes and init, dimensions unlike make-tiny's)."""
-    import shutil
-
     import refenv
+    from artifacts import STORE
 
     if VLLM_OMNI_WHEEL is None:
         refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
-    out = tmp_path_factory.getbasetemp() / "fish_speech" / "fish-foreign"
-    if not (out / "tokenizer_config.json").is_file():  # its last file
-        shutil.rmtree(out, ignore_errors=True)
-        refenv.run(refenv.env_for("fish_speech"), FOREIGN, {}, [str(VLLM_OMNI_WHEEL), str(out)])
-    return out
+    return STORE.checkpoint(
+        "fish-foreign", lambda out: refenv.run(refenv.env_for("fish_speech"), FOREIGN, {},
+                                               [str(VLLM_OMNI_WHEEL), str(out)]),
+        sources=[FOREIGN])
 
 
 @pytest.fixture(scope="session")
 def fish_foreign_artifacts(fish_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.getbasetemp() / "fish_speech" / "foreign-artifacts"
-    if not (out / "manifest.json").is_file():
-        export_checkpoint(fish_foreign, out)
-    return out
+    return STORE.export(fish_foreign)
 
 
 def reference(checkpoint: Path, requests: list[dict], inputs: dict[str, np.ndarray] | None = None) -> dict:

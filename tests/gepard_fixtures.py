@@ -34,53 +34,44 @@ FOREIGN_CODEC_FILE = Path("nanocodec") / "codec.nemo"
 
 @pytest.fixture(scope="session")
 def gepard_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from artifacts import STORE
+
     from export.gepard.tiny import make_tiny_gepard
 
-    out = tmp_path_factory.getbasetemp() / "gepard" / "gepard-tiny"
-    if not (out / "gepard_config.json").is_file():
-        make_tiny_gepard(out, seed=0)
-    return out
+    return STORE.checkpoint("gepard-tiny", lambda out: make_tiny_gepard(out, seed=0))
 
 
 @pytest.fixture(scope="session")
 def gepard_artifacts(gepard_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.getbasetemp() / "gepard" / "artifacts"
-    if not (out / "manifest.json").is_file():
-        export_checkpoint(gepard_tiny, out)
-    return out
+    return STORE.export(gepard_tiny)
 
 
 @pytest.fixture(scope="session")
 def gepard_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import refenv
+    from artifacts import STORE
 
-    out = tmp_path_factory.getbasetemp() / "gepard" / "gepard-foreign"
-    if not (out / FOREIGN_CODEC_FILE).is_file():
-        import shutil
-
+    def make(out: Path) -> None:
         import torch
 
         from export.gepard.codec import NanoCodec, write_nemo
 
-        shutil.rmtree(out, ignore_errors=True)  # a run cut short
         refenv.run(refenv.env_for("gepard"), FOREIGN, {}, [str(out)])
         torch.manual_seed(5)
         state = {f"audio_decoder.{k}": v for k, v in NanoCodec(FOREIGN_CODEC).audio_decoder.state_dict().items()}
         (out / FOREIGN_CODEC_FILE).parent.mkdir()
         write_nemo(out / FOREIGN_CODEC_FILE, FOREIGN_CODEC, state)
-    return out
+
+    return STORE.checkpoint("gepard-foreign", make, sources=[FOREIGN, Path(__file__)])
 
 
 @pytest.fixture(scope="session")
 def gepard_foreign_artifacts(gepard_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.getbasetemp() / "gepard" / "foreign-artifacts"
-    if not (out / "manifest.json").is_file():
-        export_checkpoint(gepard_foreign, out)
-    return out
+    return STORE.export(gepard_foreign)
 
 
 def reference(checkpoint: Path, command: str, inputs: dict | None = None, arg: str = "{}") -> dict:

@@ -1,42 +1,23 @@
 """Session fixtures: tiny checkpoints of each variant, their exported artifacts, loaded pipelines.
 
-Registered from conftest.py through `pytest_plugins`. Exports are done once per test session; set
-TTS_TEST_CACHE to a directory to reuse them across sessions while developing.
+Registered from conftest.py through `pytest_plugins`. Checkpoints and exports come from the tests' artifact
+store (tests/artifacts.py): made once, reused while the code that makes them is unchanged.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 
-def _root(tmp_path_factory) -> Path:
-    cache = os.environ.get("TTS_TEST_CACHE")
-    if cache:
-        p = Path(cache)
-        p.mkdir(parents=True, exist_ok=True)
-        return p
-    return tmp_path_factory.getbasetemp() / "models"
-
-
 def _variant(tmp_path_factory, variant: str, greedy: bool = False):
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
+
     from export.qwen3_tts.tiny import make_tiny
-    from ttscore.contract.manifest import read_manifest
     from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
 
-    root = _root(tmp_path_factory)
     tag = f"{variant}{'-greedy' if greedy else ''}"
-    ckpt = root / f"ckpt-{tag}"
-    art = root / f"art-{tag}"
-    if not (ckpt / "model.safetensors").is_file():
-        make_tiny(variant, ckpt, seed=0, greedy=greedy)
-    try:
-        read_manifest(art)
-    except Exception:
-        export_checkpoint(ckpt, art)
+    ckpt = STORE.checkpoint(f"ckpt-{tag}", lambda out: make_tiny(variant, out, seed=0, greedy=greedy))
+    art = STORE.export(ckpt)
     return ckpt, art, Qwen3TTSPipeline.load(art)
 
 

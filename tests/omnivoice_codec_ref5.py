@@ -21,6 +21,10 @@ import types
 import numpy as np
 from refenv import serve
 
+# transformers decides whether torchaudio exists when it is first imported: the stand-in below must be
+# in place before that, so this script runs in a fresh interpreter, not from the worker's imports.
+REFENV_FRESH_INTERPRETER = True
+
 
 def _torchaudio_stand_in() -> None:
     import torch

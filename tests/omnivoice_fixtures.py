@@ -16,22 +16,18 @@ __all__ = ["omnivoice_artifacts", "omnivoice_foreign", "omnivoice_foreign_artifa
 
 @pytest.fixture(scope="session")
 def omnivoice_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from artifacts import STORE
+
     from export.omnivoice.tiny import make_tiny_omnivoice
 
-    out = tmp_path_factory.getbasetemp() / "omnivoice" / "OmniVoice-tiny"
-    if not (out / "config.json").is_file():
-        make_tiny_omnivoice(out, seed=0)
-    return out
+    return STORE.checkpoint("OmniVoice-tiny", lambda out: make_tiny_omnivoice(out, seed=0))
 
 
 @pytest.fixture(scope="session")
 def omnivoice_artifacts(omnivoice_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.getbasetemp() / "omnivoice" / "artifacts"
-    if not (out / "manifest.json").is_file():
-        export_checkpoint(omnivoice_tiny, out)
-    return out
+    return STORE.export(omnivoice_tiny)
 
 
 CODEC = {
@@ -61,48 +57,49 @@ def _tokenizer(out: Path, vocab_size: int) -> None:
 
 
 @pytest.fixture(scope="session")
-def omnivoice_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def omnivoice_foreign() -> Path:
     """Built with the reference's own classes and init (OmniVoiceConfig + transformers' Qwen3Config,
     OmniVoice(config).save_pretrained), dimensions and a tokenizer unlike make-tiny's (special tokens
     first, another vocabulary), a codec of other dimensions with torch's and transformers' default
     init (its encoder side too)."""
-    import torch
-    from safetensors.torch import save_file
-    from transformers import Qwen3Config
+    from artifacts import STORE
 
-    from export.omnivoice.codec import codec_modules
-    from export.omnivoice.reference import omnivoice_module
+    def make(out: Path) -> None:
+        import torch
+        from safetensors.torch import save_file
+        from transformers import Qwen3Config
 
-    mod = omnivoice_module()
-    out = tmp_path_factory.mktemp("omnivoice-foreign") / "OmniVoice-foreign"
-    llm = Qwen3Config(hidden_size=48, intermediate_size=80, num_hidden_layers=3, num_attention_heads=6,
-                      num_key_value_heads=3, head_dim=8, vocab_size=1100, rope_theta=10000.0)
-    torch.manual_seed(7)
-    model = mod.OmniVoice(mod.OmniVoiceConfig(llm_config=llm))
-    with torch.no_grad():  # trained weights are far from the 0.02 init: make positions and logits matter
-        for module in model.llm.modules():
-            if isinstance(module, torch.nn.Linear):
-                module.weight.normal_(0, module.in_features ** -0.5)
-        model.audio_heads.weight.normal_(0, 0.5)
-        model.audio_embeddings.weight.normal_(0, 1.0)
-    model.save_pretrained(str(out))
-    _tokenizer(out, 1100)
-    codec = codec_modules(CODEC, encoder=True)  # every tensor of HiggsAudioV2TokenizerModel, transformers' init
-    with torch.no_grad():
-        for q in codec.quantizer.quantizers:
-            q.codebook.embed.normal_()
-    (out / "audio_tokenizer").mkdir()
-    (out / "audio_tokenizer" / "config.json").write_text(json.dumps(CODEC))
-    (out / "audio_tokenizer" / "preprocessor_config.json").write_text(json.dumps(
-        {"feature_extractor_type": "DacFeatureExtractor", "feature_size": 1, "hop_length": 960, "sampling_rate": 24000}))
-    save_file({k: v.contiguous() for k, v in codec.state_dict().items()}, str(out / "audio_tokenizer" / "model.safetensors"))
-    return out
+        from export.omnivoice.codec import codec_modules
+        from export.omnivoice.reference import omnivoice_module
+
+        mod = omnivoice_module()
+        llm = Qwen3Config(hidden_size=48, intermediate_size=80, num_hidden_layers=3, num_attention_heads=6,
+                          num_key_value_heads=3, head_dim=8, vocab_size=1100, rope_theta=10000.0)
+        torch.manual_seed(7)
+        model = mod.OmniVoice(mod.OmniVoiceConfig(llm_config=llm))
+        with torch.no_grad():  # trained weights are far from the 0.02 init: make positions and logits matter
+            for module in model.llm.modules():
+                if isinstance(module, torch.nn.Linear):
+                    module.weight.normal_(0, module.in_features ** -0.5)
+            model.audio_heads.weight.normal_(0, 0.5)
+            model.audio_embeddings.weight.normal_(0, 1.0)
+        model.save_pretrained(str(out))
+        _tokenizer(out, 1100)
+        codec = codec_modules(CODEC, encoder=True)  # every tensor of HiggsAudioV2TokenizerModel, transformers' init
+        with torch.no_grad():
+            for q in codec.quantizer.quantizers:
+                q.codebook.embed.normal_()
+        (out / "audio_tokenizer").mkdir()
+        (out / "audio_tokenizer" / "config.json").write_text(json.dumps(CODEC))
+        (out / "audio_tokenizer" / "preprocessor_config.json").write_text(json.dumps(
+            {"feature_extractor_type": "DacFeatureExtractor", "feature_size": 1, "hop_length": 960, "sampling_rate": 24000}))
+        save_file({k: v.contiguous() for k, v in codec.state_dict().items()}, str(out / "audio_tokenizer" / "model.safetensors"))
+
+    return STORE.checkpoint("OmniVoice-foreign", make, sources=[Path(__file__)])
 
 
 @pytest.fixture(scope="session")
 def omnivoice_foreign_artifacts(omnivoice_foreign: Path) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = omnivoice_foreign.parent / "artifacts"
-    export_checkpoint(omnivoice_foreign, out)
-    return out
+    return STORE.export(omnivoice_foreign)

@@ -124,6 +124,10 @@ def _child_env() -> dict[str, str]:
 
 # `TTS_REFENV_WORKER=0`: a fresh interpreter per run (the slow way, to rule the fork server out).
 WORKER_ENV = "TTS_REFENV_WORKER"
+# A script that must not start from the worker's imports says so on a line of its own (e.g. one that
+# stubs a module before transformers is imported: transformers records which packages exist when it
+# is first imported, and the worker has imported it already).
+FRESH_MARK = "REFENV_FRESH_INTERPRETER = True"
 
 
 class _Worker:
@@ -226,7 +230,7 @@ def run(env: str | RefEnv, script: Path | str, inputs: Mapping[str, np.ndarray] 
         src, dst, log = Path(tmp) / "in.npz", Path(tmp) / "out.npz", Path(tmp) / "output.log"
         np.savez(src, **dict(inputs or {}))
         argv = [str(src), str(dst), *args]
-        if os.environ.get(WORKER_ENV, "1") == "0":
+        if os.environ.get(WORKER_ENV, "1") == "0" or FRESH_MARK in Path(script).read_text():
             try:
                 done = subprocess.run([str(exe), str(script), *argv], cwd=tmp, env=_child_env(),
                                       capture_output=True, text=True, timeout=timeout_s)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -43,8 +45,29 @@ def pytest_runtest_logreport(report: Any) -> None:
     _tests[report.nodeid][report.when] = round(report.duration, 3)
 
 
+PARTS_ENV = "_TTS_TIMING_PARTS"  # where xdist workers leave their fixtures for the controller
+
+
+def pytest_configure(config: Any) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller (or a run without xdist): before workers start
+        os.environ[PARTS_ENV] = tempfile.mkdtemp(prefix="tts-timing-")
+
+
+def pytest_sessionfinish(session: Any) -> None:
+    worker, parts = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get(PARTS_ENV)
+    if worker and parts and Path(parts).is_dir():
+        (Path(parts) / f"{worker}.json").write_text(json.dumps(_fixtures))
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's part goes through pytest_sessionfinish
+        return
     wall = time.monotonic() - _started
+    parts = os.environ.get(PARTS_ENV)
+    if parts and Path(parts).is_dir():
+        for part in sorted(Path(parts).glob("*.json")):
+            _fixtures.extend({**f, "worker": part.stem} for f in json.loads(part.read_text()))
+        shutil.rmtree(parts, ignore_errors=True)
     path = os.environ.get(REPORT_ENV)
     if path:
         Path(path).write_text(json.dumps({"wall_s": round(wall, 1), "fixtures": _fixtures,

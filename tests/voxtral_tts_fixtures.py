@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from voxtral_tts_foreign import VOICES as FOREIGN_VOICES
 
 __all__ = ["VLLM_OMNI_WHEEL", "reference", "reference_with_our_noise", "voxtral_artifacts", "voxtral_foreign",
            "voxtral_foreign_artifacts", "voxtral_tiny"]
@@ -41,22 +40,18 @@ VLLM_OMNI_WHEEL = vllm_omni_wheel()
 
 @pytest.fixture(scope="session")
 def voxtral_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from artifacts import STORE
+
     from export.voxtral_tts.tiny import make_tiny_voxtral
 
-    out = tmp_path_factory.getbasetemp() / "voxtral_tts" / "voxtral-tiny"
-    if not (out / "params.json").is_file():
-        make_tiny_voxtral(out, seed=0)
-    return out
+    return STORE.checkpoint("voxtral-tiny", lambda out: make_tiny_voxtral(out, seed=0))
 
 
 @pytest.fixture(scope="session")
 def voxtral_artifacts(voxtral_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.getbasetemp() / "voxtral_tts" / "artifacts"
-    if not (out / "manifest.json").is_file():
-        export_checkpoint(voxtral_tiny, out)
-    return out
+    return STORE.export(voxtral_tiny)
 
 
 @pytest.fixture(scope="session")
@@ -65,23 +60,19 @@ def voxtral_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     if VLLM_OMNI_WHEEL is None:
         refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
-    out = tmp_path_factory.getbasetemp() / "voxtral_tts" / "voxtral-foreign"
-    if not all((out / "voice_embedding" / f"{v}.pt").is_file() for v in FOREIGN_VOICES):  # its last files
-        import shutil
+    from artifacts import STORE
 
-        shutil.rmtree(out, ignore_errors=True)  # a run cut short
-        refenv.run(refenv.env_for("voxtral_tts"), FOREIGN, {}, [str(VLLM_OMNI_WHEEL), str(out)])
-    return out
+    return STORE.checkpoint(
+        "voxtral-foreign", lambda out: refenv.run(refenv.env_for("voxtral_tts"), FOREIGN, {},
+                                                  [str(VLLM_OMNI_WHEEL), str(out)]),
+        sources=[FOREIGN])
 
 
 @pytest.fixture(scope="session")
 def voxtral_foreign_artifacts(voxtral_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from export.exporter import export_checkpoint
+    from artifacts import STORE
 
-    out = tmp_path_factory.getbasetemp() / "voxtral_tts" / "foreign-artifacts"
-    if not (out / "manifest.json").is_file():
-        export_checkpoint(voxtral_foreign, out)
-    return out
+    return STORE.export(voxtral_foreign)
 
 
 def reference(checkpoint: Path, requests: list[dict], inputs: dict | None = None) -> dict:

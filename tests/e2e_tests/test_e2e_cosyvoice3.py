@@ -234,11 +234,19 @@ def test_openai_sdk_with_ref_audio_and_ref_text_in_extra_body(stack):
         ({"word_timestamps": True}, "word_timestamps"),
     ],
 )
-def test_refused_field_is_a_400_naming_it_and_the_next_request_succeeds(http, stack, extra, param):
+def test_refused_field_is_a_400_naming_it(http, stack, extra, param):
     payload = {k: v for k, v in {**body(stack, input=SHORT, max_new_tokens=10), **extra}.items() if v is not None}
     r = http.post(SPEECH, json=payload)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param, r.json()
+
+
+def test_the_next_request_after_a_refusal_is_served(http, stack):
+    """The matrix above runs on this server without a generation after each 400; this is its
+    end-to-end half: a refusal, then a request served."""
+    r = http.post(SPEECH, json=body(stack, input=SHORT, max_new_tokens=0))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "max_new_tokens", r.json()
     assert wav_of(http.post(SPEECH, json=body(stack, input=SHORT, max_new_tokens=10))).size
 
 

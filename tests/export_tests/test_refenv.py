@@ -146,3 +146,15 @@ def test_an_exception_reports_its_traceback(tmp_path):
     script.write_text("raise ValueError('no such layer')\n")
     with pytest.raises(refenv.RefEnvError, match=r"(?s)exited with 1.*ValueError: no such layer"):
         refenv.run("main", script)
+
+
+def test_a_script_can_ask_for_a_fresh_interpreter(tmp_path):
+    """A script that stubs a module before transformers is imported (omnivoice_codec_ref5.py) runs in a
+    fresh interpreter: transformers is not imported yet when it starts."""
+    script = tmp_path / "fresh.py"
+    script.write_text("import sys\nimport numpy as np\nfrom refenv import serve\n"
+                      f"{refenv.FRESH_MARK}\n"
+                      "serve(lambda inputs: {'imported': np.array('transformers' in sys.modules)})\n")
+    assert not refenv.run("ref5", script)["imported"]
+    script.write_text(script.read_text().replace(refenv.FRESH_MARK, ""))
+    assert refenv.run("ref5", script)["imported"]  # the worker's imports
