@@ -139,8 +139,11 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
         return server
 
     yield start
-    for server in reversed(started):
-        server.stop()
+    # Every server drains for a while after SIGTERM: stop them all at once.
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(len(started), 1)) as pool:
+        list(pool.map(lambda server: server.stop(), started))
 
 
 # --- VoxCPM2 (tests/export_tests/test_voxcpm2_*.py): one tiny checkpoint and its export for the whole session.
