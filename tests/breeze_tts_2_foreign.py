@@ -6,7 +6,8 @@ name (`backbone_model.embed_tokens.embed_audio_tokens.weight`), no `embed_text_t
 `codec_model.*` tensor, the eoi row on `<ins_eos>` (so instruction prompts use it), dimensions unlike make-tiny's (3 text layers with default RoPE everywhere,
 window 4; 3 backbone layers with 1 KV head; llama3 factor 8) and a tokenizer unlike make-tiny's
 (`PreTrainedTokenizerFast`, Metaspace pre-tokenizer, WordPiece-free BPE without byte fallback,
-specials at other ids). `audio_tokenizer/` is copied from the directory given.
+specials at other ids, no `<|AUDIO|>`/`<|audio_eos|>` tokens: the config's audio ids lie past the text
+vocabulary, as the released checkpoint's do). `audio_tokenizer/` is copied from the directory given.
 
 `python breeze_tts_2_foreign.py IN.npz OUT.npz <out_dir> <audio_tokenizer_dir>` (refenv.serve).
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 VOICES = [f"[S{i}]" for i in range(10)]
+EOS_ROW_SCALE = 4.3  # the stop row's weights scaled: greedy requests end by themselves after 1 to 22 frames
 CORPUS = ("Breeze speaks. Hello there, this is another voice test with numbers and letters. "
           "Quiet, loud, slow, fast: the weather today is sunny with a light breeze. ") * 3
 
@@ -30,7 +32,9 @@ def tokenizer(out: Path) -> dict[str, int]:
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
-    specials = ["<unk>", "<bos>", "<eos>", "<pad>", "<|AUDIO|>", "<|audio_eos|>", *VOICES, "<ins_bos>", "<ins_eos>"]
+    # No audio tokens, as the released Gemma tokenizer (its audio_token_id 262144 lies past its vocabulary):
+    # the reference frames' rows are placed by id, never tokenized.
+    specials = ["<unk>", "<bos>", "<eos>", "<pad>", *VOICES, "<ins_bos>", "<ins_eos>"]
     tok.train_from_iterator([CORPUS], trainers.BpeTrainer(vocab_size=260, special_tokens=specials,
                                                           show_progress=False))
     tok.add_special_tokens(specials)
@@ -75,7 +79,7 @@ def main(inputs: dict, out_dir: str, audio_tokenizer: str) -> dict:
                                  "vocab_size": 2051},
         "codec_config": {"codebook_size": 2048},
         "num_codebooks": 16, "vocab_size": 2051, "audio_vocab_size": 2051, "audio_num_codebooks": 16,
-        "audio_token_id": ids["<|AUDIO|>"], "audio_eos_token_id": ids["<|audio_eos|>"],
+        "audio_token_id": ids["vocab"], "audio_eos_token_id": ids["vocab"] + 1,
         "codebook_eos_token_id": 0, "text_vocab_size": ids["vocab"], "backbone_model_type": "qwen3",
         "text_encoder_proj_type": "linear", "tie_codebooks_embeddings": True,
     }
@@ -85,6 +89,8 @@ def main(inputs: dict, out_dir: str, audio_tokenizer: str) -> dict:
     with torch.no_grad():  # modules outside PreTrainedModel keep torch's init; the heads need one
         torch.nn.init.normal_(model.depth_decoder.codebooks_head.weight, std=0.2)
         torch.nn.init.normal_(model.lm_head.weight, std=0.2)
+        # A stop row that wins now and then: greedy decoding ends by itself after some frames (the EOS cases).
+        model.lm_head.weight[cfg["vocab_size"]] *= EOS_ROW_SCALE
     state = {k: v.contiguous() for k, v in model.state_dict().items() if k != "embed_text_tokens.weight"}
     state["backbone_model.embed_tokens.embed_audio_tokens.weight"] = state.pop("depth_decoder.model.embed_tokens.weight")
     state["codec_model.quantizer.dummy"] = torch.zeros(3)

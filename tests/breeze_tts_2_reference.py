@@ -3,8 +3,9 @@ tests/refenv.py: Hugging Face `T5Gemma2TextEncoder` + `text_encoder_proj`, `Qwen
 embedding: the backbone takes embeddings) + `lm_head`, `LlamaModel` as the depth decoder (its own flat
 audio table, `inputs_embeds_projector`, per-codebook heads), greedy decoding as vLLM-Omni 0.30.0's
 talker does it (code-0 repetition penalty on the generated history, reserved rows masked, depth
-decoder re-run on the whole frame prefix per code), and the prompt as its prompt builder makes it
-(each text segment tokenized with <bos>, decoded, the whole prompt re-tokenized without specials).
+decoder re-run on the whole frame prefix per code), and the prompt made by vLLM-Omni 0.30.0's own
+`build_breeze_prompt` (from the release wheel: the default instruction, the reference at the id level,
+each text segment through the text encoder on its own).
 
 Every tensor of model.safetensors is loaded strictly (`embed_text_tokens` included, unused as upstream).
 
@@ -96,32 +97,70 @@ def encode_text(model, ids, mask):
         return model.text_encoder_proj(out.last_hidden_state)
 
 
+WHEEL = "vllm_omni-0.30.0-py3-none-any.whl"
+VO_PROMPT = "vllm_omni/model_executor/models/breeze_tts_2/prompt.py"
+
+
+def vllm_omni_prompt_module():
+    """vLLM-Omni 0.30.0's own `breeze_tts_2/prompt.py`, read from the release wheel (`make setup` puts it in
+    .venv-ref5/wheels/, this environment's prefix; VOXTRAL_VLLM_OMNI_WHEEL overrides) and run without vLLM:
+    its vLLM imports get stand-ins (`tokens_input` makes the prompt dict it makes; `AudioResampler` is never
+    reached: the reference clips given here are 24 kHz already)."""
+    import os
+    import sys
+    import types
+    import zipfile
+
+    wheel = os.environ.get("VOXTRAL_VLLM_OMNI_WHEEL") or str(Path(sys.prefix) / "wheels" / WHEEL)
+    with zipfile.ZipFile(wheel) as zf:
+        source = zf.read(VO_PROMPT).decode()
+
+    class AudioResampler:
+        def __init__(self, **kwargs: object) -> None:
+            raise AssertionError("the reference clip must be 24 kHz here")
+
+    stubs = {"vllm": {}, "vllm.inputs": {"TokensPrompt": dict,
+                                         "tokens_input": lambda prompt_token_ids: {"prompt_token_ids": list(prompt_token_ids)}},
+             "vllm.multimodal": {}, "vllm.multimodal.audio": {"AudioResampler": AudioResampler}}
+    for name, attrs in stubs.items():
+        mod = types.ModuleType(name)
+        mod.__dict__.update(attrs)
+        sys.modules[name] = mod
+    module = types.ModuleType("vllm_omni_breeze_prompt")
+    exec(compile(source, VO_PROMPT, "exec"), module.__dict__)
+    return module
+
+
 def prompt(checkpoint: Path, cfg: dict, req: dict, ref_codes):
-    """(prompt_ids, text_mask, text segment lengths) as vLLM-Omni's BreezeTTS2PromptBuilder makes them."""
+    """(prompt_ids, text_mask, text segment lengths) from vLLM-Omni 0.30.0's `build_breeze_prompt` (the
+    adapter's call: the default instruction when the request has none, voice S0 by default): the
+    reference segment's ids, one row per reference frame and the EOS frame's row (their ids are the
+    config's placeholders), then the target's ids."""
     from transformers import AutoTokenizer
 
+    vo = vllm_omni_prompt_module()
     tok = AutoTokenizer.from_pretrained(str(checkpoint))
-    speaker = f"[{req.get('voice') or 'S0'}]"
-    text, instr, ref_text = req["text"], req.get("instructions"), req.get("ref_text")
-    target = f"{speaker}<ins_bos>{instr}<ins_eos>{text}" if instr else f"{speaker}{text}"
-    segments: list[tuple[str, bool, int]] = []
-    if ref_codes is not None:
-        ids = tok(f"{speaker}{ref_text}", add_special_tokens=True)["input_ids"]
-        segments.append((tok.decode(ids, skip_special_tokens=False), True, 0))
-        segments.append(("<|AUDIO|>" * len(ref_codes) + "<|audio_eos|>", False, len(ref_codes) + 1))
-    ids = tok(target, add_special_tokens=True)["input_ids"]
-    segments.append((tok.decode(ids, skip_special_tokens=False), True, 0))
-    prompt_ids = tok("".join(s for s, _, _ in segments), add_special_tokens=False)["input_ids"]
+    instructions = req.get("instructions")
+    reference = None
+    if ref_codes is not None:  # a silent clip of as many frames: only its length reaches the prompt
+        reference = (np.zeros(len(ref_codes) * vo.ENCODE_DOWNSAMPLE_RATE, np.float32), vo.SAMPLE_RATE)
+    built = vo.build_breeze_prompt(tok, req["text"], vo.DEFAULT_INSTRUCTION if instructions is None else instructions,
+                                   speaker=req.get("voice") or "S0", ref_audio=reference,
+                                   ref_text=req.get("ref_text") if reference is not None else None)
+    cond = built["additional_information"]["breeze_prompt"]
+    ids: list[int] = []
     mask: list[bool] = []
     lengths: list[int] = []
-    for rendered, is_text, expected in segments:
-        n = len(tok(rendered, add_special_tokens=False)["input_ids"])
-        assert is_text or n == expected, (n, expected)
-        mask += [is_text] * n
-        if is_text:
-            lengths.append(n)
-    assert len(mask) == len(prompt_ids)
-    return np.array(prompt_ids), np.array(mask), lengths
+    if reference is not None:
+        assert cond["reference_frames"] == len(ref_codes), (cond["reference_frames"], len(ref_codes))
+        ids += list(cond["reference_ids"]) + [cfg["audio_token_id"]] * len(ref_codes) + [cfg["audio_eos_token_id"]]
+        mask += [True] * len(cond["reference_ids"]) + [False] * (len(ref_codes) + 1)
+        lengths.append(len(cond["reference_ids"]))
+    ids += list(cond["target_ids"])
+    mask += [True] * len(cond["target_ids"])
+    lengths.append(len(cond["target_ids"]))
+    assert len(built["prompt_token_ids"]) == len(ids)  # vLLM-Omni's own count of the prompt's rows
+    return np.array(ids), np.array(mask), lengths
 
 
 def generate(model, cfg: dict, prompt_ids, text_mask, lengths, ref_codes, max_new: int, penalty: float):
@@ -147,12 +186,10 @@ def generate(model, cfg: dict, prompt_ids, text_mask, lengths, ref_codes, max_ne
             parts.append(encode_text(model, seg, torch.ones_like(seg))[0])
             start += n
         embeds[tmask] = torch.cat(parts)
-        audio = ids == cfg["audio_token_id"]
-        if audio.any():
-            embeds[audio] = frame_embed(np.asarray(ref_codes))
-        eos = ids == cfg["audio_eos_token_id"]
-        if eos.any():
-            embeds[eos] = frame_embed(np.full((1, nq), cfg["codebook_eos_token_id"]))
+        rows = torch.nonzero(~tmask).flatten()  # the reference's frames, then the all-EOS frame
+        if len(rows):
+            embeds[rows[:-1]] = frame_embed(np.asarray(ref_codes))
+            embeds[rows[-1]] = frame_embed(np.full((1, nq), cfg["codebook_eos_token_id"]))[0]
         cache = DynamicCache(config=model.backbone_model.config)
         out = model.backbone_model(inputs_embeds=embeds[None], past_key_values=cache, use_cache=True)
         hidden = out.last_hidden_state[0, -1]

@@ -85,7 +85,8 @@ class CodecTarget:
 
 
 def _transcript(text: str | None) -> str | None:
-    return text.strip() if text and text.strip() else None
+    """The transcript as given (vLLM-Omni's adapter does not strip it); none when blank."""
+    return text if text and text.strip() else None
 
 
 class BreezeTTS2Adapter:

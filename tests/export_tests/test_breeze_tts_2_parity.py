@@ -1,7 +1,7 @@
 """Breeze-TTS-2 offline parity: the exported graphs under our runtime produce exactly the reference
 composition's codes (transformers 5.14.1 in ref5: T5Gemma2TextEncoder, Qwen3Model, LlamaModel depth
-decoder, greedy with the 1.1 code-0 repetition penalty, vLLM-Omni's prompt builder), in the four
-modes; the streamed audio equals the Qwen3-TTS reference decoder (qwen-tts, main env) on those codes
+decoder, greedy with the 1.1 code-0 repetition penalty, the prompt ids of vLLM-Omni 0.30.0's own
+`build_breeze_prompt` from its wheel), in the four modes and with the defaults (S0, the default instruction); the streamed audio equals the Qwen3-TTS reference decoder (qwen-tts, main env) on those codes
 within AUDIO_ATOL."""
 
 from __future__ import annotations
@@ -20,11 +20,14 @@ AUDIO_ATOL = 1e-4  # streamed exported code2wav vs the reference decoder (measur
 FRAMES = 10
 
 CASES = {
+    "default": {"text": "Good morning, how are you today?"},  # no voice, no instructions: S0, the default instruction
     "plain": {"text": "Hello world, good morning.", "voice": "S3"},
     "design": {"text": "Good morning, how are you today?", "instructions": "A calm warm voice, slowly."},
     "clone": {"text": "Testing one two three.", "ref_text": "The quick brown fox."},
     "direction": {"text": "Numbers one two three.", "ref_text": "The quick brown fox.",
                   "instructions": "Speak clearly and naturally."},
+    # Odd whitespace and Chinese: vLLM-Omni's adapter passes the text, the instructions and the transcript as given.
+    "whitespace": {"text": " 你好，  world.\n", "ref_text": "  The quick brown fox. ", "instructions": " A calm voice.  "},
 }
 
 

@@ -31,7 +31,9 @@ VOICES = tuple(f"S{i}" for i in range(10))
 DEFAULT_VOICE = "S0"
 INSTRUCTION_BOS = "<ins_bos>"
 INSTRUCTION_EOS = "<ins_eos>"
-AUDIO_TAG = "<|AUDIO|>"  # one per reference frame (placeholder; the frame's code embedding goes there)
+# The instruction of a request without one (vLLM-Omni 0.30.0, breeze_tts_2/prompt.py DEFAULT_INSTRUCTION).
+DEFAULT_INSTRUCTION = "Speak clearly and naturally."
+AUDIO_TAG = "<|AUDIO|>"  # the tiny tokenizer's reference-frame token (a prompt row's placeholder id only)
 AUDIO_EOS = "<|audio_eos|>"  # after the reference frames: the all-EOS frame
 MODES = ("plain", "design", "clone", "direction")
 

@@ -121,8 +121,9 @@ class BreezeModel:
         rules.field("seed").check(request.seed)
         first = rules.field("initial_codec_chunk_frames").resolve(request.initial_chunk_frames)
         chunk = rules.field("codec_chunk_frames").resolve(request.chunk_frames)
-        instructions = (request.instructions or "").strip() or None
-        ref_text = (request.ref_text or "").strip() or None
+        # As vLLM-Omni's adapter: verbatim; none (or only whitespace) is the default instruction.
+        instructions = request.instructions if request.instructions and request.instructions.strip() else None
+        ref_text = request.ref_text if request.ref_text and request.ref_text.strip() else None
         codes = request.ref_codes
         if codes is None and ref_text is not None:
             raise InvalidRequest("'ref_text' needs 'ref_audio' (the reference clip it transcribes)", "ref_text")
@@ -136,7 +137,8 @@ class BreezeModel:
                 raise InvalidRequest("voice cloning needs 'ref_text' (the transcript of the reference audio)",
                                      "ref_text")
         prompt = self.tokenizer.prompt(request.text, voice, instructions, ref_text,
-                                       None if codes is None else int(codes.shape[0]))
+                                       None if codes is None else int(codes.shape[0]),
+                                       (self.info.audio_token_id, self.info.audio_eos_token_id))
         room = self.info.max_context - len(prompt.ids)
         if room < 1:
             raise InvalidRequest(f"the prompt takes {len(prompt.ids)} of the model's {self.info.max_context} "
@@ -167,13 +169,13 @@ class BreezeModel:
             ids = seq.ids[None, start:start + length]
             embeds[start:start + length] = self.text_encoder.run(
                 {"input_ids": ids, "attention_mask": np.ones_like(ids)})["embeds"][0]
-        audio = seq.ids == self.info.audio_token_id
-        audio &= ~seq.text_mask
-        if seq.ref_codes is not None:
-            embeds[audio] = self.frame_embeds(seq.ref_codes)
-        eos = (seq.ids == self.info.audio_eos_token_id) & ~seq.text_mask
-        if eos.any():
-            embeds[eos] = self.frame_embeds(np.full((1, self.num_codebooks), self.info.codebook_eos, np.int64))
+        if seq.ref_codes is not None:  # the rows between the reference text and the target: frames, then EOS
+            start = seq.segments[0][1]
+            frames = int(seq.ref_codes.shape[0])
+            assert not seq.text_mask[start:start + frames + 1].any()
+            embeds[start:start + frames] = self.frame_embeds(seq.ref_codes)
+            embeds[start + frames] = self.frame_embeds(np.full((1, self.num_codebooks), self.info.codebook_eos,
+                                                               np.int64))[0]
         seq.embeds = embeds
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:

@@ -1,9 +1,12 @@
-"""Breeze-TTS-2's prompt text -> ids, as vLLM-Omni's BreezeTTS2PromptBuilder makes them (over `tokenizers`).
+"""Breeze-TTS-2's prompt text -> ids, as vLLM-Omni 0.30.0's `build_breeze_prompt` makes them (over `tokenizers`).
 
-Each text segment is tokenized with its special tokens (<bos>) and decoded back to text; the audio
-segment is one `<|AUDIO|>` per reference frame and `<|audio_eos|>`; the whole rendered prompt is then
-tokenized once without special tokens. The text mask and the per-segment lengths come from
-tokenizing each rendered segment alone (the builder checks that they add up).
+The target is one text segment, `"[S<n>]<ins_bos>{instructions}<ins_eos>{text}"`, tokenized with the
+tokenizer's special tokens (<bos>); without `instructions` it carries vLLM-Omni's default instruction
+("Speak clearly and naturally."). Cloning puts the reference before it, built at the id level: the
+segment `"[S<n>]{ref_text}"` (with its special tokens), then one row per reference frame and one for the
+all-EOS frame, whose embeddings are the frames' code embeddings (the rows' ids are only placeholders:
+the tokenizer is never asked to keep an audio token whole). Each text segment goes through the text
+encoder on its own.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ttscore.contract import breeze_tts_2 as spec
-from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.errors import ArtifactError
 
 
 @dataclass(frozen=True)
@@ -32,33 +35,25 @@ class BreezeTokenizer:
             raise ArtifactError(f"missing {path}")
         self.tok = Tokenizer.from_file(str(path))
 
-    def _render(self, text: str) -> str:
-        ids = self.tok.encode(text, add_special_tokens=True).ids
-        return str(self.tok.decode(ids, skip_special_tokens=False))
-
     def _ids(self, text: str) -> list[int]:
-        return list(self.tok.encode(text, add_special_tokens=False).ids)
+        return list(self.tok.encode(text, add_special_tokens=True).ids)
 
     def prompt(self, text: str, voice: str, instructions: str | None, ref_text: str | None,
-               ref_frames: int | None) -> Prompt:
-        speaker = f"[{voice}]"
-        target = f"{speaker}{spec.INSTRUCTION_BOS}{instructions}{spec.INSTRUCTION_EOS}{text}" if instructions \
-            else f"{speaker}{text}"
-        rendered: list[tuple[str, bool]] = []
-        if ref_frames is not None:
-            rendered.append((self._render(f"{speaker}{ref_text}"), True))
-            rendered.append((spec.AUDIO_TAG * ref_frames + spec.AUDIO_EOS, False))
-        rendered.append((self._render(target), True))
-        ids = self._ids("".join(r for r, _ in rendered))
+               ref_frames: int | None, audio_ids: tuple[int, int] = (0, 0)) -> Prompt:
+        """`instructions` None: the default instruction. `audio_ids`: the placeholder ids of a reference
+        frame's row and of the EOS frame's row (the checkpoint's audio_token_id, audio_eos_token_id)."""
+        speaker = voice if voice.startswith("[") and voice.endswith("]") else f"[{voice}]"
+        instruction = spec.DEFAULT_INSTRUCTION if instructions is None else instructions
+        target = self._ids(f"{speaker}{spec.INSTRUCTION_BOS}{instruction}{spec.INSTRUCTION_EOS}{text}")
+        ids: list[int] = []
         mask: list[bool] = []
         segments: list[tuple[int, int]] = []
-        for piece, is_text in rendered:
-            n = len(self._ids(piece))
-            if not is_text and n != ref_frames + 1:  # type: ignore[operator]
-                raise InvalidRequest("the tokenizer does not keep the audio placeholders whole", "ref_text")
-            if is_text:
-                segments.append((len(mask), n))
-            mask += [is_text] * n
-        if len(mask) != len(ids):
-            raise InvalidRequest("the prompt tokenizes differently whole and by segment", "input")
+        if ref_frames is not None:
+            reference = self._ids(f"{speaker}{ref_text}")
+            segments.append((0, len(reference)))
+            ids += reference + [audio_ids[0]] * ref_frames + [audio_ids[1]]
+            mask += [True] * len(reference) + [False] * (ref_frames + 1)
+        segments.append((len(ids), len(target)))
+        ids += target
+        mask += [True] * len(target)
         return Prompt(ids, mask, segments, sum(n for _, n in segments))
