@@ -203,7 +203,7 @@ class Qwen3TTSAdapter:
             text=text,
             speaker=speaker,
             language=language,
-            instructions=instructions.strip() if instructions and instructions.strip() else None,
+            instructions=instructions if instructions and instructions.strip() else None,  # as given (qwen-tts)
             ref_audio=ref_audio if task == "Base" else None,
             ref_text=ref_text if task == "Base" else None,
             x_vector_only=bool(x_vector_only) if task == "Base" else False,

@@ -150,8 +150,9 @@ def resolve(req: Qwen3TTSRequest, info: Qwen3TTSInfo) -> ResolvedRequest:
         if dialect:
             language_id = info.languages[dialect]
 
-    instructions = req.instructions.strip() if isinstance(req.instructions, str) else None
-    if instructions == "" or (instructions and not info.instruct_supported):
+    # As given: neither qwen-tts nor vLLM-Omni strips them (their outer whitespace is tokenized); blank is none.
+    instructions = req.instructions if isinstance(req.instructions, str) and req.instructions.strip() else None
+    if instructions and not info.instruct_supported:
         instructions = None
     if task == "voice_design" and req.instructions is not None and not isinstance(req.instructions, str):
         raise InvalidRequest("instructions must be a string", "instructions")
