@@ -95,3 +95,20 @@ def test_a_single_chunk_runs_unpadded(model: VoxCPM2Model, monkeypatch: pytest.M
     alone(model, req)
     prompt = model.admit(VoxCPM2Request(TEXTS[0], seed=1)).prompt_tokens
     assert seen[0] == (1, prompt, model.info.lm.hidden_size)
+
+
+def test_a_request_without_a_seed_is_seeded_42_as_vllm_omni_deploys_it(model: VoxCPM2Model) -> None:
+    """vLLM-Omni 0.30.0's deploy file pins seed 42 for VoxCPM2: no seed draws the same noise as seed 42, and
+    the same request twice gives the same audio; another seed draws other noise."""
+    from ttscore.contract import voxcpm2 as spec
+
+    assert spec.DEFAULT_SEED == 42 and not spec.RULES.draws_seed  # the gateway draws none: the default holds
+
+    def noise(seed: int | None) -> np.ndarray:
+        return model.admit(VoxCPM2Request(text="Hello there.", seed=seed)).rng.standard_normal(8)
+
+    np.testing.assert_array_equal(noise(None), noise(42))
+    np.testing.assert_array_equal(noise(None), noise(None))
+    assert not np.array_equal(noise(None), noise(7))
+    a = alone(model, VoxCPM2Request(text="Hello there.", max_new_tokens=3))
+    np.testing.assert_array_equal(a, alone(model, VoxCPM2Request(text="Hello there.", max_new_tokens=3)))

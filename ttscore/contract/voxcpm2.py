@@ -42,6 +42,9 @@ DEFAULT_INITIAL_CHUNK_FRAMES = 1
 MAX_INFERENCE_TIMESTEPS = 100
 MAX_TEXT_CHARS = 4096
 SEED_MAX = 2**63 - 1
+# A request without a seed: vLLM-Omni 0.30.0's deploy file pins 42 (deploy/voxcpm2.yaml), so the same
+# request gives the same audio by default (the Speech API's rule 1: what a client observes).
+DEFAULT_SEED = 42
 
 # Prompt modes (the reference's build_prompt_cache modes, plus zero-shot).
 MODES = ("zero_shot", "reference", "continuation", "ref_continuation")
@@ -79,7 +82,7 @@ RULES = FamilyRules(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, None),  # None: the reference's length cap
         FieldRule("initial_codec_chunk_frames", 1, MAX_CHUNK_FRAMES, DEFAULT_INITIAL_CHUNK_FRAMES),
         FieldRule("codec_chunk_frames", 1, MAX_CHUNK_FRAMES, DEFAULT_CHUNK_FRAMES),
-        FieldRule("seed", 0, SEED_MAX, None),
+        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
         FieldRule("inference_timesteps", 1, MAX_INFERENCE_TIMESTEPS, DEFAULT_INFERENCE_TIMESTEPS),
     ),
     display_name="VoxCPM2",

@@ -116,7 +116,7 @@ class VoxCPM2Model:
             raise InvalidRequest("a continuation prompt needs both its audio and its transcript", "ref_text")
         rules = spec.RULES
         max_new = rules.field("max_new_tokens").check(request.max_new_tokens)
-        seed = rules.field("seed").check(request.seed)
+        seed = rules.field("seed").resolve(request.seed)  # none: DEFAULT_SEED (vLLM-Omni's deploy)
         n_steps = rules.field("inference_timesteps").resolve(request.inference_timesteps)
         first = rules.field("initial_codec_chunk_frames").resolve(request.initial_chunk_frames)
         chunk = rules.field("codec_chunk_frames").resolve(request.chunk_frames)
