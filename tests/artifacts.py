@@ -42,9 +42,8 @@ KEEP_DAYS = 3  # entries of other code versions unused for longer are removed wh
 RECORD = ".store.json"
 
 
-def code_hash(root: Path = ROOT, code: Iterable[str] = CODE, pins: Iterable[str] = PINS,
-              extra: Iterable[Path] = ()) -> str:
-    """sha256 over every .py file under `code` and the pin files (path and content), plus `extra` files."""
+def code_hash(root: Path = ROOT, code: Iterable[str] = CODE, pins: Iterable[str] = PINS) -> str:
+    """sha256 over every .py file under `code` and the pin files (path and content)."""
     h = hashlib.sha256()
     files: list[Path] = []
     for folder in code:
@@ -52,8 +51,6 @@ def code_hash(root: Path = ROOT, code: Iterable[str] = CODE, pins: Iterable[str]
     files += [root / p for p in pins if (root / p).is_file()]
     for p in files:
         h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    for p in extra:
-        h.update(p.name.encode() + b"\0" + Path(p).read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 
@@ -122,8 +119,6 @@ class ArtifactStore:
         """The checkpoint `make(out)` writes, made once per key: `name` (a folder name: the checkpoint's
         directory is `<entry>/<name>`), the code hash, `sources` (the maker's own files outside the code
         hash, e.g. a script under tests/) and `args` (what the maker was called with, as JSON)."""
-        from ttscore.runtime.weights import checkpoint_fingerprint
-
         extra = hashlib.sha256()
         for p in sources:
             extra.update(Path(p).read_bytes())
@@ -139,7 +134,7 @@ class ArtifactStore:
                 place.mkdir(parents=True)
                 make(out)
                 self.built["checkpoint"] += 1
-                (place / RECORD).write_text(json.dumps({"fingerprint": checkpoint_fingerprint(out), "args": args},
+                (place / RECORD).write_text(json.dumps({"fingerprint": _fingerprint(out), "args": args},
                                                        default=str))
             os.utime(place.parent.parent)  # this code version is in use
         self._memo[key] = out

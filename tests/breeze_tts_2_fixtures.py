@@ -16,7 +16,7 @@ FOREIGN = Path(__file__).resolve().parent / "breeze_tts_2_foreign.py"  # builds 
 
 
 @pytest.fixture(scope="session")
-def breeze_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def breeze_tiny() -> Path:
     from artifacts import STORE
 
     from export.breeze_tts_2.tiny import make_tiny_breeze
@@ -32,14 +32,14 @@ def reference(checkpoint: Path, command: str, inputs: dict | None = None, arg: s
 
 
 @pytest.fixture(scope="session")
-def breeze_export(breeze_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def breeze_export(breeze_tiny: Path) -> Path:
     from artifacts import STORE
 
     return STORE.export(breeze_tiny)
 
 
 @pytest.fixture(scope="session")
-def breeze_foreign(breeze_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def breeze_foreign(breeze_tiny: Path) -> Path:
     """A checkpoint built from transformers 5.14.1's own config classes and init (the tiny's codec)."""
     import refenv
     from artifacts import STORE
@@ -53,7 +53,7 @@ def breeze_foreign(breeze_tiny: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture(scope="session")
-def breeze_foreign_export(breeze_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def breeze_foreign_export(breeze_foreign: Path) -> Path:
     from artifacts import STORE
 
     return STORE.export(breeze_foreign)

@@ -148,7 +148,7 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
 
 # --- VoxCPM2 (tests/export_tests/test_voxcpm2_*.py): one tiny checkpoint and its export for the whole session.
 @pytest.fixture(scope="session")
-def voxcpm2_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def voxcpm2_tiny() -> Path:
     from artifacts import STORE
 
     from export.voxcpm2.tiny import make_tiny_voxcpm2
@@ -157,7 +157,7 @@ def voxcpm2_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def voxcpm2_artifacts(voxcpm2_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def voxcpm2_artifacts(voxcpm2_tiny: Path) -> Path:
     from artifacts import STORE
 
     return STORE.export(voxcpm2_tiny)
@@ -172,7 +172,7 @@ def voxcpm2_lora(voxcpm2_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture(scope="session")
-def voxcpm2_lora_artifacts(voxcpm2_tiny: Path, voxcpm2_lora: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def voxcpm2_lora_artifacts(voxcpm2_tiny: Path, voxcpm2_lora: Path) -> Path:
     """voxcpm2_tiny exported with voxcpm2_lora merged (`export --lora`)."""
     from artifacts import STORE
 

@@ -22,7 +22,7 @@ TORCHAUDIO_WHEEL = "torchaudio-2.11.1-py3-none-manylinux_2_28_x86_64.whl"
 
 
 @pytest.fixture(scope="session")
-def cosyvoice3_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cosyvoice3_tiny() -> Path:
     from artifacts import STORE
 
     from export.cosyvoice3.tiny import make_tiny_cosyvoice3
@@ -31,14 +31,14 @@ def cosyvoice3_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def cosyvoice3_artifacts(cosyvoice3_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cosyvoice3_artifacts(cosyvoice3_tiny: Path) -> Path:
     from artifacts import STORE
 
     return STORE.export(cosyvoice3_tiny)
 
 
 @pytest.fixture(scope="session")
-def cosyvoice3_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cosyvoice3_foreign() -> Path:
     """tests/cosyvoice3_foreign.py's checkpoint (built in "main" from the reference's own modules)."""
     import refenv
     from artifacts import STORE
@@ -51,7 +51,7 @@ def cosyvoice3_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def cosyvoice3_foreign_artifacts(cosyvoice3_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cosyvoice3_foreign_artifacts(cosyvoice3_foreign: Path) -> Path:
     from artifacts import STORE
 
     return STORE.export(cosyvoice3_foreign)

@@ -18,7 +18,7 @@ FOREIGN = Path(__file__).resolve().parent / "fish_speech_foreign.py"
 
 
 @pytest.fixture(scope="session")
-def fish_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fish_tiny() -> Path:
     from artifacts import STORE
 
     from export.fish_speech.tiny import make_tiny_fish
@@ -27,14 +27,14 @@ def fish_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def fish_artifacts(fish_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fish_artifacts(fish_tiny: Path) -> Path:
     from artifacts import STORE
 
     return STORE.export(fish_tiny)
 
 
 @pytest.fixture(scope="session")
-def fish_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fish_foreign() -> Path:
     """tests/fish_speech_foreign.py's checkpoint (vLLM-Omni's own classes and init, dimensions unlike make-tiny's)."""
     import refenv
     from artifacts import STORE
@@ -48,7 +48,7 @@ def fish_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def fish_foreign_artifacts(fish_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fish_foreign_artifacts(fish_foreign: Path) -> Path:
     from artifacts import STORE
 
     return STORE.export(fish_foreign)

@@ -33,7 +33,7 @@ FOREIGN_CODEC_FILE = Path("nanocodec") / "codec.nemo"
 
 
 @pytest.fixture(scope="session")
-def gepard_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def gepard_tiny() -> Path:
     from artifacts import STORE
 
     from export.gepard.tiny import make_tiny_gepard
@@ -42,14 +42,14 @@ def gepard_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def gepard_artifacts(gepard_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def gepard_artifacts(gepard_tiny: Path) -> Path:
     from artifacts import STORE
 
     return STORE.export(gepard_tiny)
 
 
 @pytest.fixture(scope="session")
-def gepard_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def gepard_foreign() -> Path:
     import refenv
     from artifacts import STORE
 
@@ -68,7 +68,7 @@ def gepard_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def gepard_foreign_artifacts(gepard_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def gepard_foreign_artifacts(gepard_foreign: Path) -> Path:
     from artifacts import STORE
 
     return STORE.export(gepard_foreign)

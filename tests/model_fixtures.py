@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 
-def _variant(tmp_path_factory, variant: str, greedy: bool = False):
+def _variant(variant: str, greedy: bool = False):
     from artifacts import STORE
 
     from export.qwen3_tts.tiny import make_tiny
@@ -22,18 +22,18 @@ def _variant(tmp_path_factory, variant: str, greedy: bool = False):
 
 
 @pytest.fixture(scope="session")
-def tiny_custom_voice(tmp_path_factory):
-    return _variant(tmp_path_factory, "custom_voice")
+def tiny_custom_voice():
+    return _variant("custom_voice")
 
 
 @pytest.fixture(scope="session")
-def tiny_voice_design(tmp_path_factory):
-    return _variant(tmp_path_factory, "voice_design")
+def tiny_voice_design():
+    return _variant("voice_design")
 
 
 @pytest.fixture(scope="session")
-def tiny_base(tmp_path_factory):
-    return _variant(tmp_path_factory, "base")
+def tiny_base():
+    return _variant("base")
 
 
 def _with_reference(t):
@@ -59,10 +59,10 @@ def base(tiny_base):
 
 
 @pytest.fixture(scope="session")
-def tiny_custom_voice_greedy(tmp_path_factory):
-    return _variant(tmp_path_factory, "custom_voice", greedy=True)
+def tiny_custom_voice_greedy():
+    return _variant("custom_voice", greedy=True)
 
 
 @pytest.fixture(scope="session")
-def tiny_base_greedy(tmp_path_factory):
-    return _variant(tmp_path_factory, "base", greedy=True)
+def tiny_base_greedy():
+    return _variant("base", greedy=True)

@@ -15,7 +15,7 @@ __all__ = ["omnivoice_artifacts", "omnivoice_foreign", "omnivoice_foreign_artifa
 
 
 @pytest.fixture(scope="session")
-def omnivoice_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def omnivoice_tiny() -> Path:
     from artifacts import STORE
 
     from export.omnivoice.tiny import make_tiny_omnivoice

@@ -39,7 +39,7 @@ VLLM_OMNI_WHEEL = vllm_omni_wheel()
 
 
 @pytest.fixture(scope="session")
-def voxtral_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def voxtral_tiny() -> Path:
     from artifacts import STORE
 
     from export.voxtral_tts.tiny import make_tiny_voxtral
@@ -48,14 +48,14 @@ def voxtral_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def voxtral_artifacts(voxtral_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def voxtral_artifacts(voxtral_tiny: Path) -> Path:
     from artifacts import STORE
 
     return STORE.export(voxtral_tiny)
 
 
 @pytest.fixture(scope="session")
-def voxtral_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def voxtral_foreign() -> Path:
     import refenv
 
     if VLLM_OMNI_WHEEL is None:
@@ -69,7 +69,7 @@ def voxtral_foreign(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def voxtral_foreign_artifacts(voxtral_foreign: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def voxtral_foreign_artifacts(voxtral_foreign: Path) -> Path:
     from artifacts import STORE
 
     return STORE.export(voxtral_foreign)

@@ -39,7 +39,7 @@ class BreezeTokenizer:
         return list(self.tok.encode(text, add_special_tokens=True).ids)
 
     def prompt(self, text: str, voice: str, instructions: str | None, ref_text: str | None,
-               ref_frames: int | None, audio_ids: tuple[int, int] = (0, 0)) -> Prompt:
+               ref_frames: int | None, audio_ids: tuple[int, int]) -> Prompt:
         """`instructions` None: the default instruction. `audio_ids`: the placeholder ids of a reference
         frame's row and of the EOS frame's row (the checkpoint's audio_token_id, audio_eos_token_id)."""
         speaker = voice if voice.startswith("[") and voice.endswith("]") else f"[{voice}]"
