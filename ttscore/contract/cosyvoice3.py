@@ -29,6 +29,13 @@ FLOW_STEPS = 10
 END_OF_PROMPT = "<|endofprompt|>"
 DEFAULT_PROMPT_PREFIX = "You are a helpful assistant." + END_OF_PROMPT
 
+
+def prompt_text(ref_text: str) -> str:
+    """The text before the input, as vLLM-Omni 0.30.0's adapter makes it: the reference transcript, after
+    DEFAULT_PROMPT_PREFIX unless it has its own END_OF_PROMPT (as given otherwise: no strip)."""
+    return ref_text if END_OF_PROMPT in ref_text else DEFAULT_PROMPT_PREFIX + ref_text
+
+
 # --- request rules and wire ----------------------------------------------------------------------
 SAMPLE_RATE = 24000
 TASK = "Base"

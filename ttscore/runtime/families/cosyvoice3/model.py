@@ -139,7 +139,7 @@ class CosyVoice3Model:
                                      "ref_audio")
             wav, sr = request.ref_audio  # type: ignore[misc]
             clip = self.front.features(np.asarray(wav, np.float32), int(sr))
-        ref_text = request.ref_text if spec.END_OF_PROMPT in request.ref_text else spec.DEFAULT_PROMPT_PREFIX + request.ref_text
+        ref_text = spec.prompt_text(request.ref_text)
         text_ids = self.tokenizer.ids(request.text)
         ids = np.array(self.tokenizer.ids(ref_text) + text_ids, np.int64)
         min_len = max(1, spec.MIN_TOKEN_TEXT_RATIO * len(text_ids))

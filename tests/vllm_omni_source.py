@@ -1,0 +1,72 @@
+"""vLLM-Omni 0.30.0's own code, read from its release wheel (`make setup` puts it in .venv-ref5/wheels/, or
+VLLM_OMNI_WHEEL names it) without installing vLLM: `definitions` executes the named top-level functions,
+classes and constants of one source file, so a test can run the exact request-to-prompt code vLLM-Omni
+serves with, on the project's own tokenizers."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import os
+import types
+import zipfile
+from pathlib import Path
+from typing import Any
+
+WHEEL = "vllm_omni-0.30.0-py3-none-any.whl"
+
+
+def wheel() -> Path | None:
+    import refenv
+
+    given = os.environ.get("VLLM_OMNI_WHEEL")
+    places = [Path(given)] if given else []
+    with contextlib.suppress(refenv.RefEnvError):
+        places.append(refenv.python("ref5").parents[1] / "wheels" / WHEEL)
+    return next((p for p in places if p.is_file()), None)
+
+
+def source(path: str) -> str:
+    """The text of `path` (e.g. "vllm_omni/.../prompt.py") in the wheel; the test is skipped, saying so,
+    where the wheel is not given."""
+    found = wheel()
+    if found is None:
+        import refenv
+
+        refenv.missing(f"vLLM-Omni's code not read: no {WHEEL} (make setup puts it in .venv-ref5/wheels/; "
+                       "or set VLLM_OMNI_WHEEL)")
+    with zipfile.ZipFile(found) as zf:
+        return zf.read(path).decode("utf-8")
+
+
+def _names(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    return []
+
+
+def definitions(path: str, names: tuple[str, ...], **namespace: Any) -> types.SimpleNamespace:
+    """The top-level definitions `names` of `path`, executed in the file's order in one namespace that
+    starts with the file's plain-library imports (`re`, `math`, `typing`, ...) and `namespace` (stand-ins
+    for vLLM's own objects); a missing name fails the test (the wheel's layout changed)."""
+    tree = ast.parse(source(path))
+    wanted = set(names)
+    body: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+            if module and module.split(".")[0] in ("re", "math", "typing", "collections", "dataclasses",
+                                                   "__future__", "unicodedata", "functools", "json"):
+                body.append(node)
+        elif wanted.intersection(_names(node)):
+            body.append(node)
+    found = {n for node in body for n in _names(node)}
+    missing = wanted - found
+    assert not missing, f"{path} no longer defines {sorted(missing)}"
+    scope: dict[str, Any] = {"__name__": f"vllm_omni_{Path(path).stem}", **namespace}
+    exec(compile(ast.Module(body=body, type_ignores=[]), path, "exec"), scope)  # noqa: S102
+    return types.SimpleNamespace(**{n: scope[n] for n in names})
