@@ -14,7 +14,6 @@ and `model`, then hands the request to the adapter of the checkpoint `model` nam
 from __future__ import annotations
 
 import math
-import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Protocol
@@ -355,9 +354,7 @@ def reproducible_plan(plan: SpeechPlan) -> SpeechPlan:
     rules = plan.checkpoint.rules
     if plan.seed is not None or not rules.draws_seed:
         return plan
-    rule = rules.field("seed")
-    hi = min(rule.hi, DRAWN_SEED_MAX)
-    return replace(plan, seed=rule.lo + secrets.randbelow(hi - rule.lo + 1), seed_drawn=True)
+    return replace(plan, seed=rules.field("seed").draw(DRAWN_SEED_MAX), seed_drawn=True)
 
 
 __all__ = [

@@ -385,8 +385,8 @@ def generate(slow, hidden_of, tokenizer, mods, codec, req: dict, fed: tuple | No
             break
         fast_torch.q_rows = [q_fast[t, j][None] for j in range(slow._num_codebooks - 1)]
         nxt, codes = slow.talker_mtp(torch.tensor([y]), slow.model.embed_input_ids(torch.tensor([[y]]))[0], h[None],
-                                     None, temperature=temperature, top_k=top_k, top_p=top_p)
-        assert not fast_torch.q_rows or temperature <= 0  # greedy: the Fast AR takes argmax, no noise
+                                     None)  # as vLLM-Omni's runner calls it: no subtalker sampling params
+        assert not fast_torch.q_rows  # the Fast AR sampled every residual code (at its own 0.8/30/0.9)
         fast_torch.q_rows = []
         frames.append(codes[0].numpy())
         hiddens.append(h.numpy())

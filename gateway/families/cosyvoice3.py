@@ -12,7 +12,7 @@ its transcript. Fields:
   three features computed once at upload through each served checkpoint's prompt_encoder, and its
   transcript); `ref_audio` overrides an uploaded voice; any other name is a 400 naming `voice`;
 - `max_new_tokens` (speech tokens of 40 ms, 1..4096; default min(2048, 20 x the text's tokens)); `seed`
-  (the RAS sampling and flow noise; default 42); `speed` (whole clips only, as for every family: the
+  (the RAS sampling and flow noise; without one the gateway draws one: random, as vLLM-Omni's); `speed` (whole clips only, as for every family: the
   shared planner); `response_format`/`sample_rate`/`stream`/`stream_format`: the shared output rules.
 Refused (400 naming the field): a missing `ref_audio` or `ref_text`, a clip prompt_encoder refuses
 (`ref_audio`), any `extra_params` key (the planner), and the family's unsupported fields (contract RULES:

@@ -6,8 +6,8 @@ in GET /v1/audio/voices and /v1/models; lower-case accepted). Taken: `input`, `v
 and `sample_rate` (the shared output rules: every format whole, pcm/wav streamed; resampled from
 24 kHz), `stream` / `stream_format` (SSE and raw), `speed` (whole clips only, as for every family: the
 shared planner), `max_new_tokens` (frames of 80 ms, 1..4096, default 2048), `seed` (the request's own
-flow-matching noise x0; without one 42. vLLM-Omni's x0 comes from torch's global RNG, which `seed` does
-not control), `extra_params.cfg_alpha` (classifier-free guidance, 0..10, default 1.2: vLLM-Omni takes
+flow-matching noise x0; without one the gateway draws one (X-Seed): random by default, as in vLLM-Omni,
+whose x0 comes from torch's global RNG), `extra_params.cfg_alpha` (classifier-free guidance, 0..10, default 1.2: vLLM-Omni takes
 any float, the runtime bounds it).
 Refused, each with a 400 naming the field: a missing or unknown `voice`, an uploaded or precomputed
 voice and `ref_audio`/`ref_text` (the checkpoint has no codec encoder, so it cannot clone), any other

@@ -73,7 +73,8 @@ def test_defaults_and_the_tensors_sent(dep: Deployment) -> None:
     assert (p.output.format, p.output.sample_rate, p.output.stream, p.output.speed) == ("wav", 24000, None, 1.0)
     assert p.needs_voice_features and p.ref_audio == REF and p.stored_voice is None
     sent = p.generation_inputs(0, FEATURES)
-    assert set(sent) == {"text", "ref_text", "prompt_speech_tokens", "prompt_mel", "prompt_embedding"}
+    assert set(sent) == {"text", "ref_text", "prompt_speech_tokens", "prompt_mel", "prompt_embedding", "seed"}
+    assert p.seed_drawn  # no seed: random, as vLLM-Omni; the gateway's draw makes it replayable (X-Seed)
     assert sent["ref_text"].reshape(-1)[0] == b"a transcript"
     np.testing.assert_array_equal(sent["prompt_speech_tokens"], FEATURES[0])
     assert sent["prompt_mel"].shape == (8, 80) and sent["prompt_embedding"].shape == (192,)

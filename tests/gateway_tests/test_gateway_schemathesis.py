@@ -40,7 +40,7 @@ CHECKS = [
 
 
 class SmallFake(FakeBackend):
-    """Generated requests may ask for 8192 frames; the contract is the same with fewer."""
+    """Generated requests may ask for 4096 frames; the contract is the same with fewer."""
 
     async def stream_speech(self, model, inputs, request_id):  # type: ignore[no-untyped-def]
         if "max_new_tokens" in inputs:

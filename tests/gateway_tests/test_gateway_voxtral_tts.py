@@ -54,7 +54,8 @@ def test_defaults_and_the_tensors_sent(dep: Deployment) -> None:
     assert (p.output.format, p.output.sample_rate, p.output.stream, p.output.speed) == ("wav", 24000, None, 1.0)
     assert not p.needs_voice_features
     sent = p.generation_inputs(0, None)
-    assert set(sent) == {"text", "voice"}  # max_new_tokens, seed, cfg_alpha: the runtime's defaults
+    assert set(sent) == {"text", "voice", "seed"}  # max_new_tokens, cfg_alpha: the runtime's defaults
+    assert p.seed_drawn  # no seed: random, as vLLM-Omni; the gateway's draw makes it replayable (X-Seed)
     assert sent["voice"].reshape(-1)[0] == b"casual_male"
     p = plan(dep, voice="NEUTRAL_Female", seed=7, max_new_tokens=4096, extra_params={"cfg_alpha": 2})
     sent = p.generation_inputs(0, None)

@@ -53,6 +53,40 @@ def test_features_match_vllm_omni() -> None:
         np.testing.assert_allclose(wm, ref[f"whisper_{i}"], rtol=0, atol=WHISPER_TOLERANCE)
 
 
+def test_speech_tokens_from_upstreams_resampling_not_vllm_omnis(cosyvoice3_tiny: Path) -> None:
+    """The speech tokens' 16 kHz clip is upstream CosyVoice's (torchaudio Resample, checked above against the
+    wheel's), not vLLM-Omni's token path (scipy resample_poly): the two differ at 38-41 dB SNR on these clips,
+    and on the tiny's random-weight tokenizer a few tokens in 75 flip (measured 0-7; the foreign's: none).
+    Real weights were not available to measure flips on."""
+    import math
+
+    import onnxruntime as ort
+    from scipy.signal import resample_poly
+
+    from ttscore.runtime.families.cosyvoice3 import frontend as F
+
+    tok = ort.InferenceSession(str(cosyvoice3_tiny / "speech_tokenizer_v3.onnx"))
+    camp = ort.InferenceSession(str(cosyvoice3_tiny / "campplus.onnx"))
+    ins = tok.get_inputs()
+
+    def tokens(w16: np.ndarray) -> np.ndarray:
+        wm = F.whisper_mel(w16)
+        return np.asarray(tok.run(None, {ins[0].name: wm[None], ins[1].name: np.array([wm.shape[1]], np.int32)})[0])
+
+    for wav, sr in _clips():
+        if sr == 16000:
+            continue
+        ours = F.resample(wav, sr, 16000)
+        g = math.gcd(sr, 16000)
+        theirs = resample_poly(wav, 16000 // g, sr // g).astype(np.float32)
+        assert ours.shape == theirs.shape
+        snr = 10 * np.log10(np.sum(ours ** 2) / np.sum((ours - theirs) ** 2))
+        assert 30 < snr < 50, snr
+        n = len(F.clip_features(wav, sr, camp, tok).speech_tokens)
+        np.testing.assert_array_equal(F.clip_features(wav, sr, camp, tok).speech_tokens,
+                                      tokens(ours).reshape(-1)[:n])
+
+
 def test_clip_features_through_the_checkpoint_models(cosyvoice3_tiny: Path) -> None:
     """Tokens at 25 Hz, the prompt mel at 50 Hz trimmed to twice the tokens, a 192-d embedding."""
     import onnxruntime as ort

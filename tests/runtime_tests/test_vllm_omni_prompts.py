@@ -13,13 +13,13 @@ import logging
 from pathlib import Path
 
 import pytest
+import vllm_omni_source
 from cosyvoice3_fixtures import *  # noqa: F403  (cosyvoice3_tiny)
 from fish_speech_fixtures import *  # noqa: F403  (fish_tiny)
 from gepard_fixtures import *  # noqa: F403  (gepard_tiny)
 from omnivoice_fixtures import *  # noqa: F403  (omnivoice_tiny)
-from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny)
-import vllm_omni_source
 from vllm_omni_source import definitions
+from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny)
 
 pytestmark = pytest.mark.parity
 
@@ -48,7 +48,12 @@ def test_qwen3_tts_prompt_ids(qwen3_voice_design: Path) -> None:
 
     from ttscore.runtime.families.qwen3_tts.checkpoint import read_checkpoint
     from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest, resolve
-    from ttscore.runtime.families.qwen3_tts.tokenizer import TextTokenizer, assistant_text, instruct_text, ref_text
+    from ttscore.runtime.families.qwen3_tts.tokenizer import (
+        TextTokenizer,
+        assistant_text,
+        instruct_text,
+        ref_text,
+    )
 
     vo = definitions("vllm_omni/model_executor/models/qwen3_tts/prompt_embeds_builder.py",
                      ("build_assistant_text", "build_ref_text", "build_instruct_text"))
@@ -232,3 +237,27 @@ def test_cosyvoice3_prompt_text(cosyvoice3_tiny: Path) -> None:
     for ref in (*REF_TEXTS, "Custom system.<|endofprompt|>Hello there", ODD):
         assert prompt_text(ref) == vo_prompt(ref), ref
 
+
+
+def test_qwen3_tts_dialect_voice_with_chinese_follows_qwen_tts() -> None:
+    """`voice` dylan/eric with `language` "Chinese": qwen-tts (and the project, rule 2) switch to the voice's
+    dialect id; vLLM-Omni's builder looks the language up first, so "Chinese" keeps the Chinese id and only
+    "Auto" reaches its dialect override (export/qwen3_tts/README.md)."""
+    from artifacts import STORE
+
+    from export.qwen3_tts.tiny import make_tiny
+    from ttscore.runtime.families.qwen3_tts.checkpoint import read_checkpoint
+    from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest, resolve
+
+    builder = vllm_omni_source.source("vllm_omni/model_executor/models/qwen3_tts/prompt_embeds_builder.py")
+    lookup = builder.index("language_id = talker_config.codec_language_id.get(language.lower())")
+    override = builder.index('if language_id is None and isinstance(language, str) and language.lower() in ("chinese", "auto"):')
+    assert lookup < override  # "Chinese" is found first: no dialect for it in vLLM-Omni
+    ckpt = STORE.checkpoint("ckpt-custom_voice", lambda out: make_tiny("custom_voice", out, seed=0, greedy=False))
+    info = read_checkpoint(ckpt, check_weights=False)
+    for voice, dialect in (("dylan", "beijing_dialect"), ("eric", "sichuan_dialect")):
+        for language in ("Chinese", "Auto"):
+            r = resolve(Qwen3TTSRequest(text=CHINESE, speaker=voice, language=language), info)
+            assert r.language_id == info.languages[dialect], (voice, language)
+        assert resolve(Qwen3TTSRequest(text=CHINESE, speaker="vivian", language="Chinese"), info).language_id == \
+            info.languages["chinese"]

@@ -41,7 +41,6 @@ SAMPLE_RATE = 24000
 TASK = "Base"
 DEFAULT_VOICE = "default"  # `voice` omitted or "default": the reference's voice (ref_audio or an uploaded voice)
 MAX_NEW_TOKENS = 4096  # speech tokens (40 ms each); default: min(2048, 20 x the text's tokens)
-DEFAULT_SEED = 42
 SEED_MAX = 2**63 - 1
 MAX_TEXT_CHARS = 4096
 # The front-end resamples to 16 kHz (campplus, the speech tokenizer) and 24 kHz (the prompt mel).
@@ -54,7 +53,7 @@ RULES = FamilyRules(
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS, None),  # None: the text-length rule
-        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
+        FieldRule("seed", 0, SEED_MAX, None),  # none: random, as vLLM-Omni 0.30.0 (no seed in its deploy)
     ),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,
@@ -63,7 +62,7 @@ RULES = FamilyRules(
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
     variants={"base": TASK},
-    sampling=SEEDED,  # RAS noise and the flow's noise from the request's seed, 42 without one
+    sampling=SEEDED,  # RAS noise and the flow's noise from the request's seed; without one the gateway draws it
     auto_language=False,  # `language` is refused, "Auto" included
 )
 

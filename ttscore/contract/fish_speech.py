@@ -31,6 +31,9 @@ RESIDUAL_CODEBOOK_SIZE = 1024
 DEFAULT_TEMPERATURE = 0.8
 DEFAULT_TOP_K = 30
 DEFAULT_TOP_P = 0.9
+# The Fast AR (residual codes) always samples at these: vLLM-Omni 0.30.0's runner hands it the model's
+# subtalker_sampling_params (none in the deploy file), so `extra_params` reach the Slow AR only.
+FAST_AR_SAMPLING = (DEFAULT_TEMPERATURE, DEFAULT_TOP_K, DEFAULT_TOP_P)
 DEFAULT_MAX_NEW_TOKENS = 2048
 MAX_NEW_TOKENS_LIMIT = 4096
 

@@ -23,7 +23,8 @@ SAMPLES_PER_FRAME = 1920  # 12.5 frames per second
 # Request rules: server bounds of the per-request knobs (outside them a request is rejected, never
 # clamped) and their defaults. The gateway checks them in API field names before any work starts and
 # the generation model checks them again on its own wire (a direct gRPC client skips the gateway).
-MAX_NEW_TOKENS_LIMIT = 8192
+# 1..4096 as vLLM-Omni 0.30.0's adapter bounds a request (the spec gives the default only).
+MAX_NEW_TOKENS_LIMIT = 4096
 DEFAULT_MAX_NEW_TOKENS = 2048
 MAX_CHUNK_FRAMES = 300
 DEFAULT_CHUNK_FRAMES = 25

@@ -8,6 +8,7 @@ Triton client gets the same message for the same mistake. `InvalidRequest.param`
 from __future__ import annotations
 
 import numbers
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -42,6 +43,17 @@ class FieldRule:
         if self.default is None:
             raise InvalidRequest(f"Missing required parameter: '{self.name}'", self.name)
         return self.default
+
+    def checked_or_drawn(self, value: object) -> int:
+        """The checked value, or one drawn (`draw`) when the request gives none."""
+        checked = self.check(value)
+        return self.draw() if checked is None else checked
+
+    def draw(self, cap: int | None = None) -> int:
+        """A value drawn from entropy in [lo, min(hi, cap)]: the seed of a request that gave none, where
+        the family has no default seed (its audio is random, as the request asked)."""
+        hi = self.hi if cap is None else min(self.hi, cap)
+        return self.lo + secrets.randbelow(hi - self.lo + 1)
 
 
 @dataclass(frozen=True)

@@ -118,9 +118,8 @@ def codec_stream_spec(n_codebooks: int, state_size: int) -> GraphSpec:
 # --- requests -----------------------------------------------------------------------------------
 DEFAULT_MAX_NEW_TOKENS = 2048  # frames (vLLM-Omni's deploy: max_tokens 2048)
 SEED_MAX = 2**63 - 1
-# The project's x0 comes from the request's seed (42 without one: serving is deterministic by default);
-# vLLM-Omni draws x0 from torch's global RNG, which `seed` does not control.
-DEFAULT_SEED = 42
+# The project's x0 comes from the request's seed; a request without one is random, as in vLLM-Omni 0.30.0
+# (its x0 comes from torch's global RNG; its deploy file pins no seed): the gateway draws one (X-Seed).
 CFG_ALPHA_RANGE = (0.0, 10.0)  # extra_params.cfg_alpha (vLLM-Omni takes any float; the project bounds it)
 DEFAULT_INITIAL_CHUNK_FRAMES = 4
 DEFAULT_CHUNK_FRAMES = 25
@@ -130,11 +129,11 @@ UNSUPPORTED_FIELDS = ("ref_audio", "ref_text", "speaker_embedding", "instruction
                       "x_vector_only_mode", "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
 RULES = FamilyRules(
     family=FAMILY,
-    sampling=SEEDED,  # flow-matching x0 from PCG64(seed), 42 without one
+    sampling=SEEDED,  # flow-matching x0 from PCG64(seed); without one the gateway draws it
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
-        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
+        FieldRule("seed", 0, SEED_MAX, None),
     ),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,

@@ -1,9 +1,14 @@
 """CosyVoice3's reference-clip features, in numpy (computed once per voice: at upload or per request):
-the prompt mel, the speaker embedding and the speech tokens, as vLLM-Omni 0.30.0's front-end computes them
-(`cosyvoice3/utils.py`, `cosyvoice3.py _call_hf_processor`).
+the prompt mel, the speaker embedding and the speech tokens, as upstream CosyVoice's front-end computes them
+(the prompt mel and speaker embedding also as vLLM-Omni 0.30.0's `cosyvoice3/utils.py` does).
 
 - `resample`: torchaudio's `transforms.Resample` (windowed sinc, Hann window, lowpass_filter_width 6,
-  rolloff 0.99; the kernel in float64, applied in float32), which vLLM-Omni's `load_wav` uses.
+  rolloff 0.99; the kernel in float64, applied in float32), which upstream's `load_wav` uses for every path
+  (16 kHz and 24 kHz) and vLLM-Omni for the prompt mel and campplus. vLLM-Omni's speech-token path differs:
+  scipy's `resample_poly` to 16 kHz, then s3tokenizer's torch model (`cosyvoice3.py`,
+  `_extract_speech_token_via_s3`); here upstream's (issue 36, rule 2), the checkpoint's
+  speech_tokenizer_v3.onnx on the sinc-resampled clip. The two 16 kHz waveforms are 38-41 dB apart
+  (tests/runtime_tests/test_cosyvoice3_frontend.py).
 - `prompt_mel`: matcha's `mel_spectrogram` at 24 kHz (reflect pad (n_fft - hop) / 2, STFT n_fft 1920 hop
   480 Hann without centring, magnitude sqrt(re^2 + im^2 + 1e-9), Slaney mel 80 bins 0..12 kHz, natural log
   clamped at 1e-5) -> [frames, 80].

@@ -41,7 +41,6 @@ I64 = sampling.I64
 END = -1  # the end marker frame
 MAX_NEW_TOKENS = 4096
 DEFAULT_MAX = 2048
-DEFAULT_SEED = 42
 MAX_TEXT_CHARS = 4096
 
 
@@ -131,7 +130,7 @@ class CosyVoice3Model:
         mnt = request.max_new_tokens
         if mnt is not None and (isinstance(mnt, bool) or not isinstance(mnt, int) or not 1 <= mnt <= MAX_NEW_TOKENS):
             raise InvalidRequest(f"'max_new_tokens' must be an integer in 1..{MAX_NEW_TOKENS}", "max_new_tokens")
-        seed = DEFAULT_SEED if request.seed is None else int(request.seed)
+        seed = spec.RULES.field("seed").checked_or_drawn(request.seed)  # none: random, as vLLM-Omni
         clip = request.clip
         if clip is None:
             if self.front is None:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ttscore.contract import fish_speech as spec
 from ttscore.runtime.families.fish_speech.sampling import sample_fast, sample_slow
 
 F32 = NDArray[np.float32]
@@ -73,8 +74,9 @@ def prompt_embeddings(t: Tables, ids: list[int], ref_codes: NDArray[np.int64] | 
     return x
 
 
-def fast_codes(t: Tables, fast: FastFn, h: F32, code0: int, knobs: Knobs, q: F32) -> NDArray[np.int64]:
-    """The frame's 10 codes: code0 and 9 residual codes sampled in turn (q [9, 1024])."""
+def fast_codes(t: Tables, fast: FastFn, h: F32, code0: int, q: F32) -> NDArray[np.int64]:
+    """The frame's 10 codes: code0 and 9 residual codes sampled in turn (q [9, 1024]) at the Fast AR's fixed
+    sampling (vLLM-Omni's)."""
     first = h if t.project_in is None else (t.project_in[0] @ h + t.project_in[1]).astype(np.float32)
     x = np.stack([first, t.fast_embeddings[code0]])[None].astype(np.float32)
     codes = [code0]
@@ -82,7 +84,7 @@ def fast_codes(t: Tables, fast: FastFn, h: F32, code0: int, knobs: Knobs, q: F32
     for j in range(t.num_codebooks - 1):
         logits, past = fast(x, pos, past)
         pos += x.shape[1]
-        c = sample_fast(logits, knobs.temperature, knobs.top_k, knobs.top_p, q[j])
+        c = sample_fast(logits, *spec.FAST_AR_SAMPLING, q[j])  # extra_params reach the Slow AR only
         codes.append(c)
         x = t.fast_embeddings[c][None, None].astype(np.float32)
     return np.array(codes, np.int64)
@@ -101,7 +103,7 @@ def generate(t: Tables, slow: SlowFn, fast: FastFn, prompt: F32, max_new_tokens:
         if y == t.codebook_size:  # the last candidate: <|im_end|>
             stopped = True
             break
-        codes = fast_codes(t, fast, h, y, knobs, q_fast[step])
+        codes = fast_codes(t, fast, h, y, q_fast[step])
         frames.append(codes)
         hiddens.append(h)
         x = frame_embedding(t, codes)[None, None]

@@ -227,7 +227,7 @@ class FishModel:
             picked = []
             for r, s in enumerate(seqs):
                 assert s.q_fast is not None
-                c = sample_fast(out["logits"][r], s.temperature, s.top_k, s.top_p, s.q_fast[s.frames_out, j])
+                c = sample_fast(out["logits"][r], *spec.FAST_AR_SAMPLING, s.q_fast[s.frames_out, j])
                 codes[r].append(c)
                 picked.append(c)
             x = t.fast_embeddings[np.array(picked)][:, None].astype(np.float32)

@@ -90,7 +90,7 @@ class VoxtralModel:
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not lo <= float(alpha) <= hi:
             raise InvalidRequest(f"'cfg_alpha' must be a number between {lo} and {hi}", "cfg_alpha")
         max_new = spec.RULES.field("max_new_tokens").resolve(request.max_new_tokens)
-        seed = spec.RULES.field("seed").resolve(request.seed)
+        seed = spec.RULES.field("seed").checked_or_drawn(request.seed)  # none: random, as vLLM-Omni
         ids, n_text = self.tokenizer.prompt(request.text, voice)
         return VoxtralSequence(
             initial_chunk_frames=request.initial_chunk_frames or spec.DEFAULT_INITIAL_CHUNK_FRAMES,
