@@ -16,15 +16,17 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from dataclasses import field as dataclass_field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.rules import FamilyRules
 
 from . import encoding
 from .aliases import DEFAULT_MODEL_ALIASES, effective_voice_aliases
-from .errors import APIError, bad_request, model_not_found
+from .errors import APIError, bad_request, from_invalid_request, model_not_found
 from .family import default_voice_aliases
 from .settings import DEFAULT_MAX_INPUT_CHARS, DEFAULT_SEGMENT_CHARS
 
@@ -147,6 +149,7 @@ class SpeechPlan:
     output: OutputSpec
     segments: tuple[str, ...] = ()  # long text (gateway.longtext); empty: `text` is one generation
     seed_drawn: bool = False  # `seed` is the gateway's (see reproducible_plan), not the client's
+    knobs: Mapping[str, int | float] = dataclass_field(default_factory=dict)  # extra_params, checked (FamilyRules.knobs)
 
     @property
     def family(self) -> str:
@@ -333,12 +336,10 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
     if named is None and not first.adapter.routes_by_task:
         named = first  # only families that answer when named are served: the first one
     rules = (named or first).adapter.rules
-    if f.extra_params is not None and not rules.extra_params:  # as for any field the API does not know
-        raise bad_request("Unrecognized request argument supplied: 'extra_params'", "extra_params")
-    for key in f.extra_params or {}:
-        if key not in rules.extra_params:
-            raise bad_request(f"'extra_params' key '{key}' is not supported by {rules.name} models (it takes "
-                              f"{', '.join(rules.extra_params)})", "extra_params")
+    try:
+        rules.knobs(f.extra_params)  # keys and values; the adapter takes the checked values again
+    except InvalidRequest as exc:
+        raise from_invalid_request(exc) from None
     return reproducible_plan((named or first).adapter.plan(f, named, text, deployment))
 
 

@@ -92,7 +92,7 @@ class _GenerationFields(BaseModel):
     x_vector_only_mode: bool | None = Field(None, description="Clone from the speaker embedding only (no ref_text).")
     extra_params: dict[str, Any] | None = Field(
         None, description="A family's own generation knobs by name: "
-        f"{_per_family(lambda r: ', '.join(r.extra_params) or None) or 'none'}. Any other key: 400.")
+        f"{_per_family(lambda r: ', '.join(r.knob_names) or None) or 'none'}. Any other key: 400.")
 
     @model_validator(mode="before")
     @classmethod

@@ -113,11 +113,6 @@ class BreezeTTS2Adapter:
             if value is not None and value != fixed:
                 shown = int(fixed) if field == "sample_rate" else fixed
                 raise bad_request(f"{name} models take '{field}' = {shown} only, got {value}", field)
-        for key, value in (f.extra_params or {}).items():  # keys checked by the planner
-            only = breeze_tts_2.GREEDY_PARAMS[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != only:
-                raise bad_request(f"{name} models decode greedily: 'extra_params' key '{key}' must be {only}, "
-                                  f"got {value!r}", "extra_params")
         if f.task_type is not None and f.task_type not in rules.tasks:
             raise bad_request(f"{name} models do not support task_type='{f.task_type}' (the mode follows the fields; "
                               "omit it)", "task_type")

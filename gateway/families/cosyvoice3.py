@@ -13,9 +13,11 @@ its transcript. Fields:
   transcript); `ref_audio` overrides an uploaded voice; any other name is a 400 naming `voice`;
 - `max_new_tokens` (speech tokens of 40 ms, 1..4096; default min(2048, 20 x the text's tokens)); `seed`
   (the RAS sampling and flow noise; without one the gateway draws one: random, as vLLM-Omni's); `speed` (whole clips only, as for every family: the
-  shared planner); `response_format`/`sample_rate`/`stream`/`stream_format`: the shared output rules.
+  shared planner); `response_format`/`sample_rate`/`stream`/`stream_format`: the shared output rules;
+  `extra_params` `temperature` (0..10, 0: greedy), `top_k`, `top_p`: the RAS sampling of this request, as
+  vLLM-Omni 0.30.0 applies them (contract KNOBS).
 Refused (400 naming the field): a missing `ref_audio` or `ref_text`, a clip prompt_encoder refuses
-(`ref_audio`), any `extra_params` key (the planner), and the family's unsupported fields (contract RULES:
+(`ref_audio`), any other `extra_params` key or a value outside its range (the planner), and the family's unsupported fields (contract RULES:
 `speaker_embedding`, `instructions`, `language`, `task_type`, `x_vector_only_mode`, `non_streaming_mode`,
 `initial_codec_chunk_frames`, `word_timestamps`).
 """
@@ -111,6 +113,7 @@ class CosyVoice3Adapter:
             ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
             non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
             segments=tuple(segments) if len(segments) > 1 else (),
+            knobs=rules.knobs(f.extra_params),
         )
 
     # --- generation --------------------------------------------------------------------------------
@@ -144,6 +147,7 @@ class CosyVoice3Adapter:
             "ref_text": plan.ref_text,
             "max_new_tokens": plan.max_new_tokens,
             "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
+            **plan.knobs,
         }
 
     def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:

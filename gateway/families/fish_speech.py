@@ -27,10 +27,7 @@ unsupported fields (contract RULES: `speaker_embedding`, `instructions`, `langua
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,37 +59,6 @@ if TYPE_CHECKING:
     from ..checkpoints import ServedCheckpoint
 
 VOICE_ALIASES: dict[str, str] = {}  # no built-in speakers for OpenAI's voice names
-KNOB_RANGES: dict[str, tuple[float, float]] = {
-    "temperature": fish_speech.TEMPERATURE_RANGE,
-    "top_k": fish_speech.TOP_K_RANGE,
-    "top_p": fish_speech.TOP_P_RANGE,
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class FishPlan(SpeechPlan):
-    """A plan with the family's own sampling knobs."""
-
-    knobs: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # extra_params, checked
-
-
-def _knobs(extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The checked `extra_params` (their keys were checked by the planner): 400 naming `extra_params`."""
-    out: dict[str, Any] = {}
-    for key, value in (extra or {}).items():
-        lo, hi = KNOB_RANGES[key]
-        if key == "top_k":
-            ok = isinstance(value, int) and not isinstance(value, bool) and lo <= value <= hi
-            kind = "an integer"
-        else:
-            ok = (not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(float(value))
-                  and lo <= float(value) <= hi and not (key == "top_p" and float(value) <= 0))
-            kind = "a number"
-        if not ok:
-            bounds = f"0 < top_p <= {hi}" if key == "top_p" else f"between {lo:g} and {hi:g}"
-            raise bad_request(f"'extra_params': '{key}' must be {kind} {bounds}, got {value!r}", "extra_params")
-        out[key] = int(value) if key == "top_k" else float(value)
-    return out
 
 
 class FishSpeechAdapter:
@@ -142,9 +108,9 @@ class FishSpeechAdapter:
             seed = rules.field("seed").check(f.seed)
         except InvalidRequest as exc:
             raise from_invalid_request(exc) from None
-        knobs = _knobs(f.extra_params)
+        knobs = rules.knobs(f.extra_params)
         segments = split_segments(text, deployment.segment_chars)
-        return FishPlan(
+        return SpeechPlan(
             checkpoint=ckpt, task=rules.tasks[0], text=text, speaker=None, language="auto", instructions=None,
             ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
             non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
@@ -175,7 +141,6 @@ class FishSpeechAdapter:
         return codes
 
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
-        assert isinstance(plan, FishPlan)
         return {
             "text": plan.texts[segment],
             "max_new_tokens": plan.max_new_tokens,

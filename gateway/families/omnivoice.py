@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,26 +91,7 @@ class OmniVoicePlan(SpeechPlan):
 
     language_id: str | None = None
     speed: float = 1.0  # the reference's: applied by the model (the output's speed stays 1.0)
-    knobs: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # extra_params, checked
 
-
-def _knobs(extra: Mapping[str, Any] | None, rules: Any) -> dict[str, Any]:
-    """The checked `extra_params` (their keys were checked by the planner): 400 naming `extra_params`."""
-    out: dict[str, Any] = {}
-    for key, value in (extra or {}).items():
-        if key == "num_step":
-            try:
-                out[key] = rules.field("num_step").check(value)
-            except InvalidRequest as exc:
-                raise bad_request(f"'extra_params': {exc.message}", "extra_params") from None
-            continue
-        lo, hi = omnivoice.FLOAT_KNOBS[key]
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) \
-                or not lo <= float(value) <= hi:
-            raise bad_request(f"'extra_params': '{key}' must be a number between {lo} and {hi}, got {value!r}",
-                              "extra_params")
-        out[key] = float(value)
-    return out
 
 
 class OmniVoiceAdapter:
@@ -189,7 +169,7 @@ class OmniVoiceAdapter:
             instructions=instructions, ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
             non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
             segments=tuple(segments) if len(segments) > 1 else (),
-            language_id=language, speed=speed, knobs=_knobs(f.extra_params, rules),
+            language_id=language, speed=speed, knobs=rules.knobs(f.extra_params),
         )
 
     # --- generation --------------------------------------------------------------------------------

@@ -8,6 +8,9 @@ Base; otherwise `ref_audio` or `ref_text` selects Base when `task_type` is omitt
 CustomVoice; VoiceDesign only when asked for. The checkpoint is then the one `model` names (it must
 serve that task) or the first served checkpoint of that task (CustomVoice: the one that has the voice).
 
+`extra_params` `temperature` (0: greedy), `top_k`, `top_p` reach the talker's sampling (code 0) only, as
+vLLM-Omni 0.30.0 applies them; the code predictor keeps the checkpoint's subtalker settings.
+
 Reference features: (x_vector [D] float32, ref_codes [T, 16] int64 or None) from the checkpoint's
 voice_features ensemble (inputs `audio`, `sample_rate`).
 """
@@ -214,6 +217,7 @@ class Qwen3TTSAdapter:
             initial_chunk_frames=initial,
             output=output,
             segments=tuple(segments) if len(segments) > 1 else (),
+            knobs=rules.knobs(f.extra_params),
         )
 
     # --- generation --------------------------------------------------------------------------------
@@ -271,6 +275,7 @@ class Qwen3TTSAdapter:
             "max_new_tokens": plan.max_new_tokens,
             "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
             "initial_chunk_frames": plan.initial_chunk_frames,
+            **qwen3_tts.talker_sampling(plan.knobs),
         }
 
     def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:

@@ -18,10 +18,7 @@ voice and `ref_audio`/`ref_text` (the checkpoint has no codec encoder, so it can
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,26 +50,6 @@ if TYPE_CHECKING:
 
 VOICE_ALIASES: dict[str, str] = {}  # OpenAI's voice names are not Voxtral presets
 NO_ENCODER = "the checkpoint has no codec encoder, so it cannot clone a voice: use one of its preset voices"
-
-
-@dataclasses.dataclass(frozen=True)
-class VoxtralPlan(SpeechPlan):
-    """A plan with the family's own generation input."""
-
-    cfg_alpha: float | None = None  # extra_params.cfg_alpha, checked (None: the runtime's 1.2)
-
-
-def _cfg_alpha(extra: Mapping[str, Any] | None) -> float | None:
-    """`extra_params.cfg_alpha` (its key was checked by the planner): 400 naming `extra_params`."""
-    value = (extra or {}).get("cfg_alpha")
-    if value is None:
-        return None
-    lo, hi = voxtral_tts.CFG_ALPHA_RANGE
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(float(value)) \
-            or not lo <= float(value) <= hi:
-        raise bad_request(f"'extra_params': 'cfg_alpha' must be a number between {lo} and {hi}, got {value!r}",
-                          "extra_params")
-    return float(value)
 
 
 class VoxtralAdapter:
@@ -112,11 +89,11 @@ class VoxtralAdapter:
         except InvalidRequest as exc:
             raise from_invalid_request(exc) from None
         segments = split_segments(text, deployment.segment_chars)
-        return VoxtralPlan(
+        return SpeechPlan(
             checkpoint=ckpt, task=ckpt.task, text=text, speaker=speaker, language="auto", instructions=None,
             ref_audio=None, ref_text=None, x_vector_only=False, stored_voice=None, non_streaming_mode=None,
             max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
-            segments=tuple(segments) if len(segments) > 1 else (), cfg_alpha=_cfg_alpha(f.extra_params),
+            segments=tuple(segments) if len(segments) > 1 else (), knobs=rules.knobs(f.extra_params),
         )
 
     # --- generation --------------------------------------------------------------------------------
@@ -128,13 +105,12 @@ class VoxtralAdapter:
         raise InvalidRequest(f"'ref_audio' is not supported by {self.rules.name} models: {NO_ENCODER}", "ref_audio")
 
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
-        assert isinstance(plan, VoxtralPlan)
         return {
             "text": plan.texts[segment],
             "voice": plan.speaker,
             "max_new_tokens": plan.max_new_tokens,
             "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
-            "cfg_alpha": plan.cfg_alpha,
+            **plan.knobs,
         }
 
     def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:

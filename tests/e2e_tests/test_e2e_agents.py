@@ -93,9 +93,9 @@ def test_input_cancel_mid_utterance_frees_the_triton_slot_and_the_session_goes_o
     cancelled_before = triton_sample(before, "tts_generation_requests_total", outcome="cancelled", **model)
     url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
     with connect(url, additional_headers={"X-Request-Id": "e2e-cancel-1"}) as ws:
-        # a long utterance: 8000 frames is minutes of work for the one slot of this model
+        # a long utterance: 4000 frames is minutes of work for the one slot of this model
         ws.send(json.dumps({"type": "session.config", "model": stack["model"], "voice": "vivian",
-                            "language": "English", "seed": SEED, "max_new_tokens": 8000, "stream_audio": True}))
+                            "language": "English", "seed": SEED, "max_new_tokens": 4000, "stream_audio": True}))
         ws.send(json.dumps({"type": "input.text", "text": "A long answer that the user interrupts. " * 3}))
         ws.send(json.dumps({"type": "input.done"}))
         head = [recv(ws), recv(ws)]

@@ -84,13 +84,13 @@ def clip(stack) -> tuple[np.ndarray, int]:
 
 
 def offline_events(model, text: str = TEXT, ref_text: str = REF_TEXT, ref_audio: tuple[np.ndarray, int] | None = None,
-                   seed: int = SEED, max_new_tokens: int | None = TOKENS) -> list:
+                   seed: int = SEED, max_new_tokens: int | None = TOKENS, **knobs: Any) -> list:
     """The offline engine with the tensors the gateway sends (the clip's features as prompt_encoder makes them)."""
     assert ref_audio is not None
     feats = model.front.features(*ref_audio)
     fields = {"text": text, "ref_text": ref_text, "seed": seed, "max_new_tokens": max_new_tokens,
               "prompt_speech_tokens": feats.speech_tokens, "prompt_mel": feats.feat,
-              "prompt_embedding": feats.embedding}
+              "prompt_embedding": feats.embedding, **knobs}
     request = FAMILIES[spec.FAMILY].request_from_tensors(triton_io.request_tensors(**fields))
     return list(Generator(model, max_batch=1).synthesize(request))
 
@@ -176,6 +176,16 @@ def test_seed_reaches_the_sampling_and_none_is_a_drawn_one(http, stack):
     assert 0 < fast.size < first.size
 
 
+def test_extra_params_reach_the_ras_sampling(http, stack):
+    """temperature / top_k / top_p of this request in RAS, as vLLM-Omni 0.30.0 applies them (0: greedy)."""
+    short = {"input": SHORT, "max_new_tokens": 30}
+    default = wav_of(http.post(SPEECH, json=body(stack, **short)))
+    for knobs in ({"temperature": 0}, {"temperature": 0.5, "top_k": 3, "top_p": 0.6}):
+        got = wav_of(http.post(SPEECH, json=body(stack, **short, extra_params=knobs)))
+        assert_same_audio(got, offline(stack, text=SHORT, max_new_tokens=30, **knobs)[0])
+        assert got.shape != default.shape or not np.array_equal(got, default)
+
+
 def test_uploaded_voice_speaks_with_its_features_and_transcript(http, stack):
     with stack["ref"].open("rb") as f:
         r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
@@ -227,7 +237,8 @@ def test_openai_sdk_with_ref_audio_and_ref_text_in_extra_body(stack):
         ({"max_new_tokens": 4097}, "max_new_tokens"),
         ({"seed": -1}, "seed"),
         ({"speed": 1.5, "stream": True, "response_format": "pcm"}, "speed"),  # speed: whole clips only
-        ({"extra_params": {"temperature": 0.7}}, "extra_params"),
+        ({"extra_params": {"temperature": -0.7}}, "extra_params"),
+        ({"extra_params": {"min_p": 0.1}}, "extra_params"),
         ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio"),
         ({"speaker_embedding": [0.0, 1.0]}, "speaker_embedding"),
         ({"instructions": "A calm voice."}, "instructions"),

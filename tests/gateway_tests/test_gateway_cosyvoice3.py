@@ -81,6 +81,10 @@ def test_defaults_and_the_tensors_sent(dep: Deployment) -> None:
     p = plan(dep, voice="default", seed=7, max_new_tokens=4096)
     sent = p.generation_inputs(0, FEATURES)
     assert (int(sent["seed"].reshape(-1)[0]), int(sent["max_new_tokens"].reshape(-1)[0])) == (7, 4096)
+    # extra_params: the RAS sampling of this request, as vLLM-Omni applies them
+    p = plan(dep, extra_params={"temperature": 0, "top_k": 5, "top_p": 0.5})
+    sent = p.generation_inputs(0, FEATURES)
+    assert (float(sent["temperature"][0]), int(sent["top_k"][0]), float(sent["top_p"][0])) == (0.0, 5, 0.5)
 
 
 def test_speed_formats_and_streams(dep: Deployment) -> None:
@@ -129,7 +133,10 @@ def test_a_missing_reference_or_transcript_is_named(dep: Deployment, fields: dic
     ({"max_new_tokens": 0}, "max_new_tokens"),
     ({"max_new_tokens": 4097}, "max_new_tokens"),
     ({"seed": -1}, "seed"),
-    ({"extra_params": {"temperature": 0.5}}, "extra_params"),
+    ({"extra_params": {"temperature": -0.5}}, "extra_params"),
+    ({"extra_params": {"top_p": 0}}, "extra_params"),
+    ({"extra_params": {"top_k": 2.5}}, "extra_params"),
+    ({"extra_params": {"repetition_penalty": 1.1}}, "extra_params"),
     ({"instructions": "calm"}, "instructions"),
     ({"language": "English"}, "language"),
     ({"task_type": "Base"}, "task_type"),

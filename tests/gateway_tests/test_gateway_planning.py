@@ -228,6 +228,14 @@ def test_generation_fields_carry_every_knob(root):
         "ref_text": None, "x_vector_only": None, "non_streaming_mode": False, "max_new_tokens": 12, "seed": 7,
         "initial_chunk_frames": 3,
     }
+    # extra_params reach the talker's sampling, as vLLM-Omni applies them (temperature 0: greedy)
+    knobs = plan(deployment(root), input="Hi", extra_params={"temperature": 0.5, "top_k": 7, "top_p": 0.8})
+    assert {k: knobs.generation_fields()[k] for k in ("do_sample", "temperature", "top_k", "top_p")} == {
+        "do_sample": True, "temperature": 0.5, "top_k": 7, "top_p": 0.8}
+    greedy = plan(deployment(root), input="Hi", extra_params={"temperature": 0}).generation_fields()
+    assert greedy["do_sample"] is False and "temperature" not in greedy
+    for bad in ({"temperature": -1}, {"top_p": 0}, {"top_k": 1.5}, {"min_p": 0.1}, {"subtalker_temperature": 1}):
+        assert fails(deployment(root), input="Hi", extra_params=bad).param == "extra_params"
 
 
 def test_batch_items_override_batch_defaults():

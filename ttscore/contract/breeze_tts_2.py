@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import GREEDY, FamilyRules, FieldRule, RefAudioBounds
+from ttscore.contract.rules import GREEDY, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
 FAMILY = "breeze_tts_2"
 
@@ -81,7 +81,7 @@ RULES = FamilyRules(
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
     variants={"base": "Base"},
-    extra_params=tuple(GREEDY_PARAMS),
+    extra_params=tuple(KnobRule(name, value, value) for name, value in GREEDY_PARAMS.items()),
 )
 
 

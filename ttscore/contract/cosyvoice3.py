@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
 FAMILY = "cosyvoice3"
 DISPLAY = "CosyVoice3"
@@ -48,6 +48,15 @@ REF_AUDIO = RefAudioBounds(min_rate=16000, max_rate=192000, min_seconds=0.1, max
 UNSUPPORTED_FIELDS = ("speaker_embedding", "instructions", "language", "task_type", "x_vector_only_mode",
                       "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
 
+# `extra_params` as vLLM-Omni 0.30.0 applies them, per request in RAS: the logits (stop rows merged) over the
+# temperature, below GREEDY_TEMPERATURE the argmax; top_p / top_k in place of the yaml's (sampling.py).
+KNOBS = (
+    KnobRule("temperature", 0.0, 10.0),
+    KnobRule("top_k", 0, 1 << 20, integer=True),  # 0: off
+    KnobRule("top_p", 0.0, 1.0, lo_open=True),
+)
+GREEDY_TEMPERATURE = 1e-5  # vLLM-Omni's _sampling_eps
+
 RULES = FamilyRules(
     family=FAMILY,
     tasks=(TASK,),
@@ -62,6 +71,7 @@ RULES = FamilyRules(
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
     variants={"base": TASK},
+    extra_params=KNOBS,
     sampling=SEEDED,  # RAS noise and the flow's noise from the request's seed; without one the gateway draws it
     auto_language=False,  # `language` is refused, "Auto" included
 )
@@ -83,7 +93,8 @@ ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
 )
 ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = tuple(
     wire.TensorIO(t.name, t.dtype, t.dims, doc=t.doc) for t in FEATURES)
-WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, wire.MAX_NEW_TOKENS, wire.SEED, REF_TEXT, *FEATURES),
+WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, wire.MAX_NEW_TOKENS, wire.SEED, wire.TEMPERATURE, wire.TOP_K, wire.TOP_P,
+                                 REF_TEXT, *FEATURES),
                        {ENCODER_MODEL: (ENCODER_INPUTS, ENCODER_OUTPUTS)})
 
 

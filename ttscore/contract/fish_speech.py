@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
 FAMILY = "fish_speech"
 DISPLAY = "Fish Speech S2 Pro"
@@ -157,10 +157,11 @@ MAX_TEXT_CHARS = 4096
 TASK = "Base"
 DEFAULT_VOICE = "default"  # the model's own voice (text-only prompt), like omitting `voice`
 # vLLM-Omni's sampling knobs (the Speech API's `extra_params`, applied to the sampling params): inclusive ranges.
-TEMPERATURE_RANGE = (0.0, 10.0)  # 0: greedy (vLLM takes any temperature >= 0; the project bounds it)
-TOP_K_RANGE = (0, 4097)  # 0: off (the Slow AR's 4096 semantic ids + <|im_end|>)
-TOP_P_RANGE = (0.0, 1.0)  # exclusive of 0
-EXTRA_PARAMS = ("temperature", "top_k", "top_p")
+KNOBS = (
+    KnobRule("temperature", 0.0, 10.0),  # 0: greedy (vLLM takes any temperature >= 0; the project bounds it)
+    KnobRule("top_k", 0, 4097, integer=True),  # 0: off (the Slow AR's 4096 semantic ids + <|im_end|>)
+    KnobRule("top_p", 0.0, 1.0, lo_open=True),
+)
 UNSUPPORTED_FIELDS = ("speaker_embedding", "instructions", "language", "task_type", "x_vector_only_mode",
                       "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
 REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
@@ -179,16 +180,13 @@ RULES = FamilyRules(
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
     variants={"base": TASK},
-    extra_params=EXTRA_PARAMS,
+    extra_params=KNOBS,
     sampling=SEEDED,  # Slow/Fast AR sampling noise from the request's seed, 42 without one
     auto_language=False,  # `language` is refused, "Auto" included
 )
 
 # Its speech_generation inputs. Cloning: the reference clip's DAC codes [frames, 10] from the family's
 # voice-features model (dac_encoder) and its transcript (the runtime's request fields `ref_codes`, `ref_text`).
-TEMPERATURE = wire.TensorIO("temperature", "FP32", (1,), True, "Sampling temperature (0: greedy).")
-TOP_K = wire.TensorIO("top_k", "INT32", (1,), True, "Top-k sampling (0: off).")
-TOP_P = wire.TensorIO("top_p", "FP32", (1,), True, "Nucleus sampling threshold.")
 REF_DAC_CODES = wire.TensorIO("ref_dac_codes", "INT64", (-1, NUM_CODEBOOKS), True,
                               "Fish Speech: reference DAC codes [frames, 10] from dac_encoder (cloning).")
 REF_TEXT = wire.string_input("ref_text", "Fish Speech: transcript of the reference clip (cloning; required with it).")
@@ -202,6 +200,6 @@ ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = (
     wire.TensorIO("ref_dac_codes", "INT64", (-1, NUM_CODEBOOKS),
                   doc="Fish Speech reference codes [frames, 10] for speech_generation's ref_dac_codes."),
 )
-WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, wire.MAX_NEW_TOKENS, wire.SEED, TEMPERATURE, TOP_K, TOP_P,
+WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, wire.MAX_NEW_TOKENS, wire.SEED, wire.TEMPERATURE, wire.TOP_K, wire.TOP_P,
                                 REF_DAC_CODES, REF_TEXT),
                        {ENCODER_MODEL: (ENCODER_INPUTS, ENCODER_OUTPUTS)})

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ttscore.contract import omnivoice_text, wire
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
 FAMILY = "omnivoice"
 SAMPLE_RATE = 24000  # the codec's output
@@ -55,13 +55,14 @@ TASK = "Base"
 DEFAULT_VOICE = "default"  # auto voice (the model's own), like omitting `voice`
 UNSUPPORTED_FIELDS = ("x_vector_only_mode", "speaker_embedding", "non_streaming_mode")
 # The float generation knobs (the Speech API's `extra_params`, speech_generation inputs): inclusive ranges.
-FLOAT_KNOBS: dict[str, tuple[float, float]] = {
-    "guidance_scale": (0.0, 20.0),
-    "t_shift": (1e-3, 10.0),
-    "position_temperature": (0.0, 100.0),
-    "class_temperature": (0.0, 100.0),
-}
-EXTRA_PARAMS = ("num_step", *FLOAT_KNOBS)  # num_step: an integer FieldRule
+KNOBS = (
+    KnobRule("num_step", 1, MAX_NUM_STEP, integer=True),  # also a FieldRule (its default)
+    KnobRule("guidance_scale", 0.0, 20.0),
+    KnobRule("t_shift", 1e-3, 10.0),
+    KnobRule("position_temperature", 0.0, 100.0),
+    KnobRule("class_temperature", 0.0, 100.0),
+)
+FLOAT_KNOBS: dict[str, tuple[float, float]] = {k.name: (k.lo, k.hi) for k in KNOBS if not k.integer}
 # `speed` as the reference does it: the duration estimate divided by it (the Speech API's range).
 SPEED_RANGE = (0.25, 4.0)
 REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
@@ -82,7 +83,7 @@ RULES = FamilyRules(
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
     variants={"base": TASK},
-    extra_params=EXTRA_PARAMS,
+    extra_params=KNOBS,
 )
 
 

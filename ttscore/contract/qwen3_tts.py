@@ -6,9 +6,11 @@ constant and rule has this one home.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
 FAMILY = "qwen3_tts"
 VARIANTS = ("custom_voice", "voice_design", "base")
@@ -38,6 +40,26 @@ REF_AUDIO_MAX_RATE = 192000
 REF_AUDIO_MIN_SECONDS = 0.1
 REF_AUDIO_MAX_SECONDS = 60.0
 
+# `extra_params` as vLLM-Omni 0.30.0 applies them: to the talker's sampling (code 0) only; the code predictor
+# keeps the checkpoint's subtalker settings. Temperature 0 is greedy (vLLM's rule).
+KNOBS = (
+    KnobRule("temperature", 0.0, 100.0),
+    KnobRule("top_k", 0, 1 << 30, integer=True),  # 0: off
+    KnobRule("top_p", 0.0, 1.0, lo_open=True),
+)
+
+
+def talker_sampling(knobs: Mapping[str, int | float]) -> dict[str, object]:
+    """speech_generation's talker sampling inputs for checked `extra_params`, as vLLM's sampler reads them:
+    a temperature samples at it (0: greedy) whatever the checkpoint's generation_config says."""
+    out: dict[str, object] = dict(knobs)
+    if "temperature" in out:
+        out["do_sample"] = out["temperature"] != 0
+        if out["temperature"] == 0:
+            del out["temperature"]
+    return out
+
+
 RULES = FamilyRules(
     family=FAMILY,
     sampling=SEEDED,  # one uniform per code from the request's default_rng(seed)
@@ -56,6 +78,7 @@ RULES = FamilyRules(
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
     variants=TASK_OF_VARIANT,
+    extra_params=KNOBS,
 )
 
 

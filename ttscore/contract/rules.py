@@ -7,10 +7,12 @@ Triton client gets the same message for the same mistake. `InvalidRequest.param`
 
 from __future__ import annotations
 
+import math
 import numbers
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ttscore.contract.errors import InvalidRequest
 
@@ -71,6 +73,39 @@ class RefAudioBounds:
                               min(self.min_seconds, other.min_seconds), max(self.max_seconds, other.max_seconds))
 
 
+@dataclass(frozen=True)
+class KnobRule:
+    """A number the Speech API's `extra_params` carries to a family's generation (a sampling or solver knob):
+    the range [lo, hi] (`lo_open`: lo itself excluded), an integer where `integer`. A value outside it is
+    refused naming `extra_params`, never clamped."""
+
+    name: str
+    lo: float
+    hi: float
+    integer: bool = False
+    lo_open: bool = False
+
+    def check(self, value: object) -> int | float:
+        v: Any = value
+        if self.integer:
+            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        else:
+            ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
+        if ok:
+            x = float(v)
+            ok = (self.lo < x if self.lo_open else self.lo <= x) and x <= self.hi
+        if not ok:
+            kind = "an integer" if self.integer else "a number"
+            if self.lo == self.hi:
+                bounds = f"{kind} equal to {self.lo:g}"
+            elif self.lo_open:
+                bounds = f"{kind} with {self.lo:g} < {self.name} <= {self.hi:g}"
+            else:
+                bounds = f"{kind} between {self.lo:g} and {self.hi:g}"
+            raise InvalidRequest(f"'extra_params': '{self.name}' must be {bounds}, got {value!r}", "extra_params")
+        return int(v) if self.integer else float(v)
+
+
 # How a family's audio depends on its request (FamilyRules.sampling): what reproducing a request takes.
 # A reproducible request can be replayed (the gateway re-runs a stream whose Triton died on another one
 # and skips what the client already has); for SEEDED families without a default seed the gateway draws
@@ -96,8 +131,8 @@ class FamilyRules:
     max_text_chars: int = 4096  # per generation
     sample_rate: int | None = None  # of the audio the family generates (the manifest's wins when it has one)
     variants: Mapping[str, str] = field(default_factory=dict)  # checkpoint variant (manifest) -> its task
-    # The keys the family takes in the Speech API's `extra_params` (any other key: 400 naming it).
-    extra_params: tuple[str, ...] = ()
+    # The knobs the family takes in the Speech API's `extra_params` (any other key: 400 naming it).
+    extra_params: tuple[KnobRule, ...] = ()
     # Whether `language` "Auto" (the spec's default: no language) is accepted. False for a family that
     # refuses `language` outright, "Auto" included; what /v1/models lists follows it.
     auto_language: bool = True
@@ -122,6 +157,26 @@ class FamilyRules:
         """Must a request without a seed be given one to be reproducible (a seeded family without a
         default seed: the model would draw its noise from entropy)?"""
         return self.sampling == SEEDED and self.has_field("seed") and self.field("seed").default is None
+
+    @property
+    def knob_names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.extra_params)
+
+    def knobs(self, extra: Mapping[str, object] | None) -> dict[str, int | float]:
+        """The request's `extra_params`, checked (InvalidRequest naming `extra_params` for a key the family
+        does not take or a value outside its rule)."""
+        if extra is None:
+            return {}
+        if not self.extra_params:  # as for any field the API does not know
+            raise InvalidRequest("Unrecognized request argument supplied: 'extra_params'", "extra_params")
+        rules = {k.name: k for k in self.extra_params}
+        out: dict[str, int | float] = {}
+        for key, value in extra.items():
+            if key not in rules:
+                raise InvalidRequest(f"'extra_params' key '{key}' is not supported by {self.name} models (it takes "
+                                     f"{', '.join(rules)})", "extra_params")
+            out[key] = rules[key].check(value)
+        return out
 
     def field(self, name: str) -> FieldRule:
         for rule in self.fields:

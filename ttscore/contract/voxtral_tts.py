@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ttscore.contract import wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule
 
 FAMILY = "voxtral_tts"
 DISPLAY = "Voxtral TTS"
@@ -120,7 +120,7 @@ DEFAULT_MAX_NEW_TOKENS = 2048  # frames (vLLM-Omni's deploy: max_tokens 2048)
 SEED_MAX = 2**63 - 1
 # The project's x0 comes from the request's seed; a request without one is random, as in vLLM-Omni 0.30.0
 # (its x0 comes from torch's global RNG; its deploy file pins no seed): the gateway draws one (X-Seed).
-CFG_ALPHA_RANGE = (0.0, 10.0)  # extra_params.cfg_alpha (vLLM-Omni takes any float; the project bounds it)
+CFG_ALPHA_KNOB = KnobRule("cfg_alpha", 0.0, 10.0)  # extra_params.cfg_alpha (vLLM-Omni takes any float; the project bounds it)
 DEFAULT_INITIAL_CHUNK_FRAMES = 4
 DEFAULT_CHUNK_FRAMES = 25
 MAX_TEXT_CHARS = 4096
@@ -141,7 +141,7 @@ RULES = FamilyRules(
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=24000,
     variants={"base": TASK},
-    extra_params=("cfg_alpha",),
+    extra_params=(CFG_ALPHA_KNOB,),
     auto_language=False,  # `language` is refused, "Auto" included
 )
 

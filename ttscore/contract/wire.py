@@ -51,3 +51,7 @@ MAX_NEW_TOKENS = TensorIO("max_new_tokens", "INT32", (1,), True, "Frame budget, 
 SEED = TensorIO("seed", "INT64", (1,), True, "Makes sampling reproducible.")
 INITIAL_CHUNK_FRAMES = TensorIO("initial_chunk_frames", "INT32", (1,), True, "Frames in the first audio chunk.")
 CHUNK_FRAMES = TensorIO("chunk_frames", "INT32", (1,), True, "Frames in every later chunk.")
+# Sampling knobs (the Speech API's extra_params of the families that take them).
+TEMPERATURE = TensorIO("temperature", "FP32", (1,), True, "Sampling temperature (0: greedy).")
+TOP_K = TensorIO("top_k", "INT32", (1,), True, "Top-k sampling (0: off).")
+TOP_P = TensorIO("top_p", "FP32", (1,), True, "Nucleus sampling threshold.")

@@ -59,6 +59,9 @@ class CosyVoice3Sequence(Sequence):
     min_len: int = 0
     max_len: int = DEFAULT_MAX
     ras: F32 | None = None  # [max_len, 2, rows]
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
 
 
 class HopVocoder:
@@ -131,6 +134,9 @@ class CosyVoice3Model:
         if mnt is not None and (isinstance(mnt, bool) or not isinstance(mnt, int) or not 1 <= mnt <= MAX_NEW_TOKENS):
             raise InvalidRequest(f"'max_new_tokens' must be an integer in 1..{MAX_NEW_TOKENS}", "max_new_tokens")
         seed = spec.RULES.field("seed").checked_or_drawn(request.seed)  # none: random, as vLLM-Omni
+        lm = self.sizes["lm"]
+        knobs = spec.RULES.knobs({k: v for k, v in (("temperature", request.temperature), ("top_k", request.top_k),
+                                                    ("top_p", request.top_p)) if v is not None})
         clip = request.clip
         if clip is None:
             if self.front is None:
@@ -160,7 +166,9 @@ class CosyVoice3Model:
         return CosyVoice3Sequence(
             initial_chunk_frames=first + self.g.lookahead, chunk_frames=hop, text_tokens=len(ids),
             audio_tokens=len(prompt.speech_tokens), vocoder_prefix=cond, prompt_tokens=len(embeds), embeds=embeds,
-            min_len=min_len, max_len=max_len, ras=sampling.ras_noise(seed, max_len, rows))
+            min_len=min_len, max_len=max_len, ras=sampling.ras_noise(seed, max_len, rows),
+            temperature=float(knobs.get("temperature", 1.0)), top_k=int(knobs.get("top_k", lm["top_k"])),
+            top_p=float(knobs.get("top_p", lm["top_p"])))
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
         done: list[CosyVoice3Sequence] = []
@@ -225,8 +233,12 @@ class CosyVoice3Model:
             assert s.logits is not None and s.ras is not None
             i = len(s.tokens)
             w = sampling.scores(s.logits, size, allow_stop=i >= s.min_len)
-            tok, _ = sampling.ras_pick(w, s.tokens, s.ras[i, 0], s.ras[i, 1], lm["top_p"], lm["top_k"],
-                                       lm["win_size"], lm["tau_r"])
+            if s.temperature < spec.GREEDY_TEMPERATURE:
+                tok = int(np.argmax(w))
+            else:
+                w = sampling.tempered(w, s.temperature)
+                tok, _ = sampling.ras_pick(w, s.tokens, s.ras[i, 0], s.ras[i, 1], s.top_p, s.top_k,
+                                           lm["win_size"], lm["tau_r"])
             if tok >= size:
                 s.finished = "stop"
                 s.pending.append(np.array([END], np.int64))

@@ -37,6 +37,19 @@ def scores(logits: F32, speech_token_size: int, allow_stop: bool) -> F32:
     x[speech_token_size:] = -np.inf
     if allow_stop:
         x[speech_token_size + 1] = merged
+    return scores_of(x)
+
+
+def tempered(weighted: F32, temperature: float) -> F32:
+    """The log-softmax of the merged logits over `temperature` (vLLM-Omni divides the logits, then takes
+    the log-softmax; a log-softmax differs from the logits by a constant, so this is the same)."""
+    if temperature == 1.0:
+        return weighted
+    return scores_of(weighted / np.float32(temperature))
+
+
+def scores_of(x: F32) -> F32:
+    """log-softmax (−inf rows stay −inf)."""
     m = np.float32(x.max())
     out: F32 = (x - m - np.log(np.exp(x - m, dtype=np.float32).sum(dtype=np.float32))).astype(np.float32)
     return out

@@ -86,7 +86,7 @@ class VoxtralModel:
             raise InvalidRequest(f"unknown voice {request.voice!r} (this checkpoint's: {', '.join(self.g.voices)})",
                                  "voice")
         alpha = spec.DEFAULT_CFG_ALPHA if request.cfg_alpha is None else request.cfg_alpha
-        lo, hi = spec.CFG_ALPHA_RANGE
+        lo, hi = spec.CFG_ALPHA_KNOB.lo, spec.CFG_ALPHA_KNOB.hi
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not lo <= float(alpha) <= hi:
             raise InvalidRequest(f"'cfg_alpha' must be a number between {lo} and {hi}", "cfg_alpha")
         max_new = spec.RULES.field("max_new_tokens").resolve(request.max_new_tokens)
