@@ -17,20 +17,143 @@ carries as `rules`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from ttscore.contract import families
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.rules import FamilyRules, RefAudioBounds
 
+from .settings import CheckpointSettings
+from .speech_fields import OutputSpec, SpeechFields, StoredVoice
+
 if TYPE_CHECKING:
     from .backend import InferenceBackend
-    from .checkpoints import ServedCheckpoint
-    from .planning import Deployment, SpeechFields, SpeechPlan, StoredVoice
     from .voices.precomputed import PrecomputedVoice
+
+
+# --- the checkpoint record and the plan --------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServedCheckpoint:
+    """A served checkpoint with the facts the Speech API needs from its manifest, and its family's adapter
+    (handed to it once, when the deployment is loaded: gateway.checkpoints)."""
+
+    settings: CheckpointSettings
+    adapter: FamilyAdapter
+    speakers: tuple[str, ...]  # lower-case built-in speaker names (CustomVoice)
+    languages: tuple[str, ...]  # lower-case, "auto" included; empty for a family that refuses "Auto" too
+    sample_rate: int
+    samples_per_frame: int
+    model_size: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+    speaker_embed_dim: int | None = None  # Base: the x-vector size (checks precomputed voices)
+    num_code_groups: int | None = None
+    family: str  # the manifest's model family (ttscore.contract.families)
+    # What the family's gateway adapter read from the manifest (FamilyAdapter.manifest_facts).
+    facts: dict[str, Any] = field(default_factory=dict)
+    # The startup LoRA adapter merged into its weights at export (the manifest's `adapter`), or None.
+    lora: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def variant(self) -> str:
+        return self.settings.variant
+
+    @property
+    def task(self) -> str:
+        return self.rules.variants[self.settings.variant]
+
+    @property
+    def rules(self) -> FamilyRules:
+        return families.RULES[self.family]  # the contract's registry (what the runtime checks too)
+
+    @property
+    def triton_model(self) -> str:
+        return self.settings.triton_model
+
+    @property
+    def voice_features_model(self) -> str | None:
+        return self.settings.voice_features_model
+
+    def answers_to(self, model: str) -> bool:
+        """`model` names this checkpoint: its id, an alias, or a hub-style `org/<id>`."""
+        ids = (self.settings.name, *self.settings.aliases)
+        return model in ids or model.rsplit("/", 1)[-1] in ids
+
+
+@dataclass(frozen=True)
+class SpeechPlan:
+    checkpoint: ServedCheckpoint
+    task: str  # CustomVoice | VoiceDesign | Base
+    text: str
+    speaker: str | None
+    language: str  # lower-case, "auto" included
+    instructions: str | None
+    ref_audio: str | None  # the locator as sent (Base, unless a stored voice supplies it)
+    ref_text: str | None  # only for in-context cloning
+    x_vector_only: bool
+    stored_voice: StoredVoice | None
+    non_streaming_mode: bool | None
+    max_new_tokens: int | None  # None: the family's own cap (VoxCPM2)
+    seed: int | None
+    initial_chunk_frames: int | None
+    output: OutputSpec
+    segments: tuple[str, ...] = ()  # long text (gateway.longtext); empty: `text` is one generation
+    seed_drawn: bool = False  # `seed` is the gateway's (see reproducible_plan), not the client's
+    knobs: Mapping[str, int | float] = field(default_factory=dict)  # extra_params, checked (FamilyRules.knobs)
+
+    @property
+    def family(self) -> str:
+        return self.checkpoint.family
+
+    @property
+    def needs_voice_features(self) -> bool:
+        """Does the generation take reference features (the family's adapter says)?"""
+        return self.checkpoint.adapter.needs_reference(self)
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """The text of each generation, in order."""
+        return self.segments or (self.text,)
+
+    def generation_fields(self, segment: int = 0) -> dict[str, Any]:
+        """speech_generation inputs (ttscore.contract.tensors names) of one segment, except the
+        reference features."""
+        return self.checkpoint.adapter.generation_fields(self, segment)
+
+    def generation_inputs(self, segment: int, features: Any) -> dict[str, np.ndarray]:
+        """The request tensors of one segment, reference features included."""
+        return self.checkpoint.adapter.generation_inputs(self, segment, features)
+
+
+class PlanContext(Protocol):
+    """What an adapter's `plan` may ask of the deployment (gateway.planning.Deployment)."""
+
+    segment_chars: int  # long input is generated in segments of about this many characters (gateway.longtext)
+
+    def routed_by_task(self) -> list[ServedCheckpoint]:
+        """The checkpoints a request without `model` is routed among."""
+        ...
+
+    def preset_voice(self, name: str) -> str:
+        """A voice alias's preset speaker; any other name unchanged."""
+        ...
+
+    def resolve_voice(self, name: str) -> StoredVoice | None:
+        """An uploaded or precomputed voice by name (None: not a stored voice)."""
+        ...
+
+
+# --- the adapter ---------------------------------------------------------------------------------------
 
 
 def takes_open_text(plan: SpeechPlan) -> bool:
@@ -81,7 +204,7 @@ class FamilyAdapter(Protocol):
         """Facts of a checkpoint this adapter needs later (ServedCheckpoint.facts)."""
         ...
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
+    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         """Validate and route a request for this family (`named`: the checkpoint `model` names)."""
         ...
 
@@ -133,4 +256,5 @@ def default_voice_aliases(adapters: Iterable[FamilyAdapter]) -> dict[str, str]:
     return out
 
 
-__all__ = ["FamilyAdapter", "FeatureEnv", "audio_key", "default_voice_aliases"]
+__all__ = ["FamilyAdapter", "FeatureEnv", "PlanContext", "ServedCheckpoint", "SpeechPlan", "audio_key",
+           "default_voice_aliases"]

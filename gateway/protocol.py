@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ttscore.contract import families
 
 from . import encoding
-from .planning import SpeechFields
 from .settings import DEFAULT_MAX_INPUT_CHARS, DEFAULT_SEGMENT_CHARS
+from .speech_fields import SpeechFields
 
 ResponseFormat = Literal["wav", "mp3", "flac", "pcm", "opus", "aac", "ulaw", "alaw"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]

@@ -40,9 +40,9 @@ from ttscore.contract.tensors import TEXT_DONE_PARAMETER, TEXT_EXTEND_PARAMETER,
 
 from . import encoding, errors, longtext, refaudio, sse
 from .backend import DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
-from .checkpoints import ServedCheckpoint
 from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
+from .family import ServedCheckpoint
 from .metrics import GatewayMetrics, RequestTrace
 from .planning import Deployment, SpeechFields, SpeechPlan, plan_speech
 from .protocol import ADAPTER_FIELDS

@@ -69,9 +69,8 @@ from ttscore.contract.errors import InvalidRequest
 from . import errors
 from .backend import ENDPOINT_AFFINITY, Affinity
 from .errors import APIError
-from .family import takes_open_text
+from .family import SpeechPlan, takes_open_text
 from .metrics import STATUS_CLIENT_GONE, RequestTrace
-from .planning import SpeechFields, SpeechPlan
 from .protocol import (
     CLIENT_MESSAGES,
     AudioDone,
@@ -83,6 +82,7 @@ from .protocol import (
 )
 from .services import Features, SpeechService, StreamAborted
 from .settings import Settings
+from .speech_fields import SpeechFields
 from .text_split import TextSplitter
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@
 - Precomputed voices come from `custom_voice_dir` (gateway.voices.precomputed), loaded at start-up
   and checked against the served checkpoints of their family by its adapter. Each knows its family,
   so a request for a model of another family is a 400 naming `voice`.
-- Both are Base voice-cloning inputs (planning.StoredVoice).
+- Both are Base voice-cloning inputs (speech_fields.StoredVoice).
 
 Names are one case-insensitive namespace: built-in (and the OpenAI voice aliases, gateway.aliases) <
 precomputed < uploaded, and an upload can never shadow a name to its left. Pure asyncio (no FastAPI); Triton is reached only through the backend
@@ -37,11 +37,10 @@ from ttscore.contract.voicefile import voice_key
 from . import errors
 from .aliases import AliasError, effective_voice_aliases
 from .backend import INVALID_ARG, BackendError, InferenceBackend
-from .checkpoints import ServedCheckpoint
 from .families import ADAPTERS
-from .family import FamilyAdapter, default_voice_aliases
-from .planning import StoredVoice
+from .family import FamilyAdapter, ServedCheckpoint, default_voice_aliases
 from .settings import Settings, SettingsError
+from .speech_fields import StoredVoice
 from .voices import (
     FeatureCache,
     MultipartForm,

@@ -34,23 +34,14 @@ from ttscore.contract.voicefile import REF_CODE
 
 from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
 from ..errors import bad_request, from_invalid_request
-from ..family import FeatureEnv, audio_key
+from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
 from ..longtext import segment_seed, split_segments
-from ..planning import (
-    Deployment,
-    SpeechFields,
-    SpeechPlan,
-    StoredVoice,
-    plan_output,
-    refuse_unsupported,
-    text_field,
-)
+from ..speech_fields import SpeechFields, StoredVoice, plan_output, refuse_unsupported, text_field
 from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
 
 if TYPE_CHECKING:
     from ttscore.contract.manifest import Manifest
 
-    from ..checkpoints import ServedCheckpoint
 
 _VOICES = {v.lower(): v for v in breeze_tts_2.VOICES}
 VOICE_ALIASES: dict[str, str] = {}  # no OpenAI voice names: `voice` is S0..S9 (or a stored voice)
@@ -103,7 +94,7 @@ class BreezeTTS2Adapter:
         """What precomputed voices are checked against: the checksum of the codec that makes the codes."""
         return {"codec_sha256": manifest.source_sha256(CODEC_WEIGHTS)}
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
+    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
         ckpt, rules = named, self.rules
         name = rules.name

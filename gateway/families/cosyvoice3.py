@@ -36,13 +36,11 @@ from ttscore.contract.errors import InvalidRequest
 
 from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
 from ..errors import bad_request, from_invalid_request
-from ..family import FeatureEnv, audio_key
+from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
 from ..longtext import segment_seed, split_segments
-from ..planning import (
+from ..speech_fields import (
     MAX_REF_TEXT_CHARS,
-    Deployment,
     SpeechFields,
-    SpeechPlan,
     StoredVoice,
     plan_output,
     refuse_unsupported,
@@ -53,7 +51,6 @@ from ..voices.precomputed import PrecomputedVoice, SkipVoice
 if TYPE_CHECKING:
     from ttscore.contract.manifest import Manifest
 
-    from ..checkpoints import ServedCheckpoint
 
 VOICE_ALIASES: dict[str, str] = {}  # no preset speakers for OpenAI's voice names
 Features = tuple[np.ndarray, np.ndarray, np.ndarray]  # speech tokens [T], prompt mel [2T, 80], embedding
@@ -72,7 +69,7 @@ class CosyVoice3Adapter:
     def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
         return {}
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
+    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
         ckpt, rules = named, self.rules
         name = rules.name

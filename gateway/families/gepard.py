@@ -27,23 +27,14 @@ from ttscore.contract.errors import InvalidRequest
 
 from ..backend import InferenceBackend
 from ..errors import bad_request, from_invalid_request
-from ..family import FeatureEnv
+from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan
 from ..longtext import segment_seed, split_segments
-from ..planning import (
-    Deployment,
-    SpeechFields,
-    SpeechPlan,
-    StoredVoice,
-    plan_output,
-    refuse_unsupported,
-    text_field,
-)
+from ..speech_fields import SpeechFields, StoredVoice, plan_output, refuse_unsupported, text_field
 from ..voices.precomputed import PrecomputedVoice, SkipVoice
 
 if TYPE_CHECKING:
     from ttscore.contract.manifest import Manifest
 
-    from ..checkpoints import ServedCheckpoint
 
 VOICE_ALIASES: dict[str, str] = {}  # OpenAI's voice names are not Gepard voices
 WHOLE_FORMATS = ("wav", "pcm", "flac", "mp3")  # opus: 22.05 kHz is not an Opus rate; aac: not in the table
@@ -61,7 +52,7 @@ class GepardAdapter:
     def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
         return {}
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
+    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
         ckpt, rules = named, self.rules
         name = rules.name

@@ -46,13 +46,11 @@ from ttscore.contract.voicefile import REF_CODE
 
 from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
 from ..errors import bad_request, from_invalid_request
-from ..family import FeatureEnv, audio_key
+from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
 from ..longtext import segment_seed, split_segments
-from ..planning import (
+from ..speech_fields import (
     MAX_REF_TEXT_CHARS,
-    Deployment,
     SpeechFields,
-    SpeechPlan,
     StoredVoice,
     plan_output,
     refuse_unsupported,
@@ -63,7 +61,6 @@ from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_
 if TYPE_CHECKING:
     from ttscore.contract.manifest import Manifest
 
-    from ..checkpoints import ServedCheckpoint
 
 VOICE_ALIASES: dict[str, str] = {}  # no preset speakers for OpenAI's voice names
 LANGUAGES = "language_ids"  # manifest_facts key: the reference's language map (name -> id)
@@ -109,7 +106,7 @@ class OmniVoiceAdapter:
         return {LANGUAGES: {str(k): str(v) for k, v in table.items()},
                 CODEC: manifest.source_sha256(CODEC_WEIGHTS)}
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
+    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
         ckpt, rules = named, self.rules
         name = rules.name

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -31,14 +31,12 @@ from ttscore.contract.voicefile import MODES, REF_CODE, SPEAKER_EMBEDDING
 
 from ..backend import INTERNAL, BackendError, InferenceBackend
 from ..errors import bad_request, from_invalid_request
-from ..family import FeatureEnv, audio_key
+from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
 from ..longtext import segment_seed, split_segments
-from ..planning import (
+from ..speech_fields import (
     MAX_INSTRUCTIONS_CHARS,
     MAX_REF_TEXT_CHARS,
-    Deployment,
     SpeechFields,
-    SpeechPlan,
     StoredVoice,
     plan_output,
     task_mismatch,
@@ -46,9 +44,6 @@ from ..planning import (
 )
 from ..voices.features import VoiceFeatures
 from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
-
-if TYPE_CHECKING:
-    from ..checkpoints import ServedCheckpoint
 
 Features = tuple[np.ndarray, "np.ndarray | None"]  # (x_vector, ref_codes)
 
@@ -104,7 +99,7 @@ class Qwen3TTSAdapter:
     # --- planning ----------------------------------------------------------------------------------
 
     def _route(self, task: str, voice: str | None, named: ServedCheckpoint | None,
-               deployment: Deployment) -> ServedCheckpoint:
+               deployment: PlanContext) -> ServedCheckpoint:
         if named is not None:
             if named.task != task:
                 raise task_mismatch([named.task], task, self.rules.name)
@@ -119,7 +114,7 @@ class Qwen3TTSAdapter:
                     return c
         return candidates[0]
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
+    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         rules = self.rules
         if f.task_type is not None and f.task_type not in rules.tasks:
             raise bad_request(f"Invalid task_type '{f.task_type}'. Supported: {', '.join(rules.tasks)}", "task_type")

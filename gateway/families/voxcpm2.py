@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -28,22 +28,17 @@ from ttscore.contract.voxcpm2 import PROMPT_PATCHES, REF_PATCHES
 
 from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
 from ..errors import bad_request, from_invalid_request
-from ..family import FeatureEnv, audio_key
+from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
 from ..longtext import segment_seed, split_segments
-from ..planning import (
+from ..speech_fields import (
     MAX_REF_TEXT_CHARS,
-    Deployment,
     SpeechFields,
-    SpeechPlan,
     StoredVoice,
     plan_output,
     refuse_unsupported,
     text_field,
 )
 from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
-
-if TYPE_CHECKING:
-    from ..checkpoints import ServedCheckpoint
 
 Features = tuple[np.ndarray, "np.ndarray | None"]  # (ref_patches, prompt_patches)
 VOICE_ALIASES: dict[str, str] = {}  # no preset speakers for OpenAI's voice names
@@ -94,7 +89,7 @@ class VoxCPM2Adapter:
             "audiovae_sha256": manifest.source_sha256(voxcpm2.AUDIOVAE_FILE),
         }
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
+    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
         ckpt = named
         rules = self.rules

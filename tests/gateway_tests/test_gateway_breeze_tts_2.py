@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 from gateway import refaudio
-from gateway.checkpoints import ServedCheckpoint
+from gateway.checkpoints import ServedCheckpoint, from_manifest
 from gateway.errors import APIError
 from gateway.families.breeze_tts_2 import ADAPTER, CodecTarget
 from gateway.planning import Deployment, SpeechFields, StoredVoice, plan_speech
@@ -34,7 +34,7 @@ def checkpoint(tmp_path: Path, name: str, sha: str | None = "aa", encoder: str |
     raw = {"format_version": 1, "family": spec.FAMILY, "variant": "base", "sample_rate": 24000,
            "samples_per_frame": 1920, "source": {"files": files}}
     settings = CheckpointSettings(name, "base", f"speech_generation_{name}", tmp_path, encoder)
-    return ServedCheckpoint.from_manifest(settings, Manifest.parse(tmp_path, raw))
+    return from_manifest(settings, Manifest.parse(tmp_path, raw))
 
 
 class Voices:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gateway.backend import INVALID_ARG, BackendError
-from gateway.checkpoints import ServedCheckpoint
+from gateway.checkpoints import from_manifest
 from gateway.errors import APIError
 from gateway.families.cosyvoice3 import ADAPTER
 from gateway.planning import Deployment, NoStoredVoices, SpeechFields, StoredVoice, plan_speech
@@ -51,7 +51,7 @@ def dep(tmp_path: Path) -> Deployment:
     from ttscore.contract.manifest import Manifest
 
     settings = CheckpointSettings("cosy", "base", "speech_generation_cosy", tmp_path, spec.ENCODER_MODEL)
-    return Deployment([ServedCheckpoint.from_manifest(settings, Manifest.parse(tmp_path, raw))], Uploads())
+    return Deployment([from_manifest(settings, Manifest.parse(tmp_path, raw))], Uploads())
 
 
 def plan(dep: Deployment, **fields):

@@ -55,12 +55,14 @@ def test_reference_audio_bounds_are_the_familys():
 def _omnivoice_deployment():
     from pathlib import Path
 
-    from gateway.checkpoints import ServedCheckpoint
+    from gateway.families import adapter
+    from gateway.family import ServedCheckpoint
     from gateway.planning import Deployment
     from gateway.settings import CheckpointSettings
 
     ckpt = ServedCheckpoint(
         settings=CheckpointSettings("OmniVoice-tiny", "base", "sg_omni", Path("/nowhere")), speakers=(),
+        adapter=adapter("omnivoice"),
         languages=("auto",), sample_rate=24000, samples_per_frame=960, family="omnivoice",
         facts={"language_ids": {"english": "en", "chinese": "zh"}})
     return Deployment([ckpt])
@@ -133,13 +135,15 @@ def test_omnivoice_refuses_naming_the_field(fields, param):
 def test_extra_params_for_a_family_without_knobs_is_refused_as_before():
     from pathlib import Path
 
-    from gateway.checkpoints import ServedCheckpoint
     from gateway.errors import APIError
+    from gateway.families import adapter
+    from gateway.family import ServedCheckpoint
     from gateway.planning import Deployment, SpeechFields, plan_speech
     from gateway.settings import CheckpointSettings
 
     # Gepard-1.0's rules list no extra_params keys (Breeze-TTS-2's now list its greedy-only ones)
     ckpt = ServedCheckpoint(settings=CheckpointSettings("Gepard", "base", "sg", Path("/nowhere")), speakers=(),
+                            adapter=adapter("gepard"),
                             languages=("auto",), sample_rate=22050, samples_per_frame=1024, family="gepard")
     with pytest.raises(APIError) as err:
         plan_speech(SpeechFields(input="Hi", extra_params={}), Deployment([ckpt]))

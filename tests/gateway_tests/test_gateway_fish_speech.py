@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gateway.checkpoints import ServedCheckpoint
+from gateway.checkpoints import from_manifest
 from gateway.errors import APIError
 from gateway.families.fish_speech import ADAPTER
 from gateway.planning import Deployment, NoStoredVoices, SpeechFields, StoredVoice, plan_speech
@@ -48,7 +48,7 @@ def dep(tmp_path: Path) -> Deployment:
     from ttscore.contract.manifest import Manifest
 
     settings = CheckpointSettings("fish", "base", "speech_generation_fish", tmp_path, "dac_encoder_fish")
-    return Deployment([ServedCheckpoint.from_manifest(settings, Manifest.parse(tmp_path, raw))], Uploads())
+    return Deployment([from_manifest(settings, Manifest.parse(tmp_path, raw))], Uploads())
 
 
 def plan(dep: Deployment, **fields: Any) -> Any:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.checkpoints import ServedCheckpoint
+from gateway.checkpoints import from_manifest
 from gateway.errors import APIError
 from gateway.families.gepard import ADAPTER
 from gateway.planning import Deployment, NoStoredVoices, SpeechFields, plan_speech
@@ -24,7 +24,7 @@ def dep(tmp_path: Path) -> Deployment:
     from ttscore.contract.manifest import Manifest
 
     settings = CheckpointSettings("gepard", "base", "speech_generation_gepard", tmp_path, None)
-    return Deployment([ServedCheckpoint.from_manifest(settings, Manifest.parse(tmp_path, raw))], NoStoredVoices())
+    return Deployment([from_manifest(settings, Manifest.parse(tmp_path, raw))], NoStoredVoices())
 
 
 def plan(dep: Deployment, **fields):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.checkpoints import ServedCheckpoint
+from gateway.checkpoints import from_manifest
 from gateway.errors import APIError
 from gateway.families.voxtral_tts import ADAPTER
 from gateway.planning import Deployment, NoStoredVoices, SpeechFields, StoredVoice, plan_speech
@@ -32,7 +32,7 @@ def dep(tmp_path: Path) -> Deployment:
     from ttscore.contract.manifest import Manifest
 
     settings = CheckpointSettings("voxtral", "base", "speech_generation_voxtral", tmp_path, None)
-    return Deployment([ServedCheckpoint.from_manifest(settings, Manifest.parse(tmp_path, raw))], OneUpload())
+    return Deployment([from_manifest(settings, Manifest.parse(tmp_path, raw))], OneUpload())
 
 
 def plan(dep: Deployment, **fields):

@@ -5,22 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from gateway.backend import InferenceBackend
 from gateway.errors import bad_request, from_invalid_request
-from gateway.family import FeatureEnv
-from gateway.planning import Deployment, SpeechFields, SpeechPlan, StoredVoice, plan_output, text_field
+from gateway.family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan
+from gateway.speech_fields import SpeechFields, StoredVoice, plan_output, text_field
 from gateway.voices.precomputed import PrecomputedVoice, SkipVoice
 from ttscore.contract import tensors
 from ttscore.contract.errors import InvalidRequest
 
 from . import contract
-
-if TYPE_CHECKING:  # gateway.checkpoints imports the adapter registry, which imports this module
-    from gateway.checkpoints import ServedCheckpoint
 
 
 class ToyToneAdapter:
@@ -35,7 +32,7 @@ class ToyToneAdapter:
     def manifest_facts(self, manifest: Any) -> dict[str, Any]:
         return {}
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: Deployment) -> SpeechPlan:
+    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         assert named is not None  # not routed by task
         name = self.rules.name
         language = None if isinstance(f.language, str) and f.language.strip().lower() == "auto" else f.language
