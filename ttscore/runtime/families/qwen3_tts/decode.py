@@ -23,21 +23,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ttscore.contract import qwen3_tts as spec
 from ttscore.contract.errors import InvalidRequest
-from ttscore.runtime.families.qwen3_tts.prompt import Prompt, build_prompt
+from ttscore.runtime.families.qwen3_tts.checkpoint import Qwen3TTSInfo
+from ttscore.runtime.families.qwen3_tts.prompt import Prompt, Tables, build_prompt
 from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest, ResolvedRequest, resolve
-from ttscore.runtime.families.qwen3_tts.tokenizer import assistant_text
+from ttscore.runtime.families.qwen3_tts.tokenizer import TextTokenizer, assistant_text
 from ttscore.runtime.family import Sequence
+from ttscore.runtime.onnx import OnnxGraph
 from ttscore.runtime.sampling import process_logits_batch, sample
-
-if TYPE_CHECKING:
-    from ttscore.runtime.families.qwen3_tts.model import Qwen3TTSPipeline
 
 logger = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
@@ -140,7 +139,22 @@ class KVArena:
         self._alloc(self.k[0].shape[0], grown)
 
 
-def admit(p: Qwen3TTSPipeline, request: Qwen3TTSRequest) -> QwenSequence:
+@dataclass
+class Decoder:
+    """What Qwen3-TTS's step reads: the checkpoint's facts, the embedding tables, the tokenizer, the talker
+    and code-predictor graphs, the suppressed codec ids and the K/V arena. Qwen3TTSPipeline owns one and
+    hands it to the functions below."""
+
+    info: Qwen3TTSInfo
+    tables: Tables
+    tokenizer: TextTokenizer
+    talker: OnnxGraph
+    code_predictor: OnnxGraph
+    suppressed: npt.NDArray[Any]
+    arena: KVArena
+
+
+def admit(p: Decoder, request: Qwen3TTSRequest) -> QwenSequence:
     """Resolve (InvalidRequest naming the field) and build the prompt; no model call."""
     info = p.info
     req = resolve(request, info)
@@ -175,7 +189,7 @@ def admit(p: Qwen3TTSPipeline, request: Qwen3TTSRequest) -> QwenSequence:
 # the sequence wait (`waiting_for_text`) with its embedding held.
 
 
-def admit_open(p: Qwen3TTSPipeline, request: Qwen3TTSRequest) -> QwenSequence:
+def admit_open(p: Decoder, request: Qwen3TTSRequest) -> QwenSequence:
     """Admit a request whose text is a beginning (incremental text); the prompt is built once its
     first text token is committed."""
     if request.non_streaming_mode:
@@ -199,7 +213,7 @@ def admit_open(p: Qwen3TTSPipeline, request: Qwen3TTSRequest) -> QwenSequence:
     return seq
 
 
-def extend_text(p: Qwen3TTSPipeline, seq: QwenSequence, text: str, done: bool) -> None:
+def extend_text(p: Decoder, seq: QwenSequence, text: str, done: bool) -> None:
     """Append `text` (done: the text is complete). Raises InvalidRequest for a closed sequence."""
     if not seq.text_open:
         raise InvalidRequest("the request's text is already complete", "text")
@@ -252,7 +266,7 @@ def _feed_text(a: QwenSequence, embed: F32) -> None:
     a.next_input = embed + text
 
 
-def prefill(p: Qwen3TTSPipeline, work: list[tuple[QwenSequence, int]]) -> None:
+def prefill(p: Decoder, work: list[tuple[QwenSequence, int]]) -> None:
     """The next `n` prompt tokens of each sequence in ONE talker call (rows left-padded to the
     longest chunk). Sequences whose prompt completes sample code0 and get their first frame."""
     t = p.info.talker
@@ -298,7 +312,7 @@ def prefill(p: Qwen3TTSPipeline, work: list[tuple[QwenSequence, int]]) -> None:
         _frame(p, seqs, out["logits"][done], out["hidden"][done])
 
 
-def step(p: Qwen3TTSPipeline, batch: list[QwenSequence]) -> None:
+def step(p: Decoder, batch: list[QwenSequence]) -> None:
     """One frame for every sequence of the batch (prefilled, unfinished): talker, code0, code predictor."""
     t = p.info.talker
     arena = p.arena
@@ -331,7 +345,7 @@ def step(p: Qwen3TTSPipeline, batch: list[QwenSequence]) -> None:
     _frame(p, batch, out["logits"][rows], out["hidden"][rows])
 
 
-def _frame(p: Qwen3TTSPipeline, batch: list[QwenSequence], logits: F32, hidden: F32) -> None:
+def _frame(p: Decoder, batch: list[QwenSequence], logits: F32, hidden: F32) -> None:
     """Sample code0 from the talker's last logits, run the code predictor on the rows that did not
     stop, append their frames and prepare each row's next talker input."""
     eos = p.info.codec_ids["eos"]

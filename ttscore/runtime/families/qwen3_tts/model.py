@@ -84,6 +84,8 @@ class Qwen3TTSPipeline:
         self.suppressed = suppress_mask(self.info.codec_vocab_size, self.info.codec_ids["eos"])
         t = self.info.talker
         self.arena = decode.KVArena(t.num_layers, t.num_kv_heads, t.head_dim)
+        self.decoder = decode.Decoder(self.info, self.tables, self.tokenizer, self.talker, self.code_predictor,
+                                      self.suppressed, self.arena)
 
     # --- FamilyModel ---------------------------------------------------------------------------
 
@@ -101,21 +103,21 @@ class Qwen3TTSPipeline:
         return {"codes": frames.astype(np.int64, copy=False), "state": state, "position": position}
 
     def admit(self, request: Qwen3TTSRequest) -> QwenSequence:
-        return decode.admit(self, request)
+        return decode.admit(self.decoder, request)
 
     def admit_open(self, request: Qwen3TTSRequest) -> QwenSequence:
         """Incremental text (ttscore.runtime.engine): the request's text is a beginning."""
-        return decode.admit_open(self, request)
+        return decode.admit_open(self.decoder, request)
 
     def extend_text(self, seq: Sequence, text: str, done: bool) -> None:
         if isinstance(seq, QwenSequence):
-            decode.extend_text(self, seq, text, done)
+            decode.extend_text(self.decoder, seq, text, done)
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
-        decode.prefill(self, [(s, n) for s, n in work if isinstance(s, QwenSequence)])
+        decode.prefill(self.decoder, [(s, n) for s, n in work if isinstance(s, QwenSequence)])
 
     def step(self, batch: list[Sequence]) -> None:
-        decode.step(self, [s for s in batch if isinstance(s, QwenSequence)])
+        decode.step(self.decoder, [s for s in batch if isinstance(s, QwenSequence)])
 
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, QwenSequence):
