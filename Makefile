@@ -54,7 +54,7 @@ say-demo: $(STAMP)
 TEST_WORKERS ?= 2
 test: $(STAMP) $(REF5_STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy ttscore gateway export
+	$(VENV)/bin/mypy ttscore gateway export triton_tts
 	$(VENV)/bin/mypy --strict ttscore/contract ttscore/runtime
 	$(VENV)/bin/lint-imports
 	TTS_REQUIRE_REFERENCES=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
@@ -67,7 +67,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy ttscore gateway export
+	$(VENV)/bin/mypy ttscore gateway export triton_tts
 	$(VENV)/bin/mypy --strict ttscore/contract ttscore/runtime
 	$(VENV)/bin/lint-imports
 

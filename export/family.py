@@ -35,7 +35,7 @@ class TinyOption:
 
 
 class ServedCheckpoint(Protocol):
-    """One exported checkpoint a deployment serves (ttscore.tools.serve.Served)."""
+    """One exported checkpoint a deployment serves (triton_tts.serve.Served)."""
 
     @property
     def name(self) -> str: ...

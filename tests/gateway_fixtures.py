@@ -13,7 +13,7 @@
   `reload_error`, `hold_reloads` (a reload waits while it is true); reloads are recorded.
 - `fake_deployment(tmp, variants)`: Settings over hand-written manifests (no exported weights).
 - `start_stack(...)`: the real thing for end-to-end tests and manual runs: renders the model
-  repository exactly as `triton-tts serve` does (ttscore.tools.serve.plan_deployment), starts Triton and
+  repository exactly as `triton-tts serve` does (triton_tts.serve.plan_deployment), starts Triton and
   the gateway (uvicorn) on free ports.
 """
 
@@ -298,9 +298,9 @@ class Stack:
 def render_stack_repository(work: Path, checkpoints: list[tuple[Path, Path]], max_active: int | None = None
                             ) -> tuple[Path, dict[str, Any]]:
     """Render the repository and gateway config as `triton-tts serve` does; (checkpoint, artifacts) pairs."""
+    from triton_tts.serve import Served, _model_id, gateway_config, plan_deployment
     from ttscore.backend import repository
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.serve import Served, _model_id, gateway_config, plan_deployment
 
     taken: set[str] = set()
     served = [Served(_model_id(ck.resolve(), taken), ck, art, read_manifest(art)) for ck, art in checkpoints]

@@ -48,4 +48,4 @@ def test_model_repository_templates_ship_inside_the_package():
     for model in ("speech_generation", "code2wav", "voice_features"):
         assert (templates / model / "config.pbtxt").is_file()
         assert (templates / model / "1").is_dir()  # Triton needs the version folder, even an ensemble's
-    assert (files("ttscore.tools.bench") / "data" / "speech_generation.json").is_file()
+    assert (files("triton_tts.bench") / "data" / "speech_generation.json").is_file()

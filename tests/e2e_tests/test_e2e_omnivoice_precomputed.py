@@ -20,8 +20,8 @@ from gateway_fixtures import start_gateway
 
 from gateway import encoding
 from gateway.settings import Settings
+from triton_tts.precompute import add_precompute_parser
 from ttscore.backend.launcher import free_port
-from ttscore.tools.precompute import add_precompute_parser
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -176,7 +176,7 @@ def test_long_input_streams_its_segments_in_order(stack, client):
 
 def test_cli_say_writes_the_same_audio(stack, client, tmp_path):
     out = tmp_path / "say.wav"
-    cmd = [sys.executable, "-m", "ttscore.tools.cli", "say", "--artifacts", str(stack["artifacts"]), "--voice", "vivian",
+    cmd = [sys.executable, "-m", "triton_tts.cli", "say", "--artifacts", str(stack["artifacts"]), "--voice", "vivian",
            "--language", "English", "--seed", str(SEED), "--greedy", "--max-new-tokens", str(FRAMES), "-o", str(out),
            TEXT]
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)

@@ -60,7 +60,7 @@ def stack(e2e_triton, tmp_path_factory):
     (media / "notes.txt").write_text("not audio\n")
     # the precompute-voice command, as a user runs it, on the served Base checkpoint's artifacts
     done = subprocess.run(
-        [sys.executable, "-m", "ttscore.tools.cli", "precompute-voice", "--artifacts", str(e2e_triton["artifacts"]["base"]),
+        [sys.executable, "-m", "triton_tts.cli", "precompute-voice", "--artifacts", str(e2e_triton["artifacts"]["base"]),
          "--voice-name", "alice", "--ref-audio", str(ref), "--ref-text", REF_TEXT, "--mode", "icl",
          "--output-dir", str(custom)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -136,7 +136,7 @@ def speaker_files(stack) -> list[str]:
 def test_uploaded_voice_with_ref_text_is_the_say_audio(stack, http, narrator, tmp_path):
     got = speak(http, voice="narrator")
     out = tmp_path / "say.wav"
-    cmd = [sys.executable, "-m", "ttscore.tools.cli", "say", "--artifacts", str(stack["artifacts"]), "--ref-audio",
+    cmd = [sys.executable, "-m", "triton_tts.cli", "say", "--artifacts", str(stack["artifacts"]), "--ref-audio",
            str(stack["ref"]), "--ref-text", REF_TEXT, "--language", "English", "--seed", str(SEED), "--greedy",
            "--max-new-tokens", str(FRAMES), "-o", str(out), TEXT]
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)

@@ -20,13 +20,13 @@ from gateway_fixtures import start_gateway
 
 from gateway import encoding
 from gateway.settings import Settings
+from triton_tts.precompute import add_precompute_parser
 from ttscore.backend.launcher import free_port
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.voicefile import MANIFEST_NAME
 from ttscore.runtime.engine import Generator
 from ttscore.runtime.families import FAMILIES
 from ttscore.runtime.families.qwen3_tts.offline import precompute_voice
-from ttscore.tools.precompute import add_precompute_parser
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

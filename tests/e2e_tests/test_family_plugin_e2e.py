@@ -39,7 +39,7 @@ def family_env(**extra: str) -> dict[str, str]:
 
 
 def cli(*args: str, env: dict[str, str]) -> str:
-    done = subprocess.run([sys.executable, "-m", "ttscore.tools.cli", *args], env=env, cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "triton_tts.cli", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
@@ -71,15 +71,15 @@ def served(tmp_path_factory):
     checkpoint, artifacts = tmp / "ToyTone-tiny", tmp / "artifacts"
     cli("make-tiny", "--family", PACKAGE, "--out", str(checkpoint), env=env)
     cli("export", "--checkpoint", str(checkpoint), "--out", str(artifacts), env=env)
-    # `serve` reuses an up-to-date export in its cache (ttscore.tools.artifacts.ensure_artifacts): this one.
+    # `serve` reuses an up-to-date export in its cache (triton_tts.artifacts.ensure_artifacts): this one.
     from export.exporter import fingerprint
-    from ttscore.tools.artifacts import cache_root, cached_export
+    from triton_tts.artifacts import cache_root, cached_export
 
     seeded = cache / cached_export(fingerprint(checkpoint.resolve()), "fp32").relative_to(cache_root())
     seeded.parent.mkdir(parents=True)
     seeded.symlink_to(artifacts)
     port, http_port, grpc_port, metrics_port = free_ports(4)
-    cmd = [sys.executable, "-m", "ttscore.tools.cli", "serve", "--checkpoint", str(checkpoint), "--host", "127.0.0.1",
+    cmd = [sys.executable, "-m", "triton_tts.cli", "serve", "--checkpoint", str(checkpoint), "--host", "127.0.0.1",
            "--port", str(port), "--triton-http-port", str(http_port), "--triton-grpc-port", str(grpc_port),
            "--triton-metrics-port", str(metrics_port), "--work", str(tmp / "work")]
     url = f"http://127.0.0.1:{port}"

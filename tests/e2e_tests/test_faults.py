@@ -33,8 +33,8 @@ from procs import Proc, poll, wait_until
 from websockets.sync.client import connect
 
 from gateway import sse
+from triton_tts.supervisor import RestartPolicy, Supervisor
 from ttscore.backend.launcher import free_ports
-from ttscore.tools.supervisor import RestartPolicy, Supervisor
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -332,7 +332,7 @@ def test_ensemble_step_stub_killed(stack):
 
 
 def _seed_artifacts(cache: Path, checkpoint: Path, artifacts: Path) -> None:
-    """Where `serve` looks for an up-to-date export (ttscore.tools.cli.ensure_artifacts): the session's."""
+    """Where `serve` looks for an up-to-date export (triton_tts.cli.ensure_artifacts): the session's."""
     from export.exporter import fingerprint
 
     src = checkpoint.resolve()
@@ -348,7 +348,7 @@ def test_tritonserver_killed_under_serve(tiny_custom_voice_greedy, tiny_base_gre
         _seed_artifacts(cache, ckpt, art)
     port, http_port, grpc_port, metrics_port = free_ports(4)
     env = {**os.environ, "TRITON_TTS_CACHE": str(cache), "SPEAKER_SAMPLES_DIR": str(tmp_path / "voices")}
-    cmd = [sys.executable, "-m", "ttscore.tools.cli", "serve", "--checkpoint", str(tiny_custom_voice_greedy[0]),
+    cmd = [sys.executable, "-m", "triton_tts.cli", "serve", "--checkpoint", str(tiny_custom_voice_greedy[0]),
            "--checkpoint", str(tiny_base_greedy[0]), "--host", "127.0.0.1", "--port", str(port),
            "--triton-http-port", str(http_port), "--triton-grpc-port", str(grpc_port),
            "--triton-metrics-port", str(metrics_port), "--work", str(tmp_path / "work"), "--max-active", "4"]

@@ -163,7 +163,7 @@ def test_real_size_layout_has_the_published_parameter_counts() -> None:
 
 
 def test_make_tiny_cli(tmp_path: Path) -> None:
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     assert main(["make-tiny", "--family", "cosyvoice3", "--out", str(tmp_path / "c")]) == 0
     assert (tmp_path / "c" / "cosyvoice3.yaml").is_file() and (tmp_path / "c" / "hift.pt").is_file()

@@ -47,7 +47,7 @@ def test_every_entry_is_complete():
 
 
 def test_make_tiny_refuses_another_familys_options(capsys):
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     assert main(["make-tiny", "--family", "voxcpm2", "--out", "/nonexistent/x", "--variant", "base"]) == 2
     assert "--variant is a Qwen3-TTS option (not --family voxcpm2)" in capsys.readouterr().err
@@ -102,8 +102,8 @@ def toy_family(tmp_path, monkeypatch):
 
 
 def _served(tmp_path, name, raw):
+    from triton_tts.serve import Served
     from ttscore.contract.manifest import Manifest
-    from ttscore.tools.serve import Served
 
     art = tmp_path / name
     art.mkdir()
@@ -113,7 +113,7 @@ def _served(tmp_path, name, raw):
 
 
 def test_a_plugin_family_is_detected_and_planned_beside_the_built_in_ones(toy_family, tmp_path):
-    from ttscore.tools.serve import gateway_config, plan_deployment
+    from triton_tts.serve import gateway_config, plan_deployment
 
     assert toy_family.family_of(_config(tmp_path / "ck", {"model_type": "toy"})).name == "toy"
     served = [
@@ -130,7 +130,7 @@ def test_a_plugin_family_is_detected_and_planned_beside_the_built_in_ones(toy_fa
 
 
 def test_serve_refuses_an_unregistered_family(tmp_path):
-    from ttscore.tools.serve import ServeError, plan_deployment
+    from triton_tts.serve import ServeError, plan_deployment
 
     with pytest.raises(ServeError, match="cannot serve model family 'nope' \\(known: qwen3_tts, voxcpm2"):
         plan_deployment([_served(tmp_path, "n", {"family": "nope"})])

@@ -118,7 +118,7 @@ def test_reader_refuses_missing_unexpected_and_misshapen(fish_tiny: Path, tmp_pa
 
 
 def test_make_tiny_cli(tmp_path: Path) -> None:
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     assert main(["make-tiny", "--family", "fish_speech", "--out", str(tmp_path / "t")]) == 0
     assert read_checkpoint(tmp_path / "t").codec.decoder_dim == 32

@@ -139,7 +139,7 @@ def test_streamed_audio_equals_the_whole_decode_of_the_reference_frames(
 def test_say_writes_the_seeded_audio(gepard_artifacts: Path, tmp_path: Path) -> None:
     import soundfile as sf
 
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     outs = []
     for name in ("a", "b"):

@@ -140,7 +140,7 @@ def test_make_tiny_then_say_from_the_checkpoint(tmp_path: Path, monkeypatch: pyt
     """`triton-tts make-tiny --family gepard` then `say --checkpoint` (exported into the cache)."""
     import soundfile as sf
 
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     monkeypatch.setenv("TRITON_TTS_CACHE", str(tmp_path / "cache"))
     ckpt = tmp_path / "gepard-tiny"

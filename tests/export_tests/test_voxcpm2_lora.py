@@ -234,7 +234,7 @@ def test_cli_lora(voxcpm2_tiny: Path, lora: Path, lora_artifacts: Path, tmp_path
     as the merged export does; `--lora` with `--artifacts` is refused."""
     import soundfile as sf
 
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     monkeypatch.setenv("TRITON_TTS_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "a.wav"
@@ -250,9 +250,9 @@ def test_cli_lora(voxcpm2_tiny: Path, lora: Path, lora_artifacts: Path, tmp_path
 
 def test_assign_lora_picks_the_one_family_that_takes_adapters(voxcpm2_tiny: Path, lora: Path, tmp_path: Path) -> None:
     from export.families import FAMILIES
+    from triton_tts.artifacts import assign_lora
+    from triton_tts.checkpoints import resolve_checkpoint
     from ttscore.contract.errors import InvalidRequest
-    from ttscore.tools.artifacts import assign_lora
-    from ttscore.tools.checkpoints import resolve_checkpoint
 
     other = next(f for f in FAMILIES.values() if f.lora is None)  # the first registered family takes none
     tiny_checkpoint = other.make_tiny(tmp_path / "other", seed=0, **dict(other.demo[0][1]))
@@ -278,7 +278,7 @@ def test_prepare_with_lora_and_the_gateway_lists_it(voxcpm2_tiny: Path, lora: Pa
 
     from gateway.app import create_app
     from gateway.settings import Settings
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from gateway_fixtures import FakeBackend

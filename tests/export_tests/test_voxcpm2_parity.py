@@ -150,7 +150,7 @@ def test_batched_equals_alone(model: VoxCPM2Model, ref_wav: Path) -> None:
 def test_say_offline(voxcpm2_artifacts: Path, ref_wav: Path, tmp_path: Path) -> None:
     import soundfile as sf
 
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     out = tmp_path / "a.wav"
     assert main(["say", "--artifacts", str(voxcpm2_artifacts), TEXT, "-o", str(out), "--seed", "1"]) == 0

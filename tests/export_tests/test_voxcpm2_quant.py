@@ -83,7 +83,7 @@ def test_ensure_artifacts_honours_the_precision(voxcpm2_tiny: Path, int8_artifac
     import shutil
 
     from export import exporter
-    from ttscore.tools.artifacts import ensure_artifacts
+    from triton_tts.artifacts import ensure_artifacts
 
     target = tmp_path / "art"
     shutil.copytree(int8_artifacts, target)

@@ -86,7 +86,7 @@ def test_admit_refuses(model: Any, kw: dict[str, Any], field: str) -> None:
 def test_say(voxtral_artifacts: Path, tmp_path: Path) -> None:
     import soundfile as sf
 
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     outs = []
     for name in ("a", "b"):

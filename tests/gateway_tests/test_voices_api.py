@@ -492,8 +492,8 @@ def test_serve_forwards_the_voice_options_into_the_gateway_config(tmp_path):
     from gateway_fixtures import fake_manifest
 
     from gateway.settings import Settings
+    from triton_tts.serve import Served, add_serve_parser, gateway_config, plan_deployment
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.serve import Served, add_serve_parser, gateway_config, plan_deployment
 
     sub = argparse.ArgumentParser().add_subparsers()
     add_serve_parser(sub)

@@ -92,7 +92,7 @@ def test_budget_and_context_cap(model: Any) -> None:
 
 
 def test_say_refuses_what_breeze_does_not_take(breeze_export: Path, tmp_path: Path, capsys: Any) -> None:
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     out = str(tmp_path / "a.wav")
     assert main(["say", "--artifacts", str(breeze_export), "-o", out, "--language", "English", "hi"]) == 2

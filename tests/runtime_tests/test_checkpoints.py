@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from checkpoint_layouts import cast, hub_snapshot, shard
 
+from triton_tts import cli
+from triton_tts.checkpoints import find_checkpoints, resolve_checkpoint
 from ttscore.contract.errors import CheckpointError
 from ttscore.runtime.weights import checkpoint_fingerprint, read_header, read_weights
-from ttscore.tools import cli
-from ttscore.tools.checkpoints import find_checkpoints, resolve_checkpoint
 
 QWEN_REPO = "Qwen/Qwen3-TTS-tiny-CustomVoice"
 VOX_REPO = "openbmb/VoxCPM2-tiny"
@@ -211,8 +211,8 @@ def test_a_repo_id_not_in_the_cache_offline_says_how_to_get_it(hub_env, monkeypa
 
 @pytest.mark.unit
 def test_prepare_finds_the_models_of_a_hugging_face_cache(qwen, vox, tmp_path):
-    from ttscore.tools.prepare import PrepareError
-    from ttscore.tools.prepare import find_checkpoints as prepare_finds
+    from triton_tts.prepare import PrepareError
+    from triton_tts.prepare import find_checkpoints as prepare_finds
 
     hub = tmp_path / "hub"
     hub_snapshot(qwen["sharded"], hub, QWEN_REPO)
@@ -285,8 +285,8 @@ def test_a_bf16_checkpoint_exports_as_its_weights_upcast(family, qwen, vox, hub_
 def test_prepare_serves_a_cached_repo_under_its_name(qwen, tmp_path):
     """`TTS_CHECKPOINTS` pointing at a Hugging Face cache: the model is served as the repo's name,
     with the `Org/Name` alias the OpenAI examples use."""
-    from ttscore.tools.prepare import find_checkpoints as prepare_finds
-    from ttscore.tools.prepare import prepare
+    from triton_tts.prepare import find_checkpoints as prepare_finds
+    from triton_tts.prepare import prepare
 
     hub = qwen["snapshot"].parent.parent.parent
     config = prepare(prepare_finds(str(hub)), tmp_path / "artifacts", tmp_path / "repo", tmp_path / "gw.json",

@@ -97,6 +97,6 @@ def test_say_clones_from_a_file(cosyvoice3_artifacts: Path, tmp_path: Path) -> N
 
 
 def test_prepare_finds_the_released_layout(cosyvoice3_tiny: Path) -> None:
-    from ttscore.tools.prepare import find_checkpoints
+    from triton_tts.prepare import find_checkpoints
 
     assert [c.path for c in find_checkpoints(cosyvoice3_tiny)] == [cosyvoice3_tiny]

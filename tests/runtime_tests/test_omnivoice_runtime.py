@@ -85,7 +85,7 @@ def test_say_writes_a_wav(omnivoice_tiny: Path, tmp_path: Path, monkeypatch: pyt
     """`say --checkpoint`: exported into the (test's own) cache, then synthesized."""
     import soundfile as sf
 
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     monkeypatch.setenv("TRITON_TTS_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out.wav"
@@ -209,7 +209,7 @@ def test_reference_encoder_codes(omnivoice_artifacts: Path) -> None:
 def test_say_clones_from_a_reference_clip(omnivoice_tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import soundfile as sf
 
-    from ttscore.tools.cli import main
+    from triton_tts.cli import main
 
     monkeypatch.setenv("TRITON_TTS_CACHE", str(tmp_path / "cache"))
     ref = tmp_path / "ref.wav"

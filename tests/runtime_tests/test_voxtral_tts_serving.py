@@ -55,7 +55,7 @@ def test_request_from_tensors() -> None:
 
 def test_prepare_finds_a_checkpoint_without_config_json(voxtral_tiny: Path, tmp_path: Path) -> None:
     """Mistral's layout has params.json, no config.json: prepare finds it directly and in a parent."""
-    from ttscore.tools.prepare import find_checkpoints
+    from triton_tts.prepare import find_checkpoints
 
     assert not (voxtral_tiny / "config.json").exists()
     assert [c.path for c in find_checkpoints(voxtral_tiny)] == [voxtral_tiny]

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ttscore.tools.bench.peer import DEFAULT_RTF_PATTERN, parse_peer, peer_argv, reported_rtf, summary
+from triton_tts.bench.peer import DEFAULT_RTF_PATTERN, parse_peer, peer_argv, reported_rtf, summary
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ttscore.tools.cli", *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run([sys.executable, "-m", "triton_tts.cli", *args], capture_output=True, text=True, timeout=600)
 
 # A stand-in engine: writes `frames + 1` frames of 24 kHz audio to the wav, after a short sleep, and
 # records the argv it got (text as one word, threads, and the OMP thread count it was given).

@@ -1,4 +1,4 @@
-"""VoxCPM2's bench package (ttscore/tools/bench/voxcpm2): found by the shared benches, its reference
+"""VoxCPM2's bench package (triton_tts/bench/voxcpm2): found by the shared benches, its reference
 counts the patches the reference really generated, and its bench requests carry only VoxCPM2's fields."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from triton_tts.bench import common, compare
 from ttscore.contract import voxcpm2 as spec
-from ttscore.tools.bench import common, compare
 
 
 def test_found_by_the_shared_benches() -> None:

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 def cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "ttscore.tools.cli", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "triton_tts.cli", *args], capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -280,7 +280,7 @@ def test_every_mounted_file_is_made_by_the_init_service(compose, profile):
     """Static proof that `docker compose up` needs no hand-made file: each server mount is a directory
     the init command writes (its --artifacts, --repository, or the folder of --gateway-config), and
     the servers' own arguments name exactly what it writes."""
-    from ttscore.tools.cli import build_parser
+    from triton_tts.cli import build_parser
 
     init_name, triton_name, gateway_name = PROFILES[profile]
     services = compose["services"]
@@ -320,7 +320,7 @@ def prepared(compose, tiny_custom_voice_greedy, tmp_path_factory):
     local = [str(root / a.lstrip("/")) if a.startswith("/") else a for a in command[1:]]
     runs = []
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-m", "ttscore.tools.cli", *local], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "triton_tts.cli", *local], capture_output=True, text=True,
                               timeout=900, cwd=ROOT)
         assert proc.returncode == 0, proc.stderr[-3000:]
         manifest = root / "artifacts" / "Qwen3-TTS-tiny-CustomVoice" / "manifest.json"

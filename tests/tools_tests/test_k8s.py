@@ -194,8 +194,8 @@ def test_triton_service_is_headless_and_selects_the_triton_pods(overlay):
 
 
 def test_the_model_repository_sees_the_artifacts_where_prepare_wrote_them(overlay):
+    from triton_tts.cli import build_parser
     from ttscore.backend.repository import SOURCE_REPOSITORY, load_config
-    from ttscore.tools.cli import build_parser
 
     _, docs = overlay
     job = find(docs, "Job", PREPARE)
@@ -228,7 +228,7 @@ def test_the_model_repository_sees_the_artifacts_where_prepare_wrote_them(overla
 
 
 def test_prepare_job_per_overlay(overlay):
-    from ttscore.tools.cli import build_parser
+    from triton_tts.cli import build_parser
 
     name, docs = overlay
     c = container(find(docs, "Job", PREPARE))
@@ -248,7 +248,7 @@ def test_gateway_matches_its_command_line_routes_and_env(overlay):
     from gateway.routers import router
     from gateway.settings import DEFAULT_PORT, split_host_port
     from gateway.voices.store import ENV_SAMPLES_DIR
-    from ttscore.tools.cli import build_parser as cli_parser
+    from triton_tts.cli import build_parser as cli_parser
 
     _, docs = overlay
     gateway = find(docs, "Deployment", GATEWAY)

@@ -1,4 +1,4 @@
-"""`triton-tts precompute-voice` / ttscore.tools.precompute: the custom_voice_dir format it writes."""
+"""`triton-tts precompute-voice` / triton_tts.precompute: the custom_voice_dir format it writes."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from voices_audio import encode_sf, tone
 
 from gateway.voice_registry import precomputed_loaders
 from gateway.voices.precomputed import load_precomputed_voices
+from triton_tts import precompute
+from triton_tts.precompute import add_precompute_parser
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile
 from ttscore.runtime.families.qwen3_tts.offline import precompute_voice
-from ttscore.tools import precompute
-from ttscore.tools.precompute import add_precompute_parser
 
 
 @pytest.mark.unit
@@ -126,7 +126,7 @@ def test_precompute_with_the_tiny_base_pipeline_round_trips(tmp_path, tiny_base)
 
 @pytest.mark.export
 def test_cli_command(tmp_path, tiny_base, monkeypatch, capsys):
-    from ttscore.tools import artifacts as artifact_cache
+    from triton_tts import artifacts as artifact_cache
 
     ckpt, artifacts, pipeline = tiny_base
     exported = []

@@ -15,10 +15,10 @@ from voices_audio import tone
 
 from gateway.voice_registry import precomputed_loaders
 from gateway.voices.precomputed import load_precomputed_voices
+from triton_tts.precompute import add_precompute_parser
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import read_manifest
-from ttscore.tools.precompute import add_precompute_parser
 
 pytestmark = pytest.mark.export
 

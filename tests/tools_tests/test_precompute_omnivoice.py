@@ -18,11 +18,11 @@ from voices_audio import tone
 
 from gateway.voice_registry import precomputed_loaders
 from gateway.voices.precomputed import load_precomputed_voices
+from triton_tts.precompute import add_precompute_parser
 from ttscore.contract import omnivoice as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import read_manifest
 from ttscore.contract.voicefile import MANIFEST_NAME
-from ttscore.tools.precompute import add_precompute_parser
 
 pytestmark = pytest.mark.export
 

@@ -18,6 +18,7 @@ from voices_audio import encode_sf, tone
 from gateway.families.voxcpm2 import PatchTarget
 from gateway.voice_registry import precomputed_loaders
 from gateway.voices.precomputed import load_precomputed_voices
+from triton_tts.precompute import add_precompute_parser
 from ttscore.contract import tensors as triton_io
 from ttscore.contract import voxcpm2
 from ttscore.contract.errors import InvalidRequest
@@ -25,7 +26,6 @@ from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile
 from ttscore.contract.voxcpm2_voicefile import write_voxcpm2_profile
 from ttscore.runtime.families import FAMILIES
 from ttscore.runtime.families.voxcpm2.offline import precompute_voice as precompute_voxcpm2_voice
-from ttscore.tools.precompute import add_precompute_parser
 
 PROMPT = "This is the prompt."
 MODES = ("reference", "continuation", "ref_continuation")

@@ -1,4 +1,4 @@
-"""Stages of the long CLI jobs (ttscore.tools.progress): a live display on a terminal, plain lines
+"""Stages of the long CLI jobs (triton_tts.progress): a live display on a terminal, plain lines
 otherwise, nothing with --quiet; the exporter's stage callback drives it."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from ttscore.tools.cli import build_parser
-from ttscore.tools.progress import Stages
+from triton_tts.cli import build_parser
+from triton_tts.progress import Stages
 
 pytestmark = pytest.mark.unit
 

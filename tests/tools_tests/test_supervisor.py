@@ -1,11 +1,11 @@
-"""ttscore.tools.supervisor with a fake server and a fake clock: restarts with backoff, forgives a server
+"""triton_tts.supervisor with a fake server and a fake clock: restarts with backoff, forgives a server
 that stayed up, gives up on a crash loop (serve then exits 1), never blocks."""
 
 from __future__ import annotations
 
 import pytest
 
-from ttscore.tools.supervisor import FAILED, RUNNING, STARTING, WAITING, RestartPolicy, Supervisor
+from triton_tts.supervisor import FAILED, RUNNING, STARTING, WAITING, RestartPolicy, Supervisor
 
 pytestmark = pytest.mark.unit
 

@@ -1,10 +1,10 @@
-"""ttscore.tools.bench.perf_analyzer: the streaming summary computed from perf_analyzer's profile export."""
+"""triton_tts.bench.perf_analyzer: the streaming summary computed from perf_analyzer's profile export."""
 
 from __future__ import annotations
 
 import pytest
 
-from ttscore.tools.bench import perf_analyzer as pa
+from triton_tts.bench import perf_analyzer as pa
 
 pytestmark = pytest.mark.unit
 

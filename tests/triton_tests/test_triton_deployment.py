@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from triton_tts.serve import Served, plan_deployment
 from ttscore.contract import tensors as triton_io
 from ttscore.runtime.engine import Generator
 from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
-from ttscore.tools.serve import Served, plan_deployment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TIMEOUT = 180.0

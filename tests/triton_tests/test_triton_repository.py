@@ -201,8 +201,8 @@ def test_readme_documents_the_public_tensors_exactly():
 
 
 def _served(tmp_path, name, raw):
+    from triton_tts.serve import Served
     from ttscore.contract.manifest import Manifest
-    from ttscore.tools.serve import Served
 
     art = tmp_path / name
     art.mkdir()
@@ -212,7 +212,7 @@ def _served(tmp_path, name, raw):
 
 
 def test_mixed_deployment_renders_qwen_and_voxcpm2_side_by_side(tmp_path):
-    from ttscore.tools.serve import gateway_config, plan_deployment
+    from triton_tts.serve import gateway_config, plan_deployment
 
     tok = {"source": {"files": {"speech_tokenizer/model.safetensors": {"sha256": "same"}}}, "code2wav": {"state_size": 12}}
     served = [

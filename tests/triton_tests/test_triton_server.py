@@ -309,7 +309,7 @@ def test_perf_analyzer_streaming_against_speech_generation(tts_server, tmp_path)
     data.write_text('{"data": [{"text": ["perf"], "max_new_tokens": [8]}, {"text": ["perf2"], "max_new_tokens": [5]}]}')
     out = tmp_path / "perf"
     proc = subprocess.run(
-        [sys.executable, "-m", "ttscore.tools.bench.perf_analyzer", "speech", "--url", tts_server.grpc_url,
+        [sys.executable, "-m", "triton_tts.bench.perf_analyzer", "speech", "--url", tts_server.grpc_url,
          "--input-data", str(data), "--concurrency", "1:2:1", "--out", str(out),
          "--requests-per-window", "4", "--stability-percentage", "100", "--max-trials", "3"],
         capture_output=True, text=True, timeout=300,
@@ -330,7 +330,7 @@ def test_perf_analyzer_code2wav_batch_sweep(tts_server, tmp_path):
     scenario.write_text('{"frames": [2]}')
     out = tmp_path / "perf"
     proc = subprocess.run(
-        [sys.executable, "-m", "ttscore.tools.bench.perf_analyzer", "code2wav", "--url", tts_server.grpc_url,
+        [sys.executable, "-m", "triton_tts.bench.perf_analyzer", "code2wav", "--url", tts_server.grpc_url,
          "--scenario", str(scenario), "--state-size", "8", "--batch-sizes", "1,4", "--concurrency", "1:2:1",
          "--out", str(out), "--requests-per-window", "20", "--stability-percentage", "100", "--max-trials", "3"],
         capture_output=True, text=True, timeout=300,

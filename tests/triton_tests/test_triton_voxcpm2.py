@@ -13,12 +13,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from test_triton_deployment import Stream, to_inputs
 
+from triton_tts.serve import Served, plan_deployment
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.manifest import read_manifest
 from ttscore.runtime.engine import Generator
 from ttscore.runtime.families import FAMILIES, load_model
 from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
-from ttscore.tools.serve import Served, plan_deployment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

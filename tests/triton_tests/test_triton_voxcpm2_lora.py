@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from test_triton_deployment import Stream
 
+from triton_tts.serve import Served, plan_deployment
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.manifest import read_manifest
 from ttscore.runtime.engine import Generator
 from ttscore.runtime.families import FAMILIES, load_model
-from ttscore.tools.serve import Served, plan_deployment
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

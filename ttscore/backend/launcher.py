@@ -294,7 +294,7 @@ class TritonServer:
         cmd = self.command()
         env = self._env if self._env is not None else server_env()
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
-        # A restart (ttscore.tools.supervisor) appends: the log of the run that died stays readable.
+        # A restart (triton_tts.supervisor) appends: the log of the run that died stays readable.
         handle = open(self.log_file, "ab" if self._starts else "wb")  # noqa: SIM115  (closed in stop())
         self._starts += 1
         self._log_handle = handle

@@ -120,7 +120,7 @@ class Family(Protocol):
 # --- what the offline tools ask of a family (`Family.offline`, optional) ---------------------------
 
 # Progress hook: (stage number from 1, number of stages, what the stage does), called as each starts
-# (ttscore.tools.progress.Stages.hook).
+# (triton_tts.progress.Stages.hook).
 Progress = Callable[[int, int, str], None]
 
 

@@ -4,7 +4,7 @@ A bench never names a family: it loads the export through the runtime's registry
 from Speech API wire fields (ttscore.contract.tensors; a field the family does not take is left
 out, so `speaker` or greedy switches apply to the families that have them), and takes the sample
 rate and frame size from the manifest. What only one family has (a PyTorch reference to compare
-with, its random-weight checkpoint) lives in that family's bench package, `ttscore/tools/bench/<family>/`,
+with, its random-weight checkpoint) lives in that family's bench package, `triton_tts/bench/<family>/`,
 found by `bench_families`.
 """
 
@@ -85,12 +85,12 @@ def frame_seconds(manifest: Manifest) -> float:
 
 
 def bench_families() -> dict[str, ModuleType]:
-    """The families' bench packages (`ttscore/tools/bench/<family>/`), by family. Each gives:
+    """The families' bench packages (`triton_tts/bench/<family>/`), by family. Each gives:
     `FAMILY`, `SIZES` (random-weight checkpoint sizes), `CHECKPOINT` (a label for the work
     directories), `REQUEST` (extra wire fields of the bench's requests), `make_checkpoint(path, size)`,
     and `Reference(checkpoint)` whose `generate(text, frames, **REQUEST-like fields)` runs the PyTorch
     reference greedily and returns the frames it made."""
-    from ttscore.tools import bench
+    from triton_tts import bench
 
     found = {}
     for info in pkgutil.iter_modules(bench.__path__):
@@ -104,7 +104,7 @@ def bench_family(name: str | None) -> ModuleType:
     """One family's bench package; None: the first (by name) of those there are."""
     families = bench_families()
     if not families:
-        raise SystemExit("no family has a bench package (ttscore/tools/bench/<family>/)")
+        raise SystemExit("no family has a bench package (triton_tts/bench/<family>/)")
     if name is None:
         return families[sorted(families)[0]]
     if name not in families:

@@ -5,7 +5,7 @@ served, `speech_generation_<name>` otherwise); what else a family's checkpoints 
 per-checkpoint vocoder, voice-feature models) its export entry says (export.family.ExportFamily.deploy).
 Ctrl-C / SIGTERM drains the gateway (it finishes what is in flight, up to --drain-timeout), then
 stops Triton. A tritonserver that dies is restarted with backoff
-(ttscore.tools.supervisor); serve exits 1 only when restarts keep failing.
+(triton_tts.supervisor); serve exits 1 only when restarts keep failing.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from triton_tts.artifacts import add_lora
+from triton_tts.progress import add_quiet
 from ttscore.contract.errors import TTSError
 from ttscore.contract.manifest import Manifest
-from ttscore.tools.artifacts import add_lora
-from ttscore.tools.progress import add_quiet
 
 logger = logging.getLogger(__name__)
 
@@ -145,16 +145,16 @@ def _wait_http(url: str, deadline: float, proc: subprocess.Popen[bytes] | None =
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from triton_tts.artifacts import assign_lora, cache_root, ensure_artifacts
+    from triton_tts.checkpoints import resolve_checkpoint
+    from triton_tts.supervisor import RestartPolicy, Supervisor
     from ttscore.backend import repository
     from ttscore.backend.launcher import TritonServer, TritonServerError
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.artifacts import assign_lora, cache_root, ensure_artifacts
-    from ttscore.tools.checkpoints import resolve_checkpoint
-    from ttscore.tools.supervisor import RestartPolicy, Supervisor
 
     checkpoints: list[Any] = [resolve_checkpoint(c) for c in args.checkpoint or []]  # fail fast
     if not checkpoints:
-        from ttscore.tools.artifacts import demo_checkpoints
+        from triton_tts.artifacts import demo_checkpoints
 
         # CustomVoice for the preset speakers, Base so that the spec's voice-cloning examples
         # (uploaded voices, ref_audio, the WebSocket with a cloned voice) work too, and VoxCPM2.

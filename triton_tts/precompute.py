@@ -12,9 +12,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from triton_tts.progress import add_quiet
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import MANIFEST_NAME
-from ttscore.tools.progress import add_quiet
 
 logger = logging.getLogger(__name__)
 
@@ -29,11 +29,11 @@ def _families_with_voices() -> list[Any]:
 
 
 def _cmd_precompute_voice(args: argparse.Namespace) -> int:
+    from triton_tts import artifacts as artifact_cache
+    from triton_tts.progress import Stages
     from ttscore.contract.manifest import read_manifest
     from ttscore.runtime.families import FAMILIES
     from ttscore.runtime.family import VoiceFileOptions
-    from ttscore.tools import artifacts as artifact_cache
-    from ttscore.tools.progress import Stages
 
     # (an export the checkpoint needs first shows its own stages)
     artifacts = (Path(args.artifacts) if args.artifacts

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ttscore.tools.bench import common
-from ttscore.tools.progress import Stages, add_quiet
+from triton_tts.bench import common
+from triton_tts.progress import Stages, add_quiet
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
 

@@ -3,7 +3,7 @@
     triton-tts bench offline --size 0.6b --frames 40 --out perf/results/offline-0.6b.json
 
 Builds (or reuses) a random-weight checkpoint of the requested size of a family with a PyTorch
-reference (its bench package, ttscore/tools/bench/<family>/; --family, default the first), exports it
+reference (its bench package, triton_tts/bench/<family>/; --family, default the first), exports it
 at fp32 and int8, then times, in this order and alternating over --repeats rounds: the reference's
 greedy generate and our exported pipeline (greedy, same text/speaker), each producing the same number
 of frames. Reports per-frame time and real-time factor
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.tools.progress import Stages, add_quiet
+from triton_tts.progress import Stages, add_quiet
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
 
@@ -35,8 +35,8 @@ def _time_reference(ref: Any, frames: int, fields: dict[str, Any]) -> tuple[floa
 
 
 def _time_ours(pipe: Any, family: str, frames: int, fields: dict[str, Any]) -> tuple[float, int]:
+    from triton_tts.bench import common
     from ttscore.runtime.engine import Generator
-    from ttscore.tools.bench import common
 
     gen = Generator(pipe, max_batch=1)
     req = common.request(family, text=TEXT, max_new_tokens=frames, do_sample=False, subtalker_do_sample=False,
@@ -64,9 +64,9 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
+    from triton_tts.artifacts import ensure_artifacts
+    from triton_tts.bench import common
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.artifacts import ensure_artifacts
-    from ttscore.tools.bench import common
 
     bench = common.bench_family(args.family)
     if args.size not in bench.SIZES:

@@ -13,7 +13,7 @@ summaries and inputs need.
   libcudart.so.12 (ttscore.backend.launcher.perf_analyzer_env: apt libb64-0d / pip nvidia-cuda-runtime-cu12,
   or the identical copies bundled in nvidia-pytriton, symlinked under their sonames).
 - `speech` runs `--streaming` against the decoupled speech_generation with the committed prompts
-  (ttscore/tools/bench/data/, linked from perf/data/speech_generation.json) and summarises the per-response timestamps and outputs of
+  (triton_tts/bench/data/, linked from perf/data/speech_generation.json) and summarises the per-response timestamps and outputs of
   perf_analyzer's profile export: time to first audio, inter-chunk gaps, playback underruns,
   RTF (processing seconds per audio second: < 1 is faster than real time), audio seconds per
   second, p50/p95/p99 per concurrency.
@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from triton_tts.progress import Stages, add_quiet
 from ttscore.backend import launcher as triton_env
-from ttscore.tools.progress import Stages, add_quiet
 
 PERF_DIR = Path(__file__).resolve().parent
 DATA_DIR = PERF_DIR / "data"

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from triton_tts.artifacts import add_lora, ensure_artifacts
+from triton_tts.progress import add_quiet
 from ttscore.contract.errors import TTSError
 from ttscore.runtime.onnx import THREAD_POOLS
-from ttscore.tools.artifacts import add_lora, ensure_artifacts
-from ttscore.tools.progress import add_quiet
 
 logger = logging.getLogger("triton-tts")
 CHECKPOINT_HELP = "checkpoint directory, Hugging Face cache snapshot, or repo id Org/Name[@revision]"
@@ -42,8 +42,8 @@ def _cmd_make_tiny(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     from export.exporter import export_checkpoint
-    from ttscore.tools.checkpoints import resolve_checkpoint
-    from ttscore.tools.progress import Stages
+    from triton_tts.checkpoints import resolve_checkpoint
+    from triton_tts.progress import Stages
 
     t0 = time.time()
     checkpoint = resolve_checkpoint(args.checkpoint)
@@ -114,12 +114,12 @@ def _cmd_say(args: argparse.Namespace) -> int:
 
 
 BENCHES = {
-    "offline": "ttscore.tools.bench.offline",  # exported pipeline vs the reference PyTorch generate
-    "triton": "ttscore.tools.bench.throughput",  # throughput through Triton vs the offline pipeline
-    "perf-analyzer": "ttscore.tools.bench.perf_analyzer",  # Triton's perf_analyzer against the served models
-    "compare": "ttscore.tools.bench.compare",  # all of it in one run: reference, offline, Triton c=1/4/8; table + plot
-    "breakdown": "ttscore.tools.bench.breakdown",  # each graph's share of a decode step, by batch size
-    "peer": "ttscore.tools.bench.peer",  # side by side with another engine's command, alternating
+    "offline": "triton_tts.bench.offline",  # exported pipeline vs the reference PyTorch generate
+    "triton": "triton_tts.bench.throughput",  # throughput through Triton vs the offline pipeline
+    "perf-analyzer": "triton_tts.bench.perf_analyzer",  # Triton's perf_analyzer against the served models
+    "compare": "triton_tts.bench.compare",  # all of it in one run: reference, offline, Triton c=1/4/8; table + plot
+    "breakdown": "triton_tts.bench.breakdown",  # each graph's share of a decode step, by batch size
+    "peer": "triton_tts.bench.peer",  # side by side with another engine's command, alternating
 }
 
 
@@ -134,8 +134,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _cmd_make_tiny_lora(args: argparse.Namespace) -> int:
     from export.families import family_of
+    from triton_tts.checkpoints import resolve_checkpoint
     from ttscore.contract.errors import InvalidRequest
-    from ttscore.tools.checkpoints import resolve_checkpoint
 
     src = resolve_checkpoint(args.checkpoint).path.resolve()
     family = family_of(src)
@@ -225,9 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments of that benchmark (--help)")
     b.set_defaults(func=_cmd_bench)
 
-    from ttscore.tools.precompute import add_precompute_parser
-    from ttscore.tools.prepare import add_prepare_parser
-    from ttscore.tools.serve import add_serve_parser
+    from triton_tts.precompute import add_precompute_parser
+    from triton_tts.prepare import add_prepare_parser
+    from triton_tts.serve import add_serve_parser
 
     add_serve_parser(sub)
     add_precompute_parser(sub)

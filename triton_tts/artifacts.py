@@ -8,8 +8,8 @@ import logging
 import os
 from pathlib import Path
 
+from triton_tts.checkpoints import Checkpoint, resolve_checkpoint
 from ttscore.contract.errors import ArtifactError
-from ttscore.tools.checkpoints import Checkpoint, resolve_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -54,14 +54,14 @@ def checkpoint_fingerprint(src: Path) -> str:
 
 def ensure_artifacts(checkpoint: str | Path | Checkpoint, precision: str = "fp32", out: Path | None = None, *,
                      quiet: bool = False, lora: str | Path | None = None) -> Path:
-    """Artifacts for a checkpoint (a directory, cache snapshot or repo id: ttscore.tools.checkpoints),
+    """Artifacts for a checkpoint (a directory, cache snapshot or repo id: triton_tts.checkpoints),
     exported into the cache (or `out`) unless an up-to-date export exists (same source fingerprint,
     precision and startup LoRA adapter `lora`, by content); an export shows its stages
-    (ttscore.tools.progress) unless `quiet`."""
+    (triton_tts.progress) unless `quiet`."""
     from export.exporter import adapter_identity, export_checkpoint
     from export.families import family_of
+    from triton_tts.progress import Stages
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.progress import Stages
 
     ckpt = resolve_checkpoint(checkpoint)
     src = ckpt.path.resolve()

@@ -1,5 +1,5 @@
 """Qwen3-TTS's part of the benches that compare with the PyTorch reference (`bench offline`,
-`bench compare`; ttscore.tools.bench.common.bench_families): its random-weight CustomVoice checkpoint
+`bench compare`; triton_tts.bench.common.bench_families): its random-weight CustomVoice checkpoint
 and the reference's greedy `generate_custom_voice`."""
 
 from __future__ import annotations

@@ -3,14 +3,14 @@
     triton-tts bench compare --size 0.6b --precisions fp32 int8 --concurrency 1 4 8 --frames 20 \
         --out perf/results/compare-0.6b
 
-For one random-weight checkpoint of a family with a bench package (ttscore/tools/bench/<family>/;
+For one random-weight checkpoint of a family with a bench package (triton_tts/bench/<family>/;
 --family, default the first; made there, or --checkpoint), in this order:
   1. export each precision (cached under --work, or given with --artifacts PRECISION=DIR);
   2. offline, single stream: the family's PyTorch reference, greedy (fp32), and the exported
      pipeline of each precision, greedy, the same frames each; ms per frame and RTF include
      vocoding, and each quantized pipeline's codes and audio are compared with fp32's;
   3. Triton: each precision served by the real tritonserver as `triton-tts serve` renders it, then
-     `perf_analyzer --streaming` once per concurrency level (ttscore.tools.bench.perf_analyzer), its
+     `perf_analyzer --streaming` once per concurrency level (triton_tts.bench.perf_analyzer), its
      per-response timestamps summarised (TTFA, audio seconds per second, RTF, underruns after the
      first chunk). During each level the server's process tree is sampled for peak RSS, and its
      custom metrics (:8002) give the share of the step spent outside model calls.
@@ -47,8 +47,8 @@ TEXTS = [
 
 def _offline_ours(pipe: Any, family: str, text: str, frames: int, fields: dict[str, Any]
                   ) -> tuple[float, np.ndarray, np.ndarray]:
+    from triton_tts.bench import common
     from ttscore.runtime.engine import Generator
-    from ttscore.tools.bench import common
 
     req = common.request(family, text=text, max_new_tokens=frames, do_sample=False, subtalker_do_sample=False,
                          **fields)
@@ -62,8 +62,8 @@ def offline(bench: Any, ckpt: Path, arts: dict[str, Path], frames: int, repeats:
             reference: bool) -> dict[str, Any]:
     import torch
 
+    from triton_tts.bench import common
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.bench import common
 
     torch.set_num_threads(threads)
     text = TEXTS[1]
@@ -136,7 +136,7 @@ def _offline_row(times: list[tuple[float, int]], frame_s: float) -> dict[str, An
 def speech_input(family: str, fields: dict[str, Any], frames: int) -> dict[str, Any]:
     """perf_analyzer --input-data: every request `frames` frames, default (sampled) decoding, seeded;
     `fields` (speaker, language) where the family takes them."""
-    from ttscore.tools.bench import common
+    from triton_tts.bench import common
 
     return {"data": [{name: [value] for name, value in common.wire_fields(
         family, text=t, **fields, max_new_tokens=frames, seed=i + 1).items()} for i, t in enumerate(TEXTS)]}
@@ -207,11 +207,11 @@ def scrape(url: str) -> dict[str, float]:
 
 def triton(bench: Any, art: Path, precision: str, levels: list[int], frames: int, threads: int, work: Path,
            requests_per_window: int, chunk_policy: str, thread_pool: str = "session") -> list[dict[str, Any]]:
+    from triton_tts.bench import common, perf_analyzer
+    from triton_tts.serve import Served, plan_deployment
     from ttscore.backend import repository
     from ttscore.backend.launcher import TritonServer
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.bench import common, perf_analyzer
-    from ttscore.tools.serve import Served, plan_deployment
 
     manifest = read_manifest(art)
     served = [Served("bench", art, art, manifest)]
@@ -346,9 +346,9 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["TTS_ORT_THREADS"] = str(args.threads)
     from export.exporter import export_checkpoint
+    from triton_tts.bench import common
     from ttscore.contract.manifest import read_manifest
     from ttscore.runtime.onnx import THREAD_POOLS
-    from ttscore.tools.bench import common
 
     bench = common.bench_family(args.family)
     if args.size not in bench.SIZES:

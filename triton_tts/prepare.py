@@ -2,7 +2,7 @@
 
 1. the checkpoints: every checkpoint of a registered family (export/families.py) in `--checkpoints`
    (that directory itself, a Hugging Face cache snapshot or repo id, or the checkpoints directly in
-   it: subdirectories and `models--*` repos of a Hugging Face cache; ttscore.tools.checkpoints), or
+   it: subdirectories and `models--*` repos of a Hugging Face cache; triton_tts.checkpoints), or
    with `--demo` the tiny random-weight demo checkpoints of `triton-tts serve` (built once under
    `<artifacts>/demo-checkpoints`);
 2. each exported into `<artifacts>/<model id>`, skipped when the export there is current (same
@@ -23,11 +23,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from triton_tts.artifacts import add_lora
+from triton_tts.checkpoints import Checkpoint, resolve_checkpoint
+from triton_tts.checkpoints import find_checkpoints as checkpoints_in
+from triton_tts.progress import add_quiet
 from ttscore.contract.errors import CheckpointError, TTSError
-from ttscore.tools.artifacts import add_lora
-from ttscore.tools.checkpoints import Checkpoint, resolve_checkpoint
-from ttscore.tools.checkpoints import find_checkpoints as checkpoints_in
-from ttscore.tools.progress import add_quiet
 
 # Models that run exported graphs (audio_preprocess is numpy; voice_features is an ensemble).
 GPU_MODELS = ("speech_generation", "code2wav", "speaker_encoder", "speech_encoder", "audiovae_decoder", "audiovae_encoder")
@@ -40,7 +40,7 @@ class PrepareError(TTSError):
 def find_checkpoints(root: str | Path) -> list[Checkpoint]:
     """`root` if it is a checkpoint (a directory with config.json, a Hugging Face cache snapshot or
     `models--*` folder, a repo id), else the checkpoints directly in it, by name
-    (ttscore.tools.checkpoints.find_checkpoints)."""
+    (triton_tts.checkpoints.find_checkpoints)."""
     try:
         found = checkpoints_in(root)
     except CheckpointError as exc:
@@ -63,11 +63,11 @@ def prepare(checkpoints: list[Path] | list[Checkpoint], artifacts: Path, reposit
             triton_url: str, device: str = "cpu", precision: str = "fp32", max_active: int | None = None,
             quiet: bool = False, lora: str | Path | None = None) -> dict[str, Any]:
     """Export (when needed), render, write the gateway config; returns that config. `lora`: a startup
-    LoRA adapter for the one checkpoint whose family takes adapters (ttscore.tools.artifacts.assign_lora)."""
+    LoRA adapter for the one checkpoint whose family takes adapters (triton_tts.artifacts.assign_lora)."""
+    from triton_tts.artifacts import assign_lora, ensure_artifacts
+    from triton_tts.serve import Served, _model_id, gateway_config, plan_deployment
     from ttscore.backend import repository as renderer
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.artifacts import assign_lora, ensure_artifacts
-    from ttscore.tools.serve import Served, _model_id, gateway_config, plan_deployment
 
     taken: set[str] = set()
     served = []
@@ -94,7 +94,7 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
     artifacts = Path(args.artifacts)
     checkpoints: list[Path] | list[Checkpoint]
     if args.demo:
-        from ttscore.tools.artifacts import demo_checkpoints
+        from triton_tts.artifacts import demo_checkpoints
 
         checkpoints = demo_checkpoints(artifacts / "demo-checkpoints")
     elif args.checkpoints:

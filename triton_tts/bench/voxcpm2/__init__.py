@@ -1,5 +1,5 @@
 """VoxCPM2's part of the benches that compare with the PyTorch reference (`bench offline`,
-`bench compare`; ttscore.tools.bench.common.bench_families): its random-weight checkpoint and the
+`bench compare`; triton_tts.bench.common.bench_families): its random-weight checkpoint and the
 reference's `VoxCPM2Model.generate` (zero-shot, the reference's default 10 LocDiT steps and CFG 2.0,
 capped at `frames` patches; like the exported pipeline it stops earlier when its stop head fires)."""
 

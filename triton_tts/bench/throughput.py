@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ttscore.tools.progress import Stages, add_quiet
+from triton_tts.progress import Stages, add_quiet
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog near the river bank.",
@@ -42,9 +42,9 @@ def pct(xs: list[float], q: float) -> float:
 
 
 def offline(artifacts: Path, n: int, frames: int, threads: int) -> dict:
+    from triton_tts.bench import common
     from ttscore.contract.manifest import read_manifest
     from ttscore.runtime.engine import Generator
-    from ttscore.tools.bench import common
 
     manifest = read_manifest(artifacts)
     family, speaker, rate = manifest.family, common.first_speaker(manifest), common.sample_rate(manifest)
@@ -72,7 +72,7 @@ def offline(artifacts: Path, n: int, frames: int, threads: int) -> dict:
 def one_stream(url: str, model: str, family: str, text: str, speaker: str | None, frames: int, out: dict) -> None:
     import tritonclient.grpc as grpcclient
 
-    from ttscore.tools.bench import common
+    from triton_tts.bench import common
 
     q: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
@@ -145,11 +145,11 @@ def main() -> None:
     add_quiet(ap)
     args = ap.parse_args()
 
+    from triton_tts.bench import common
+    from triton_tts.serve import Served, plan_deployment
     from ttscore.backend import repository
     from ttscore.backend.launcher import TritonServer
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.bench import common
-    from ttscore.tools.serve import Served, plan_deployment
 
     art = Path(args.artifacts).resolve()
     manifest = read_manifest(art)

@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ttscore.tools.bench import common
-from ttscore.tools.progress import Stages, add_quiet
+from triton_tts.bench import common
+from triton_tts.progress import Stages, add_quiet
 
 TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the forest."
 
@@ -192,8 +192,8 @@ def main() -> None:
 
     os.environ.setdefault("TTS_ORT_THREADS", str(args.threads))
     common.use_thread_pool(args)
+    from triton_tts.bench.breakdown import measure
     from ttscore.contract.manifest import read_manifest
-    from ttscore.tools.bench.breakdown import measure
 
     manifest = read_manifest(args.artifacts)
     frame_seconds = common.frame_seconds(manifest)
