@@ -3,7 +3,7 @@
 A family's export and parity tests compare our code with the family's reference package, and the
 references need different `transformers` releases: qwen-tts pins 4.57.3 and does not import on 5.x,
 while the next families' reference classes exist only in 5.x. `make setup` builds one environment
-per release line (README "Reference environments"):
+per release line (docs/families.md, "Reference environments"):
 
 - "main": `.venv`, requirements.txt (+ requirements-nodeps.txt): serving, tests, and the 4.57.3
   references (qwen-tts, voxcpm). It is the environment pytest runs in.

@@ -31,7 +31,9 @@ def _families_with_voices() -> list[Any]:
 def _cmd_precompute_voice(args: argparse.Namespace) -> int:
     from triton_tts import artifacts as artifact_cache
     from triton_tts.progress import Stages
+    from ttscore.contract import families
     from ttscore.contract.manifest import read_manifest
+    from ttscore.contract.voicefile import check_voices_dir
     from ttscore.runtime.families import FAMILIES
     from ttscore.runtime.family import VoiceFileOptions
 
@@ -43,6 +45,7 @@ def _cmd_precompute_voice(args: argparse.Namespace) -> int:
     offline = getattr(FAMILIES.get(family_name), "offline", None)
     if offline is None:
         raise InvalidRequest(f"{family_name} checkpoints have no precomputed voices", "checkpoint")
+    check_voices_dir(out, tuple(families.RULES))  # never merge into another tool's voices manifest
     options = VoiceFileOptions(
         voice_name=args.voice_name, ref_audio=args.ref_audio, output_dir=out, ref_text=args.ref_text, mode=args.mode,
         speaker_description=args.speaker_description,

@@ -28,7 +28,7 @@ import numpy as np
 
 from ttscore.contract import breeze_tts_2, families
 from ttscore.contract import tensors as triton_io
-from ttscore.contract.breeze_tts_2_voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES
+from ttscore.contract.breeze_tts_2.voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import REF_CODE
 
@@ -217,7 +217,7 @@ class BreezeTTS2Adapter:
 
     def precomputed_voice(self, root: Path, raw_name: Any, entry: Any,
                           targets: Sequence[CodecTarget] = ()) -> PrecomputedVoice:
-        """A profile (ttscore.contract.breeze_tts_2_voicefile): `ref_code` [T, 16] and its
+        """A profile (ttscore.contract.breeze_tts_2.voicefile): `ref_code` [T, 16] and its
         `ref_text`, checked against the served checkpoints' codec."""
         name, mode, path, tensors = read_entry(root, raw_name, entry, PROFILE_MODES, PROFILE_MODES[0])
         codes = tensors.get(REF_CODE)

@@ -6,7 +6,7 @@ reference's duration estimate) over `num_step` unmasking steps. Fields:
 
 - `voice` omitted or "default": the auto voice (the model's own); or an uploaded voice (its codes
   computed once at upload through each served checkpoint's codec_encoder); or a precomputed voice
-  file (`precompute-voice`, ttscore.contract.omnivoice_voicefile: the clip's codes and transcript,
+  file (`precompute-voice`, ttscore.contract.omnivoice.voicefile: the clip's codes and transcript,
   served only by checkpoints whose codec made them: another codec's is a 400 naming `voice`); any
   other name is a 400 naming `voice`;
 - `ref_audio` + optional `ref_text` (cloning; overrides an uploaded voice): the clip's codes through
@@ -38,10 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ttscore.contract import families, omnivoice, omnivoice_text
+from ttscore.contract import families, omnivoice
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.omnivoice_voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES, check_codes
+from ttscore.contract.omnivoice import text as omnivoice_text
+from ttscore.contract.omnivoice.voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES, check_codes
 from ttscore.contract.voicefile import REF_CODE
 
 from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
@@ -239,7 +240,7 @@ class OmniVoiceAdapter:
 
     def precomputed_voice(self, root: Path, raw_name: Any, entry: Any,
                           targets: Sequence[CodecTarget] = ()) -> PrecomputedVoice:
-        """A profile (ttscore.contract.omnivoice_voicefile): `ref_code` [T, 8] and its optional
+        """A profile (ttscore.contract.omnivoice.voicefile): `ref_code` [T, 8] and its optional
         `ref_text`, checked against the served checkpoints' codec."""
         name, mode, path, tensors = read_entry(root, raw_name, entry, PROFILE_MODES, PROFILE_MODES[0])
         stored = tensors.get(REF_CODE)

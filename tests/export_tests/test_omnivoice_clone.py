@@ -84,7 +84,7 @@ def test_preprocessing_is_the_reference_s(omnivoice_tiny: Path, monkeypatch: pyt
     import torch
 
     from export.omnivoice.reference import load_reference, omnivoice_module
-    from ttscore.contract.omnivoice_text import clone_ref_text
+    from ttscore.contract.omnivoice.text import clone_ref_text
     from ttscore.runtime.families.omnivoice.clone import preprocess
     from ttscore.runtime.families.omnivoice.resample import resample
 

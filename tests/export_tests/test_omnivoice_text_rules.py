@@ -1,4 +1,4 @@
-"""OmniVoice's text rules (ttscore.contract.omnivoice_text, written for this project) against the
+"""OmniVoice's text rules (ttscore.contract.omnivoice.text, written for this project) against the
 reference package's: the duration estimator's weights for every code point, its estimate, the
 prompt text, and the voice-design vocabulary and its normalisation."""
 
@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from ttscore.contract import omnivoice as spec
-from ttscore.contract import omnivoice_text as rules
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.omnivoice import text as rules
 
 pytestmark = [pytest.mark.parity]
 

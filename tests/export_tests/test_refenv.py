@@ -1,4 +1,4 @@
-"""The reference environments that `make setup` builds (tests/refenv.py, README "Reference environments").
+"""The reference environments that `make setup` builds (tests/refenv.py, docs/families.md, "Reference environments").
 
 - ref5 (.venv-ref5) has the pinned transformers 5.x, the same torch build as the main environment, and
   the model classes the next families' references need.

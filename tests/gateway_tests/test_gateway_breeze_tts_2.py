@@ -20,7 +20,7 @@ from gateway.settings import CheckpointSettings, SettingsError
 from gateway.voices.precomputed import SkipVoice
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract import tensors as triton_io
-from ttscore.contract.breeze_tts_2_voicefile import write_breeze_tts_2_profile
+from ttscore.contract.breeze_tts_2.voicefile import write_breeze_tts_2_profile
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.voicefile import MANIFEST_NAME
 

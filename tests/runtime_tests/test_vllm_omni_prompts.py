@@ -113,7 +113,7 @@ def test_voxcpm2_prompt_ids(voxcpm2_tiny: Path) -> None:
 def test_omnivoice_prompt_ids(omnivoice_tiny: Path) -> None:
     from tokenizers import Tokenizer
 
-    from ttscore.contract import omnivoice_text as rules
+    from ttscore.contract.omnivoice import text as rules
     from ttscore.runtime.families.omnivoice.tokenizer import OmniVoiceTokenizer
 
     vo = definitions("vllm_omni/diffusion/models/omnivoice/pipeline_omnivoice.py",

@@ -77,9 +77,14 @@ def test_write_rejects_bad_input(tmp_path, kwargs, param):
 
 @pytest.mark.unit
 def test_foreign_manifest_is_not_clobbered(tmp_path):
+    from ttscore.contract import families
+    from ttscore.contract.voicefile import check_voices_dir
+
     (tmp_path / MANIFEST_NAME).write_text(json.dumps({"schema_version": 1, "model_type": "mars_tts", "voices": {}}))
-    with pytest.raises(InvalidRequest, match="mars_tts"):
-        write_voice_profile(tmp_path, "a", np.ones(4), None, mode="xvec")
+    with pytest.raises(InvalidRequest, match="mars_tts") as e:  # what precompute-voice checks first
+        check_voices_dir(tmp_path, tuple(families.RULES))
+    assert e.value.param == "output_dir"
+    check_voices_dir(tmp_path, ("mars_tts",))  # a family the deployment knows (a plugin's) is fine
     (tmp_path / MANIFEST_NAME).write_text("{broken")
     with pytest.raises(InvalidRequest, match="unreadable"):
         write_voice_profile(tmp_path, "a", np.ones(4), None, mode="xvec")

@@ -23,7 +23,7 @@ from ttscore.contract import tensors as triton_io
 from ttscore.contract import voxcpm2
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import MANIFEST_NAME, write_voice_profile
-from ttscore.contract.voxcpm2_voicefile import write_voxcpm2_profile
+from ttscore.contract.voxcpm2.voicefile import write_voxcpm2_profile
 from ttscore.runtime.families import FAMILIES
 from ttscore.runtime.families.voxcpm2.offline import precompute_voice as precompute_voxcpm2_voice
 

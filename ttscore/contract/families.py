@@ -21,7 +21,7 @@ from ttscore.contract import (
 )
 from ttscore.contract.rules import FamilyRules, RefAudioBounds
 
-__all__ = ["DEFAULT_VOICE_MODEL_TYPE", "DISPLAY_NAMES", "RULES", "UNSUPPORTED_FIELDS", "VARIANTS", "FamilyRules", "display_name", "field_range",
+__all__ = ["DISPLAY_NAMES", "RULES", "UNSUPPORTED_FIELDS", "VARIANTS", "FamilyRules", "display_name", "field_range",
            "ref_audio_bounds", "rules_of"]
 
 
@@ -50,9 +50,6 @@ DISPLAY_NAMES: dict[str, str] = {f: r.name for f, r in RULES.items()}
 # Each family's wire rows: its speech_generation inputs and public Triton models (ttscore.contract.tensors).
 WIRES = (qwen3_tts.WIRE, voxcpm2.WIRE, breeze_tts_2.WIRE, omnivoice.WIRE, gepard.WIRE, voxtral_tts.WIRE,
          fish_speech.WIRE, cosyvoice3.WIRE)
-# The family of a voices-manifest entry that names none (vllm-omni's custom-voice schema: its
-# manifests are Qwen3-TTS ones; ttscore.contract.voicefile).
-DEFAULT_VOICE_MODEL_TYPE = qwen3_tts.FAMILY
 # Every checkpoint variant some family has (a deployment names one per served checkpoint).
 VARIANTS: tuple[str, ...] = tuple(dict.fromkeys(v for r in RULES.values() for v in r.variants))
 

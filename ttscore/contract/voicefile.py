@@ -33,7 +33,7 @@ import os
 import tempfile
 import time
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -41,12 +41,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ttscore.contract import families
+from ttscore.contract import qwen3_tts
 from ttscore.contract.errors import InvalidRequest
 
 MANIFEST_NAME = "custom_voice_manifest.json"
 SCHEMA_VERSION = 1
-MODEL_TYPE = families.DEFAULT_VOICE_MODEL_TYPE  # of an entry (and a manifest) that names none
+# Of an entry (and a manifest) that names none: vllm-omni's custom-voice schema, whose manifests are Qwen3-TTS ones.
+MODEL_TYPE = qwen3_tts.FAMILY
 SPEAKER_EMBEDDING = "speaker_embedding"
 REF_CODE = "ref_code"
 MODES = ("xvec", "icl")
@@ -186,9 +187,21 @@ def write_voice_profile(
     return entry
 
 
-def model_types_known() -> tuple[str, ...]:
-    """The families whose profiles a voices directory may hold (ttscore.contract.families)."""
-    return tuple(families.RULES)
+def check_voices_dir(out: Path, model_types: Collection[str]) -> None:
+    """Refuse (InvalidRequest naming `output_dir`) a directory whose voices manifest is unreadable or names
+    a model_type none of `model_types` (the served families, ttscore.contract.families): precompute-voice
+    never merges into another tool's manifest."""
+    manifest_path = out / MANIFEST_NAME
+    if not manifest_path.is_file():
+        return
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InvalidRequest(f"existing manifest {manifest_path} is unreadable: {exc}", "output_dir") from None
+    other = manifest.get("model_type") if isinstance(manifest, dict) else None
+    if other is not None and other not in model_types:
+        raise InvalidRequest(f"existing manifest {manifest_path} is for model_type {other!r}, not one of "
+                             f"{', '.join(model_types)}", "output_dir")
 
 
 def merge_voice(out: Path, entry: dict[str, Any], payload: bytes) -> None:
@@ -207,13 +220,6 @@ def merge_voice(out: Path, entry: dict[str, Any], payload: bytes) -> None:
                 raise InvalidRequest(f"existing manifest {manifest_path} is unreadable: {exc}", "output_dir") from None
             if not isinstance(manifest, dict) or not isinstance(manifest.get("voices", {}), dict):
                 raise InvalidRequest(f"existing manifest {manifest_path} is not a voices manifest", "output_dir")
-            other = manifest.get("model_type")
-            model_types = model_types_known()
-            if other not in (None, *model_types):
-                raise InvalidRequest(
-                    f"existing manifest {manifest_path} is for model_type {other!r}, not one of {', '.join(model_types)}",
-                    "output_dir",
-                )
             manifest.setdefault("schema_version", SCHEMA_VERSION)
             manifest.setdefault("model_type", MODEL_TYPE)
         family = entry.get("model_type", MODEL_TYPE)

@@ -1,6 +1,6 @@
 """What the offline tools ask of Breeze-TTS-2 (ttscore.runtime.family.OfflineTools): `say`'s request
 (plain, design, clone, direction) and voice files (precompute-voice: the reference clip's codes and
-its transcript, ttscore.contract.breeze_tts_2_voicefile)."""
+its transcript, ttscore.contract.breeze_tts_2.voicefile)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def precompute_voice(artifacts: str | Path, voice_name: str, ref_audio_path: str
     """A Breeze-TTS-2 voice from the exported checkpoint in `artifacts`: the clip's codes (as its
     breeze_speech_encoder computes them) and the transcript, with the codec's checksum."""
     from ttscore.contract import breeze_tts_2 as spec
-    from ttscore.contract.breeze_tts_2_voicefile import (
+    from ttscore.contract.breeze_tts_2.voicefile import (
         CODEC_SHA256,
         CODEC_WEIGHTS,
         write_breeze_tts_2_profile,
@@ -47,7 +47,7 @@ def precompute_voice(artifacts: str | Path, voice_name: str, ref_audio_path: str
 
 
 class BreezeOffline:
-    voice_modes: tuple[str, ...] = ("clone",)  # ttscore.contract.breeze_tts_2_voicefile.PROFILE_MODES
+    voice_modes: tuple[str, ...] = ("clone",)  # ttscore.contract.breeze_tts_2.voicefile.PROFILE_MODES
     voice_help: str = "Breeze-TTS-2: clone (the reference codes and --ref-text, its transcript)"
 
     def say(self, artifacts: Path, options: SayOptions) -> SayJob:

@@ -18,7 +18,7 @@ only when it has no transcript and must transcribe the clip itself with Whisper,
 does not run; `codes` never trims (the contract's RefAudioBounds cap a clip at 60 s). Rates whose
 torchaudio kernel would be enormous (a reduced ratio like 44101:24000) are resampled with
 ttscore.runtime.audio.resample (soxr) instead. The transcript's own rule (`add_punctuation`) is
-ttscore.contract.omnivoice_text.clone_ref_text.
+ttscore.contract.omnivoice.text.clone_ref_text.
 """
 
 from __future__ import annotations

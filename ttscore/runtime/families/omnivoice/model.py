@@ -18,9 +18,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract import omnivoice as contract
-from ttscore.contract import omnivoice_text as text_rules
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 from ttscore.contract.manifest import Manifest
+from ttscore.contract.omnivoice import text as text_rules
 from ttscore.runtime.families.omnivoice.checkpoint import (
     CODEC_DIR,
     CONFIG,

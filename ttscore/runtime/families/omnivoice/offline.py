@@ -2,7 +2,7 @@
 (auto voice, voice design with --instructions, or cloning with --ref-audio [+ --ref-text]: the
 clip's codes through the exported codec encoder, `clone.ReferenceEncoder`, and the transcript as the
 reference's create_voice_clone_prompt leaves it) and voice files (precompute-voice: those codes and
-the optional transcript, ttscore.contract.omnivoice_voicefile)."""
+the optional transcript, ttscore.contract.omnivoice.voicefile)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def precompute_voice(artifacts: str | Path, voice_name: str, ref_audio_path: str
     codec_encoder computes them after the reference's preprocessing (clone.ReferenceEncoder, what
     `ref_audio` gets when served), the transcript if given, and the codec's checksum."""
     from ttscore.contract.manifest import read_manifest
-    from ttscore.contract.omnivoice_voicefile import CODEC_SHA256, CODEC_WEIGHTS, write_omnivoice_profile
+    from ttscore.contract.omnivoice.voicefile import CODEC_SHA256, CODEC_WEIGHTS, write_omnivoice_profile
     from ttscore.contract.voicefile import validate_voice_name
     from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
 
@@ -39,7 +39,7 @@ def precompute_voice(artifacts: str | Path, voice_name: str, ref_audio_path: str
 
 
 class OmniVoiceOffline:
-    voice_modes: tuple[str, ...] = ("clone",)  # ttscore.contract.omnivoice_voicefile.PROFILE_MODES
+    voice_modes: tuple[str, ...] = ("clone",)  # ttscore.contract.omnivoice.voicefile.PROFILE_MODES
     voice_help: str = "OmniVoice: clone (the reference codes and, optionally, --ref-text, its transcript)"
 
     def say(self, artifacts: Path, options: SayOptions) -> SayJob:
@@ -58,7 +58,7 @@ class OmniVoiceOffline:
         ref_codes, ref_text = None, None
         if o.ref_audio:
             from ttscore.contract.manifest import read_manifest
-            from ttscore.contract.omnivoice_text import clone_ref_text
+            from ttscore.contract.omnivoice.text import clone_ref_text
             from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
 
             audio, sr = read_reference(o.ref_audio)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ttscore.contract import omnivoice_text as text_rules
 from ttscore.contract.errors import ArtifactError
+from ttscore.contract.omnivoice import text as text_rules
 
 
 class OmniVoiceTokenizer:

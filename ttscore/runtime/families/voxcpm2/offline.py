@@ -13,7 +13,7 @@ from typing import Any
 from ttscore.contract import voxcpm2 as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import validate_voice_name
-from ttscore.contract.voxcpm2_voicefile import VOXCPM2_MODES, write_voxcpm2_profile
+from ttscore.contract.voxcpm2.voicefile import VOXCPM2_MODES, write_voxcpm2_profile
 from ttscore.runtime.family import Progress, SayJob, SayOptions, VoiceFileOptions, read_reference
 
 logger = logging.getLogger(__name__)

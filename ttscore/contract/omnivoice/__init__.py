@@ -9,9 +9,10 @@ audio. Audio exists only after the last step, so it streams per sentence, not pe
 
 from __future__ import annotations
 
-from ttscore.contract import omnivoice_text, wire
+from ttscore.contract import wire
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.omnivoice import text as omnivoice_text
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
 FAMILY = "omnivoice"
