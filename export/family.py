@@ -8,11 +8,13 @@ and which Triton models its artifacts are served with.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
 
 # Progress hook: (stage number from 1, number of stages, what the stage does), called as each starts.
@@ -114,3 +116,53 @@ class ExportFamily:
     # The demo checkpoints of `serve` / `prepare --demo`: (directory name, make_tiny options).
     demo: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     lora: LoraSupport | None = None  # startup LoRA adapters, for a family that takes them
+
+
+# --- the kit: what most families' entries are made of -------------------------------------------------
+
+
+def lazy(target: str) -> Callable[..., Any]:
+    """`"package.module:function"`, imported when first called, so a family's entry stays light to import
+    (no torch) until a tool uses it. Every family's targets are resolved by
+    tests/export_tests/test_export_families.py."""
+    module, _, name = target.partition(":")
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    call.__name__, call.__qualname__ = name, target
+    call.target = target  # type: ignore[attr-defined]
+    return call
+
+
+def sized_make_tiny(target: str, family: str, sizes: tuple[str, ...]) -> Callable[..., Path]:
+    """`make_tiny(out, seed, size, **options)` of a `lazy` target `maker(out: Path, seed=, size=, ...)`,
+    refusing a size the family does not make (400 naming `size`)."""
+    make = lazy(target)
+
+    def make_tiny(out: Path, seed: int = 0, size: str = sizes[0], **options: Any) -> Path:
+        if size not in sizes:
+            raise InvalidRequest(f"--family {family} takes --size {' or '.join(sizes)}", "size")
+        made: Path = make(Path(out), seed=seed, size=size, **options)
+        return made
+
+    make_tiny.target = target  # type: ignore[attr-defined]
+    return make_tiny
+
+
+def inline_deploy(encoder: str | None = None) -> Callable[[Sequence[ServedCheckpoint]], Deployment]:
+    """The deployment of a family whose speech_generation decodes inline: without `encoder`, no voice-features
+    model; with it, each checkpoint gets its own model rendered from the source model `encoder` over its
+    artifacts (its voice features), named `encoder` when it is the only one, else `encoder_<name>`."""
+
+    def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
+        plan = Deployment()
+        alone = len(served) == 1
+        for s in served:
+            plan.vocoder[s.name] = "inline"
+            plan.voice_features[s.name] = None if encoder is None else model_name(encoder, s, alone)
+            if encoder is not None:
+                plan.models.append((model_name(encoder, s, alone), encoder, {"artifacts_dir": str(s.artifacts)}))
+        return plan
+
+    return deploy

@@ -46,6 +46,23 @@ def test_every_entry_is_complete():
         assert family.sizes[0] == "tiny"
 
 
+def test_every_lazy_entry_point_resolves_within_its_layers():
+    """The kit's `lazy` targets (export.family) import and name a callable, and point only at export/ or the
+    runtime (what the export layer may import)."""
+    from export.families import FAMILIES
+
+    targets = []
+    for family in FAMILIES.values():
+        for entry in (family.detect, family.check, family.export, family.make_tiny):
+            target = getattr(entry, "target", None)
+            if target is not None:
+                targets.append(target)
+                module, _, name = target.partition(":")
+                assert module.startswith(("export.", "ttscore.runtime.")), target
+                assert callable(getattr(importlib.import_module(module), name)), target
+    assert len(targets) >= 24  # six families declared with the kit (four entries each)
+
+
 def test_make_tiny_refuses_another_familys_options(capsys):
     from triton_tts.cli import main
 
