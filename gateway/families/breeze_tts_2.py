@@ -32,10 +32,10 @@ from ttscore.contract.breeze_tts_2.voicefile import CODEC_SHA256, CODEC_WEIGHTS,
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import REF_CODE
 
-from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
+from ..backend import INVALID_ARG, BackendError, InferenceBackend
 from ..errors import bad_request, from_invalid_request
 from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
-from ..longtext import segment_seed, split_segments
+from ..family_kit import BaseAdapter, encode_clip, segments_of
 from ..speech_fields import SpeechFields, StoredVoice, plan_output, refuse_unsupported, text_field
 from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
 
@@ -50,14 +50,8 @@ VOICE_ALIASES: dict[str, str] = {}  # no OpenAI voice names: `voice` is S0..S9 (
 async def reference_codes(backend: InferenceBackend, model: str, audio: np.ndarray, sample_rate: int,
                           request_id: str) -> np.ndarray:
     """Codes [T, 16] int64 of a clip through a breeze_speech_encoder."""
-    outputs = await backend.infer(model, {
-        "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
-        "sample_rate": np.array([sample_rate], dtype=np.int32),
-    }, request_id)
-    codes = outputs.get("ref_codes")
-    if codes is None:
-        raise BackendError(INTERNAL, f"{model} returned no ref_codes")
-    return np.asarray(codes, np.int64)
+    (codes,) = await encode_clip(backend, model, audio, sample_rate, request_id, ["ref_codes"])
+    return codes.astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -80,13 +74,11 @@ def _transcript(text: str | None) -> str | None:
     return text if text and text.strip() else None
 
 
-class BreezeTTS2Adapter:
+class BreezeTTS2Adapter(BaseAdapter):
     family = breeze_tts_2.FAMILY
     rules = breeze_tts_2.RULES
-    routes_by_task = False
     default_task = breeze_tts_2.RULES.tasks[0]
     # Uploaded voices: the codes are computed at upload through every served checkpoint's encoder.
-    caches_voice_features = False
     clones_voices = True
     voice_aliases = VOICE_ALIASES
 
@@ -145,12 +137,11 @@ class BreezeTTS2Adapter:
             seed = rules.field("seed").check(f.seed)
         except InvalidRequest as exc:
             raise from_invalid_request(exc) from None
-        segments = split_segments(text, deployment.segment_chars)
         return SpeechPlan(
             checkpoint=ckpt, task=ckpt.task, text=text, speaker=speaker, language="auto", instructions=instructions,
             ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored, non_streaming_mode=None,
             max_new_tokens=max_new, seed=seed, initial_chunk_frames=initial, output=output,
-            segments=tuple(segments) if len(segments) > 1 else (),
+            segments=segments_of(text, deployment),
         )
 
     # --- generation --------------------------------------------------------------------------------
@@ -187,12 +178,10 @@ class BreezeTTS2Adapter:
 
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
         return {
-            "text": plan.texts[segment],
+            **super().generation_fields(plan, segment),
             "speaker": plan.speaker,
             "instructions": plan.instructions,
             "ref_text": plan.ref_text,
-            "max_new_tokens": plan.max_new_tokens,
-            "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
             "initial_chunk_frames": plan.initial_chunk_frames,
         }
 

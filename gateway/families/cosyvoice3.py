@@ -24,20 +24,18 @@ Refused (400 naming the field): a missing `ref_audio` or `ref_text`, a clip prom
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ttscore.contract import cosyvoice3, families
+from ttscore.contract import cosyvoice3
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 
-from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
-from ..errors import bad_request, from_invalid_request
+from ..backend import InferenceBackend
+from ..errors import bad_request
 from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
-from ..longtext import segment_seed, split_segments
+from ..family_kit import BaseAdapter, checked_length_and_seed, encode_clip, segments_of, stored_voice_of
 from ..speech_fields import (
     MAX_REF_TEXT_CHARS,
     SpeechFields,
@@ -46,28 +44,18 @@ from ..speech_fields import (
     refuse_unsupported,
     text_field,
 )
-from ..voices.precomputed import PrecomputedVoice, SkipVoice
-
-if TYPE_CHECKING:
-    from ttscore.contract.manifest import Manifest
-
 
 VOICE_ALIASES: dict[str, str] = {}  # no preset speakers for OpenAI's voice names
 Features = tuple[np.ndarray, np.ndarray, np.ndarray]  # speech tokens [T], prompt mel [2T, 80], embedding
 
 
-class CosyVoice3Adapter:
+class CosyVoice3Adapter(BaseAdapter):
     family = cosyvoice3.FAMILY
     rules = cosyvoice3.RULES
-    routes_by_task = False
     default_task = cosyvoice3.TASK
     # Uploaded voices: features computed at upload through every served checkpoint's prompt_encoder.
-    caches_voice_features = False
     voice_aliases = VOICE_ALIASES
     clones_voices = True  # each checkpoint has its prompt_encoder (export/cosyvoice3/family.py)
-
-    def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
-        return {}
 
     def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
@@ -78,13 +66,11 @@ class CosyVoice3Adapter:
         voice = (voice or "").strip() or None
         stored: StoredVoice | None = None
         if voice is not None and voice.lower() != cosyvoice3.DEFAULT_VOICE:
-            stored = deployment.resolve_voice(voice.lower())
-            if stored is None:
-                raise bad_request(f"Invalid voice '{f.voice}' for {name}: use an uploaded voice, or omit 'voice' "
-                                  f"(or '{cosyvoice3.DEFAULT_VOICE}') with 'ref_audio' and 'ref_text'", "voice")
-            if stored.family not in (None, ckpt.family) or stored.model_features is None:
-                made = families.display_name(stored.family) if stored.family else "another"
-                raise bad_request(f"Voice '{stored.name}' is a precomputed {made} voice: it cannot be used with {name} "
+            stored = stored_voice_of(deployment, voice.lower(), ckpt, f"Invalid voice '{f.voice}' for {name}: use an "
+                                     f"uploaded voice, or omit 'voice' (or '{cosyvoice3.DEFAULT_VOICE}') with "
+                                     "'ref_audio' and 'ref_text'")
+            if stored.model_features is None:  # a precomputed voice file: this family has none
+                raise bad_request(f"Voice '{stored.name}' is a precomputed voice: it cannot be used with {name} "
                                   f"model `{ckpt.name}`", "voice")
         ref_audio = text_field(f.ref_audio, "ref_audio", 1 << 30)
         ref_text = text_field(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS)
@@ -99,17 +85,12 @@ class CosyVoice3Adapter:
         if ref_text is None:
             raise bad_request(f"{name} requires 'ref_text' (transcript of the reference audio)", "ref_text")
         output = plan_output(f, ckpt.sample_rate)
-        try:
-            max_new = rules.field("max_new_tokens").check(f.max_new_tokens)
-            seed = rules.field("seed").check(f.seed)
-        except InvalidRequest as exc:
-            raise from_invalid_request(exc) from None
-        segments = split_segments(text, deployment.segment_chars)
+        max_new, seed = checked_length_and_seed(f, rules)
         return SpeechPlan(
             checkpoint=ckpt, task=rules.tasks[0], text=text, speaker=None, language="auto", instructions=None,
             ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
             non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
-            segments=tuple(segments) if len(segments) > 1 else (),
+            segments=segments_of(text, deployment),
             knobs=rules.knobs(f.extra_params),
         )
 
@@ -140,11 +121,8 @@ class CosyVoice3Adapter:
 
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
         return {
-            "text": plan.texts[segment],
+            **super().generation_fields(plan, segment),
             "ref_text": plan.ref_text,
-            "max_new_tokens": plan.max_new_tokens,
-            "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
-            **plan.knobs,
         }
 
     def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
@@ -159,31 +137,8 @@ class CosyVoice3Adapter:
     async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
                             prompt: bool, request_id: str) -> Features:
         """A clip's speech tokens, prompt mel and speaker embedding through a prompt_encoder."""
-        try:
-            outputs = await backend.infer(model, {
-                "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
-                "sample_rate": np.array([rate], dtype=np.int32),
-            }, request_id)
-        except BackendError as exc:
-            if exc.code == INVALID_ARG:  # the encoder refused the clip: the client's ref_audio
-                raise InvalidRequest(exc.message, "ref_audio") from None
-            raise
-        got = []
-        for row in cosyvoice3.ENCODER_OUTPUTS:
-            value = outputs.get(row.name)
-            if value is None:
-                raise BackendError(INTERNAL, f"{model} returned no {row.name}")
-            got.append(np.asarray(value))
-        return (got[0].astype(np.int64), got[1].astype(np.float32), got[2].astype(np.float32))
-
-    def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
-        return {}
-
-    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any, **checks: Any) -> PrecomputedVoice:
-        raise SkipVoice(f"{self.rules.name} has no precomputed voice files yet (upload the voice instead)")
-
-    def stored_voice(self, voice: PrecomputedVoice) -> StoredVoice:
-        raise SkipVoice(f"{self.rules.name} has no precomputed voices")
+        tokens, mel, embedding = await encode_clip(backend, model, audio, rate, request_id, cosyvoice3.ENCODER_OUTPUTS)
+        return (tokens.astype(np.int64), mel.astype(np.float32), embedding.astype(np.float32))
 
 
 ADAPTER = CosyVoice3Adapter()

@@ -27,9 +27,7 @@ unsupported fields (contract RULES: `speaker_embedding`, `instructions`, `langua
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -37,10 +35,10 @@ from ttscore.contract import fish_speech
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 
-from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
-from ..errors import bad_request, from_invalid_request
+from ..backend import InferenceBackend
+from ..errors import bad_request
 from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
-from ..longtext import segment_seed, split_segments
+from ..family_kit import BaseAdapter, checked_length_and_seed, encode_clip, segments_of, stored_voice_of
 from ..speech_fields import (
     MAX_REF_TEXT_CHARS,
     SpeechFields,
@@ -49,27 +47,17 @@ from ..speech_fields import (
     refuse_unsupported,
     text_field,
 )
-from ..voices.precomputed import PrecomputedVoice, SkipVoice
-
-if TYPE_CHECKING:
-    from ttscore.contract.manifest import Manifest
-
 
 VOICE_ALIASES: dict[str, str] = {}  # no built-in speakers for OpenAI's voice names
 
 
-class FishSpeechAdapter:
+class FishSpeechAdapter(BaseAdapter):
     family = fish_speech.FAMILY
     rules = fish_speech.RULES
-    routes_by_task = False
     default_task = fish_speech.TASK
     # Uploaded voices: codes computed at upload through every served checkpoint's dac_encoder.
-    caches_voice_features = False
     voice_aliases = VOICE_ALIASES
     clones_voices = True  # each checkpoint has its dac_encoder (export/fish_speech/family.py)
-
-    def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
-        return {}
 
     def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
@@ -80,14 +68,9 @@ class FishSpeechAdapter:
         voice = (voice or "").strip() or None
         stored: StoredVoice | None = None
         if voice is not None and voice.lower() != fish_speech.DEFAULT_VOICE:
-            stored = deployment.resolve_voice(voice.lower())
-            if stored is None:
-                raise bad_request(f"Invalid voice '{f.voice}' for {name}: it has no built-in speakers; omit 'voice' "
-                                  f"(or use '{fish_speech.DEFAULT_VOICE}'), use an uploaded voice, or clone with "
-                                  "'ref_audio' and 'ref_text'", "voice")
-            if stored.family is not None and stored.family != ckpt.family:
-                raise bad_request(f"Voice '{stored.name}' is a precomputed voice of another family: it cannot be used "
-                                  f"with {name} model `{ckpt.name}`", "voice")
+            stored = stored_voice_of(deployment, voice.lower(), ckpt, f"Invalid voice '{f.voice}' for {name}: it has "
+                                     f"no built-in speakers; omit 'voice' (or use '{fish_speech.DEFAULT_VOICE}'), use "
+                                     "an uploaded voice, or clone with 'ref_audio' and 'ref_text'")
         ref_audio = text_field(f.ref_audio, "ref_audio", 1 << 30)
         ref_text = text_field(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS)
         ref_text = ref_text if ref_text and ref_text.strip() else None
@@ -100,18 +83,13 @@ class FishSpeechAdapter:
         if (ref_audio is not None or stored is not None) and ref_text is None:
             raise bad_request("Voice cloning requires 'ref_text' (transcript of the reference audio)", "ref_text")
         output = plan_output(f, ckpt.sample_rate)
-        try:
-            max_new = rules.field("max_new_tokens").check(f.max_new_tokens)
-            seed = rules.field("seed").check(f.seed)
-        except InvalidRequest as exc:
-            raise from_invalid_request(exc) from None
+        max_new, seed = checked_length_and_seed(f, rules)
         knobs = rules.knobs(f.extra_params)
-        segments = split_segments(text, deployment.segment_chars)
         return SpeechPlan(
             checkpoint=ckpt, task=rules.tasks[0], text=text, speaker=None, language="auto", instructions=None,
             ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
             non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
-            segments=tuple(segments) if len(segments) > 1 else (), knobs=knobs,
+            segments=segments_of(text, deployment), knobs=knobs,
         )
 
     # --- generation --------------------------------------------------------------------------------
@@ -139,11 +117,8 @@ class FishSpeechAdapter:
 
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
         return {
-            "text": plan.texts[segment],
-            "max_new_tokens": plan.max_new_tokens,
-            "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
+            **super().generation_fields(plan, segment),
             "ref_text": plan.ref_text if self.needs_reference(plan) else None,
-            **plan.knobs,
         }
 
     def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
@@ -155,29 +130,8 @@ class FishSpeechAdapter:
     async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
                             prompt: bool, request_id: str) -> np.ndarray:
         """A clip's DAC codes [frames, 10] through a dac_encoder (the transcript does not change them)."""
-        try:
-            outputs = await backend.infer(model, {
-                "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
-                "sample_rate": np.array([rate], dtype=np.int32),
-            }, request_id)
-        except BackendError as exc:
-            if exc.code == INVALID_ARG:  # the encoder refused the clip: the client's ref_audio
-                raise InvalidRequest(exc.message, "ref_audio") from None
-            raise
-        name = fish_speech.ENCODER_OUTPUTS[0].name
-        codes = outputs.get(name)
-        if codes is None:
-            raise BackendError(INTERNAL, f"{model} returned no {name}")
-        return np.asarray(codes, np.int64)
-
-    def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
-        return {}
-
-    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any, **checks: Any) -> PrecomputedVoice:
-        raise SkipVoice(f"{self.rules.name} has no precomputed voice files yet (upload the voice instead)")
-
-    def stored_voice(self, voice: PrecomputedVoice) -> StoredVoice:
-        raise SkipVoice(f"{self.rules.name} has no precomputed voices")
+        (codes,) = await encode_clip(backend, model, audio, rate, request_id, fish_speech.ENCODER_OUTPUTS[:1])
+        return codes.astype(np.int64)
 
 
 ADAPTER = FishSpeechAdapter()

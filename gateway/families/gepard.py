@@ -15,42 +15,24 @@ unsupported fields (contract RULES: `ref_audio`, `ref_text`, `speaker_embedding`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
-
 from ttscore.contract import gepard
-from ttscore.contract import tensors as triton_io
-from ttscore.contract.errors import InvalidRequest
 
-from ..backend import InferenceBackend
-from ..errors import bad_request, from_invalid_request
-from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan
-from ..longtext import segment_seed, split_segments
-from ..speech_fields import SpeechFields, StoredVoice, plan_output, refuse_unsupported, text_field
-from ..voices.precomputed import PrecomputedVoice, SkipVoice
-
-if TYPE_CHECKING:
-    from ttscore.contract.manifest import Manifest
-
+from ..errors import bad_request
+from ..family import PlanContext, ServedCheckpoint, SpeechPlan
+from ..family_kit import BaseAdapter, checked_length_and_seed, segments_of
+from ..speech_fields import SpeechFields, plan_output, refuse_unsupported, text_field
 
 VOICE_ALIASES: dict[str, str] = {}  # OpenAI's voice names are not Gepard voices
 WHOLE_FORMATS = ("wav", "pcm", "flac", "mp3")  # opus: 22.05 kHz is not an Opus rate; aac: not in the table
 
 
-class GepardAdapter:
+class GepardAdapter(BaseAdapter):
+    """One voice, no reference audio, no stored voices: the kit's defaults but for `plan`."""
+
     family = gepard.FAMILY
     rules = gepard.RULES
-    routes_by_task = False
     default_task = gepard.TASK
-    caches_voice_features = False
-    clones_voices = False  # no voice features: no uploaded or precomputed voices
     voice_aliases = VOICE_ALIASES
-
-    def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
-        return {}
 
     def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
@@ -77,51 +59,13 @@ class GepardAdapter:
             raise bad_request(f"response_format '{fmt}' is not supported by {name}: use one of "
                               f"{', '.join(WHOLE_FORMATS)}", "response_format")
         output = plan_output(f, ckpt.sample_rate)
-        try:
-            max_new = rules.field("max_new_tokens").check(f.max_new_tokens)
-            seed = rules.field("seed").check(f.seed)
-        except InvalidRequest as exc:
-            raise from_invalid_request(exc) from None
-        segments = split_segments(text, deployment.segment_chars)
+        max_new, seed = checked_length_and_seed(f, rules)
         return SpeechPlan(
             checkpoint=ckpt, task=ckpt.task, text=text, speaker=voice, language="auto", instructions=None,
             ref_audio=None, ref_text=None, x_vector_only=False, stored_voice=None, non_streaming_mode=None,
             max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
-            segments=tuple(segments) if len(segments) > 1 else (),
+            segments=segments_of(text, deployment),
         )
-
-    # --- generation --------------------------------------------------------------------------------
-
-    def needs_reference(self, plan: SpeechPlan) -> bool:
-        return False
-
-    async def reference_features(self, plan: SpeechPlan, env: FeatureEnv) -> Any:
-        raise InvalidRequest(f"{self.rules.name} takes no reference audio", "ref_audio")
-
-    def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
-        return {
-            "text": plan.texts[segment],
-            "max_new_tokens": plan.max_new_tokens,
-            "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
-        }
-
-    def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
-        return triton_io.request_tensors(**self.generation_fields(plan, segment))
-
-    # --- voices: none (one built-in voice) -------------------------------------------------------------
-
-    async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
-                            prompt: bool, request_id: str) -> Any:
-        raise InvalidRequest(f"{self.rules.name} has no voices but 'default'", "voice")
-
-    def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
-        return {}
-
-    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any, **checks: Any) -> PrecomputedVoice:
-        raise SkipVoice(f"{self.rules.name} has no precomputed voices (its only voice is 'default')")
-
-    def stored_voice(self, voice: PrecomputedVoice) -> StoredVoice:
-        raise SkipVoice(f"{self.rules.name} has no stored voices")
 
 
 ADAPTER = GepardAdapter()

@@ -38,17 +38,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ttscore.contract import families, omnivoice
+from ttscore.contract import omnivoice
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.omnivoice import text as omnivoice_text
 from ttscore.contract.omnivoice.voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES, check_codes
 from ttscore.contract.voicefile import REF_CODE
 
-from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
+from ..backend import InferenceBackend
 from ..errors import bad_request, from_invalid_request
 from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
-from ..longtext import segment_seed, split_segments
+from ..family_kit import BaseAdapter, encode_clip, segments_of, stored_voice_of
+from ..longtext import split_segments
 from ..speech_fields import (
     MAX_REF_TEXT_CHARS,
     SpeechFields,
@@ -92,13 +93,11 @@ class OmniVoicePlan(SpeechPlan):
 
 
 
-class OmniVoiceAdapter:
+class OmniVoiceAdapter(BaseAdapter):
     family = omnivoice.FAMILY
     rules = omnivoice.RULES
-    routes_by_task = False
     default_task = omnivoice.TASK
     # Uploaded voices: codes computed at upload through every served checkpoint's codec_encoder.
-    caches_voice_features = False
     voice_aliases = VOICE_ALIASES
     clones_voices = True  # each checkpoint has its codec_encoder (export/omnivoice/family.py)
 
@@ -122,17 +121,9 @@ class OmniVoiceAdapter:
         voice = (voice or "").strip() or None
         stored: StoredVoice | None = None
         if voice is not None and voice.lower() != omnivoice.DEFAULT_VOICE:
-            stored = deployment.resolve_voice(voice.lower())
-            if stored is None:
-                raise bad_request(f"Invalid voice '{f.voice}' for {name}: use an uploaded voice, or omit 'voice' "
-                                  f"(or '{omnivoice.DEFAULT_VOICE}') for the model's auto voice", "voice")
-            if stored.family not in (None, ckpt.family):
-                made = families.display_name(stored.family)
-                raise bad_request(f"Voice '{stored.name}' is a precomputed {made} voice: it cannot be used with {name} "
-                                  f"model `{ckpt.name}`", "voice")
-            if stored.models is not None and ckpt.name not in stored.models:
-                raise bad_request(f"Voice '{stored.name}' was precomputed with another {name} codec (it fits "
-                                  f"{', '.join(stored.models) or 'no served model'}), not `{ckpt.name}`", "voice")
+            stored = stored_voice_of(deployment, voice.lower(), ckpt, f"Invalid voice '{f.voice}' for {name}: use an "
+                                     f"uploaded voice, or omit 'voice' (or '{omnivoice.DEFAULT_VOICE}') for the "
+                                     "model's auto voice", fits="codec")
         ref_audio = text_field(f.ref_audio, "ref_audio", 1 << 30)
         ref_text = text_field(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS)
         ref_text = ref_text if ref_text and ref_text.strip() else None
@@ -166,7 +157,7 @@ class OmniVoiceAdapter:
             checkpoint=ckpt, task=rules.tasks[0], text=text, speaker=None, language=(f.language or "auto").lower(),
             instructions=instructions, ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
             non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
-            segments=tuple(segments) if len(segments) > 1 else (),
+            segments=segments_of(text, deployment),
             language_id=language, speed=speed, knobs=rules.knobs(f.extra_params),
         )
 
@@ -200,15 +191,12 @@ class OmniVoiceAdapter:
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
         assert isinstance(plan, OmniVoicePlan)
         return {
-            "text": plan.texts[segment],
+            **super().generation_fields(plan, segment),
             "language": plan.language_id,
             "instructions": plan.instructions,
-            "max_new_tokens": plan.max_new_tokens,
-            "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
             "ref_text": plan.ref_text if self.needs_reference(plan) else None,
             "speed": None if plan.speed == 1.0 else plan.speed,
             "sentence_chunks": True if plan.output.stream is not None else None,
-            **plan.knobs,
         }
 
     def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
@@ -220,19 +208,8 @@ class OmniVoiceAdapter:
     async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
                             prompt: bool, request_id: str) -> np.ndarray:
         """A clip's codes [8, T] through a codec_encoder (the transcript does not change them)."""
-        try:
-            outputs = await backend.infer(model, {
-                "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
-                "sample_rate": np.array([rate], dtype=np.int32),
-            }, request_id)
-        except BackendError as exc:
-            if exc.code == INVALID_ARG:  # the encoder refused the clip: the client's ref_audio
-                raise InvalidRequest(exc.message, "ref_audio") from None
-            raise
-        codes = outputs.get(omnivoice.ENCODER_OUTPUTS[0].name)
-        if codes is None:
-            raise BackendError(INTERNAL, f"{model} returned no {omnivoice.ENCODER_OUTPUTS[0].name}")
-        return np.asarray(codes, np.int64)
+        (codes,) = await encode_clip(backend, model, audio, rate, request_id, omnivoice.ENCODER_OUTPUTS[:1])
+        return codes.astype(np.int64)
 
     def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
         """Every served OmniVoice checkpoint's codec checksum (a voice fits those with its codec)."""

@@ -17,7 +17,7 @@ voice_features ensemble (inputs `audio`, `sample_rate`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,12 @@ import numpy as np
 from ttscore.contract import families, qwen3_tts
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.manifest import Manifest
 from ttscore.contract.voicefile import MODES, REF_CODE, SPEAKER_EMBEDDING
 
-from ..backend import INTERNAL, BackendError, InferenceBackend
+from ..backend import InferenceBackend
 from ..errors import bad_request, from_invalid_request
 from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
-from ..longtext import segment_seed, split_segments
+from ..family_kit import BaseAdapter, encode_clip, segments_of
 from ..speech_fields import (
     MAX_INSTRUCTIONS_CHARS,
     MAX_REF_TEXT_CHARS,
@@ -69,21 +68,15 @@ VOICE_ALIASES: dict[str, str] = {
 async def voice_features(backend: InferenceBackend, model: str, audio: np.ndarray, sample_rate: int,
                          request_id: str) -> tuple[np.ndarray, np.ndarray]:
     """(x_vector [D] float32, ref_codes [T, groups] int64) of a clip through a voice_features ensemble."""
-    outputs = await backend.infer(model, {
-        "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
-        "sample_rate": np.array([sample_rate], dtype=np.int32),
-    }, request_id)
-    x_vector, ref_codes = outputs.get("x_vector"), outputs.get("ref_codes")
-    if x_vector is None or ref_codes is None:
-        raise BackendError(INTERNAL, f"{model} returned no x_vector/ref_codes")
-    return np.asarray(x_vector, np.float32).reshape(-1), np.asarray(ref_codes, np.int64)
+    x_vector, ref_codes = await encode_clip(backend, model, audio, sample_rate, request_id, ["x_vector", "ref_codes"])
+    return x_vector.astype(np.float32).reshape(-1), ref_codes.astype(np.int64)
 
 
 def _title(language: str) -> str:
     return "Auto" if language == "auto" else language.title()
 
 
-class Qwen3TTSAdapter:
+class Qwen3TTSAdapter(BaseAdapter):
     family = qwen3_tts.FAMILY
     rules = qwen3_tts.RULES
     routes_by_task = True
@@ -92,9 +85,6 @@ class Qwen3TTSAdapter:
     caches_voice_features = True
     clones_voices = True
     voice_aliases = VOICE_ALIASES
-
-    def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
-        return {}
 
     # --- planning ----------------------------------------------------------------------------------
 
@@ -194,7 +184,6 @@ class Qwen3TTSAdapter:
             if ref_audio is not None:
                 stored = None  # inline ref_audio overrides an uploaded voice (spec)
 
-        segments = split_segments(text, deployment.segment_chars)
         return SpeechPlan(
             checkpoint=ckpt,
             task=task,
@@ -211,7 +200,7 @@ class Qwen3TTSAdapter:
             seed=seed,
             initial_chunk_frames=initial,
             output=output,
-            segments=tuple(segments) if len(segments) > 1 else (),
+            segments=segments_of(text, deployment),
             knobs=rules.knobs(f.extra_params),
         )
 
@@ -259,7 +248,7 @@ class Qwen3TTSAdapter:
 
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
         return {
-            "text": plan.texts[segment],
+            **super().generation_fields(plan, segment),
             "task_type": qwen3_tts.VARIANT_OF_TASK[plan.task],
             "speaker": plan.speaker,
             "language": plan.language,
@@ -267,11 +256,11 @@ class Qwen3TTSAdapter:
             "ref_text": plan.ref_text,
             "x_vector_only": True if plan.task == "Base" and plan.x_vector_only else None,
             "non_streaming_mode": plan.non_streaming_mode,
-            "max_new_tokens": plan.max_new_tokens,
-            "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
             "initial_chunk_frames": plan.initial_chunk_frames,
-            **qwen3_tts.talker_sampling(plan.knobs),
         }
+
+    def knob_fields(self, knobs: Mapping[str, int | float]) -> dict[str, Any]:
+        return qwen3_tts.talker_sampling(knobs)  # the talker's sampling inputs (temperature 0: greedy)
 
     def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
         fields = self.generation_fields(plan, segment)

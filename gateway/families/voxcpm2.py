@@ -20,16 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.contract import families, voxcpm2
 from ttscore.contract import tensors as triton_io
+from ttscore.contract import voxcpm2
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.voxcpm2 import PROMPT_PATCHES, REF_PATCHES
 
-from ..backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
+from ..backend import INVALID_ARG, BackendError, InferenceBackend
 from ..errors import bad_request, from_invalid_request
 from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
-from ..longtext import segment_seed, split_segments
+from ..family_kit import BaseAdapter, encode_clip, segments_of, stored_voice_of
 from ..speech_fields import (
     MAX_REF_TEXT_CHARS,
     SpeechFields,
@@ -48,15 +48,9 @@ async def reference_patches(backend: InferenceBackend, model: str, audio: np.nda
                             prompt: bool, request_id: str) -> np.ndarray:
     """Latent patches [T, P, D] float32 of a clip through an audiovae_encoder; `prompt`: a
     continuation prompt (the request has its transcript) rather than a cloning reference."""
-    outputs = await backend.infer(model, {
-        "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
-        "sample_rate": np.array([sample_rate], dtype=np.int32),
-        "prompt": np.array([prompt], dtype=np.bool_),
-    }, request_id)
-    patches = outputs.get("ref_patches")
-    if patches is None:
-        raise BackendError(INTERNAL, f"{model} returned no ref_patches")
-    return np.asarray(patches, np.float32)
+    (patches,) = await encode_clip(backend, model, audio, sample_rate, request_id, ["ref_patches"],
+                                   prompt=np.array([prompt], dtype=np.bool_))
+    return patches.astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -72,13 +66,11 @@ def _precomputed(stored: StoredVoice | None) -> bool:
     return stored is not None and stored.precomputed is not None
 
 
-class VoxCPM2Adapter:
+class VoxCPM2Adapter(BaseAdapter):
     family = voxcpm2.FAMILY
     rules = voxcpm2.RULES
-    routes_by_task = False
     default_task = voxcpm2.TASK
     # Uploaded voices: latent patches computed at upload through every served checkpoint's encoder.
-    caches_voice_features = False
     clones_voices = True
     voice_aliases = VOICE_ALIASES
 
@@ -107,18 +99,9 @@ class VoxCPM2Adapter:
         ref_audio = text_field(f.ref_audio, "ref_audio", 1 << 30)
         stored: StoredVoice | None = None
         if voice is not None and voice != voxcpm2.ZERO_SHOT_VOICE:
-            stored = deployment.resolve_voice(voice)
-            if stored is None:
-                raise bad_request(
-                    f"Invalid voice '{f.voice}' for {name}: use an uploaded voice, or omit 'voice' "
-                    f"(or '{voxcpm2.ZERO_SHOT_VOICE}') for the model's own voice", "voice")
-        if stored is not None and stored.family not in (None, ckpt.family):
-            made = families.display_name(stored.family)
-            raise bad_request(f"Voice '{stored.name}' is a precomputed {made} voice: it cannot be used with {name} "
-                              f"model `{ckpt.name}`", "voice")
-        if stored is not None and stored.models is not None and ckpt.name not in stored.models:
-            raise bad_request(f"Voice '{stored.name}' was precomputed with another {name} checkpoint "
-                              f"(it fits {', '.join(stored.models)}), not `{ckpt.name}`", "voice")
+            stored = stored_voice_of(deployment, voice, ckpt, f"Invalid voice '{f.voice}' for {name}: use an uploaded "
+                                     f"voice, or omit 'voice' (or '{voxcpm2.ZERO_SHOT_VOICE}') for the model's own "
+                                     "voice", fits="checkpoint")
         if ref_audio is not None:
             stored = None  # inline ref_audio overrides an uploaded voice (spec)
         elif stored is not None and _precomputed(stored):
@@ -137,12 +120,11 @@ class VoxCPM2Adapter:
             seed = rules.field("seed").check(f.seed)
         except InvalidRequest as exc:
             raise from_invalid_request(exc) from None
-        segments = split_segments(text, deployment.segment_chars)
         return SpeechPlan(
             checkpoint=ckpt, task=rules.tasks[0], text=text, speaker=None, language="auto", instructions=None,
             ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
             non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=initial, output=output,
-            segments=tuple(segments) if len(segments) > 1 else (),
+            segments=segments_of(text, deployment),
         )
 
     # --- generation --------------------------------------------------------------------------------
@@ -181,10 +163,8 @@ class VoxCPM2Adapter:
 
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
         return {
-            "text": plan.texts[segment],
+            **super().generation_fields(plan, segment),
             "ref_text": plan.ref_text,
-            "max_new_tokens": plan.max_new_tokens,
-            "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
             "initial_chunk_frames": plan.initial_chunk_frames,
         }
 

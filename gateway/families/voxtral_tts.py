@@ -18,42 +18,28 @@ voice and `ref_audio`/`ref_text` (the checkpoint has no codec encoder, so it can
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ttscore.contract import tensors as triton_io
 from ttscore.contract import voxtral_tts
 from ttscore.contract.errors import InvalidRequest
 
 from ..backend import InferenceBackend
-from ..errors import bad_request, from_invalid_request
+from ..errors import bad_request
 from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan
-from ..longtext import segment_seed, split_segments
-from ..speech_fields import SpeechFields, StoredVoice, plan_output, refuse_unsupported, text_field
-from ..voices.precomputed import PrecomputedVoice, SkipVoice
-
-if TYPE_CHECKING:
-    from ttscore.contract.manifest import Manifest
-
+from ..family_kit import BaseAdapter, checked_length_and_seed, segments_of
+from ..speech_fields import SpeechFields, plan_output, refuse_unsupported, text_field
 
 VOICE_ALIASES: dict[str, str] = {}  # OpenAI's voice names are not Voxtral presets
 NO_ENCODER = "the checkpoint has no codec encoder, so it cannot clone a voice: use one of its preset voices"
 
 
-class VoxtralAdapter:
+class VoxtralAdapter(BaseAdapter):
     family = voxtral_tts.FAMILY
     rules = voxtral_tts.RULES
-    routes_by_task = False
     default_task = voxtral_tts.TASK
-    caches_voice_features = False
-    clones_voices = False  # no codec encoder: no uploaded or precomputed voices
     voice_aliases = VOICE_ALIASES
-
-    def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
-        return {}
 
     def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
         assert named is not None  # not routed by task: always the named (or only) checkpoint
@@ -74,53 +60,30 @@ class VoxtralAdapter:
                                   f"voices only ({NO_ENCODER})", "voice")
             raise bad_request(f"Invalid voice '{voice}' for {name} model `{ckpt.name}`: use one of {presets}", "voice")
         output = plan_output(f, ckpt.sample_rate)
-        try:
-            max_new = rules.field("max_new_tokens").check(f.max_new_tokens)
-            seed = rules.field("seed").check(f.seed)
-        except InvalidRequest as exc:
-            raise from_invalid_request(exc) from None
-        segments = split_segments(text, deployment.segment_chars)
+        max_new, seed = checked_length_and_seed(f, rules)
         return SpeechPlan(
             checkpoint=ckpt, task=ckpt.task, text=text, speaker=speaker, language="auto", instructions=None,
             ref_audio=None, ref_text=None, x_vector_only=False, stored_voice=None, non_streaming_mode=None,
             max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
-            segments=tuple(segments) if len(segments) > 1 else (), knobs=rules.knobs(f.extra_params),
+            segments=segments_of(text, deployment), knobs=rules.knobs(f.extra_params),
         )
 
     # --- generation --------------------------------------------------------------------------------
-
-    def needs_reference(self, plan: SpeechPlan) -> bool:
-        return False
 
     async def reference_features(self, plan: SpeechPlan, env: FeatureEnv) -> Any:
         raise InvalidRequest(f"'ref_audio' is not supported by {self.rules.name} models: {NO_ENCODER}", "ref_audio")
 
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
         return {
-            "text": plan.texts[segment],
+            **super().generation_fields(plan, segment),
             "voice": plan.speaker,
-            "max_new_tokens": plan.max_new_tokens,
-            "seed": segment_seed(plan.seed, segment, self.rules.field("seed").hi),
-            **plan.knobs,
         }
-
-    def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
-        return triton_io.request_tensors(**self.generation_fields(plan, segment))
 
     # --- voices: the checkpoint's presets only -------------------------------------------------------
 
     async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
                             prompt: bool, request_id: str) -> Any:
         raise InvalidRequest(f"{self.rules.name} models take preset voices only: {NO_ENCODER}", "voice")
-
-    def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
-        return {}
-
-    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any, **checks: Any) -> PrecomputedVoice:
-        raise SkipVoice(f"{self.rules.name} has no precomputed voices (preset voices only: {NO_ENCODER})")
-
-    def stored_voice(self, voice: PrecomputedVoice) -> StoredVoice:
-        raise SkipVoice(f"{self.rules.name} has no stored voices")
 
 
 ADAPTER = VoxtralAdapter()
