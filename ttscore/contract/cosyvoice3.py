@@ -9,9 +9,13 @@ Voice cloning only: `ref_audio` with its transcript `ref_text` (no presets).
 
 from __future__ import annotations
 
-from ttscore.contract import wire
+from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.kv import kv_specs
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
+
+# The family's K/V tensor names (ttscore.contract.kv).
+past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
 
 FAMILY = "cosyvoice3"
 DISPLAY = "CosyVoice3"
@@ -106,30 +110,6 @@ SPEECH_EMBEDDING = "speech_embedding"
 GRAPH_NAMES = ("lm_step", "flow_cond", "flow_velocity", "hift")
 
 
-def past_key(i: int) -> str:
-    return f"past_key_{i}"
-
-
-def past_value(i: int) -> str:
-    return f"past_value_{i}"
-
-
-def new_key(i: int) -> str:
-    return f"new_key_{i}"
-
-
-def new_value(i: int) -> str:
-    return f"new_value_{i}"
-
-
-def _kv(layers: int, kv_heads: int, head_dim: int, axis: str, new: bool) -> list[TensorSpec]:
-    k, v = (new_key, new_value) if new else (past_key, past_value)
-    return [t for i in range(layers) for t in (
-        TensorSpec(k(i), "float32", ("batch", kv_heads, axis, head_dim)),
-        TensorSpec(v(i), "float32", ("batch", kv_heads, axis, head_dim)),
-    )]
-
-
 def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int, speech_rows: int) -> GraphSpec:
     """Qwen2 prefill (T = the prompt) and decode (T = 1) over explicit past K/V: `attention_mask`
     [B, P + T] marks valid slots (rows are ragged); the new positions are causal among themselves.
@@ -140,11 +120,11 @@ def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int, speech_row
             TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
             TensorSpec("attention_mask", "int64", ("batch", "total")),
             TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *_kv(layers, kv_heads, head_dim, "past", new=False),
+            *kv_specs(layers, kv_heads, head_dim, new=False),
         ),
         (
             TensorSpec("logits", "float32", ("batch", speech_rows)),
-            *_kv(layers, kv_heads, head_dim, "tokens", new=True),
+            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
     )
 

@@ -11,9 +11,13 @@ clip into the codes of a cloning prompt. The reference is vLLM-Omni 0.30.0's fis
 
 from __future__ import annotations
 
-from ttscore.contract import wire
+from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.kv import kv_specs
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
+
+# The family's K/V tensor names (ttscore.contract.kv).
+past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
 
 FAMILY = "fish_speech"
 DISPLAY = "Fish Speech S2 Pro"
@@ -59,30 +63,6 @@ PROJECT_IN_BIAS = "fast_project_in_bias"
 GRAPH_NAMES = ("slow_step", "fast_step", "dac_stream", "dac_encode")
 
 
-def past_key(i: int) -> str:
-    return f"past_key_{i}"
-
-
-def past_value(i: int) -> str:
-    return f"past_value_{i}"
-
-
-def new_key(i: int) -> str:
-    return f"new_key_{i}"
-
-
-def new_value(i: int) -> str:
-    return f"new_value_{i}"
-
-
-def _kv(layers: int, kv_heads: int, head_dim: int, axis: str, new: bool) -> list[TensorSpec]:
-    k, v = (new_key, new_value) if new else (past_key, past_value)
-    return [t for i in range(layers) for t in (
-        TensorSpec(k(i), "float32", ("batch", kv_heads, axis, head_dim)),
-        TensorSpec(v(i), "float32", ("batch", kv_heads, axis, head_dim)),
-    )]
-
-
 def slow_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int, candidates: int) -> GraphSpec:
     """The Slow AR over explicit past K/V (prefill, then one frame a step; `attention_mask` [B, P + T] marks valid
     slots of ragged rows): the last position's final-normed hidden state [B, D] and the logits of the ids it may
@@ -93,12 +73,12 @@ def slow_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int, candidat
             TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
             TensorSpec("attention_mask", "int64", ("batch", "total")),
             TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *_kv(layers, kv_heads, head_dim, "past", new=False),
+            *kv_specs(layers, kv_heads, head_dim, new=False),
         ),
         (
             TensorSpec("hidden", "float32", ("batch", dim)),
             TensorSpec("logits", "float32", ("batch", candidates)),
-            *_kv(layers, kv_heads, head_dim, "tokens", new=True),
+            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
     )
 
@@ -111,11 +91,11 @@ def fast_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> Graph
         (
             TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
             TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *_kv(layers, kv_heads, head_dim, "past", new=False),
+            *kv_specs(layers, kv_heads, head_dim, new=False),
         ),
         (
             TensorSpec("logits", "float32", ("batch", RESIDUAL_CODEBOOK_SIZE)),
-            *_kv(layers, kv_heads, head_dim, "tokens", new=True),
+            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
     )
 

@@ -11,9 +11,13 @@ Zero-shot default voice only (the learned `null_prefix`).
 
 from __future__ import annotations
 
-from ttscore.contract import wire
+from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.kv import kv_specs
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule
+
+# The family's K/V tensor names (ttscore.contract.kv).
+past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
 
 FAMILY = "gepard"
 SAMPLE_RATE = 22050  # NanoCodec's output
@@ -70,30 +74,6 @@ def head_levels() -> tuple[int, ...]:
 # --- graphs -------------------------------------------------------------------------------------
 
 
-def past_key(i: int) -> str:
-    return f"past_key_{i}"
-
-
-def past_value(i: int) -> str:
-    return f"past_value_{i}"
-
-
-def new_key(i: int) -> str:
-    return f"new_key_{i}"
-
-
-def new_value(i: int) -> str:
-    return f"new_value_{i}"
-
-
-def _kv(layers: int, kv_heads: int, head_dim: int, axis: str, new: bool) -> list[TensorSpec]:
-    k, v = (new_key, new_value) if new else (past_key, past_value)
-    return [t for i in range(layers) for t in (
-        TensorSpec(k(i), "float32", ("batch", kv_heads, axis, head_dim)),
-        TensorSpec(v(i), "float32", ("batch", kv_heads, axis, head_dim)),
-    )]
-
-
 def backbone_spec(layers: int, hidden: int, kv_heads: int, head_dim: int, logits: int) -> GraphSpec:
     """Prefill (T = the prompt) and decode (T = 1) over explicit past K/V: `attention_mask` [B, P + T]
     marks valid past slots (rows are ragged); the new positions are causal among themselves. Outputs
@@ -105,12 +85,12 @@ def backbone_spec(layers: int, hidden: int, kv_heads: int, head_dim: int, logits
             TensorSpec("inputs_embeds", "float32", ("batch", "tokens", hidden)),
             TensorSpec("attention_mask", "int64", ("batch", "total")),
             TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *_kv(layers, kv_heads, head_dim, "past", new=False),
+            *kv_specs(layers, kv_heads, head_dim, new=False),
         ),
         (
             TensorSpec("logits", "float32", ("batch", logits)),
             TensorSpec("stop_prob", "float32", ("batch",)),
-            *_kv(layers, kv_heads, head_dim, "tokens", new=True),
+            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
     )
 

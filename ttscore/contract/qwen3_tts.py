@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ttscore.contract import wire
+from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
@@ -89,20 +89,8 @@ RULES = FamilyRules(
 # runtime appends to each request's own cache.
 
 
-def talker_past_key(i: int) -> str:
-    return f"past_key_{i}"
-
-
-def talker_past_value(i: int) -> str:
-    return f"past_value_{i}"
-
-
-def talker_new_key(i: int) -> str:
-    return f"new_key_{i}"
-
-
-def talker_new_value(i: int) -> str:
-    return f"new_value_{i}"
+talker_past_key, talker_past_value = kv.past_key, kv.past_value
+talker_new_key, talker_new_value = kv.new_key, kv.new_value
 
 
 def talker_spec(num_layers: int, hidden: int, kv_heads: int, head_dim: int, codec_vocab: int) -> GraphSpec:

@@ -11,9 +11,13 @@ are the next input. Mistral's causal codec turns the frames into 24 kHz audio. P
 
 from __future__ import annotations
 
-from ttscore.contract import wire
+from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.kv import kv_specs
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule
+
+# The family's K/V tensor names (ttscore.contract.kv).
+past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
 
 FAMILY = "voxtral_tts"
 DISPLAY = "Voxtral TTS"
@@ -38,30 +42,6 @@ VOICE_TABLE_PREFIX = "voice_"
 GRAPH_NAMES = ("lm_step", "velocity", "codec_stream")
 
 
-def past_key(i: int) -> str:
-    return f"past_key_{i}"
-
-
-def past_value(i: int) -> str:
-    return f"past_value_{i}"
-
-
-def new_key(i: int) -> str:
-    return f"new_key_{i}"
-
-
-def new_value(i: int) -> str:
-    return f"new_value_{i}"
-
-
-def _kv(layers: int, kv_heads: int, head_dim: int, axis: str, new: bool) -> list[TensorSpec]:
-    k, v = (new_key, new_value) if new else (past_key, past_value)
-    return [t for i in range(layers) for t in (
-        TensorSpec(k(i), "float32", ("batch", kv_heads, axis, head_dim)),
-        TensorSpec(v(i), "float32", ("batch", kv_heads, axis, head_dim)),
-    )]
-
-
 def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> GraphSpec:
     """Prefill (T = the prompt) and decode (T = 1) over explicit past K/V: `attention_mask` [B, P + T]
     marks valid slots (rows are ragged); the new positions are causal among themselves. Outputs the
@@ -73,12 +53,12 @@ def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> GraphSp
             TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
             TensorSpec("attention_mask", "int64", ("batch", "total")),
             TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *_kv(layers, kv_heads, head_dim, "past", new=False),
+            *kv_specs(layers, kv_heads, head_dim, new=False),
         ),
         (
             TensorSpec("hidden", "float32", ("batch", dim)),
             TensorSpec("semantic_code", "int64", ("batch",)),
-            *_kv(layers, kv_heads, head_dim, "tokens", new=True),
+            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
     )
 

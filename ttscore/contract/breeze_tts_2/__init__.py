@@ -10,11 +10,13 @@ others. The backbone's audio input is the sum of the frame's 16 code embeddings.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from ttscore.contract import wire
+from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.kv import kv_specs
 from ttscore.contract.rules import GREEDY, FamilyRules, FieldRule, KnobRule, RefAudioBounds
+
+# The family's K/V tensor names (ttscore.contract.kv).
+past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
 
 FAMILY = "breeze_tts_2"
 
@@ -105,31 +107,6 @@ def text_encoder_spec(hidden: int) -> GraphSpec:
     )
 
 
-def past_key(i: int) -> str:
-    return f"past_key_{i}"
-
-
-def past_value(i: int) -> str:
-    return f"past_value_{i}"
-
-
-def new_key(i: int) -> str:
-    return f"new_key_{i}"
-
-
-def new_value(i: int) -> str:
-    return f"new_value_{i}"
-
-
-def _kv(layers: int, kv_heads: int, head_dim: int, axis: str,
-        name: tuple[Callable[[int], str], Callable[[int], str]]) -> list[TensorSpec]:
-    k, v = name
-    return [t for i in range(layers) for t in (
-        TensorSpec(k(i), "float32", ("batch", kv_heads, axis, head_dim)),
-        TensorSpec(v(i), "float32", ("batch", kv_heads, axis, head_dim)),
-    )]
-
-
 def backbone_spec(layers: int, hidden: int, kv_heads: int, head_dim: int, head_rows: int) -> GraphSpec:
     """Prefill (T = prompt chunk) and decode (T = 1): `attention_mask` [B, P + T] marks valid past
     slots; the new positions are causal among themselves. Outputs the new positions' hidden states,
@@ -140,12 +117,12 @@ def backbone_spec(layers: int, hidden: int, kv_heads: int, head_dim: int, head_r
             TensorSpec("inputs_embeds", "float32", ("batch", "tokens", hidden)),
             TensorSpec("attention_mask", "int64", ("batch", "total")),
             TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *_kv(layers, kv_heads, head_dim, "past", (past_key, past_value)),
+            *kv_specs(layers, kv_heads, head_dim, new=False),
         ),
         (
             TensorSpec("hidden", "float32", ("batch", "tokens", hidden)),
             TensorSpec("logits", "float32", ("batch", head_rows)),
-            *_kv(layers, kv_heads, head_dim, "tokens", (new_key, new_value)),
+            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
     )
 
@@ -159,11 +136,11 @@ def depth_spec(layers: int, embed: int, hidden: int, kv_heads: int, head_dim: in
         (
             TensorSpec("inputs_embeds", "float32", ("batch", "tokens", embed)),
             TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *_kv(layers, kv_heads, head_dim, "past", (past_key, past_value)),
+            *kv_specs(layers, kv_heads, head_dim, new=False),
         ),
         (
             TensorSpec("hidden", "float32", ("batch", "tokens", hidden)),
-            *_kv(layers, kv_heads, head_dim, "tokens", (new_key, new_value)),
+            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
     )
 

@@ -10,7 +10,7 @@ export/voxcpm2/README.md has the whole design.
 
 from __future__ import annotations
 
-from ttscore.contract import wire
+from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
 
@@ -100,40 +100,13 @@ RULES = FamilyRules(
 # themselves. Outputs: the new positions' final hidden states and their K/V (post-RoPE).
 
 
-def lm_past_key(i: int) -> str:
-    return f"past_key_{i}"
-
-
-def lm_past_value(i: int) -> str:
-    return f"past_value_{i}"
-
-
-def lm_new_key(i: int) -> str:
-    return f"new_key_{i}"
-
-
-def lm_new_value(i: int) -> str:
-    return f"new_value_{i}"
+lm_past_key, lm_past_value, lm_new_key, lm_new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
 
 
 def lm_spec(name: str, layers: int, hidden: int, kv_heads: int, head_dim: int, rope: bool = True) -> GraphSpec:
     """`position_ids` only where the stack has RoPE (the released residual LM has none)."""
-    past = [
-        t
-        for i in range(layers)
-        for t in (
-            TensorSpec(lm_past_key(i), "float32", ("batch", kv_heads, "past", head_dim)),
-            TensorSpec(lm_past_value(i), "float32", ("batch", kv_heads, "past", head_dim)),
-        )
-    ]
-    new = [
-        t
-        for i in range(layers)
-        for t in (
-            TensorSpec(lm_new_key(i), "float32", ("batch", kv_heads, "tokens", head_dim)),
-            TensorSpec(lm_new_value(i), "float32", ("batch", kv_heads, "tokens", head_dim)),
-        )
-    ]
+    past = kv.kv_specs(layers, kv_heads, head_dim, new=False)
+    new = kv.kv_specs(layers, kv_heads, head_dim, new=True)
     return GraphSpec(
         name,
         (
