@@ -22,18 +22,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from export.blocks import RMSNorm, rotate_half
 from ttscore.runtime.families.breeze_tts_2.checkpoint import BreezeInfo, Stack
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, centred: bool) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(dim))
-        self.eps, self.centred = eps, centred
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return x * (1.0 + self.weight) if self.centred else x * self.weight
 
 
 def rope_inv_freq(head_dim: int, params: dict[str, Any]) -> torch.Tensor:
@@ -56,11 +46,6 @@ def rope_inv_freq(head_dim: int, params: dict[str, Any]) -> torch.Tensor:
     if kind != "default":
         raise ValueError(f"unsupported rope_type {kind!r}")
     return inv
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
 
 
 def _cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,8 +84,8 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
         return q, k, v
 
     def out(self, a: torch.Tensor) -> torch.Tensor:

@@ -31,19 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.blocks import RMSNorm, rotate_half
 from ttscore.runtime.families.cosyvoice3.checkpoint import FLOW, HIFT, LLM, CosyVoice3Info, load_pt
 
 NEG = -1e9
 
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
 class Attn(nn.Module):
@@ -90,11 +82,6 @@ class Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(lm.hidden, lm.rms_eps)
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    h = x.shape[-1] // 2
-    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
-
-
 class LMStep(nn.Module):
     """(inputs_embeds [B, T, D], attention_mask [B, P + T], position_ids [B, T], past K/V) ->
     logits [B, speech_rows] (last position), new K/V [B, KV, T, hd] (rotated)."""
@@ -130,8 +117,8 @@ class LMStep(nn.Module):
             q = a.q_proj(n).view(b, t, a.heads, a.hd).transpose(1, 2)
             k = a.k_proj(n).view(b, t, a.kv, a.hd).transpose(1, 2)
             v = a.v_proj(n).view(b, t, a.kv, a.hd).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
             new += [k, v]
             kk = torch.cat([past[2 * i], k], dim=2)
             vv = torch.cat([past[2 * i + 1], v], dim=2)

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.blocks import RMSNorm
 from ttscore.contract import fish_speech as spec
 from ttscore.runtime.families.fish_speech.checkpoint import FishConfig, Transformer
 
@@ -31,15 +32,6 @@ if TYPE_CHECKING:
 
 NEG = -1e9
 
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
 class Attention(nn.Module):

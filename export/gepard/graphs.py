@@ -21,24 +21,8 @@ from typing import cast
 import torch
 from torch import nn
 
+from export.blocks import RMSNorm, rotate_half
 from ttscore.runtime.families.gepard.checkpoint import Backbone, GepardInfo
-
-
-class RMSNorm(nn.Module):
-    """Qwen3.5's zero-centred RMSNorm: x / rms(x) * (1 + w)."""
-
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1.0 + self.weight)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
 
 
 class Attention(nn.Module):
@@ -49,8 +33,8 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(s.hidden_size, s.num_kv_heads * s.head_dim, bias=False)
         self.v_proj = nn.Linear(s.hidden_size, s.num_kv_heads * s.head_dim, bias=False)
         self.o_proj = nn.Linear(s.num_heads * s.head_dim, s.hidden_size, bias=False)
-        self.q_norm = RMSNorm(s.head_dim, s.rms_norm_eps)
-        self.k_norm = RMSNorm(s.head_dim, s.rms_norm_eps)
+        self.q_norm = RMSNorm(s.head_dim, s.rms_norm_eps, centred=True)
+        self.k_norm = RMSNorm(s.head_dim, s.rms_norm_eps, centred=True)
 
 
 class MLP(nn.Module):
@@ -70,8 +54,8 @@ class Layer(nn.Module):
         super().__init__()
         self.self_attn = Attention(s)
         self.mlp = MLP(s)
-        self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
+        self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps, centred=True)
+        self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps, centred=True)
 
 
 class Stack(nn.Module):
@@ -80,7 +64,7 @@ class Stack(nn.Module):
     def __init__(self, s: Backbone) -> None:
         super().__init__()
         self.layers = nn.ModuleList(Layer(s) for _ in range(s.num_layers))
-        self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
+        self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps, centred=True)
         self.scale = s.head_dim ** -0.5
         inv = 1.0 / (s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.int64).float() / s.head_dim))
         self.register_buffer("inv_freq", inv, persistent=False)
@@ -107,8 +91,8 @@ class Stack(nn.Module):
             q = a.q_norm(q).transpose(1, 2)
             k = a.k_norm(a.k_proj(h).view(b, t, a.kv_heads, a.head_dim)).transpose(1, 2)
             v = a.v_proj(h).view(b, t, a.kv_heads, a.head_dim).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
             new += [k, v]
             kk = torch.cat([past[2 * i], k], dim=2)
             vv = torch.cat([past[2 * i + 1], v], dim=2)

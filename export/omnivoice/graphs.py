@@ -21,12 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.blocks import rotate_half
+
 NEG = -1e30  # masked attention score (finite: a padded query row that sees only itself stays finite)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
 
 
 def _layer(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor,
@@ -38,8 +35,8 @@ def _layer(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ma
     q = attn.q_norm(attn.q_proj(h).view(b, s, heads, head_dim)).transpose(1, 2)
     k = attn.k_norm(attn.k_proj(h).view(b, s, kv_heads, head_dim)).transpose(1, 2)
     v = attn.v_proj(h).view(b, s, kv_heads, head_dim).transpose(1, 2)
-    q = q * cos + _rotate_half(q) * sin
-    k = k * cos + _rotate_half(k) * sin
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
     groups = heads // kv_heads
     kk = k.unsqueeze(2).expand(b, kv_heads, groups, s, head_dim).reshape(b, heads, s, head_dim)
     vv = v.unsqueeze(2).expand(b, kv_heads, groups, s, head_dim).reshape(b, heads, s, head_dim)

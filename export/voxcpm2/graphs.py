@@ -16,12 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.blocks import rotate_half
+
 NEG = torch.finfo(torch.float32).min  # masked logits (a fully masked padding row stays finite)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
 
 
 def _layer(layer: Any, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None, mask: torch.Tensor,
@@ -35,8 +32,8 @@ def _layer(layer: Any, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Ten
     k = attn.k_proj(h).view(b, t, kvh, hd).transpose(1, 2)
     v = attn.v_proj(h).view(b, t, kvh, hd).transpose(1, 2)
     if cos is not None and sin is not None:
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
     keys = k if past_k is None else torch.cat([past_k, k], dim=2)
     values = v if past_v is None else torch.cat([past_v, v], dim=2)
     groups = nh // kvh

@@ -29,20 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.blocks import RMSNorm
 from ttscore.contract import voxtral_tts as spec
 from ttscore.runtime.families.voxtral_tts.checkpoint import VoxtralInfo, codec_blocks
 
 NEG = -1e9  # additive mask value (finite: a fully padded row stays finite)
 
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
 class FeedForward(nn.Module):
