@@ -21,7 +21,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:  # `import fakes...` from any test module
     sys.path.insert(0, str(TESTS_DIR))
 
-pytest_plugins = ["timing", "model_fixtures", "e2e_fixtures", "breeze_tts_2_fixtures"]
+pytest_plugins = ["timing", "model_fixtures", "e2e_fixtures", "breeze_tts_2_fixtures", "e2e_speech"]
 
 
 # Fixtures that make or serve exported checkpoints (the *_fixtures.py plugins, the VoxCPM2 ones below,

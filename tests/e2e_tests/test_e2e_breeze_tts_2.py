@@ -23,6 +23,7 @@ import openai
 import pytest
 import soundfile as sf
 from breeze_tts_2_fixtures import reference, run_codes
+from e2e_speech import SPEECH, data_url, same_audio, wav_at
 from gateway_fixtures import render_stack_repository, start_gateway
 
 from gateway import encoding
@@ -36,7 +37,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TEXT = "Hello from Breeze."
 FRAMES = 6
-SPEECH = "/v1/audio/speech"
 DESIGN = "A calm, low voice."
 REF_TEXT = "A reference clip."
 PRECOMPUTED = "breeze_pre"
@@ -77,12 +77,6 @@ def stack(triton_server, tmp_path_factory, tiny_custom_voice_greedy, voxcpm2_tin
     thread.join(15)
 
 
-@pytest.fixture(scope="module")
-def http(stack):
-    with httpx.Client(base_url=stack["url"], timeout=300) as c:
-        yield c
-
-
 def ref_codes(stack, key: str = "breeze") -> np.ndarray:
     """The reference clip's codes as the offline engine makes them (say --ref-audio)."""
     wav, sr = sf.read(stack["ref"], dtype="float32")
@@ -100,10 +94,6 @@ def offline(stack, voice: str = "S0", instructions: str | None = None, ref: bool
     return np.concatenate([e.pcm for e in gen.synthesize(request)])
 
 
-def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray) -> None:
-    want = encoding.to_int16(want_float).astype(np.int32)
-    assert got_int16.shape == want.shape, (got_int16.shape, want.shape)
-    assert want.size and np.max(np.abs(got_int16.astype(np.int32) - want)) <= 1
 
 
 def body(stack, **kw):
@@ -111,14 +101,7 @@ def body(stack, **kw):
 
 
 def wav_of(r) -> np.ndarray:
-    assert r.status_code == 200, r.text
-    rate, samples = encoding.parse_wav(r.content)
-    assert rate == 24000
-    return samples
-
-
-def data_url(path) -> str:
-    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
+    return wav_at(r, 24000)
 
 
 def mode_fields(stack, mode: str) -> dict:
@@ -157,7 +140,7 @@ def test_whole_file_raw_stream_and_sse_equal_the_offline_engine(http, stack, voi
     want = offline(stack, voice or "S0", instructions)
     extra = {k: v for k, v in (("voice", voice), ("instructions", instructions)) if v is not None}
     for got in three_ways(http, body(stack, **extra)):
-        assert_same_audio(got, want)
+        same_audio(got, want)
 
 
 @pytest.mark.parametrize("mode", ["clone", "direction"])
@@ -165,7 +148,7 @@ def test_clone_and_direction_from_ref_audio_equal_the_offline_engine(http, stack
     """The gateway's breeze_speech_encoder (16 kHz clip resampled to 24 kHz) makes the offline codes."""
     want = offline(stack, instructions=MODES[mode].get("instructions"), ref=True)
     for got in three_ways(http, body(stack, **mode_fields(stack, mode))):
-        assert_same_audio(got, want)
+        same_audio(got, want)
     assert not np.array_equal(want, offline(stack, instructions=MODES[mode].get("instructions")))
 
 
@@ -192,14 +175,14 @@ def test_foreign_checkpoint_through_the_api_matches_the_reference(http, stack, f
     np.testing.assert_array_equal(codes, foreign_reference[mode])
     want = offline(stack, m.get("voice", "S0"), m.get("instructions"), bool(m.get("ref")), key="foreign")
     for got in three_ways(http, body(stack, model=stack["names"]["foreign"], **mode_fields(stack, mode))):
-        assert_same_audio(got, want)
+        same_audio(got, want)
 
 
 def test_uploaded_and_precomputed_voices_equal_ref_audio_with_ref_text(http, stack):
     """A stored voice is the reference codes + transcript: the same audio as ref_audio + ref_text."""
     want = offline(stack, ref=True)
     inline = wav_of(http.post(SPEECH, json=body(stack, **mode_fields(stack, "clone"))))
-    assert_same_audio(inline, want)
+    same_audio(inline, want)
     with stack["ref"].open("rb") as f:
         r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
                       data={"name": "breeze_told", "consent": "ok", "ref_text": REF_TEXT})
@@ -217,12 +200,12 @@ def test_uploaded_and_precomputed_voices_equal_ref_audio_with_ref_text(http, sta
         with http.stream("POST", SPEECH, json=body(stack, voice=voice, response_format="pcm", stream_format="audio",
                                                    **extra)) as r:
             assert r.status_code == 200
-            assert_same_audio(np.frombuffer(b"".join(r.iter_bytes()), "<i2"), want)
+            same_audio(np.frombuffer(b"".join(r.iter_bytes()), "<i2"), want)
     directed = wav_of(http.post(SPEECH, json=body(stack, voice="breeze_told", instructions=DESIGN)))
-    assert_same_audio(directed, offline(stack, instructions=DESIGN, ref=True))
+    same_audio(directed, offline(stack, instructions=DESIGN, ref=True))
     # The foreign checkpoint has the same codec: the voices fit it too (its codes are its encoder's).
     got = wav_of(http.post(SPEECH, json=body(stack, model=stack["names"]["foreign"], voice="breeze_told")))
-    assert_same_audio(got, offline(stack, ref=True, key="foreign"))
+    same_audio(got, offline(stack, ref=True, key="foreign"))
     # Without a transcript (uploaded without one, none in the request) the voice cannot clone.
     r = http.post(SPEECH, json=body(stack, voice="breeze_untold"))
     assert r.status_code == 400 and r.json()["error"]["param"] == "ref_text", r.text
@@ -240,19 +223,19 @@ def test_openai_sdk_against_its_id(stack):
                                        extra_body={"max_new_tokens": FRAMES})
         rate, samples = encoding.parse_wav(r.content)
         assert rate == 24000
-        assert_same_audio(samples, offline(stack, "S3"))
+        same_audio(samples, offline(stack, "S3"))
     with client.audio.speech.with_streaming_response.create(
             model=stack["breeze"], voice="S0", input=TEXT, response_format="pcm", instructions=DESIGN,
             extra_body={"stream_format": "audio", "max_new_tokens": FRAMES}) as r:
         pcm = b"".join(r.iter_bytes())
-    assert_same_audio(np.frombuffer(pcm, "<i2"), offline(stack, "S0", DESIGN))
+    same_audio(np.frombuffer(pcm, "<i2"), offline(stack, "S0", DESIGN))
     foreign = stack["names"]["foreign"]
     for model in (foreign, f"BreezeBlue/{foreign}"):  # clone through the SDK's extra_body
         r = client.audio.speech.create(model=model, voice="S0", input=TEXT, response_format="wav",
                                        extra_body={"max_new_tokens": FRAMES, **mode_fields(stack, "clone")})
         rate, samples = encoding.parse_wav(r.content)
         assert rate == 24000
-        assert_same_audio(samples, offline(stack, ref=True, key="foreign"))
+        same_audio(samples, offline(stack, ref=True, key="foreign"))
 
 
 def websocket_audio(stack, config: dict) -> np.ndarray:
@@ -277,9 +260,9 @@ def websocket_audio(stack, config: dict) -> np.ndarray:
 
 def test_websocket_with_its_id(stack):
     got = websocket_audio(stack, {"model": stack["breeze"], "voice": "S2", "instructions": DESIGN})
-    assert_same_audio(got, offline(stack, "S2", DESIGN))
+    same_audio(got, offline(stack, "S2", DESIGN))
     got = websocket_audio(stack, {"model": stack["names"]["foreign"], **mode_fields(stack, "direction")})
-    assert_same_audio(got, offline(stack, instructions=DESIGN, ref=True, key="foreign"))
+    same_audio(got, offline(stack, instructions=DESIGN, ref=True, key="foreign"))
 
 
 def test_one_request_of_each_family_in_flight_together(stack):

@@ -20,12 +20,12 @@ import base64
 import json
 from typing import Any
 
-import httpx
 import numpy as np
 import openai
 import pytest
 import soundfile as sf
 from cosyvoice3_fixtures import reference_with_our_noise
+from e2e_speech import SPEECH, data_url, same_audio, wav_at
 from gateway_fixtures import start_gateway
 
 from gateway import encoding
@@ -45,7 +45,6 @@ REF_TEXT = "the quick brown fox"
 TOKENS = 70
 SEED = 7
 RATE = spec.SAMPLE_RATE
-SPEECH = "/v1/audio/speech"
 AUDIO_ATOL = 1e-4  # the stated tolerance of our audio against the reference's (float)
 FOREIGN_CASES = (("Bonjour a tous, comment allez vous", "a quiet room", 3, 60), ("good morning", "hello", 11, 30))
 
@@ -66,16 +65,6 @@ def stack(e2e_triton, tmp_path_factory):
            "foreign_checkpoint": e2e_triton["checkpoints"]["cosyvoice3_foreign"]}
     gw.should_exit = True
     thread.join(15)
-
-
-@pytest.fixture(scope="module")
-def http(stack):
-    with httpx.Client(base_url=stack["url"], timeout=600) as c:
-        yield c
-
-
-def data_url(path) -> str:
-    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
 
 
 def clip(stack) -> tuple[np.ndarray, int]:
@@ -106,16 +95,9 @@ def body(stack, **kw):
 
 
 def wav_of(r) -> np.ndarray:
-    assert r.status_code == 200, r.text
-    rate, samples = encoding.parse_wav(r.content)
-    assert rate == RATE
-    return samples
+    return wav_at(r, RATE)
 
 
-def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray) -> None:
-    want = encoding.to_int16(want_float).astype(np.int32)
-    assert got_int16.shape == want.shape, (got_int16.shape, want.shape)
-    assert np.max(np.abs(got_int16.astype(np.int32) - want)) <= 1
 
 
 def three_ways(http, payload: dict) -> tuple[list[np.ndarray], list[bytes], int]:
@@ -150,7 +132,7 @@ def test_whole_raw_stream_and_sse_equal_the_offline_engine_and_stream_per_hop(ht
     got, deltas, counted = three_ways(http, body(stack))
     assert counted == tokens
     for samples in got:
-        assert_same_audio(samples, want)
+        same_audio(samples, want)
     assert all(np.array_equal(got[0], g) for g in got[1:])  # streamed == whole (one mask for both)
     # The first audio is the first hop's (sent while the later tokens are generated), not the utterance.
     assert len(pieces) >= 3 and len(deltas) >= len(pieces)
@@ -163,7 +145,7 @@ def test_seed_reaches_the_sampling_and_none_is_a_drawn_one(http, stack):
     assert np.array_equal(first, wav_of(http.post(SPEECH, json=body(stack, **short))))
     other = wav_of(http.post(SPEECH, json=body(stack, **short, seed=SEED + 1)))
     assert other.shape != first.shape or not np.array_equal(first, other)
-    assert_same_audio(other, offline(stack, text=SHORT, max_new_tokens=30, seed=SEED + 1)[0])
+    same_audio(other, offline(stack, text=SHORT, max_new_tokens=30, seed=SEED + 1)[0])
     unseeded = {k: v for k, v in body(stack, **short).items() if k != "seed"}
     # No seed: random, as vLLM-Omni 0.30.0 (its deploy pins none); the gateway draws one, says which (X-Seed)
     # and that one gives the same audio again.
@@ -171,7 +153,7 @@ def test_seed_reaches_the_sampling_and_none_is_a_drawn_one(http, stack):
     again = http.post(SPEECH, json=unseeded)
     seeds = int(drawn.headers["x-seed"]), int(again.headers["x-seed"])
     assert seeds[0] != seeds[1]
-    assert_same_audio(wav_of(drawn), offline(stack, text=SHORT, max_new_tokens=30, seed=seeds[0])[0])
+    same_audio(wav_of(drawn), offline(stack, text=SHORT, max_new_tokens=30, seed=seeds[0])[0])
     fast = wav_of(http.post(SPEECH, json=body(stack, **short, speed=2.0)))  # whole clips: time-stretched
     assert 0 < fast.size < first.size
 
@@ -182,7 +164,7 @@ def test_extra_params_reach_the_ras_sampling(http, stack):
     default = wav_of(http.post(SPEECH, json=body(stack, **short)))
     for knobs in ({"temperature": 0}, {"temperature": 0.5, "top_k": 3, "top_p": 0.6}):
         got = wav_of(http.post(SPEECH, json=body(stack, **short, extra_params=knobs)))
-        assert_same_audio(got, offline(stack, text=SHORT, max_new_tokens=30, **knobs)[0])
+        same_audio(got, offline(stack, text=SHORT, max_new_tokens=30, **knobs)[0])
         assert got.shape != default.shape or not np.array_equal(got, default)
 
 
@@ -193,14 +175,14 @@ def test_uploaded_voice_speaks_with_its_features_and_transcript(http, stack):
     assert r.status_code == 200, r.text
     want, _ = offline(stack, text=SHORT, max_new_tokens=30)
     payload = {"input": SHORT, "model": stack["cosy"], "voice": "cosy_told", "max_new_tokens": 30, "seed": SEED}
-    assert_same_audio(wav_of(http.post(SPEECH, json=payload)), want)
+    same_audio(wav_of(http.post(SPEECH, json=payload)), want)
     with stack["ref"].open("rb") as f:  # without a transcript: the request gives one
         r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
                       data={"name": "cosy_plain", "consent": "ok"})
     assert r.status_code == 200, r.text
     r = http.post(SPEECH, json={**payload, "voice": "cosy_plain"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "ref_text", r.text
-    assert_same_audio(wav_of(http.post(SPEECH, json={**payload, "voice": "cosy_plain", "ref_text": REF_TEXT})), want)
+    same_audio(wav_of(http.post(SPEECH, json={**payload, "voice": "cosy_plain", "ref_text": REF_TEXT})), want)
 
 
 def test_openai_sdk_with_ref_audio_and_ref_text_in_extra_body(stack):
@@ -211,12 +193,12 @@ def test_openai_sdk_with_ref_audio_and_ref_text_in_extra_body(stack):
                                    extra_body=extra)
     rate, samples = encoding.parse_wav(r.content)
     assert rate == RATE
-    assert_same_audio(samples, want)
+    same_audio(samples, want)
     with client.audio.speech.with_streaming_response.create(
             model=stack["cosy"], voice="default", input=SHORT, response_format="pcm",
             extra_body={**extra, "stream_format": "audio"}) as r:
         pcm = b"".join(r.iter_bytes())
-    assert_same_audio(np.frombuffer(pcm, "<i2"), want)
+    same_audio(np.frombuffer(pcm, "<i2"), want)
     with pytest.raises(openai.BadRequestError) as err:
         client.audio.speech.create(model=stack["cosy"], voice="default", input=SHORT,
                                    extra_body={"ref_audio": data_url(stack["ref"])})

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
-import httpx
 import numpy as np
 import openai
 import pytest
 import soundfile as sf
+from e2e_speech import SPEECH, data_url, same_audio, wav_at
 from fish_speech_fixtures import reference
 from gateway_fixtures import start_gateway
 
@@ -43,7 +42,6 @@ FRAMES = 8
 SEED = 7
 RATE = 44100
 SAMPLES_PER_FRAME = 2048
-SPEECH = "/v1/audio/speech"
 AUDIO_ATOL = 1e-4  # the stated tolerance of the engine's audio against the reference's (float)
 # The foreign checkpoint's requests: text-only and cloned (the stack's reference clip).
 FOREIGN_CASES = ({"text": "A foreign checkpoint speaks.", "max_new_tokens": 9, "seed": 21},
@@ -68,16 +66,6 @@ def stack(e2e_triton, tmp_path_factory):
     thread.join(15)
 
 
-@pytest.fixture(scope="module")
-def http(stack):
-    with httpx.Client(base_url=stack["url"], timeout=300) as c:
-        yield c
-
-
-def data_url(path: Path) -> str:
-    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
-
-
 def clone_codes(model, clip: np.ndarray) -> np.ndarray:
     return model.a.encode(clip)
 
@@ -99,17 +87,11 @@ def body(stack, **kw):
 
 
 def wav_of(r) -> np.ndarray:
-    assert r.status_code == 200, r.text
-    rate, samples = encoding.parse_wav(r.content)
-    assert rate == RATE
-    return samples
+    return wav_at(r, RATE)
 
 
 def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray, frames: int) -> None:
-    want = encoding.to_int16(want_float).astype(np.int32)
-    assert want.size == frames * SAMPLES_PER_FRAME
-    assert got_int16.shape == want.shape, (got_int16.shape, want.shape)
-    assert np.max(np.abs(got_int16.astype(np.int32) - want)) <= 1
+    same_audio(got_int16, want_float, frames * SAMPLES_PER_FRAME)
 
 
 def three_ways(http, payload: dict) -> tuple[list[np.ndarray], int]:

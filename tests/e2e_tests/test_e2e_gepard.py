@@ -15,7 +15,6 @@ and seeds.
 
 from __future__ import annotations
 
-import base64
 import json
 import threading
 
@@ -23,6 +22,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from e2e_speech import SPEECH, same_audio, three_ways, wav_at
 from gateway_fixtures import start_gateway
 from gepard_fixtures import FOREIGN_CODEC_FILE, reference_with_our_noise
 
@@ -41,7 +41,6 @@ TEXT = "Hello, this is Gepard speaking."
 FOREIGN_CASES = (("Hello there, this is another voice speaking.", 21, 14), ("Sunny", 5, 12))
 FRAMES = 8
 SEED = 7
-SPEECH = "/v1/audio/speech"
 
 
 @pytest.fixture(scope="module")
@@ -54,12 +53,6 @@ def stack(e2e_triton, tmp_path_factory):
            "model": e2e_triton["pipelines"]["gepard"]}
     gw.should_exit = True
     thread.join(15)
-
-
-@pytest.fixture(scope="module")
-def http(stack):
-    with httpx.Client(base_url=stack["url"], timeout=300) as c:
-        yield c
 
 
 def offline(stack, seed: int | None = SEED, frames: int = FRAMES) -> tuple[np.ndarray, int]:
@@ -77,34 +70,11 @@ def body(stack, **kw):
 
 
 def wav_of(r) -> np.ndarray:
-    assert r.status_code == 200, r.text
-    rate, samples = encoding.parse_wav(r.content)
-    assert rate == spec.SAMPLE_RATE
-    return samples
+    return wav_at(r, spec.SAMPLE_RATE)
 
 
 def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray, frames: int) -> None:
-    want = encoding.to_int16(want_float).astype(np.int32)
-    assert want.size == frames * spec.SAMPLES_PER_FRAME
-    assert got_int16.shape == want.shape, (got_int16.shape, want.shape)
-    assert np.max(np.abs(got_int16.astype(np.int32) - want)) <= 1
-
-
-def three_ways(http, payload: dict) -> tuple[list[np.ndarray], int]:
-    """The whole file, the raw PCM stream and SSE events (int16 samples of each), and the frames the
-    SSE's final usage counts."""
-    out = [wav_of(http.post(SPEECH, json=payload))]
-    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream_format": "audio"}) as r:
-        assert r.status_code == 200, r.read()
-        out.append(np.frombuffer(b"".join(r.iter_bytes()), "<i2"))
-    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream": True}) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        text = "".join(r.iter_text())
-    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
-    assert events[-1]["type"] == "speech.audio.done", events[-1]
-    out.append(np.frombuffer(b"".join(base64.b64decode(e["audio"]) for e in events
-                                      if e["type"] == "speech.audio.delta"), "<i2"))
-    return out, int(events[-1]["usage"]["output_tokens"])
+    same_audio(got_int16, want_float, frames * spec.SAMPLES_PER_FRAME)
 
 
 def test_models_lists_it_with_family_rate_and_voice(http, stack):

@@ -20,11 +20,11 @@ import json
 import math
 from typing import Any
 
-import httpx
 import numpy as np
 import openai
 import pytest
 import soundfile as sf
+from e2e_speech import SPEECH, data_url, same_audio, wav_at
 from gateway_fixtures import start_gateway
 
 from gateway import encoding
@@ -41,7 +41,6 @@ MULTI = "The first sentence is short. Then a second one follows, with a clause. 
 DESIGN = "female, low pitch"
 NUM_STEP = 8
 KNOBS = {"num_step": NUM_STEP, "position_temperature": 0.0, "class_temperature": 0.0}
-SPEECH = "/v1/audio/speech"
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +60,6 @@ def stack(e2e_triton, tmp_path_factory):
     thread.join(15)
 
 
-@pytest.fixture(scope="module")
-def http(stack):
-    with httpx.Client(base_url=stack["url"], timeout=300) as c:
-        yield c
-
-
 def offline_events(stack, text: str = TEXT, instructions: str | None = None, **fields: Any) -> list[ChunkEvent]:
     """The offline engine with the tensors the gateway sends (the family's request_from_tensors)."""
     tensors = triton_io.request_tensors(text=text, instructions=instructions, **KNOBS, **fields)
@@ -78,10 +71,6 @@ def offline(stack, text: str = TEXT, instructions: str | None = None, **fields: 
     return np.concatenate([e.pcm for e in offline_events(stack, text, instructions, **fields)])
 
 
-def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray) -> None:
-    want = encoding.to_int16(want_float).astype(np.int32)
-    assert got_int16.shape == want.shape, (got_int16.shape, want.shape)
-    assert want.size and np.max(np.abs(got_int16.astype(np.int32) - want)) <= 1
 
 
 def body(stack, **kw):
@@ -89,10 +78,7 @@ def body(stack, **kw):
 
 
 def wav_of(r) -> np.ndarray:
-    assert r.status_code == 200, r.text
-    rate, samples = encoding.parse_wav(r.content)
-    assert rate == 24000
-    return samples
+    return wav_at(r, 24000)
 
 
 def sse_deltas(r) -> list[bytes]:
@@ -135,19 +121,19 @@ def test_offline_codes_equal_the_reference_s(stack):
 def test_whole_file_raw_stream_and_sse_equal_the_offline_engine(http, stack, instructions):
     want = offline(stack, TEXT, instructions)
     extra = {} if instructions is None else {"instructions": instructions}
-    assert_same_audio(wav_of(http.post(SPEECH, json=body(stack, voice="default", **extra))), want)
+    same_audio(wav_of(http.post(SPEECH, json=body(stack, voice="default", **extra))), want)
     with http.stream("POST", SPEECH, json=body(stack, response_format="pcm", stream_format="audio", **extra)) as r:
         assert r.status_code == 200
         pcm = b"".join(r.iter_bytes())
-    assert_same_audio(np.frombuffer(pcm, "<i2"), want)  # one sentence: one chunk, the whole generation
+    same_audio(np.frombuffer(pcm, "<i2"), want)  # one sentence: one chunk, the whole generation
     with http.stream("POST", SPEECH, json=body(stack, response_format="pcm", stream=True, **extra)) as r:
         deltas = sse_deltas(r)
-    assert_same_audio(np.frombuffer(b"".join(deltas), "<i2"), want)
+    same_audio(np.frombuffer(b"".join(deltas), "<i2"), want)
 
 
 def test_language_seed_and_speed_reach_the_model(http, stack):
-    assert_same_audio(wav_of(http.post(SPEECH, json=body(stack, language="English"))), offline(stack, language="en"))
-    assert_same_audio(wav_of(http.post(SPEECH, json=body(stack, speed=1.5))), offline(stack, speed=1.5))
+    same_audio(wav_of(http.post(SPEECH, json=body(stack, language="English"))), offline(stack, language="en"))
+    same_audio(wav_of(http.post(SPEECH, json=body(stack, speed=1.5))), offline(stack, speed=1.5))
     slow = wav_of(http.post(SPEECH, json=body(stack, speed=0.5)))
     assert slow.size > wav_of(http.post(SPEECH, json=body(stack))).size  # duration scaling, not a post-hoc stretch
     # The default temperatures sample (Gumbel noise): the seed makes it the offline engine's.
@@ -155,7 +141,7 @@ def test_language_seed_and_speed_reach_the_model(http, stack):
     tensors = triton_io.request_tensors(text=TEXT, num_step=NUM_STEP, seed=3)
     want = np.concatenate([e.pcm for e in Generator(stack["model"], max_batch=1).synthesize(
         FAMILIES["omnivoice"].request_from_tensors(tensors))])
-    assert_same_audio(wav_of(http.post(SPEECH, json=seeded)), want)
+    same_audio(wav_of(http.post(SPEECH, json=seeded)), want)
 
 
 def test_a_streamed_multi_sentence_request_sends_its_first_sentence_before_the_last(http, stack):
@@ -163,18 +149,18 @@ def test_a_streamed_multi_sentence_request_sends_its_first_sentence_before_the_l
     chunks = [e for e in events if e.frames]
     assert len(chunks) >= 2  # one audio event per sentence chunk, each as it completes
     whole = offline(stack, MULTI)  # a whole-file request: one generation (the reference's rule under 30 s)
-    assert_same_audio(wav_of(http.post(SPEECH, json=body(stack, input=MULTI))), whole)
+    same_audio(wav_of(http.post(SPEECH, json=body(stack, input=MULTI))), whole)
     with http.stream("POST", SPEECH, json=body(stack, input=MULTI, response_format="pcm", stream=True)) as r:
         deltas = sse_deltas(r)
     # The first event carries exactly the first chunk's audio: it was sent before the later chunks
     # were generated (their audio arrives in later events).
     assert len(deltas) >= len(chunks)
-    assert_same_audio(np.frombuffer(deltas[0], "<i2"), chunks[0].pcm)
-    assert_same_audio(np.frombuffer(b"".join(deltas), "<i2"), np.concatenate([e.pcm for e in events]))
+    same_audio(np.frombuffer(deltas[0], "<i2"), chunks[0].pcm)
+    same_audio(np.frombuffer(b"".join(deltas), "<i2"), np.concatenate([e.pcm for e in events]))
     with http.stream("POST", SPEECH, json=body(stack, input=MULTI, response_format="pcm", stream_format="audio")) as r:
         assert r.status_code == 200
         pcm = b"".join(r.iter_bytes())
-    assert_same_audio(np.frombuffer(pcm, "<i2"), np.concatenate([e.pcm for e in events]))
+    same_audio(np.frombuffer(pcm, "<i2"), np.concatenate([e.pcm for e in events]))
 
 
 def test_openai_sdk_against_its_id(stack):
@@ -183,12 +169,12 @@ def test_openai_sdk_against_its_id(stack):
                                    extra_body={"extra_params": KNOBS})
     rate, samples = encoding.parse_wav(r.content)
     assert rate == 24000
-    assert_same_audio(samples, offline(stack))
+    same_audio(samples, offline(stack))
     with client.audio.speech.with_streaming_response.create(
             model=stack["omni"], voice="default", input=TEXT, response_format="pcm", instructions=DESIGN,
             extra_body={"stream_format": "audio", "extra_params": KNOBS}) as r:
         pcm = b"".join(r.iter_bytes())
-    assert_same_audio(np.frombuffer(pcm, "<i2"), offline(stack, TEXT, DESIGN))
+    same_audio(np.frombuffer(pcm, "<i2"), offline(stack, TEXT, DESIGN))
 
 
 def test_websocket_with_its_id(stack):
@@ -209,7 +195,7 @@ def test_websocket_with_its_id(stack):
                 done = json.loads(m)
             else:
                 assert json.loads(m)["type"] != "error", m
-    assert_same_audio(np.frombuffer(audio, "<i2"), offline(stack, TEXT, DESIGN))
+    same_audio(np.frombuffer(audio, "<i2"), offline(stack, TEXT, DESIGN))
 
 
 def clone_codes(stack) -> np.ndarray:
@@ -221,26 +207,22 @@ def clone_codes(stack) -> np.ndarray:
     return ReferenceEncoder(stack["artifacts"], read_manifest(stack["artifacts"]), None).codes(audio, rate)
 
 
-def data_url(path) -> str:
-    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
-
-
 def test_cloning_from_ref_audio_with_and_without_ref_text(http, stack):
     codes = clone_codes(stack)
     assert codes.shape[0] == 8 and codes.shape[1] > 0
     ref = data_url(stack["ref"])
     got = wav_of(http.post(SPEECH, json=body(stack, ref_audio=ref)))
-    assert_same_audio(got, offline(stack, ref_audio_codes=codes))
+    same_audio(got, offline(stack, ref_audio_codes=codes))
     got = wav_of(http.post(SPEECH, json=body(stack, ref_audio=ref, ref_text="A reference clip", instructions=DESIGN)))
     want = offline(stack, TEXT, DESIGN, ref_audio_codes=codes, ref_text="A reference clip.")  # add_punctuation
-    assert_same_audio(got, want)
+    same_audio(got, want)
     assert not np.array_equal(want, offline(stack, TEXT, DESIGN))
     with http.stream("POST", SPEECH, json=body(stack, ref_audio=ref, input=MULTI, response_format="pcm",
                                               stream=True)) as r:
         deltas = sse_deltas(r)
     chunks = [e for e in offline_events(stack, MULTI, ref_audio_codes=codes, sentence_chunks=True) if e.frames]
     assert len(deltas) >= len(chunks) >= 2
-    assert_same_audio(np.frombuffer(b"".join(deltas), "<i2"), np.concatenate([e.pcm for e in chunks]))
+    same_audio(np.frombuffer(b"".join(deltas), "<i2"), np.concatenate([e.pcm for e in chunks]))
 
 
 def test_uploaded_voice_clones_with_its_codes(http, stack):
@@ -251,7 +233,7 @@ def test_uploaded_voice_clones_with_its_codes(http, stack):
                           data={"name": name, "consent": "ok", **({"ref_text": ref_text} if ref_text else {})})
         assert r.status_code == 200, r.text
         got = wav_of(http.post(SPEECH, json=body(stack, voice=name)))
-        assert_same_audio(got, offline(stack, ref_audio_codes=codes, ref_text=ref_text))
+        same_audio(got, offline(stack, ref_audio_codes=codes, ref_text=ref_text))
     assert {"omni_plain", "omni_told"} <= set(http.get("/v1/audio/voices").json()["voices"])
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import openai
 import pytest
 import soundfile as sf
+from e2e_speech import SPEECH, data_url, same_audio, wav_at
 from gateway_fixtures import start_gateway
 
 from gateway import encoding
@@ -32,7 +33,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TEXT = "Hello from VoxCPM2."
 PATCHES = 6
 SEED = 5
-SPEECH = "/v1/audio/speech"
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +51,6 @@ def stack(e2e_triton, tmp_path_factory):
     thread.join(15)
 
 
-@pytest.fixture(scope="module")
-def http(stack):
-    with httpx.Client(base_url=stack["url"], timeout=300) as c:
-        yield c
-
-
 def offline(stack, text=TEXT, ref_mode: str | None = None, ref_text: str | None = None) -> np.ndarray:
     """The offline engine with the tensors the gateway sends (the family's request_from_tensors)."""
     model = stack["model"]
@@ -69,10 +63,6 @@ def offline(stack, text=TEXT, ref_mode: str | None = None, ref_text: str | None 
     return np.concatenate([e.pcm for e in Generator(model, max_batch=1, chunk_policy="fixed").synthesize(request)])
 
 
-def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray) -> None:
-    want = encoding.to_int16(want_float).astype(np.int32)
-    assert got_int16.shape == want.shape, (got_int16.shape, want.shape)
-    assert np.max(np.abs(got_int16.astype(np.int32) - want)) <= 1
 
 
 def body(stack, **kw):
@@ -80,14 +70,7 @@ def body(stack, **kw):
 
 
 def wav_of(r) -> np.ndarray:
-    assert r.status_code == 200, r.text
-    rate, samples = encoding.parse_wav(r.content)
-    assert rate == 48000
-    return samples
-
-
-def data_url(path) -> str:
-    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
+    return wav_at(r, 48000)
 
 
 def test_models_card_shows_family_rate_and_voices(http, stack):
@@ -114,30 +97,30 @@ def test_sdk_against_each_model_id(stack):
             rate, samples = encoding.parse_wav(r.content)
             assert rate == (48000 if key == "voxcpm2" else 24000) and samples.size, (key, model)
             if key == "voxcpm2":
-                assert_same_audio(samples, offline(stack))
+                same_audio(samples, offline(stack))
     # the SDK's raw PCM stream of VoxCPM2
     with client.audio.speech.with_streaming_response.create(
             model=stack["vox"], voice="default", input=TEXT, response_format="pcm",
             extra_body={"stream_format": "audio", "seed": SEED, "max_new_tokens": PATCHES}) as r:
         pcm = b"".join(r.iter_bytes())
-    assert_same_audio(np.frombuffer(pcm, "<i2"), offline(stack))
+    same_audio(np.frombuffer(pcm, "<i2"), offline(stack))
 
 
 def test_whole_file_raw_stream_and_sse_are_the_same_48k_audio(http, stack):
     want = offline(stack)
-    assert_same_audio(wav_of(http.post(SPEECH, json=body(stack))), want)
+    same_audio(wav_of(http.post(SPEECH, json=body(stack))), want)
     with http.stream("POST", SPEECH, json=body(stack, response_format="pcm", stream_format="audio")) as r:
         assert r.status_code == 200
         chunks = [c for c in r.iter_bytes() if c]
     assert len(chunks) > 1  # streamed as decoded
-    assert_same_audio(np.frombuffer(b"".join(chunks), "<i2"), want)
+    same_audio(np.frombuffer(b"".join(chunks), "<i2"), want)
     with http.stream("POST", SPEECH, json=body(stack, response_format="pcm", stream=True)) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         text = "".join(r.iter_text())
     events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
     assert events[-1]["type"] == "speech.audio.done"
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
-    assert_same_audio(np.frombuffer(pcm, "<i2"), want)
+    same_audio(np.frombuffer(pcm, "<i2"), want)
     assert events[-1]["usage"]["output_tokens"] == PATCHES
 
 
@@ -163,9 +146,9 @@ def test_every_format_and_sample_rate(http, stack, fmt, rate):
 
 def test_cloning_from_ref_audio_with_and_without_ref_text(http, stack):
     ref = data_url(stack["ref"])
-    assert_same_audio(wav_of(http.post(SPEECH, json=body(stack, ref_audio=ref))), offline(stack, ref_mode="reference"))
+    same_audio(wav_of(http.post(SPEECH, json=body(stack, ref_audio=ref))), offline(stack, ref_mode="reference"))
     got = wav_of(http.post(SPEECH, json=body(stack, ref_audio=ref, ref_text="A reference clip.")))
-    assert_same_audio(got, offline(stack, ref_mode="prompt", ref_text="A reference clip."))
+    same_audio(got, offline(stack, ref_mode="prompt", ref_text="A reference clip."))
 
 
 def test_uploaded_voice_clones_with_its_patches(http, stack):
@@ -176,7 +159,7 @@ def test_uploaded_voice_clones_with_its_patches(http, stack):
         assert r.status_code == 200, r.text
         got = wav_of(http.post(SPEECH, json=body(stack, voice=name)))
         want = offline(stack, ref_mode="prompt" if ref_text else "reference", ref_text=ref_text)
-        assert_same_audio(got, want)
+        same_audio(got, want)
     assert {"vox_plain", "vox_told"} <= set(http.get("/v1/audio/voices").json()["voices"])
 
 
@@ -198,7 +181,7 @@ def test_websocket_with_a_voxcpm2_model(stack):
                 done = json.loads(m)
             else:
                 assert json.loads(m)["type"] != "error", m
-    assert_same_audio(np.frombuffer(audio, "<i2"), offline(stack))
+    same_audio(np.frombuffer(audio, "<i2"), offline(stack))
 
 
 def test_a_voxcpm2_and_a_qwen_request_in_flight_together(stack):

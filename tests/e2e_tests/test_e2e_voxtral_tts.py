@@ -16,13 +16,10 @@ other runs to its budget with another cfg_alpha).
 
 from __future__ import annotations
 
-import base64
-import json
-
-import httpx
 import numpy as np
 import openai
 import pytest
+from e2e_speech import SPEECH, same_audio, three_ways, wav_at
 from gateway_fixtures import start_gateway
 from voxtral_tts_fixtures import reference_with_our_noise
 
@@ -42,7 +39,6 @@ SEED = 7
 RATE = 24000
 SAMPLES_PER_FRAME = 1920
 VOICES = ["casual_male", "neutral_female"]
-SPEECH = "/v1/audio/speech"
 # The foreign checkpoint's requests: (text, voice, seed, max_new_tokens, cfg_alpha); the first ends on
 # [END_AUDIO] before its budget.
 FOREIGN_CASES = (("Ahlan wa sahlan", "ar_male", 21, 12, spec.DEFAULT_CFG_ALPHA),
@@ -62,12 +58,6 @@ def stack(e2e_triton, tmp_path_factory):
     thread.join(15)
 
 
-@pytest.fixture(scope="module")
-def http(stack):
-    with httpx.Client(base_url=stack["url"], timeout=300) as c:
-        yield c
-
-
 def offline(stack, voice: str, seed: int = SEED, cfg_alpha: float | None = None) -> tuple[np.ndarray, int]:
     """The offline engine with the tensors the gateway sends: (audio, frames made)."""
     fields = {"text": TEXT, "voice": voice.lower(), "max_new_tokens": FRAMES, "seed": seed, "cfg_alpha": cfg_alpha}
@@ -83,34 +73,11 @@ def body(stack, voice: str = VOICES[0], **kw):
 
 
 def wav_of(r) -> np.ndarray:
-    assert r.status_code == 200, r.text
-    rate, samples = encoding.parse_wav(r.content)
-    assert rate == RATE
-    return samples
+    return wav_at(r, RATE)
 
 
 def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray, frames: int) -> None:
-    want = encoding.to_int16(want_float).astype(np.int32)
-    assert want.size == frames * SAMPLES_PER_FRAME
-    assert got_int16.shape == want.shape, (got_int16.shape, want.shape)
-    assert np.max(np.abs(got_int16.astype(np.int32) - want)) <= 1
-
-
-def three_ways(http, payload: dict) -> tuple[list[np.ndarray], int]:
-    """The whole file, the raw PCM stream and SSE events (int16 samples of each), and the frames the
-    SSE's final usage counts."""
-    out = [wav_of(http.post(SPEECH, json=payload))]
-    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream_format": "audio"}) as r:
-        assert r.status_code == 200, r.read()
-        out.append(np.frombuffer(b"".join(r.iter_bytes()), "<i2"))
-    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream": True}) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        text = "".join(r.iter_text())
-    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
-    assert events[-1]["type"] == "speech.audio.done", events[-1]
-    out.append(np.frombuffer(b"".join(base64.b64decode(e["audio"]) for e in events
-                                      if e["type"] == "speech.audio.delta"), "<i2"))
-    return out, int(events[-1]["usage"]["output_tokens"])
+    same_audio(got_int16, want_float, frames * SAMPLES_PER_FRAME)
 
 
 def test_models_and_voices_list_its_presets(http, stack):

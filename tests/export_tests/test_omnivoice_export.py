@@ -84,11 +84,11 @@ def test_tiny_codec_loads_strictly_in_transformers_5(omnivoice_tiny: Path) -> No
 
 
 def test_check_refuses_an_incomplete_checkpoint(omnivoice_tiny: Path, tmp_path: Path) -> None:
-    from export.omnivoice.family import check
+    from export.omnivoice.family import FAMILY
 
     (tmp_path / "config.json").write_text((omnivoice_tiny / "config.json").read_text())
     with pytest.raises(CheckpointError, match="missing: model.safetensors"):
-        check(tmp_path)
+        FAMILY.check(tmp_path)
 
 
 def test_export_manifest_and_validation(omnivoice_artifacts: Path) -> None:
