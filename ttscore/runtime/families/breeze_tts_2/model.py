@@ -31,6 +31,7 @@ from ttscore.runtime.families.breeze_tts_2.checkpoint import BreezeInfo, parse_c
 from ttscore.runtime.families.breeze_tts_2.request import BreezeRequest
 from ttscore.runtime.families.breeze_tts_2.tokenizer import BreezeTokenizer
 from ttscore.runtime.family import Sequence
+from ttscore.runtime.kv import appended, ragged_step_feeds
 from ttscore.runtime.onnx import OnnxGraph
 from ttscore.runtime.vocoder import OrtVocoder
 
@@ -215,31 +216,14 @@ class BreezeModel:
     def _backbone(self, seqs: list[BreezeSequence], x: F32) -> None:
         """New positions x [B, T, H] after each row's past: appends the K/V, keeps the last position's
         hidden state and code-0 logits."""
-        b, t, _ = x.shape
+        _, t, _ = x.shape
         s0 = self.info.backbone
         layers, kvh, hd = s0.num_layers, s0.num_kv_heads, s0.head_dim
-        past_len = [s.kv[0].shape[1] if s.kv else 0 for s in seqs]
-        pmax = max(past_len)
-        mask = np.zeros((b, pmax + t), np.int64)
-        mask[:, pmax:] = 1
-        feeds: dict[str, npt.NDArray[Any]] = {
-            "inputs_embeds": np.ascontiguousarray(x, np.float32),
-            "position_ids": (np.array(past_len, np.int64)[:, None] + np.arange(t)[None]).astype(np.int64),
-        }
-        for i in range(layers):
-            for j, name in ((0, spec.past_key(i)), (1, spec.past_value(i))):
-                buf = np.zeros((b, kvh, pmax, hd), np.float32)
-                for r, s in enumerate(seqs):
-                    if s.kv:
-                        buf[r, :, :past_len[r]] = s.kv[2 * i + j]
-                feeds[name] = buf
-        for r in range(b):
-            mask[r, :past_len[r]] = 1
-        feeds["attention_mask"] = mask
+        feeds = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
+                 **ragged_step_feeds([s.kv for s in seqs], t, layers, kvh, hd, left=False)}
         out = self.backbone.run(feeds)
         for r, s in enumerate(seqs):
-            new = [out[spec.new_key(i) if j == 0 else spec.new_value(i)][r] for i in range(layers) for j in (0, 1)]
-            s.kv = [np.concatenate([a, n], axis=1) for a, n in zip(s.kv, new, strict=True)] if s.kv else new
+            s.kv = appended(s.kv, out, r, layers)
             s.hidden = out["hidden"][r, -1]
             s.logits = out["logits"][r]
 

@@ -28,6 +28,7 @@ from ttscore.runtime.families.fish_speech.generate import F32, frame_embedding, 
 from ttscore.runtime.families.fish_speech.request import FishRequest
 from ttscore.runtime.families.fish_speech.sampling import sample_fast, sample_slow
 from ttscore.runtime.family import Sequence
+from ttscore.runtime.kv import appended, ragged_step_feeds
 from ttscore.runtime.vocoder import OrtVocoder
 
 I64 = npt.NDArray[np.int64]
@@ -156,29 +157,14 @@ class FishModel:
 
     def _slow(self, seqs: list[FishSequence], x: F32) -> None:
         """New positions x [B, T, D] after each row's past (rows left-padded to the longest past)."""
-        b, t, _ = x.shape
+        _, t, _ = x.shape
         layers = self.a.slow_layers
         kvh, hd = self.a.slow_kv
-        past_len = [s.kv[0].shape[1] if s.kv else 0 for s in seqs]
-        pmax = max(past_len)
-        mask = np.zeros((b, pmax + t), np.int64)
-        mask[:, pmax:] = 1
-        for r in range(b):
-            mask[r, pmax - past_len[r]:pmax] = 1
-        feeds: dict[str, npt.NDArray[Any]] = {
-            "inputs_embeds": np.ascontiguousarray(x, np.float32), "attention_mask": mask,
-            "position_ids": (np.array(past_len, np.int64)[:, None] + np.arange(t)[None]).astype(np.int64)}
-        for i in range(layers):
-            for j, name in ((0, spec.past_key(i)), (1, spec.past_value(i))):
-                buf = np.zeros((b, kvh, pmax, hd), np.float32)
-                for r, s in enumerate(seqs):
-                    if s.kv:
-                        buf[r, :, pmax - past_len[r]:] = s.kv[2 * i + j]
-                feeds[name] = buf
+        feeds = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
+                 **ragged_step_feeds([s.kv for s in seqs], t, layers, kvh, hd)}
         out = self.a.graphs["slow_step"].run(feeds)
         for r, s in enumerate(seqs):
-            new = [out[spec.new_key(i) if j == 0 else spec.new_value(i)][r] for i in range(layers) for j in (0, 1)]
-            s.kv = [np.concatenate([a, n], axis=1) for a, n in zip(s.kv, new, strict=True)] if s.kv else new
+            s.kv = appended(s.kv, out, r, layers)
             s.hidden = np.asarray(out["hidden"][r], np.float32)
             s.logits = np.asarray(out["logits"][r], np.float32)
 

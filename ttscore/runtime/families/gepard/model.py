@@ -32,6 +32,7 @@ from ttscore.runtime.families.gepard.checkpoint import SIDECAR, GepardInfo, pars
 from ttscore.runtime.families.gepard.request import GepardRequest
 from ttscore.runtime.families.gepard.tokenizer import GepardTokenizer, prompt_ids
 from ttscore.runtime.family import Sequence
+from ttscore.runtime.kv import appended, ragged_step_feeds
 from ttscore.runtime.onnx import OnnxGraph
 from ttscore.runtime.vocoder import OrtVocoder
 
@@ -200,31 +201,14 @@ class GepardModel:
     def _backbone(self, seqs: list[GepardSequence], x: F32) -> None:
         """New positions x [B, T, H] after each row's past (rows left-padded to the longest past):
         appends the K/V, keeps the last position's logits and stop probability."""
-        b, t, _ = x.shape
+        _, t, _ = x.shape
         s0 = self.info.backbone
         layers, kvh, hd = s0.num_layers, s0.num_kv_heads, s0.head_dim
-        past_len = [s.kv[0].shape[1] if s.kv else 0 for s in seqs]
-        pmax = max(past_len)
-        mask = np.zeros((b, pmax + t), np.int64)
-        mask[:, pmax:] = 1
-        feeds: dict[str, npt.NDArray[Any]] = {
-            "inputs_embeds": np.ascontiguousarray(x, np.float32),
-            "position_ids": (np.array(past_len, np.int64)[:, None] + np.arange(t)[None]).astype(np.int64),
-        }
-        for i in range(layers):
-            for j, name in ((0, spec.past_key(i)), (1, spec.past_value(i))):
-                buf = np.zeros((b, kvh, pmax, hd), np.float32)
-                for r, s in enumerate(seqs):
-                    if s.kv:
-                        buf[r, :, pmax - past_len[r]:] = s.kv[2 * i + j]
-                feeds[name] = buf
-        for r in range(b):
-            mask[r, pmax - past_len[r]:pmax] = 1
-        feeds["attention_mask"] = mask
+        feeds = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
+                 **ragged_step_feeds([s.kv for s in seqs], t, layers, kvh, hd)}
         out = self.backbone.run(feeds)
         for r, s in enumerate(seqs):
-            new = [out[spec.new_key(i) if j == 0 else spec.new_value(i)][r] for i in range(layers) for j in (0, 1)]
-            s.kv = [np.concatenate([a, n], axis=1) for a, n in zip(s.kv, new, strict=True)] if s.kv else new
+            s.kv = appended(s.kv, out, r, layers)
             s.logits = np.asarray(out["logits"][r], np.float32)
             s.stop_prob = float(out["stop_prob"][r])
 
