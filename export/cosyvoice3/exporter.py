@@ -21,7 +21,6 @@ import numpy as np
 
 from export.common import (
     ErrorTracker,
-    export_bound,
     export_inline,
     file_size,
     only_fp32,
@@ -31,6 +30,7 @@ from export.common import (
     torch_threads,
     versions,
 )
+from export.decoder_step import export_decoder_step
 from export.memory import release_memory
 from ttscore.contract import cosyvoice3 as spec
 from ttscore.contract.graphs import GraphSpec
@@ -57,69 +57,17 @@ def _finish(tr: ErrorTracker, name: str, path: Path, tol: dict[str, float]) -> d
     return {"file": path.name, "max_abs_error": tr.report(), "tolerance": tol, "bytes": file_size(path)}
 
 
-def _empty(info: CosyVoice3Info, b: int = 1) -> list[np.ndarray]:
-    lm = info.lm
-    return [np.zeros((b, lm.kv_heads, 0, lm.head_dim), np.float32) for _ in range(2 * lm.layers)]
 
 
-def _feeds(info: CosyVoice3Info, x: np.ndarray, mask: np.ndarray, pos: np.ndarray, past: list[np.ndarray]
-           ) -> dict[str, np.ndarray]:
-    f = {"inputs_embeds": x, "attention_mask": mask, "position_ids": pos}
-    for i in range(info.lm.layers):
-        f[spec.past_key(i)], f[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
-    return f
 
 
 def _lm_stage(src: Path, info: CosyVoice3Info, gspec: GraphSpec, out: Path) -> dict[str, Any]:
-    import torch
-
+    """The Qwen2 LM as a decoder step with an explicit past (export.decoder_step)."""
     from export.cosyvoice3.graphs import LMStep, load
 
     lm = info.lm
-    layers, kvh, hd, d = lm.layers, lm.kv_heads, lm.head_dim, lm.hidden
-    g = torch.Generator().manual_seed(3)
-    n_total, n_prefill = 9, 6
-    x = torch.randn(1, n_total, d, generator=g)
-    with torch_threads(), torch.inference_mode():
-        model = load(LMStep(info), src)
-        want = []
-        for n in range(n_prefill, n_total + 1):
-            res = model(x[:, :n], torch.ones(1, n, dtype=torch.int64), torch.arange(n)[None],
-                        *[torch.zeros(1, kvh, 0, hd) for _ in range(2 * layers)])
-            want.append(res[0].numpy())
-        past = [torch.randn(1, kvh, 2, hd, generator=g) for _ in range(2 * layers)]
-        ex = (torch.randn(1, 3, d, generator=g), torch.ones(1, 5, dtype=torch.int64), torch.arange(2, 5)[None], *past)
-        path = export_bound(model, ex, gspec, out)
-        del model
-    release_memory()
-    sess = ort_session(path)
-    tr = ErrorTracker()
-    xn = x.numpy()
-    got = ort_run(sess, _feeds(info, xn[:, :n_prefill], np.ones((1, n_prefill), np.int64),
-                               np.arange(n_prefill, dtype=np.int64)[None], _empty(info)))
-    tr.add("logits", got[0], want[0], "prefill")
-    past_np = list(got[1:])
-    for p in range(n_prefill, n_total):
-        step = ort_run(sess, _feeds(info, xn[:, p:p + 1], np.ones((1, p + 1), np.int64), np.array([[p]], np.int64), past_np))
-        tr.add("logits", step[0], want[p - n_prefill + 1], f"decode past={p}")
-        past_np = [np.concatenate([a, b], axis=2) for a, b in zip(past_np, step[1:], strict=True)]
-    rows, pmax = (7, 5), 7  # ragged batch: row 1's past left-padded
-    pasts = [np.zeros((2, kvh, pmax, hd), np.float32) for _ in range(2 * layers)]
-    bx = np.zeros((2, 1, d), np.float32)
-    mask = np.zeros((2, pmax + 1), np.int64)
-    pos = np.zeros((2, 1), np.int64)
-    for r, n_past in enumerate(rows):
-        kv = ort_run(sess, _feeds(info, xn[:, :n_past], np.ones((1, n_past), np.int64),
-                                  np.arange(n_past, dtype=np.int64)[None], _empty(info)))[1:]
-        for j in range(2 * layers):
-            pasts[j][r, :, pmax - n_past:] = kv[j][0]
-        bx[r, 0] = xn[0, n_past]
-        mask[r, pmax - n_past:] = 1
-        pos[r, 0] = n_past
-    batched = ort_run(sess, _feeds(info, bx, mask, pos, pasts))
-    for r, n_past in enumerate(rows):
-        tr.add("logits", batched[0][r:r + 1], want[n_past + 1 - n_prefill], f"batched row {r}")
-    del sess
+    path, tr = export_decoder_step(lambda: load(LMStep(info), src), gspec, out, layers=lm.layers,
+                                   kv_heads=lm.kv_heads, head_dim=lm.head_dim, hidden=lm.hidden, outputs=("logits",))
     return _finish(tr, gspec.name, path, {"logits": LOGITS_TOLERANCE})
 
 

@@ -31,7 +31,7 @@ from export.common import (
     torch_threads,
     versions,
 )
-from export.memory import release_memory
+from export.decoder_step import export_decoder_step
 from ttscore.contract import fish_speech as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
@@ -67,59 +67,13 @@ def _past(t: Transformer, past: list[np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _slow_stage(src: Path, info: FishInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
-    import torch
-
+    """The Slow AR as a decoder step with an explicit past (export.decoder_step)."""
     from export.fish_speech.graphs import SlowStep, load
 
     t = info.config.slow
-    g = torch.Generator().manual_seed(3)
-    n_total, n_prefill = 9, 6
-    x = torch.randn(1, n_total, t.dim, generator=g)
-    empty = [torch.zeros(1, t.n_local_heads, 0, t.head_dim) for _ in range(2 * t.n_layer)]
-    with torch_threads(), torch.inference_mode():
-        model = load(SlowStep(info.config), src)
-        want = []
-        for n in range(n_prefill, n_total + 1):
-            res = model(x[:, :n], torch.ones(1, n, dtype=torch.int64), torch.arange(n)[None], *empty)
-            want.append((res[0].numpy(), res[1].numpy()))
-        past = [torch.randn(1, t.n_local_heads, 2, t.head_dim, generator=g) for _ in range(2 * t.n_layer)]
-        ex = (torch.randn(1, 3, t.dim, generator=g), torch.ones(1, 5, dtype=torch.int64), torch.arange(2, 5)[None], *past)
-        path = export_bound(model, ex, gspec, out)
-        del model
-    release_memory()
-    sess = ort_session(path)
-    tr = ErrorTracker()
-    xn = x.numpy()
-
-    def run(xs: np.ndarray, mask: np.ndarray, pos: np.ndarray, past: list[np.ndarray]) -> list[np.ndarray]:
-        return list(ort_run(sess, {"inputs_embeds": xs, "attention_mask": mask, "position_ids": pos, **_past(t, past)}))
-
-    def add(got: list[np.ndarray], w: tuple[np.ndarray, np.ndarray], case: str) -> None:
-        tr.add("hidden", got[0], w[0], case)
-        tr.add("logits", got[1], w[1], case)
-
-    got = run(xn[:, :n_prefill], np.ones((1, n_prefill), np.int64), np.arange(n_prefill)[None], _empty(t))
-    add(got, want[0], "prefill")
-    past_np = got[2:]
-    for p in range(n_prefill, n_total):
-        step = run(xn[:, p:p + 1], np.ones((1, p + 1), np.int64), np.array([[p]]), past_np)
-        add(step, want[p - n_prefill + 1], f"decode past={p}")
-        past_np = [np.concatenate([a, b], axis=2) for a, b in zip(past_np, step[2:], strict=True)]
-    rows, pmax = (7, 5), 7  # ragged batch: row 1's past left-padded
-    pasts = [np.zeros((2, t.n_local_heads, pmax, t.head_dim), np.float32) for _ in range(2 * t.n_layer)]
-    bx = np.zeros((2, 1, t.dim), np.float32)
-    mask = np.zeros((2, pmax + 1), np.int64)
-    pos = np.zeros((2, 1), np.int64)
-    for r, n_past in enumerate(rows):
-        kv = run(xn[:, :n_past], np.ones((1, n_past), np.int64), np.arange(n_past)[None], _empty(t))[2:]
-        for j in range(2 * t.n_layer):
-            pasts[j][r, :, pmax - n_past:] = kv[j][0]
-        bx[r, 0] = xn[0, n_past]
-        mask[r, pmax - n_past:] = 1
-        pos[r, 0] = n_past
-    batched = run(bx, mask, pos, pasts)
-    for r, n_past in enumerate(rows):
-        add([batched[0][r:r + 1], batched[1][r:r + 1]], want[n_past + 1 - n_prefill], f"batched row {r}")
+    path, tr = export_decoder_step(lambda: load(SlowStep(info.config), src), gspec, out, layers=t.n_layer,
+                                   kv_heads=t.n_local_heads, head_dim=t.head_dim, hidden=t.dim,
+                                   outputs=("hidden", "logits"))
     return _finish(tr, gspec.name, path, {"hidden": TOLERANCE, "logits": TOLERANCE})
 
 

@@ -19,7 +19,6 @@ import numpy as np
 
 from export.common import (
     ErrorTracker,
-    export_bound,
     export_inline,
     file_size,
     only_fp32,
@@ -29,7 +28,7 @@ from export.common import (
     torch_threads,
     versions,
 )
-from export.memory import release_memory
+from export.decoder_step import export_decoder_step
 from ttscore.contract import gepard as spec
 from ttscore.contract.errors import CheckpointError
 from ttscore.contract.graphs import GraphSpec
@@ -74,77 +73,23 @@ def _finish(tr: ErrorTracker, name: str, path: Path, tol: float) -> dict[str, An
     return {"file": path.name, "max_abs_error": tr.report(), "tolerance": tol, "bytes": file_size(path)}
 
 
-def _empty(info: GepardInfo, b: int = 1) -> list[np.ndarray]:
-    s = info.backbone
-    return [np.zeros((b, s.num_kv_heads, 0, s.head_dim), np.float32) for _ in range(2 * s.num_layers)]
 
 
-def _feeds(info: GepardInfo, x: np.ndarray, mask: np.ndarray, pos: np.ndarray, past: list[np.ndarray]
-           ) -> dict[str, np.ndarray]:
-    f = {"inputs_embeds": x, "attention_mask": mask, "position_ids": pos}
-    for i in range(info.backbone.num_layers):
-        f[spec.past_key(i)], f[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
-    return f
 
 
 def _backbone_stage(w: Weights, info: GepardInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
-    """Prefill + decode over the graph's own K/V equal the torch module on each whole prefix; a ragged
-    batch (left-padded rows) equals each row alone."""
-    import torch
-
+    """The backbone as a decoder step with an explicit past (export.decoder_step)."""
     from export.gepard.graphs import BackboneStep
 
     s = info.backbone
-    layers, kvh, hd, h = s.num_layers, s.num_kv_heads, s.head_dim, s.hidden_size
-    g = torch.Generator().manual_seed(3)
-    n_total, n_prefill = 9, 6
-    x = torch.randn(1, n_total, h, generator=g)
-    with torch_threads(), torch.inference_mode():
+
+    def make() -> Any:
         model = BackboneStep(info).eval()
         w.load(model)
-        want = []
-        for n in range(n_prefill, n_total + 1):
-            res = model(x[:, :n], torch.ones(1, n, dtype=torch.int64), torch.arange(n)[None],
-                        *[torch.zeros(1, kvh, 0, hd) for _ in range(2 * layers)])
-            want.append((res[0].numpy(), res[1].numpy()))
-        past = [torch.randn(1, kvh, 2, hd, generator=g) for _ in range(2 * layers)]
-        ex = (torch.randn(1, 3, h, generator=g), torch.ones(1, 5, dtype=torch.int64), torch.arange(2, 5)[None], *past)
-        path = export_bound(model, ex, gspec, out)
-        del model
-    release_memory()
-    sess = ort_session(path)
-    tr = ErrorTracker()
-    xn = x.numpy()
-    got = ort_run(sess, _feeds(info, xn[:, :n_prefill], np.ones((1, n_prefill), np.int64),
-                               np.arange(n_prefill, dtype=np.int64)[None], _empty(info)))
-    tr.add("logits", got[0], want[0][0], "prefill")
-    tr.add("stop_prob", got[1], want[0][1], "prefill")
-    past_np = list(got[2:])
-    for p in range(n_prefill, n_total):
-        step = ort_run(sess, _feeds(info, xn[:, p:p + 1], np.ones((1, p + 1), np.int64),
-                                    np.array([[p]], np.int64), past_np))
-        tr.add("logits", step[0], want[p - n_prefill + 1][0], f"decode past={p}")
-        tr.add("stop_prob", step[1], want[p - n_prefill + 1][1], f"decode past={p}")
-        past_np = [np.concatenate([a, b], axis=2) for a, b in zip(past_np, step[2:], strict=True)]
-    # Ragged batch: row 0 has 7 past + 1 new, row 1 has 5 past + 1 new (its past left-padded).
-    rows, pmax = (7, 5), 7
-    pasts = [np.zeros((2, kvh, pmax, hd), np.float32) for _ in range(2 * layers)]
-    bx = np.zeros((2, 1, h), np.float32)
-    mask = np.zeros((2, pmax + 1), np.int64)
-    pos = np.zeros((2, 1), np.int64)
-    for r, n_past in enumerate(rows):
-        kv = ort_run(sess, _feeds(info, xn[:, :n_past], np.ones((1, n_past), np.int64),
-                                  np.arange(n_past, dtype=np.int64)[None], _empty(info)))[2:]
-        for j in range(2 * layers):
-            pasts[j][r, :, pmax - n_past:] = kv[j][0]
-        bx[r, 0] = xn[0, n_past]
-        mask[r, pmax - n_past:] = 1
-        pos[r, 0] = n_past
-    batched = ort_run(sess, _feeds(info, bx, mask, pos, pasts))
-    for r, n_past in enumerate(rows):
-        tr.add("logits", batched[0][r:r + 1], want[n_past + 1 - n_prefill][0], f"batched row {r}")
-        tr.add("stop_prob", batched[1][r:r + 1], want[n_past + 1 - n_prefill][1], f"batched row {r}")
-    del sess
+        return model
+
+    path, tr = export_decoder_step(make, gspec, out, layers=s.num_layers, kv_heads=s.num_kv_heads,
+                                   head_dim=s.head_dim, hidden=s.hidden_size, outputs=("logits", "stop_prob"))
     return _finish(tr, gspec.name, path, TOLERANCE)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ import numpy as np
 
 from export.common import (
     ErrorTracker,
-    export_bound,
     export_inline,
     file_size,
     only_fp32,
@@ -31,7 +30,7 @@ from export.common import (
     torch_threads,
     versions,
 )
-from export.memory import release_memory
+from export.decoder_step import export_decoder_step
 from ttscore.contract import voxtral_tts as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
@@ -54,76 +53,23 @@ def _finish(tr: ErrorTracker, name: str, path: Path, tol: dict[str, float]) -> d
     return {"file": path.name, "max_abs_error": tr.report(), "tolerance": tol, "bytes": file_size(path)}
 
 
-def _empty(info: VoxtralInfo, b: int = 1) -> list[np.ndarray]:
-    lm = info.lm
-    return [np.zeros((b, lm.n_kv_heads, 0, lm.head_dim), np.float32) for _ in range(2 * lm.n_layers)]
 
 
-def _feeds(info: VoxtralInfo, x: np.ndarray, mask: np.ndarray, pos: np.ndarray, past: list[np.ndarray]
-           ) -> dict[str, np.ndarray]:
-    f = {"inputs_embeds": x, "attention_mask": mask, "position_ids": pos}
-    for i in range(info.lm.n_layers):
-        f[spec.past_key(i)], f[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
-    return f
 
 
-def _add(tr: ErrorTracker, got: list[np.ndarray], want: tuple[np.ndarray, np.ndarray], case: str) -> None:
+def _add(tr: ErrorTracker, got: Sequence[np.ndarray], want: Sequence[np.ndarray], case: str) -> None:
     tr.add("hidden", got[0], want[0], case)
     tr.add("semantic_code", got[1].astype(np.float64), want[1].astype(np.float64), case)
 
 
 def _lm_stage(src: Path, info: VoxtralInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
-    import torch
-
+    """The LM as a decoder step with an explicit past (export.decoder_step); semantic codes exactly."""
     from export.voxtral_tts.graphs import LMStep, load
 
     lm = info.lm
-    layers, kvh, hd, d = lm.n_layers, lm.n_kv_heads, lm.head_dim, lm.dim
-    g = torch.Generator().manual_seed(3)
-    n_total, n_prefill = 9, 6
-    x = torch.randn(1, n_total, d, generator=g)
-    with torch_threads(), torch.inference_mode():
-        model = load(LMStep(info), src)
-        want = []
-        for n in range(n_prefill, n_total + 1):
-            res = model(x[:, :n], torch.ones(1, n, dtype=torch.int64), torch.arange(n)[None],
-                        *[torch.zeros(1, kvh, 0, hd) for _ in range(2 * layers)])
-            want.append((res[0].numpy(), res[1].numpy()))
-        past = [torch.randn(1, kvh, 2, hd, generator=g) for _ in range(2 * layers)]
-        ex = (torch.randn(1, 3, d, generator=g), torch.ones(1, 5, dtype=torch.int64), torch.arange(2, 5)[None], *past)
-        path = export_bound(model, ex, gspec, out)
-        del model
-    release_memory()
-    sess = ort_session(path)
-    tr = ErrorTracker()
-    xn = x.numpy()
-    got = ort_run(sess, _feeds(info, xn[:, :n_prefill], np.ones((1, n_prefill), np.int64),
-                               np.arange(n_prefill, dtype=np.int64)[None], _empty(info)))
-    _add(tr, got, want[0], "prefill")
-    past_np = list(got[2:])
-    for p in range(n_prefill, n_total):
-        step = ort_run(sess, _feeds(info, xn[:, p:p + 1], np.ones((1, p + 1), np.int64),
-                                    np.array([[p]], np.int64), past_np))
-        _add(tr, step, want[p - n_prefill + 1], f"decode past={p}")
-        past_np = [np.concatenate([a, b], axis=2) for a, b in zip(past_np, step[2:], strict=True)]
-    rows, pmax = (7, 5), 7  # ragged batch: row 1's past left-padded
-    pasts = [np.zeros((2, kvh, pmax, hd), np.float32) for _ in range(2 * layers)]
-    bx = np.zeros((2, 1, d), np.float32)
-    mask = np.zeros((2, pmax + 1), np.int64)
-    pos = np.zeros((2, 1), np.int64)
-    for r, n_past in enumerate(rows):
-        kv = ort_run(sess, _feeds(info, xn[:, :n_past], np.ones((1, n_past), np.int64),
-                                  np.arange(n_past, dtype=np.int64)[None], _empty(info)))[2:]
-        for j in range(2 * layers):
-            pasts[j][r, :, pmax - n_past:] = kv[j][0]
-        bx[r, 0] = xn[0, n_past]
-        mask[r, pmax - n_past:] = 1
-        pos[r, 0] = n_past
-    batched = ort_run(sess, _feeds(info, bx, mask, pos, pasts))
-    for r, n_past in enumerate(rows):
-        want_r = want[n_past + 1 - n_prefill]
-        _add(tr, [batched[0][r:r + 1], batched[1][r:r + 1]], want_r, f"batched row {r}")
-    del sess
+    path, tr = export_decoder_step(lambda: load(LMStep(info), src), gspec, out, layers=lm.n_layers,
+                                   kv_heads=lm.n_kv_heads, head_dim=lm.head_dim, hidden=lm.dim,
+                                   outputs=("hidden", "semantic_code"), compare=_add)
     return _finish(tr, gspec.name, path, {"hidden": TOLERANCE, "semantic_code": CODE_TOLERANCE})
 
 
