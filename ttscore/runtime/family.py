@@ -104,8 +104,15 @@ class FamilyModel(Protocol):
 
 
 class Family(Protocol):
-    name: str  # manifest "family"
-    rules: FamilyRules  # request rules, shared with the gateway
+    @property
+    def name(self) -> str:
+        """The manifest's "family"."""
+        ...
+
+    @property
+    def rules(self) -> FamilyRules:
+        """The request rules, shared with the gateway."""
+        ...
 
     def load(
         self, artifacts: Path, manifest: Manifest, *, threads: int | None, vocoder: bool, encoders: bool
@@ -185,3 +192,52 @@ def read_reference(path: str | Path) -> tuple[npt.NDArray[Any], int]:
     except OSError as exc:
         raise InvalidRequest(f"cannot read reference audio {path}: {exc}", "ref_audio") from None
     return load_audio(data)
+
+
+# --- the kit: a family's runtime entry as a declaration ---------------------------------------------------
+
+
+def resolve(target: str) -> Any:
+    """`"package.module:name"`, imported now (a family entry names its heavy modules, loaded when first used)."""
+    import importlib
+
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class DeclaredFamily:
+    """A `Family` from names: its model class (`model`, built as `Model(artifacts, [manifest,] threads, **kw)`
+    with the keywords in `takes` among manifest, vocoder and encoders), its request class (built from the
+    request's tensors, `renames` mapping a wire name to the request's field) and its offline tools. The modules
+    load when first used (onnxruntime, tokenizers)."""
+
+    name: str
+    rules: FamilyRules
+    model: str
+    request: str
+    offline_tools: str
+    takes: tuple[str, ...] = ("manifest", "vocoder")
+    renames: Mapping[str, str] = field(default_factory=dict)
+
+    def load(self, artifacts: Path, manifest: Manifest, *, threads: int | None, vocoder: bool, encoders: bool
+             ) -> FamilyModel:
+        cls = resolve(self.model)
+        args: list[Any] = [artifacts, *([manifest] if "manifest" in self.takes else []), threads]
+        kw = {k: v for k, v in (("vocoder", vocoder), ("encoders", encoders)) if k in self.takes}
+        model: FamilyModel = cls(*args, **kw)
+        return model
+
+    @property
+    def offline(self) -> OfflineTools:
+        tools: OfflineTools = resolve(self.offline_tools)
+        return tools
+
+    def request_from_tensors(self, tensors: Mapping[str, npt.NDArray[Any]]) -> Any:
+        from ttscore.contract import tensors as triton_io
+
+        kwargs = triton_io.request_kwargs(tensors, self.name)
+        for wire, own in self.renames.items():
+            if wire in kwargs:
+                kwargs[own] = kwargs.pop(wire)
+        return resolve(self.request)(**kwargs)
