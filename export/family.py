@@ -8,7 +8,6 @@ and which Triton models its artifacts are served with.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any, Protocol
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
+from ttscore.runtime.family import resolve
 
 # Progress hook: (stage number from 1, number of stages, what the stage does), called as each starts.
 ExportProgress = Callable[[int, int, str], None]
@@ -125,10 +125,10 @@ def lazy(target: str) -> Callable[..., Any]:
     """`"package.module:function"`, imported when first called, so a family's entry stays light to import
     (no torch) until a tool uses it. Every family's targets are resolved by
     tests/export_tests/test_export_families.py."""
-    module, _, name = target.partition(":")
+    name = target.partition(":")[2]
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+        return resolve(target)(*args, **kwargs)
 
     call.__name__, call.__qualname__ = name, target
     call.target = target  # type: ignore[attr-defined]

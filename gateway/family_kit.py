@@ -126,14 +126,10 @@ def stored_voice_of(deployment: PlanContext, name: str, ckpt: ServedCheckpoint, 
     return stored
 
 
-def checked_length_and_seed(f: SpeechFields, rules: FamilyRules, *, resolve_length: bool = False
-                            ) -> tuple[int | None, int | None]:
-    """`max_new_tokens` (checked; its default too with `resolve_length`) and `seed` (checked) of a request,
-    400 naming the field."""
+def checked_length_and_seed(f: SpeechFields, rules: FamilyRules) -> tuple[int | None, int | None]:
+    """`max_new_tokens` and `seed` of a request, checked (400 naming the field); None where not given."""
     try:
-        rule = rules.field("max_new_tokens")
-        max_new = rule.resolve(f.max_new_tokens) if resolve_length else rule.check(f.max_new_tokens)
-        return max_new, rules.field("seed").check(f.seed)
+        return rules.field("max_new_tokens").check(f.max_new_tokens), rules.field("seed").check(f.seed)
     except InvalidRequest as exc:
         raise from_invalid_request(exc) from None
 

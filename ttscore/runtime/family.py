@@ -10,6 +10,7 @@ Registration: ttscore.runtime.families.FAMILIES. A family may also give the offl
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,8 +200,6 @@ def read_reference(path: str | Path) -> tuple[npt.NDArray[Any], int]:
 
 def resolve(target: str) -> Any:
     """`"package.module:name"`, imported now (a family entry names its heavy modules, loaded when first used)."""
-    import importlib
-
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
 
