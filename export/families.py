@@ -7,16 +7,9 @@ export.family.ExportFamily each): a checkpoint directory's family is the one who
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
-from export.breeze_tts_2.family import FAMILY as BREEZE_TTS_2
-from export.cosyvoice3.family import FAMILY as COSYVOICE3
 from export.family import ExportFamily
-from export.fish_speech.family import FAMILY as FISH_SPEECH
-from export.gepard.family import FAMILY as GEPARD
-from export.omnivoice.family import FAMILY as OMNIVOICE
-from export.qwen3_tts.family import FAMILY as QWEN3_TTS
-from export.voxcpm2.family import FAMILY as VOXCPM2
-from export.voxtral_tts.family import FAMILY as VOXTRAL_TTS
 from ttscore.contract import plugins
 from ttscore.contract.errors import ArtifactError, CheckpointError
 
@@ -29,9 +22,10 @@ def _external() -> list[ExportFamily]:
     return [entry for entry in found if isinstance(entry, ExportFamily)]
 
 
-FAMILIES: dict[str, ExportFamily] = {f.name: f for f in (QWEN3_TTS, VOXCPM2, BREEZE_TTS_2, OMNIVOICE, GEPARD, VOXTRAL_TTS,
-                                                         FISH_SPEECH, COSYVOICE3, *_external())}
-DEFAULT = QWEN3_TTS.name  # make-tiny's --family when none is given
+FAMILIES: dict[str, ExportFamily] = plugins.registry(
+    cast("list[ExportFamily]", [*plugins.builtin_parts("export.{}.family", "FAMILY"), *_external()]),
+    lambda f: f.name, "export family")
+DEFAULT = plugins.BUILTIN[0]  # make-tiny's --family when none is given
 
 
 def family_of(checkpoint: Path) -> ExportFamily:

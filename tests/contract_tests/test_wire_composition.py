@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -105,3 +106,22 @@ def test_the_renderer_adds_an_external_familys_own_inputs_to_speech_generation(t
     """, demo_package(tmp_path))
     assert got["pitch"] == [11, [1], True]  # TYPE_FP32
     assert "text" in got and "ref_patches" in got
+
+
+def test_a_family_name_claimed_twice_is_refused():
+    from ttscore.contract import plugins
+
+    first, other, again = SimpleNamespace(name="demo"), SimpleNamespace(name="other"), SimpleNamespace(name="demo")
+    assert plugins.registry([first, other], lambda p: p.name, "part") == {"demo": first, "other": other}
+    with pytest.raises(ValueError, match="part 'demo' is registered twice"):
+        plugins.registry([first, other, again], lambda p: p.name, "part")
+
+
+def test_an_external_package_cannot_replace_a_built_in_family(tmp_path):
+    """A package whose contract family takes a built-in family's name stops the registry at import."""
+    env = demo_package(tmp_path)
+    contract = tmp_path / "tts_family_demo" / "contract.py"
+    contract.write_text(contract.read_text().replace('"demo"', '"qwen3_tts"'))
+    out = subprocess.run([sys.executable, "-c", "import ttscore.contract.families"], env=env, cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "contract family 'qwen3_tts' is registered twice" in out.stderr, out.stderr

@@ -1,25 +1,17 @@
 """The model families' request rules by manifest `family` (what the gateway may know of each family).
 
-The registry: one line per built-in family, then the families of external packages
-(ttscore.contract.plugins). Everything else asks it, never a family by name.
+The registry: `ttscore.contract.<name>.RULES` (and `.WIRE`) of every built-in family
+(ttscore.contract.plugins.BUILTIN), then the families of external packages. Everything else asks it, never a family by name.
 """
 
 from __future__ import annotations
 
 from functools import reduce
+from typing import cast
 
-from ttscore.contract import (
-    breeze_tts_2,
-    cosyvoice3,
-    fish_speech,
-    gepard,
-    omnivoice,
-    plugins,
-    qwen3_tts,
-    voxcpm2,
-    voxtral_tts,
-)
+from ttscore.contract import plugins
 from ttscore.contract.rules import FamilyRules, RefAudioBounds
+from ttscore.contract.wire import FamilyWire
 
 __all__ = ["DISPLAY_NAMES", "RULES", "UNSUPPORTED_FIELDS", "VARIANTS", "FamilyRules", "display_name", "field_range",
            "ref_audio_bounds", "rules_of"]
@@ -33,23 +25,14 @@ def _external() -> list[FamilyRules]:
     return [r for r in found if isinstance(r, FamilyRules)]
 
 
-RULES: dict[str, FamilyRules] = {r.family: r for r in (
-    qwen3_tts.RULES,
-    voxcpm2.RULES,
-    breeze_tts_2.RULES,
-    omnivoice.RULES,
-    gepard.RULES,
-    voxtral_tts.RULES,
-    fish_speech.RULES,
-    cosyvoice3.RULES,
-    *_external(),
-)}
+RULES: dict[str, FamilyRules] = plugins.registry(
+    cast("list[FamilyRules]", [*plugins.builtin_parts("ttscore.contract.{}", "RULES"), *_external()]),
+    lambda r: r.family, "contract family")
 # Speech API fields a family does not take: a request giving one is refused (400 naming it).
 UNSUPPORTED_FIELDS: dict[str, tuple[str, ...]] = {f: r.unsupported for f, r in RULES.items()}
 DISPLAY_NAMES: dict[str, str] = {f: r.name for f, r in RULES.items()}
 # Each family's wire rows: its speech_generation inputs and public Triton models (ttscore.contract.tensors).
-WIRES = (qwen3_tts.WIRE, voxcpm2.WIRE, breeze_tts_2.WIRE, omnivoice.WIRE, gepard.WIRE, voxtral_tts.WIRE,
-         fish_speech.WIRE, cosyvoice3.WIRE)
+WIRES: tuple[FamilyWire, ...] = tuple(cast("list[FamilyWire]", plugins.builtin_parts("ttscore.contract.{}", "WIRE")))
 # Every checkpoint variant some family has (a deployment names one per served checkpoint).
 VARIANTS: tuple[str, ...] = tuple(dict.fromkeys(v for r in RULES.values() for v in r.variants))
 

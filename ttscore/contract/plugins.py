@@ -1,8 +1,9 @@
-"""Model families that live outside this project: discovered once, by every layer the same way.
+"""The model families every layer serves: the project's own, listed once, and those of packages outside it.
 
-A family is one folder per layer. The project's own families are registered by one line in each
-layer's registry; a family shipped as a package of its own is found here and registered the same
-way. A family package `pkg` provides one module per layer it takes part in, each exposing `FAMILY`:
+A family is one folder per layer. The project's own families are the names in `BUILTIN`; each layer's registry
+finds a family's part by that layer's folder convention (`builtin_parts`), so adding a family is one name here
+plus its folders. A family shipped as a package of its own is found here and registered the same way. A family
+package `pkg` provides one module per layer it takes part in, each exposing `FAMILY`:
 
     pkg.contract   FAMILY: FamilyRules            (what the gateway and runtime check requests with)
                    WIRE: FamilyWire               (its speech_generation inputs: ttscore.contract.wire)
@@ -15,7 +16,7 @@ The packages come from the entry-point group `triton_tts.families` (the value is
 name) and from `TTS_FAMILY_PACKAGES` (comma-separated package names; what tests and a Triton stub,
 which inherits the environment, use). Those packages are imported from the import path, and from
 the directories `PYTHONPATH` names: a Triton python stub inherits the environment but its embedded
-interpreter ignores `PYTHONPATH`.
+interpreter ignores `PYTHONPATH`. Every registry is built by `registry`, which refuses a family name given twice.
 """
 
 from __future__ import annotations
@@ -23,12 +24,41 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from types import ModuleType
+from typing import TypeVar
 
 ENTRY_POINT_GROUP = "triton_tts.families"
 PACKAGES_ENV = "TTS_FAMILY_PACKAGES"
 LAYERS = ("contract", "runtime", "backend", "gateway", "export")
+# The project's own families, in listing order (`/v1/models`, `make-tiny --family`, the README's table).
+BUILTIN = ("qwen3_tts", "voxcpm2", "breeze_tts_2", "omnivoice", "gepard", "voxtral_tts", "fish_speech", "cosyvoice3")
+
+T = TypeVar("T")
+
+
+def builtin_modules(pattern: str) -> list[ModuleType]:
+    """Each built-in family's module of one layer: `pattern` formatted with the family's folder name
+    (e.g. "ttscore.runtime.families.{}")."""
+    return [importlib.import_module(pattern.format(name)) for name in BUILTIN]
+
+
+def builtin_parts(pattern: str, attribute: str) -> list[object]:
+    """`attribute` of each built-in family's module `pattern` (see builtin_modules)."""
+    return [getattr(module, attribute) for module in builtin_modules(pattern)]
+
+
+def registry(parts: Iterable[T], name: Callable[[T], str], what: str) -> dict[str, T]:
+    """The parts by family name, in order; ValueError when two parts claim one name (an external package
+    cannot silently replace a family, nor two packages each other)."""
+    found: dict[str, T] = {}
+    for part in parts:
+        key = name(part)
+        if key in found:
+            raise ValueError(f"{what} {key!r} is registered twice: {found[key]!r} and {part!r}")
+        found[key] = part
+    return found
 
 
 def family_packages() -> list[str]:

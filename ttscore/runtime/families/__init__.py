@@ -1,9 +1,10 @@
-"""The model families this runtime serves: the one registration point of a new family.
+"""The model families this runtime serves, by name: `ttscore.runtime.families.<name>.FAMILY` of every name in
+ttscore.contract.plugins.BUILTIN, then the families of external packages.
 
 Every family folder here has the same files: `__init__.py` (FAMILY, the ttscore.runtime.family.Family),
 `checkpoint.py` (the checkpoint's facts: `<Family>Info`, read_checkpoint), `request.py` (the request
 dataclass `admit` takes), `model.py` (the loaded FamilyModel), `tokenizer.py` (text -> ids), and what
-else only that family needs. A family outside the project registers through ttscore.contract.plugins.
+else only that family needs.
 """
 
 from __future__ import annotations
@@ -14,30 +15,12 @@ from typing import cast
 from ttscore.contract import plugins
 from ttscore.contract.errors import ArtifactError
 from ttscore.contract.manifest import read_manifest
-from ttscore.runtime.families import (
-    breeze_tts_2,
-    cosyvoice3,
-    fish_speech,
-    gepard,
-    omnivoice,
-    qwen3_tts,
-    voxcpm2,
-    voxtral_tts,
-)
 from ttscore.runtime.family import Family, FamilyModel
 
-_FAMILIES: list[Family] = [
-    qwen3_tts.FAMILY,
-    voxcpm2.FAMILY,
-    breeze_tts_2.FAMILY,
-    omnivoice.FAMILY,
-    gepard.FAMILY,
-    voxtral_tts.FAMILY,
-    fish_speech.FAMILY,
-    cosyvoice3.FAMILY,
-    *cast("list[Family]", plugins.layer_families("runtime")),
-]
-FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}
+FAMILIES: dict[str, Family] = plugins.registry(
+    cast("list[Family]", [*plugins.builtin_parts("ttscore.runtime.families.{}", "FAMILY"),
+                          *plugins.layer_families("runtime")]),
+    lambda f: f.name, "runtime family")
 
 
 def load_model(
