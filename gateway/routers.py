@@ -36,7 +36,8 @@ from .protocol import (
     VoiceUploadResponse,
 )
 from .services import AudioStream, SpeechService
-from .streaming import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, Disconnected, StreamingSession
+from .streaming.session import StreamingSession
+from .streaming.transport import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, Disconnected
 from .usage import USAGE_HEADERS
 from .voices import UploadTooLarge, parse_multipart_form
 
