@@ -22,7 +22,7 @@ Both files are written atomically (temp file in the same directory, fsync, renam
 process that loads the directory at start-up never sees half a voice. The writer (`triton-tts
 precompute-voice`) and the gateway's loader import the names below, so they cannot drift.
 
-The voice-name rules live here too because uploaded voices (gateway.voices.records) and precomputed
+The voice-name rules live here too because uploaded voices (gateway.voices.store) and precomputed
 voices share one namespace and both become file names.
 """
 
