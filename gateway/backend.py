@@ -74,7 +74,7 @@ class SpeechChunk:
 
 class Affinity:
     """Calls made while ENDPOINT_AFFINITY holds one of these go to one Triton endpoint (a WebSocket
-    utterance: gateway.streaming); a backend over several endpoints records its choice here and
+    utterance: gateway.streaming.session); a backend over several endpoints records its choice here and
     moves on only when that endpoint can no longer serve."""
 
     def __init__(self) -> None:

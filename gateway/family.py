@@ -39,6 +39,15 @@ if TYPE_CHECKING:
 # --- the checkpoint record and the plan --------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class FamilyFacts:
+    """What a family's adapter reads from a checkpoint's manifest at load (FamilyAdapter.manifest_facts): a
+    family with facts subclasses it with its own typed fields; this base has none."""
+
+
+NO_FACTS = FamilyFacts()
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServedCheckpoint:
     """A served checkpoint with the facts the Speech API needs from its manifest, and its family's adapter
@@ -56,7 +65,7 @@ class ServedCheckpoint:
     num_code_groups: int | None = None
     family: str  # the manifest's model family (ttscore.contract.families)
     # What the family's gateway adapter read from the manifest (FamilyAdapter.manifest_facts).
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: FamilyFacts = NO_FACTS
     # The startup LoRA adapter merged into its weights at export (the manifest's `adapter`), or None.
     lora: dict[str, Any] | None = None
 
@@ -90,23 +99,23 @@ class ServedCheckpoint:
         return model in ids or model.rsplit("/", 1)[-1] in ids
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SpeechPlan:
     checkpoint: ServedCheckpoint
     task: str  # CustomVoice | VoiceDesign | Base
     text: str
-    speaker: str | None
-    language: str  # lower-case, "auto" included
-    instructions: str | None
-    ref_audio: str | None  # the locator as sent (Base, unless a stored voice supplies it)
-    ref_text: str | None  # only for in-context cloning
-    x_vector_only: bool
-    stored_voice: StoredVoice | None
-    non_streaming_mode: bool | None
-    max_new_tokens: int | None  # None: the family's own cap (VoxCPM2)
-    seed: int | None
-    initial_chunk_frames: int | None
     output: OutputSpec
+    speaker: str | None = None
+    language: str = "auto"  # lower-case, "auto" included
+    instructions: str | None = None
+    ref_audio: str | None = None  # the locator as sent (Base, unless a stored voice supplies it)
+    ref_text: str | None = None  # only for in-context cloning
+    x_vector_only: bool = False
+    stored_voice: StoredVoice | None = None
+    non_streaming_mode: bool | None = None
+    max_new_tokens: int | None = None  # None: the family's own cap (VoxCPM2)
+    seed: int | None = None
+    initial_chunk_frames: int | None = None
     segments: tuple[str, ...] = ()  # long text (gateway.longtext); empty: `text` is one generation
     seed_drawn: bool = False  # `seed` is the gateway's (see reproducible_plan), not the client's
     knobs: Mapping[str, int | float] = field(default_factory=dict)  # extra_params, checked (FamilyRules.knobs)
@@ -200,7 +209,7 @@ class FamilyAdapter(Protocol):
     clones_voices: bool
     voice_aliases: dict[str, str]  # default OpenAI voice name -> preset speaker (gateway.aliases)
 
-    def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
+    def manifest_facts(self, manifest: Manifest) -> FamilyFacts:
         """Facts of a checkpoint this adapter needs later (ServedCheckpoint.facts)."""
         ...
 
@@ -256,5 +265,5 @@ def default_voice_aliases(adapters: Iterable[FamilyAdapter]) -> dict[str, str]:
     return out
 
 
-__all__ = ["FamilyAdapter", "FeatureEnv", "PlanContext", "ServedCheckpoint", "SpeechPlan", "audio_key",
+__all__ = ["NO_FACTS", "FamilyAdapter", "FamilyFacts", "FeatureEnv", "PlanContext", "ServedCheckpoint", "SpeechPlan", "audio_key",
            "default_voice_aliases"]

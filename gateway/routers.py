@@ -36,7 +36,8 @@ from .protocol import (
     VoiceUploadResponse,
 )
 from .services import AudioStream, SpeechService
-from .streaming import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, Disconnected, StreamingSession
+from .streaming.session import StreamingSession
+from .streaming.transport import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, Disconnected
 from .usage import USAGE_HEADERS
 from .voices import UploadTooLarge, parse_multipart_form
 
@@ -172,7 +173,7 @@ async def create_speech_batch(body: BatchSpeechRequest, request: Request) -> Any
 @router.get("/v1/audio/voices", response_model=VoicesResponse, response_model_exclude_none=True,
             responses={500: _ERRORS[500]}, summary="List voices")
 async def list_voices(request: Request) -> Any:
-    return service(request).voices()
+    return service(request).listings.voices()
 
 
 def _registry(request: Request) -> Any:
@@ -274,7 +275,7 @@ async def speech_stream(websocket: WebSocket) -> None:
 
 @router.get("/v1/models", response_model=ModelList, response_model_exclude_none=True, responses={500: _ERRORS[500]}, summary="List served models")
 async def list_models(request: Request) -> Any:
-    return service(request).models()
+    return service(request).listings.models()
 
 
 @router.get("/metrics", include_in_schema=False)

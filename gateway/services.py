@@ -42,10 +42,9 @@ from . import encoding, errors, longtext, refaudio, sse
 from .backend import DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
 from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
-from .family import ServedCheckpoint
+from .listings import Listings
 from .metrics import GatewayMetrics, RequestTrace
 from .planning import Deployment, SpeechFields, SpeechPlan, plan_speech
-from .protocol import ADAPTER_FIELDS
 from .replay import REPLAYABLE, Diverged, ReplayBudget, SampleCursor
 from .settings import Settings
 from .usage import Usage
@@ -218,7 +217,7 @@ class SpeechService:
         self.settings = settings
         self.metrics = metrics
         self.ref_settings = ref_audio_settings(settings)
-        self.created = int(time.time())
+        self.listings = Listings(deployment)
         needed = settings.triton_models()
         # The backend over the endpoints (gateway.pool) watches each endpoint with its health monitor
         # and says which models none of them can serve.
@@ -492,40 +491,3 @@ class SpeechService:
             "succeeded": succeeded,
             "failed": len(results) - succeeded,
         }
-
-    # --- listings -----------------------------------------------------------------------------
-
-    def voices(self) -> dict[str, Any]:
-        listing = getattr(self.deployment.voices, "listing", None)
-        if listing is not None:  # the voice registry: built-in, precomputed and uploaded names
-            body: dict[str, Any] = listing()
-        else:
-            uploaded = self.deployment.voices.uploaded_voices()
-            names = self.deployment.builtin_voices() + [v["name"] for v in uploaded if v.get("name")]
-            body = {"voices": list(dict.fromkeys(names)), "uploaded_voices": uploaded}
-        if self.deployment.voice_aliases:  # OpenAI's voice names -> the presets they speak with
-            body["voice_aliases"] = dict(self.deployment.voice_aliases)
-        return body
-
-    def models(self) -> dict[str, Any]:
-        def card(c: ServedCheckpoint, model_id: str) -> dict[str, Any]:
-            return {
-                "id": model_id,
-                "object": "model",
-                "created": self.created,
-                "owned_by": "triton-tts",
-                "family": c.family,
-                "task_type": c.task,
-                "voices": list(c.speakers),
-                "languages": sorted("Auto" if x == "auto" else x.title() for x in c.languages),
-                "sample_rate": c.sample_rate,
-                **({"adapter": {k: c.lora.get(k) for k in ADAPTER_FIELDS}} if c.lora else {}),
-            }
-
-        data = [card(c, c.name) for c in self.deployment.checkpoints]
-        for alias, target in self.deployment.model_aliases.items():
-            # An alias without a target routes like an omitted `model`: its card is the default model's.
-            ckpt = self.deployment.find_model(target) if target is not None else self.deployment.default_model()
-            if ckpt is not None:
-                data.append({**card(ckpt, alias), "alias_of": ckpt.name, "routed_by_task": target is None})
-        return {"object": "list", "data": data}

@@ -53,8 +53,14 @@ from .voices import (
     load_precomputed_voices,
     upload_response,
 )
+from .voices.admission import (
+    ENV_MAX_DURATION,
+    ENV_MAX_UPLOADED,
+    ENV_MIN_DURATION,
+    ENV_POLICY,
+    ENV_SAMPLES_DIR,
+)
 from .voices.precomputed import Loader
-from .voices.store import ENV_MAX_DURATION, ENV_MAX_UPLOADED, ENV_MIN_DURATION, ENV_POLICY, ENV_SAMPLES_DIR
 
 logger = logging.getLogger(__name__)
 

@@ -30,22 +30,13 @@ import numpy as np
 
 from ttscore.contract import cosyvoice3
 from ttscore.contract import tensors as triton_io
-from ttscore.contract.errors import InvalidRequest
 
 from ..backend import InferenceBackend
 from ..errors import bad_request
-from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
-from ..family_kit import BaseAdapter, checked_length_and_seed, encode_clip, segments_of, stored_voice_of
-from ..speech_fields import (
-    MAX_REF_TEXT_CHARS,
-    SpeechFields,
-    StoredVoice,
-    plan_output,
-    refuse_unsupported,
-    text_field,
-)
+from ..family import PlanContext, ServedCheckpoint, SpeechPlan
+from ..family_kit import BaseAdapter, clone_reference, encode_clip, requested_voice
+from ..speech_fields import SpeechFields
 
-VOICE_ALIASES: dict[str, str] = {}  # no preset speakers for OpenAI's voice names
 Features = tuple[np.ndarray, np.ndarray, np.ndarray]  # speech tokens [T], prompt mel [2T, 80], embedding
 
 
@@ -54,76 +45,25 @@ class CosyVoice3Adapter(BaseAdapter):
     rules = cosyvoice3.RULES
     default_task = cosyvoice3.TASK
     # Uploaded voices: features computed at upload through every served checkpoint's prompt_encoder.
-    voice_aliases = VOICE_ALIASES
     clones_voices = True  # each checkpoint has its prompt_encoder (export/cosyvoice3/family.py)
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
-        assert named is not None  # not routed by task: always the named (or only) checkpoint
-        ckpt, rules = named, self.rules
-        name = rules.name
-        refuse_unsupported(f, rules)
-        voice = text_field(f.voice, "voice", 256)
-        voice = (voice or "").strip() or None
-        stored: StoredVoice | None = None
-        if voice is not None and voice.lower() != cosyvoice3.DEFAULT_VOICE:
-            stored = stored_voice_of(deployment, voice.lower(), ckpt, f"Invalid voice '{f.voice}' for {name}: use an "
-                                     f"uploaded voice, or omit 'voice' (or '{cosyvoice3.DEFAULT_VOICE}') with "
-                                     "'ref_audio' and 'ref_text'")
-            if stored.model_features is None:  # a precomputed voice file: this family has none
-                raise bad_request(f"Voice '{stored.name}' is a precomputed voice: it cannot be used with {name} "
-                                  f"model `{ckpt.name}`", "voice")
-        ref_audio = text_field(f.ref_audio, "ref_audio", 1 << 30)
-        ref_text = text_field(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS)
-        ref_text = ref_text if ref_text and ref_text.strip() else None
-        if ref_audio is not None:
-            stored = None  # inline ref_audio overrides an uploaded voice (spec)
-        elif stored is None:
-            raise bad_request(f"{name} requires 'ref_audio' (reference audio for voice cloning) or an uploaded "
-                              "voice", "ref_audio")
-        if ref_text is None and stored is not None:
-            ref_text = stored.ref_text if stored.ref_text and stored.ref_text.strip() else None
-        if ref_text is None:
+    def plan_request(self, f: SpeechFields, ckpt: ServedCheckpoint, text: str, deployment: PlanContext
+                     ) -> SpeechPlan:
+        name = self.rules.name
+        default = cosyvoice3.DEFAULT_VOICE
+        stored = requested_voice(f, ckpt, deployment, default, f"Invalid voice '{f.voice}' for {name}: use an "
+                                 f"uploaded voice, or omit 'voice' (or '{default}') with 'ref_audio' and 'ref_text'")
+        if stored is not None and stored.model_features is None:  # a precomputed voice file: this family has none
+            raise bad_request(f"Voice '{stored.name}' is a precomputed voice: it cannot be used with {name} "
+                              f"model `{ckpt.name}`", "voice")
+        ref = clone_reference(f, stored, required=f"{name} requires 'ref_audio' (reference audio for voice "
+                              "cloning) or an uploaded voice")
+        if ref.ref_text is None:
             raise bad_request(f"{name} requires 'ref_text' (transcript of the reference audio)", "ref_text")
-        output = plan_output(f, ckpt.sample_rate)
-        max_new, seed = checked_length_and_seed(f, rules)
-        return SpeechPlan(
-            checkpoint=ckpt, task=rules.tasks[0], text=text, speaker=None, language="auto", instructions=None,
-            ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
-            non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
-            segments=segments_of(text, deployment),
-            knobs=rules.knobs(f.extra_params),
-        )
+        return self.new_plan(f, ckpt, text, deployment, ref_audio=ref.ref_audio, ref_text=ref.ref_text,
+                             stored_voice=ref.stored)
 
     # --- generation --------------------------------------------------------------------------------
-
-    def needs_reference(self, plan: SpeechPlan) -> bool:
-        return True  # every request clones (ref_audio or an uploaded voice)
-
-    async def reference_features(self, plan: SpeechPlan, env: FeatureEnv) -> Features:
-        """The clip's three features: an uploaded voice's (computed at upload), or `ref_audio`'s through the
-        checkpoint's prompt_encoder (shared by concurrent and recent requests)."""
-        model = plan.checkpoint.voice_features_model
-        if not model:
-            raise InvalidRequest(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
-        stored = plan.stored_voice
-        if stored is not None:
-            if stored.model_features is None:
-                raise InvalidRequest(f"Voice '{stored.name}' cannot be used with {plan.checkpoint.name}", "voice")
-            # the prompt mode the upload computed them in (the features do not depend on it)
-            uploaded: Features = await stored.model_features(model, bool((stored.ref_text or "").strip()))
-            return uploaded
-        assert plan.ref_audio is not None
-        audio, rate = await env.ref_audio(plan.ref_audio, self.rules.ref_audio)
-        features: Features = await env.shared(
-            audio_key(model, audio, rate), lambda: self.clip_features(env.backend, model, audio, rate, False,
-                                                                      env.request_id))
-        return features
-
-    def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
-        return {
-            **super().generation_fields(plan, segment),
-            "ref_text": plan.ref_text,
-        }
 
     def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
         tokens, mel, emb = features

@@ -27,28 +27,15 @@ unsupported fields (contract RULES: `speaker_embedding`, `instructions`, `langua
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ttscore.contract import fish_speech
-from ttscore.contract import tensors as triton_io
-from ttscore.contract.errors import InvalidRequest
 
 from ..backend import InferenceBackend
 from ..errors import bad_request
-from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
-from ..family_kit import BaseAdapter, checked_length_and_seed, encode_clip, segments_of, stored_voice_of
-from ..speech_fields import (
-    MAX_REF_TEXT_CHARS,
-    SpeechFields,
-    StoredVoice,
-    plan_output,
-    refuse_unsupported,
-    text_field,
-)
-
-VOICE_ALIASES: dict[str, str] = {}  # no built-in speakers for OpenAI's voice names
+from ..family import PlanContext, ServedCheckpoint, SpeechPlan
+from ..family_kit import BaseAdapter, clone_reference, encode_clip, requested_voice
+from ..speech_fields import SpeechFields
 
 
 class FishSpeechAdapter(BaseAdapter):
@@ -56,74 +43,22 @@ class FishSpeechAdapter(BaseAdapter):
     rules = fish_speech.RULES
     default_task = fish_speech.TASK
     # Uploaded voices: codes computed at upload through every served checkpoint's dac_encoder.
-    voice_aliases = VOICE_ALIASES
     clones_voices = True  # each checkpoint has its dac_encoder (export/fish_speech/family.py)
+    reference_input = "ref_dac_codes"  # [frames, 10] int64; without: the model's own voice
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
-        assert named is not None  # not routed by task: always the named (or only) checkpoint
-        ckpt, rules = named, self.rules
-        name = rules.name
-        refuse_unsupported(f, rules)
-        voice = text_field(f.voice, "voice", 256)
-        voice = (voice or "").strip() or None
-        stored: StoredVoice | None = None
-        if voice is not None and voice.lower() != fish_speech.DEFAULT_VOICE:
-            stored = stored_voice_of(deployment, voice.lower(), ckpt, f"Invalid voice '{f.voice}' for {name}: it has "
-                                     f"no built-in speakers; omit 'voice' (or use '{fish_speech.DEFAULT_VOICE}'), use "
-                                     "an uploaded voice, or clone with 'ref_audio' and 'ref_text'")
-        ref_audio = text_field(f.ref_audio, "ref_audio", 1 << 30)
-        ref_text = text_field(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS)
-        ref_text = ref_text if ref_text and ref_text.strip() else None
-        if ref_audio is not None:
-            stored = None  # inline ref_audio overrides an uploaded voice (spec)
-        elif stored is not None and ref_text is None:
-            ref_text = stored.ref_text if stored.ref_text and stored.ref_text.strip() else None
-        elif stored is None and f.ref_text is not None:
+    def plan_request(self, f: SpeechFields, ckpt: ServedCheckpoint, text: str, deployment: PlanContext
+                     ) -> SpeechPlan:
+        default = fish_speech.DEFAULT_VOICE
+        stored = requested_voice(f, ckpt, deployment, default, f"Invalid voice '{f.voice}' for {self.rules.name}: it "
+                                 f"has no built-in speakers; omit 'voice' (or use '{default}'), use an uploaded "
+                                 "voice, or clone with 'ref_audio' and 'ref_text'")
+        ref = clone_reference(f, stored)
+        if not ref.cloning and f.ref_text is not None:  # a blank one too
             raise bad_request("'ref_text' is the transcript of 'ref_audio': give 'ref_audio' too", "ref_text")
-        if (ref_audio is not None or stored is not None) and ref_text is None:
+        if ref.cloning and ref.ref_text is None:
             raise bad_request("Voice cloning requires 'ref_text' (transcript of the reference audio)", "ref_text")
-        output = plan_output(f, ckpt.sample_rate)
-        max_new, seed = checked_length_and_seed(f, rules)
-        knobs = rules.knobs(f.extra_params)
-        return SpeechPlan(
-            checkpoint=ckpt, task=rules.tasks[0], text=text, speaker=None, language="auto", instructions=None,
-            ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
-            non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
-            segments=segments_of(text, deployment), knobs=knobs,
-        )
-
-    # --- generation --------------------------------------------------------------------------------
-
-    def needs_reference(self, plan: SpeechPlan) -> bool:
-        return plan.ref_audio is not None or plan.stored_voice is not None  # else the model's own voice
-
-    async def reference_features(self, plan: SpeechPlan, env: FeatureEnv) -> np.ndarray:
-        """The reference codes [frames, 10]: an uploaded voice's (computed at upload), or `ref_audio`'s through
-        the checkpoint's dac_encoder (shared by concurrent and recent requests)."""
-        model = plan.checkpoint.voice_features_model
-        if not model:
-            raise InvalidRequest(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
-        stored = plan.stored_voice
-        if stored is not None:
-            if stored.model_features is None:
-                raise InvalidRequest(f"Voice '{stored.name}' cannot be used with {plan.checkpoint.name}", "voice")
-            codes: np.ndarray = await stored.model_features(model, False)  # one set of codes per clip
-            return codes
-        assert plan.ref_audio is not None
-        audio, rate = await env.ref_audio(plan.ref_audio, self.rules.ref_audio)
-        codes = await env.shared(audio_key(model, audio, rate),
-                                 lambda: self.clip_features(env.backend, model, audio, rate, False, env.request_id))
-        return codes
-
-    def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
-        return {
-            **super().generation_fields(plan, segment),
-            "ref_text": plan.ref_text if self.needs_reference(plan) else None,
-        }
-
-    def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
-        codes = None if features is None else np.ascontiguousarray(features, dtype=np.int64)
-        return triton_io.request_tensors(**self.generation_fields(plan, segment), ref_dac_codes=codes)
+        return self.new_plan(f, ckpt, text, deployment, ref_audio=ref.ref_audio, ref_text=ref.ref_text,
+                             stored_voice=ref.stored)
 
     # --- voices ---------------------------------------------------------------------------------------
 

@@ -19,26 +19,22 @@ from ttscore.contract import gepard
 
 from ..errors import bad_request
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
-from ..family_kit import BaseAdapter, checked_length_and_seed, segments_of
-from ..speech_fields import SpeechFields, plan_output, refuse_unsupported, text_field
+from ..family_kit import BaseAdapter
+from ..speech_fields import SpeechFields, text_field
 
-VOICE_ALIASES: dict[str, str] = {}  # OpenAI's voice names are not Gepard voices
 WHOLE_FORMATS = ("wav", "pcm", "flac", "mp3")  # opus: 22.05 kHz is not an Opus rate; aac: not in the table
 
 
 class GepardAdapter(BaseAdapter):
-    """One voice, no reference audio, no stored voices: the kit's defaults but for `plan`."""
+    """One voice, no reference audio, no stored voices: the kit's defaults but for its planning rules."""
 
     family = gepard.FAMILY
     rules = gepard.RULES
     default_task = gepard.TASK
-    voice_aliases = VOICE_ALIASES
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
-        assert named is not None  # not routed by task: always the named (or only) checkpoint
-        ckpt, rules = named, self.rules
-        name = rules.name
-        refuse_unsupported(f, rules)
+    def plan_request(self, f: SpeechFields, ckpt: ServedCheckpoint, text: str, deployment: PlanContext
+                     ) -> SpeechPlan:
+        name = self.rules.name
         # `extra_params` (any key, temperature/top_p/top_k included): refused by the planner, as for every
         # family whose rules list no knobs (FamilyRules.extra_params)
         voice = text_field(f.voice, "voice", 256)
@@ -58,14 +54,7 @@ class GepardAdapter(BaseAdapter):
         if fmt is not None and fmt not in WHOLE_FORMATS:
             raise bad_request(f"response_format '{fmt}' is not supported by {name}: use one of "
                               f"{', '.join(WHOLE_FORMATS)}", "response_format")
-        output = plan_output(f, ckpt.sample_rate)
-        max_new, seed = checked_length_and_seed(f, rules)
-        return SpeechPlan(
-            checkpoint=ckpt, task=ckpt.task, text=text, speaker=voice, language="auto", instructions=None,
-            ref_audio=None, ref_text=None, x_vector_only=False, stored_voice=None, non_streaming_mode=None,
-            max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
-            segments=segments_of(text, deployment),
-        )
+        return self.new_plan(f, ckpt, text, deployment, speaker=voice)
 
 
 ADAPTER = GepardAdapter()

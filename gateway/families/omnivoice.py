@@ -32,56 +32,43 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ttscore.contract import omnivoice
-from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.manifest import Manifest
 from ttscore.contract.omnivoice import text as omnivoice_text
 from ttscore.contract.omnivoice.voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES, check_codes
 from ttscore.contract.voicefile import REF_CODE
 
 from ..backend import InferenceBackend
 from ..errors import bad_request, from_invalid_request
-from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
-from ..family_kit import BaseAdapter, encode_clip, segments_of, stored_voice_of
-from ..longtext import split_segments
-from ..speech_fields import (
-    MAX_REF_TEXT_CHARS,
-    SpeechFields,
-    StoredVoice,
-    plan_output,
-    refuse_unsupported,
-    text_field,
+from ..family import PlanContext, ServedCheckpoint, SpeechPlan
+from ..family_kit import (
+    BaseAdapter,
+    CodecFacts,
+    CodecTarget,
+    CodesVoice,
+    clone_reference,
+    codec_models,
+    codec_targets,
+    encode_clip,
+    facts_of,
+    requested_voice,
 )
+from ..longtext import split_segments
+from ..speech_fields import SpeechFields, plan_output, text_field
 from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
 
-if TYPE_CHECKING:
-    from ttscore.contract.manifest import Manifest
 
+@dataclasses.dataclass(frozen=True)
+class OmniVoiceFacts(CodecFacts):
+    """A checkpoint's codec and the reference's language map (name -> id) from its manifest's tables."""
 
-VOICE_ALIASES: dict[str, str] = {}  # no preset speakers for OpenAI's voice names
-LANGUAGES = "language_ids"  # manifest_facts key: the reference's language map (name -> id)
-CODEC = "codec_sha256"  # manifest_facts key: the checksum of the codec weights (precomputed voices fit it)
-
-
-@dataclass(frozen=True)
-class OmniVoiceVoice(PrecomputedVoice):
-    """A precomputed OmniVoice voice: the reference codes (and, as every voice, its ref_text)."""
-
-    ref_codes: np.ndarray | None = None  # int64 [8, T]
-
-
-@dataclass(frozen=True)
-class CodecTarget:
-    """A served OmniVoice checkpoint as precomputed voices are checked against it."""
-
-    name: str
-    codec_sha256: str | None
+    language_ids: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,49 +79,36 @@ class OmniVoicePlan(SpeechPlan):
     speed: float = 1.0  # the reference's: applied by the model (the output's speed stays 1.0)
 
 
-
 class OmniVoiceAdapter(BaseAdapter):
     family = omnivoice.FAMILY
     rules = omnivoice.RULES
     default_task = omnivoice.TASK
     # Uploaded voices: codes computed at upload through every served checkpoint's codec_encoder.
-    voice_aliases = VOICE_ALIASES
     clones_voices = True  # each checkpoint has its codec_encoder (export/omnivoice/family.py)
+    plan_type = OmniVoicePlan
+    reference_input = "ref_audio_codes"  # [8, T] int64; without: the auto voice
 
-    def manifest_facts(self, manifest: Manifest) -> dict[str, Any]:
-        table = (manifest.raw.get("tables") or {}).get(LANGUAGES) or {}
-        return {LANGUAGES: {str(k): str(v) for k, v in table.items()},
-                CODEC: manifest.source_sha256(CODEC_WEIGHTS)}
+    def manifest_facts(self, manifest: Manifest) -> OmniVoiceFacts:
+        table = (manifest.raw.get("tables") or {}).get("language_ids") or {}
+        return OmniVoiceFacts(codec_sha256=manifest.source_sha256(CODEC_WEIGHTS),
+                              language_ids={str(k): str(v) for k, v in table.items()})
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
-        assert named is not None  # not routed by task: always the named (or only) checkpoint
-        ckpt, rules = named, self.rules
+    def plan_request(self, f: SpeechFields, ckpt: ServedCheckpoint, text: str, deployment: PlanContext
+                     ) -> SpeechPlan:
+        rules = self.rules
         name = rules.name
-        refuse_unsupported(f, rules)
         if f.initial_codec_chunk_frames is not None:
             raise bad_request(f"'initial_codec_chunk_frames' is not supported by {name} models (non-autoregressive: "
                               "audio comes a whole sentence at a time)", "initial_codec_chunk_frames")
         if f.task_type is not None and f.task_type not in rules.tasks:
             raise bad_request(f"{name} models do not support task_type='{f.task_type}'. Use "
                               f"task_type='{rules.tasks[0]}' or omit it.", "task_type")
-        voice = text_field(f.voice, "voice", 256)
-        voice = (voice or "").strip() or None
-        stored: StoredVoice | None = None
-        if voice is not None and voice.lower() != omnivoice.DEFAULT_VOICE:
-            stored = stored_voice_of(deployment, voice.lower(), ckpt, f"Invalid voice '{f.voice}' for {name}: use an "
-                                     f"uploaded voice, or omit 'voice' (or '{omnivoice.DEFAULT_VOICE}') for the "
-                                     "model's auto voice", fits="codec")
-        ref_audio = text_field(f.ref_audio, "ref_audio", 1 << 30)
-        ref_text = text_field(f.ref_text, "ref_text", MAX_REF_TEXT_CHARS)
-        ref_text = ref_text if ref_text and ref_text.strip() else None
-        if ref_audio is not None:
-            stored = None  # inline ref_audio overrides an uploaded voice (spec)
-        elif stored is not None and ref_text is None:
-            ref_text = stored.ref_text if stored.ref_text and stored.ref_text.strip() else None
-        elif stored is None and ref_text is not None:
-            raise bad_request("'ref_text' is the transcript of 'ref_audio': give 'ref_audio' too", "ref_text")
-        ref_text = omnivoice_text.clone_ref_text(ref_text) if ref_text is not None else None
-        cloning = ref_audio is not None or stored is not None
+        default = omnivoice.DEFAULT_VOICE
+        stored = requested_voice(f, ckpt, deployment, default, f"Invalid voice '{f.voice}' for {name}: use an "
+                                 f"uploaded voice, or omit 'voice' (or '{default}') for the model's auto voice",
+                                 fits="codec")
+        ref = clone_reference(f, stored)
+        ref_text = omnivoice_text.clone_ref_text(ref.ref_text) if ref.ref_text is not None else None
         instructions = text_field(f.instructions, "instructions", rules.max_text_chars)
         instructions = instructions if instructions and instructions.strip() else None
         speed = 1.0 if f.speed is None else float(f.speed)
@@ -145,63 +119,30 @@ class OmniVoiceAdapter(BaseAdapter):
         output = plan_output(dataclasses.replace(f, speed=None), ckpt.sample_rate)
         segments = split_segments(text, rules.max_text_chars)  # longer texts the model chunks itself
         try:
-            language = omnivoice_text.resolve_language(f.language, ckpt.facts.get(LANGUAGES, {}), name)
+            language = omnivoice_text.resolve_language(f.language, facts_of(ckpt, OmniVoiceFacts).language_ids, name)
             omnivoice_text.resolve_instructions(instructions, omnivoice_text.has_chinese(text))
             seed = rules.field("seed").check(f.seed)
             max_new = rules.field("max_new_tokens").check(f.max_new_tokens)
-            for part in segments if not cloning else ():  # with a reference: at its rate (the model checks)
+            for part in segments if not ref.cloning else ():  # with a reference: at its rate (the model checks)
                 omnivoice.checked_frames(part, None, None, speed, max_new)
         except InvalidRequest as exc:
             raise from_invalid_request(exc) from None
-        return OmniVoicePlan(
-            checkpoint=ckpt, task=rules.tasks[0], text=text, speaker=None, language=(f.language or "auto").lower(),
-            instructions=instructions, ref_audio=ref_audio, ref_text=ref_text, x_vector_only=False, stored_voice=stored,
-            non_streaming_mode=None, max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
-            segments=segments_of(text, deployment),
-            language_id=language, speed=speed, knobs=rules.knobs(f.extra_params),
+        return self.new_plan(
+            f, ckpt, text, deployment, language=(f.language or "auto").lower(), instructions=instructions,
+            ref_audio=ref.ref_audio, ref_text=ref_text, stored_voice=ref.stored, output=output, max_new_tokens=max_new,
+            seed=seed, initial_chunk_frames=None, language_id=language, speed=speed,
         )
 
     # --- generation --------------------------------------------------------------------------------
-
-    def needs_reference(self, plan: SpeechPlan) -> bool:
-        return plan.ref_audio is not None or plan.stored_voice is not None  # else the auto voice
-
-    async def reference_features(self, plan: SpeechPlan, env: FeatureEnv) -> np.ndarray:
-        """The reference codes [8, T]: a precomputed voice's, an uploaded voice's (computed at
-        upload), or `ref_audio`'s through the checkpoint's codec_encoder (shared by concurrent and
-        recent requests)."""
-        stored = plan.stored_voice
-        if stored is not None and stored.precomputed is not None:
-            precomputed: np.ndarray = stored.precomputed
-            return precomputed
-        model = plan.checkpoint.voice_features_model
-        if not model:
-            raise InvalidRequest(f"model `{plan.checkpoint.name}` cannot clone voices", "ref_audio")
-        if stored is not None:
-            if stored.model_features is None:
-                raise InvalidRequest(f"Voice '{stored.name}' cannot be used with {plan.checkpoint.name}", "voice")
-            codes: np.ndarray = await stored.model_features(model, False)  # one set of codes per clip
-            return codes
-        assert plan.ref_audio is not None
-        audio, rate = await env.ref_audio(plan.ref_audio, self.rules.ref_audio)
-        codes = await env.shared(audio_key(model, audio, rate),
-                                 lambda: self.clip_features(env.backend, model, audio, rate, False, env.request_id))
-        return codes
 
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
         assert isinstance(plan, OmniVoicePlan)
         return {
             **super().generation_fields(plan, segment),
             "language": plan.language_id,
-            "instructions": plan.instructions,
-            "ref_text": plan.ref_text if self.needs_reference(plan) else None,
             "speed": None if plan.speed == 1.0 else plan.speed,
             "sentence_chunks": True if plan.output.stream is not None else None,
         }
-
-    def generation_inputs(self, plan: SpeechPlan, segment: int, features: Any) -> dict[str, np.ndarray]:
-        codes = None if features is None else np.ascontiguousarray(features, dtype=np.int64)
-        return triton_io.request_tensors(**self.generation_fields(plan, segment), ref_audio_codes=codes)
 
     # --- voices ---------------------------------------------------------------------------------------
 
@@ -213,7 +154,7 @@ class OmniVoiceAdapter(BaseAdapter):
 
     def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
         """Every served OmniVoice checkpoint's codec checksum (a voice fits those with its codec)."""
-        return {"targets": [CodecTarget(c.name, c.facts.get(CODEC)) for c in checkpoints if c.family == self.family]}
+        return codec_targets(checkpoints, self.family)
 
     def precomputed_voice(self, root: Path, raw_name: Any, entry: Any,
                           targets: Sequence[CodecTarget] = ()) -> PrecomputedVoice:
@@ -232,25 +173,12 @@ class OmniVoiceAdapter(BaseAdapter):
             raise SkipVoice(f"{REF_CODE}: {exc.message}") from None
         text = entry.get("ref_text")
         ref_text = text.strip() if isinstance(text, str) and text.strip() else None
-        identity = entry.get("checkpoint") if isinstance(entry.get("checkpoint"), dict) else {}
-        sha = identity.get(CODEC_SHA256) if isinstance(identity.get(CODEC_SHA256), str) else None
-        models: tuple[str, ...] | None = None
-        if targets:
-            models = tuple(t.name for t in targets if sha is None or t.codec_sha256 is None or t.codec_sha256 == sha)
-            if not models:
-                made = identity.get("name") or "another checkpoint"
-                raise SkipVoice(f"made for {made} (codec {sha}); the served {self.rules.name} models' codecs are "
-                                + ", ".join(f"{t.name} ({t.codec_sha256 or 'unknown'})" for t in targets))
+        models = codec_models(entry, targets, CODEC_SHA256, self.rules.name)
         ref_codes = np.ascontiguousarray(stored.T.astype(np.int64))
         ref_codes.setflags(write=False)  # shared between requests
-        return OmniVoiceVoice(name=name, mode=mode, features=None, path=path, ref_text=ref_text,
-                              speaker_description=description(entry), model_type=self.family, models=models,
-                              ref_codes=ref_codes)
-
-    def stored_voice(self, voice: PrecomputedVoice) -> StoredVoice:
-        assert isinstance(voice, OmniVoiceVoice) and voice.ref_codes is not None
-        return StoredVoice(voice.name, ref_text=voice.ref_text, family=voice.model_type, models=voice.models,
-                           precomputed=voice.ref_codes)
+        return CodesVoice(name=name, mode=mode, features=None, path=path, ref_text=ref_text,
+                          speaker_description=description(entry), model_type=self.family, models=models,
+                          ref_codes=ref_codes)
 
 
 ADAPTER = OmniVoiceAdapter()

@@ -206,9 +206,6 @@ class Qwen3TTSAdapter(BaseAdapter):
 
     # --- generation --------------------------------------------------------------------------------
 
-    def needs_reference(self, plan: SpeechPlan) -> bool:
-        return plan.task == "Base"  # Base always clones
-
     def takes_open_text(self, plan: SpeechPlan) -> bool:
         """Incremental text (gateway.family.takes_open_text): the streaming prompt mode takes one
         text token per frame, except with an in-context reference (its text leads the prompt) or
@@ -252,11 +249,8 @@ class Qwen3TTSAdapter(BaseAdapter):
             "task_type": qwen3_tts.VARIANT_OF_TASK[plan.task],
             "speaker": plan.speaker,
             "language": plan.language,
-            "instructions": plan.instructions,
-            "ref_text": plan.ref_text,
             "x_vector_only": True if plan.task == "Base" and plan.x_vector_only else None,
             "non_streaming_mode": plan.non_streaming_mode,
-            "initial_chunk_frames": plan.initial_chunk_frames,
         }
 
     def knob_fields(self, knobs: Mapping[str, int | float]) -> dict[str, Any]:
@@ -271,7 +265,6 @@ class Qwen3TTSAdapter(BaseAdapter):
             if not plan.x_vector_only:
                 fields["ref_codes"] = ref_codes
         return triton_io.request_tensors(**fields)
-
 
     # --- voices ------------------------------------------------------------------------------------
 

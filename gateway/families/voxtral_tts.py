@@ -27,11 +27,10 @@ from ttscore.contract.errors import InvalidRequest
 
 from ..backend import InferenceBackend
 from ..errors import bad_request
-from ..family import FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan
-from ..family_kit import BaseAdapter, checked_length_and_seed, segments_of
-from ..speech_fields import SpeechFields, plan_output, refuse_unsupported, text_field
+from ..family import PlanContext, ServedCheckpoint, SpeechPlan
+from ..family_kit import BaseAdapter
+from ..speech_fields import SpeechFields, text_field
 
-VOICE_ALIASES: dict[str, str] = {}  # OpenAI's voice names are not Voxtral presets
 NO_ENCODER = "the checkpoint has no codec encoder, so it cannot clone a voice: use one of its preset voices"
 
 
@@ -39,16 +38,16 @@ class VoxtralAdapter(BaseAdapter):
     family = voxtral_tts.FAMILY
     rules = voxtral_tts.RULES
     default_task = voxtral_tts.TASK
-    voice_aliases = VOICE_ALIASES
 
-    def plan(self, f: SpeechFields, named: ServedCheckpoint | None, text: str, deployment: PlanContext) -> SpeechPlan:
-        assert named is not None  # not routed by task: always the named (or only) checkpoint
-        ckpt, rules = named, self.rules
-        name = rules.name
-        for field in ("ref_audio", "ref_text"):
+    def refuse(self, f: SpeechFields) -> None:
+        for field in ("ref_audio", "ref_text"):  # said first, and why
             if getattr(f, field, None) is not None:
-                raise bad_request(f"'{field}' is not supported by {name} models: {NO_ENCODER}", field)
-        refuse_unsupported(f, rules)
+                raise bad_request(f"'{field}' is not supported by {self.rules.name} models: {NO_ENCODER}", field)
+        super().refuse(f)
+
+    def plan_request(self, f: SpeechFields, ckpt: ServedCheckpoint, text: str, deployment: PlanContext
+                     ) -> SpeechPlan:
+        name = self.rules.name
         presets = ", ".join(ckpt.speakers)
         voice = text_field(f.voice, "voice", 256)
         if voice is None or not voice.strip():
@@ -59,27 +58,10 @@ class VoxtralAdapter(BaseAdapter):
                 raise bad_request(f"Voice '{voice}' is an uploaded or precomputed voice: {name} models take preset "
                                   f"voices only ({NO_ENCODER})", "voice")
             raise bad_request(f"Invalid voice '{voice}' for {name} model `{ckpt.name}`: use one of {presets}", "voice")
-        output = plan_output(f, ckpt.sample_rate)
-        max_new, seed = checked_length_and_seed(f, rules)
-        return SpeechPlan(
-            checkpoint=ckpt, task=ckpt.task, text=text, speaker=speaker, language="auto", instructions=None,
-            ref_audio=None, ref_text=None, x_vector_only=False, stored_voice=None, non_streaming_mode=None,
-            max_new_tokens=max_new, seed=seed, initial_chunk_frames=None, output=output,
-            segments=segments_of(text, deployment), knobs=rules.knobs(f.extra_params),
-        )
-
-    # --- generation --------------------------------------------------------------------------------
-
-    async def reference_features(self, plan: SpeechPlan, env: FeatureEnv) -> Any:
-        raise InvalidRequest(f"'ref_audio' is not supported by {self.rules.name} models: {NO_ENCODER}", "ref_audio")
+        return self.new_plan(f, ckpt, text, deployment, speaker=speaker)
 
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
-        return {
-            **super().generation_fields(plan, segment),
-            "voice": plan.speaker,
-        }
-
-    # --- voices: the checkpoint's presets only -------------------------------------------------------
+        return {**super().generation_fields(plan, segment), "voice": plan.speaker}
 
     async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
                             prompt: bool, request_id: str) -> Any:

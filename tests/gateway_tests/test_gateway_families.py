@@ -56,6 +56,7 @@ def _omnivoice_deployment():
     from pathlib import Path
 
     from gateway.families import adapter
+    from gateway.families.omnivoice import OmniVoiceFacts
     from gateway.family import ServedCheckpoint
     from gateway.planning import Deployment
     from gateway.settings import CheckpointSettings
@@ -64,7 +65,7 @@ def _omnivoice_deployment():
         settings=CheckpointSettings("OmniVoice-tiny", "base", "sg_omni", Path("/nowhere")), speakers=(),
         adapter=adapter("omnivoice"),
         languages=("auto",), sample_rate=24000, samples_per_frame=960, family="omnivoice",
-        facts={"language_ids": {"english": "en", "chinese": "zh"}})
+        facts=OmniVoiceFacts(language_ids={"english": "en", "chinese": "zh"}))
     return Deployment([ckpt])
 
 

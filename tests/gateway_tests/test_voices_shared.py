@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from voices_audio import FakeCompute, tone, wav
 
-from gateway.voices import store as store_mod
+from gateway.voices import records as records_mod
+from gateway.voices.admission import POLICY_IMMUTABLE
 from gateway.voices.features import FeatureCache
-from gateway.voices.store import POLICY_IMMUTABLE, VoiceStore
+from gateway.voices.store import VoiceStore
 from ttscore.contract.errors import InvalidRequest
 
 pytestmark = pytest.mark.unit
@@ -84,7 +85,7 @@ def test_a_voice_replaced_elsewhere_is_reread_and_its_old_features_are_never_use
 def test_a_half_written_upload_is_invisible(tmp_path):
     a, b = replica(tmp_path), replica(tmp_path, sync_interval_s=0)
     # What an upload in progress on another host looks like: its temp file, partly written.
-    (tmp_path / f"{store_mod.TEMP_PREFIX}otherhost.1-abc.tmp").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"au")
+    (tmp_path / f"{records_mod.TEMP_PREFIX}otherhost.1-abc.tmp").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"au")
     (tmp_path / "eve.safetensors.partial").write_bytes(b"junk")
     assert b.list() == [] and b.get("eve") is None
     upload(a, "eve")
@@ -122,9 +123,9 @@ def test_concurrent_overwrite_uploads_converge_on_the_last_rename(tmp_path):
 
 
 def test_restore_keeps_another_hosts_fresh_temp_file_and_removes_stale_ones(tmp_path):
-    young = tmp_path / f"{store_mod.TEMP_PREFIX}otherhost.1-young.tmp"
-    old = tmp_path / f"{store_mod.TEMP_PREFIX}otherhost.1-old.tmp"
-    mine = tmp_path / f"{store_mod.TEMP_PREFIX}{store_mod._HOST}.{2**22 + 7}-dead.tmp"  # our host, no such pid
+    young = tmp_path / f"{records_mod.TEMP_PREFIX}otherhost.1-young.tmp"
+    old = tmp_path / f"{records_mod.TEMP_PREFIX}otherhost.1-old.tmp"
+    mine = tmp_path / f"{records_mod.TEMP_PREFIX}{records_mod.HOST}.{2**22 + 7}-dead.tmp"  # our host, no such pid
     for p in (young, old, mine):
         p.write_bytes(b"partial")
     stale = time.time() - 3600

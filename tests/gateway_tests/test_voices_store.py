@@ -17,16 +17,12 @@ import pytest
 from voices_audio import FakeCompute, encode_av, encode_sf, flac_without_length, tone, wav
 
 from gateway.voices import audio_io
-from gateway.voices import store as store_mod
+from gateway.voices import records as records_mod
+from gateway.voices.admission import VoiceStoreSettings
 from gateway.voices.errors import UploadTooLarge, VoiceNotFound, VoiceSettingsError
 from gateway.voices.features import FeatureCache
-from gateway.voices.store import (
-    AUDIO_TENSOR,
-    VoiceStore,
-    VoiceStoreSettings,
-    delete_response,
-    upload_response,
-)
+from gateway.voices.records import AUDIO_TENSOR, delete_response, upload_response
+from gateway.voices.store import VoiceStore
 from ttscore.contract.errors import InvalidRequest
 
 pytestmark = pytest.mark.unit
@@ -391,25 +387,25 @@ def test_failed_write_leaves_the_previous_voice_and_no_temp_file(tmp_path, monke
 def test_a_cancelled_request_still_completes_its_commit(tmp_path, monkeypatch):
     """Client disconnect during the commit: the file is renamed AND the index follows, or neither."""
     store = make_store(tmp_path)
-    real = store_mod.atomic_write_bytes
+    real = records_mod.atomic_write_bytes
     started = asyncio.Event()
 
     def slow_write(*a, **k):
         time.sleep(0.3)
         return real(*a, **k)
 
-    monkeypatch.setattr(store_mod, "atomic_write_bytes", slow_write)
+    monkeypatch.setattr(records_mod, "atomic_write_bytes", slow_write)
 
     async def scenario():
         loop = asyncio.get_running_loop()
         orig_to_thread = asyncio.to_thread
 
         async def to_thread(fn, *a, **k):
-            if fn is store_mod._write_voice_file:  # (which calls atomic_write_bytes)
+            if fn is records_mod.write_voice_file:  # (which calls atomic_write_bytes)
                 loop.call_soon(started.set)
             return await orig_to_thread(fn, *a, **k)
 
-        monkeypatch.setattr(store_mod.asyncio, "to_thread", to_thread)
+        monkeypatch.setattr(asyncio, "to_thread", to_thread)
         task = asyncio.create_task(store.upload(name="v", audio=wav(), consent="c", mime_type="audio/wav"))
         await started.wait()
         task.cancel()

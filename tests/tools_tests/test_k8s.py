@@ -247,7 +247,7 @@ def test_gateway_matches_its_command_line_routes_and_env(overlay):
     from gateway.__main__ import API_KEYS_ENV, build_parser
     from gateway.routers import router
     from gateway.settings import DEFAULT_PORT, split_host_port
-    from gateway.voices.store import ENV_SAMPLES_DIR
+    from gateway.voices.admission import ENV_SAMPLES_DIR
     from triton_tts.cli import build_parser as cli_parser
 
     _, docs = overlay

@@ -26,7 +26,7 @@ REF_TEXT = "The reference transcript."
 
 
 def test_cli_writes_the_codes_and_transcript(tmp_path, breeze_export, capsys):
-    from gateway.families.breeze_tts_2 import CodecTarget
+    from gateway.family_kit import CodecTarget
     from ttscore.runtime.families import load_model
 
     ref = tmp_path / "ref.wav"

@@ -30,7 +30,7 @@ REF_TEXT = "The reference transcript"
 
 
 def test_cli_writes_the_codes_and_transcript(tmp_path, omnivoice_artifacts, capsys):
-    from gateway.families.omnivoice import CodecTarget
+    from gateway.family_kit import CodecTarget
     from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
 
     ref = tmp_path / "ref.wav"

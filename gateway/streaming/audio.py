@@ -1,0 +1,54 @@
+"""One TTS request of a WebSocket session, as audio frames sent as they come: a sentence (whole clip, or
+streamed when the config asks for it) or an utterance's incremental generation (always streamed: the
+point is early audio; more text reaches it by extension while it runs)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from ..family import SpeechPlan
+from ..metrics import RequestTrace
+from ..services import AudioStream, SpeechService
+from .messages import SessionSetup
+
+SendAudio = Callable[[bytes], Awaitable[None]]
+
+
+@dataclass
+class OpenText:
+    """The running generation of an utterance in incremental mode."""
+
+    key: str  # the Triton text key of the generation
+    plan: SpeechPlan
+    rid: str
+    chars: int  # characters sent so far
+    stop: asyncio.Event = field(default_factory=asyncio.Event)  # set: cancel it (the utterance is cancelled)
+    task: asyncio.Future[None] | None = None
+
+
+async def generate(service: SpeechService, setup: SessionSetup, text: str, rid: str, trace: RequestTrace,
+                   send: SendAudio, open_text: OpenText | None = None) -> None:
+    """Generate `text` (or run `open_text`'s generation) and `send` its audio as it comes."""
+    if open_text is not None:
+        await _send_stream(await service.open_stream(open_text.plan, rid, setup.features, trace=trace,
+                                                     text_key=open_text.key), send)
+        return
+    plan = service.plan(setup.message.speech_fields(text))
+    if plan.output.stream is not None:
+        await _send_stream(await service.open_stream(plan, rid, setup.features, trace=trace), send)
+    else:
+        clip = await service.synthesize(plan, rid, setup.features, trace=trace)
+        await send(clip.audio)
+
+
+async def _send_stream(stream: AudioStream, send: SendAudio) -> None:
+    try:
+        async for data in stream.body():
+            await send(data)
+    finally:
+        await stream.aclose()
+
+
+__all__ = ["OpenText", "SendAudio", "generate"]
