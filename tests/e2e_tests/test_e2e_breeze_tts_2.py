@@ -13,25 +13,17 @@ each family in flight together.
 
 from __future__ import annotations
 
-import base64
 import json
-import threading
 
-import httpx
+import e2e_speech as e2e
 import numpy as np
-import openai
 import pytest
 import soundfile as sf
 from breeze_tts_2_fixtures import reference, run_codes
 from e2e_speech import SPEECH, data_url, same_audio, wav_at
-from gateway_fixtures import render_stack_repository, start_gateway
+from gateway_fixtures import render_stack_repository
 
-from gateway import encoding
-from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
-from ttscore.contract import tensors as triton_io
-from ttscore.runtime.engine import Generator
-from ttscore.runtime.families import FAMILIES, load_model
+from ttscore.runtime.families import load_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -56,25 +48,18 @@ def stack(triton_server, tmp_path_factory, tiny_custom_voice_greedy, voxcpm2_tin
 
     work = tmp_path_factory.mktemp("e2e-breeze")
     ref = work / "ref.wav"
-    t = np.arange(int(16000 * 1.2)) / 16000  # uploads need at least 1 s; 16 kHz: the encoder resamples
-    sf.write(ref, (0.3 * np.sin(2 * np.pi * 180 * t) * np.sin(2 * np.pi * 2 * t)).astype(np.float32), 16000,
-             subtype="FLOAT")
+    e2e.write_tone(ref, 16000, 1.2, hz=180, wobble_hz=2, floor=0)  # 16 kHz: the encoder resamples
     voices = work / "voices"
     precompute_voice(breeze_export, PRECOMPUTED, ref, REF_TEXT, voices)
     pairs = [tiny_custom_voice_greedy[:2], (voxcpm2_tiny, voxcpm2_artifacts), (breeze_tiny, breeze_export),
              (breeze_foreign, breeze_foreign_export)]
     repo, cfg = render_stack_repository(work, pairs, max_active=2)
     server = triton_server(repo, ready_timeout_s=180)
-    cfg = {**cfg, "triton_url": server.grpc_url, "health_interval_s": 0, "custom_voice_dir": str(voices),
-           "speaker_samples_dir": str(tmp_path_factory.mktemp("breeze-speakers"))}
+    cfg = {**cfg, "triton_url": server.grpc_url, "custom_voice_dir": str(voices)}
     names = dict(zip(("qwen", "vox", "breeze", "foreign"), (m["name"] for m in cfg["models"]), strict=True))
-    port = free_port()
-    gw, thread = start_gateway(Settings.from_dict(cfg), port)
-    yield {"url": f"http://127.0.0.1:{port}", "names": names, "breeze": names["breeze"], "ref": ref,
-           "foreign_checkpoint": breeze_foreign,
-           "models": {"breeze": load_model(breeze_export), "foreign": load_model(breeze_foreign_export)}}
-    gw.should_exit = True
-    thread.join(15)
+    with e2e.serve_gateway(cfg, tmp_path_factory.mktemp("breeze-speakers")) as url:
+        yield {"url": url, "names": names, "breeze": names["breeze"], "ref": ref, "foreign_checkpoint": breeze_foreign,
+               "models": {"breeze": load_model(breeze_export), "foreign": load_model(breeze_foreign_export)}}
 
 
 def ref_codes(stack, key: str = "breeze") -> np.ndarray:
@@ -89,9 +74,7 @@ def offline(stack, voice: str = "S0", instructions: str | None = None, ref: bool
     fields = {"text": TEXT, "speaker": voice, "instructions": instructions, "max_new_tokens": FRAMES}
     if ref:
         fields.update(ref_codes=ref_codes(stack, key), ref_text=REF_TEXT)
-    request = FAMILIES["breeze_tts_2"].request_from_tensors(triton_io.request_tensors(**fields))
-    gen = Generator(stack["models"][key], max_batch=1, chunk_policy="fixed")
-    return np.concatenate([e.pcm for e in gen.synthesize(request)])
+    return e2e.offline_audio(stack["models"][key], "breeze_tts_2", **fields)[0]
 
 
 
@@ -114,22 +97,11 @@ def mode_fields(stack, mode: str) -> dict:
 
 def three_ways(http, payload: dict) -> list[np.ndarray]:
     """The same request as the whole file, the raw PCM stream and SSE events: int16 samples of each."""
-    out = [wav_of(http.post(SPEECH, json=payload))]
-    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream_format": "audio"}) as r:
-        assert r.status_code == 200, r.read()
-        out.append(np.frombuffer(b"".join(r.iter_bytes()), "<i2"))
-    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream": True}) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        text = "".join(r.iter_text())
-    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
-    assert events[-1]["type"] == "speech.audio.done", events[-1]
-    out.append(np.frombuffer(b"".join(base64.b64decode(e["audio"]) for e in events
-                                      if e["type"] == "speech.audio.delta"), "<i2"))
-    return out
+    return e2e.three_ways(http, payload, 24000).audio
 
 
 def test_models_lists_it_with_family_and_rate(http, stack):
-    cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+    cards = e2e.model_cards(http)
     card = cards[stack["breeze"]]
     assert (card["family"], card["sample_rate"]) == ("breeze_tts_2", 24000)
     assert {cards[stack["names"]["qwen"]]["family"], cards[stack["names"]["vox"]]["family"]} == {"qwen3_tts", "voxcpm2"}
@@ -183,32 +155,22 @@ def test_uploaded_and_precomputed_voices_equal_ref_audio_with_ref_text(http, sta
     want = offline(stack, ref=True)
     inline = wav_of(http.post(SPEECH, json=body(stack, **mode_fields(stack, "clone"))))
     same_audio(inline, want)
-    with stack["ref"].open("rb") as f:
-        r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
-                      data={"name": "breeze_told", "consent": "ok", "ref_text": REF_TEXT})
-    assert r.status_code == 200, r.text
-    with stack["ref"].open("rb") as f:
-        r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
-                      data={"name": "breeze_untold", "consent": "ok"})
-    assert r.status_code == 200, r.text
+    e2e.upload_voice(http, stack["ref"], "breeze_told", REF_TEXT)
+    e2e.upload_voice(http, stack["ref"], "breeze_untold")
     assert {"breeze_told", "breeze_untold", PRECOMPUTED} <= set(http.get("/v1/audio/voices").json()["voices"])
     for voice, extra in (("breeze_told", {}), ("breeze_untold", {"ref_text": REF_TEXT}), (PRECOMPUTED, {})):
         # the same codes; the streamed vocoder's float sums may differ by one 16-bit step between runs
         # (its chunk boundaries follow the engine's timing; streamed == whole within float error)
         got = wav_of(http.post(SPEECH, json=body(stack, voice=voice, **extra))).astype(np.int32)
         assert got.shape == inline.shape and np.max(np.abs(got - inline)) <= 1
-        with http.stream("POST", SPEECH, json=body(stack, voice=voice, response_format="pcm", stream_format="audio",
-                                                   **extra)) as r:
-            assert r.status_code == 200
-            same_audio(np.frombuffer(b"".join(r.iter_bytes()), "<i2"), want)
+        same_audio(e2e.streamed_pcm(http, body(stack, voice=voice, **extra)), want)
     directed = wav_of(http.post(SPEECH, json=body(stack, voice="breeze_told", instructions=DESIGN)))
     same_audio(directed, offline(stack, instructions=DESIGN, ref=True))
     # The foreign checkpoint has the same codec: the voices fit it too (its codes are its encoder's).
     got = wav_of(http.post(SPEECH, json=body(stack, model=stack["names"]["foreign"], voice="breeze_told")))
     same_audio(got, offline(stack, ref=True, key="foreign"))
     # Without a transcript (uploaded without one, none in the request) the voice cannot clone.
-    r = http.post(SPEECH, json=body(stack, voice="breeze_untold"))
-    assert r.status_code == 400 and r.json()["error"]["param"] == "ref_text", r.text
+    e2e.assert_refused(http.post(SPEECH, json=body(stack, voice="breeze_untold")), "ref_text")
     assert http.delete("/v1/audio/voices/breeze_untold").status_code == 200
 
 
@@ -217,45 +179,22 @@ def test_voices_differ(stack):
 
 
 def test_openai_sdk_against_its_id(stack):
-    client = openai.OpenAI(base_url=stack["url"] + "/v1", api_key="none", max_retries=0, timeout=300)
+    client = e2e.sdk(stack["url"])
     for model in (stack["breeze"], f"BreezeBlue/{stack['breeze']}"):
-        r = client.audio.speech.create(model=model, voice="S3", input=TEXT, response_format="wav",
-                                       extra_body={"max_new_tokens": FRAMES})
-        rate, samples = encoding.parse_wav(r.content)
-        assert rate == 24000
+        samples = e2e.sdk_wav(client, 24000, model=model, voice="S3", input=TEXT, extra_body={"max_new_tokens": FRAMES})
         same_audio(samples, offline(stack, "S3"))
-    with client.audio.speech.with_streaming_response.create(
-            model=stack["breeze"], voice="S0", input=TEXT, response_format="pcm", instructions=DESIGN,
-            extra_body={"stream_format": "audio", "max_new_tokens": FRAMES}) as r:
-        pcm = b"".join(r.iter_bytes())
-    same_audio(np.frombuffer(pcm, "<i2"), offline(stack, "S0", DESIGN))
+    pcm = e2e.sdk_pcm(client, {"max_new_tokens": FRAMES}, model=stack["breeze"], voice="S0", input=TEXT,
+                      instructions=DESIGN)
+    same_audio(pcm, offline(stack, "S0", DESIGN))
     foreign = stack["names"]["foreign"]
     for model in (foreign, f"BreezeBlue/{foreign}"):  # clone through the SDK's extra_body
-        r = client.audio.speech.create(model=model, voice="S0", input=TEXT, response_format="wav",
-                                       extra_body={"max_new_tokens": FRAMES, **mode_fields(stack, "clone")})
-        rate, samples = encoding.parse_wav(r.content)
-        assert rate == 24000
+        samples = e2e.sdk_wav(client, 24000, model=model, voice="S0", input=TEXT,
+                              extra_body={"max_new_tokens": FRAMES, **mode_fields(stack, "clone")})
         same_audio(samples, offline(stack, ref=True, key="foreign"))
 
 
 def websocket_audio(stack, config: dict) -> np.ndarray:
-    from websockets.sync.client import connect
-
-    ws_url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
-    with connect(ws_url, open_timeout=30, max_size=None) as ws:
-        ws.send(json.dumps({"type": "session.config", "max_new_tokens": FRAMES, "response_format": "pcm", **config}))
-        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
-        ws.send(json.dumps({"type": "input.done"}))
-        audio, done = b"", None
-        while done is None:
-            m = ws.recv(timeout=300)
-            if isinstance(m, bytes):
-                audio += m
-            elif json.loads(m)["type"] == "session.done":
-                done = json.loads(m)
-            else:
-                assert json.loads(m)["type"] != "error", m
-    return np.frombuffer(audio, "<i2")
+    return e2e.websocket_audio(stack["url"], {"max_new_tokens": FRAMES, **config}, TEXT)
 
 
 def test_websocket_with_its_id(stack):
@@ -266,26 +205,13 @@ def test_websocket_with_its_id(stack):
 
 
 def test_one_request_of_each_family_in_flight_together(stack):
-    results: dict[str, int] = {}
-
-    def post(key, payload):
-        with httpx.Client(base_url=stack["url"], timeout=300) as c:
-            with c.stream("POST", SPEECH, json=payload) as r:
-                results[key] = r.status_code
-                b"".join(r.iter_bytes())
-
     stream = {"response_format": "pcm", "stream_format": "audio"}
     payloads = {
         "breeze": body(stack, **stream),
         "qwen": {"input": TEXT, "model": stack["names"]["qwen"], "voice": "vivian", "max_new_tokens": 12, **stream},
         "vox": {"input": TEXT, "model": stack["names"]["vox"], "max_new_tokens": 6, **stream},
     }
-    threads = [threading.Thread(target=post, args=item) for item in payloads.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert results == {"breeze": 200, "qwen": 200, "vox": 200}
+    assert e2e.in_flight_together(stack["url"], payloads) == {"breeze": 200, "qwen": 200, "vox": 200}
 
 
 @pytest.mark.parametrize(
@@ -326,18 +252,11 @@ def test_refused_field_is_a_400_naming_it(http, stack, extra, param):
     if clip is not None:  # "REF": the test's reference clip
         extra = {**extra, "ref_audio": [ref if c == "REF" else c for c in clip] if isinstance(clip, list)
                  else ref if clip == "REF" else clip}
-    r = http.post(SPEECH, json=body(stack, **extra))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == param, r.json()
+    e2e.assert_refused(http.post(SPEECH, json=body(stack, **extra)), param)
 
 
 def test_the_next_request_after_a_refusal_is_served(http, stack):
-    """The matrix above runs on this server without a generation after each 400; this is its
-    end-to-end half: a refusal, then a request served."""
-    r = http.post(SPEECH, json=body(stack, max_new_tokens=0))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == "max_new_tokens", r.json()
-    assert wav_of(http.post(SPEECH, json=body(stack))).size
+    e2e.assert_served_after_a_refusal(http, body(stack, max_new_tokens=0), body(stack), 24000)
 
 
 def test_guidance_at_one_is_accepted_and_changes_nothing(http, stack):

@@ -16,25 +16,17 @@ one 16-bit step).
 
 from __future__ import annotations
 
-import base64
-import json
 from typing import Any
 
+import e2e_speech as e2e
 import numpy as np
 import openai
 import pytest
 import soundfile as sf
 from cosyvoice3_fixtures import reference_with_our_noise
 from e2e_speech import SPEECH, data_url, same_audio, wav_at
-from gateway_fixtures import start_gateway
 
-from gateway import encoding
-from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
 from ttscore.contract import cosyvoice3 as spec
-from ttscore.contract import tensors as triton_io
-from ttscore.runtime.engine import Generator
-from ttscore.runtime.families import FAMILIES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -51,20 +43,13 @@ FOREIGN_CASES = (("Bonjour a tous, comment allez vous", "a quiet room", 3, 60), 
 
 @pytest.fixture(scope="module")
 def stack(e2e_triton, tmp_path_factory):
-    cfg = {**e2e_triton["config"], "health_interval_s": 0,
-           "speaker_samples_dir": str(tmp_path_factory.mktemp("cosyvoice3-speakers"))}
-    port = free_port()
-    gw, thread = start_gateway(Settings.from_dict(cfg), port)
     ref = tmp_path_factory.mktemp("cosyvoice3-ref") / "ref.wav"
-    t = np.arange(int(24000 * 1.5)) / 24000  # uploads need at least 1 s
-    sf.write(ref, (0.3 * np.sin(2 * np.pi * 220 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype(np.float32),
-             24000, subtype="FLOAT")
-    yield {"url": f"http://127.0.0.1:{port}", "names": e2e_triton["names"], "cosy": e2e_triton["names"]["cosyvoice3"],
-           "model": e2e_triton["pipelines"]["cosyvoice3"], "ref": ref,
-           "foreign": e2e_triton["pipelines"]["cosyvoice3_foreign"],
-           "foreign_checkpoint": e2e_triton["checkpoints"]["cosyvoice3_foreign"]}
-    gw.should_exit = True
-    thread.join(15)
+    e2e.write_tone(ref, 24000, 1.5)
+    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("cosyvoice3-speakers")) as url:
+        yield {"url": url, "names": e2e_triton["names"], "cosy": e2e_triton["names"]["cosyvoice3"],
+               "model": e2e_triton["pipelines"]["cosyvoice3"], "ref": ref,
+               "foreign": e2e_triton["pipelines"]["cosyvoice3_foreign"],
+               "foreign_checkpoint": e2e_triton["checkpoints"]["cosyvoice3_foreign"]}
 
 
 def clip(stack) -> tuple[np.ndarray, int]:
@@ -77,11 +62,9 @@ def offline_events(model, text: str = TEXT, ref_text: str = REF_TEXT, ref_audio:
     """The offline engine with the tensors the gateway sends (the clip's features as prompt_encoder makes them)."""
     assert ref_audio is not None
     feats = model.front.features(*ref_audio)
-    fields = {"text": text, "ref_text": ref_text, "seed": seed, "max_new_tokens": max_new_tokens,
-              "prompt_speech_tokens": feats.speech_tokens, "prompt_mel": feats.feat,
-              "prompt_embedding": feats.embedding, **knobs}
-    request = FAMILIES[spec.FAMILY].request_from_tensors(triton_io.request_tensors(**fields))
-    return list(Generator(model, max_batch=1).synthesize(request))
+    return e2e.offline_events(model, spec.FAMILY, chunk_policy=None, text=text, ref_text=ref_text, seed=seed,
+                              max_new_tokens=max_new_tokens, prompt_speech_tokens=feats.speech_tokens,
+                              prompt_mel=feats.feat, prompt_embedding=feats.embedding, **knobs)
 
 
 def offline(stack, **kw: Any) -> tuple[np.ndarray, int]:
@@ -100,26 +83,8 @@ def wav_of(r) -> np.ndarray:
 
 
 
-def three_ways(http, payload: dict) -> tuple[list[np.ndarray], list[bytes], int]:
-    """The whole file, the raw PCM stream and SSE (int16 samples of each), the SSE deltas, and the speech
-    tokens the SSE's final usage counts."""
-    out = [wav_of(http.post(SPEECH, json=payload))]
-    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream_format": "audio"}) as r:
-        assert r.status_code == 200, r.read()
-        out.append(np.frombuffer(b"".join(r.iter_bytes()), "<i2"))
-    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream": True}) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        text = "".join(r.iter_text())
-    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
-    assert events[-1]["type"] == "speech.audio.done", events[-1]
-    deltas = [base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"]
-    out.append(np.frombuffer(b"".join(deltas), "<i2"))
-    return out, deltas, int(events[-1]["usage"]["output_tokens"])
-
-
 def test_models_lists_it(http, stack):
-    cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
-    card = cards[stack["cosy"]]
+    card = e2e.model_cards(http)[stack["cosy"]]
     assert (card["family"], card["sample_rate"]) == (spec.FAMILY, RATE)
 
 
@@ -129,14 +94,11 @@ def test_whole_raw_stream_and_sse_equal_the_offline_engine_and_stream_per_hop(ht
     pieces = [e.pcm for e in events if len(e.pcm)]
     tokens = events[-1].usage.output_tokens
     assert tokens > 2 * 25, "long enough for more than two hops"
-    got, deltas, counted = three_ways(http, body(stack))
-    assert counted == tokens
-    for samples in got:
-        same_audio(samples, want)
-    assert all(np.array_equal(got[0], g) for g in got[1:])  # streamed == whole (one mask for both)
+    got = e2e.three_ways(http, body(stack), RATE)
+    e2e.assert_three_ways_equal(got, want, tokens)  # streamed == whole (one mask for both)
     # The first audio is the first hop's (sent while the later tokens are generated), not the utterance.
-    assert len(pieces) >= 3 and len(deltas) >= len(pieces)
-    assert 0 < len(deltas[0]) // 2 <= len(pieces[0]) < len(want)
+    assert len(pieces) >= 3 and len(got.deltas) >= len(pieces)
+    assert 0 < len(got.deltas[0]) // 2 <= len(pieces[0]) < len(want)
 
 
 def test_seed_reaches_the_sampling_and_none_is_a_drawn_one(http, stack):
@@ -169,36 +131,21 @@ def test_extra_params_reach_the_ras_sampling(http, stack):
 
 
 def test_uploaded_voice_speaks_with_its_features_and_transcript(http, stack):
-    with stack["ref"].open("rb") as f:
-        r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
-                      data={"name": "cosy_told", "consent": "ok", "ref_text": REF_TEXT})
-    assert r.status_code == 200, r.text
+    e2e.upload_voice(http, stack["ref"], "cosy_told", REF_TEXT)
     want, _ = offline(stack, text=SHORT, max_new_tokens=30)
     payload = {"input": SHORT, "model": stack["cosy"], "voice": "cosy_told", "max_new_tokens": 30, "seed": SEED}
     same_audio(wav_of(http.post(SPEECH, json=payload)), want)
-    with stack["ref"].open("rb") as f:  # without a transcript: the request gives one
-        r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
-                      data={"name": "cosy_plain", "consent": "ok"})
-    assert r.status_code == 200, r.text
-    r = http.post(SPEECH, json={**payload, "voice": "cosy_plain"})
-    assert r.status_code == 400 and r.json()["error"]["param"] == "ref_text", r.text
+    e2e.upload_voice(http, stack["ref"], "cosy_plain")  # without a transcript: the request gives one
+    e2e.assert_refused(http.post(SPEECH, json={**payload, "voice": "cosy_plain"}), "ref_text")
     same_audio(wav_of(http.post(SPEECH, json={**payload, "voice": "cosy_plain", "ref_text": REF_TEXT})), want)
 
 
 def test_openai_sdk_with_ref_audio_and_ref_text_in_extra_body(stack):
-    client = openai.OpenAI(base_url=stack["url"] + "/v1", api_key="none", max_retries=0, timeout=600)
+    client = e2e.sdk(stack["url"], timeout=600)
     want, _ = offline(stack, text=SHORT, max_new_tokens=30)
     extra = {"ref_audio": data_url(stack["ref"]), "ref_text": REF_TEXT, "max_new_tokens": 30, "seed": SEED}
-    r = client.audio.speech.create(model=stack["cosy"], voice="default", input=SHORT, response_format="wav",
-                                   extra_body=extra)
-    rate, samples = encoding.parse_wav(r.content)
-    assert rate == RATE
-    same_audio(samples, want)
-    with client.audio.speech.with_streaming_response.create(
-            model=stack["cosy"], voice="default", input=SHORT, response_format="pcm",
-            extra_body={**extra, "stream_format": "audio"}) as r:
-        pcm = b"".join(r.iter_bytes())
-    same_audio(np.frombuffer(pcm, "<i2"), want)
+    same_audio(e2e.sdk_wav(client, RATE, model=stack["cosy"], voice="default", input=SHORT, extra_body=extra), want)
+    same_audio(e2e.sdk_pcm(client, extra, model=stack["cosy"], voice="default", input=SHORT), want)
     with pytest.raises(openai.BadRequestError) as err:
         client.audio.speech.create(model=stack["cosy"], voice="default", input=SHORT,
                                    extra_body={"ref_audio": data_url(stack["ref"])})
@@ -222,30 +169,17 @@ def test_openai_sdk_with_ref_audio_and_ref_text_in_extra_body(stack):
         ({"extra_params": {"temperature": -0.7}}, "extra_params"),
         ({"extra_params": {"min_p": 0.1}}, "extra_params"),
         ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio"),
-        ({"speaker_embedding": [0.0, 1.0]}, "speaker_embedding"),
-        ({"instructions": "A calm voice."}, "instructions"),
-        ({"language": "English"}, "language"),
-        ({"task_type": "Base"}, "task_type"),
-        ({"x_vector_only_mode": True}, "x_vector_only_mode"),
-        ({"non_streaming_mode": False}, "non_streaming_mode"),
-        ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
-        ({"word_timestamps": True}, "word_timestamps"),
+        *e2e.OTHER_FAMILIES_FIELDS,
     ],
 )
 def test_refused_field_is_a_400_naming_it(http, stack, extra, param):
     payload = {k: v for k, v in {**body(stack, input=SHORT, max_new_tokens=10), **extra}.items() if v is not None}
-    r = http.post(SPEECH, json=payload)
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == param, r.json()
+    e2e.assert_refused(http.post(SPEECH, json=payload), param)
 
 
 def test_the_next_request_after_a_refusal_is_served(http, stack):
-    """The matrix above runs on this server without a generation after each 400; this is its
-    end-to-end half: a refusal, then a request served."""
-    r = http.post(SPEECH, json=body(stack, input=SHORT, max_new_tokens=0))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == "max_new_tokens", r.json()
-    assert wav_of(http.post(SPEECH, json=body(stack, input=SHORT, max_new_tokens=10))).size
+    e2e.assert_served_after_a_refusal(http, body(stack, input=SHORT, max_new_tokens=0),
+                                      body(stack, input=SHORT, max_new_tokens=10), RATE)
 
 
 @pytest.fixture(scope="module")
@@ -272,10 +206,4 @@ def test_foreign_checkpoint_through_the_api_equals_the_reference(http, stack, fo
                                   want_tokens)
     payload = {"input": text, "model": name, "ref_audio": data_url(stack["ref"]), "ref_text": ref_text,
                "max_new_tokens": tokens, "seed": seed}
-    got, _, counted = three_ways(http, payload)
-    assert counted == len(want_tokens)
-    for samples in got:
-        assert samples.shape == want.shape
-        # int16 floors the served float: within one 16-bit step of it, which is within AUDIO_ATOL of want
-        assert np.max(np.abs(samples / 32768.0 - want)) <= AUDIO_ATOL + 1 / 32768
-    assert all(np.array_equal(got[0], g) for g in got[1:])
+    e2e.assert_three_ways_within(e2e.three_ways(http, payload, RATE), want, len(want_tokens), AUDIO_ATOL)

@@ -15,24 +15,14 @@ step), text-only and cloned (the reference encodes the clip itself; the API's co
 
 from __future__ import annotations
 
-import base64
-import json
-
+import e2e_speech as e2e
 import numpy as np
-import openai
 import pytest
-import soundfile as sf
 from e2e_speech import SPEECH, data_url, same_audio, wav_at
 from fish_speech_fixtures import reference
-from gateway_fixtures import start_gateway
 
 from gateway import encoding
-from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
 from ttscore.contract import fish_speech as spec
-from ttscore.contract import tensors as triton_io
-from ttscore.runtime.engine import Generator
-from ttscore.runtime.families import FAMILIES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,20 +40,13 @@ FOREIGN_CASES = ({"text": "A foreign checkpoint speaks.", "max_new_tokens": 9, "
 
 @pytest.fixture(scope="module")
 def stack(e2e_triton, tmp_path_factory):
-    cfg = {**e2e_triton["config"], "health_interval_s": 0,
-           "speaker_samples_dir": str(tmp_path_factory.mktemp("fish-speakers"))}
-    port = free_port()
-    gw, thread = start_gateway(Settings.from_dict(cfg), port)
     ref = tmp_path_factory.mktemp("fish-ref") / "ref.wav"
-    t = np.arange(int(RATE * 1.2)) / RATE  # uploads need at least 1 s
-    clip = (0.3 * np.sin(2 * np.pi * 220 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
-    sf.write(ref, clip, RATE, subtype="FLOAT")  # float samples: the decoded clip is this one exactly
-    yield {"url": f"http://127.0.0.1:{port}", "names": e2e_triton["names"], "fish": e2e_triton["names"]["fish_speech"],
-           "model": e2e_triton["pipelines"]["fish_speech"], "ref": ref, "clip": clip,
-           "foreign_model": e2e_triton["pipelines"]["fish_speech_foreign"],
-           "foreign_checkpoint": e2e_triton["checkpoints"]["fish_speech_foreign"]}
-    gw.should_exit = True
-    thread.join(15)
+    clip = e2e.write_tone(ref, RATE, 1.2)
+    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("fish-speakers")) as url:
+        yield {"url": url, "names": e2e_triton["names"], "fish": e2e_triton["names"]["fish_speech"],
+               "model": e2e_triton["pipelines"]["fish_speech"], "ref": ref, "clip": clip,
+               "foreign_model": e2e_triton["pipelines"]["fish_speech_foreign"],
+               "foreign_checkpoint": e2e_triton["checkpoints"]["fish_speech_foreign"]}
 
 
 def clone_codes(model, clip: np.ndarray) -> np.ndarray:
@@ -72,14 +55,10 @@ def clone_codes(model, clip: np.ndarray) -> np.ndarray:
 
 def offline(stack, text: str = TEXT, seed: int = SEED, model=None, **fields) -> tuple[np.ndarray, int]:
     """The offline engine with the tensors the gateway sends: (audio, frames made)."""
-    model = model or stack["model"]
-    tensors = triton_io.request_tensors(text=text, max_new_tokens=fields.pop("max_new_tokens", FRAMES), seed=seed,
-                                        **fields)
-    request = FAMILIES[spec.FAMILY].request_from_tensors(tensors)
-    events = list(Generator(model, max_batch=1, chunk_policy="fixed").synthesize(request))
-    made = sum(e.frames for e in events)
+    audio, made = e2e.offline_audio(model or stack["model"], spec.FAMILY, text=text,
+                                    max_new_tokens=fields.pop("max_new_tokens", FRAMES), seed=seed, **fields)
     assert made >= 1
-    return np.concatenate([e.pcm for e in events]), made
+    return audio, made
 
 
 def body(stack, **kw):
@@ -94,25 +73,8 @@ def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray, frames: int
     same_audio(got_int16, want_float, frames * SAMPLES_PER_FRAME)
 
 
-def three_ways(http, payload: dict) -> tuple[list[np.ndarray], int]:
-    """The whole file, the raw PCM stream and SSE events (int16 samples of each), and the frames the SSE's final
-    usage counts."""
-    out = [wav_of(http.post(SPEECH, json=payload))]
-    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream_format": "audio"}) as r:
-        assert r.status_code == 200, r.read()
-        out.append(np.frombuffer(b"".join(r.iter_bytes()), "<i2"))
-    with http.stream("POST", SPEECH, json={**payload, "response_format": "pcm", "stream": True}) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        text = "".join(r.iter_text())
-    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
-    assert events[-1]["type"] == "speech.audio.done", events[-1]
-    out.append(np.frombuffer(b"".join(base64.b64decode(e["audio"]) for e in events
-                                      if e["type"] == "speech.audio.delta"), "<i2"))
-    return out, int(events[-1]["usage"]["output_tokens"])
-
-
 def test_models_lists_it_at_44k(http, stack):
-    cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+    cards = e2e.model_cards(http)
     for key in ("fish_speech", "fish_speech_foreign"):
         card = cards[stack["names"][key]]
         assert (card["family"], card["sample_rate"]) == (spec.FAMILY, RATE)
@@ -121,34 +83,25 @@ def test_models_lists_it_at_44k(http, stack):
 @pytest.mark.parametrize("voice", [None, "default"])
 def test_text_only_whole_raw_and_sse_equal_the_offline_engine(http, stack, voice):
     want, frames = offline(stack)
-    got, counted = three_ways(http, body(stack, **({"voice": voice} if voice else {})))
-    assert counted == frames
-    for samples in got:
-        assert_same_audio(samples, want, frames)
-    assert all(np.array_equal(got[0], g) for g in got[1:])  # streamed == whole (exact streaming vocoder)
+    got = e2e.three_ways(http, body(stack, **({"voice": voice} if voice else {})), RATE)
+    e2e.assert_three_ways_equal(got, want, frames, frames * SAMPLES_PER_FRAME)
 
 
 def test_cloned_whole_raw_and_sse_equal_the_offline_engine(http, stack):
     codes = clone_codes(stack["model"], stack["clip"])
     want, frames = offline(stack, ref_text=REF_TEXT, ref_dac_codes=codes)
     assert not np.array_equal(want, offline(stack)[0])  # the reference changes the audio
-    got, counted = three_ways(http, body(stack, ref_audio=data_url(stack["ref"]), ref_text=REF_TEXT))
-    assert counted == frames
-    for samples in got:
-        assert_same_audio(samples, want, frames)
-    assert all(np.array_equal(got[0], g) for g in got[1:])
+    got = e2e.three_ways(http, body(stack, ref_audio=data_url(stack["ref"]), ref_text=REF_TEXT), RATE)
+    e2e.assert_three_ways_equal(got, want, frames, frames * SAMPLES_PER_FRAME)
 
 
 def test_uploaded_voice_clones_with_its_codes_and_transcript(http, stack):
-    with stack["ref"].open("rb") as f:
-        r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
-                      data={"name": "fish_told", "consent": "ok", "ref_text": REF_TEXT})
-    assert r.status_code == 200, r.text
+    e2e.upload_voice(http, stack["ref"], "fish_told", REF_TEXT)
     assert "fish_told" in http.get("/v1/audio/voices").json()["voices"]
     want, frames = offline(stack, ref_text=REF_TEXT, ref_dac_codes=clone_codes(stack["model"], stack["clip"]))
-    got, counted = three_ways(http, body(stack, voice="fish_told"))
-    assert counted == frames
-    for samples in got:
+    got = e2e.three_ways(http, body(stack, voice="fish_told"), RATE)
+    assert got.counted == frames
+    for samples in got.audio:
         assert_same_audio(samples, want, frames)
 
 
@@ -181,45 +134,24 @@ def test_whole_file_formats_and_rates(http, stack):
 
 
 def test_openai_sdk(stack):
-    client = openai.OpenAI(base_url=stack["url"] + "/v1", api_key="none", max_retries=0, timeout=300)
+    client = e2e.sdk(stack["url"])
     want, frames = offline(stack)
-    r = client.audio.speech.create(model=stack["fish"], voice="default", input=TEXT, response_format="wav",
-                                   extra_body={"max_new_tokens": FRAMES, "seed": SEED})
-    rate, samples = encoding.parse_wav(r.content)
-    assert rate == RATE
+    samples = e2e.sdk_wav(client, RATE, model=stack["fish"], voice="default", input=TEXT,
+                          extra_body={"max_new_tokens": FRAMES, "seed": SEED})
     assert_same_audio(samples, want, frames)
     want, frames = offline(stack, ref_text=REF_TEXT, ref_dac_codes=clone_codes(stack["model"], stack["clip"]))
-    with client.audio.speech.with_streaming_response.create(
-            model=stack["fish"], voice="default", input=TEXT, response_format="pcm",
-            extra_body={"stream_format": "audio", "max_new_tokens": FRAMES, "seed": SEED,
-                        "ref_audio": data_url(stack["ref"]), "ref_text": REF_TEXT}) as r:
-        pcm = b"".join(r.iter_bytes())
-    assert_same_audio(np.frombuffer(pcm, "<i2"), want, frames)
+    pcm = e2e.sdk_pcm(client, {"max_new_tokens": FRAMES, "seed": SEED, "ref_audio": data_url(stack["ref"]),
+                               "ref_text": REF_TEXT}, model=stack["fish"], voice="default", input=TEXT)
+    assert_same_audio(pcm, want, frames)
 
 
 @pytest.mark.parametrize("cloned", [False, True])
 def test_websocket(stack, cloned):
-    from websockets.sync.client import connect
-
     clone = {"ref_audio": data_url(stack["ref"]), "ref_text": REF_TEXT} if cloned else {}
     codes = {"ref_text": REF_TEXT, "ref_dac_codes": clone_codes(stack["model"], stack["clip"])} if cloned else {}
     want, frames = offline(stack, **codes)
-    ws_url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
-    with connect(ws_url, open_timeout=30, max_size=None) as ws:
-        ws.send(json.dumps({"type": "session.config", "model": stack["fish"], "voice": "default",
-                            "max_new_tokens": FRAMES, "seed": SEED, "response_format": "pcm", **clone}))
-        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
-        ws.send(json.dumps({"type": "input.done"}))
-        audio, done = b"", None
-        while done is None:
-            m = ws.recv(timeout=300)
-            if isinstance(m, bytes):
-                audio += m
-            elif json.loads(m)["type"] == "session.done":
-                done = json.loads(m)
-            else:
-                assert json.loads(m)["type"] != "error", m
-    assert_same_audio(np.frombuffer(audio, "<i2"), want, frames)
+    config = {"model": stack["fish"], "voice": "default", "max_new_tokens": FRAMES, "seed": SEED, **clone}
+    assert_same_audio(e2e.websocket_audio(stack["url"], config, TEXT), want, frames)
 
 
 @pytest.mark.parametrize(
@@ -242,31 +174,17 @@ def test_websocket(stack, cloned):
         ({"extra_params": {"top_p": 0}}, "extra_params"),
         ({"extra_params": {"top_k": 2.5}}, "extra_params"),
         ({"extra_params": {"cfg_alpha": 1.0}}, "extra_params"),  # temperature/top_k/top_p only
-        ({"speaker_embedding": [0.0, 1.0]}, "speaker_embedding"),
-        ({"instructions": "A calm voice."}, "instructions"),
-        ({"language": "English"}, "language"),
-        ({"task_type": "Base"}, "task_type"),
-        ({"x_vector_only_mode": True}, "x_vector_only_mode"),
-        ({"non_streaming_mode": False}, "non_streaming_mode"),
-        ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
-        ({"word_timestamps": True}, "word_timestamps"),
+        *e2e.OTHER_FAMILIES_FIELDS,
     ],
 )
 def test_refused_field_is_a_400_naming_it(http, stack, extra, param):
     if extra.get("ref_audio") == "REF":
         extra = {**extra, "ref_audio": data_url(stack["ref"])}
-    r = http.post(SPEECH, json=body(stack, **extra))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == param, r.json()
+    e2e.assert_refused(http.post(SPEECH, json=body(stack, **extra)), param)
 
 
 def test_the_next_request_after_a_refusal_is_served(http, stack):
-    """The matrix above runs on this server without a generation after each 400; this is its
-    end-to-end half: a refusal, then a request served."""
-    r = http.post(SPEECH, json=body(stack, max_new_tokens=0))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == "max_new_tokens", r.json()
-    assert wav_of(http.post(SPEECH, json=body(stack))).size
+    e2e.assert_served_after_a_refusal(http, body(stack, max_new_tokens=0), body(stack), RATE)
 
 
 @pytest.fixture(scope="module")
@@ -297,10 +215,4 @@ def test_foreign_checkpoint_through_the_api_equals_the_reference(http, stack, fo
         payload |= {"ref_audio": data_url(stack["ref"]), "ref_text": c["ref_text"]}
         np.testing.assert_array_equal(clone_codes(stack["foreign_model"], stack["clip"]),
                                       foreign_reference[f"ref_codes_{case}"])
-    got, counted = three_ways(http, payload)
-    assert counted == len(codes)
-    for samples in got:
-        assert samples.shape == want.shape
-        # int16 floors the served float: within one 16-bit step of it, which is within AUDIO_ATOL of want
-        assert np.max(np.abs(samples / 32768.0 - want)) <= AUDIO_ATOL + 1 / 32768
-    assert all(np.array_equal(got[0], g) for g in got[1:])
+    e2e.assert_three_ways_within(e2e.three_ways(http, payload, RATE), want, len(codes), AUDIO_ATOL)

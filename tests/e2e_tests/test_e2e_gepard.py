@@ -15,24 +15,14 @@ and seeds.
 
 from __future__ import annotations
 
-import json
-import threading
-
-import httpx
+import e2e_speech as e2e
 import numpy as np
-import openai
 import pytest
-from e2e_speech import SPEECH, same_audio, three_ways, wav_at
-from gateway_fixtures import start_gateway
+from e2e_speech import SPEECH, same_audio, wav_at
 from gepard_fixtures import FOREIGN_CODEC_FILE, reference_with_our_noise
 
 from gateway import encoding
-from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
 from ttscore.contract import gepard as spec
-from ttscore.contract import tensors as triton_io
-from ttscore.runtime.engine import Generator
-from ttscore.runtime.families import FAMILIES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,24 +35,16 @@ SEED = 7
 
 @pytest.fixture(scope="module")
 def stack(e2e_triton, tmp_path_factory):
-    cfg = {**e2e_triton["config"], "speaker_samples_dir": str(tmp_path_factory.mktemp("gepard-speakers")),
-           "health_interval_s": 0}
-    port = free_port()
-    gw, thread = start_gateway(Settings.from_dict(cfg), port)
-    yield {"url": f"http://127.0.0.1:{port}", "names": e2e_triton["names"], "gepard": e2e_triton["names"]["gepard"],
-           "model": e2e_triton["pipelines"]["gepard"]}
-    gw.should_exit = True
-    thread.join(15)
+    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("gepard-speakers")) as url:
+        yield {"url": url, "names": e2e_triton["names"], "gepard": e2e_triton["names"]["gepard"],
+               "model": e2e_triton["pipelines"]["gepard"]}
 
 
 def offline(stack, seed: int | None = SEED, frames: int = FRAMES) -> tuple[np.ndarray, int]:
     """The offline engine with the tensors the gateway sends: (audio, frames made)."""
-    fields = {"text": TEXT, "max_new_tokens": frames, "seed": seed}
-    request = FAMILIES[spec.FAMILY].request_from_tensors(triton_io.request_tensors(**fields))
-    events = list(Generator(stack["model"], max_batch=1, chunk_policy="fixed").synthesize(request))
-    made = sum(e.frames for e in events)
+    audio, made = e2e.offline_audio(stack["model"], spec.FAMILY, text=TEXT, max_new_tokens=frames, seed=seed)
     assert 1 <= made <= frames
-    return np.concatenate([e.pcm for e in events]), made
+    return audio, made
 
 
 def body(stack, **kw):
@@ -78,7 +60,7 @@ def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray, frames: int
 
 
 def test_models_lists_it_with_family_rate_and_voice(http, stack):
-    cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+    cards = e2e.model_cards(http)
     card = cards[stack["gepard"]]
     assert (card["family"], card["sample_rate"], card["voices"]) == (spec.FAMILY, 22050, ["default"])
     assert cards[stack["names"]["voxcpm2"]]["family"] == "voxcpm2"
@@ -87,11 +69,8 @@ def test_models_lists_it_with_family_rate_and_voice(http, stack):
 
 def test_whole_file_raw_stream_and_sse_equal_the_offline_engine(http, stack):
     want, frames = offline(stack)
-    got, counted = three_ways(http, body(stack))
-    assert counted == frames
-    for samples in got:
-        assert_same_audio(samples, want, frames)
-    assert all(np.array_equal(got[0], g) for g in got[1:])  # streamed == whole (exact streaming vocoder)
+    got = e2e.three_ways(http, body(stack), spec.SAMPLE_RATE)
+    e2e.assert_three_ways_equal(got, want, frames, frames * spec.SAMPLES_PER_FRAME)
 
 
 def test_streamed_wav_and_voice_default(http, stack):
@@ -126,18 +105,14 @@ def test_whole_file_formats(http, stack, fmt):
 
 def test_openai_sdk_against_its_id(stack):
     want, frames = offline(stack)
-    client = openai.OpenAI(base_url=stack["url"] + "/v1", api_key="none", max_retries=0, timeout=300)
+    client = e2e.sdk(stack["url"])
     for model in (stack["gepard"], f"nineninesix/{stack['gepard']}"):
-        r = client.audio.speech.create(model=model, voice="default", input=TEXT, response_format="wav",
-                                       extra_body={"max_new_tokens": FRAMES, "seed": SEED})
-        rate, samples = encoding.parse_wav(r.content)
-        assert rate == spec.SAMPLE_RATE
+        samples = e2e.sdk_wav(client, spec.SAMPLE_RATE, model=model, voice="default", input=TEXT,
+                              extra_body={"max_new_tokens": FRAMES, "seed": SEED})
         assert_same_audio(samples, want, frames)
-    with client.audio.speech.with_streaming_response.create(
-            model=stack["gepard"], voice="default", input=TEXT, response_format="pcm",
-            extra_body={"stream_format": "audio", "max_new_tokens": FRAMES, "seed": SEED}) as r:
-        pcm = b"".join(r.iter_bytes())
-    assert_same_audio(np.frombuffer(pcm, "<i2"), want, frames)
+    pcm = e2e.sdk_pcm(client, {"max_new_tokens": FRAMES, "seed": SEED}, model=stack["gepard"], voice="default",
+                      input=TEXT)
+    assert_same_audio(pcm, want, frames)
 
 
 # One case per refusing row of the spec's Gepard table (speech_api.md, "Gepard-1.0").
@@ -160,30 +135,16 @@ def test_openai_sdk_against_its_id(stack):
         ({"extra_params": {"top_k": 5}}, "extra_params"),
         ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio"),  # cloning / style fields
         ({"ref_text": "A transcript."}, "ref_text"),
-        ({"speaker_embedding": [0.0, 1.0]}, "speaker_embedding"),
-        ({"instructions": "A calm voice."}, "instructions"),
-        ({"language": "English"}, "language"),
-        ({"task_type": "Base"}, "task_type"),
-        ({"x_vector_only_mode": True}, "x_vector_only_mode"),
-        ({"non_streaming_mode": False}, "non_streaming_mode"),
-        ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
-        ({"word_timestamps": True}, "word_timestamps"),
+        *e2e.OTHER_FAMILIES_FIELDS,
         ({"sample_rate": 24000}, "sample_rate"),  # 22050 only
     ],
 )
 def test_refused_field_is_a_400_naming_it(http, stack, extra, param):
-    r = http.post(SPEECH, json=body(stack, **extra))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == param, r.json()
+    e2e.assert_refused(http.post(SPEECH, json=body(stack, **extra)), param)
 
 
 def test_the_next_request_after_a_refusal_is_served(http, stack):
-    """The matrix above runs on this server without a generation after each 400; this is its
-    end-to-end half: a refusal, then a request served."""
-    r = http.post(SPEECH, json=body(stack, max_new_tokens=0))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == "max_new_tokens", r.json()
-    assert wav_of(http.post(SPEECH, json=body(stack))).size
+    e2e.assert_served_after_a_refusal(http, body(stack, max_new_tokens=0), body(stack), spec.SAMPLE_RATE)
 
 
 def test_accepted_fixed_values(http, stack):
@@ -193,35 +154,12 @@ def test_accepted_fixed_values(http, stack):
 
 
 def test_websocket_with_its_id(stack):
-    from websockets.sync.client import connect
-
     want, frames = offline(stack)
-    ws_url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
-    with connect(ws_url, open_timeout=30, max_size=None) as ws:
-        ws.send(json.dumps({"type": "session.config", "model": stack["gepard"], "voice": "default",
-                            "max_new_tokens": FRAMES, "seed": SEED, "response_format": "pcm"}))
-        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
-        ws.send(json.dumps({"type": "input.done"}))
-        audio, done = b"", None
-        while done is None:
-            m = ws.recv(timeout=300)
-            if isinstance(m, bytes):
-                audio += m
-            elif json.loads(m)["type"] == "session.done":
-                done = json.loads(m)
-            else:
-                assert json.loads(m)["type"] != "error", m
-    assert_same_audio(np.frombuffer(audio, "<i2"), want, frames)
+    config = {"model": stack["gepard"], "voice": "default", "max_new_tokens": FRAMES, "seed": SEED}
+    assert_same_audio(e2e.websocket_audio(stack["url"], config, TEXT), want, frames)
 
 
 def test_one_request_of_each_family_in_flight_together(stack):
-    results: dict[str, int] = {}
-
-    def post(key, payload):
-        with httpx.Client(base_url=stack["url"], timeout=300) as c, c.stream("POST", SPEECH, json=payload) as r:
-            results[key] = r.status_code
-            b"".join(r.iter_bytes())
-
     stream = {"response_format": "pcm", "stream_format": "audio"}
     payloads = {
         "gepard": body(stack, **stream),
@@ -229,12 +167,7 @@ def test_one_request_of_each_family_in_flight_together(stack):
                  **stream},
         "vox": {"input": TEXT, "model": stack["names"]["voxcpm2"], "max_new_tokens": 6, **stream},
     }
-    threads = [threading.Thread(target=post, args=item) for item in payloads.items()]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert results == dict.fromkeys(payloads, 200)
+    assert e2e.in_flight_together(stack["url"], payloads) == dict.fromkeys(payloads, 200)
 
 
 @pytest.fixture(scope="module")
@@ -262,13 +195,10 @@ def foreign_reference(e2e_triton) -> list[tuple[np.ndarray, int]]:
 @pytest.mark.parametrize("case", range(len(FOREIGN_CASES)))
 def test_foreign_checkpoint_through_the_api_equals_the_reference(http, stack, foreign_reference, case):
     name = stack["names"]["gepard_foreign"]
-    card = {m["id"]: m for m in http.get("/v1/models").json()["data"]}[name]
+    card = e2e.model_cards(http)[name]
     assert (card["family"], card["sample_rate"]) == (spec.FAMILY, 22050)
     text, seed, frames = FOREIGN_CASES[case]
     want, made = foreign_reference[case]
     assert np.abs(encoding.to_int16(want)).max() > 10  # not silence
-    got, counted = three_ways(http, {"input": text, "model": name, "max_new_tokens": frames, "seed": seed})
-    assert counted == made
-    for samples in got:
-        assert_same_audio(samples, want, made)
-    assert all(np.array_equal(got[0], g) for g in got[1:])
+    got = e2e.three_ways(http, {"input": text, "model": name, "max_new_tokens": frames, "seed": seed}, spec.SAMPLE_RATE)
+    e2e.assert_three_ways_equal(got, want, made, made * spec.SAMPLES_PER_FRAME)

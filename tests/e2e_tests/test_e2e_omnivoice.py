@@ -15,24 +15,17 @@ reference's own codes within the parity tests' bound, for the auto voice, voice 
 
 from __future__ import annotations
 
-import base64
-import json
 import math
 from typing import Any
 
+import e2e_speech as e2e
 import numpy as np
-import openai
 import pytest
 import soundfile as sf
-from e2e_speech import SPEECH, data_url, same_audio, wav_at
-from gateway_fixtures import start_gateway
+from e2e_speech import SPEECH, data_url, same_audio, sse_deltas, wav_at
 
 from gateway import encoding
-from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
-from ttscore.contract import tensors as triton_io
-from ttscore.runtime.engine import ChunkEvent, Generator
-from ttscore.runtime.families import FAMILIES
+from ttscore.runtime.engine import ChunkEvent
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,26 +38,18 @@ KNOBS = {"num_step": NUM_STEP, "position_temperature": 0.0, "class_temperature":
 
 @pytest.fixture(scope="module")
 def stack(e2e_triton, tmp_path_factory):
-    cfg = {**e2e_triton["config"], "health_interval_s": 0,
-           "speaker_samples_dir": str(tmp_path_factory.mktemp("omnivoice-speakers"))}
-    port = free_port()
-    gw, thread = start_gateway(Settings.from_dict(cfg), port)
     ref = tmp_path_factory.mktemp("omnivoice-ref") / "ref.wav"
-    t = np.arange(int(24000 * 1.5)) / 24000  # uploads need at least 1 s
-    sf.write(ref, (0.3 * np.sin(2 * np.pi * 220 * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype(np.float32),
-             24000, subtype="FLOAT")
-    yield {"url": f"http://127.0.0.1:{port}", "names": e2e_triton["names"], "omni": e2e_triton["names"]["omnivoice"],
-           "model": e2e_triton["pipelines"]["omnivoice"], "checkpoint": e2e_triton["checkpoints"]["omnivoice"],
-           "artifacts": e2e_triton["artifacts"]["omnivoice"], "ref": ref}
-    gw.should_exit = True
-    thread.join(15)
+    e2e.write_tone(ref, 24000, 1.5)
+    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("omnivoice-speakers")) as url:
+        yield {"url": url, "names": e2e_triton["names"], "omni": e2e_triton["names"]["omnivoice"],
+               "model": e2e_triton["pipelines"]["omnivoice"], "checkpoint": e2e_triton["checkpoints"]["omnivoice"],
+               "artifacts": e2e_triton["artifacts"]["omnivoice"], "ref": ref}
 
 
 def offline_events(stack, text: str = TEXT, instructions: str | None = None, **fields: Any) -> list[ChunkEvent]:
     """The offline engine with the tensors the gateway sends (the family's request_from_tensors)."""
-    tensors = triton_io.request_tensors(text=text, instructions=instructions, **KNOBS, **fields)
-    request = FAMILIES["omnivoice"].request_from_tensors(tensors)
-    return list(Generator(stack["model"], max_batch=1).synthesize(request))
+    return e2e.offline_events(stack["model"], "omnivoice", chunk_policy=None, text=text, instructions=instructions,
+                              **KNOBS, **fields)
 
 
 def offline(stack, text: str = TEXT, instructions: str | None = None, **fields: Any) -> np.ndarray:
@@ -81,16 +66,8 @@ def wav_of(r) -> np.ndarray:
     return wav_at(r, 24000)
 
 
-def sse_deltas(r) -> list[bytes]:
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream"), r.text
-    text = "".join(r.iter_text())
-    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
-    assert events[-1]["type"] == "speech.audio.done"
-    return [base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta"]
-
-
 def test_models_lists_it_with_family_rate_and_voices(http, stack):
-    cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+    cards = e2e.model_cards(http)
     card = cards[stack["omni"]]
     assert (card["family"], card["sample_rate"], card["voices"]) == ("omnivoice", 24000, [])
     assert {cards[stack["names"]["custom_voice"]]["family"], cards[stack["names"]["voxcpm2"]]["family"]} == {
@@ -122,10 +99,7 @@ def test_whole_file_raw_stream_and_sse_equal_the_offline_engine(http, stack, ins
     want = offline(stack, TEXT, instructions)
     extra = {} if instructions is None else {"instructions": instructions}
     same_audio(wav_of(http.post(SPEECH, json=body(stack, voice="default", **extra))), want)
-    with http.stream("POST", SPEECH, json=body(stack, response_format="pcm", stream_format="audio", **extra)) as r:
-        assert r.status_code == 200
-        pcm = b"".join(r.iter_bytes())
-    same_audio(np.frombuffer(pcm, "<i2"), want)  # one sentence: one chunk, the whole generation
+    same_audio(e2e.streamed_pcm(http, body(stack, **extra)), want)  # one sentence: one chunk, the whole generation
     with http.stream("POST", SPEECH, json=body(stack, response_format="pcm", stream=True, **extra)) as r:
         deltas = sse_deltas(r)
     same_audio(np.frombuffer(b"".join(deltas), "<i2"), want)
@@ -138,9 +112,7 @@ def test_language_seed_and_speed_reach_the_model(http, stack):
     assert slow.size > wav_of(http.post(SPEECH, json=body(stack))).size  # duration scaling, not a post-hoc stretch
     # The default temperatures sample (Gumbel noise): the seed makes it the offline engine's.
     seeded = body(stack, seed=3, extra_params={"num_step": NUM_STEP})
-    tensors = triton_io.request_tensors(text=TEXT, num_step=NUM_STEP, seed=3)
-    want = np.concatenate([e.pcm for e in Generator(stack["model"], max_batch=1).synthesize(
-        FAMILIES["omnivoice"].request_from_tensors(tensors))])
+    want, _ = e2e.offline_audio(stack["model"], "omnivoice", chunk_policy=None, text=TEXT, num_step=NUM_STEP, seed=3)
     same_audio(wav_of(http.post(SPEECH, json=seeded)), want)
 
 
@@ -157,45 +129,22 @@ def test_a_streamed_multi_sentence_request_sends_its_first_sentence_before_the_l
     assert len(deltas) >= len(chunks)
     same_audio(np.frombuffer(deltas[0], "<i2"), chunks[0].pcm)
     same_audio(np.frombuffer(b"".join(deltas), "<i2"), np.concatenate([e.pcm for e in events]))
-    with http.stream("POST", SPEECH, json=body(stack, input=MULTI, response_format="pcm", stream_format="audio")) as r:
-        assert r.status_code == 200
-        pcm = b"".join(r.iter_bytes())
-    same_audio(np.frombuffer(pcm, "<i2"), np.concatenate([e.pcm for e in events]))
+    same_audio(e2e.streamed_pcm(http, body(stack, input=MULTI)), np.concatenate([e.pcm for e in events]))
 
 
 def test_openai_sdk_against_its_id(stack):
-    client = openai.OpenAI(base_url=stack["url"] + "/v1", api_key="none", max_retries=0, timeout=300)
-    r = client.audio.speech.create(model=stack["omni"], voice="default", input=TEXT, response_format="wav",
-                                   extra_body={"extra_params": KNOBS})
-    rate, samples = encoding.parse_wav(r.content)
-    assert rate == 24000
+    client = e2e.sdk(stack["url"])
+    samples = e2e.sdk_wav(client, 24000, model=stack["omni"], voice="default", input=TEXT,
+                          extra_body={"extra_params": KNOBS})
     same_audio(samples, offline(stack))
-    with client.audio.speech.with_streaming_response.create(
-            model=stack["omni"], voice="default", input=TEXT, response_format="pcm", instructions=DESIGN,
-            extra_body={"stream_format": "audio", "extra_params": KNOBS}) as r:
-        pcm = b"".join(r.iter_bytes())
-    same_audio(np.frombuffer(pcm, "<i2"), offline(stack, TEXT, DESIGN))
+    pcm = e2e.sdk_pcm(client, {"extra_params": KNOBS}, model=stack["omni"], voice="default", input=TEXT,
+                      instructions=DESIGN)
+    same_audio(pcm, offline(stack, TEXT, DESIGN))
 
 
 def test_websocket_with_its_id(stack):
-    from websockets.sync.client import connect
-
-    ws_url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
-    with connect(ws_url, open_timeout=30) as ws:
-        ws.send(json.dumps({"type": "session.config", "model": stack["omni"], "instructions": DESIGN,
-                            "extra_params": KNOBS, "response_format": "pcm"}))
-        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
-        ws.send(json.dumps({"type": "input.done"}))
-        audio, done = b"", None
-        while done is None:
-            m = ws.recv(timeout=300)
-            if isinstance(m, bytes):
-                audio += m
-            elif json.loads(m)["type"] == "session.done":
-                done = json.loads(m)
-            else:
-                assert json.loads(m)["type"] != "error", m
-    same_audio(np.frombuffer(audio, "<i2"), offline(stack, TEXT, DESIGN))
+    config = {"model": stack["omni"], "instructions": DESIGN, "extra_params": KNOBS}
+    same_audio(e2e.websocket_audio(stack["url"], config, TEXT), offline(stack, TEXT, DESIGN))
 
 
 def clone_codes(stack) -> np.ndarray:
@@ -228,10 +177,7 @@ def test_cloning_from_ref_audio_with_and_without_ref_text(http, stack):
 def test_uploaded_voice_clones_with_its_codes(http, stack):
     codes = clone_codes(stack)
     for name, ref_text in (("omni_plain", None), ("omni_told", "A reference clip.")):
-        with stack["ref"].open("rb") as f:
-            r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
-                          data={"name": name, "consent": "ok", **({"ref_text": ref_text} if ref_text else {})})
-        assert r.status_code == 200, r.text
+        e2e.upload_voice(http, stack["ref"], name, ref_text)
         got = wav_of(http.post(SPEECH, json=body(stack, voice=name)))
         same_audio(got, offline(stack, ref_audio_codes=codes, ref_text=ref_text))
     assert {"omni_plain", "omni_told"} <= set(http.get("/v1/audio/voices").json()["voices"])
@@ -240,8 +186,7 @@ def test_uploaded_voice_clones_with_its_codes(http, stack):
 def test_a_clip_the_encoder_refuses_is_a_400_naming_ref_audio(http, stack):
     silent = stack["ref"].parent / "silent.wav"
     sf.write(silent, np.zeros(24000, np.float32), 24000, subtype="FLOAT")
-    r = http.post(SPEECH, json=body(stack, ref_audio=data_url(silent)))
-    assert r.status_code == 400 and r.json()["error"]["param"] == "ref_audio", r.text
+    e2e.assert_refused(http.post(SPEECH, json=body(stack, ref_audio=data_url(silent))), "ref_audio")
     assert wav_of(http.post(SPEECH, json=body(stack))).size
 
 
@@ -269,18 +214,11 @@ def test_a_clip_the_encoder_refuses_is_a_400_naming_ref_audio(http, stack):
     ],
 )
 def test_refused_field_is_a_400_naming_it(http, stack, extra, param):
-    r = http.post(SPEECH, json=body(stack, **extra))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == param, r.json()
+    e2e.assert_refused(http.post(SPEECH, json=body(stack, **extra)), param)
 
 
 def test_the_next_request_after_a_refusal_is_served(http, stack):
-    """The matrix above runs on this server without a generation after each 400; this is its
-    end-to-end half: a refusal, then a request served."""
-    r = http.post(SPEECH, json=body(stack, max_new_tokens=0))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == "max_new_tokens", r.json()
-    assert wav_of(http.post(SPEECH, json=body(stack))).size
+    e2e.assert_served_after_a_refusal(http, body(stack, max_new_tokens=0), body(stack), 24000)
 
 
 # --- an OmniVoice checkpoint the project did not make (omnivoice_fixtures.omnivoice_foreign) -----------
@@ -324,17 +262,6 @@ def assert_reference_audio(got_int16: np.ndarray, want: np.ndarray) -> None:
     assert np.max(np.abs(got_int16.astype(np.int32) - ref)) <= bound
 
 
-def three_ways(http, request: dict[str, Any]) -> list[np.ndarray]:
-    """The whole file, the raw stream and the SSE stream of one request."""
-    whole = wav_of(http.post(SPEECH, json=request))
-    with http.stream("POST", SPEECH, json={**request, "response_format": "pcm", "stream_format": "audio"}) as r:
-        assert r.status_code == 200
-        raw = np.frombuffer(b"".join(r.iter_bytes()), "<i2")
-    with http.stream("POST", SPEECH, json={**request, "response_format": "pcm", "stream": True}) as r:
-        sse = np.frombuffer(b"".join(sse_deltas(r)), "<i2")
-    return [whole, raw, sse]
-
-
 FOREIGN_TEXT = "Pack my box with five dozen liquor jugs."  # one sentence: one stream chunk
 
 
@@ -342,7 +269,7 @@ FOREIGN_TEXT = "Pack my box with five dozen liquor jugs."  # one sentence: one s
 def test_foreign_checkpoint_auto_voice_and_design_equal_the_reference(http, stack, foreign, instructions):
     want = reference_audio(foreign, FOREIGN_TEXT, instructions)
     extra = {} if instructions is None else {"instructions": instructions}
-    for got in three_ways(http, body(stack, model=foreign["model"], input=FOREIGN_TEXT, **extra)):
+    for got in e2e.three_ways(http, body(stack, model=foreign["model"], input=FOREIGN_TEXT, **extra), 24000).audio:
         assert_reference_audio(got, want)
 
 
@@ -371,5 +298,5 @@ def test_foreign_checkpoint_clones_as_the_reference(http, stack, foreign, tmp_pa
                                   ref_rms=0.1)
     want = reference_audio(foreign, FOREIGN_TEXT, None, prompt)
     request = body(stack, model=foreign["model"], input=FOREIGN_TEXT, ref_audio=data_url(path), ref_text=transcript)
-    for got in three_ways(http, request):
+    for got in e2e.three_ways(http, request, 24000).audio:
         assert_reference_audio(got, want)

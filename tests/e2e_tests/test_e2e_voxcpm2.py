@@ -10,23 +10,12 @@ from __future__ import annotations
 
 import base64
 import io
-import json
-import threading
 
-import httpx
+import e2e_speech as e2e
 import numpy as np
-import openai
 import pytest
 import soundfile as sf
 from e2e_speech import SPEECH, data_url, same_audio, wav_at
-from gateway_fixtures import start_gateway
-
-from gateway import encoding
-from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
-from ttscore.contract import tensors as triton_io
-from ttscore.runtime.engine import Generator
-from ttscore.runtime.families import FAMILIES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -37,18 +26,11 @@ SEED = 5
 
 @pytest.fixture(scope="module")
 def stack(e2e_triton, tmp_path_factory):
-    cfg = {**e2e_triton["config"], "speaker_samples_dir": str(tmp_path_factory.mktemp("vox-speakers")),
-           "health_interval_s": 0}
-    port = free_port()
-    gw, thread = start_gateway(Settings.from_dict(cfg), port)
     ref = tmp_path_factory.mktemp("vox-ref") / "ref.wav"
-    t = np.arange(int(16000 * 1.2)) / 16000  # uploads need at least 1 s
-    sf.write(ref, (0.3 * np.sin(2 * np.pi * 220 * t) * np.sin(2 * np.pi * 3 * t)).astype(np.float32), 16000,
-             subtype="FLOAT")
-    yield {"url": f"http://127.0.0.1:{port}", "names": e2e_triton["names"], "model": e2e_triton["pipelines"]["voxcpm2"],
-           "vox": e2e_triton["names"]["voxcpm2"], "ref": ref}
-    gw.should_exit = True
-    thread.join(15)
+    e2e.write_tone(ref, 16000, 1.2, floor=0)
+    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("vox-speakers")) as url:
+        yield {"url": url, "names": e2e_triton["names"], "model": e2e_triton["pipelines"]["voxcpm2"],
+               "vox": e2e_triton["names"]["voxcpm2"], "ref": ref}
 
 
 def offline(stack, text=TEXT, ref_mode: str | None = None, ref_text: str | None = None) -> np.ndarray:
@@ -59,8 +41,7 @@ def offline(stack, text=TEXT, ref_mode: str | None = None, ref_text: str | None 
         wav, sr = sf.read(stack["ref"], dtype="float32")
         fields["ref_patches"] = model.encode_reference(wav, sr, pad="left" if ref_mode == "prompt" else "right")
         fields["ref_text"] = ref_text
-    request = FAMILIES["voxcpm2"].request_from_tensors(triton_io.request_tensors(**fields))
-    return np.concatenate([e.pcm for e in Generator(model, max_batch=1, chunk_policy="fixed").synthesize(request)])
+    return e2e.offline_audio(model, "voxcpm2", **fields)[0]
 
 
 
@@ -74,7 +55,7 @@ def wav_of(r) -> np.ndarray:
 
 
 def test_models_card_shows_family_rate_and_voices(http, stack):
-    cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
+    cards = e2e.model_cards(http)
     vox = cards[stack["vox"]]
     assert (vox["family"], vox["sample_rate"], vox["voices"]) == ("voxcpm2", 48000, [])
     assert cards[stack["names"]["custom_voice"]]["family"] == "qwen3_tts"
@@ -82,7 +63,7 @@ def test_models_card_shows_family_rate_and_voices(http, stack):
 
 
 def test_sdk_against_each_model_id(stack):
-    client = openai.OpenAI(base_url=stack["url"] + "/v1", api_key="none", max_retries=0, timeout=300)
+    client = e2e.sdk(stack["url"])
     ref = data_url(stack["ref"])
     calls = {
         "custom_voice": dict(voice="vivian", extra_body={"max_new_tokens": 4}),
@@ -93,17 +74,14 @@ def test_sdk_against_each_model_id(stack):
     }
     for key, kw in calls.items():
         for model in (stack["names"][key], f"{'openbmb' if key == 'voxcpm2' else 'Qwen'}/{stack['names'][key]}"):
-            r = client.audio.speech.create(model=model, input=TEXT, response_format="wav", **kw)
-            rate, samples = encoding.parse_wav(r.content)
-            assert rate == (48000 if key == "voxcpm2" else 24000) and samples.size, (key, model)
+            samples = e2e.sdk_wav(client, 48000 if key == "voxcpm2" else 24000, model=model, input=TEXT, **kw)
+            assert samples.size, (key, model)
             if key == "voxcpm2":
                 same_audio(samples, offline(stack))
     # the SDK's raw PCM stream of VoxCPM2
-    with client.audio.speech.with_streaming_response.create(
-            model=stack["vox"], voice="default", input=TEXT, response_format="pcm",
-            extra_body={"stream_format": "audio", "seed": SEED, "max_new_tokens": PATCHES}) as r:
-        pcm = b"".join(r.iter_bytes())
-    same_audio(np.frombuffer(pcm, "<i2"), offline(stack))
+    pcm = e2e.sdk_pcm(client, {"seed": SEED, "max_new_tokens": PATCHES}, model=stack["vox"], voice="default",
+                      input=TEXT)
+    same_audio(pcm, offline(stack))
 
 
 def test_whole_file_raw_stream_and_sse_are_the_same_48k_audio(http, stack):
@@ -115,10 +93,7 @@ def test_whole_file_raw_stream_and_sse_are_the_same_48k_audio(http, stack):
     assert len(chunks) > 1  # streamed as decoded
     same_audio(np.frombuffer(b"".join(chunks), "<i2"), want)
     with http.stream("POST", SPEECH, json=body(stack, response_format="pcm", stream=True)) as r:
-        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
-        text = "".join(r.iter_text())
-    events = [json.loads(line[len("data: "):]) for line in text.splitlines() if line.startswith("data: ")]
-    assert events[-1]["type"] == "speech.audio.done"
+        events = e2e.sse_events(r)
     pcm = b"".join(base64.b64decode(e["audio"]) for e in events if e["type"] == "speech.audio.delta")
     same_audio(np.frombuffer(pcm, "<i2"), want)
     assert events[-1]["usage"]["output_tokens"] == PATCHES
@@ -153,10 +128,7 @@ def test_cloning_from_ref_audio_with_and_without_ref_text(http, stack):
 
 def test_uploaded_voice_clones_with_its_patches(http, stack):
     for name, ref_text in (("vox_plain", None), ("vox_told", "A reference clip.")):
-        with stack["ref"].open("rb") as f:
-            r = http.post("/v1/audio/voices", files={"audio_sample": ("ref.wav", f, "audio/wav")},
-                          data={"name": name, "consent": "ok", **({"ref_text": ref_text} if ref_text else {})})
-        assert r.status_code == 200, r.text
+        e2e.upload_voice(http, stack["ref"], name, ref_text)
         got = wav_of(http.post(SPEECH, json=body(stack, voice=name)))
         want = offline(stack, ref_mode="prompt" if ref_text else "reference", ref_text=ref_text)
         same_audio(got, want)
@@ -164,46 +136,16 @@ def test_uploaded_voice_clones_with_its_patches(http, stack):
 
 
 def test_websocket_with_a_voxcpm2_model(stack):
-    from websockets.sync.client import connect
-
-    ws_url = stack["url"].replace("http://", "ws://") + "/v1/audio/speech/stream"
-    with connect(ws_url, open_timeout=30) as ws:
-        ws.send(json.dumps({"type": "session.config", "model": stack["vox"], "seed": SEED,
-                            "max_new_tokens": PATCHES, "response_format": "pcm"}))
-        ws.send(json.dumps({"type": "input.text", "text": TEXT}))
-        ws.send(json.dumps({"type": "input.done"}))
-        audio, done = b"", None
-        while done is None:
-            m = ws.recv(timeout=300)
-            if isinstance(m, bytes):
-                audio += m
-            elif json.loads(m)["type"] == "session.done":
-                done = json.loads(m)
-            else:
-                assert json.loads(m)["type"] != "error", m
-    same_audio(np.frombuffer(audio, "<i2"), offline(stack))
+    config = {"model": stack["vox"], "seed": SEED, "max_new_tokens": PATCHES}
+    same_audio(e2e.websocket_audio(stack["url"], config, TEXT), offline(stack))
 
 
 def test_a_voxcpm2_and_a_qwen_request_in_flight_together(stack):
-    results: dict[str, int] = {}
-
-    def post(key, payload):
-        with httpx.Client(base_url=stack["url"], timeout=300) as c:
-            with c.stream("POST", SPEECH, json=payload) as r:
-                results[key] = r.status_code
-                b"".join(r.iter_bytes())
-
-    threads = [
-        threading.Thread(target=post, args=("vox", body(stack, response_format="pcm", stream_format="audio"))),
-        threading.Thread(target=post, args=("qwen", {"input": TEXT, "model": stack["names"]["custom_voice"],
-                                                     "voice": "vivian", "max_new_tokens": 12,
-                                                     "response_format": "pcm", "stream_format": "audio"})),
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(300)
-    assert results == {"vox": 200, "qwen": 200}
+    stream = {"response_format": "pcm", "stream_format": "audio"}
+    payloads = {"vox": body(stack, **stream),
+                "qwen": {"input": TEXT, "model": stack["names"]["custom_voice"], "voice": "vivian",
+                         "max_new_tokens": 12, **stream}}
+    assert e2e.in_flight_together(stack["url"], payloads) == {"vox": 200, "qwen": 200}
 
 
 @pytest.mark.parametrize(
@@ -223,7 +165,5 @@ def test_a_voxcpm2_and_a_qwen_request_in_flight_together(stack):
     ],
 )
 def test_bad_input_is_a_400_naming_the_field_and_the_server_keeps_serving(http, stack, extra, param):
-    r = http.post(SPEECH, json=body(stack, **extra))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == param, r.json()
+    e2e.assert_refused(http.post(SPEECH, json=body(stack, **extra)), param)
     assert wav_of(http.post(SPEECH, json=body(stack))).size

@@ -16,20 +16,14 @@ other runs to its budget with another cfg_alpha).
 
 from __future__ import annotations
 
+import e2e_speech as e2e
 import numpy as np
-import openai
 import pytest
-from e2e_speech import SPEECH, same_audio, three_ways, wav_at
-from gateway_fixtures import start_gateway
+from e2e_speech import SPEECH, same_audio, wav_at
 from voxtral_tts_fixtures import reference_with_our_noise
 
 from gateway import encoding
-from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
-from ttscore.contract import tensors as triton_io
 from ttscore.contract import voxtral_tts as spec
-from ttscore.runtime.engine import Generator
-from ttscore.runtime.families import FAMILIES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,24 +42,17 @@ AUDIO_ATOL = 1e-4  # the stated tolerance of the engine's audio against the refe
 
 @pytest.fixture(scope="module")
 def stack(e2e_triton, tmp_path_factory):
-    cfg = {**e2e_triton["config"], "speaker_samples_dir": str(tmp_path_factory.mktemp("voxtral-speakers")),
-           "health_interval_s": 0}
-    port = free_port()
-    gw, thread = start_gateway(Settings.from_dict(cfg), port)
-    yield {"url": f"http://127.0.0.1:{port}", "names": e2e_triton["names"],
-           "voxtral": e2e_triton["names"]["voxtral_tts"], "model": e2e_triton["pipelines"]["voxtral_tts"]}
-    gw.should_exit = True
-    thread.join(15)
+    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("voxtral-speakers")) as url:
+        yield {"url": url, "names": e2e_triton["names"], "voxtral": e2e_triton["names"]["voxtral_tts"],
+               "model": e2e_triton["pipelines"]["voxtral_tts"]}
 
 
 def offline(stack, voice: str, seed: int = SEED, cfg_alpha: float | None = None) -> tuple[np.ndarray, int]:
     """The offline engine with the tensors the gateway sends: (audio, frames made)."""
-    fields = {"text": TEXT, "voice": voice.lower(), "max_new_tokens": FRAMES, "seed": seed, "cfg_alpha": cfg_alpha}
-    request = FAMILIES[spec.FAMILY].request_from_tensors(triton_io.request_tensors(**fields))
-    events = list(Generator(stack["model"], max_batch=1, chunk_policy="fixed").synthesize(request))
-    made = sum(e.frames for e in events)
+    audio, made = e2e.offline_audio(stack["model"], spec.FAMILY, text=TEXT, voice=voice.lower(),
+                                    max_new_tokens=FRAMES, seed=seed, cfg_alpha=cfg_alpha)
     assert 1 <= made <= FRAMES
-    return np.concatenate([e.pcm for e in events]), made
+    return audio, made
 
 
 def body(stack, voice: str = VOICES[0], **kw):
@@ -81,8 +68,7 @@ def assert_same_audio(got_int16: np.ndarray, want_float: np.ndarray, frames: int
 
 
 def test_models_and_voices_list_its_presets(http, stack):
-    cards = {m["id"]: m for m in http.get("/v1/models").json()["data"]}
-    card = cards[stack["voxtral"]]
+    card = e2e.model_cards(http)[stack["voxtral"]]
     assert (card["family"], card["sample_rate"], card["voices"]) == (spec.FAMILY, RATE, VOICES)
     voices = http.get("/v1/audio/voices").json()
     assert set(VOICES) <= set(voices["voices"]) and "vivian" in voices["voices"]
@@ -91,11 +77,7 @@ def test_models_and_voices_list_its_presets(http, stack):
 @pytest.mark.parametrize("voice", [VOICES[0], VOICES[1].upper()])
 def test_whole_file_raw_stream_and_sse_equal_the_offline_engine(http, stack, voice):
     want, frames = offline(stack, voice)
-    got, counted = three_ways(http, body(stack, voice))
-    assert counted == frames
-    for samples in got:
-        assert_same_audio(samples, want, frames)
-    assert all(np.array_equal(got[0], g) for g in got[1:])  # streamed == whole (exact streaming vocoder)
+    e2e.assert_three_ways_equal(e2e.three_ways(http, body(stack, voice), RATE), want, frames, frames * SAMPLES_PER_FRAME)
 
 
 def test_the_voices_differ(http, stack):
@@ -135,20 +117,16 @@ def test_whole_file_formats_rate_and_speed(http, stack):
 
 
 def test_openai_sdk_with_a_preset_voice(stack):
-    client = openai.OpenAI(base_url=stack["url"] + "/v1", api_key="none", max_retries=0, timeout=300)
+    client = e2e.sdk(stack["url"])
     for voice in VOICES:
         want, frames = offline(stack, voice)
-        r = client.audio.speech.create(model=stack["voxtral"], voice=voice, input=TEXT, response_format="wav",
-                                       extra_body={"max_new_tokens": FRAMES, "seed": SEED})
-        rate, samples = encoding.parse_wav(r.content)
-        assert rate == RATE
+        samples = e2e.sdk_wav(client, RATE, model=stack["voxtral"], voice=voice, input=TEXT,
+                              extra_body={"max_new_tokens": FRAMES, "seed": SEED})
         assert_same_audio(samples, want, frames)
     want, frames = offline(stack, VOICES[1])
-    with client.audio.speech.with_streaming_response.create(
-            model=stack["voxtral"], voice=VOICES[1], input=TEXT, response_format="pcm",
-            extra_body={"stream_format": "audio", "max_new_tokens": FRAMES, "seed": SEED}) as r:
-        pcm = b"".join(r.iter_bytes())
-    assert_same_audio(np.frombuffer(pcm, "<i2"), want, frames)
+    pcm = e2e.sdk_pcm(client, {"max_new_tokens": FRAMES, "seed": SEED}, model=stack["voxtral"], voice=VOICES[1],
+                      input=TEXT)
+    assert_same_audio(pcm, want, frames)
 
 
 @pytest.mark.parametrize(
@@ -169,32 +147,19 @@ def test_openai_sdk_with_a_preset_voice(stack):
         ({"extra_params": {"temperature": 0.7}}, "extra_params"),  # cfg_alpha only
         ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio"),  # no codec encoder
         ({"ref_text": "A transcript."}, "ref_text"),
-        ({"speaker_embedding": [0.0, 1.0]}, "speaker_embedding"),
-        ({"instructions": "A calm voice."}, "instructions"),
-        ({"language": "English"}, "language"),
-        ({"task_type": "Base"}, "task_type"),
-        ({"x_vector_only_mode": True}, "x_vector_only_mode"),
-        ({"non_streaming_mode": False}, "non_streaming_mode"),
-        ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
-        ({"word_timestamps": True}, "word_timestamps"),
+        *e2e.OTHER_FAMILIES_FIELDS,
     ],
 )
 def test_refused_field_is_a_400_naming_it(http, stack, extra, param):
     payload = {k: v for k, v in body(stack, **extra).items() if v is not None}
     r = http.post(SPEECH, json=payload)
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == param, r.json()
+    e2e.assert_refused(r, param)
     if param in ("ref_audio", "ref_text"):
         assert "no codec encoder" in r.json()["error"]["message"]
 
 
 def test_the_next_request_after_a_refusal_is_served(http, stack):
-    """The matrix above runs on this server without a generation after each 400; this is its
-    end-to-end half: a refusal, then a request served."""
-    r = http.post(SPEECH, json=body(stack, max_new_tokens=0))
-    assert r.status_code == 400, r.text
-    assert r.json()["error"]["param"] == "max_new_tokens", r.json()
-    assert wav_of(http.post(SPEECH, json=body(stack))).size
+    e2e.assert_served_after_a_refusal(http, body(stack, max_new_tokens=0), body(stack), RATE)
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +175,7 @@ def foreign_reference(e2e_triton) -> dict:
 @pytest.mark.parametrize("case", range(len(FOREIGN_CASES)))
 def test_foreign_checkpoint_through_the_api_equals_the_reference(http, stack, foreign_reference, case):
     name = stack["names"]["voxtral_tts_foreign"]
-    card = {m["id"]: m for m in http.get("/v1/models").json()["data"]}[name]
+    card = e2e.model_cards(http)[name]
     assert (card["family"], card["sample_rate"], card["voices"]) == (spec.FAMILY, RATE, ["ar_male", "fr_female"])
     text, voice, seed, frames, alpha = FOREIGN_CASES[case]
     codes, want = foreign_reference[f"codes_{case}"], foreign_reference[f"audio_{case}"]
@@ -219,10 +184,4 @@ def test_foreign_checkpoint_through_the_api_equals_the_reference(http, stack, fo
     payload = {"input": text, "model": name, "voice": voice, "max_new_tokens": frames, "seed": seed}
     if alpha != spec.DEFAULT_CFG_ALPHA:
         payload["extra_params"] = {"cfg_alpha": alpha}
-    got, counted = three_ways(http, payload)
-    assert counted == len(codes)
-    for samples in got:
-        assert samples.shape == want.shape
-        # int16 floors the served float: within one 16-bit step of it, which is within AUDIO_ATOL of want
-        assert np.max(np.abs(samples / 32768.0 - want)) <= AUDIO_ATOL + 1 / 32768
-    assert all(np.array_equal(got[0], g) for g in got[1:])
+    e2e.assert_three_ways_within(e2e.three_ways(http, payload, RATE), want, len(codes), AUDIO_ATOL)

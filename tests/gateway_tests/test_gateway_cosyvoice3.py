@@ -9,15 +9,14 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import gateway_plans as kit
 import numpy as np
 import pytest
 
 from gateway.backend import INVALID_ARG, BackendError
-from gateway.checkpoints import from_manifest
 from gateway.errors import APIError
 from gateway.families.cosyvoice3 import ADAPTER
-from gateway.planning import Deployment, NoStoredVoices, SpeechFields, StoredVoice, plan_speech
-from gateway.settings import CheckpointSettings
+from gateway.planning import Deployment, NoStoredVoices, StoredVoice
 from ttscore.contract import cosyvoice3 as spec
 from ttscore.contract.errors import InvalidRequest
 
@@ -46,25 +45,18 @@ class Uploads(NoStoredVoices):
 
 @pytest.fixture
 def dep(tmp_path: Path) -> Deployment:
-    raw = {"format_version": 1, "family": spec.FAMILY, "variant": "base", "sample_rate": 24000,
-           "samples_per_frame": 960}
-    from ttscore.contract.manifest import Manifest
-
-    settings = CheckpointSettings("cosy", "base", "speech_generation_cosy", tmp_path, spec.ENCODER_MODEL)
-    return Deployment([from_manifest(settings, Manifest.parse(tmp_path, raw))], Uploads())
+    manifest = {"family": spec.FAMILY, "sample_rate": 24000, "samples_per_frame": 960}
+    return kit.one_checkpoint(tmp_path, "cosy", manifest, spec.ENCODER_MODEL, Uploads())
 
 
 def plan(dep: Deployment, **fields):
     fields.setdefault("ref_audio", REF)
     fields.setdefault("ref_text", "a transcript")
-    return plan_speech(SpeechFields(model="cosy", input=fields.pop("input", "Hello."), **fields), dep)
+    return kit.plan_for(dep, "cosy", **fields)
 
 
 def fails(dep: Deployment, **fields) -> APIError:
-    with pytest.raises(APIError) as info:
-        plan(dep, **fields)
-    assert info.value.status == 400, info.value.message
-    return info.value
+    return kit.refusal(lambda: plan(dep, **fields))
 
 
 def test_defaults_and_the_tensors_sent(dep: Deployment) -> None:
@@ -137,12 +129,8 @@ def test_a_missing_reference_or_transcript_is_named(dep: Deployment, fields: dic
     ({"extra_params": {"top_p": 0}}, "extra_params"),
     ({"extra_params": {"top_k": 2.5}}, "extra_params"),
     ({"extra_params": {"repetition_penalty": 1.1}}, "extra_params"),
-    ({"instructions": "calm"}, "instructions"),
-    ({"language": "English"}, "language"),
-    ({"task_type": "Base"}, "task_type"),
-    ({"x_vector_only_mode": False}, "x_vector_only_mode"),
-    ({"non_streaming_mode": True}, "non_streaming_mode"),
-    ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
+    *kit.STYLE_FIELDS,
+    *kit.QWEN_MODE_FIELDS,
 ])
 def test_refused_fields_name_the_field(dep: Deployment, fields: dict, param: str) -> None:
     assert fails(dep, **fields).param == param
@@ -199,6 +187,4 @@ def test_no_precomputed_voices() -> None:
 
 
 def test_language_refused_so_none_listed(dep: Deployment) -> None:
-    # `language` is refused, "Auto" included (400 naming it), so /v1/models lists no language.
-    assert dep.checkpoints[0].languages == ()
-    assert fails(dep, language="Auto").param == "language"
+    kit.assert_no_language_listed(dep, fails)

@@ -10,14 +10,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import gateway_plans as kit
 import numpy as np
 import pytest
 
-from gateway.checkpoints import from_manifest
 from gateway.errors import APIError
 from gateway.families.fish_speech import ADAPTER
-from gateway.planning import Deployment, NoStoredVoices, SpeechFields, StoredVoice, plan_speech
-from gateway.settings import CheckpointSettings
+from gateway.planning import Deployment, NoStoredVoices, StoredVoice
 from ttscore.contract import fish_speech as spec
 from ttscore.contract.errors import InvalidRequest
 
@@ -43,23 +42,16 @@ class Uploads(NoStoredVoices):
 
 @pytest.fixture
 def dep(tmp_path: Path) -> Deployment:
-    raw = {"format_version": 1, "family": spec.FAMILY, "variant": "base", "sample_rate": 44100,
-           "samples_per_frame": 2048}
-    from ttscore.contract.manifest import Manifest
-
-    settings = CheckpointSettings("fish", "base", "speech_generation_fish", tmp_path, "dac_encoder_fish")
-    return Deployment([from_manifest(settings, Manifest.parse(tmp_path, raw))], Uploads())
+    manifest = {"family": spec.FAMILY, "sample_rate": 44100, "samples_per_frame": 2048}
+    return kit.one_checkpoint(tmp_path, "fish", manifest, "dac_encoder_fish", Uploads())
 
 
 def plan(dep: Deployment, **fields: Any) -> Any:
-    return plan_speech(SpeechFields(model="fish", input=fields.pop("input", "Hello."), **fields), dep)
+    return kit.plan_for(dep, "fish", **fields)
 
 
 def fails(dep: Deployment, **fields: Any) -> APIError:
-    with pytest.raises(APIError) as info:
-        plan(dep, **fields)
-    assert info.value.status == 400, info.value.message
-    return info.value
+    return kit.refusal(lambda: plan(dep, **fields))
 
 
 def test_defaults_and_the_tensors_sent(dep: Deployment) -> None:
@@ -137,7 +129,7 @@ def test_rates_and_speed(dep: Deployment) -> None:
     assert plan(dep, speed=1.5).output.speed == 1.5  # whole clips: the shared time-stretch
 
 
-@pytest.mark.parametrize(("stream", "fmt"), [("sse", "pcm"), ("sse", "wav"), ("audio", "pcm"), ("audio", "wav")])
+@pytest.mark.parametrize(("stream", "fmt"), kit.STREAMS)
 def test_streams(dep: Deployment, stream: str, fmt: str) -> None:
     assert plan(dep, stream_format=stream, response_format=fmt).output.stream == stream
 
@@ -168,12 +160,8 @@ def test_streams(dep: Deployment, stream: str, fmt: str) -> None:
     ({"extra_params": {"top_p": 1.01}}, "extra_params"),
     ({"extra_params": {"cfg_alpha": 1.0}}, "extra_params"),
     ({"extra_params": {"repetition_penalty": 1.1}}, "extra_params"),
-    ({"instructions": "calm"}, "instructions"),
-    ({"language": "English"}, "language"),
-    ({"task_type": "Base"}, "task_type"),
-    ({"x_vector_only_mode": False}, "x_vector_only_mode"),
-    ({"non_streaming_mode": True}, "non_streaming_mode"),
-    ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
+    *kit.STYLE_FIELDS,
+    *kit.QWEN_MODE_FIELDS,
 ])
 def test_refused_fields_name_the_field(dep: Deployment, fields: dict, param: str) -> None:
     assert fails(dep, **fields).param == param
@@ -194,6 +182,4 @@ def test_an_encoder_refusal_names_ref_audio(dep: Deployment) -> None:
 
 
 def test_language_refused_so_none_listed(dep: Deployment) -> None:
-    # `language` is refused, "Auto" included (400 naming it), so /v1/models lists no language.
-    assert dep.checkpoints[0].languages == ()
-    assert fails(dep, language="Auto").param == "language"
+    kit.assert_no_language_listed(dep, fails)

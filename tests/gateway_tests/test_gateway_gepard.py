@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gateway_plans as kit
 import pytest
 
-from gateway.checkpoints import from_manifest
 from gateway.errors import APIError
 from gateway.families.gepard import ADAPTER
-from gateway.planning import Deployment, NoStoredVoices, SpeechFields, plan_speech
-from gateway.settings import CheckpointSettings
+from gateway.planning import Deployment
 from ttscore.contract import gepard as spec
 
 pytestmark = pytest.mark.unit
@@ -19,23 +18,17 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture
 def dep(tmp_path: Path) -> Deployment:
-    raw = {"format_version": 1, "family": spec.FAMILY, "variant": "base", "sample_rate": spec.SAMPLE_RATE,
-           "samples_per_frame": spec.SAMPLES_PER_FRAME, "speakers": {"default": 0}}
-    from ttscore.contract.manifest import Manifest
-
-    settings = CheckpointSettings("gepard", "base", "speech_generation_gepard", tmp_path, None)
-    return Deployment([from_manifest(settings, Manifest.parse(tmp_path, raw))], NoStoredVoices())
+    manifest = {"family": spec.FAMILY, "sample_rate": spec.SAMPLE_RATE, "samples_per_frame": spec.SAMPLES_PER_FRAME,
+                "speakers": {"default": 0}}
+    return kit.one_checkpoint(tmp_path, "gepard", manifest)
 
 
 def plan(dep: Deployment, **fields):
-    return plan_speech(SpeechFields(model="gepard", input=fields.pop("input", "Hello."), **fields), dep)
+    return kit.plan_for(dep, "gepard", **fields)
 
 
-def fails(dep: Deployment, **fields) -> str | None:
-    with pytest.raises(APIError) as info:
-        plan(dep, **fields)
-    assert info.value.status == 400, info.value.message
-    return info.value.param
+def fails(dep: Deployment, **fields) -> APIError:
+    return kit.refusal(lambda: plan(dep, **fields))
 
 
 def test_defaults_and_the_tensors_sent(dep: Deployment) -> None:
@@ -56,7 +49,7 @@ def test_whole_formats(dep: Deployment, fmt: str) -> None:
     assert plan(dep, response_format=fmt).output.format == fmt
 
 
-@pytest.mark.parametrize(("stream", "fmt"), [("sse", "pcm"), ("sse", "wav"), ("audio", "pcm"), ("audio", "wav")])
+@pytest.mark.parametrize(("stream", "fmt"), kit.STREAMS)
 def test_streams(dep: Deployment, stream: str, fmt: str) -> None:
     assert plan(dep, stream_format=stream, response_format=fmt).output.stream == stream
 
@@ -76,16 +69,12 @@ def test_streams(dep: Deployment, stream: str, fmt: str) -> None:
     ({"sample_rate": 24000}, "sample_rate"),
     ({"ref_audio": "data:audio/wav;base64,AAAA"}, "ref_audio"),
     ({"ref_text": "x"}, "ref_text"),
-    ({"instructions": "calm"}, "instructions"),
-    ({"language": "English"}, "language"),
+    *kit.STYLE_FIELDS,
     ({"language": "Auto"}, "language"),
-    ({"task_type": "Base"}, "task_type"),
-    ({"x_vector_only_mode": False}, "x_vector_only_mode"),
-    ({"non_streaming_mode": True}, "non_streaming_mode"),
-    ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
+    *kit.QWEN_MODE_FIELDS,
 ])
 def test_refused_fields_name_the_field(dep: Deployment, fields: dict, param: str) -> None:
-    assert fails(dep, **fields) == param
+    assert fails(dep, **fields).param == param
 
 
 def test_no_voices_of_its_own() -> None:
@@ -98,5 +87,4 @@ def test_no_voices_of_its_own() -> None:
 
 def test_a_family_refusing_language_lists_no_language(dep: Deployment) -> None:
     # Gepard refuses `language` (400), so /v1/models must not advertise even "Auto" for it.
-    assert dep.checkpoints[0].languages == ()
-    assert fails(dep, language="Auto") == "language"
+    kit.assert_no_language_listed(dep, fails)

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import gateway_plans as kit
 import pytest
 
-from gateway.checkpoints import from_manifest
 from gateway.errors import APIError
 from gateway.families.voxtral_tts import ADAPTER
-from gateway.planning import Deployment, NoStoredVoices, SpeechFields, StoredVoice, plan_speech
-from gateway.settings import CheckpointSettings
+from gateway.planning import Deployment, NoStoredVoices, StoredVoice
 from ttscore.contract import voxtral_tts as spec
 
 pytestmark = pytest.mark.unit
@@ -27,24 +26,17 @@ class OneUpload(NoStoredVoices):
 
 @pytest.fixture
 def dep(tmp_path: Path) -> Deployment:
-    raw = {"format_version": 1, "family": spec.FAMILY, "variant": "base", "sample_rate": 24000,
-           "samples_per_frame": 1920, "speakers": PRESETS}
-    from ttscore.contract.manifest import Manifest
-
-    settings = CheckpointSettings("voxtral", "base", "speech_generation_voxtral", tmp_path, None)
-    return Deployment([from_manifest(settings, Manifest.parse(tmp_path, raw))], OneUpload())
+    manifest = {"family": spec.FAMILY, "sample_rate": 24000, "samples_per_frame": 1920, "speakers": PRESETS}
+    return kit.one_checkpoint(tmp_path, "voxtral", manifest, voices=OneUpload())
 
 
 def plan(dep: Deployment, **fields):
     fields.setdefault("voice", "casual_male")
-    return plan_speech(SpeechFields(model="voxtral", input=fields.pop("input", "Hello."), **fields), dep)
+    return kit.plan_for(dep, "voxtral", **fields)
 
 
 def fails(dep: Deployment, **fields) -> APIError:
-    with pytest.raises(APIError) as info:
-        plan(dep, **fields)
-    assert info.value.status == 400, info.value.message
-    return info.value
+    return kit.refusal(lambda: plan(dep, **fields))
 
 
 def test_defaults_and_the_tensors_sent(dep: Deployment) -> None:
@@ -72,7 +64,7 @@ def test_whole_formats_rates_and_speed(dep: Deployment) -> None:
     assert plan(dep, speed=1.5).output.speed == 1.5  # whole clips: the shared time-stretch
 
 
-@pytest.mark.parametrize(("stream", "fmt"), [("sse", "pcm"), ("sse", "wav"), ("audio", "pcm"), ("audio", "wav")])
+@pytest.mark.parametrize(("stream", "fmt"), kit.STREAMS)
 def test_streams(dep: Deployment, stream: str, fmt: str) -> None:
     assert plan(dep, stream_format=stream, response_format=fmt).output.stream == stream
 
@@ -97,13 +89,9 @@ def test_streams(dep: Deployment, stream: str, fmt: str) -> None:
     ({"extra_params": {"cfg_alpha": "1.2"}}, "extra_params"),
     ({"extra_params": {"cfg_alpha": True}}, "extra_params"),
     ({"extra_params": {"temperature": 0.5}}, "extra_params"),
-    ({"instructions": "calm"}, "instructions"),
-    ({"language": "English"}, "language"),
+    *kit.STYLE_FIELDS,
     ({"language": "Auto"}, "language"),
-    ({"task_type": "Base"}, "task_type"),
-    ({"x_vector_only_mode": False}, "x_vector_only_mode"),
-    ({"non_streaming_mode": True}, "non_streaming_mode"),
-    ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
+    *kit.QWEN_MODE_FIELDS,
 ])
 def test_refused_fields_name_the_field(dep: Deployment, fields: dict, param: str) -> None:
     assert fails(dep, **fields).param == param
@@ -133,6 +121,4 @@ def test_no_voices_of_its_own() -> None:
 
 
 def test_language_refused_so_none_listed(dep: Deployment) -> None:
-    # `language` is refused, "Auto" included (400 naming it), so /v1/models lists no language.
-    assert dep.checkpoints[0].languages == ()
-    assert fails(dep, language="Auto").param == "language"
+    kit.assert_no_language_listed(dep, fails)

@@ -1,0 +1,56 @@
+"""What the families' gateway adapter tests share (tests/gateway_tests/test_gateway_<family>.py): a deployment
+of one checkpoint from its manifest fields, the plan of a request's fields and the 400 a refused request gets,
+the stream matrix every family serves, and the rows of a refusal matrix for other families' fields."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.checkpoints import from_manifest
+from gateway.errors import APIError
+from gateway.planning import Deployment, NoStoredVoices, SpeechFields, plan_speech
+from gateway.settings import CheckpointSettings
+from ttscore.contract.manifest import Manifest
+
+# (stream_format, response_format): every stream a family serves.
+STREAMS = [("sse", "pcm"), ("sse", "wav"), ("audio", "pcm"), ("audio", "wav")]
+# Other families' fields as (fields, refused param) rows: voice design and language, then Qwen3-TTS's modes.
+STYLE_FIELDS = [({"instructions": "calm"}, "instructions"), ({"language": "English"}, "language")]
+QWEN_MODE_FIELDS = [
+    ({"task_type": "Base"}, "task_type"),
+    ({"x_vector_only_mode": False}, "x_vector_only_mode"),
+    ({"non_streaming_mode": True}, "non_streaming_mode"),
+    ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
+]
+
+
+def one_checkpoint(tmp_path: Path, name: str, manifest: dict[str, Any], encoder: str | None = None,
+                   voices: NoStoredVoices | None = None) -> Deployment:
+    """A deployment serving one checkpoint `name` (variant base, Triton model speech_generation_<name>, its
+    clip encoder `encoder`) whose manifest has `manifest`'s fields, with `voices` (none by default)."""
+    raw = {"format_version": 1, "variant": "base", **manifest}
+    settings = CheckpointSettings(name, "base", f"speech_generation_{name}", tmp_path, encoder)
+    return Deployment([from_manifest(settings, Manifest.parse(tmp_path, raw))], voices or NoStoredVoices())
+
+
+def plan_for(dep: Deployment, model: str, **fields: Any) -> Any:
+    """The plan of a request for `model` with `fields` (input "Hello." unless given)."""
+    return plan_speech(SpeechFields(model=model, input=fields.pop("input", "Hello."), **fields), dep)
+
+
+def refusal(make_plan: Callable[[], Any]) -> APIError:
+    """The 400 that planning a request raises."""
+    with pytest.raises(APIError) as info:
+        make_plan()
+    assert info.value.status == 400, info.value.message
+    return info.value
+
+
+def assert_no_language_listed(dep: Deployment, fails: Callable[..., APIError]) -> None:
+    """A family refusing `language`, "Auto" included (a 400 naming it), lists no language on /v1/models."""
+    assert dep.checkpoints[0].languages == ()
+    assert fails(dep, language="Auto").param == "language"
