@@ -6,7 +6,7 @@ K/V + the code-0 head), `depth_decoder` (Llama step over explicit K/V); the code
 (`code2wav_stream`, `code2wav`, `speech_encoder`) are the Qwen3-TTS exporter's, run on the
 checkpoint's `audio_tokenizer/`. Each graph is checked against the PyTorch modules of
 export/breeze_tts_2/graphs.py (themselves proven equal to the Hugging Face reference classes by
-tests/export_tests/test_breeze_tts_2_export.py) through export.common's helpers. Each stage loads only its weights.
+tests/export_tests/test_breeze_tts_2_export.py) through export.tracing.s helpers. Each stage loads only its weights.
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from export.common import (
+from export.memory import release_memory
+from export.quantize import only_fp32
+from export.stages import stage_announcer
+from export.tracing import (
     ErrorTracker,
     export_bound,
     file_size,
-    only_fp32,
     ort_run,
     ort_session,
-    stage_announcer,
     torch_threads,
     versions,
 )
-from export.memory import release_memory
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import ExportError
 from ttscore.contract.graphs import GraphSpec

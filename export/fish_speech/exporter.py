@@ -18,20 +18,19 @@ from typing import Any
 
 import numpy as np
 
-from export.common import (
+from export.decoder_step import export_decoder_step
+from export.quantize import compare_outputs, quantize_graph
+from export.stages import stage_announcer
+from export.tracing import (
     ErrorTracker,
-    compare_outputs,
     export_bound,
     export_inline,
     file_size,
     ort_run,
     ort_session,
-    quantize_graph,
-    stage_announcer,
     torch_threads,
     versions,
 )
-from export.decoder_step import export_decoder_step
 from ttscore.contract import fish_speech as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
@@ -172,7 +171,7 @@ def _codec_stage(src: Path, info: FishInfo, out: Path
     return reports, dspec, size, layout
 
 
-# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.common.quantize_graph),
+# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.quantize.quantize_graph),
 # each measured against its fp32 export (`vs_fp32`); dac_stream keeps its quantized form only at
 # VOCODER_MIN_SNR_DB or more. dac_encode stays fp32: its output is argmax codes, which a quantized encoder
 # would change for a reference clip (the cloning prompt).

@@ -17,18 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from export.common import (
+from export.decoder_step import export_decoder_step
+from export.quantize import only_fp32
+from export.stages import stage_announcer
+from export.tracing import (
     ErrorTracker,
     export_inline,
     file_size,
-    only_fp32,
     ort_run,
     ort_session,
-    stage_announcer,
     torch_threads,
     versions,
 )
-from export.decoder_step import export_decoder_step
 from ttscore.contract import gepard as spec
 from ttscore.contract.errors import CheckpointError
 from ttscore.contract.graphs import GraphSpec

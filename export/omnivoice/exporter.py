@@ -1,7 +1,7 @@
 """OmniVoice checkpoint -> generator.onnx + codec_decoder.onnx (+ codec_encoder.onnx when the audio
 tokenizer has its encoder side) + manifest.json, each graph checked against the reference
 (`omnivoice==0.2.1` forward; the Higgs codec over transformers' DacModel and HubertModel) through
-export/common's helper stack."""
+export/tracing.py.s helper stack."""
 
 from __future__ import annotations
 
@@ -12,19 +12,19 @@ from typing import Any
 
 import numpy as np
 
-from export.common import (
+from export.family import ExportProgress
+from export.memory import MemoryMonitor
+from export.quantize import only_fp32
+from export.tracing import (
     check_close,
     export_bound,
     export_inline,
     max_abs,
-    only_fp32,
     ort_run,
     ort_session,
     torch_threads,
     versions,
 )
-from export.family import ExportProgress
-from export.memory import MemoryMonitor
 from ttscore.contract import omnivoice as contract
 from ttscore.contract.errors import ExportError
 from ttscore.contract.manifest import build_manifest

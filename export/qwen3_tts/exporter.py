@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 # its fp32 export (the error is reported per graph in the manifest, `validation.vs_fp32`).
 QUANTIZED_GRAPHS = ("talker", "code_predictor", "code2wav_stream")
 # The vocoder keeps a quantized graph only while its audio stays within
-# export.common.VOCODER_MIN_SNR_DB of fp32's; otherwise it stays fp32 and the manifest says why.
+# export.quantize.VOCODER_MIN_SNR_DB of fp32's; otherwise it stays fp32 and the manifest says why.
 
 
 def graph_specs(info: Qwen3TTSInfo, state_size: int | None = None) -> dict[str, spec.GraphSpec]:
@@ -47,10 +47,10 @@ def graph_specs(info: Qwen3TTSInfo, state_size: int | None = None) -> dict[str, 
 
 
 def _quantize(model: Any, path: Path, graph: str, precision: str) -> dict[str, Any]:
-    """Quantize one validated fp32 graph (export.common.quantize_graph); returns the manifest fields
+    """Quantize one validated fp32 graph (export.quantize.quantize_graph); returns the manifest fields
     `quantized` and `vs_fp32`. `model` is the reference model (only its configs are read: the
     weights may stay on the meta device)."""
-    from export.common import INT8_BLOCK, quantize_graph
+    from export.quantize import INT8_BLOCK, quantize_graph
 
     from .talker import validate_int8
 
@@ -68,7 +68,8 @@ def compare_vocoder(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict
     """Streamed decode of random codes (two chunks, state carried) by both graphs: audio error."""
     import numpy as np
 
-    from export.common import ort_session, snr_db
+    from export.quantize import snr_db
+    from export.tracing import ort_session
 
     a, b = ort_session(fp32_path), ort_session(quant_path)
     codes_in = next(i for i in a.get_inputs() if i.name == "codes")
@@ -95,8 +96,9 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
     export.memory); returns the manifest (the caller writes it and renames `tmp` into place)."""
     import torch
 
-    from export.common import stage_announcer, versions
     from export.memory import MemoryMonitor
+    from export.stages import stage_announcer
+    from export.tracing import versions
 
     from .reference import StagedReference
 

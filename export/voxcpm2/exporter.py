@@ -2,13 +2,13 @@
 
 Called (through export/voxcpm2/family.py) by export.exporter.export_checkpoint, which owns the
 partial directory and the rename into place, when the checkpoint's config.json is a VoxCPM2 config.
-Each graph is traced from the wrappers in export/voxcpm2/graphs.py (export.common.export_bound, or
+Each graph is traced from the wrappers in export/voxcpm2/graphs.py (export.tracing.export_bound, or
 export_inline for the AudioVAE) with the legacy TorchScript exporter and checked in ONNX
 Runtime against the reference's own modules (not the wrappers) over several shapes per dynamic
 axis; the LocDiT step graph is checked together with the runtime's numpy Euler solver against the
 reference `UnifiedCFM.forward` with the same noise. Any error above tolerance is an ExportError.
 
-Memory is bounded as for Qwen3-TTS (export/common.py, export/memory.py): the reference is built
+Memory is bounded as for Qwen3-TTS (export/weights.py, export/memory.py): the reference is built
 on the meta device (reference.StagedVoxCPM2) and each stage loads only the weights it traces, one
 tensor at a time; the reference outputs are computed first, the graph is traced without its
 parameters and the weights bound one at a time into `<graph>.onnx.data` (bind_weights), and the
@@ -26,24 +26,22 @@ from typing import Any
 
 import numpy as np
 
-from export.common import (
+from export.memory import release_memory
+from export.quantize import compare_outputs, quantize_graph, snr_db
+from export.stages import stage_announcer
+from export.tracing import (
     OPSET,
     ErrorTracker,
     check,
-    compare_outputs,
     export_bound,
     export_inline,
     file_size,
     max_abs,
     ort_run,
     ort_session,
-    quantize_graph,
-    snr_db,
-    stage_announcer,
     torch_threads,
     versions,
 )
-from export.memory import release_memory
 from ttscore.contract import voxcpm2 as spec
 from ttscore.contract.graphs import GraphSpec
 from ttscore.contract.manifest import build_manifest
@@ -52,7 +50,7 @@ from ttscore.runtime.families.voxcpm2.solver import SolveRow, solve
 
 TOLERANCE = 1e-3  # max abs error of any validated output (tiny measured: <= ~3e-6)
 TEXT_TABLE = "text_embeddings"
-# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.common.
+# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.quantize.
 # quantize_graph, as for Qwen3-TTS), each measured against its fp32 export (`validation.vs_fp32`).
 # The AudioVAE decoder is offered too under the vocoder rule (kept only at >= VOCODER_MIN_SNR_DB);
 # it is all convolutions, so it stays fp32. bridge and heads (a few small projections, the stop
@@ -421,7 +419,7 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
 
 
 def _quantize(info: VoxCPM2Info, path: Path, graph: str, precision: str) -> dict[str, Any]:
-    """One graph through export.common.quantize_graph (the Qwen3-TTS path): the fields `quantized`
+    """One graph through export.quantize.quantize_graph (the Qwen3-TTS path): the fields `quantized`
     and `vs_fp32` of its manifest entry."""
     if graph == "vae_decoder_stream":
         return quantize_graph(path, precision, _vae_decoder_vs_fp32, audio=True)

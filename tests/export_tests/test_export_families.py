@@ -158,7 +158,7 @@ def test_serve_refuses_an_unregistered_family(tmp_path):
     ("omnivoice", "export_omnivoice"), ("voxtral_tts", "export_voxtral"),
 ])
 def test_an_fp32_only_exporter_refuses_another_precision_before_reading_anything(module, function, tmp_path):
-    """400 naming `precision` (export.common.only_fp32), raised before the checkpoint is opened: the
+    """400 naming `precision` (export.quantize.only_fp32), raised before the checkpoint is opened: the
     source here does not exist, so any other error means the check came too late."""
     from ttscore.contract.errors import InvalidRequest
 
@@ -170,11 +170,11 @@ def test_an_fp32_only_exporter_refuses_another_precision_before_reading_anything
 
 
 def test_stage_announcer_reports_each_stage_as_step_i_of_n(caplog):
-    from export.common import stage_announcer
+    from export.stages import stage_announcer
 
     seen: list[tuple[int, int, str]] = []
     stage = stage_announcer(["load", "graph", "manifest"], lambda i, n, label: seen.append((i, n, label)))
-    with caplog.at_level("INFO", logger="export.common"):
+    with caplog.at_level("INFO", logger="export.stages"):
         stage("graph")
         stage("manifest")
     assert seen == [(2, 3, "graph"), (3, 3, "manifest")]
