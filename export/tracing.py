@@ -13,7 +13,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -21,6 +21,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ttscore.contract.errors import ExportError
+from ttscore.contract.kv import past_key, past_value
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,39 @@ class ErrorTracker:
 
     def report(self) -> dict[str, float]:
         return {k: float(f"{v:.3g}") for k, v in sorted(self.max.items())}
+
+    def finish(self, graph: str, path: Path, tolerance: dict[str, float] | float) -> dict[str, Any]:
+        """The validation report of the graph file `path` (the manifest's `validation`): ExportError when an
+        output's worst error is above its tolerance, else the file, the worst errors, the tolerance and its
+        bytes on disk."""
+        self.enforce(tolerance, graph)
+        return {"file": path.name, "max_abs_error": self.report(), "tolerance": tolerance, "bytes": file_size(path)}
+
+
+def empty_past(layers: int, kv_heads: int, head_dim: int, batch: int = 1) -> list[np.ndarray]:
+    """The empty past of a decoder step (ttscore.contract.kv): key and value of each layer, [batch, kv_heads, 0,
+    head_dim] float32."""
+    return [np.zeros((batch, kv_heads, 0, head_dim), np.float32) for _ in range(2 * layers)]
+
+
+def run_in_chunks(session: Any, codes: np.ndarray, state_size: int, chunks: Sequence[int], axis: int = -1
+                  ) -> np.ndarray:
+    """A streaming vocoder graph ((codes, state) -> (pcm, state)) run over `codes` in chunks of `chunks` frames
+    along `axis` from a zero state: its pcm pieces joined, for comparing with a whole decode."""
+    state = np.zeros((codes.shape[0], state_size), np.float32)
+    pieces, a = [], 0
+    for n in chunks:
+        pcm, state = ort_run(session, {"codes": np.take(codes, np.arange(a, a + n), axis=axis), "state": state})
+        pieces.append(pcm)
+        a += n
+    return np.concatenate(pieces, axis=1)
+
+
+def with_past(feeds: dict[str, Any], past: Sequence[Any]) -> dict[str, Any]:
+    """`feeds` with a decoder step's past (key and value of each layer in turn) under its past input names."""
+    for i in range(len(past) // 2):
+        feeds[past_key(i)], feeds[past_value(i)] = past[2 * i], past[2 * i + 1]
+    return feeds
 
 
 @contextmanager
@@ -408,6 +442,27 @@ def export_inline(module: Any, args: tuple[Any, ...], spec: Any, out_dir: Path, 
         raise ExportError(f"{spec.name}: exported graph fails onnx.checker: {exc}") from exc
     logger.info("exported %s in %.1f s (%.1f MB)", path.name, time.perf_counter() - t0, file_size(path) / 2**20)
     return path
+
+
+def export_checked(module: Any, spec: Any, cases: Sequence[dict[str, np.ndarray]], out_dir: Path,
+                   tolerance: dict[str, float] | float, example: int = 0) -> dict[str, Any]:
+    """`export_inline` of `module` (traced on `cases[example]`), then every output of the graph checked against
+    the module's over every case (feeds by the spec's input names); the graph's validation report."""
+    import torch
+
+    with torch_threads(), torch.inference_mode():
+        want = []
+        for case in cases:
+            res = module(*(torch.from_numpy(case[k]) for k in spec.input_names))
+            want.append([r.numpy() for r in (res if isinstance(res, tuple) else (res,))])
+        path = export_inline(module, tuple(torch.from_numpy(cases[example][k]) for k in spec.input_names), spec, out_dir)
+    session = ort_session(path)
+    tr = ErrorTracker()
+    for i, (case, refs) in enumerate(zip(cases, want, strict=True)):
+        for name, got, ref in zip(spec.output_names, ort_run(session, case), refs, strict=True):
+            tr.add(name, got, ref, f"case {i} {tuple(case[spec.input_names[0]].shape)}")
+    del session
+    return tr.finish(spec.name, path, tolerance)
 
 
 def export_bound(module: Any, args: tuple[Any, ...], spec: Any, out_dir: Path, opset: int = OPSET,

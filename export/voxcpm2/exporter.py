@@ -28,9 +28,8 @@ import numpy as np
 
 from export.memory import release_memory
 from export.quantize import compare_outputs, quantize_graph, snr_db
-from export.stages import stage_announcer
+from export.stages import StageRunner, copy_tokenizer
 from export.tracing import (
-    OPSET,
     ErrorTracker,
     check,
     export_bound,
@@ -40,11 +39,9 @@ from export.tracing import (
     ort_run,
     ort_session,
     torch_threads,
-    versions,
 )
 from ttscore.contract import voxcpm2 as spec
 from ttscore.contract.graphs import GraphSpec
-from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.voxcpm2.checkpoint import TOKENIZER_FILES, VoxCPM2Info
 from ttscore.runtime.families.voxcpm2.solver import SolveRow, solve
 
@@ -336,45 +333,30 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     `lora`: a native VoxCPM2 LoRA adapter directory (export/voxcpm2/lora.py), validated whole before
     the first stage and merged into each targeted weight as its stage loads it, so every graph is
     exported and validated with the merged weights; the manifest's `adapter` records its identity."""
-    import shutil
-
     import torch
-
-    from export.memory import MemoryMonitor
 
     from .reference import StagedVoxCPM2
 
     stages = ["loading the checkpoint", "base LM", "residual LM", "local encoder, bridge, heads", "LocDiT",
               "AudioVAE"]
-    stages += [f"{precision} quantization"] if precision != "fp32" else []
-    stages += ["manifest"]
-
-    stage = stage_announcer(stages, progress)
-
     torch.manual_seed(0)
-    reports: dict[str, Any] = {}
-    with MemoryMonitor() as mon:
-        stage("loading the checkpoint")
-        with mon.stage("load"):
+    with StageRunner(stages, progress, precision) as run:
+        reports = run.reports
+        with run.stage("loading the checkpoint", "load"):
             ref = StagedVoxCPM2(src, lora)
             with ref.loaded(("audio_vae.decoder.",)) as model:
                 state_size = sum(c * n for c, n in _decoder_layout(model))
                 del model
         specs = graph_specs(info, state_size)
-        stage("base LM")
-        with mon.stage("base_lm"):
+        with run.stage("base LM", "base_lm"):
             reports["base_lm"] = _lm_stage(ref, "base_lm", specs["base_lm"], tmp)
-        stage("residual LM")
-        with mon.stage("residual_lm"):
+        with run.stage("residual LM", "residual_lm"):
             reports["residual_lm"] = _lm_stage(ref, "residual_lm", specs["residual_lm"], tmp)
-        stage("local encoder, bridge, heads")
-        with mon.stage("small"):
+        with run.stage("local encoder, bridge, heads", "small"):
             reports.update(_small_stages(ref, info, specs, tmp))
-        stage("LocDiT")
-        with mon.stage("locdit"):
+        with run.stage("LocDiT", "locdit"):
             reports["locdit_step"] = _locdit_stage(ref, info, specs["locdit_step"], tmp)
-        stage("AudioVAE")
-        with mon.stage("audio_vae"):
+        with run.stage("AudioVAE", "audio_vae"):
             reports.update(_vae_stages(ref, info, specs, tmp))
         adapter = None
         if ref.adapter is not None:
@@ -382,21 +364,10 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
             check(not unmerged, f"LoRA targets never loaded by an export stage: {unmerged[:3]}")
             adapter = {**ref.adapter.identity, "merged_layers": len(ref.merged)}
         del ref
-        if precision != "fp32":
-            stage(f"{precision} quantization")
-            for name in QUANTIZED_GRAPHS:
-                with mon.stage(f"{precision}_{name}"):
-                    reports[name] = {**reports[name], **_quantize(info, tmp / specs[name].filename, name, precision)}
-    memory = mon.summary()
-
-    stage("manifest")
-    tok_dir = tmp / "tokenizer"
-    tok_dir.mkdir()
-    for name in TOKENIZER_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, tok_dir / name)
+        run.quantize(QUANTIZED_GRAPHS, lambda name: _quantize(info, tmp / specs[name].filename, name, precision))
+    copy_tokenizer(src, tmp, TOKENIZER_FILES)
     dec_report = reports["vae_decoder_stream"]
-    return build_manifest(
+    return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
@@ -409,11 +380,8 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
         vocoder_state_size=dec_report["state_size"],
         vocoder_state_layout=dec_report["state_layout"],
         tables={TEXT_TABLE: {"rows": info.vocab_size, "scale_emb_folded": info.scale_emb}},
-        memory=memory,
         graphs=specs,
-        validation=reports,
         configs={"config.json": json.loads((src / "config.json").read_text(encoding="utf-8"))},
-        versions=versions(OPSET),
         adapter=adapter,
     )
 
