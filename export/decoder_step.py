@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from export.common import ErrorTracker, export_bound, ort_run, ort_session, torch_threads
 from export.memory import release_memory
+from export.tracing import ErrorTracker, export_bound, ort_run, ort_session, torch_threads
 from ttscore.contract.graphs import GraphSpec
 from ttscore.contract.kv import past_key, past_value
 

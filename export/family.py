@@ -166,3 +166,26 @@ def inline_deploy(encoder: str | None = None) -> Callable[[Sequence[ServedCheckp
         return plan
 
     return deploy
+
+
+TINY_SIZES = ("tiny", "real")  # make-tiny --size of a family with one real size
+
+
+def inline_family(name: str, *, display: str, hub_org: str, signature: str, detect: str, export: str,
+                  make_tiny: str, encoder: str | None = None) -> ExportFamily:
+    """The entry of a family laid out by the kit's convention: its checkpoint is read in
+    `ttscore.runtime.families.<name>.checkpoint` (`detect`: the predicate there; `read_checkpoint`: the check), it is
+    exported by the function `export` of `export.<name>.exporter` and made by `make_tiny` of `export.<name>.tiny`
+    (sizes tiny and real), its demo checkpoint is `<display, dashed>-tiny`, and each checkpoint decodes inline
+    (`inline_deploy(encoder)`)."""
+    checkpoint = f"ttscore.runtime.families.{name}.checkpoint"
+    return ExportFamily(
+        name=name, display=display, hub_org=hub_org, signature=signature,
+        detect=lazy(f"{checkpoint}:{detect}"),
+        check=lazy(f"{checkpoint}:read_checkpoint"),
+        export=lazy(f"export.{name}.exporter:{export}"),
+        make_tiny=sized_make_tiny(f"export.{name}.tiny:{make_tiny}", name, TINY_SIZES),
+        sizes=TINY_SIZES,
+        deploy=inline_deploy(encoder),
+        demo=((display.replace(" ", "-") + "-tiny", {}),),
+    )

@@ -1,5 +1,5 @@
 """Writing random-weight checkpoints (every family's make-tiny): per-tensor deterministic weights,
-JSON files, and replacing a checkpoint directory in place.
+JSON files, and a checkpoint directory written aside and moved into place (`checkpoint_writer`).
 
 Each tensor draws from its own PCG64 stream seeded by sha256(seed, scope, name), so a file depends
 only on its arguments and a tensor's values do not change when another tensor is added.
@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 def tensor_rng(seed: int, scope: str, name: str) -> Any:
@@ -77,3 +83,40 @@ def replace_dir(src: Path, dst: Path) -> None:
         raise
     finally:
         shutil.rmtree(trash, ignore_errors=True)
+
+
+@contextmanager
+def checkpoint_writer(out: Path, what: str, replaces: Callable[[Path], bool] | None) -> Iterator[Path]:
+    """A checkpoint directory written into a temporary sibling of `out` (yielded) and moved into place when the
+    block ends; on any failure nothing is left behind. An existing `out` is replaced only when it is empty or
+    `replaces(out)` recognises it (FileExistsError otherwise, before anything is written); `replaces` None:
+    whatever is there. `what` names the checkpoint for people ("a VoxCPM2 checkpoint")."""
+    out = Path(out)
+    if replaces is not None and out.exists() and not (out.is_dir() and (not any(out.iterdir()) or replaces(out))):
+        raise FileExistsError(f"{out} exists and is not {what} directory; not replacing it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)  # mkdtemp creates 0700
+        replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("wrote %s to %s in %.1f s", what, out, time.perf_counter() - started)
+
+
+def write_files(root: Path, files: Mapping[str, bytes | str]) -> None:
+    """Write each file (path relative to `root` -> bytes, or text as UTF-8), creating its folders."""
+    for rel, data in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def save_weights(tensors: Mapping[str, Any], path: Path) -> None:
+    """A safetensors file of `tensors` with the `{"format": "pt"}` metadata transformers writes."""
+    from safetensors.torch import save_file
+
+    save_file(dict(tensors), str(path), metadata={"format": "pt"})

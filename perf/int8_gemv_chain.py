@@ -32,7 +32,8 @@ FORMATS = ["fp32", "dyn", "dynpc", "nb8-32-a4", "nb8-128-a4", "blk256", "nb8-128
 def build(fmt: str, fp32: Path, work: Path) -> Path:
     import onnx
 
-    from export.common import quantize_matmuls, save_onnx
+    from export.quantize import quantize_matmuls
+    from export.tracing import save_onnx
 
     out = work / f"{fmt}.onnx"
     if fmt == "fp32" or out.exists():
@@ -64,7 +65,7 @@ def build(fmt: str, fp32: Path, work: Path) -> Path:
 def chain(path: Path, hidden: int, inner: int, pairs: int) -> Path:
     from onnx import TensorProto, helper, numpy_helper
 
-    from export.common import save_onnx
+    from export.tracing import save_onnx
 
     if path.exists():
         return path

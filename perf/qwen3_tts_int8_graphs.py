@@ -14,13 +14,13 @@ over `--reps` repetitions. Each variant's error against fp32 is measured as the 
 
 Variants (graph file `<graph>.<variant>.onnx` in `--work`):
   fp32   the exported graph
-  dyn    export.common.quantize_int8: DynamicQuantizeLinear + MatMulInteger, per-tensor int8 weights
+  dyn    export.quantize.quantize_int8: DynamicQuantizeLinear + MatMulInteger, per-tensor int8 weights
          (Qwen3-TTS `--precision int8` before issue 29; still the other families')
   dynpc  onnxruntime.quantization.quantize_dynamic, per-channel int8 weights
   nb8    MatMulNBits 8-bit, block 32, accuracy_level 4 (int8 activations per block)
   nb8b   MatMulNBits 8-bit, block 128
   nb8k256  MatMulNBits 8-bit, block 256 (onnxruntime's quantizer)
-  blk    export.common.quantize_int8(block_size=256): nb8k256 with the MatMuls of one activation
+  blk    export.quantize.quantize_int8(block_size=256): nb8k256 with the MatMuls of one activation
          merged into one node (what Qwen3-TTS `--precision int8` exports since issue 29)
   nb4    MatMulNBits 4-bit, block 32 (what `--precision int4` exports)
 """
@@ -45,7 +45,8 @@ GRAPHS = ("talker", "code_predictor")
 
 
 def build(variant: str, fp32: Path, work: Path) -> Path:
-    from export.common import optimize_basic, quantize_int8, quantize_weights, scratch_dir
+    from export.quantize import optimize_basic, quantize_int8, quantize_weights
+    from export.tracing import scratch_dir
 
     out = work / f"{fp32.stem}.{variant}.onnx"
     if variant == "fp32":

@@ -6,35 +6,33 @@ K/V + the code-0 head), `depth_decoder` (Llama step over explicit K/V); the code
 (`code2wav_stream`, `code2wav`, `speech_encoder`) are the Qwen3-TTS exporter's, run on the
 checkpoint's `audio_tokenizer/`. Each graph is checked against the PyTorch modules of
 export/breeze_tts_2/graphs.py (themselves proven equal to the Hugging Face reference classes by
-tests/export_tests/test_breeze_tts_2_export.py) through export.common's helpers. Each stage loads only its weights.
+tests/export_tests/test_breeze_tts_2_export.py) through export.tracing.s helpers. Each stage loads only its weights.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from export.common import (
+from export.memory import release_memory
+from export.quantize import only_fp32
+from export.stages import StageRunner, copy_tokenizer, save_table
+from export.tracing import (
     ErrorTracker,
+    empty_past,
     export_bound,
-    file_size,
-    only_fp32,
     ort_run,
     ort_session,
-    stage_announcer,
     torch_threads,
-    versions,
+    with_past,
 )
-from export.memory import release_memory
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import ExportError
 from ttscore.contract.graphs import GraphSpec
-from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.breeze_tts_2.checkpoint import (
     AUDIO_TABLE,
     TOKENIZER_FILES,
@@ -89,11 +87,6 @@ class _LogitsTracker(ErrorTracker):
         return super().add(name, np.maximum(np.asarray(got), floor), np.maximum(np.asarray(want), floor), case)
 
 
-def _finish(tr: ErrorTracker, name: str, path: Path) -> dict[str, Any]:
-    tr.enforce(TOLERANCE, name)
-    return {"file": path.name, "max_abs_error": tr.report(), "tolerance": TOLERANCE, "bytes": file_size(path)}
-
-
 def _text_stage(w: Weights, info: BreezeInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
     import torch
 
@@ -126,11 +119,7 @@ def _text_stage(w: Weights, info: BreezeInfo, gspec: GraphSpec, out: Path) -> di
     got = ort_run(sess, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
     tr.add("embeds", got, want, "padded batch")
     tr.add("embeds", got[1:, :4], solo, "padded row == alone")
-    return _finish(tr, gspec.name, path)
-
-
-def _empty(layers: int, kvh: int, hd: int, b: int = 1) -> list[np.ndarray]:
-    return [np.zeros((b, kvh, 0, hd), np.float32) for _ in range(2 * layers)]
+    return tr.finish(gspec.name, path, TOLERANCE)
 
 
 def _stack_stage(w: Weights, info: BreezeInfo, gspec: GraphSpec, out: Path, which: str) -> dict[str, Any]:
@@ -181,11 +170,9 @@ def _stack_stage(w: Weights, info: BreezeInfo, gspec: GraphSpec, out: Path, whic
                                     "position_ids": np.arange(start, start + xs.shape[1], dtype=np.int64)[None]}
         if backbone:
             f["attention_mask"] = np.ones((xs.shape[0], start + xs.shape[1]), np.int64)
-        for i in range(layers):
-            f[spec.past_key(i)], f[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
-        return f
+        return with_past(f, past)
 
-    got = ort_run(sess, feeds(xn[:, :n_prefill], _empty(layers, kvh, hd), 0))
+    got = ort_run(sess, feeds(xn[:, :n_prefill], empty_past(layers, kvh, hd), 0))
     tr.add("hidden", got[0], want_hidden[:, :n_prefill], "prefill")
     k = 2 if backbone else 1
     if backbone:
@@ -205,7 +192,7 @@ def _stack_stage(w: Weights, info: BreezeInfo, gspec: GraphSpec, out: Path, whic
                                      "position_ids": np.zeros((2, tmax), np.int64)}
         pasts = [np.zeros((2, kvh, pmax, hd), np.float32) for _ in range(2 * layers)]
         for r, (n_past, n_new) in enumerate(rows):
-            kv = ort_run(sess, feeds(xn[:, :n_past], _empty(layers, kvh, hd), 0))[k:]
+            kv = ort_run(sess, feeds(xn[:, :n_past], empty_past(layers, kvh, hd), 0))[k:]
             for j in range(2 * layers):
                 pasts[j][r, :, pmax - n_past:] = kv[j][0]
             lead = tmax - n_new
@@ -213,29 +200,22 @@ def _stack_stage(w: Weights, info: BreezeInfo, gspec: GraphSpec, out: Path, whic
             bf["attention_mask"][r, pmax - n_past:pmax] = 1
             bf["attention_mask"][r, pmax + lead:] = 1
             bf["position_ids"][r, lead:] = n_past + np.arange(n_new)
-        for i in range(layers):
-            bf[spec.past_key(i)], bf[spec.past_value(i)] = pasts[2 * i], pasts[2 * i + 1]
-        batched = ort_run(sess, bf)
+        batched = ort_run(sess, with_past(bf, pasts))
         for r, (n_past, n_new) in enumerate(rows):
             tr.add("hidden", batched[0][r, tmax - n_new:], want_hidden[0, n_past:n_past + n_new], f"batched row {r}")
             tr.add("logits", batched[1][r], want_logits[n_past + n_new - n_prefill][0]
                    if n_past + n_new >= n_prefill else batched[1][r], f"batched row {r}")
     del sess
-    return _finish(tr, gspec.name, path)
+    return tr.finish(gspec.name, path, TOLERANCE)
 
 
 def _tables_stage(w: Weights, info: BreezeInfo, out: Path) -> dict[str, Any]:
     tables: dict[str, Any] = {}
-    audio = w.get(AUDIO_TABLE).numpy()
-    np.save(out / f"{spec.AUDIO_EMBEDDINGS}.npy", audio)
-    tables[spec.AUDIO_EMBEDDINGS] = {"shape": list(audio.shape)}
-    heads = w.get("depth_decoder.codebooks_head.weight").numpy()
-    np.save(out / f"{spec.DEPTH_HEADS}.npy", heads)
-    tables[spec.DEPTH_HEADS] = {"shape": list(heads.shape)}
+    save_table(out, spec.AUDIO_EMBEDDINGS, w.get(AUDIO_TABLE).numpy(), tables)
+    save_table(out, spec.DEPTH_HEADS, w.get("depth_decoder.codebooks_head.weight").numpy(), tables)
     if info.backbone.hidden_size != info.audio_embed_size:
-        proj = w.get("depth_decoder.model.backbone_hidden_state_projector.weight").numpy()
-        np.save(out / f"{spec.HIDDEN_PROJECTOR}.npy", proj)
-        tables[spec.HIDDEN_PROJECTOR] = {"shape": list(proj.shape)}
+        save_table(out, spec.HIDDEN_PROJECTOR, w.get("depth_decoder.model.backbone_hidden_state_projector.weight").numpy(),
+                   tables)
     return tables
 
 
@@ -260,52 +240,34 @@ def export_breeze(src: Path, tmp: Path, precision: str, progress: Callable[[int,
     """Every graph into `tmp`, one stage at a time; returns the manifest."""
     import torch
 
-    from export.memory import MemoryMonitor
     from ttscore.contract.qwen3_tts import code2wav_spec, code2wav_stream_spec, speech_encoder_spec
 
     only_fp32(spec.RULES.name, precision)
     info = read_checkpoint(src)
-    stages = ["text encoder", "backbone", "depth decoder", "tables", "codec", "manifest"]
-
-    stage = stage_announcer(stages, progress)
-
     torch.manual_seed(0)
     specs = graph_specs(info)
-    reports: dict[str, Any] = {}
     weights = Weights(src)
-    with MemoryMonitor() as mon:
-        stage("text encoder")
-        with mon.stage("text_encoder"):
-            reports["text_encoder"] = _text_stage(weights, info, specs["text_encoder"], tmp)
-        stage("backbone")
-        with mon.stage("backbone"):
-            reports["backbone"] = _stack_stage(weights, info, specs["backbone"], tmp, "backbone")
-        stage("depth decoder")
-        with mon.stage("depth_decoder"):
-            reports["depth_decoder"] = _stack_stage(weights, info, specs["depth_decoder"], tmp, "depth")
-        stage("tables")
-        with mon.stage("tables"):
+    with StageRunner(["text encoder", "backbone", "depth decoder", "tables", "codec"], progress) as run:
+        with run.stage("text encoder"):
+            run.reports["text_encoder"] = _text_stage(weights, info, specs["text_encoder"], tmp)
+        with run.stage("backbone"):
+            run.reports["backbone"] = _stack_stage(weights, info, specs["backbone"], tmp, "backbone")
+        with run.stage("depth decoder"):
+            run.reports["depth_decoder"] = _stack_stage(weights, info, specs["depth_decoder"], tmp, "depth")
+        with run.stage("tables"):
             tables = _tables_stage(weights, info, tmp)
-        stage("codec")
-        with mon.stage("codec"):
+        with run.stage("codec"):
             codec = _codec_stage(src, tmp)
-    memory = mon.summary()
     c2w = codec["code2wav"]
     if int(c2w["samples_per_frame"]) != spec.SAMPLES_PER_FRAME or int(c2w["num_groups"]) != info.num_codebooks:
         raise ExportError(f"{src}/{spec.AUDIO_TOKENIZER_DIR} is not a 16-codebook 1920-hop Qwen3-TTS 12 Hz tokenizer")
-    reports["code2wav_stream"] = reports["code2wav"] = c2w
-    reports["speech_encoder"] = codec["speech_encoder"]
+    run.reports["code2wav_stream"] = run.reports["code2wav"] = c2w
+    run.reports["speech_encoder"] = codec["speech_encoder"]
     specs["code2wav_stream"] = code2wav_stream_spec(info.num_codebooks, int(c2w["state_size"]), spec.SAMPLES_PER_FRAME)
     specs["code2wav"] = code2wav_spec(info.num_codebooks)
     specs["speech_encoder"] = speech_encoder_spec(info.num_codebooks)
-
-    stage("manifest")
-    tok_dir = tmp / "tokenizer"
-    tok_dir.mkdir()
-    for name in TOKENIZER_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, tok_dir / name)
-    return build_manifest(
+    copy_tokenizer(src, tmp, TOKENIZER_FILES)
+    return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
@@ -319,11 +281,8 @@ def export_breeze(src: Path, tmp: Path, precision: str, progress: Callable[[int,
         vocoder_state_layout=c2w["state_layout"],
         speakers={v: i for i, v in enumerate(spec.VOICES)},
         tables=tables,
-        memory=memory,
         graphs=specs,
-        validation=reports,
         configs={"config.json": json.loads((src / "config.json").read_text(encoding="utf-8")),
                  f"{spec.AUDIO_TOKENIZER_DIR}/config.json":
                      json.loads((src / spec.AUDIO_TOKENIZER_DIR / "config.json").read_text(encoding="utf-8"))},
-        versions=versions(),
     )

@@ -22,14 +22,14 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from export.blocks import RMSNorm, rotate_half
+from export.blocks import GatedMLP, RMSNorm, default_inv_freq, rotate_half
 from ttscore.runtime.families.breeze_tts_2.checkpoint import BreezeInfo, Stack
 
 
 def rope_inv_freq(head_dim: int, params: dict[str, Any]) -> torch.Tensor:
     """inv_freq of a RoPE config: default, linear (divided by `factor`) or llama3 (smoothed bands)."""
     base = float(params.get("rope_theta", 10000.0))
-    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    inv = default_inv_freq(base, head_dim)
     kind = params.get("rope_type", "default")
     if kind == "linear":
         return inv / float(params["factor"])
@@ -93,20 +93,6 @@ class Attention(nn.Module):
         return self.o_proj(a.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
 
 
-class MLP(nn.Module):
-    def __init__(self, s: Stack, gelu: bool) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(s.hidden_size, s.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(s.hidden_size, s.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(s.intermediate_size, s.hidden_size, bias=False)
-        self.gelu = gelu
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g = self.gate_proj(x)
-        g = nn.functional.gelu(g, approximate="tanh") if self.gelu else nn.functional.silu(g)
-        return self.down_proj(g * self.up_proj(x))
-
-
 # --- text encoder ----------------------------------------------------------------------------------
 
 
@@ -114,7 +100,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, s: Stack) -> None:
         super().__init__()
         self.self_attn = Attention(s, qk_norm=True, centred=True)
-        self.mlp = MLP(s, gelu=True)
+        self.mlp = GatedMLP(s.hidden_size, s.intermediate_size, gelu=True)
         self.pre_self_attn_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps, centred=True)
         self.post_self_attn_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps, centred=True)
         self.pre_feedforward_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps, centred=True)
@@ -177,7 +163,7 @@ class DecoderLayer(nn.Module):
     def __init__(self, s: Stack, qk_norm: bool) -> None:
         super().__init__()
         self.self_attn = Attention(s, qk_norm=qk_norm, centred=False)
-        self.mlp = MLP(s, gelu=False)
+        self.mlp = GatedMLP(s.hidden_size, s.intermediate_size)
         self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps, centred=False)
         self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps, centred=False)
 

@@ -25,15 +25,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import shutil
-import tempfile
-import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from export.tiny_weights import TensorInit, json_bytes, replace_dir
+from export.tiny_weights import (
+    TensorInit,
+    checkpoint_writer,
+    json_bytes,
+    save_weights,
+    write_files,
+)
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.runtime.families.breeze_tts_2.checkpoint import tensor_shapes
 
@@ -226,42 +228,23 @@ def _looks_like_checkpoint(path: Path) -> bool:
 def make_tiny_breeze(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write the checkpoint directory (replacing an empty one or a Breeze checkpoint) and return it."""
     import torch
-    from safetensors.torch import save_file
 
     from export.qwen3_tts import tiny as qwen_tiny
 
     _sizes(size)
-    out = Path(out)
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or _looks_like_checkpoint(out))):
-        raise FileExistsError(f"{out} exists and is not a Breeze-TTS-2 checkpoint directory; not replacing it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
     cfg = model_config(size)
-    st_size = "tiny" if size == "tiny" else "1.7b"
-    st_cfg = qwen_tiny.speech_tokenizer_config(st_size)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        files: dict[str, bytes] = {
+    st_cfg = qwen_tiny.speech_tokenizer_config("tiny" if size == "tiny" else "1.7b")
+    with checkpoint_writer(out, "a Breeze-TTS-2 checkpoint", _looks_like_checkpoint) as tmp:
+        write_files(tmp, {
             "config.json": json_bytes(cfg),
-            "tokenizer.json": tokenizer_json().encode("utf-8"),
+            "tokenizer.json": tokenizer_json(),
             "tokenizer_config.json": json_bytes(tokenizer_config()),
             "special_tokens_map.json": json_bytes({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>",
                                                    "unk_token": "<unk>", "additional_special_tokens": list(ADDED)}),
             f"{spec.AUDIO_TOKENIZER_DIR}/config.json": json_bytes(st_cfg),
             f"{spec.AUDIO_TOKENIZER_DIR}/configuration.json": json_bytes(qwen_tiny.SPEECH_TOKENIZER_CONFIGURATION),
             f"{spec.AUDIO_TOKENIZER_DIR}/preprocessor_config.json": json_bytes(qwen_tiny.SPEECH_TOKENIZER_PREPROCESSOR),
-        }
-        (tmp / spec.AUDIO_TOKENIZER_DIR).mkdir()
-        for rel, data in files.items():
-            (tmp / rel).write_bytes(data)
-        save_file(qwen_tiny._speech_tokenizer_weights(st_cfg, seed),
-                  str(tmp / spec.AUDIO_TOKENIZER_DIR / "model.safetensors"), metadata={"format": "pt"})
-        save_file(checkpoint_weights(cfg, seed, torch.bfloat16), str(tmp / "model.safetensors"),
-                  metadata={"format": "pt"})
-        os.chmod(tmp, 0o755)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    logger.info("wrote %s Breeze-TTS-2 checkpoint to %s in %.1f s", size, out, time.perf_counter() - started)
-    return out
+        })
+        save_weights(qwen_tiny._speech_tokenizer_weights(st_cfg, seed), tmp / spec.AUDIO_TOKENIZER_DIR / "model.safetensors")
+        save_weights(checkpoint_weights(cfg, seed, torch.bfloat16), tmp / "model.safetensors")
+    return Path(out)

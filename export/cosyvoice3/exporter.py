@@ -19,22 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from export.common import (
-    ErrorTracker,
-    export_inline,
-    file_size,
-    only_fp32,
-    ort_run,
-    ort_session,
-    stage_announcer,
-    torch_threads,
-    versions,
-)
 from export.decoder_step import export_decoder_step
 from export.memory import release_memory
+from export.quantize import only_fp32
+from export.stages import StageRunner, save_table
+from export.tracing import (
+    export_checked,
+)
 from ttscore.contract import cosyvoice3 as spec
 from ttscore.contract.graphs import GraphSpec
-from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.cosyvoice3.checkpoint import (
     FRONTEND_DIR,
     FRONTEND_MODELS,
@@ -52,15 +45,6 @@ LOGITS_TOLERANCE = 1e-3  # logits span tens; relative 1e-5
 AUDIO_TOLERANCE = 1e-4
 
 
-def _finish(tr: ErrorTracker, name: str, path: Path, tol: dict[str, float]) -> dict[str, Any]:
-    tr.enforce(tol, name)
-    return {"file": path.name, "max_abs_error": tr.report(), "tolerance": tol, "bytes": file_size(path)}
-
-
-
-
-
-
 def _lm_stage(src: Path, info: CosyVoice3Info, gspec: GraphSpec, out: Path) -> dict[str, Any]:
     """The Qwen2 LM as a decoder step with an explicit past (export.decoder_step)."""
     from export.cosyvoice3.graphs import LMStep, load
@@ -68,27 +52,7 @@ def _lm_stage(src: Path, info: CosyVoice3Info, gspec: GraphSpec, out: Path) -> d
     lm = info.lm
     path, tr = export_decoder_step(lambda: load(LMStep(info), src), gspec, out, layers=lm.layers,
                                    kv_heads=lm.kv_heads, head_dim=lm.head_dim, hidden=lm.hidden, outputs=("logits",))
-    return _finish(tr, gspec.name, path, {"logits": LOGITS_TOLERANCE})
-
-
-def _inline_stage(module: Any, gspec: GraphSpec, cases: list[dict[str, np.ndarray]], example: int, out: Path,
-                  tol: float) -> dict[str, Any]:
-    import torch
-
-    with torch_threads(), torch.inference_mode():
-        want = [[o.numpy() for o in _tuple(module(*(torch.from_numpy(c[k]) for k in gspec.input_names)))] for c in cases]
-        path = export_inline(module, tuple(torch.from_numpy(cases[example][k]) for k in gspec.input_names), gspec, out)
-    sess = ort_session(path)
-    tr = ErrorTracker()
-    for i, (c, w) in enumerate(zip(cases, want, strict=True)):
-        for name, got, ref in zip(gspec.output_names, ort_run(sess, c), w, strict=True):
-            tr.add(name, got, ref, f"case {i} {tuple(c[gspec.input_names[0]].shape)}")
-    del sess
-    return _finish(tr, gspec.name, path, dict.fromkeys(gspec.output_names, tol))
-
-
-def _tuple(x: Any) -> tuple[Any, ...]:
-    return x if isinstance(x, tuple) else (x,)
+    return tr.finish(gspec.name, path, {"logits": LOGITS_TOLERANCE})
 
 
 def _flow_cond_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
@@ -128,9 +92,7 @@ def _tables(src: Path, out: Path) -> dict[str, Any]:
     tables: dict[str, Any] = {}
     for name, key in ((spec.TEXT_EMBEDDING, "llm.model.model.embed_tokens.weight"),
                       (spec.SPEECH_EMBEDDING, "speech_embedding.weight")):
-        arr = state[key].float().numpy()
-        np.save(out / f"{name}.npy", arr)
-        tables[name] = {"shape": list(arr.shape)}
+        save_table(out, name, state[key].float().numpy(), tables)
     return tables
 
 
@@ -140,50 +102,39 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
     import torch
 
     from export.cosyvoice3.graphs import FlowCond, FlowVelocity, HiFT, load
-    from export.memory import MemoryMonitor
 
     only_fp32(spec.DISPLAY, precision)
     src = Path(src)
     info = read_checkpoint(src)
-    stages = ["lm_step", "flow_cond", "flow_velocity", "hift", "tables", "manifest"]
-
-    stage = stage_announcer(stages, progress)
-
     torch.manual_seed(0)
     lm, f = info.lm, info.flow
     specs = {"lm_step": spec.lm_step_spec(lm.layers, lm.hidden, lm.kv_heads, lm.head_dim, lm.speech_rows),
              "flow_cond": spec.flow_cond_spec(f.mel, f.spk_embed_dim),
              "flow_velocity": spec.flow_velocity_spec(f.mel),
              "hift": spec.hift_spec(info.hift.in_channels, info.hift.nb_harmonics)}
-    reports: dict[str, Any] = {}
-    with MemoryMonitor() as mon:
-        stage("lm_step")
-        with mon.stage("lm_step"):
-            reports["lm_step"] = _lm_stage(src, info, specs["lm_step"], tmp)
-        stage("flow_cond")
-        with mon.stage("flow_cond"):
-            reports["flow_cond"] = _inline_stage(load(FlowCond(info), src), specs["flow_cond"], _flow_cond_cases(info),
-                                                 0, tmp, TOLERANCE)
-        stage("flow_velocity")
-        with mon.stage("flow_velocity"):
-            reports["flow_velocity"] = _inline_stage(load(FlowVelocity(info), src), specs["flow_velocity"],
-                                                     _velocity_cases(info), 0, tmp, TOLERANCE)
+
+    def checked(name: str, module: Any, cases: list[dict[str, np.ndarray]], tol: float, example: int = 0) -> None:
+        run.reports[name] = export_checked(module, specs[name], cases, tmp, dict.fromkeys(specs[name].output_names, tol),
+                                           example)
+
+    with StageRunner(["lm_step", "flow_cond", "flow_velocity", "hift", "tables"], progress) as run:
+        with run.stage("lm_step"):
+            run.reports["lm_step"] = _lm_stage(src, info, specs["lm_step"], tmp)
+        with run.stage("flow_cond"):
+            checked("flow_cond", load(FlowCond(info), src), _flow_cond_cases(info), TOLERANCE)
+        with run.stage("flow_velocity"):
+            checked("flow_velocity", load(FlowVelocity(info), src), _velocity_cases(info), TOLERANCE)
         release_memory()
-        stage("hift")
-        with mon.stage("hift"):
-            reports["hift"] = _inline_stage(load(HiFT(info), src), specs["hift"], _hift_cases(info), 1, tmp,
-                                            AUDIO_TOLERANCE)
-        stage("tables")
-        with mon.stage("tables"):
+        with run.stage("hift"):
+            checked("hift", load(HiFT(info), src), _hift_cases(info), AUDIO_TOLERANCE, example=1)
+        with run.stage("tables"):
             tables = _tables(src, tmp)
-    memory = mon.summary()
-    stage("manifest")
     shutil.copytree(src / QWEN_DIR, tmp / "tokenizer", ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
     # The front-end models, used as shipped (the voice-features model prompt_encoder runs them).
     (tmp / FRONTEND_DIR).mkdir()
     for name in FRONTEND_MODELS:
         shutil.copy2(src / name, tmp / FRONTEND_DIR / name)
-    return build_manifest(
+    return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
@@ -197,9 +148,6 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
         vocoder_state_size=1,
         vocoder_state_layout=[["prefix_rerun", 1]],
         tables=tables,
-        memory=memory,
         graphs=specs,
-        validation=reports,
         configs={YAML: read_yaml(src / YAML)},
-        versions=versions(),
     )

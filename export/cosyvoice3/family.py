@@ -6,19 +6,11 @@ audio -> speech tokens, prompt mel, speaker embedding).
 
 from __future__ import annotations
 
-from export.family import ExportFamily, inline_deploy, lazy, sized_make_tiny
+from export.family import inline_family
 from ttscore.contract import cosyvoice3 as contract
 
-SIZES = ("tiny", "real")  # export.cosyvoice3.tiny.SIZES
-
-FAMILY = ExportFamily(
-    name=contract.FAMILY, display=contract.DISPLAY, hub_org=contract.HUB_ORG,
+FAMILY = inline_family(
+    contract.FAMILY, display=contract.DISPLAY, hub_org=contract.HUB_ORG,
     signature="cosyvoice3.yaml beside llm.pt, flow.pt, hift.pt and CosyVoice-BlankEN/",
-    demo=(("CosyVoice3-tiny", {}),),
-    detect=lazy("ttscore.runtime.families.cosyvoice3.checkpoint:is_cosyvoice3"),
-    check=lazy("ttscore.runtime.families.cosyvoice3.checkpoint:read_checkpoint"),
-    export=lazy("export.cosyvoice3.exporter:export_cosyvoice3"),
-    make_tiny=sized_make_tiny("export.cosyvoice3.tiny:make_tiny_cosyvoice3", contract.FAMILY, SIZES),
-    sizes=SIZES,
-    deploy=inline_deploy(contract.ENCODER_MODEL),
+    detect="is_cosyvoice3", export="export_cosyvoice3", make_tiny="make_tiny_cosyvoice3", encoder=contract.ENCODER_MODEL,
 )

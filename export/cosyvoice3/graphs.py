@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.blocks import RMSNorm, rotate_half
+from export.blocks import GatedMLP, RMSNorm, default_inv_freq, rotate_half
 from ttscore.runtime.families.cosyvoice3.checkpoint import FLOW, HIFT, LLM, CosyVoice3Info, load_pt
 
 NEG = -1e9
@@ -56,20 +56,9 @@ class Attn(nn.Module):
         self.heads, self.kv, self.hd = heads, kv, hd
 
 
-class MLP(nn.Module):
-    def __init__(self, d: int, inner: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(d, inner, bias=False)
-        self.up_proj = nn.Linear(d, inner, bias=False)
-        self.down_proj = nn.Linear(inner, d, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class Layer(nn.Module):
     self_attn: Attn
-    mlp: MLP
+    mlp: GatedMLP
     input_layernorm: RMSNorm
     post_attention_layernorm: RMSNorm
 
@@ -77,7 +66,7 @@ class Layer(nn.Module):
         super().__init__()
         lm = info.lm
         self.self_attn = Attn(lm.hidden, lm.heads, lm.kv_heads, lm.head_dim)
-        self.mlp = MLP(lm.hidden, lm.intermediate)
+        self.mlp = GatedMLP(lm.hidden, lm.intermediate)
         self.input_layernorm = RMSNorm(lm.hidden, lm.rms_eps)
         self.post_attention_layernorm = RMSNorm(lm.hidden, lm.rms_eps)
 
@@ -95,8 +84,7 @@ class LMStep(nn.Module):
         self.norm = RMSNorm(lm.hidden, lm.rms_eps)
         self.llm_decoder = nn.Linear(lm.hidden, lm.speech_rows, bias=False)
         hd = lm.head_dim
-        self.register_buffer("inv_freq", 1.0 / (lm.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd)),
-                             persistent=False)
+        self.register_buffer("inv_freq", default_inv_freq(lm.rope_theta, hd), persistent=False)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
         b, t, _ = x.shape

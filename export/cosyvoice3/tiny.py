@@ -20,7 +20,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from export.tiny_weights import TensorInit, json_bytes, replace_dir
+from export.tiny_weights import (
+    TensorInit,
+    checkpoint_writer,
+    json_bytes,
+    write_files,
+)
 from ttscore.runtime.families.cosyvoice3.checkpoint import (
     CAMPPLUS,
     FLOW,
@@ -322,28 +327,16 @@ def make_tiny_cosyvoice3(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     import onnx
     import torch
 
-    out = Path(out)
     info = info_of(size)
     dtype = torch.float32
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".cosyvoice3-", dir=out.parent))
-    try:
-        (tmp / YAML).write_text(yaml_text(size))
-        (tmp / "config.json").write_bytes(json_bytes({}))
+    with checkpoint_writer(out, "a CosyVoice3 checkpoint", None) as tmp:
+        write_files(tmp, {YAML: yaml_text(size), "config.json": json_bytes({})})
         for name, state in weights(info, seed, dtype).items():
             torch.save(state, tmp / name)
         onnx.save(campplus_model(seed), str(tmp / CAMPPLUS))
         onnx.save(speech_tokenizer_model(seed, info.lm.speech_token_size), str(tmp / SPEECH_TOKENIZER))
-        q = tmp / QWEN_DIR
-        q.mkdir()
-        (q / "config.json").write_bytes(json_bytes(qwen_config(size)))
-        (q / "generation_config.json").write_bytes(json_bytes({"bos_token_id": 151643, "eos_token_id": 151643,
-                                                               "max_new_tokens": 2048}))
-        for name, data in tokenizer_files().items():
-            (q / name).write_bytes(data)
-        tmp.chmod(0o755)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+        write_files(tmp / QWEN_DIR, {
+            "config.json": json_bytes(qwen_config(size)),
+            "generation_config.json": json_bytes({"bos_token_id": 151643, "eos_token_id": 151643, "max_new_tokens": 2048}),
+            **tokenizer_files()})
+    return Path(out)

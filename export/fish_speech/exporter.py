@@ -11,59 +11,40 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from export.common import (
+from export.decoder_step import export_decoder_step
+from export.quantize import compare_outputs, quantize_graph
+from export.stages import StageRunner, copy_tokenizer, save_table
+from export.tracing import (
     ErrorTracker,
-    compare_outputs,
+    empty_past,
     export_bound,
     export_inline,
-    file_size,
     ort_run,
     ort_session,
-    quantize_graph,
-    stage_announcer,
+    run_in_chunks,
     torch_threads,
-    versions,
+    with_past,
 )
-from export.decoder_step import export_decoder_step
 from ttscore.contract import fish_speech as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
-from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.fish_speech.checkpoint import (
     CONFIG,
     TOKENIZER,
     WEIGHTS,
     FishInfo,
-    Transformer,
     read_checkpoint,
 )
 
 TOLERANCE = 1e-4  # max abs error of the graphs' float outputs vs the torch modules (tiny: ~1e-6)
 AUDIO_TOLERANCE = 1e-4
 CODE_TOLERANCE = 0.0  # the encoder's codes: exactly
-
-
-def _finish(tr: ErrorTracker, name: str, path: Path, tol: dict[str, float]) -> dict[str, Any]:
-    tr.enforce(tol, name)
-    return {"file": path.name, "max_abs_error": tr.report(), "tolerance": tol, "bytes": file_size(path)}
-
-
-def _empty(t: Transformer, b: int = 1) -> list[np.ndarray]:
-    return [np.zeros((b, t.n_local_heads, 0, t.head_dim), np.float32) for _ in range(2 * t.n_layer)]
-
-
-def _past(t: Transformer, past: list[np.ndarray]) -> dict[str, np.ndarray]:
-    f = {}
-    for i in range(t.n_layer):
-        f[spec.past_key(i)], f[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
-    return f
 
 
 def _slow_stage(src: Path, info: FishInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
@@ -74,7 +55,7 @@ def _slow_stage(src: Path, info: FishInfo, gspec: GraphSpec, out: Path) -> dict[
     path, tr = export_decoder_step(lambda: load(SlowStep(info.config), src), gspec, out, layers=t.n_layer,
                                    kv_heads=t.n_local_heads, head_dim=t.head_dim, hidden=t.dim,
                                    outputs=("hidden", "logits"))
-    return _finish(tr, gspec.name, path, {"hidden": TOLERANCE, "logits": TOLERANCE})
+    return tr.finish(gspec.name, path, {"hidden": TOLERANCE, "logits": TOLERANCE})
 
 
 def _fast_stage(src: Path, info: FishInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
@@ -96,15 +77,15 @@ def _fast_stage(src: Path, info: FishInfo, gspec: GraphSpec, out: Path) -> dict[
     sess = ort_session(path)
     tr = ErrorTracker()
     xn = x.numpy()
-    past_np = _empty(t, 2)
+    past_np = empty_past(t.n_layer, t.n_local_heads, t.head_dim, 2)
     at = 0
     for i, n in enumerate(range(2, steps + 1)):
-        step = ort_run(sess, {"inputs_embeds": xn[:, at:n], "position_ids": np.tile(np.arange(at, n), (2, 1)),
-                              **_past(t, past_np)})
+        step = ort_run(sess, with_past({"inputs_embeds": xn[:, at:n], "position_ids": np.tile(np.arange(at, n), (2, 1))},
+                                       past_np))
         tr.add("logits", step[0], want[i], f"position {n - 1}")
         past_np = [np.concatenate([a, b], axis=2) for a, b in zip(past_np, step[1:], strict=True)]
         at = n
-    return _finish(tr, gspec.name, path, {"logits": TOLERANCE})
+    return tr.finish(gspec.name, path, {"logits": TOLERANCE})
 
 
 def _codec_stage(src: Path, info: FishInfo, out: Path
@@ -148,13 +129,7 @@ def _codec_stage(src: Path, info: FishInfo, out: Path
     sess = ort_session(dpath)
     tr = ErrorTracker()
     for c, w, chunks in zip(dec_cases, dwant, ((1, 3, 4, 122, 10), (1,)), strict=True):
-        st = np.zeros((c.shape[0], size), np.float32)
-        pieces, a = [], 0
-        for n in chunks:
-            pcm, st = ort_run(sess, {"codes": c[:, :, a:a + n], "state": st})
-            pieces.append(pcm)
-            a += n
-        tr.add("pcm", np.concatenate(pieces, axis=1), w, f"chunks {'+'.join(map(str, chunks))} vs whole")
+        tr.add("pcm", run_in_chunks(sess, c, size, chunks), w, f"chunks {'+'.join(map(str, chunks))} vs whole")
     # rows at different frame counts in one call: row 0 fresh, row 1 after 130 frames
     st = np.zeros((2, size), np.float32)
     _, st1 = ort_run(sess, {"codes": dec_cases[0][1:, :, :130], "state": st[1:]})
@@ -162,17 +137,17 @@ def _codec_stage(src: Path, info: FishInfo, out: Path
     mixed, _ = ort_run(sess, {"codes": np.stack([dec_cases[0][0, :, :10], dec_cases[0][1, :, 130:140]]), "state": st})
     tr.add("pcm", mixed[0], dwant[0][0, :10 * spf], "ragged rows: row 0 from frame 0")
     tr.add("pcm", mixed[1], dwant[0][1, 130 * spf:140 * spf], "ragged rows: row 1 from frame 130")
-    reports = {dspec.name: _finish(tr, dspec.name, dpath, {"pcm": AUDIO_TOLERANCE})}
+    reports = {dspec.name: tr.finish(dspec.name, dpath, {"pcm": AUDIO_TOLERANCE})}
     sess = ort_session(epath)
     tr = ErrorTracker()
     for a, w in zip(enc_cases, ewant, strict=True):
         tr.add("codes", ort_run(sess, {"audio": a})[0].astype(np.float64), w.astype(np.float64),
                f"{a.shape[0]} x {a.shape[1]} samples")
-    reports[espec.name] = _finish(tr, espec.name, epath, {"codes": CODE_TOLERANCE})
+    reports[espec.name] = tr.finish(espec.name, epath, {"codes": CODE_TOLERANCE})
     return reports, dspec, size, layout
 
 
-# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.common.quantize_graph),
+# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.quantize.quantize_graph),
 # each measured against its fp32 export (`vs_fp32`); dac_stream keeps its quantized form only at
 # VOCODER_MIN_SNR_DB or more. dac_encode stays fp32: its output is argmax codes, which a quantized encoder
 # would change for a reference clip (the cloning prompt).
@@ -223,10 +198,7 @@ def _tables(src: Path, info: FishInfo, out: Path) -> dict[str, Any]:
     tables: dict[str, Any] = {}
     with safe_open(str(src / WEIGHTS), framework="pt") as f:
         for name, tensor in names:
-            arr = f.get_tensor(tensor).to(torch.float32).numpy()
-            np.save(out / f"{name}.npy", arr)
-            tables[name] = {"shape": list(arr.shape)}
-            del arr
+            save_table(out, name, f.get_tensor(tensor).to(torch.float32).numpy(), tables)
     return tables
 
 
@@ -235,51 +207,29 @@ def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
     """Every graph into `tmp`, one stage at a time; returns the manifest."""
     import torch
 
-    from export.memory import MemoryMonitor
-
     if precision not in ("fp32", "int8", "int4"):
         raise InvalidRequest(f"{spec.DISPLAY} exports fp32, int8 or int4 (got --precision {precision})", "precision")
     src = Path(src)
     info = read_checkpoint(src)
     cfg = info.config
-    stages = ["slow_step", "fast_step", "codec", "tables"]
-    stages += [f"{precision} quantization"] if precision != "fp32" else []
-    stages += ["manifest"]
-
-    stage = stage_announcer(stages, progress)
-
     torch.manual_seed(0)
     s, f = cfg.slow, cfg.fast
     specs = {"slow_step": spec.slow_step_spec(s.n_layer, s.dim, s.n_local_heads, s.head_dim, cfg.codebook_size + 1),
              "fast_step": spec.fast_step_spec(f.n_layer, f.dim, f.n_local_heads, f.head_dim),
              "dac_encode": spec.dac_encode_spec()}
-    reports: dict[str, Any] = {}
-    with MemoryMonitor() as mon:
-        stage("slow_step")
-        with mon.stage("slow_step"):
-            reports["slow_step"] = _slow_stage(src, info, specs["slow_step"], tmp)
-        stage("fast_step")
-        with mon.stage("fast_step"):
-            reports["fast_step"] = _fast_stage(src, info, specs["fast_step"], tmp)
-        stage("codec")
-        with mon.stage("codec"):
+    with StageRunner(["slow_step", "fast_step", "codec", "tables"], progress, precision) as run:
+        with run.stage("slow_step"):
+            run.reports["slow_step"] = _slow_stage(src, info, specs["slow_step"], tmp)
+        with run.stage("fast_step"):
+            run.reports["fast_step"] = _fast_stage(src, info, specs["fast_step"], tmp)
+        with run.stage("codec"):
             codec_reports, specs["dac_stream"], state_size, layout = _codec_stage(src, info, tmp)
-            reports.update(codec_reports)
-        stage("tables")
-        with mon.stage("tables"):
+            run.reports.update(codec_reports)
+        with run.stage("tables"):
             tables = _tables(src, info, tmp)
-        if precision != "fp32":
-            stage(f"{precision} quantization")
-            for name in QUANTIZED:
-                with mon.stage(f"{precision}_{name}"):
-                    reports[name] = {**reports[name], **_quantize(info, tmp / specs[name].filename, name, precision,
-                                                                 state_size)}
-    memory = mon.summary()
-    stage("manifest")
-    tok_dir = tmp / "tokenizer"
-    tok_dir.mkdir()
-    shutil.copy2(src / TOKENIZER, tok_dir / TOKENIZER)
-    return build_manifest(
+        run.quantize(QUANTIZED, lambda name: _quantize(info, tmp / specs[name].filename, name, precision, state_size))
+    copy_tokenizer(src, tmp, [TOKENIZER])
+    return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
@@ -292,9 +242,6 @@ def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
         vocoder_state_size=state_size,
         vocoder_state_layout=layout,
         tables=tables,
-        memory=memory,
         graphs=specs,
-        validation=reports,
         configs={CONFIG: json.loads((src / CONFIG).read_text())},
-        versions=versions(),
     )

@@ -5,19 +5,11 @@ features: reference audio -> DAC codes).
 
 from __future__ import annotations
 
-from export.family import ExportFamily, inline_deploy, lazy, sized_make_tiny
+from export.family import inline_family
 from ttscore.contract import fish_speech as contract
 
-SIZES = ("tiny", "real")  # export.fish_speech.tiny.SIZES
-
-FAMILY = ExportFamily(
-    name=contract.FAMILY, display=contract.DISPLAY, hub_org=contract.HUB_ORG,
+FAMILY = inline_family(
+    contract.FAMILY, display=contract.DISPLAY, hub_org=contract.HUB_ORG,
     signature=f"config.json with model_type {contract.MODEL_TYPE}",
-    demo=(("Fish-Speech-S2-Pro-tiny", {}),),
-    detect=lazy("ttscore.runtime.families.fish_speech.checkpoint:is_fish_speech"),
-    check=lazy("ttscore.runtime.families.fish_speech.checkpoint:read_checkpoint"),
-    export=lazy("export.fish_speech.exporter:export_fish"),
-    make_tiny=sized_make_tiny("export.fish_speech.tiny:make_tiny_fish", contract.FAMILY, SIZES),
-    sizes=SIZES,
-    deploy=inline_deploy(contract.ENCODER_MODEL),
+    detect="is_fish_speech", export="export_fish", make_tiny="make_tiny_fish", encoder=contract.ENCODER_MODEL,
 )

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from export.tiny_weights import TensorInit, json_bytes, replace_dir
+from export.tiny_weights import (
+    TensorInit,
+    checkpoint_writer,
+    json_bytes,
+    save_weights,
+    write_files,
+)
 from ttscore.contract import fish_speech as spec
 from ttscore.runtime.families.fish_speech.checkpoint import (
     CODEC,
@@ -156,25 +159,13 @@ def codec_weights(dims: CodecDims, seed: int) -> dict[str, Any]:
 def make_tiny_fish(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write the checkpoint directory (replacing an empty one or a Fish Speech checkpoint) and return it."""
     import torch
-    from safetensors.torch import save_file
 
     if size not in SIZES:
         raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
-    out = Path(out)
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or is_fish_speech(out))):
-        raise FileExistsError(f"{out} exists and is not a {spec.DISPLAY} checkpoint directory; not replacing it")
-    out.parent.mkdir(parents=True, exist_ok=True)
     cfg = config(size)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        (tmp / CONFIG).write_bytes(json_bytes(cfg))
-        (tmp / TOKENIZER).write_text(tokenizer_json(), encoding="utf-8")
-        (tmp / "tokenizer_config.json").write_bytes(json_bytes(tokenizer_config()))
-        save_file(model_weights(cfg, seed), str(tmp / WEIGHTS), metadata={"format": "pt"})
+    with checkpoint_writer(out, f"a {spec.DISPLAY} checkpoint", is_fish_speech) as tmp:
+        write_files(tmp, {CONFIG: json_bytes(cfg), TOKENIZER: tokenizer_json(),
+                          "tokenizer_config.json": json_bytes(tokenizer_config())})
+        save_weights(model_weights(cfg, seed), tmp / WEIGHTS)
         torch.save(codec_weights(codec_dims(size), seed), tmp / CODEC)
-        os.chmod(tmp, 0o755)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return Path(out)

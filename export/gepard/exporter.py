@@ -10,29 +10,26 @@ transformers' Qwen3_5TextModel and to the whole NanoCodec decode by tests/export
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from export.common import (
-    ErrorTracker,
-    export_inline,
-    file_size,
-    only_fp32,
-    ort_run,
-    ort_session,
-    stage_announcer,
-    torch_threads,
-    versions,
-)
 from export.decoder_step import export_decoder_step
+from export.quantize import only_fp32
+from export.stages import StageRunner, copy_tokenizer, save_table
+from export.tracing import (
+    ErrorTracker,
+    export_checked,
+    export_inline,
+    ort_session,
+    run_in_chunks,
+    torch_threads,
+)
 from ttscore.contract import gepard as spec
 from ttscore.contract.errors import CheckpointError
 from ttscore.contract.graphs import GraphSpec
-from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.gepard.checkpoint import (
     CONFIG,
     SIDECAR,
@@ -68,15 +65,6 @@ class Weights:
         module.load_state_dict(state, strict=True)
 
 
-def _finish(tr: ErrorTracker, name: str, path: Path, tol: float) -> dict[str, Any]:
-    tr.enforce(tol, name)
-    return {"file": path.name, "max_abs_error": tr.report(), "tolerance": tol, "bytes": file_size(path)}
-
-
-
-
-
-
 def _backbone_stage(w: Weights, info: GepardInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
     """The backbone as a decoder step with an explicit past (export.decoder_step)."""
     from export.gepard.graphs import BackboneStep
@@ -90,7 +78,7 @@ def _backbone_stage(w: Weights, info: GepardInfo, gspec: GraphSpec, out: Path) -
 
     path, tr = export_decoder_step(make, gspec, out, layers=s.num_layers, kv_heads=s.num_kv_heads,
                                    head_dim=s.head_dim, hidden=s.hidden_size, outputs=("logits", "stop_prob"))
-    return _finish(tr, gspec.name, path, TOLERANCE)
+    return tr.finish(gspec.name, path, TOLERANCE)
 
 
 def _frame_embed_stage(w: Weights, info: GepardInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
@@ -103,15 +91,8 @@ def _frame_embed_stage(w: Weights, info: GepardInfo, gspec: GraphSpec, out: Path
     with torch_threads(), torch.inference_mode():
         model = FrameEmbed(info).eval()
         w.load(model)
-        cases = [(rng.integers(0, levels, size=(b, len(levels)))).astype(np.int64) for b in (1, 3)]
-        want = [model(torch.from_numpy(c)).numpy() for c in cases]
-        path = export_inline(model, (torch.from_numpy(cases[1]),), gspec, out)
-        del model
-    sess = ort_session(path)
-    tr = ErrorTracker()
-    for c, wnt in zip(cases, want, strict=True):
-        tr.add("embeds", ort_run(sess, {"codes": c})[0], wnt, f"batch {c.shape[0]}")
-    return _finish(tr, gspec.name, path, TOLERANCE)
+    cases = [{"codes": (rng.integers(0, levels, size=(b, len(levels)))).astype(np.int64)} for b in (1, 3)]
+    return export_checked(model, gspec, cases, out, TOLERANCE, example=1)
 
 
 def _codec_stage(archive: Path, out: Path) -> tuple[dict[str, Any], GraphSpec, int, list[Any]]:
@@ -141,13 +122,8 @@ def _codec_stage(archive: Path, out: Path) -> tuple[dict[str, Any], GraphSpec, i
                               f"{spec.SAMPLES_PER_FRAME} at {spec.SAMPLE_RATE}")
     sess = ort_session(path)
     tr = ErrorTracker()
-    state = np.zeros((2, state_size), np.float32)
-    pieces = []
-    for a, b in ((0, 1), (1, 4), (4, 8)):
-        pcm, state = ort_run(sess, {"codes": codes[:, a:b], "state": state})
-        pieces.append(pcm)
-    tr.add("pcm", np.concatenate(pieces, axis=1), want, "chunks 1+3+4 vs whole")
-    report = _finish(tr, gspec.name, path, CODEC_TOLERANCE)
+    tr.add("pcm", run_in_chunks(sess, codes, state_size, (1, 3, 4), axis=1), want, "chunks 1+3+4 vs whole")
+    report = tr.finish(gspec.name, path, CODEC_TOLERANCE)
     return report, gspec, state_size, layout
 
 
@@ -156,49 +132,28 @@ def export_gepard(src: Path, tmp: Path, precision: str, progress: Callable[[int,
     """Every graph into `tmp`, one stage at a time; returns the manifest."""
     import torch
 
-    from export.memory import MemoryMonitor
-
     only_fp32(spec.RULES.name, precision)
     info = read_checkpoint(src, codec)
     archive = codec_archive(src, codec)
-    stages = ["backbone", "frame embed", "tables", "codec", "manifest"]
-
-    stage = stage_announcer(stages, progress)
-
     torch.manual_seed(0)
     s = info.backbone
     specs = {"backbone": spec.backbone_spec(s.num_layers, s.hidden_size, s.num_kv_heads, s.head_dim, info.num_logits),
              "frame_embed": spec.frame_embed_spec(s.hidden_size)}
-    reports: dict[str, Any] = {}
     weights = Weights(src)
     tables: dict[str, Any] = {}
-    with MemoryMonitor() as mon:
-        stage("backbone")
-        with mon.stage("backbone"):
-            reports["backbone"] = _backbone_stage(weights, info, specs["backbone"], tmp)
-        stage("frame embed")
-        with mon.stage("frame_embed"):
-            reports["frame_embed"] = _frame_embed_stage(weights, info, specs["frame_embed"], tmp)
-        stage("tables")
-        with mon.stage("tables"):
+    with StageRunner(["backbone", "frame embed", "tables", "codec"], progress) as run:
+        with run.stage("backbone"):
+            run.reports["backbone"] = _backbone_stage(weights, info, specs["backbone"], tmp)
+        with run.stage("frame embed"):
+            run.reports["frame_embed"] = _frame_embed_stage(weights, info, specs["frame_embed"], tmp)
+        with run.stage("tables"):
             for name, tensor in ((spec.EMBED_TOKENS, "model.embed_tokens.weight"), (spec.NULL_PREFIX, "null_prefix")):
-                arr = weights.get(tensor).numpy()
-                np.save(tmp / f"{name}.npy", arr)
-                tables[name] = {"shape": list(arr.shape)}
-                del arr
-        stage("codec")
-        with mon.stage("codec"):
-            reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(archive, tmp)
-    memory = mon.summary()
-
-    stage("manifest")
-    tok_dir = tmp / "tokenizer"
-    tok_dir.mkdir()
-    for name in TOKENIZER_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, tok_dir / name)
+                save_table(tmp, name, weights.get(tensor).numpy(), tables)
+        with run.stage("codec"):
+            run.reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(archive, tmp)
+    copy_tokenizer(src, tmp, TOKENIZER_FILES)
     cfg, sidecar = read_configs(src)
-    return build_manifest(
+    return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
@@ -212,9 +167,6 @@ def export_gepard(src: Path, tmp: Path, precision: str, progress: Callable[[int,
         vocoder_state_layout=layout,
         speakers={v: i for i, v in enumerate(spec.VOICES)},  # the one voice GET /v1/models lists
         tables=tables,
-        memory=memory,
         graphs=specs,
-        validation=reports,
         configs={CONFIG: cfg, SIDECAR: sidecar},
-        versions=versions(),
     )

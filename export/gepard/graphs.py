@@ -21,7 +21,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from export.blocks import RMSNorm, rotate_half
+from export.blocks import GatedMLP, RMSNorm, default_inv_freq, rotate_half
 from ttscore.runtime.families.gepard.checkpoint import Backbone, GepardInfo
 
 
@@ -37,23 +37,11 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(s.head_dim, s.rms_norm_eps, centred=True)
 
 
-class MLP(nn.Module):
-    def __init__(self, s: Backbone) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(s.hidden_size, s.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(s.hidden_size, s.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(s.intermediate_size, s.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
-        return out
-
-
 class Layer(nn.Module):
     def __init__(self, s: Backbone) -> None:
         super().__init__()
         self.self_attn = Attention(s)
-        self.mlp = MLP(s)
+        self.mlp = GatedMLP(s.hidden_size, s.intermediate_size)
         self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps, centred=True)
         self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps, centred=True)
 
@@ -66,7 +54,7 @@ class Stack(nn.Module):
         self.layers = nn.ModuleList(Layer(s) for _ in range(s.num_layers))
         self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps, centred=True)
         self.scale = s.head_dim ** -0.5
-        inv = 1.0 / (s.rope_theta ** (torch.arange(0, s.head_dim, 2, dtype=torch.int64).float() / s.head_dim))
+        inv = default_inv_freq(s.rope_theta, s.head_dim)
         self.register_buffer("inv_freq", inv, persistent=False)
 
     def run(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,

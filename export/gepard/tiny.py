@@ -23,15 +23,17 @@ Weights draw per tensor from export.tiny_weights (sha256(seed, name) streams): s
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
-import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from export.tiny_weights import TensorInit, json_bytes, replace_dir
+from export.tiny_weights import (
+    TensorInit,
+    checkpoint_writer,
+    json_bytes,
+    save_weights,
+    write_files,
+)
 from ttscore.contract import gepard as spec
 from ttscore.runtime.families.gepard.checkpoint import CODEC_DIR, parse_config, tensor_shapes
 
@@ -198,37 +200,21 @@ def _looks_like_checkpoint(path: Path) -> bool:
 def make_tiny_gepard(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write the checkpoint directory (replacing an empty one or a Gepard checkpoint) and return it."""
     import torch
-    from safetensors.torch import save_file
 
     from export.gepard.codec import write_nemo
 
     _sizes(size)
-    out = Path(out)
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or _looks_like_checkpoint(out))):
-        raise FileExistsError(f"{out} exists and is not a Gepard-1.0 checkpoint directory; not replacing it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
     cfg, sidecar, ccfg = model_config(size), sidecar_config(size), codec_config(size)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        files = {
+    with checkpoint_writer(out, "a Gepard-1.0 checkpoint", _looks_like_checkpoint) as tmp:
+        write_files(tmp, {
             "config.json": json_bytes(cfg),
             "gepard_config.json": json_bytes(sidecar),
-            "tokenizer.json": tokenizer_json().encode("utf-8"),
+            "tokenizer.json": tokenizer_json(),
             "tokenizer_config.json": json_bytes({"tokenizer_class": "Qwen2Tokenizer", "add_prefix_space": False,
                                                  "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
                                                  "model_max_length": 262144}),
-        }
-        for rel, data in files.items():
-            (tmp / rel).write_bytes(data)
-        save_file(checkpoint_weights(cfg, sidecar, seed, torch.bfloat16), str(tmp / "model.safetensors"),
-                  metadata={"format": "pt"})
+        })
+        save_weights(checkpoint_weights(cfg, sidecar, seed, torch.bfloat16), tmp / "model.safetensors")
         (tmp / CODEC_DIR).mkdir()
         write_nemo(tmp / CODEC_DIR / CODEC_FILE, ccfg, codec_weights(ccfg, seed))
-        os.chmod(tmp, 0o755)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    logger.info("wrote %s Gepard-1.0 checkpoint to %s in %.1f s", size, out, time.perf_counter() - started)
-    return out
+    return Path(out)

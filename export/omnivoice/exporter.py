@@ -1,7 +1,7 @@
 """OmniVoice checkpoint -> generator.onnx + codec_decoder.onnx (+ codec_encoder.onnx when the audio
 tokenizer has its encoder side) + manifest.json, each graph checked against the reference
 (`omnivoice==0.2.1` forward; the Higgs codec over transformers' DacModel and HubertModel) through
-export/common's helper stack."""
+export/tracing.py.s helper stack."""
 
 from __future__ import annotations
 
@@ -12,22 +12,20 @@ from typing import Any
 
 import numpy as np
 
-from export.common import (
+from export.family import ExportProgress
+from export.quantize import only_fp32
+from export.stages import StageRunner
+from export.tracing import (
     check_close,
     export_bound,
     export_inline,
     max_abs,
-    only_fp32,
     ort_run,
     ort_session,
     torch_threads,
-    versions,
 )
-from export.family import ExportProgress
-from export.memory import MemoryMonitor
 from ttscore.contract import omnivoice as contract
 from ttscore.contract.errors import ExportError
-from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.omnivoice.checkpoint import (
     CODEC_DIR,
     CONFIG,
@@ -108,15 +106,13 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
     only_fp32(contract.RULES.name, precision)
     info = read_checkpoint(src)
     tmp = Path(tmp)
-    validation: dict[str, dict[str, Any]] = {}
     graphs = {contract.GENERATOR.name: contract.GENERATOR, contract.CODEC_DECODER.name: contract.CODEC_DECODER}
     with safe_open(str(src / CODEC_DIR / "model.safetensors"), "pt") as f:
         encoder = has_encoder(f.keys())
-    steps = 4 if encoder else 3
-    with torch_threads(), MemoryMonitor() as mon:
-        if progress:
-            progress(1, steps, "generator graph")
-        with mon.stage("generator"):
+    stages = ["generator graph", "codec decoder graph", *(["codec encoder graph"] if encoder else [])]
+    with torch_threads(), StageRunner(stages, progress) as run:
+        validation = run.reports
+        with run.stage("generator graph", "generator"):
             model = load_reference(src)
             gen = Generator(model).eval()
             batch = reference_batch(model, validation_items())
@@ -126,9 +122,7 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
             (got,) = ort_run(ort_session(path), {k: v.numpy() for k, v in feeds.items()})
             validation[contract.GENERATOR.name] = _check_rel("logits", got, want, GENERATOR_RTOL)
             del model, gen
-        if progress:
-            progress(2, steps, "codec decoder graph")
-        with mon.stage("codec_decoder"):
+        with run.stage("codec decoder graph", "codec_decoder"):
             codec = Codec(src / CODEC_DIR)  # strict: the encoder side too when there is one
             graph = CodecDecoderGraph(codec).eval()
             rng = np.random.default_rng(1)
@@ -143,15 +137,10 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
             validation[contract.CODEC_DECODER.name] = _check_rel("audio", audio, want_audio, CODEC_RTOL)
             del graph
         if encoder:
-            if progress:
-                progress(3, steps, "codec encoder graph")
-            with mon.stage("codec_encoder"):
+            with run.stage("codec encoder graph", "codec_encoder"):
                 validation[contract.CODEC_ENCODER.name] = _export_encoder(codec, CodecEncoderGraph(codec).eval(), tmp)
             graphs[contract.CODEC_ENCODER.name] = contract.CODEC_ENCODER
         del codec
-    memory = mon.summary()
-    if progress:
-        progress(steps, steps, "manifest")
     for name in TOKENIZER_FILES:
         if (src / name).is_file():
             shutil.copy2(src / name, tmp / name)
@@ -159,11 +148,10 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
 
     config = json.loads((src / CONFIG).read_text(encoding="utf-8"))
     codec_config = json.loads((src / CODEC_DIR / CONFIG).read_text(encoding="utf-8"))
-    return build_manifest(
+    return run.manifest(
         tmp, family=contract.FAMILY, variant="base", model_size=source.get("model_size", "custom"),
         precision=precision, source=source, sizes=info.to_json(), sample_rate=info.sample_rate,
         samples_per_frame=info.hop, vocoder_state_size=1, vocoder_state_layout=[["whole_utterance", 1]],
         graphs=graphs,
-        validation=validation, tables={LANGUAGE_TABLE: language_ids()}, configs={CONFIG: config, f"{CODEC_DIR}/{CONFIG}": codec_config}, memory=memory,
-        versions=versions(),
+        tables={LANGUAGE_TABLE: language_ids()}, configs={CONFIG: config, f"{CODEC_DIR}/{CONFIG}": codec_config},
     )

@@ -6,18 +6,11 @@ side still serves, its codec_encoder then refusing reference audio (400 naming `
 
 from __future__ import annotations
 
-from export.family import ExportFamily, inline_deploy, lazy, sized_make_tiny
+from export.family import inline_family
 from ttscore.contract import omnivoice as contract
 
-SIZES = ("tiny", "real")  # export.omnivoice.tiny.SIZES
-
-FAMILY = ExportFamily(
-    name=contract.FAMILY, display=contract.RULES.name, hub_org="k2-fsa",
-    signature=f"config.json with model_type {contract.FAMILY}", demo=(("OmniVoice-tiny", {}),),
-    detect=lazy("ttscore.runtime.families.omnivoice.checkpoint:is_omnivoice"),
-    check=lazy("ttscore.runtime.families.omnivoice.checkpoint:read_checkpoint"),
-    export=lazy("export.omnivoice.exporter:export_omnivoice"),
-    make_tiny=sized_make_tiny("export.omnivoice.tiny:make_tiny_omnivoice", contract.FAMILY, SIZES),
-    sizes=SIZES,
-    deploy=inline_deploy(contract.ENCODER_MODEL),
+FAMILY = inline_family(
+    contract.FAMILY, display=contract.RULES.name, hub_org="k2-fsa",
+    signature=f"config.json with model_type {contract.FAMILY}",
+    detect="is_omnivoice", export="export_omnivoice", make_tiny="make_tiny_omnivoice", encoder=contract.ENCODER_MODEL,
 )

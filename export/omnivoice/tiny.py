@@ -17,14 +17,17 @@ The weights are drawn per tensor (export.tiny_weights), so the same arguments gi
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from export.omnivoice.codec import codec_hidden, num_quantizers
-from export.tiny_weights import TensorInit, json_bytes, replace_dir
+from export.tiny_weights import (
+    TensorInit,
+    checkpoint_writer,
+    json_bytes,
+    save_weights,
+    write_files,
+)
 from ttscore.contract import omnivoice as contract
 
 SIZES = ("tiny", "real")
@@ -253,31 +256,17 @@ def _looks_like_checkpoint(out: Path) -> bool:
 
 def make_tiny_omnivoice(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write a deterministic random-weight OmniVoice checkpoint directory and return its path."""
-    from safetensors.torch import save_file
-
     if size not in SIZES:
         raise ValueError(f"size {size!r}: OmniVoice make-tiny has {', '.join(SIZES)}")
-    out = Path(out)
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or _looks_like_checkpoint(out))):
-        raise FileExistsError(f"{out} exists and is not an OmniVoice checkpoint directory; not replacing it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with checkpoint_writer(out, "an OmniVoice checkpoint", _looks_like_checkpoint) as tmp:
         cfg = model_config(size)
         codec = CODEC_REAL if size == "real" else CODEC_TINY
-        (tmp / "config.json").write_bytes(json_bytes(cfg))
-        (tmp / "tokenizer.json").write_text(tokenizer_json(int(cfg["llm_config"]["vocab_size"])), encoding="utf-8")
-        (tmp / "tokenizer_config.json").write_bytes(json_bytes(tokenizer_config()))
-        save_file(model_weights(cfg, seed), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        codec_dir = tmp / "audio_tokenizer"
-        codec_dir.mkdir()
-        (codec_dir / "config.json").write_bytes(json_bytes(codec))
-        (codec_dir / "preprocessor_config.json").write_bytes(json_bytes(PREPROCESSOR))
-        tensors = {**codec_weights(codec, seed), **codec_encoder_weights(codec, seed)}
-        save_file(tensors, str(codec_dir / "model.safetensors"), metadata={"format": "pt"})
-        os.chmod(tmp, 0o755)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+        write_files(tmp, {"config.json": json_bytes(cfg),
+                          "tokenizer.json": tokenizer_json(int(cfg["llm_config"]["vocab_size"])),
+                          "tokenizer_config.json": json_bytes(tokenizer_config()),
+                          "audio_tokenizer/config.json": json_bytes(codec),
+                          "audio_tokenizer/preprocessor_config.json": json_bytes(PREPROCESSOR)})
+        save_weights(model_weights(cfg, seed), tmp / "model.safetensors")
+        save_weights({**codec_weights(codec, seed), **codec_encoder_weights(codec, seed)},
+                     tmp / "audio_tokenizer" / "model.safetensors")
+    return Path(out)

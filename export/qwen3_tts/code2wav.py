@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from export.common import EXPORTER_INLINE, OPSET, check_close, export_inline, ort_session
+from export.tracing import EXPORTER_INLINE, OPSET, check_close, export_inline, ort_session
 from ttscore.contract.errors import ExportError
 from ttscore.contract.qwen3_tts import code2wav_spec, code2wav_stream_spec
 

@@ -23,8 +23,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from export.common import EXPORTER_INLINE, check_close, export_inline, ort_session
 from export.qwen3_tts.code2wav import DEFAULT_OPSET, PARITY_ATOL
+from export.tracing import EXPORTER_INLINE, check_close, export_inline, ort_session
 from ttscore.contract.errors import ExportError
 from ttscore.contract.qwen3_tts import (
     MEL_BINS,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,6 @@ from typing import Any
 from ttscore.contract import qwen3_tts as contract
 from ttscore.contract import qwen3_tts as spec
 from ttscore.contract.errors import CheckpointError, TTSError
-from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.qwen3_tts.checkpoint import Qwen3TTSInfo
 from ttscore.runtime.families.qwen3_tts.tokenizer import TOKENIZER_FILES
 
@@ -26,7 +24,7 @@ logger = logging.getLogger(__name__)
 # its fp32 export (the error is reported per graph in the manifest, `validation.vs_fp32`).
 QUANTIZED_GRAPHS = ("talker", "code_predictor", "code2wav_stream")
 # The vocoder keeps a quantized graph only while its audio stays within
-# export.common.VOCODER_MIN_SNR_DB of fp32's; otherwise it stays fp32 and the manifest says why.
+# export.quantize.VOCODER_MIN_SNR_DB of fp32's; otherwise it stays fp32 and the manifest says why.
 
 
 def graph_specs(info: Qwen3TTSInfo, state_size: int | None = None) -> dict[str, spec.GraphSpec]:
@@ -47,10 +45,10 @@ def graph_specs(info: Qwen3TTSInfo, state_size: int | None = None) -> dict[str, 
 
 
 def _quantize(model: Any, path: Path, graph: str, precision: str) -> dict[str, Any]:
-    """Quantize one validated fp32 graph (export.common.quantize_graph); returns the manifest fields
+    """Quantize one validated fp32 graph (export.quantize.quantize_graph); returns the manifest fields
     `quantized` and `vs_fp32`. `model` is the reference model (only its configs are read: the
     weights may stay on the meta device)."""
-    from export.common import INT8_BLOCK, quantize_graph
+    from export.quantize import INT8_BLOCK, quantize_graph
 
     from .talker import validate_int8
 
@@ -68,7 +66,8 @@ def compare_vocoder(fp32_path: Path, quant_path: Path, *, seed: int = 0) -> dict
     """Streamed decode of random codes (two chunks, state carried) by both graphs: audio error."""
     import numpy as np
 
-    from export.common import ort_session, snr_db
+    from export.quantize import snr_db
+    from export.tracing import ort_session
 
     a, b = ort_session(fp32_path), ort_session(quant_path)
     codes_in = next(i for i in a.get_inputs() if i.name == "codes")
@@ -95,64 +94,43 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
     export.memory); returns the manifest (the caller writes it and renames `tmp` into place)."""
     import torch
 
-    from export.common import stage_announcer, versions
-    from export.memory import MemoryMonitor
+    from export.stages import StageRunner, copy_tokenizer
 
     from .reference import StagedReference
 
     stages = ["loading the checkpoint", "talker", "code predictor", "embedding tables", "code2wav"]
     stages += ["speaker and speech encoders"] if info.variant == "base" else []
-    stages += [f"{precision} quantization"] if precision != "fp32" else []
-    stages += ["manifest"]
-
-    stage = stage_announcer(stages, progress)
-
     torch.manual_seed(0)
-    reports: dict[str, Any] = {}
-    with MemoryMonitor() as mon:
-        stage("loading the checkpoint")
-        with mon.stage("load"):
+    with StageRunner(stages, progress, precision) as run:
+        reports = run.reports
+        with run.stage("loading the checkpoint", "load"):
             try:
                 ref = StagedReference(src)
             except TTSError:
                 raise
             except Exception as exc:
                 raise CheckpointError(f"cannot load {src} with the reference implementation: {exc}") from exc
-        stage("talker")
-        with mon.stage("talker"):
+        with run.stage("talker"):
             reports["talker"] = _talker_stage(ref, tmp)
-        stage("code predictor")
-        with mon.stage("code_predictor"):
+        with run.stage("code predictor"):
             reports["code_predictor"] = _code_predictor_stage(ref, tmp)
-        stage("embedding tables")
-        with mon.stage("tables"):
+        with run.stage("embedding tables", "tables"):
             reports["tables"] = _tables_stage(ref, tmp)
-        stage("code2wav")
-        with mon.stage("code2wav"):
+        with run.stage("code2wav"):
             c2w = _code2wav_stage(ref, tmp)
         # One report validates both graphs (offline vs reference, streaming vs offline and reference).
         reports["code2wav_stream"] = reports["code2wav"] = c2w
         state_size = int(c2w["state_size"])
         if info.variant == "base":
-            stage("speaker and speech encoders")
-            with mon.stage("speaker_encoder"):
+            run.announce("speaker and speech encoders")
+            with run.measure("speaker_encoder"):
                 reports["speaker_encoder"] = _speaker_encoder_stage(ref, tmp)
-            with mon.stage("speech_encoder"):
+            with run.measure("speech_encoder"):
                 reports["speech_encoder"] = _speech_encoder_stage(ref, tmp)
 
         specs = graph_specs(info, state_size)
-        if precision != "fp32":
-            stage(f"{precision} quantization")
-            for name in QUANTIZED_GRAPHS:
-                with mon.stage(f"{precision}_{name}"):
-                    reports[name] = {**reports[name], **_quantize(ref.model, tmp / specs[name].filename, name, precision)}
-    memory = mon.summary()
-
-    stage("manifest")
-    tok_dir = tmp / "tokenizer"
-    tok_dir.mkdir()
-    for name in TOKENIZER_FILES:
-        shutil.copy2(src / name, tok_dir / name)
+        run.quantize(QUANTIZED_GRAPHS, lambda name: _quantize(ref.model, tmp / specs[name].filename, name, precision))
+    copy_tokenizer(src, tmp, TOKENIZER_FILES)
 
     configs = {
         "config.json": json.loads((src / "config.json").read_text(encoding="utf-8")),
@@ -161,7 +139,7 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
             (src / "speech_tokenizer" / "config.json").read_text(encoding="utf-8")
         ),
     }
-    return build_manifest(
+    return run.manifest(
         tmp,
         family=contract.FAMILY,
         source=source,
@@ -185,12 +163,9 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
         samples_per_frame=info.samples_per_frame,
         vocoder_state_size=state_size,
         vocoder_state_layout=c2w["state_layout"],
-        memory=memory,
         graphs=specs,
-        validation=reports,
         tables=reports.get("tables", {}),
         configs=configs,
-        versions=versions(),
     )
 
 

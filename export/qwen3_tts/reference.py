@@ -17,8 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from export.common import load_tensors, unload_tensors
-from export.weights import tensor_files
+from export.weights import load_tensors, tensor_files, unload_tensors
 from ttscore.contract.errors import CheckpointError
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ Tensor names, dtypes and dims come from `ttscore.contract.qwen3_tts` (talker_spe
 Exporter: the legacy TorchScript exporter (`torch.onnx.export(..., dynamo=False)`). It handles the
 wrappers directly, is fast even for the code predictor unrolled over 15 steps (dynamo's optimizer did
 not finish on it), and takes `dynamic_axes` by name. Its only wrinkle, Identity nodes in front of
-weights used more than once, is removed before int8 quantization (`export.common.quantize_int8`).
+weights used more than once, is removed before int8 quantization (`export.quantize.quantize_int8`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from export.common import (
+from export.quantize import quantize_int8
+from export.tracing import (
     EXPORTER_BOUND,
     ErrorTracker,
     check,
@@ -34,7 +35,6 @@ from export.common import (
     file_size,
     max_abs,
     ort_session,
-    quantize_int8,
     torch_threads,
 )
 from ttscore.contract.errors import ExportError
@@ -482,7 +482,7 @@ class CodePredictorFrame(nn.Module):
 
 
 def _export(module: nn.Module, args: tuple[torch.Tensor, ...], spec: GraphSpec, out_dir: Path, opset: int) -> Path:
-    """export.common.export_bound with this module's exporter note."""
+    """export.tracing.export_bound with this module's exporter note."""
     path = export_bound(module, args, spec, out_dir, opset, EXPORTER_BOUND)
     _check_io(path, spec)
     return path

@@ -53,10 +53,6 @@ import argparse
 import itertools
 import json
 import logging
-import os
-import shutil
-import tempfile
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,7 +60,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from export.tiny_weights import TensorInit, json_bytes, replace_dir
+from export.tiny_weights import (
+    TensorInit,
+    checkpoint_writer,
+    json_bytes,
+    save_weights,
+    write_files,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -857,12 +859,6 @@ def _speech_tokenizer_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 # ---- writing --------------------------------------------------------------------------------------
-def _save_safetensors(tensors: dict[str, Any], path: Path) -> None:
-    from safetensors.torch import save_file
-
-    save_file(tensors, str(path), metadata={"format": "pt"})
-
-
 def _looks_like_checkpoint(path: Path) -> bool:
     try:
         cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
@@ -886,19 +882,11 @@ def make_tiny(variant: str, out: Path, seed: int = 0, size: str = "tiny", greedy
 
     _check_variant(variant)
     _size(size, variant)  # validates size
-    out = Path(out)
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or _looks_like_checkpoint(out))):
-        raise FileExistsError(f"{out} exists and is not a Qwen3-TTS checkpoint directory; not replacing it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-
     cfg = model_config(variant, size)
     st_cfg = speech_tokenizer_config(size)
     dtype = torch.bfloat16 if cfg["torch_dtype"] == "bfloat16" else torch.float32
-
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        files: dict[str, bytes] = {
+    with checkpoint_writer(out, f"a Qwen3-TTS {size} {variant} checkpoint", _looks_like_checkpoint) as tmp:
+        write_files(tmp, {
             "config.json": json_bytes(cfg),
             "generation_config.json": json_bytes(generation_config(greedy)),
             "preprocessor_config.json": json_bytes(ROOT_PREPROCESSOR),
@@ -906,23 +894,12 @@ def make_tiny(variant: str, out: Path, seed: int = 0, size: str = "tiny", greedy
             "speech_tokenizer/config.json": json_bytes(st_cfg),
             "speech_tokenizer/configuration.json": json_bytes(SPEECH_TOKENIZER_CONFIGURATION),
             "speech_tokenizer/preprocessor_config.json": json_bytes(SPEECH_TOKENIZER_PREPROCESSOR),
-        }
-        (tmp / "speech_tokenizer").mkdir()
-        for rel, data in files.items():
-            (tmp / rel).write_bytes(data)
-        _save_safetensors(
-            _speech_tokenizer_weights(st_cfg, seed), tmp / "speech_tokenizer" / "model.safetensors"
-        )
+        })
+        save_weights(_speech_tokenizer_weights(st_cfg, seed), tmp / "speech_tokenizer" / "model.safetensors")
         weights = _talker_weights(cfg, seed, dtype)
-        _save_safetensors(weights, tmp / "model.safetensors")
+        save_weights(weights, tmp / "model.safetensors")
         del weights
-        os.chmod(tmp, 0o755)  # mkdtemp creates 0700
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    logger.info("wrote %s %s checkpoint to %s in %.1f s", size, variant, out, time.perf_counter() - started)
-    return out
+    return Path(out)
 
 
 def iter_files(path: Path) -> Iterator[Path]:

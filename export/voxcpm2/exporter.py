@@ -2,13 +2,13 @@
 
 Called (through export/voxcpm2/family.py) by export.exporter.export_checkpoint, which owns the
 partial directory and the rename into place, when the checkpoint's config.json is a VoxCPM2 config.
-Each graph is traced from the wrappers in export/voxcpm2/graphs.py (export.common.export_bound, or
+Each graph is traced from the wrappers in export/voxcpm2/graphs.py (export.tracing.export_bound, or
 export_inline for the AudioVAE) with the legacy TorchScript exporter and checked in ONNX
 Runtime against the reference's own modules (not the wrappers) over several shapes per dynamic
 axis; the LocDiT step graph is checked together with the runtime's numpy Euler solver against the
 reference `UnifiedCFM.forward` with the same noise. Any error above tolerance is an ExportError.
 
-Memory is bounded as for Qwen3-TTS (export/common.py, export/memory.py): the reference is built
+Memory is bounded as for Qwen3-TTS (export/weights.py, export/memory.py): the reference is built
 on the meta device (reference.StagedVoxCPM2) and each stage loads only the weights it traces, one
 tensor at a time; the reference outputs are computed first, the graph is traced without its
 parameters and the weights bound one at a time into `<graph>.onnx.data` (bind_weights), and the
@@ -26,33 +26,28 @@ from typing import Any
 
 import numpy as np
 
-from export.common import (
-    OPSET,
+from export.memory import release_memory
+from export.quantize import compare_outputs, quantize_graph, snr_db
+from export.stages import StageRunner, copy_tokenizer
+from export.tracing import (
     ErrorTracker,
     check,
-    compare_outputs,
     export_bound,
     export_inline,
     file_size,
     max_abs,
     ort_run,
     ort_session,
-    quantize_graph,
-    snr_db,
-    stage_announcer,
     torch_threads,
-    versions,
 )
-from export.memory import release_memory
 from ttscore.contract import voxcpm2 as spec
 from ttscore.contract.graphs import GraphSpec
-from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.voxcpm2.checkpoint import TOKENIZER_FILES, VoxCPM2Info
 from ttscore.runtime.families.voxcpm2.solver import SolveRow, solve
 
 TOLERANCE = 1e-3  # max abs error of any validated output (tiny measured: <= ~3e-6)
 TEXT_TABLE = "text_embeddings"
-# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.common.
+# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.quantize.
 # quantize_graph, as for Qwen3-TTS), each measured against its fp32 export (`validation.vs_fp32`).
 # The AudioVAE decoder is offered too under the vocoder rule (kept only at >= VOCODER_MIN_SNR_DB);
 # it is all convolutions, so it stays fp32. bridge and heads (a few small projections, the stop
@@ -338,45 +333,30 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     `lora`: a native VoxCPM2 LoRA adapter directory (export/voxcpm2/lora.py), validated whole before
     the first stage and merged into each targeted weight as its stage loads it, so every graph is
     exported and validated with the merged weights; the manifest's `adapter` records its identity."""
-    import shutil
-
     import torch
-
-    from export.memory import MemoryMonitor
 
     from .reference import StagedVoxCPM2
 
     stages = ["loading the checkpoint", "base LM", "residual LM", "local encoder, bridge, heads", "LocDiT",
               "AudioVAE"]
-    stages += [f"{precision} quantization"] if precision != "fp32" else []
-    stages += ["manifest"]
-
-    stage = stage_announcer(stages, progress)
-
     torch.manual_seed(0)
-    reports: dict[str, Any] = {}
-    with MemoryMonitor() as mon:
-        stage("loading the checkpoint")
-        with mon.stage("load"):
+    with StageRunner(stages, progress, precision) as run:
+        reports = run.reports
+        with run.stage("loading the checkpoint", "load"):
             ref = StagedVoxCPM2(src, lora)
             with ref.loaded(("audio_vae.decoder.",)) as model:
                 state_size = sum(c * n for c, n in _decoder_layout(model))
                 del model
         specs = graph_specs(info, state_size)
-        stage("base LM")
-        with mon.stage("base_lm"):
+        with run.stage("base LM", "base_lm"):
             reports["base_lm"] = _lm_stage(ref, "base_lm", specs["base_lm"], tmp)
-        stage("residual LM")
-        with mon.stage("residual_lm"):
+        with run.stage("residual LM", "residual_lm"):
             reports["residual_lm"] = _lm_stage(ref, "residual_lm", specs["residual_lm"], tmp)
-        stage("local encoder, bridge, heads")
-        with mon.stage("small"):
+        with run.stage("local encoder, bridge, heads", "small"):
             reports.update(_small_stages(ref, info, specs, tmp))
-        stage("LocDiT")
-        with mon.stage("locdit"):
+        with run.stage("LocDiT", "locdit"):
             reports["locdit_step"] = _locdit_stage(ref, info, specs["locdit_step"], tmp)
-        stage("AudioVAE")
-        with mon.stage("audio_vae"):
+        with run.stage("AudioVAE", "audio_vae"):
             reports.update(_vae_stages(ref, info, specs, tmp))
         adapter = None
         if ref.adapter is not None:
@@ -384,21 +364,10 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
             check(not unmerged, f"LoRA targets never loaded by an export stage: {unmerged[:3]}")
             adapter = {**ref.adapter.identity, "merged_layers": len(ref.merged)}
         del ref
-        if precision != "fp32":
-            stage(f"{precision} quantization")
-            for name in QUANTIZED_GRAPHS:
-                with mon.stage(f"{precision}_{name}"):
-                    reports[name] = {**reports[name], **_quantize(info, tmp / specs[name].filename, name, precision)}
-    memory = mon.summary()
-
-    stage("manifest")
-    tok_dir = tmp / "tokenizer"
-    tok_dir.mkdir()
-    for name in TOKENIZER_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, tok_dir / name)
+        run.quantize(QUANTIZED_GRAPHS, lambda name: _quantize(info, tmp / specs[name].filename, name, precision))
+    copy_tokenizer(src, tmp, TOKENIZER_FILES)
     dec_report = reports["vae_decoder_stream"]
-    return build_manifest(
+    return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
@@ -411,17 +380,14 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
         vocoder_state_size=dec_report["state_size"],
         vocoder_state_layout=dec_report["state_layout"],
         tables={TEXT_TABLE: {"rows": info.vocab_size, "scale_emb_folded": info.scale_emb}},
-        memory=memory,
         graphs=specs,
-        validation=reports,
         configs={"config.json": json.loads((src / "config.json").read_text(encoding="utf-8"))},
-        versions=versions(OPSET),
         adapter=adapter,
     )
 
 
 def _quantize(info: VoxCPM2Info, path: Path, graph: str, precision: str) -> dict[str, Any]:
-    """One graph through export.common.quantize_graph (the Qwen3-TTS path): the fields `quantized`
+    """One graph through export.quantize.quantize_graph (the Qwen3-TTS path): the fields `quantized`
     and `vs_fp32` of its manifest entry."""
     if graph == "vae_decoder_stream":
         return quantize_graph(path, precision, _vae_decoder_vs_fp32, audio=True)

@@ -98,7 +98,7 @@ def load_reference(checkpoint: str | Path, lora: str | Path | None = None) -> An
 
 class StagedVoxCPM2:
     """The reference `VoxCPM2Model` (float32) with its parameters on the meta device until an export
-    stage asks for some of them: the VoxCPM2 use of the staged loading in export/common.py
+    stage asks for some of them: the VoxCPM2 use of the staged loading in export/weights.py
     (`load_tensors` / `unload_tensors`, as Qwen3-TTS's export.qwen3_tts.reference.StagedReference).
 
     `load_reference` materializes all ~2.39 B parameters in float32 (~10 GB at the released size).
@@ -114,7 +114,7 @@ class StagedVoxCPM2:
         import torch
         from accelerate import init_empty_weights
 
-        from export.common import load_tensors
+        from export.weights import load_tensors
 
         self.checkpoint = path = Path(checkpoint)
         classes = reference_classes()
@@ -162,7 +162,7 @@ class StagedVoxCPM2:
     @contextlib.contextmanager
     def loaded(self, prefixes: tuple[str, ...], exclude: tuple[str, ...] = ()) -> Iterator[Any]:
         """The model with the parameters under `prefixes` (but not `exclude`) loaded for the block."""
-        from export.common import load_tensors, unload_tensors
+        from export.weights import load_tensors, unload_tensors
 
         names = self.parameter_names(prefixes, exclude)
         if not names:

@@ -31,15 +31,19 @@ import itertools
 import json
 import logging
 import os
-import shutil
-import tempfile
-import time
 from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from export.tiny_weights import TensorInit, json_bytes, replace_dir, tensor_rng
+from export.tiny_weights import (
+    TensorInit,
+    checkpoint_writer,
+    json_bytes,
+    save_weights,
+    tensor_rng,
+    write_files,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -366,32 +370,17 @@ def make_tiny_voxcpm2(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     ``out`` may exist only if it is empty or already holds a VoxCPM2 checkpoint (it is replaced).
     Same arguments -> byte-identical files.
     """
-    from safetensors.torch import save_file
-
     cfg = model_config(size)
-    out = Path(out)
-    if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or _looks_like_checkpoint(out))):
-        raise FileExistsError(f"{out} exists and is not a VoxCPM2 checkpoint directory; not replacing it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        (tmp / "config.json").write_bytes(json_bytes(cfg))
-        (tmp / "tokenizer.json").write_text(tokenizer_json(), encoding="utf-8")
-        (tmp / "tokenizer_config.json").write_bytes(json_bytes(tokenizer_config()))
-        (tmp / "special_tokens_map.json").write_bytes(json_bytes(SPECIAL_TOKENS_MAP))
+    with checkpoint_writer(out, "a VoxCPM2 checkpoint", _looks_like_checkpoint) as tmp:
+        write_files(tmp, {"config.json": json_bytes(cfg), "tokenizer.json": tokenizer_json(),
+                          "tokenizer_config.json": json_bytes(tokenizer_config()),
+                          "special_tokens_map.json": json_bytes(SPECIAL_TOKENS_MAP)})
         model_tensors, vae_tensors = checkpoint_weights(cfg, seed)
-        save_file(vae_tensors, str(tmp / "audiovae.safetensors"), metadata={"format": "pt"})
+        save_weights(vae_tensors, tmp / "audiovae.safetensors")
         del vae_tensors
-        save_file(model_tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_weights(model_tensors, tmp / "model.safetensors")
         del model_tensors
-        os.chmod(tmp, 0o755)  # mkdtemp creates 0700
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    logger.info("wrote %s VoxCPM2 checkpoint to %s in %.1f s", size, out, time.perf_counter() - started)
-    return out
+    return Path(out)
 
 
 # A tiny startup LoRA adapter (export/voxcpm2/lora.py) for tests: every group enabled with the

@@ -12,29 +12,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from export.common import (
-    ErrorTracker,
-    export_inline,
-    file_size,
-    only_fp32,
-    ort_run,
-    ort_session,
-    stage_announcer,
-    torch_threads,
-    versions,
-)
 from export.decoder_step import export_decoder_step
+from export.quantize import only_fp32
+from export.stages import StageRunner, copy_tokenizer, save_table
+from export.tracing import (
+    ErrorTracker,
+    export_checked,
+    export_inline,
+    ort_session,
+    run_in_chunks,
+    torch_threads,
+)
 from ttscore.contract import voxtral_tts as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
-from ttscore.contract.manifest import build_manifest
 from ttscore.runtime.families.voxtral_tts.checkpoint import (
     PARAMS,
     TEKKEN,
@@ -46,15 +43,6 @@ from ttscore.runtime.families.voxtral_tts.checkpoint import (
 
 TOLERANCE = 1e-4  # max abs error of the graphs' float outputs vs the torch modules (tiny: ~1e-6)
 CODE_TOLERANCE = 0.0  # semantic codes: exactly
-
-
-def _finish(tr: ErrorTracker, name: str, path: Path, tol: dict[str, float]) -> dict[str, Any]:
-    tr.enforce(tol, name)
-    return {"file": path.name, "max_abs_error": tr.report(), "tolerance": tol, "bytes": file_size(path)}
-
-
-
-
 
 
 def _add(tr: ErrorTracker, got: Sequence[np.ndarray], want: Sequence[np.ndarray], case: str) -> None:
@@ -70,7 +58,7 @@ def _lm_stage(src: Path, info: VoxtralInfo, gspec: GraphSpec, out: Path) -> dict
     path, tr = export_decoder_step(lambda: load(LMStep(info), src), gspec, out, layers=lm.n_layers,
                                    kv_heads=lm.n_kv_heads, head_dim=lm.head_dim, hidden=lm.dim,
                                    outputs=("hidden", "semantic_code"), compare=_add)
-    return _finish(tr, gspec.name, path, {"hidden": TOLERANCE, "semantic_code": CODE_TOLERANCE})
+    return tr.finish(gspec.name, path, {"hidden": TOLERANCE, "semantic_code": CODE_TOLERANCE})
 
 
 def _velocity_stage(src: Path, info: VoxtralInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
@@ -87,14 +75,7 @@ def _velocity_stage(src: Path, info: VoxtralInfo, gspec: GraphSpec, out: Path) -
                       "cfg_alpha": rng.uniform(1.0, 2.0, b).astype(np.float32)})
     with torch_threads(), torch.inference_mode():
         model = load(Velocity(info), src)
-        want = [model(*(torch.from_numpy(c[k]) for k in gspec.input_names)).numpy() for c in cases]
-        path = export_inline(model, tuple(torch.from_numpy(cases[1][k]) for k in gspec.input_names), gspec, out)
-        del model
-    sess = ort_session(path)
-    tr = ErrorTracker()
-    for c, w in zip(cases, want, strict=True):
-        tr.add("velocity", ort_run(sess, c)[0], w, f"batch {len(c['x'])}")
-    return _finish(tr, gspec.name, path, {"velocity": TOLERANCE})
+    return export_checked(model, gspec, cases, out, {"velocity": TOLERANCE}, example=1)
 
 
 def _codec_stage(src: Path, info: VoxtralInfo, out: Path) -> tuple[dict[str, Any], GraphSpec, int, list[Any]]:
@@ -125,14 +106,8 @@ def _codec_stage(src: Path, info: VoxtralInfo, out: Path) -> tuple[dict[str, Any
     sess = ort_session(path)
     tr = ErrorTracker()
     for c, w, chunks in zip(cases, want, ((1, 3, 4, 22), (1,)), strict=True):
-        state = np.zeros((c.shape[0], size), np.float32)
-        pieces, a = [], 0
-        for n in chunks:
-            pcm, state = ort_run(sess, {"codes": c[:, :, a:a + n], "state": state})
-            pieces.append(pcm)
-            a += n
-        tr.add("pcm", np.concatenate(pieces, axis=1), w, f"chunks {'+'.join(map(str, chunks))} vs whole")
-    return _finish(tr, gspec.name, path, {"pcm": TOLERANCE}), gspec, size, layout
+        tr.add("pcm", run_in_chunks(sess, c, size, chunks), w, f"chunks {'+'.join(map(str, chunks))} vs whole")
+    return tr.finish(gspec.name, path, {"pcm": TOLERANCE}), gspec, size, layout
 
 
 def _tables(src: Path, info: VoxtralInfo, out: Path) -> dict[str, Any]:
@@ -143,18 +118,13 @@ def _tables(src: Path, info: VoxtralInfo, out: Path) -> dict[str, Any]:
     with safe_open(str(src / WEIGHTS), framework="pt") as f:
         for name, tensor in ((spec.TOK_EMBEDDINGS, "mm_audio_embeddings.tok_embeddings.weight"),
                              (spec.AUDIO_EMBEDDINGS, "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight")):
-            arr = f.get_tensor(tensor).to(torch.float32).numpy()
-            np.save(out / f"{name}.npy", arr)
-            tables[name] = {"shape": list(arr.shape)}
-            del arr
+            save_table(out, name, f.get_tensor(tensor).to(torch.float32).numpy(), tables)
     for voice in info.voices:
         rows = torch.load(src / VOICES_DIR / f"{voice}.pt", map_location="cpu").to(torch.float32).numpy()
         if rows.ndim != 2 or rows.shape[1] != info.lm.dim:
             raise InvalidRequest(f"{VOICES_DIR}/{voice}.pt: shape {list(rows.shape)}, want [frames, {info.lm.dim}]",
                                  "checkpoint")
-        name = spec.VOICE_TABLE_PREFIX + voice
-        np.save(out / f"{name}.npy", rows)
-        tables[name] = {"shape": list(rows.shape)}
+        save_table(out, spec.VOICE_TABLE_PREFIX + voice, rows, tables)
     return tables
 
 
@@ -163,39 +133,24 @@ def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int
     """Every graph into `tmp`, one stage at a time; returns the manifest."""
     import torch
 
-    from export.memory import MemoryMonitor
-
     only_fp32(spec.DISPLAY, precision)
     src = Path(src)
     info = read_checkpoint(src)
-    stages = ["lm_step", "velocity", "codec", "tables", "manifest"]
-
-    stage = stage_announcer(stages, progress)
-
     torch.manual_seed(0)
     lm = info.lm
     specs = {"lm_step": spec.lm_step_spec(lm.n_layers, lm.dim, lm.n_kv_heads, lm.head_dim),
              "velocity": spec.velocity_spec(info.n_acoustic_codebook, lm.dim)}
-    reports: dict[str, Any] = {}
-    with MemoryMonitor() as mon:
-        stage("lm_step")
-        with mon.stage("lm_step"):
-            reports["lm_step"] = _lm_stage(src, info, specs["lm_step"], tmp)
-        stage("velocity")
-        with mon.stage("velocity"):
-            reports["velocity"] = _velocity_stage(src, info, specs["velocity"], tmp)
-        stage("codec")
-        with mon.stage("codec"):
-            reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(src, info, tmp)
-        stage("tables")
-        with mon.stage("tables"):
+    with StageRunner(["lm_step", "velocity", "codec", "tables"], progress) as run:
+        with run.stage("lm_step"):
+            run.reports["lm_step"] = _lm_stage(src, info, specs["lm_step"], tmp)
+        with run.stage("velocity"):
+            run.reports["velocity"] = _velocity_stage(src, info, specs["velocity"], tmp)
+        with run.stage("codec"):
+            run.reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(src, info, tmp)
+        with run.stage("tables"):
             tables = _tables(src, info, tmp)
-    memory = mon.summary()
-    stage("manifest")
-    tok_dir = tmp / "tokenizer"
-    tok_dir.mkdir()
-    shutil.copy2(src / TEKKEN, tok_dir / TEKKEN)
-    return build_manifest(
+    copy_tokenizer(src, tmp, [TEKKEN])
+    return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
@@ -209,9 +164,6 @@ def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int
         vocoder_state_layout=layout,
         speakers=dict(info.voices),
         tables=tables,
-        memory=memory,
         graphs=specs,
-        validation=reports,
         configs={PARAMS: json.loads((src / PARAMS).read_text())},
-        versions=versions(),
     )

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.blocks import RMSNorm
+from export.blocks import RMSNorm, default_inv_freq
 from ttscore.contract import voxtral_tts as spec
 from ttscore.runtime.families.voxtral_tts.checkpoint import VoxtralInfo, codec_blocks
 
@@ -131,7 +131,7 @@ class LMStep(nn.Module):
             for _ in range(lm.n_layers))
         self.norm = RMSNorm(lm.dim, lm.norm_eps)
         self.acoustic_transformer = SemanticHead(info)
-        inv = 1.0 / (lm.rope_theta ** (torch.arange(0, lm.head_dim, 2, dtype=torch.int64).float() / lm.head_dim))
+        inv = default_inv_freq(lm.rope_theta, lm.head_dim)
         self.register_buffer("inv_freq", inv, persistent=False)
         self.semantic_end = spec.NUM_AUDIO_SPECIAL + info.semantic_codebook_size
 

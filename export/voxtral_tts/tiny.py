@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import base64
 import math
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from export.tiny_weights import TensorInit, json_bytes, replace_dir
+from export.tiny_weights import (
+    TensorInit,
+    checkpoint_writer,
+    json_bytes,
+    write_files,
+)
 from ttscore.contract import voxtral_tts as spec
 from ttscore.runtime.families.voxtral_tts.checkpoint import (
     PARAMS,
@@ -135,23 +138,14 @@ def make_tiny_voxtral(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     import torch
     from safetensors.torch import save_file
 
-    out = Path(out)
     cfg = params(size)
     dtype = torch.float32 if size == "tiny" else torch.bfloat16
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".voxtral-", dir=out.parent))
-    try:
-        (tmp / PARAMS).write_bytes(json_bytes(cfg))
-        (tmp / TEKKEN).write_bytes(json_bytes(tekken(size)))
+    with checkpoint_writer(out, "a Voxtral TTS checkpoint", None) as tmp:
+        write_files(tmp, {PARAMS: json_bytes(cfg), TEKKEN: json_bytes(tekken(size))})
         save_file(weights(cfg, seed, dtype), str(tmp / WEIGHTS))
         (tmp / VOICES_DIR).mkdir()
         for name, frames in VOICES[size].items():
             rng = np.random.default_rng([seed, sum(name.encode())])
             rows = torch.from_numpy(rng.standard_normal((frames, cfg["dim"]), dtype=np.float32) * 0.5).to(dtype)
             torch.save(rows, tmp / VOICES_DIR / f"{name}.pt")
-        tmp.chmod(0o755)
-        replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    return Path(out)

@@ -29,7 +29,7 @@ def test_manifest_lists_the_graphs_and_tables(breeze_export: Path) -> None:
 
 @pytest.mark.parity
 def test_text_encoder_graph_equals_t5gemma2(breeze_tiny: Path, breeze_export: Path) -> None:
-    from export.common import ort_run, ort_session
+    from export.tracing import ort_run, ort_session
 
     rng = np.random.default_rng(0)
     window = 6  # the tiny sliding window: 13 tokens reach past it on both sides

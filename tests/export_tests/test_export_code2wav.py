@@ -12,7 +12,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
-from export.common import ort_session  # noqa: E402
 from export.qwen3_tts.code2wav import (  # noqa: E402
     Code2WavStream,
     build_state_layout,
@@ -23,6 +22,7 @@ from export.qwen3_tts.code2wav import (  # noqa: E402
     validate_code2wav,
 )
 from export.qwen3_tts.reference import reference_imports  # noqa: E402
+from export.tracing import ort_session  # noqa: E402
 from ttscore.contract.errors import ExportError  # noqa: E402
 
 TINY_DECODER = dict(

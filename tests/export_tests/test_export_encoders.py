@@ -164,7 +164,7 @@ def test_speaker_encoder_parity(speaker_encoder, speaker_report, out_dir):
     assert speaker_report["min_mel_frames"] == 5  # dilation 4, kernel 3: reflect pad 4
     assert speaker_report["validation"]["frame_counts"][0] == 5
     assert speaker_report["validation"]["max_abs_err"] < 1e-4
-    from export.common import ort_session
+    from export.tracing import ort_session
 
     sess = ort_session(out_dir / "speaker_encoder.onnx")
     assert [(i.name, i.shape) for i in sess.get_inputs()] == [("mels", ["batch", "mel_frames", MEL_BINS])]
@@ -204,7 +204,7 @@ def test_speaker_encoder_needs_one():
 def test_speech_encoder_codes_identical(speech_tokenizer, speech_report, out_dir):
     v = speech_report["validation"]
     assert v["codes_identical"]
-    from export.common import ort_session
+    from export.tracing import ort_session
 
     sess = ort_session(out_dir / "speech_encoder.onnx")
     assert [(i.name, i.shape) for i in sess.get_inputs()] == [("audio", ["batch", "samples"])]

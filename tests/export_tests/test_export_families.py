@@ -158,7 +158,7 @@ def test_serve_refuses_an_unregistered_family(tmp_path):
     ("omnivoice", "export_omnivoice"), ("voxtral_tts", "export_voxtral"),
 ])
 def test_an_fp32_only_exporter_refuses_another_precision_before_reading_anything(module, function, tmp_path):
-    """400 naming `precision` (export.common.only_fp32), raised before the checkpoint is opened: the
+    """400 naming `precision` (export.quantize.only_fp32), raised before the checkpoint is opened: the
     source here does not exist, so any other error means the check came too late."""
     from ttscore.contract.errors import InvalidRequest
 
@@ -169,16 +169,23 @@ def test_an_fp32_only_exporter_refuses_another_precision_before_reading_anything
     assert not (tmp_path / "out").exists()
 
 
-def test_stage_announcer_reports_each_stage_as_step_i_of_n(caplog):
-    from export.common import stage_announcer
+def test_stage_runner_reports_each_stage_as_step_i_of_n_and_measures_it(caplog):
+    from export.stages import StageRunner
 
     seen: list[tuple[int, int, str]] = []
-    stage = stage_announcer(["load", "graph", "manifest"], lambda i, n, label: seen.append((i, n, label)))
-    with caplog.at_level("INFO", logger="export.common"):
-        stage("graph")
-        stage("manifest")
-    assert seen == [(2, 3, "graph"), (3, 3, "manifest")]
-    assert [r.getMessage() for r in caplog.records] == ["export stage: graph", "export stage: manifest"]
-    stage_announcer(["load"], None)("load")  # no progress callback: only logged
+    with caplog.at_level("INFO", logger="export.stages"):
+        with StageRunner(["load", "graph"], lambda i, n, label: seen.append((i, n, label)), "int8") as run:
+            with run.stage("graph"):
+                run.reports["graph"] = {"file": "graph.onnx"}
+            run.quantize(["graph"], lambda name: {"quantized": name})
+    assert seen == [(2, 4, "graph"), (3, 4, "int8 quantization"), (4, 4, "manifest")]
+    assert [r.getMessage() for r in caplog.records if r.name == "export.stages"] == [
+        "export stage: graph", "export stage: int8 quantization", "export stage: manifest"]
+    assert run.reports == {"graph": {"file": "graph.onnx", "quantized": "graph"}}
+    assert set(run.memory["stages"]) == {"graph", "int8_graph"}
+    with StageRunner(["load"], None) as quiet:  # no progress callback: only logged; fp32 has no quantization
+        quiet.announce("load")
+        quiet.quantize(["graph"], lambda name: {})
+    assert quiet.labels == ["load", "manifest"]
     with pytest.raises(ValueError):
-        stage("not a stage")
+        run.announce("not a stage")

@@ -117,11 +117,11 @@ def test_bound_weights_are_the_module_weights(tmp_path: Path, monkeypatch: pytes
     one `.data` file when the graph is large; no weight is left as a graph input."""
     from test_export_talker import tiny_model
 
-    import export.common
+    import export.tracing
     from export.qwen3_tts.talker import TalkerStep, export_talker, talker_graph_spec
 
     model = tiny_model(64)
-    monkeypatch.setattr(export.common, "EXTERNAL_DATA_THRESHOLD", 1000)
+    monkeypatch.setattr(export.tracing, "EXTERNAL_DATA_THRESHOLD", 1000)
     rep = export_talker(model, tmp_path)
     path = tmp_path / rep["file"]
     proto = onnx.load(str(path), load_external_data=False)
@@ -161,8 +161,8 @@ def test_weights_used_at_every_code_group_are_stored_once(tmp_path: Path) -> Non
 def test_replace_graph_moves_external_data_and_drops_the_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from onnx import TensorProto, helper, numpy_helper
 
-    import export.common
-    from export.common import replace_graph, save_onnx
+    import export.tracing
+    from export.tracing import replace_graph, save_onnx
 
     def graph(value: float) -> Any:
         w = numpy_helper.from_array(np.full((64, 64), value, np.float32), "w")
@@ -178,7 +178,7 @@ def test_replace_graph_moves_external_data_and_drops_the_old(tmp_path: Path, mon
 
     dst, src = tmp_path / "talker.onnx", tmp_path / "talker.int8.onnx"
     with monkeypatch.context() as m:
-        m.setattr(export.common, "EXTERNAL_DATA_THRESHOLD", 0)  # both graphs keep their weights in .data
+        m.setattr(export.tracing, "EXTERNAL_DATA_THRESHOLD", 0)  # both graphs keep their weights in .data
         save_onnx(graph(1.0), dst)
         save_onnx(graph(2.0), src)
     assert (tmp_path / "talker.int8.onnx.data").exists() and (tmp_path / "talker.onnx.data").exists()
@@ -201,7 +201,7 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from test_export_talker import tiny_model
 
-    from export.common import optimize_basic, quantize_matmuls
+    from export.quantize import optimize_basic, quantize_matmuls
     from export.qwen3_tts.talker import export_code_predictor, export_talker
 
     model = tiny_model(32)
@@ -254,7 +254,7 @@ def test_streaming_int8_blocks_are_what_the_nbits_quantizer_makes(tmp_path: Path
     )
     from test_export_talker import tiny_model
 
-    from export.common import optimize_basic, quantize_matmuls
+    from export.quantize import optimize_basic, quantize_matmuls
     from export.qwen3_tts.talker import export_code_predictor, export_talker
 
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)

@@ -13,7 +13,6 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("transformers")
 
-from export.common import ort_session  # noqa: E402
 from export.qwen3_tts.talker import (  # noqa: E402
     _cos_sin,
     code_predictor_graph_spec,
@@ -29,6 +28,7 @@ from export.qwen3_tts.talker import (  # noqa: E402
     validate_int8,
     validate_talker,
 )
+from export.tracing import ort_session  # noqa: E402
 from ttscore.contract.errors import ExportError  # noqa: E402
 
 pytestmark = pytest.mark.export
@@ -322,9 +322,9 @@ def test_non_float32_model_is_refused(tmp_path: Path) -> None:
 
 def test_external_data_path(model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Graphs over the protobuf limit (the 1.7B talker) go to one `<file>.data`; forced here."""
-    import export.common
+    import export.tracing
 
-    monkeypatch.setattr(export.common, "EXTERNAL_DATA_THRESHOLD", 1000)
+    monkeypatch.setattr(export.tracing, "EXTERNAL_DATA_THRESHOLD", 1000)
     rep = export_talker(model, tmp_path)
     assert (tmp_path / "talker.onnx.data").exists() and rep["bytes"] > (tmp_path / "talker.onnx").stat().st_size
     assert sorted(p.name for p in tmp_path.iterdir()) == ["talker.onnx", "talker.onnx.data"]
@@ -335,9 +335,9 @@ def test_external_data_path(model: Any, tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_int8_of_large_graph_comes_back_inline(model: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """fp32 over the limit but int8 under it (the 1.7B talker): the int8 file is self-contained."""
-    import export.common
+    import export.tracing
 
-    monkeypatch.setattr(export.common, "EXTERNAL_DATA_THRESHOLD", 600_000)  # tiny talker: 1.1 MB fp32, 0.3 MB int8
+    monkeypatch.setattr(export.tracing, "EXTERNAL_DATA_THRESHOLD", 600_000)  # tiny talker: 1.1 MB fp32, 0.3 MB int8
     export_talker(model, tmp_path, validate=False)
     assert (tmp_path / "talker.onnx.data").exists()
     q = quantize_int8(tmp_path / "talker.onnx")
@@ -376,7 +376,7 @@ def test_int8_through_the_exporter(model: Any, out: dict[str, Any], tmp_path: Pa
     not a quality claim: issue 29, perf/README.md)."""
     import shutil
 
-    from export.common import INT8_BLOCK, INT8_METHOD, int8_block_method
+    from export.quantize import INT8_BLOCK, INT8_METHOD, int8_block_method
     from export.qwen3_tts.exporter import _quantize
 
     for name, method, op in (("talker", INT8_METHOD, "MatMulInteger"),

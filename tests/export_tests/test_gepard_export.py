@@ -34,7 +34,7 @@ def test_manifest_lists_the_graphs_and_tables(gepard_artifacts: Path) -> None:
 
 @pytest.mark.parity
 def test_backbone_graph_equals_qwen3_5_text_model(gepard_tiny: Path, gepard_artifacts: Path) -> None:
-    from export.common import ort_run, ort_session
+    from export.tracing import ort_run, ort_session
     from ttscore.runtime.families.gepard.checkpoint import read_checkpoint
 
     b = read_checkpoint(gepard_tiny).backbone
@@ -66,7 +66,7 @@ def test_backbone_graph_equals_qwen3_5_text_model(gepard_tiny: Path, gepard_arti
 
 @pytest.mark.parity
 def test_frame_embed_graph_equals_the_talker(gepard_tiny: Path, gepard_artifacts: Path) -> None:
-    from export.common import ort_run, ort_session
+    from export.tracing import ort_run, ort_session
 
     codes = np.random.default_rng(1).integers(0, np.array(spec.head_levels()), size=(4, 32)).astype(np.int64)
     want = reference(gepard_tiny, "frame_embed", {"codes": codes})["embeds"]
@@ -77,8 +77,8 @@ def test_frame_embed_graph_equals_the_talker(gepard_tiny: Path, gepard_artifacts
 def test_codec_stream_frame_by_frame_equals_the_whole_decode(gepard_tiny: Path, gepard_artifacts: Path) -> None:
     import torch
 
-    from export.common import ort_run, ort_session
     from export.gepard.codec import load_codec
+    from export.tracing import ort_run, ort_session
 
     codec = load_codec(gepard_tiny / "nanocodec/nemo-nano-codec-22khz-1.89kbps-21.5fps.nemo")
     codes = np.random.default_rng(2).integers(0, np.array(spec.head_levels()), size=(1, 9, 32)).astype(np.int64)

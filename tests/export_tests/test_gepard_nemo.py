@@ -52,8 +52,8 @@ def test_port_equals_nemo_causal_hifigan_decoder(gepard_tiny: Path, gepard_artif
     import refenv
     import torch
 
-    from export.common import ort_run, ort_session
     from export.gepard.codec import load_codec
+    from export.tracing import ort_run, ort_session
     from ttscore.contract.manifest import read_manifest
 
     wheel = NEMO_WHEEL

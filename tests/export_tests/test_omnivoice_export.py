@@ -110,8 +110,8 @@ def test_generator_graph_takes_any_batch_and_length(omnivoice_tiny: Path, omnivo
     equals the reference forward at every target position."""
     import torch
 
-    from export.common import ort_run, ort_session
     from export.omnivoice.reference import load_reference, reference_batch, reference_logits
+    from export.tracing import ort_run, ort_session
 
     model = load_reference(omnivoice_tiny)
     ref = torch.from_numpy(np.random.default_rng(3).integers(0, 1024, (8, 11)))

@@ -308,7 +308,7 @@ def test_failure_leaves_nothing_behind(tmp_path: Path, monkeypatch: pytest.Monke
     def boom(tensors: dict[str, Any], path: Path) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(tiny, "_save_safetensors", boom)
+    monkeypatch.setattr(tiny, "save_weights", boom)
     with pytest.raises(OSError, match="disk full"):
         tiny.make_tiny("voice_design", tmp_path / "ckpt")
     assert list(tmp_path.iterdir()) == []

@@ -1,4 +1,4 @@
-"""VoxCPM2 `export --precision int8|int4`: the Qwen3-TTS quantization path (export.common.
+"""VoxCPM2 `export --precision int8|int4`: the Qwen3-TTS quantization path (export.quantize.
 quantize_graph) on the base LM, residual LM, local encoder and LocDiT, each graph's error vs fp32
 in the manifest (`graphs.<name>.validation.vs_fp32`), the AudioVAE decoder under the vocoder's SNR
 rule, and the quantized artifacts loaded by the engine and by `ensure_artifacts` unchanged.

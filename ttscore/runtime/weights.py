@@ -5,7 +5,7 @@ file, `<stem>.safetensors`, or sharded the way `save_pretrained` writes it above
 `<stem>.safetensors.index.json` = {"metadata": {"total_size": N}, "weight_map": {tensor: shard}}
 next to the shards it names (`<stem>-00001-of-00002.safetensors`, ...). Like transformers, the
 single file wins when both are present. Tensors may be stored in any dtype safetensors has;
-export converts floating ones to float32 (export/common.py load_tensors).
+export converts floating ones to float32 (export/weights.py load_tensors).
 
 `read_weights` validates everything it can without reading tensor data (each file's header against
 its size, every tensor's byte count against its dtype and shape, the index against the shards) and

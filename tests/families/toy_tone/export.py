@@ -54,7 +54,7 @@ def export(src: Path, tmp: Path, precision: str, progress: ExportProgress | None
            source: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from export.common import check_close, export_inline, ort_run, ort_session, versions
+    from export.tracing import check_close, export_inline, ort_run, ort_session, versions
 
     if precision != "fp32":
         raise ExportError(f"{contract.NAME} exports fp32 only, not {precision}")
