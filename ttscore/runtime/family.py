@@ -219,6 +219,16 @@ class DeclaredFamily:
     takes: tuple[str, ...] = ("manifest", "vocoder")
     renames: Mapping[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, contract: Any, model: str, request: str, *, takes: tuple[str, ...] = ("manifest", "vocoder"),
+           renames: Mapping[str, str] | None = None) -> DeclaredFamily:
+        """A built-in family by folder convention: `contract` is its contract module (FAMILY, RULES), `model` and
+        `request` name the classes (or the request builder) in its folder's model.py and request.py, and its
+        offline tools are offline.py's OFFLINE."""
+        package = f"{__package__}.families.{contract.FAMILY}"
+        return cls(contract.FAMILY, contract.RULES, f"{package}.model:{model}", f"{package}.request:{request}",
+                   f"{package}.offline:OFFLINE", takes, dict(renames or {}))
+
     def load(self, artifacts: Path, manifest: Manifest, *, threads: int | None, vocoder: bool, encoders: bool
              ) -> FamilyModel:
         cls = resolve(self.model)

@@ -8,21 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.backend.settings import ModelSettingsError, OrtModelSettings, open_graph
+from ttscore.backend.encoder_kit import require_family
+from ttscore.backend.settings import OrtModelSettings, open_graph
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.manifest import Manifest
-
-
-def check_manifest(model: str, manifest: Manifest) -> None:
-    """The artifacts must be a Breeze-TTS-2 export (its speech encoder is its audio_tokenizer's)."""
-    if manifest.family != spec.FAMILY:
-        raise ModelSettingsError(f"{model}: {manifest.path} is a {manifest.family} export, not {spec.RULES.name}")
 
 
 def load(model: str, settings: OrtModelSettings) -> Any:
-    """breeze_speech_encoder: the export's speech_encoder graph."""
-    check_manifest(model, settings.manifest)
+    """breeze_speech_encoder: the export's speech_encoder graph (its audio_tokenizer's)."""
+    require_family(model, settings, spec.FAMILY)
     return open_graph(model, settings, "speech_encoder")
 
 

@@ -8,10 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ttscore.backend.settings import ModelSettingsError, OrtModelSettings
+from ttscore.backend.encoder_kit import open_encoder, read_clip, require_family
+from ttscore.backend.settings import OrtModelSettings
 from ttscore.contract import cosyvoice3 as spec
-from ttscore.contract import tensors as triton_io
-from ttscore.contract.errors import ArtifactError, InvalidRequest
 
 
 def load(model: str, settings: OrtModelSettings) -> Any:
@@ -19,24 +18,14 @@ def load(model: str, settings: OrtModelSettings) -> Any:
     from ttscore.runtime.families.cosyvoice3.checkpoint import FRONTEND_DIR
     from ttscore.runtime.families.cosyvoice3.frontend import FrontEnd
 
-    if settings.manifest.family != spec.FAMILY:
-        raise ModelSettingsError(f"{model}: {settings.artifacts_dir} is a {settings.manifest.family} export, "
-                                 f"not {spec.FAMILY}")
-    try:
-        return FrontEnd(settings.artifacts_dir / FRONTEND_DIR, settings.intra_op_threads or None)
-    except ArtifactError as exc:
-        raise ModelSettingsError(f"{model}: {exc}") from None
+    require_family(model, settings, spec.FAMILY)
+    return open_encoder(model, lambda: FrontEnd(settings.artifacts_dir / FRONTEND_DIR,
+                                                settings.intra_op_threads or None))
 
 
 def encode_request(tensors: Mapping[str, np.ndarray], front: Any) -> dict[str, np.ndarray]:
     """(audio, sample_rate) -> the three prompt features; InvalidRequest naming the field."""
-    for row in spec.ENCODER_INPUTS:
-        if row.name not in tensors:
-            raise InvalidRequest(f"input '{row.name}' is required", row.name)
-        triton_io.check_tensor(row, tensors[row.name])
-    audio = np.asarray(tensors["audio"], np.float32).reshape(-1)
-    rate = int(np.asarray(tensors["sample_rate"]).reshape(-1)[0])
-    clip = front.features(audio, rate)
+    clip = front.features(*read_clip(tensors, spec.ENCODER_INPUTS))
     tokens, mel, emb = spec.FEATURES
     return {tokens.name: np.ascontiguousarray(clip.speech_tokens, np.int64),
             mel.name: np.ascontiguousarray(clip.feat, np.float32),

@@ -6,12 +6,6 @@ from __future__ import annotations
 from ttscore.contract import breeze_tts_2 as contract
 from ttscore.runtime.family import DeclaredFamily
 
-FAMILY = DeclaredFamily(
-    name=contract.FAMILY,
-    rules=contract.RULES,
-    model="ttscore.runtime.families.breeze_tts_2.model:BreezeModel",
-    request="ttscore.runtime.families.breeze_tts_2.request:BreezeRequest",
-    offline_tools="ttscore.runtime.families.breeze_tts_2.offline:OFFLINE",
-    takes=("manifest", "vocoder", "encoders"),
-    renames={"speaker": "voice"},
+FAMILY = DeclaredFamily.of(
+    contract, "BreezeModel", "BreezeRequest", takes=("manifest", "vocoder", "encoders"), renames={"speaker": "voice"}
 )

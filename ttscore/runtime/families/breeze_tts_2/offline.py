@@ -9,6 +9,7 @@ from typing import Any
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.family import Progress, SayJob, SayOptions, VoiceFileOptions, read_reference
+from ttscore.runtime.offline_kit import Export, check_voice_mode, refuse_options
 
 
 def precompute_voice(artifacts: str | Path, voice_name: str, ref_audio_path: str | Path, ref_text: str | None,
@@ -21,28 +22,19 @@ def precompute_voice(artifacts: str | Path, voice_name: str, ref_audio_path: str
         CODEC_WEIGHTS,
         write_breeze_tts_2_profile,
     )
-    from ttscore.contract.manifest import read_manifest
     from ttscore.contract.voicefile import validate_voice_name
     from ttscore.runtime.families.breeze_tts_2.model import encode_reference
-    from ttscore.runtime.onnx import OnnxGraph
 
     name = validate_voice_name(voice_name, "voice_name")
     if not (ref_text or "").strip():
         raise InvalidRequest("a Breeze-TTS-2 voice needs the transcript of the reference audio (--ref-text)",
                              "ref_text")
-    root = Path(artifacts)
-    manifest = read_manifest(root)
-    if manifest.family != spec.FAMILY:
-        raise InvalidRequest(f"{root} is a {manifest.family} export, not Breeze-TTS-2", "checkpoint")
-    graph = manifest.graphs.get("speech_encoder")
-    if graph is None:
-        raise InvalidRequest(f"{root}/manifest.json lists no speech_encoder graph: re-export", "checkpoint")
+    export = Export.of(artifacts, spec.FAMILY, "Breeze-TTS-2")
+    graph = export.graph("speech_encoder")
     audio, sr = read_reference(ref_audio_path)
-    codes = encode_reference(OnnxGraph(root / graph["file"], dict(graph), None), audio, sr)
-    source = Path(str((manifest.raw.get("source") or {}).get("path") or root))
+    codes = encode_reference(graph, audio, sr)
     return write_breeze_tts_2_profile(
-        output_dir, name, ref_codes=codes, ref_text=ref_text,
-        checkpoint={"name": source.name, CODEC_SHA256: manifest.source_sha256(CODEC_WEIGHTS)},
+        output_dir, name, ref_codes=codes, ref_text=ref_text, checkpoint=export.identity(CODEC_SHA256, CODEC_WEIGHTS),
         speaker_description=speaker_description)
 
 
@@ -58,10 +50,7 @@ class BreezeOffline:
         from ttscore.runtime.families.breeze_tts_2.request import BreezeRequest
 
         o = options
-        if o.language:
-            raise InvalidRequest("--language is not supported by Breeze-TTS-2", "language")
-        if o.x_vector_only or o.non_streaming_mode is not None:
-            raise InvalidRequest("--x-vector-only/--non-streaming-mode are Qwen3-TTS options", "ref_audio")
+        refuse_options(o, "Breeze-TTS-2", ("language",))
         model = load_model(artifacts, encoders=bool(o.ref_audio))
         assert isinstance(model, BreezeModel)
         req = BreezeRequest(text=o.text, voice=o.voice, instructions=o.instructions, ref_text=o.ref_text,
@@ -76,9 +65,7 @@ class BreezeOffline:
     def precompute_voice(self, artifacts: Path, options: VoiceFileOptions, progress: Progress
                          ) -> tuple[dict[str, Any], str]:
         o = options
-        if o.mode not in (None, *self.voice_modes):
-            raise InvalidRequest(f"mode must be one of {', '.join(self.voice_modes)} for Breeze-TTS-2, got {o.mode!r}",
-                                 "mode")
+        check_voice_mode(o.mode, self.voice_modes, "Breeze-TTS-2")
         progress(1, 1, f"encoding the reference with {artifacts.name}'s speech encoder and writing the voice file")
         entry = precompute_voice(artifacts, o.voice_name, o.ref_audio, o.ref_text, o.output_dir,
                                  o.speaker_description)

@@ -7,12 +7,6 @@ from __future__ import annotations
 from ttscore.contract import fish_speech as contract
 from ttscore.runtime.family import DeclaredFamily
 
-FAMILY = DeclaredFamily(
-    name=contract.FAMILY,
-    rules=contract.RULES,
-    model="ttscore.runtime.families.fish_speech.model:FishModel",
-    request="ttscore.runtime.families.fish_speech.request:FishRequest",
-    offline_tools="ttscore.runtime.families.fish_speech.offline:OFFLINE",
-    takes=("encoders",),
-    renames={"ref_dac_codes": "ref_codes"},
+FAMILY = DeclaredFamily.of(
+    contract, "FishModel", "FishRequest", takes=("encoders",), renames={"ref_dac_codes": "ref_codes"}
 )

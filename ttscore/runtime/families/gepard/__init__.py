@@ -6,11 +6,4 @@ from __future__ import annotations
 from ttscore.contract import gepard as contract
 from ttscore.runtime.family import DeclaredFamily
 
-FAMILY = DeclaredFamily(
-    name=contract.FAMILY,
-    rules=contract.RULES,
-    model="ttscore.runtime.families.gepard.model:GepardModel",
-    request="ttscore.runtime.families.gepard.request:GepardRequest",
-    offline_tools="ttscore.runtime.families.gepard.offline:OFFLINE",
-    takes=("manifest", "vocoder"),
-)
+FAMILY = DeclaredFamily.of(contract, "GepardModel", "GepardRequest")

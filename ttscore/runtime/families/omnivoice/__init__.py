@@ -6,12 +6,4 @@ from __future__ import annotations
 from ttscore.contract import omnivoice as contract
 from ttscore.runtime.family import DeclaredFamily
 
-FAMILY = DeclaredFamily(
-    name=contract.FAMILY,
-    rules=contract.RULES,
-    model="ttscore.runtime.families.omnivoice.model:OmniVoiceModel",
-    request="ttscore.runtime.families.omnivoice.request:OmniVoiceRequest",
-    offline_tools="ttscore.runtime.families.omnivoice.offline:OFFLINE",
-    takes=("manifest", "vocoder"),
-    renames={"ref_audio_codes": "ref_codes"},
-)
+FAMILY = DeclaredFamily.of(contract, "OmniVoiceModel", "OmniVoiceRequest", renames={"ref_audio_codes": "ref_codes"})

@@ -12,6 +12,7 @@ from typing import Any
 from ttscore.contract import omnivoice as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.family import Progress, SayJob, SayOptions, VoiceFileOptions, read_reference
+from ttscore.runtime.offline_kit import Export, check_voice_mode, refuse_options
 
 
 def precompute_voice(artifacts: str | Path, voice_name: str, ref_audio_path: str | Path, ref_text: str | None,
@@ -19,22 +20,16 @@ def precompute_voice(artifacts: str | Path, voice_name: str, ref_audio_path: str
     """An OmniVoice voice from the exported checkpoint in `artifacts`: the clip's codes [8, T] as its
     codec_encoder computes them after the reference's preprocessing (clone.ReferenceEncoder, what
     `ref_audio` gets when served), the transcript if given, and the codec's checksum."""
-    from ttscore.contract.manifest import read_manifest
     from ttscore.contract.omnivoice.voicefile import CODEC_SHA256, CODEC_WEIGHTS, write_omnivoice_profile
     from ttscore.contract.voicefile import validate_voice_name
     from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
 
     name = validate_voice_name(voice_name, "voice_name")
-    root = Path(artifacts)
-    manifest = read_manifest(root)
-    if manifest.family != spec.FAMILY:
-        raise InvalidRequest(f"{root} is a {manifest.family} export, not {spec.RULES.name}", "checkpoint")
+    export = Export.of(artifacts, spec.FAMILY, spec.RULES.name)
     audio, sr = read_reference(ref_audio_path)
-    codes = ReferenceEncoder(root, manifest, None).codes(audio, sr)
-    source = Path(str((manifest.raw.get("source") or {}).get("path") or root))
+    codes = ReferenceEncoder(export.root, export.manifest, None).codes(audio, sr)
     return write_omnivoice_profile(
-        output_dir, name, ref_codes=codes, ref_text=ref_text,
-        checkpoint={"name": source.name, CODEC_SHA256: manifest.source_sha256(CODEC_WEIGHTS)},
+        output_dir, name, ref_codes=codes, ref_text=ref_text, checkpoint=export.identity(CODEC_SHA256, CODEC_WEIGHTS),
         speaker_description=speaker_description)
 
 
@@ -52,8 +47,7 @@ class OmniVoiceOffline:
                                  "voice")
         if o.ref_text and not o.ref_audio:
             raise InvalidRequest("--ref-text needs --ref-audio", "ref_text")
-        if o.x_vector_only or o.non_streaming_mode is not None:
-            raise InvalidRequest("--x-vector-only/--non-streaming-mode are Qwen3-TTS options", "x_vector_only_mode")
+        refuse_options(o, spec.RULES.name, qwen_param="x_vector_only_mode")
         model = load_model(artifacts)
         ref_codes, ref_text = None, None
         if o.ref_audio:
@@ -72,9 +66,7 @@ class OmniVoiceOffline:
     def precompute_voice(self, artifacts: Path, options: VoiceFileOptions, progress: Progress
                          ) -> tuple[dict[str, Any], str]:
         o = options
-        if o.mode not in (None, *self.voice_modes):
-            raise InvalidRequest(f"mode must be one of {', '.join(self.voice_modes)} for {spec.RULES.name}, got "
-                                 f"{o.mode!r}", "mode")
+        check_voice_mode(o.mode, self.voice_modes, spec.RULES.name)
         progress(1, 1, f"encoding the reference with {artifacts.name}'s codec encoder and writing the voice file")
         entry = precompute_voice(artifacts, o.voice_name, o.ref_audio, o.ref_text, o.output_dir,
                                  o.speaker_description)

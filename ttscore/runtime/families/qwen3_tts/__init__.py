@@ -5,11 +5,4 @@ from __future__ import annotations
 from ttscore.contract import qwen3_tts as contract
 from ttscore.runtime.family import DeclaredFamily
 
-FAMILY = DeclaredFamily(
-    name=contract.FAMILY,
-    rules=contract.RULES,
-    model="ttscore.runtime.families.qwen3_tts.model:Qwen3TTSPipeline",
-    request="ttscore.runtime.families.qwen3_tts.request:Qwen3TTSRequest",
-    offline_tools="ttscore.runtime.families.qwen3_tts.offline:OFFLINE",
-    takes=("manifest", "vocoder", "encoders"),
-)
+FAMILY = DeclaredFamily.of(contract, "Qwen3TTSPipeline", "Qwen3TTSRequest", takes=("manifest", "vocoder", "encoders"))

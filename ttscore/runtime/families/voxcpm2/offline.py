@@ -15,6 +15,7 @@ from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import validate_voice_name
 from ttscore.contract.voxcpm2.voicefile import VOXCPM2_MODES, write_voxcpm2_profile
 from ttscore.runtime.family import Progress, SayJob, SayOptions, VoiceFileOptions, read_reference
+from ttscore.runtime.offline_kit import Export
 
 logger = logging.getLogger(__name__)
 
@@ -31,10 +32,8 @@ def precompute_voice(
     """A VoxCPM2 profile from the exported checkpoint in `artifacts`: the clip's patches padded for
     the mode (right: the isolated reference; left: the continuation prompt), as audiovae_encoder
     computes them. mode None: "ref_continuation" with a transcript, else "reference"."""
-    from ttscore.contract.manifest import read_manifest
     from ttscore.runtime.families.voxcpm2.checkpoint import parse_config
     from ttscore.runtime.families.voxcpm2.model import encode_reference
-    from ttscore.runtime.onnx import OnnxGraph
 
     name = validate_voice_name(voice_name, "voice_name")
     text = (prompt_text or "").strip() or None
@@ -44,22 +43,15 @@ def precompute_voice(
     if mode != "reference" and text is None:
         raise InvalidRequest(f"mode {mode!r} needs the transcript of the reference audio (--prompt-text)",
                              "prompt_text")
-    root = Path(artifacts)
-    manifest = read_manifest(root)
-    if manifest.family != spec.FAMILY:
-        raise InvalidRequest(f"{root} is a {manifest.family} export, not VoxCPM2", "checkpoint")
-    graph = manifest.graphs.get("vae_encoder")
-    if graph is None:
-        raise InvalidRequest(f"{root}/manifest.json lists no vae_encoder graph: re-export", "checkpoint")
-    encoder = OnnxGraph(root / graph["file"], dict(graph), None)
-    info = parse_config(dict(manifest.configs["config.json"]))
+    export = Export.of(artifacts, spec.FAMILY, "VoxCPM2")
+    encoder = export.graph("vae_encoder")
+    info = parse_config(dict(export.manifest.configs["config.json"]))
     audio, sr = read_reference(ref_audio_path)
     ref = encode_reference(encoder, info, audio, sr, pad="right") if mode != "continuation" else None
     prompt = encode_reference(encoder, info, audio, sr, pad="left") if mode != "reference" else None
-    source = Path(str((manifest.raw.get("source") or {}).get("path") or root))
     entry = write_voxcpm2_profile(
         output_dir, name, mode=mode, ref_patches=ref, prompt_patches=prompt, prompt_text=text,
-        checkpoint={"name": source.name, "audiovae_sha256": manifest.source_sha256(spec.AUDIOVAE_FILE)},
+        checkpoint=export.identity("audiovae_sha256", spec.AUDIOVAE_FILE),
         speaker_description=speaker_description,
     )
     logger.info("precomputed VoxCPM2 voice %r (%s) into %s", name, mode, output_dir)

@@ -7,11 +7,4 @@ from __future__ import annotations
 from ttscore.contract import voxtral_tts as contract
 from ttscore.runtime.family import DeclaredFamily
 
-FAMILY = DeclaredFamily(
-    name=contract.FAMILY,
-    rules=contract.RULES,
-    model="ttscore.runtime.families.voxtral_tts.model:VoxtralModel",
-    request="ttscore.runtime.families.voxtral_tts.request:VoxtralRequest",
-    offline_tools="ttscore.runtime.families.voxtral_tts.offline:OFFLINE",
-    takes=("manifest", "vocoder"),
-)
+FAMILY = DeclaredFamily.of(contract, "VoxtralModel", "VoxtralRequest")
