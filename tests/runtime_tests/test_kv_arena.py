@@ -1,18 +1,104 @@
-"""Qwen3-TTS decode over the KV arena, on the tiny exported checkpoint: the talker reads the arena
-in place, a burst of joins is one batched prefill, chunked prefill changes nothing, capacity stays
-within the plan and every row is given back."""
+"""Every K/V family's decode over its K/V arena (ttscore.runtime.kv), on its tiny exported checkpoint: two
+requests of different lengths stepped together read their pasts in place (the arena's own buffer, whose address
+changes only when it grows) and a step writes only its new positions; then Qwen3-TTS's: a burst of joins is one
+batched prefill, chunked prefill changes nothing, capacity stays within the plan and every row is given back."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import soundfile as sf
 
+from ttscore.contract.kv import past_key
+from ttscore.runtime import kv
 from ttscore.runtime.engine import Generator
+from ttscore.runtime.families import FAMILIES
 from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
+from ttscore.runtime.family import SayOptions
+from ttscore.runtime.kv import KVArena
 
 pytestmark = pytest.mark.slow
+
+# family -> (the fixture giving its tiny artifacts, its say options besides the text)
+KV_FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
+    "qwen3_tts": ("tiny_custom_voice", {"voice": "vivian", "language": "English"}),
+    "voxcpm2": ("voxcpm2_artifacts", {}),
+    "breeze_tts_2": ("breeze_export", {}),
+    "gepard": ("gepard_artifacts", {}),
+    "voxtral_tts": ("voxtral_artifacts", {"voice": "casual_male"}),
+    "fish_speech": ("fish_artifacts", {}),
+    "cosyvoice3": ("cosyvoice3_artifacts", {"ref_text": "A short reference."}),
+}
+
+
+@pytest.mark.parametrize("family", list(KV_FAMILIES))
+def test_every_step_binds_the_past_in_place_and_writes_only_the_new_positions(
+        family: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fixture, options = KV_FAMILIES[family]
+    got = request.getfixturevalue(fixture)
+    artifacts = got[1] if isinstance(got, tuple) else got
+    if family == "cosyvoice3":
+        ref = tmp_path / "ref.wav"
+        t = np.arange(int(1.2 * 24000)) / 24000
+        sf.write(ref, (0.3 * np.sin(2 * np.pi * 180 * t)).astype(np.float32), 24000)
+        options = {**options, "ref_audio": str(ref)}
+    job = FAMILIES[family].offline.say(artifacts, SayOptions(text="Hello, this is a fingerprint.", seed=7,
+                                                             max_new_tokens=20, **options))
+    arenas = [a for a in vars(job.model).values() if isinstance(a, KVArena)]
+    assert arenas, f"{family} keeps no KVArena"
+    steps: list[dict[str, Any]] = []
+    run = KVArena.run
+
+    class Spy:
+        def __init__(self, graph: Any, arena: KVArena) -> None:
+            self.graph, self.arena, self.input_names = graph, arena, graph.input_names
+
+        def run_bound(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+            a = self.arena
+            past = [feeds[past_key(i)] for i in range(a.layers)]
+            steps[-1].update(width=past[0].shape[2], capacity=a.capacity, address=a.k[0].ctypes.data,
+                             in_place=all(p.base is a.k[i] for i, p in enumerate(past)))
+            return self.graph.run_bound(feeds)
+
+    def spied(arena: KVArena, graph: Any, seqs: Any, x: Any, new: Any = None) -> Any:
+        lengths = [arena.length(s) for s in seqs]
+        before = [b.copy() for b in arena.k + arena.v]
+        steps.append({"arena": arena, "rows": len(seqs)})
+        out = run(arena, Spy(graph, arena), seqs, x, new)
+        added = [arena.length(s) - n for s, n in zip(seqs, lengths, strict=True)]
+        assert added == (list(new) if new is not None else [x.shape[1]] * len(seqs))
+        want = {(arena.row(s), p) for s, n, m in zip(seqs, lengths, added, strict=True) for p in range(n, n + m)}
+        for was, now in zip(before, arena.k + arena.v, strict=True):
+            rows, cap = min(was.shape[0], now.shape[0]), min(was.shape[2], now.shape[2])
+            changed = {(r, p) for r, p in np.argwhere((was[:rows, :, :cap] != now[:rows, :, :cap]).any(axis=(1, 3)))}
+            assert changed <= want, f"{family}: a step wrote positions it did not add"
+        return out
+
+    monkeypatch.setattr(kv.KVArena, "run", spied)
+    gen = Generator(job.model, max_batch=2)
+    gen.submit("a", job.request)
+    gen.submit("b", dataclasses.replace(job.request, text="A second, longer request of the same two."))
+    while gen.num_active:
+        gen.step()
+    decode = [s for s in steps if s["rows"] == 2 and s["width"] > 0]
+    assert decode, f"{family}: no batched step over a past"
+    for arena in arenas:
+        mine = [s for s in steps if s["arena"] is arena and s["width"] > 0]
+        assert mine
+        if not arena.exact:
+            assert all(s["in_place"] and s["width"] == s["capacity"] for s in mine)
+        else:  # VoxCPM2 (see ttscore/runtime/kv.py): its past cut to the longest row, one copy per step
+            assert all(s["in_place"] == (s["width"] == s["capacity"]) for s in mine)
+        addresses: dict[int, set[int]] = {}
+        for s in mine:
+            addresses.setdefault(s["capacity"], set()).add(s["address"])
+        assert all(len(a) == 1 for a in addresses.values()), "the arena moved without growing"
+        assert len(addresses) <= 4, f"{family}: capacities {sorted(addresses)}: growth is not by doubling"
+        assert arena.rows == 0  # every row given back
 
 TEXTS = ["First request of the burst.", "A second, somewhat longer request of the same burst.", "Third."]
 

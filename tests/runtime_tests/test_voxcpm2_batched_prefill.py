@@ -44,13 +44,13 @@ class Calls:
 
     def __init__(self, model: VoxCPM2Model, monkeypatch: pytest.MonkeyPatch) -> None:
         self.base_batches: list[int] = []
-        real = model.base_lm.run
+        real = model.base_lm.run_bound
 
         def run(feeds: dict[str, Any]) -> Any:
             self.base_batches.append(int(feeds["inputs_embeds"].shape[0]))
             return real(feeds)
 
-        monkeypatch.setattr(model.base_lm, "run", run)
+        monkeypatch.setattr(model.base_lm, "run_bound", run)
 
 
 @pytest.mark.parametrize("budget", [4096, 20])  # 20: prompts of 15, 14, 41, 8 split across iterations (ragged pasts)
@@ -83,14 +83,14 @@ def test_a_single_chunk_runs_unpadded(model: VoxCPM2Model, monkeypatch: pytest.M
     """One request alone: its prefill feeds are exactly its own prompt (no padding), so its audio is
     what it was before batching existed (bit-identical across runs, as test_voxcpm2_parity checks)."""
     seen: list[tuple[int, ...]] = []
-    real = model.base_lm.run
+    real = model.base_lm.run_bound
 
     def run(feeds: dict[str, Any]) -> Any:
         seen.append(tuple(feeds["inputs_embeds"].shape))
         assert int(feeds["attention_mask"].min()) == 1
         return real(feeds)
 
-    monkeypatch.setattr(model.base_lm, "run", run)
+    monkeypatch.setattr(model.base_lm, "run_bound", run)
     req = VoxCPM2Request(TEXTS[0], seed=1, max_new_tokens=3)
     alone(model, req)
     prompt = model.admit(VoxCPM2Request(TEXTS[0], seed=1)).prompt_tokens

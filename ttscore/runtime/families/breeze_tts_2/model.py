@@ -31,7 +31,7 @@ from ttscore.runtime.families.breeze_tts_2.checkpoint import BreezeInfo, parse_c
 from ttscore.runtime.families.breeze_tts_2.request import BreezeRequest
 from ttscore.runtime.families.breeze_tts_2.tokenizer import BreezeTokenizer
 from ttscore.runtime.family import Sequence
-from ttscore.runtime.kv import appended, ragged_step_feeds
+from ttscore.runtime.kv import KVArena
 from ttscore.runtime.onnx import OnnxGraph
 from ttscore.runtime.vocoder import OrtVocoder
 
@@ -48,7 +48,6 @@ class BreezeSequence(Sequence):
     segments: list[tuple[int, int]] = field(default_factory=list)
     ref_codes: I64 | None = None
     embeds: F32 | None = None  # [T, H] prompt embeddings, made at the first prefill call
-    kv: list[F32] = field(default_factory=list)  # per layer k, v: [kv_heads, length, head_dim]
     logits: F32 | None = None  # the code-0 logits of the last position
     hidden: F32 | None = None  # the backbone's last hidden state
     history: list[int] = field(default_factory=list)  # codes 0 generated so far
@@ -79,6 +78,8 @@ class BreezeModel:
             return loaded
 
         self.text_encoder, self.backbone, self.depth = graph("text_encoder"), graph("backbone"), graph("depth_decoder")
+        b = self.info.backbone
+        self.kv = KVArena(b.num_layers, b.num_kv_heads, b.head_dim)
         self.speech_encoder = graph("speech_encoder") if encoders else None
         if manifest.code2wav_state_size is None:
             raise ArtifactError(f"{artifacts}/manifest.json has no vocoder state size: re-export")
@@ -188,6 +189,7 @@ class BreezeModel:
                 self._prompt_embeds(s)
             assert s.embeds is not None
             lo, hi = s.prefilled, s.prefilled + n
+            self.kv.acquire(s, s.prompt_tokens + s.max_frames)
             self._backbone([s], s.embeds[None, lo:hi])
             s.prefilled = hi
             if hi == s.prompt_tokens:
@@ -206,7 +208,8 @@ class BreezeModel:
 
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, BreezeSequence):
-            seq.kv, seq.embeds = [], None
+            self.kv.release(seq)
+            seq.embeds = None
 
     def memory(self) -> dict[str, int]:
         return {}
@@ -214,16 +217,10 @@ class BreezeModel:
     # --- internals ---------------------------------------------------------------------------
 
     def _backbone(self, seqs: list[BreezeSequence], x: F32) -> None:
-        """New positions x [B, T, H] after each row's past: appends the K/V, keeps the last position's
-        hidden state and code-0 logits."""
-        _, t, _ = x.shape
-        s0 = self.info.backbone
-        layers, kvh, hd = s0.num_layers, s0.num_kv_heads, s0.head_dim
-        feeds = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
-                 **ragged_step_feeds([s.kv for s in seqs], t, layers, kvh, hd, left=False)}
-        out = self.backbone.run(feeds)
+        """New positions x [B, T, H] after each row's past (the K/V arena's): keeps the last position's hidden
+        state and code-0 logits."""
+        out = self.kv.run(self.backbone, seqs, x)
         for r, s in enumerate(seqs):
-            s.kv = appended(s.kv, out, r, layers)
             s.hidden = out["hidden"][r, -1]
             s.logits = out["logits"][r]
 

@@ -35,7 +35,7 @@ from ttscore.runtime.families.cosyvoice3.generate import CosyVoice3Graphs, HopSt
 from ttscore.runtime.families.cosyvoice3.request import CosyVoice3Request
 from ttscore.runtime.families.cosyvoice3.tokenizer import CosyVoice3Tokenizer
 from ttscore.runtime.family import Codes, Pcm, Sequence
-from ttscore.runtime.kv import appended, ragged_step_feeds
+from ttscore.runtime.kv import KVArena
 
 F32 = sampling.F32
 I64 = sampling.I64
@@ -54,7 +54,6 @@ class Conditioning:
 @dataclass
 class CosyVoice3Sequence(Sequence):
     embeds: F32 | None = None
-    kv: list[F32] = field(default_factory=list)  # per layer k, v: [kv_heads, length, head_dim]
     logits: F32 | None = None
     tokens: list[int] = field(default_factory=list)
     min_len: int = 0
@@ -97,6 +96,8 @@ class CosyVoice3Model:
         self.g = CosyVoice3Graphs(artifacts, threads)
         self.manifest = manifest
         self.sizes = self.g.sizes
+        lm = self.sizes["lm"]
+        self.kv = KVArena(int(lm["layers"]), int(lm["kv_heads"]), int(lm["head_dim"]))
         self.tokenizer = CosyVoice3Tokenizer(Path(artifacts) / "tokenizer")
         self.vocoder = HopVocoder(self.g)
         self.num_codebooks = 1
@@ -177,6 +178,7 @@ class CosyVoice3Model:
             if not isinstance(s, CosyVoice3Sequence) or s.embeds is None:
                 continue
             lo, hi = s.prefilled, s.prefilled + n
+            self.kv.acquire(s, s.prompt_tokens + s.max_len)
             self._lm([s], s.embeds[None, lo:hi])
             s.prefilled = hi
             if hi == s.prompt_tokens:
@@ -195,21 +197,16 @@ class CosyVoice3Model:
 
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, CosyVoice3Sequence):
-            seq.kv, seq.embeds, seq.ras, seq.vocoder_prefix = [], None, None, None
+            self.kv.release(seq)
+            seq.embeds, seq.ras, seq.vocoder_prefix = None, None, None
 
     def memory(self) -> dict[str, int]:
         return {}
 
     def _lm(self, seqs: list[CosyVoice3Sequence], x: F32) -> None:
-        """New positions x [B, T, D] after each row's past (rows left-padded to the longest past)."""
-        _, t, _ = x.shape
-        lm = self.sizes["lm"]
-        layers, kvh, hd = int(lm["layers"]), int(lm["kv_heads"]), int(lm["head_dim"])
-        feeds = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
-                 **ragged_step_feeds([s.kv for s in seqs], t, layers, kvh, hd)}
-        out = self.g.graphs["lm_step"].run(feeds)
+        """New positions x [B, T, D] after each row's past (the K/V arena's)."""
+        out = self.kv.run(self.g.graphs["lm_step"], seqs, x)
         for r, s in enumerate(seqs):
-            s.kv = appended(s.kv, out, r, layers)
             s.logits = np.asarray(out["logits"][r], np.float32)
 
     def _sample(self, seqs: list[CosyVoice3Sequence]) -> None:

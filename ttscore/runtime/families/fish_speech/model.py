@@ -14,7 +14,7 @@ request takes row i of its noise, so its audio does not depend on what it was ba
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from ttscore.runtime.families.fish_speech.generate import F32, frame_embedding, 
 from ttscore.runtime.families.fish_speech.request import FishRequest
 from ttscore.runtime.families.fish_speech.sampling import sample_fast, sample_slow
 from ttscore.runtime.family import Sequence
-from ttscore.runtime.kv import appended, ragged_step_feeds
+from ttscore.runtime.kv import KVArena
 from ttscore.runtime.vocoder import OrtVocoder
 
 I64 = npt.NDArray[np.int64]
@@ -37,7 +37,6 @@ I64 = npt.NDArray[np.int64]
 @dataclass
 class FishSequence(Sequence):
     embeds: F32 | None = None
-    kv: list[F32] = field(default_factory=list)  # per layer k, v: [kv_heads, length, head_dim]
     hidden: F32 | None = None
     logits: F32 | None = None
     last: I64 | None = None
@@ -52,6 +51,7 @@ class FishSequence(Sequence):
 class FishModel:
     def __init__(self, artifacts: Path, threads: int | None = None, *, encoders: bool = True) -> None:
         self.a = FishArtifacts(artifacts, threads)
+        self.kv = KVArena(self.a.slow_layers, *self.a.slow_kv)
         self.encoders = encoders  # may admit a reference clip (offline); served: codes from dac_encoder only
         self.state_size = self.a.state_size
         self.samples_per_frame = self.a.samples_per_frame
@@ -132,6 +132,7 @@ class FishModel:
             if not isinstance(s, FishSequence) or s.embeds is None:
                 continue
             lo, hi = s.prefilled, s.prefilled + n
+            self.kv.acquire(s, s.prompt_tokens + s.max_frames)
             self._slow([s], s.embeds[None, lo:hi])
             s.prefilled = hi
             if hi == s.prompt_tokens:
@@ -150,21 +151,16 @@ class FishModel:
 
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, FishSequence):
-            seq.kv, seq.embeds, seq.q_slow, seq.q_fast = [], None, None, None
+            self.kv.release(seq)
+            seq.embeds, seq.q_slow, seq.q_fast = None, None, None
 
     def memory(self) -> dict[str, int]:
         return {}
 
     def _slow(self, seqs: list[FishSequence], x: F32) -> None:
-        """New positions x [B, T, D] after each row's past (rows left-padded to the longest past)."""
-        _, t, _ = x.shape
-        layers = self.a.slow_layers
-        kvh, hd = self.a.slow_kv
-        feeds = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
-                 **ragged_step_feeds([s.kv for s in seqs], t, layers, kvh, hd)}
-        out = self.a.graphs["slow_step"].run(feeds)
+        """New positions x [B, T, D] after each row's past (the K/V arena's)."""
+        out = self.kv.run(self.a.graphs["slow_step"], seqs, x)
         for r, s in enumerate(seqs):
-            s.kv = appended(s.kv, out, r, layers)
             s.hidden = np.asarray(out["hidden"][r], np.float32)
             s.logits = np.asarray(out["logits"][r], np.float32)
 

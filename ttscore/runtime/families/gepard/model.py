@@ -32,7 +32,7 @@ from ttscore.runtime.families.gepard.checkpoint import SIDECAR, GepardInfo, pars
 from ttscore.runtime.families.gepard.request import GepardRequest
 from ttscore.runtime.families.gepard.tokenizer import GepardTokenizer, prompt_ids
 from ttscore.runtime.family import Sequence
-from ttscore.runtime.kv import appended, ragged_step_feeds
+from ttscore.runtime.kv import KVArena
 from ttscore.runtime.onnx import OnnxGraph
 from ttscore.runtime.vocoder import OrtVocoder
 
@@ -64,7 +64,6 @@ def seeded_noise(seed: int, heads: int, width: int, head0: int) -> Noise:
 class GepardSequence(Sequence):
     ids: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     embeds: F32 | None = None  # [T, H] prompt embeddings, made at the first prefill call
-    kv: list[F32] = field(default_factory=list)  # per layer k, v: [kv_heads, length, head_dim]
     logits: F32 | None = None  # the last position's 216 logits
     stop_prob: float = 0.0
     last: I64 | None = None  # the last frame [32]
@@ -95,6 +94,8 @@ class GepardModel:
             return loaded
 
         self.backbone, self.frame_embed = graph("backbone"), graph("frame_embed")
+        b = self.info.backbone
+        self.kv = KVArena(b.num_layers, b.num_kv_heads, b.head_dim)
         if manifest.code2wav_state_size is None:
             raise ArtifactError(f"{artifacts}/manifest.json has no vocoder state size: re-export")
         self.state_size: int = manifest.code2wav_state_size
@@ -172,6 +173,7 @@ class GepardModel:
             if s.embeds is None:
                 s.embeds = self.prompt_embeds(s.ids)
             lo, hi = s.prefilled, s.prefilled + n
+            self.kv.acquire(s, s.prompt_tokens + s.max_frames)
             self._backbone([s], s.embeds[None, lo:hi])
             s.prefilled = hi
             if hi == s.prompt_tokens:
@@ -191,7 +193,8 @@ class GepardModel:
 
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, GepardSequence):
-            seq.kv, seq.embeds = [], None
+            self.kv.release(seq)
+            seq.embeds = None
 
     def memory(self) -> dict[str, int]:
         return {}
@@ -199,16 +202,10 @@ class GepardModel:
     # --- internals ---------------------------------------------------------------------------
 
     def _backbone(self, seqs: list[GepardSequence], x: F32) -> None:
-        """New positions x [B, T, H] after each row's past (rows left-padded to the longest past):
-        appends the K/V, keeps the last position's logits and stop probability."""
-        _, t, _ = x.shape
-        s0 = self.info.backbone
-        layers, kvh, hd = s0.num_layers, s0.num_kv_heads, s0.head_dim
-        feeds = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
-                 **ragged_step_feeds([s.kv for s in seqs], t, layers, kvh, hd)}
-        out = self.backbone.run(feeds)
+        """New positions x [B, T, H] after each row's past (the K/V arena's): keeps the last position's logits and
+        stop probability."""
+        out = self.kv.run(self.backbone, seqs, x)
         for r, s in enumerate(seqs):
-            s.kv = appended(s.kv, out, r, layers)
             s.logits = np.asarray(out["logits"][r], np.float32)
             s.stop_prob = float(out["stop_prob"][r])
 

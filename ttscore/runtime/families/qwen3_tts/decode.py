@@ -9,13 +9,10 @@ Each step reads the talker weights once for the whole batch (decoding is memory-
 The code predictor turns each sampled code0 into the frame's other codebooks, and the sum of their
 embeddings (plus the next text embedding) is the next talker input.
 
-KV arena: one buffer per layer and K/V, [rows, kv_heads, capacity, head_dim], a row per request,
-left-aligned (a row's valid keys are [0, length)). A decode step feeds `arena[:R]` as the talker's
-past (a contiguous view, bound in place through IO binding: no per-step copy of any cache) with an
-attention mask marking each row's valid prefix, and writes only the new token's K/V into the arena.
-The talker graph attends to past and new keys without concatenating them (export/qwen3_tts/talker.py).
-Capacity grows in blocks (one copy per growth, amortised over many steps) and never beyond the
-largest active request's plan, prompt + max_new_tokens.
+The talker's past is a K/V arena (ttscore.runtime.kv): a row per request, bound in place through IO
+binding, a step writing only its new position; its capacity never exceeds the largest active request's plan,
+prompt + max_new_tokens. The talker graph attends to past and new keys without concatenating them
+(export/qwen3_tts/talker.py).
 """
 
 from __future__ import annotations
@@ -28,19 +25,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ttscore.contract import qwen3_tts as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.families.qwen3_tts.checkpoint import Qwen3TTSInfo
 from ttscore.runtime.families.qwen3_tts.prompt import Prompt, Tables, build_prompt
 from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest, ResolvedRequest, resolve
 from ttscore.runtime.families.qwen3_tts.tokenizer import TextTokenizer, assistant_text
 from ttscore.runtime.family import Sequence
+from ttscore.runtime.kv import KVArena
 from ttscore.runtime.onnx import OnnxGraph
 from ttscore.runtime.sampling import process_logits_batch, sample
 
 logger = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
-GROWTH_BLOCK = 16  # positions added at least per capacity growth
 
 
 @dataclass
@@ -48,8 +44,6 @@ class QwenSequence(Sequence):
     req: ResolvedRequest | None = None
     prompt: Prompt | None = None
     rng: np.random.Generator = field(default_factory=np.random.default_rng)
-    row: int = -1  # KV arena row, -1 before prefill and after release
-    length: int = 0  # valid positions in the arena row
     planned: int = 0  # capacity plan: prompt + max_new_tokens
     next_input: F32 | None = None  # [H] the next talker input (last frame's embeddings + text)
     seen: npt.NDArray[np.bool_] | None = None  # [V] codes in the code0 history (repetition penalty)
@@ -62,81 +56,6 @@ class QwenSequence(Sequence):
     tokens: list[int] = field(default_factory=list)
     instruct_tokens: int = 0  # usage: the instructions' tokens (text_tokens = these + the text's)
     held: F32 | None = None
-
-
-class KVArena:
-    """Per-layer K/V buffers shared by every request of one pipeline (see the module docstring)."""
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int) -> None:
-        self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
-        self.k: list[F32] = []
-        self.v: list[F32] = []
-        self.owners: list[QwenSequence] = []  # row -> request; rows are kept dense
-        self._alloc(0, 0)
-
-    @property
-    def bytes_per_position(self) -> int:
-        """Arena bytes one request needs per cached position (all layers, K and V, float32)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * 4
-
-    @property
-    def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.k) + sum(a.nbytes for a in self.v)
-
-    @property
-    def capacity(self) -> int:
-        return int(self.k[0].shape[2])
-
-    @property
-    def rows(self) -> int:
-        return len(self.owners)
-
-    def _alloc(self, rows: int, capacity: int) -> None:
-        shape = (rows, self.kv_heads, capacity, self.head_dim)
-        old_k, old_v = self.k, self.v
-        self.k = [np.zeros(shape, np.float32) for _ in range(self.layers)]
-        self.v = [np.zeros(shape, np.float32) for _ in range(self.layers)]
-        if old_k:
-            r = min(rows, old_k[0].shape[0])
-            c = min(capacity, old_k[0].shape[2])
-            for new, old in zip(self.k + self.v, old_k + old_v, strict=True):
-                new[:r, :, :c] = old[:r, :, :c]
-
-    def acquire(self, seq: QwenSequence) -> None:
-        if self.rows == self.k[0].shape[0]:
-            self._alloc(max(1, 2 * self.rows), self.capacity)
-        seq.row = self.rows
-        seq.length = 0
-        self.owners.append(seq)
-
-    def release(self, seq: QwenSequence) -> None:
-        """Free a row; the last row moves into the hole (one copy per departure) to keep rows dense."""
-        i = seq.row
-        if i < 0 or i >= self.rows or self.owners[i] is not seq:
-            return
-        last = self.rows - 1
-        if i != last:
-            moved = self.owners[last]
-            n = moved.length
-            for buf in self.k + self.v:
-                buf[i, :, :n] = buf[last, :, :n]
-            self.owners[i] = moved
-            moved.row = i
-        self.owners.pop()
-        seq.row = -1
-        # Give memory back once the longest plan has left: the next requests may plan less.
-        plan = max((s.planned for s in self.owners), default=0)
-        if self.capacity > plan:
-            self._alloc(self.k[0].shape[0] if self.owners else 0, plan)
-
-    def reserve(self, needed: int) -> None:
-        """Make room for position `needed - 1` in every row: grow by blocks, never past the plan."""
-        cap = self.capacity
-        if needed <= cap:
-            return
-        plan = max((s.planned for s in self.owners), default=needed)
-        grown = min(max(needed, cap + max(GROWTH_BLOCK, cap // 4)), max(plan, needed))
-        self._alloc(self.k[0].shape[0], grown)
 
 
 @dataclass
@@ -269,42 +188,17 @@ def _feed_text(a: QwenSequence, embed: F32) -> None:
 def prefill(p: Decoder, work: list[tuple[QwenSequence, int]]) -> None:
     """The next `n` prompt tokens of each sequence in ONE talker call (rows left-padded to the
     longest chunk). Sequences whose prompt completes sample code0 and get their first frame."""
-    t = p.info.talker
-    arena = p.arena
     for seq, _ in work:
-        if seq.row < 0:
-            arena.acquire(seq)
-    n_rows = len(work)
+        p.arena.acquire(seq, seq.planned)
     chunk = max(n for _, n in work)
-    past = max(seq.prefilled for seq, _ in work)
-    hidden = p.info.talker.hidden_size
-    x = np.zeros((n_rows, chunk, hidden), np.float32)
-    mask = np.zeros((n_rows, past + chunk), np.int64)
-    pos = np.zeros((n_rows, chunk), np.int64)
+    x = np.zeros((len(work), chunk, p.info.talker.hidden_size), np.float32)
     for r, (seq, n) in enumerate(work):
         assert seq.prompt is not None
-        lead = chunk - n  # left padding: the last position of every row is a real token
-        x[r, lead:] = seq.prompt.embeds[seq.prefilled : seq.prefilled + n]
-        mask[r, : seq.prefilled] = 1
-        mask[r, past + lead :] = 1
-        pos[r, lead:] = seq.prefilled + np.arange(n)
-    feeds: dict[str, npt.NDArray[np.generic]] = {"inputs_embeds": x, "attention_mask": mask, "position_ids": pos}
-    rows = np.array([seq.row for seq, _ in work])
-    for i in range(t.num_layers):
-        # Continuation chunks of a long prompt read their own rows (a copy, only on this path).
-        feeds[spec.talker_past_key(i)] = np.ascontiguousarray(arena.k[i][rows, :, :past])
-        feeds[spec.talker_past_value(i)] = np.ascontiguousarray(arena.v[i][rows, :, :past])
-    arena.reserve(max(seq.prefilled + n for seq, n in work))
-    out = p.talker.run_bound(feeds)
-    for i in range(t.num_layers):
-        nk, nv = out[spec.talker_new_key(i)], out[spec.talker_new_value(i)]
-        for r, (seq, n) in enumerate(work):
-            arena.k[i][seq.row, :, seq.prefilled : seq.prefilled + n] = nk[r, :, chunk - n :]
-            arena.v[i][seq.row, :, seq.prefilled : seq.prefilled + n] = nv[r, :, chunk - n :]
+        x[r, chunk - n:] = seq.prompt.embeds[seq.prefilled : seq.prefilled + n]  # left-padded
+    out = p.arena.run(p.talker, [seq for seq, _ in work], x, [n for _, n in work])
     done = []
     for r, (seq, n) in enumerate(work):
         seq.prefilled += n
-        seq.length = seq.prefilled
         if seq.prefilled == seq.prompt_tokens:
             done.append(r)
     if done:
@@ -314,35 +208,9 @@ def prefill(p: Decoder, work: list[tuple[QwenSequence, int]]) -> None:
 
 def step(p: Decoder, batch: list[QwenSequence]) -> None:
     """One frame for every sequence of the batch (prefilled, unfinished): talker, code0, code predictor."""
-    t = p.info.talker
-    arena = p.arena
-    rows = np.array([a.row for a in batch])
-    n_rows = int(rows.max()) + 1  # feed the dense prefix arena[:n_rows]: a view, never a copy
-    lengths = np.zeros(n_rows, np.int64)
-    lengths[rows] = [a.length for a in batch]
-    arena.reserve(int(lengths.max()) + 1)
-    cap = arena.capacity
-    x = np.zeros((n_rows, 1, t.hidden_size), np.float32)
-    x[rows, 0] = np.stack([a.next_input for a in batch if a.next_input is not None])
-    mask = np.zeros((n_rows, cap + 1), np.int64)
-    mask[:, :cap] = np.arange(cap)[None, :] < lengths[:, None]
-    mask[:, cap] = 1  # the new token (rows outside the batch compute a throwaway result)
-    feeds: dict[str, npt.NDArray[np.generic]] = {
-        "inputs_embeds": x,
-        "attention_mask": mask,
-        "position_ids": lengths[:, None].copy(),
-    }
-    for i in range(t.num_layers):
-        feeds[spec.talker_past_key(i)] = arena.k[i][:n_rows]
-        feeds[spec.talker_past_value(i)] = arena.v[i][:n_rows]
-    out = p.talker.run_bound(feeds)
-    at = lengths[rows]
-    for i in range(t.num_layers):
-        arena.k[i][rows, :, at] = out[spec.talker_new_key(i)][rows, :, 0]
-        arena.v[i][rows, :, at] = out[spec.talker_new_value(i)][rows, :, 0]
-    for a in batch:
-        a.length += 1
-    _frame(p, batch, out["logits"][rows], out["hidden"][rows])
+    x = np.stack([a.next_input for a in batch if a.next_input is not None])[:, None]
+    out = p.arena.run(p.talker, batch, x)
+    _frame(p, batch, out["logits"], out["hidden"])
 
 
 def _frame(p: Decoder, batch: list[QwenSequence], logits: F32, hidden: F32) -> None:

@@ -23,6 +23,7 @@ from ttscore.runtime.families.qwen3_tts.prompt import Tables
 from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 from ttscore.runtime.families.qwen3_tts.tokenizer import TextTokenizer, pretokenizer_regex
 from ttscore.runtime.family import Sequence
+from ttscore.runtime.kv import KVArena
 from ttscore.runtime.onnx import OnnxGraph
 from ttscore.runtime.sampling import suppress_mask
 from ttscore.runtime.vocoder import OrtVocoder
@@ -83,7 +84,7 @@ class Qwen3TTSPipeline:
         self.num_codebooks = self.info.num_code_groups
         self.suppressed = suppress_mask(self.info.codec_vocab_size, self.info.codec_ids["eos"])
         t = self.info.talker
-        self.arena = decode.KVArena(t.num_layers, t.num_kv_heads, t.head_dim)
+        self.arena = KVArena(t.num_layers, t.num_kv_heads, t.head_dim)
         self.decoder = decode.Decoder(self.info, self.tables, self.tokenizer, self.talker, self.code_predictor,
                                       self.suppressed, self.arena)
 
@@ -124,12 +125,7 @@ class Qwen3TTSPipeline:
             self.arena.release(seq)
 
     def memory(self) -> dict[str, int]:
-        return {
-            "kv_arena_bytes": self.arena.nbytes,
-            "kv_bytes_per_position": self.arena.bytes_per_position,
-            "kv_rows": self.arena.rows,
-            "kv_capacity": self.arena.capacity,
-        }
+        return self.arena.memory()
 
     @classmethod
     def load(

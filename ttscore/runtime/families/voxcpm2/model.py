@@ -32,6 +32,7 @@ from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
 from ttscore.runtime.families.voxcpm2.solver import SolveRow, solve
 from ttscore.runtime.families.voxcpm2.tokenizer import TextTokenizer
 from ttscore.runtime.family import Sequence
+from ttscore.runtime.kv import KVArena
 from ttscore.runtime.onnx import OnnxGraph
 from ttscore.runtime.vocoder import OrtVocoder
 
@@ -51,8 +52,6 @@ class VoxSequence(Sequence):
     n_steps: int = spec.DEFAULT_INFERENCE_TIMESTEPS
     cfg_value: float = spec.DEFAULT_CFG_VALUE
     max_len: int = spec.DEFAULT_MAX_LEN
-    base_kv: list[F32] = field(default_factory=list)  # per layer: k, v [kv_heads, length, head_dim]
-    res_kv: list[F32] = field(default_factory=list)
     lm_hidden: F32 | None = None
     res_hidden: F32 | None = None
     cond: F32 | None = None  # [D, P] the previous patch (the LocDiT's prefix condition)
@@ -75,6 +74,9 @@ class VoxCPM2Model:
             return OnnxGraph(artifacts / graphs[name]["file"], dict(graphs[name]), threads)
 
         self.base_lm, self.residual_lm = graph("base_lm"), graph("residual_lm")
+        lm, res = self.info.lm, self.info.residual
+        self.base_kv = KVArena(lm.num_layers, lm.num_kv_heads, lm.head_dim, exact=True)
+        self.res_kv = KVArena(res.num_layers, res.num_kv_heads, res.head_dim, exact=True)
         self.local_encoder, self.bridge, self.heads = graph("local_encoder"), graph("bridge"), graph("heads")
         self.locdit = graph("locdit_step")
         self.vae_encoder = graph("vae_encoder") if encoders else None
@@ -198,7 +200,10 @@ class VoxCPM2Model:
         for r, (s, (lo, hi)) in enumerate(zip(seqs, spans, strict=True)):
             assert s.embeds is not None
             x[r, x.shape[1] - (hi - lo):] = s.embeds[lo:hi]
-        lm_out = self._lm(self.base_lm, self.info.lm.num_layers, seqs, x, "base_kv", lengths)
+        for s in seqs:
+            for arena in (self.base_kv, self.res_kv):
+                arena.acquire(s, s.prompt_tokens + s.max_len)
+        lm_out = self.base_kv.run(self.base_lm, seqs, x, lengths)["hidden"]
         flat = np.concatenate([lm_out[r, lm_out.shape[1] - n:] for r, n in enumerate(lengths)])
         feat = np.concatenate([s.feat_embeds[lo:hi] for s, (lo, hi) in zip(seqs, spans, strict=True)
                                if s.feat_embeds is not None])
@@ -208,7 +213,7 @@ class VoxCPM2Model:
         res_in = np.zeros_like(x)
         for r, n in enumerate(lengths):
             res_in[r, x.shape[1] - n:] = out["residual_input"][ends[r] - n:ends[r]]
-        res = self._lm(self.residual_lm, self.info.residual.num_layers, seqs, res_in, "res_kv", lengths)
+        res = self.res_kv.run(self.residual_lm, seqs, res_in, lengths)["hidden"]
         done: list[VoxSequence] = []
         for r, (s, (_, hi)) in enumerate(zip(seqs, spans, strict=True)):
             s.prefilled = hi
@@ -225,60 +230,22 @@ class VoxCPM2Model:
         if not seqs:
             return
         x = np.stack([s.curr_embed for s in seqs if s.curr_embed is not None])[:, None]
-        lm_out = self._lm(self.base_lm, self.info.lm.num_layers, seqs, x, "base_kv")[:, 0]
+        lm_out = self.base_kv.run(self.base_lm, seqs, x)["hidden"][:, 0]
         out = self.bridge.run({"lm_out": lm_out, "feat_embeds": x[:, 0], "audio_mask": np.ones(len(seqs), bool)})
-        res = self._lm(self.residual_lm, self.info.residual.num_layers, seqs, out["residual_input"][:, None], "res_kv")
+        res = self.res_kv.run(self.residual_lm, seqs, out["residual_input"][:, None])["hidden"]
         for i, s in enumerate(seqs):
             s.lm_hidden, s.res_hidden = out["lm_hidden"][i], res[i, 0]
         self._patch(seqs)
 
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, VoxSequence):
-            seq.base_kv, seq.res_kv = [], []
+            self.base_kv.release(seq)
+            self.res_kv.release(seq)
 
     def memory(self) -> dict[str, int]:
         return {}
 
     # --- internals ---------------------------------------------------------------------------
-
-    def _lm(self, graph: OnnxGraph, layers: int, seqs: list[VoxSequence], x: F32, which: str,
-            lengths: list[int] | None = None) -> F32:
-        """New positions x [B, T, H] after each row's past; appends the K/V. `lengths`: how many of
-        each row's T positions are real (left-padded: the last n), all T when None."""
-        b, t, _ = x.shape
-        new_len = lengths or [t] * b
-        past_len = [getattr(s, which)[0].shape[1] if getattr(s, which) else 0 for s in seqs]
-        pmax = max(past_len)
-        stack = self.info.lm if which == "base_kv" else self.info.residual
-        kvh, hd = stack.num_kv_heads, stack.head_dim
-        mask = np.zeros((b, pmax + t), np.int64)
-        feeds: dict[str, npt.NDArray[Any]] = {"inputs_embeds": np.ascontiguousarray(x, np.float32)}
-        if "position_ids" in graph.input_names:
-            pos = np.zeros((b, t), np.int64)
-            for r in range(b):
-                pos[r, t - new_len[r]:] = past_len[r] + np.arange(new_len[r])
-            feeds["position_ids"] = pos
-        for i in range(layers):
-            for j, name in ((0, spec.lm_past_key(i)), (1, spec.lm_past_value(i))):
-                buf = np.zeros((b, kvh, pmax, hd), np.float32)
-                for r, s in enumerate(seqs):
-                    kv = getattr(s, which)
-                    if kv:
-                        buf[r, :, : past_len[r]] = kv[2 * i + j]
-                feeds[name] = buf
-        for r in range(b):
-            mask[r, : past_len[r]] = 1
-            mask[r, pmax + t - new_len[r]:] = 1
-        feeds["attention_mask"] = mask
-        out = graph.run(feeds)
-        for r, s in enumerate(seqs):
-            kv = getattr(s, which)
-            lead = t - new_len[r]
-            new = [out[spec.lm_new_key(i) if j == 0 else spec.lm_new_value(i)][r, :, lead:]
-                   for i in range(layers) for j in (0, 1)]
-            setattr(s, which, [np.concatenate([a, n], axis=1) for a, n in zip(kv, new, strict=True)] if kv else new)
-        hidden: F32 = out["hidden"]
-        return hidden
 
     def _patch(self, seqs: list[VoxSequence]) -> None:
         """One patch per sequence from its (lm_hidden, res_hidden); sets `finished` on stop or budget."""

@@ -29,7 +29,7 @@ from ttscore.runtime.families.voxtral_tts.generate import VoxtralGraphs
 from ttscore.runtime.families.voxtral_tts.request import VoxtralRequest
 from ttscore.runtime.families.voxtral_tts.tokenizer import TekkenTokenizer
 from ttscore.runtime.family import Sequence
-from ttscore.runtime.kv import appended, ragged_step_feeds
+from ttscore.runtime.kv import KVArena
 from ttscore.runtime.vocoder import OrtVocoder
 
 
@@ -38,7 +38,6 @@ class VoxtralSequence(Sequence):
     ids: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     voice: str = ""
     embeds: F32 | None = None
-    kv: list[F32] = field(default_factory=list)  # per layer k, v: [kv_heads, length, head_dim]
     hidden: F32 | None = None
     semantic: int = 0
     last: I64 | None = None
@@ -53,6 +52,8 @@ class VoxtralModel:
         self.g = VoxtralGraphs(artifacts, threads)
         self.manifest = manifest
         self.sizes = self.g.sizes
+        lm = self.sizes["lm"]
+        self.kv = KVArena(int(lm["n_layers"]), int(lm["n_kv_heads"]), int(lm["head_dim"]))
         self.tokenizer = TekkenTokenizer(Path(artifacts) / "tokenizer" / "tekken.json")
         self.state_size = int(manifest.vocoder_state_size or 0)
         self.vocoder: OrtVocoder | None = (
@@ -114,6 +115,7 @@ class VoxtralModel:
             if s.embeds is None:
                 s.embeds = self.prompt_embeds(s.ids, s.voice)
             lo, hi = s.prefilled, s.prefilled + n
+            self.kv.acquire(s, s.prompt_tokens + s.max_frames)
             self._lm([s], s.embeds[None, lo:hi])
             s.prefilled = hi
             if hi == s.prompt_tokens:
@@ -132,21 +134,16 @@ class VoxtralModel:
 
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, VoxtralSequence):
-            seq.kv, seq.embeds, seq.noise = [], None, None
+            self.kv.release(seq)
+            seq.embeds, seq.noise = None, None
 
     def memory(self) -> dict[str, int]:
         return {}
 
     def _lm(self, seqs: list[VoxtralSequence], x: F32) -> None:
-        """New positions x [B, T, D] after each row's past (rows left-padded to the longest past)."""
-        _, t, _ = x.shape
-        lm = self.sizes["lm"]
-        layers, kvh, hd = int(lm["n_layers"]), int(lm["n_kv_heads"]), int(lm["head_dim"])
-        feeds = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
-                 **ragged_step_feeds([s.kv for s in seqs], t, layers, kvh, hd)}
-        out = self.g.graphs["lm_step"].run(feeds)
+        """New positions x [B, T, D] after each row's past (the K/V arena's)."""
+        out = self.kv.run(self.g.graphs["lm_step"], seqs, x)
         for r, s in enumerate(seqs):
-            s.kv = appended(s.kv, out, r, layers)
             s.hidden = np.asarray(out["hidden"][r], np.float32)
             s.semantic = int(out["semantic_code"][r])
 
