@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -24,6 +25,7 @@ from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.rules import FamilyRules
+from ttscore.contract.voicefile import REF_CODE
 from ttscore.contract.wire import TensorIO
 
 from .backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
@@ -38,7 +40,7 @@ from .speech_fields import (
     refuse_unsupported,
     text_field,
 )
-from .voices.precomputed import PrecomputedVoice, SkipVoice
+from .voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
 
 F = TypeVar("F", bound=FamilyFacts)
 
@@ -350,6 +352,27 @@ class CodesVoice(PrecomputedVoice):
     ref_codes: np.ndarray | None = None  # int64, read only (shared between requests)
 
 
+def read_codes_entry(root: Path, raw_name: Any, entry: Any, modes: tuple[str, ...]
+                     ) -> tuple[str, str, Path, np.ndarray]:
+    """(name, mode, path, its `ref_code` tensor as stored) of a voice file entry of reference codes (mode
+    default: the first of `modes`); SkipVoice naming what is wrong."""
+    name, mode, path, tensors = read_entry(root, raw_name, entry, modes, modes[0])
+    codes = tensors.get(REF_CODE)
+    if codes is None:
+        raise SkipVoice(f"missing tensor {REF_CODE!r}")
+    return name, mode, path, codes
+
+
+def codes_voice(family: str, name: str, mode: str, path: Path, entry: Mapping[str, Any], codes: np.ndarray,
+                ref_text: str | None, models: tuple[str, ...] | None) -> CodesVoice:
+    """A checked voice file entry of `family` as a precomputed voice: its codes as int64, read only."""
+    ref_codes = np.ascontiguousarray(codes.astype(np.int64))
+    ref_codes.setflags(write=False)  # shared between requests
+    return CodesVoice(name=name, mode=mode, features=None, path=path, ref_text=ref_text,
+                      speaker_description=description(dict(entry)), model_type=family, models=models,
+                      ref_codes=ref_codes)
+
+
 __all__ = ["NO_FACTS", "BaseAdapter", "CodecFacts", "CodecTarget", "CodesVoice", "Reference", "checked_limits",
-           "clone_reference", "codec_models", "codec_targets", "encode_clip", "facts_of", "requested_voice",
+           "clone_reference", "codec_models", "codec_targets", "codes_voice", "encode_clip", "facts_of", "read_codes_entry", "requested_voice",
            "segments_of", "stored_voice_of", "transcript", "voice_name"]

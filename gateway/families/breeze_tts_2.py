@@ -37,17 +37,18 @@ from ..family_kit import (
     BaseAdapter,
     CodecFacts,
     CodecTarget,
-    CodesVoice,
     clone_reference,
     codec_models,
     codec_targets,
+    codes_voice,
     encode_clip,
+    read_codes_entry,
     stored_voice_of,
     transcript,
     voice_name,
 )
 from ..speech_fields import SpeechFields, text_field
-from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
+from ..voices.precomputed import PrecomputedVoice, SkipVoice
 
 _VOICES = {v.lower(): v for v in breeze_tts_2.VOICES}
 
@@ -118,10 +119,7 @@ class BreezeTTS2Adapter(BaseAdapter):
                           targets: Sequence[CodecTarget] = ()) -> PrecomputedVoice:
         """A profile (ttscore.contract.breeze_tts_2.voicefile): `ref_code` [T, 16] and its
         `ref_text`, checked against the served checkpoints' codec."""
-        name, mode, path, tensors = read_entry(root, raw_name, entry, PROFILE_MODES, PROFILE_MODES[0])
-        codes = tensors.get(REF_CODE)
-        if codes is None:
-            raise SkipVoice(f"missing tensor {REF_CODE!r}")
+        name, mode, path, codes = read_codes_entry(root, raw_name, entry, PROFILE_MODES)
         groups = breeze_tts_2.NUM_CODEBOOKS
         if codes.dtype.kind not in "iu" or codes.ndim != 2 or codes.shape[0] == 0 or codes.shape[1] != groups:
             raise SkipVoice(f"{REF_CODE} must be a non-empty integer [T, {groups}] tensor, got {codes.dtype} "
@@ -132,11 +130,7 @@ class BreezeTTS2Adapter(BaseAdapter):
         if ref_text is None:
             raise SkipVoice("needs 'ref_text' (the transcript of the reference codes)")
         models = codec_models(entry, targets, CODEC_SHA256, self.rules.name)
-        ref_codes = np.ascontiguousarray(codes.astype(np.int64))
-        ref_codes.setflags(write=False)  # shared between requests
-        return CodesVoice(name=name, mode=mode, features=None, path=path, ref_text=ref_text,
-                          speaker_description=description(entry), model_type=self.family, models=models,
-                          ref_codes=ref_codes)
+        return codes_voice(self.family, name, mode, path, entry, codes, ref_text, models)
 
 
 ADAPTER = BreezeTTS2Adapter()

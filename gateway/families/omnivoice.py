@@ -51,17 +51,18 @@ from ..family_kit import (
     BaseAdapter,
     CodecFacts,
     CodecTarget,
-    CodesVoice,
     clone_reference,
     codec_models,
     codec_targets,
+    codes_voice,
     encode_clip,
     facts_of,
+    read_codes_entry,
     requested_voice,
 )
 from ..longtext import split_segments
 from ..speech_fields import SpeechFields, plan_output, text_field
-from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
+from ..voices.precomputed import PrecomputedVoice, SkipVoice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,10 +161,7 @@ class OmniVoiceAdapter(BaseAdapter):
                           targets: Sequence[CodecTarget] = ()) -> PrecomputedVoice:
         """A profile (ttscore.contract.omnivoice.voicefile): `ref_code` [T, 8] and its optional
         `ref_text`, checked against the served checkpoints' codec."""
-        name, mode, path, tensors = read_entry(root, raw_name, entry, PROFILE_MODES, PROFILE_MODES[0])
-        stored = tensors.get(REF_CODE)
-        if stored is None:
-            raise SkipVoice(f"missing tensor {REF_CODE!r}")
+        name, mode, path, stored = read_codes_entry(root, raw_name, entry, PROFILE_MODES)
         if stored.ndim != 2:
             raise SkipVoice(f"{REF_CODE} must be an integer [T, {omnivoice.NUM_CODEBOOKS}] tensor, got "
                             f"{stored.dtype} {list(stored.shape)}")
@@ -174,11 +172,7 @@ class OmniVoiceAdapter(BaseAdapter):
         text = entry.get("ref_text")
         ref_text = text.strip() if isinstance(text, str) and text.strip() else None
         models = codec_models(entry, targets, CODEC_SHA256, self.rules.name)
-        ref_codes = np.ascontiguousarray(stored.T.astype(np.int64))
-        ref_codes.setflags(write=False)  # shared between requests
-        return CodesVoice(name=name, mode=mode, features=None, path=path, ref_text=ref_text,
-                          speaker_description=description(entry), model_type=self.family, models=models,
-                          ref_codes=ref_codes)
+        return codes_voice(self.family, name, mode, path, entry, stored.T, ref_text, models)
 
 
 ADAPTER = OmniVoiceAdapter()
