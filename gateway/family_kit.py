@@ -352,27 +352,44 @@ class CodesVoice(PrecomputedVoice):
     ref_codes: np.ndarray | None = None  # int64, read only (shared between requests)
 
 
-def read_codes_entry(root: Path, raw_name: Any, entry: Any, modes: tuple[str, ...]
-                     ) -> tuple[str, str, Path, np.ndarray]:
-    """(name, mode, path, its `ref_code` tensor as stored) of a voice file entry of reference codes (mode
-    default: the first of `modes`); SkipVoice naming what is wrong."""
-    name, mode, path, tensors = read_entry(root, raw_name, entry, modes, modes[0])
-    codes = tensors.get(REF_CODE)
-    if codes is None:
-        raise SkipVoice(f"missing tensor {REF_CODE!r}")
-    return name, mode, path, codes
+class CodecVoicesAdapter(BaseAdapter):
+    """A family whose precomputed voices are reference codes of its codec (a voice file entry's `ref_code`),
+    each fitting the served checkpoints whose codec made it (their CodecFacts). A family declares its
+    `voice_modes` and the `codec_identity_key` its voice files record the codec under, and says how it checks
+    a file's codes (`checked_codes`) and reads its transcript (`voice_transcript`)."""
+
+    voice_modes: tuple[str, ...]  # the voice file's modes (the first: the default)
+    codec_identity_key: str
+
+    def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
+        """Every served checkpoint of the family's codec checksum (a voice fits those with its codec)."""
+        return codec_targets(checkpoints, self.family)
+
+    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any,
+                          targets: Sequence[CodecTarget] = ()) -> PrecomputedVoice:
+        """A voice file entry's codes and transcript, checked against the served checkpoints' codec."""
+        name, mode, path, tensors = read_entry(root, raw_name, entry, self.voice_modes, self.voice_modes[0])
+        stored = tensors.get(REF_CODE)
+        if stored is None:
+            raise SkipVoice(f"missing tensor {REF_CODE!r}")
+        codes = self.checked_codes(stored)
+        ref_text = self.voice_transcript(entry)
+        models = codec_models(entry, targets, self.codec_identity_key, self.rules.name)
+        ref_codes = np.ascontiguousarray(codes.astype(np.int64))
+        ref_codes.setflags(write=False)  # shared between requests
+        return CodesVoice(name=name, mode=mode, features=None, path=path, ref_text=ref_text,
+                          speaker_description=description(entry), model_type=self.family, models=models,
+                          ref_codes=ref_codes)
+
+    def checked_codes(self, stored: np.ndarray) -> np.ndarray:
+        """A voice file's `ref_code` tensor as the family sends it; SkipVoice naming what is wrong."""
+        raise NotImplementedError
+
+    def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
+        """A voice file entry's transcript (SkipVoice when the family needs one and it has none)."""
+        raise NotImplementedError
 
 
-def codes_voice(family: str, name: str, mode: str, path: Path, entry: Mapping[str, Any], codes: np.ndarray,
-                ref_text: str | None, models: tuple[str, ...] | None) -> CodesVoice:
-    """A checked voice file entry of `family` as a precomputed voice: its codes as int64, read only."""
-    ref_codes = np.ascontiguousarray(codes.astype(np.int64))
-    ref_codes.setflags(write=False)  # shared between requests
-    return CodesVoice(name=name, mode=mode, features=None, path=path, ref_text=ref_text,
-                      speaker_description=description(dict(entry)), model_type=family, models=models,
-                      ref_codes=ref_codes)
-
-
-__all__ = ["NO_FACTS", "BaseAdapter", "CodecFacts", "CodecTarget", "CodesVoice", "Reference", "checked_limits",
-           "clone_reference", "codec_models", "codec_targets", "codes_voice", "encode_clip", "facts_of", "read_codes_entry", "requested_voice",
-           "segments_of", "stored_voice_of", "transcript", "voice_name"]
+__all__ = ["NO_FACTS", "BaseAdapter", "CodecFacts", "CodecTarget", "CodecVoicesAdapter", "CodesVoice", "Reference",
+           "checked_limits", "clone_reference", "codec_models", "codec_targets", "encode_clip", "facts_of",
+           "requested_voice", "segments_of", "stored_voice_of", "transcript", "voice_name"]
