@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
-import os
 import socket
 import sys
-from collections.abc import Mapping
 from types import FrameType
 
 import uvicorn
 
 from .drain import Drain
-from .settings import DEFAULT_PORT, TRITON_URLS_ENV, Settings, SettingsError, parse_url_list
+from .settings import API_KEYS_ENV, DEFAULT_PORT, TRITON_URLS_ENV, Settings, SettingsError
 
 logger = logging.getLogger(__name__)
 
-API_KEYS_ENV = "TTS_API_KEYS"
 # After the drain, what is still open (idle keep-alive connections, a request cut by the drain
 # time) gets this long before uvicorn cancels it.
 SHUTDOWN_GRACE_S = 5
@@ -70,10 +66,6 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def api_keys_from_env(environ: Mapping[str, str]) -> list[str]:
-    return [k.strip() for k in environ.get(API_KEYS_ENV, "").split(",") if k.strip()]
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -102,21 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        settings = Settings.from_file(args.config)
-        keys = [*settings.api_keys, *api_keys_from_env(os.environ), *args.api_key]
-        urls = [u for arg in args.triton_url for u in parse_url_list(arg)] or list(
-            parse_url_list(os.environ.get(TRITON_URLS_ENV, "")))
-        overrides = {
-            "triton_urls": tuple(dict.fromkeys(urls)) if urls else None,
-            "custom_voice_dir": args.custom_voice_dir,
-            "allowed_local_media_path": args.allowed_local_media_path,
-            "allow_private_urls": True if args.allow_private_urls else None,
-            "api_keys": tuple(dict.fromkeys(keys)) if keys else None,
-            "drain_timeout_s": args.drain_timeout,
-        }
-        overrides = {k: v for k, v in overrides.items() if v is not None}
-        if overrides:
-            settings = dataclasses.replace(settings, **overrides)
+        settings = Settings.load(args.config, triton_urls=args.triton_url, api_keys=args.api_key,
+                                 custom_voice_dir=args.custom_voice_dir,
+                                 allowed_local_media_path=args.allowed_local_media_path,
+                                 allow_private_urls=args.allow_private_urls, drain_timeout_s=args.drain_timeout)
         from .app import create_app
 
         app = create_app(settings)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -24,6 +25,7 @@ from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.rules import FamilyRules
+from ttscore.contract.voicefile import REF_CODE
 from ttscore.contract.wire import TensorIO
 
 from .backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
@@ -38,7 +40,7 @@ from .speech_fields import (
     refuse_unsupported,
     text_field,
 )
-from .voices.precomputed import PrecomputedVoice, SkipVoice
+from .voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
 
 F = TypeVar("F", bound=FamilyFacts)
 
@@ -350,6 +352,44 @@ class CodesVoice(PrecomputedVoice):
     ref_codes: np.ndarray | None = None  # int64, read only (shared between requests)
 
 
-__all__ = ["NO_FACTS", "BaseAdapter", "CodecFacts", "CodecTarget", "CodesVoice", "Reference", "checked_limits",
-           "clone_reference", "codec_models", "codec_targets", "encode_clip", "facts_of", "requested_voice",
-           "segments_of", "stored_voice_of", "transcript", "voice_name"]
+class CodecVoicesAdapter(BaseAdapter):
+    """A family whose precomputed voices are reference codes of its codec (a voice file entry's `ref_code`),
+    each fitting the served checkpoints whose codec made it (their CodecFacts). A family declares its
+    `voice_modes` and the `codec_identity_key` its voice files record the codec under, and says how it checks
+    a file's codes (`checked_codes`) and reads its transcript (`voice_transcript`)."""
+
+    voice_modes: tuple[str, ...]  # the voice file's modes (the first: the default)
+    codec_identity_key: str
+
+    def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
+        """Every served checkpoint of the family's codec checksum (a voice fits those with its codec)."""
+        return codec_targets(checkpoints, self.family)
+
+    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any,
+                          targets: Sequence[CodecTarget] = ()) -> PrecomputedVoice:
+        """A voice file entry's codes and transcript, checked against the served checkpoints' codec."""
+        name, mode, path, tensors = read_entry(root, raw_name, entry, self.voice_modes, self.voice_modes[0])
+        stored = tensors.get(REF_CODE)
+        if stored is None:
+            raise SkipVoice(f"missing tensor {REF_CODE!r}")
+        codes = self.checked_codes(stored)
+        ref_text = self.voice_transcript(entry)
+        models = codec_models(entry, targets, self.codec_identity_key, self.rules.name)
+        ref_codes = np.ascontiguousarray(codes.astype(np.int64))
+        ref_codes.setflags(write=False)  # shared between requests
+        return CodesVoice(name=name, mode=mode, features=None, path=path, ref_text=ref_text,
+                          speaker_description=description(entry), model_type=self.family, models=models,
+                          ref_codes=ref_codes)
+
+    def checked_codes(self, stored: np.ndarray) -> np.ndarray:
+        """A voice file's `ref_code` tensor as the family sends it; SkipVoice naming what is wrong."""
+        raise NotImplementedError
+
+    def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
+        """A voice file entry's transcript (SkipVoice when the family needs one and it has none)."""
+        raise NotImplementedError
+
+
+__all__ = ["NO_FACTS", "BaseAdapter", "CodecFacts", "CodecTarget", "CodecVoicesAdapter", "CodesVoice", "Reference",
+           "checked_limits", "clone_reference", "codec_models", "codec_targets", "encode_clip", "facts_of",
+           "requested_voice", "segments_of", "stored_voice_of", "transcript", "voice_name"]

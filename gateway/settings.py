@@ -8,7 +8,9 @@
                  "artifacts_dir": "/path/to/artifacts"}],
      "readiness_models": []}
 
-(`checkpoints` is accepted as a synonym of `models`.) Speakers, languages and the sample rate
+(`checkpoints` is accepted as a synonym of `models`.) `Settings` is a pydantic model (frozen, typed; the
+gateway's `create_app(settings)` takes it); `Settings.load` reads the file, then the environment
+(TTS_TRITON_URLS, TTS_API_KEYS), then the command line's options on top. Speakers, languages and the sample rate
 are read from each checkpoint's `manifest.json` when the settings are loaded, so a bad
 deployment fails at startup with one clear message, not on the first request. Pure: no
 FastAPI, no Triton.
@@ -68,11 +70,14 @@ Operations (all optional):
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from ttscore.contract import families
 from ttscore.contract.errors import TTSError
@@ -81,6 +86,7 @@ from .aliases import DEFAULT_MODEL_ALIASES, AliasError, parse_model_aliases, par
 
 DEFAULT_TRITON_URL = "127.0.0.1:8001"
 TRITON_URLS_ENV = "TTS_TRITON_URLS"  # comma-separated; replaces the config's triton_url(s)
+API_KEYS_ENV = "TTS_API_KEYS"  # comma-separated; added to the config's api_keys
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9_.-]+)):(?P<port>[0-9]{1,5})$")
 DEFAULT_PORT = 8091
 MIB = 1024 * 1024
@@ -183,8 +189,12 @@ class CheckpointSettings:
         )
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(BaseModel):
+    """The gateway's settings (see the module docstring); invalid ones raise SettingsError naming what is
+    wrong."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     models: tuple[CheckpointSettings, ...]
     triton_url: str = DEFAULT_TRITON_URL
     # Several Triton endpoints (gateway.pool); empty: just `triton_url`.
@@ -238,7 +248,8 @@ class Settings:
     segment_chars: int = DEFAULT_SEGMENT_CHARS
     segment_lookahead: int = DEFAULT_SEGMENT_LOOKAHEAD
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _check(self) -> Settings:
         if not self.models:
             raise SettingsError("the deployment serves no model")
         for i, key in enumerate(self.api_keys):
@@ -284,6 +295,11 @@ class Settings:
                 raise SettingsError(f"model alias {alias!r} names {target!r}, which is not a served model id")
         if len({m.triton_model for m in self.models}) != len(self.models):
             raise SettingsError("two served models share one triton_model")
+        return self
+
+    def replace(self, **changes: Any) -> Settings:
+        """These settings with `changes`, validated again."""
+        return _validated({**{name: getattr(self, name) for name in type(self).model_fields}, **changes})
 
     def endpoints(self) -> tuple[str, ...]:
         """The Triton gRPC addresses as configured (names not resolved yet)."""
@@ -350,7 +366,7 @@ class Settings:
                 extra["voice_aliases"] = parse_voice_aliases(raw["voice_aliases"])
         except AliasError as exc:
             raise SettingsError(str(exc)) from None
-        return cls(models=tuple(CheckpointSettings.parse(m) for m in models_raw), **extra)
+        return _validated({"models": tuple(CheckpointSettings.parse(m) for m in models_raw), **extra})
 
     @classmethod
     def from_file(cls, path: str | Path) -> Settings:
@@ -359,3 +375,41 @@ class Settings:
         except (OSError, json.JSONDecodeError) as exc:
             raise SettingsError(f"cannot read gateway config {path}: {exc}") from None
         return cls.from_dict(raw)
+
+    @classmethod
+    def load(cls, path: str | Path, environ: Mapping[str, str] | None = None, *, triton_urls: Iterable[str] = (),
+             api_keys: Iterable[str] = (), custom_voice_dir: str | None = None,
+             allowed_local_media_path: str | None = None, allow_private_urls: bool = False,
+             drain_timeout_s: float | None = None) -> Settings:
+        """The config file's settings, then the environment's, then the command line's (`python -m gateway`):
+        endpoints (`triton_urls`, each possibly comma-separated) replace the file's and TTS_TRITON_URLS'; API
+        keys add to the file's and TTS_API_KEYS'; the other options replace the file's when given."""
+        environ = os.environ if environ is None else environ
+        settings = cls.from_file(path)
+        keys = [*settings.api_keys, *_env_list(environ, API_KEYS_ENV), *api_keys]
+        urls = [u for arg in triton_urls for u in parse_url_list(arg)] or list(_env_list(environ, TRITON_URLS_ENV))
+        overrides = {
+            "triton_urls": tuple(dict.fromkeys(urls)) if urls else None,
+            "custom_voice_dir": custom_voice_dir,
+            "allowed_local_media_path": allowed_local_media_path,
+            "allow_private_urls": True if allow_private_urls else None,
+            "api_keys": tuple(dict.fromkeys(keys)) if keys else None,
+            "drain_timeout_s": drain_timeout_s,
+        }
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        return settings.replace(**overrides) if overrides else settings
+
+
+def _env_list(environ: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated environment variable's items (blank ones left out)."""
+    return parse_url_list(environ.get(name, ""))
+
+
+def _validated(values: Mapping[str, Any]) -> Settings:
+    """Settings from `values`; a value pydantic refuses (a wrong type) is a SettingsError naming the key."""
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "settings"
+        raise SettingsError(f"gateway config key {where!r}: {first['msg']}") from None

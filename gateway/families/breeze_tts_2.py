@@ -19,8 +19,7 @@ from `ref_audio` through the checkpoint's breeze_speech_encoder (inputs `audio`,
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -34,31 +33,29 @@ from ..backend import InferenceBackend
 from ..errors import bad_request
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
 from ..family_kit import (
-    BaseAdapter,
     CodecFacts,
-    CodecTarget,
-    CodesVoice,
+    CodecVoicesAdapter,
     clone_reference,
-    codec_models,
-    codec_targets,
     encode_clip,
     stored_voice_of,
     transcript,
     voice_name,
 )
 from ..speech_fields import SpeechFields, text_field
-from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
+from ..voices.precomputed import SkipVoice
 
 _VOICES = {v.lower(): v for v in breeze_tts_2.VOICES}
 
 
-class BreezeTTS2Adapter(BaseAdapter):
+class BreezeTTS2Adapter(CodecVoicesAdapter):
     family = breeze_tts_2.FAMILY
     rules = breeze_tts_2.RULES
     default_task = breeze_tts_2.RULES.tasks[0]
     # Uploaded voices: the codes are computed at upload through every served checkpoint's encoder.
     clones_voices = True
     reference_input = "ref_codes"  # [T, 16] int64: clone and direction
+    voice_modes = PROFILE_MODES
+    codec_identity_key = CODEC_SHA256
 
     def manifest_facts(self, manifest: Manifest) -> CodecFacts:
         return CodecFacts(codec_sha256=manifest.source_sha256(CODEC_WEIGHTS))
@@ -110,33 +107,22 @@ class BreezeTTS2Adapter(BaseAdapter):
         (codes,) = await encode_clip(backend, model, audio, rate, request_id, ["ref_codes"])
         return codes.astype(np.int64)
 
-    def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
-        """Every served Breeze-TTS-2 checkpoint's codec checksum (a voice fits those with its codec)."""
-        return codec_targets(checkpoints, self.family)
-
-    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any,
-                          targets: Sequence[CodecTarget] = ()) -> PrecomputedVoice:
-        """A profile (ttscore.contract.breeze_tts_2.voicefile): `ref_code` [T, 16] and its
-        `ref_text`, checked against the served checkpoints' codec."""
-        name, mode, path, tensors = read_entry(root, raw_name, entry, PROFILE_MODES, PROFILE_MODES[0])
-        codes = tensors.get(REF_CODE)
-        if codes is None:
-            raise SkipVoice(f"missing tensor {REF_CODE!r}")
+    def checked_codes(self, stored: np.ndarray) -> np.ndarray:
+        """`ref_code` [T, 16] (ttscore.contract.breeze_tts_2.voicefile): codec codes."""
         groups = breeze_tts_2.NUM_CODEBOOKS
-        if codes.dtype.kind not in "iu" or codes.ndim != 2 or codes.shape[0] == 0 or codes.shape[1] != groups:
-            raise SkipVoice(f"{REF_CODE} must be a non-empty integer [T, {groups}] tensor, got {codes.dtype} "
-                            f"{list(codes.shape)}")
-        if codes.min() < 0 or codes.max() >= breeze_tts_2.CODEBOOK_SIZE:
+        if stored.dtype.kind not in "iu" or stored.ndim != 2 or stored.shape[0] == 0 or stored.shape[1] != groups:
+            raise SkipVoice(f"{REF_CODE} must be a non-empty integer [T, {groups}] tensor, got {stored.dtype} "
+                            f"{list(stored.shape)}")
+        if stored.min() < 0 or stored.max() >= breeze_tts_2.CODEBOOK_SIZE:
             raise SkipVoice(f"{REF_CODE} must be codec codes in [0, {breeze_tts_2.CODEBOOK_SIZE})")
-        ref_text = transcript(entry.get("ref_text")) if isinstance(entry.get("ref_text"), str) else None
+        return stored
+
+    def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
+        text = entry.get("ref_text")
+        ref_text = transcript(text) if isinstance(text, str) else None
         if ref_text is None:
             raise SkipVoice("needs 'ref_text' (the transcript of the reference codes)")
-        models = codec_models(entry, targets, CODEC_SHA256, self.rules.name)
-        ref_codes = np.ascontiguousarray(codes.astype(np.int64))
-        ref_codes.setflags(write=False)  # shared between requests
-        return CodesVoice(name=name, mode=mode, features=None, path=path, ref_text=ref_text,
-                          speaker_description=description(entry), model_type=self.family, models=models,
-                          ref_codes=ref_codes)
+        return ref_text
 
 
 ADAPTER = BreezeTTS2Adapter()

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -48,20 +47,16 @@ from ..backend import InferenceBackend
 from ..errors import bad_request, from_invalid_request
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
 from ..family_kit import (
-    BaseAdapter,
     CodecFacts,
-    CodecTarget,
-    CodesVoice,
+    CodecVoicesAdapter,
     clone_reference,
-    codec_models,
-    codec_targets,
     encode_clip,
     facts_of,
     requested_voice,
 )
 from ..longtext import split_segments
 from ..speech_fields import SpeechFields, plan_output, text_field
-from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
+from ..voices.precomputed import SkipVoice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +74,7 @@ class OmniVoicePlan(SpeechPlan):
     speed: float = 1.0  # the reference's: applied by the model (the output's speed stays 1.0)
 
 
-class OmniVoiceAdapter(BaseAdapter):
+class OmniVoiceAdapter(CodecVoicesAdapter):
     family = omnivoice.FAMILY
     rules = omnivoice.RULES
     default_task = omnivoice.TASK
@@ -87,6 +82,8 @@ class OmniVoiceAdapter(BaseAdapter):
     clones_voices = True  # each checkpoint has its codec_encoder (export/omnivoice/family.py)
     plan_type = OmniVoicePlan
     reference_input = "ref_audio_codes"  # [8, T] int64; without: the auto voice
+    voice_modes = PROFILE_MODES
+    codec_identity_key = CODEC_SHA256
 
     def manifest_facts(self, manifest: Manifest) -> OmniVoiceFacts:
         table = (manifest.raw.get("tables") or {}).get("language_ids") or {}
@@ -152,18 +149,8 @@ class OmniVoiceAdapter(BaseAdapter):
         (codes,) = await encode_clip(backend, model, audio, rate, request_id, omnivoice.ENCODER_OUTPUTS[:1])
         return codes.astype(np.int64)
 
-    def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
-        """Every served OmniVoice checkpoint's codec checksum (a voice fits those with its codec)."""
-        return codec_targets(checkpoints, self.family)
-
-    def precomputed_voice(self, root: Path, raw_name: Any, entry: Any,
-                          targets: Sequence[CodecTarget] = ()) -> PrecomputedVoice:
-        """A profile (ttscore.contract.omnivoice.voicefile): `ref_code` [T, 8] and its optional
-        `ref_text`, checked against the served checkpoints' codec."""
-        name, mode, path, tensors = read_entry(root, raw_name, entry, PROFILE_MODES, PROFILE_MODES[0])
-        stored = tensors.get(REF_CODE)
-        if stored is None:
-            raise SkipVoice(f"missing tensor {REF_CODE!r}")
+    def checked_codes(self, stored: np.ndarray) -> np.ndarray:
+        """`ref_code` [T, 8] (ttscore.contract.omnivoice.voicefile), sent as [8, T]."""
         if stored.ndim != 2:
             raise SkipVoice(f"{REF_CODE} must be an integer [T, {omnivoice.NUM_CODEBOOKS}] tensor, got "
                             f"{stored.dtype} {list(stored.shape)}")
@@ -171,14 +158,11 @@ class OmniVoiceAdapter(BaseAdapter):
             check_codes(stored.T, REF_CODE)
         except InvalidRequest as exc:
             raise SkipVoice(f"{REF_CODE}: {exc.message}") from None
-        text = entry.get("ref_text")
-        ref_text = text.strip() if isinstance(text, str) and text.strip() else None
-        models = codec_models(entry, targets, CODEC_SHA256, self.rules.name)
-        ref_codes = np.ascontiguousarray(stored.T.astype(np.int64))
-        ref_codes.setflags(write=False)  # shared between requests
-        return CodesVoice(name=name, mode=mode, features=None, path=path, ref_text=ref_text,
-                          speaker_description=description(entry), model_type=self.family, models=models,
-                          ref_codes=ref_codes)
+        return stored.T
+
+    def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
+        text = entry.get("ref_text")  # optional
+        return text.strip() if isinstance(text, str) and text.strip() else None
 
 
 ADAPTER = OmniVoiceAdapter()

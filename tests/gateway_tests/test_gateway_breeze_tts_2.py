@@ -14,7 +14,8 @@ import soundfile as sf
 from gateway import refaudio
 from gateway.checkpoints import ServedCheckpoint, from_manifest
 from gateway.errors import APIError
-from gateway.families.breeze_tts_2 import ADAPTER, CodecTarget
+from gateway.families.breeze_tts_2 import ADAPTER
+from gateway.family_kit import CodecTarget
 from gateway.planning import Deployment, SpeechFields, StoredVoice, plan_speech
 from gateway.settings import CheckpointSettings, SettingsError
 from gateway.voices.precomputed import SkipVoice

@@ -363,7 +363,7 @@ def test_gateway_service_runs_the_gateway(compose):
         assert _flag(command, "--port") == "8091" and gw["ports"] == ["8091:8091"]
         # docker stop sends SIGTERM, then SIGKILL after the grace period: it must outlast the drain
         grace = gw["stop_grace_period"]
-        assert grace.endswith("s") and float(grace[:-1]) > Settings.__dataclass_fields__["drain_timeout_s"].default
+        assert grace.endswith("s") and float(grace[:-1]) > Settings.model_fields["drain_timeout_s"].default
     dockerfile = (ROOT / "docker" / "Dockerfile.gateway").read_text()
     for line in dockerfile.splitlines():
         if line.startswith("COPY "):

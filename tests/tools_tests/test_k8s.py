@@ -274,7 +274,7 @@ def test_gateway_matches_its_command_line_routes_and_env(overlay):
     from gateway.__main__ import SHUTDOWN_GRACE_S
     from gateway.settings import Settings
 
-    drain = Settings.__dataclass_fields__["drain_timeout_s"].default
+    drain = Settings.model_fields["drain_timeout_s"].default
     assert pod_spec(gateway)["terminationGracePeriodSeconds"] > drain + SHUTDOWN_GRACE_S  # the drain fits
 
 
