@@ -174,3 +174,42 @@ def _fingerprint(folder: Path) -> str | None:
 
 
 STORE = ArtifactStore()
+
+
+def checkpoint_fixture(name: str, checkpoint: str, make: Callable[[Path], object], *, sources: Iterable[Path] = (),
+                       require: Callable[[], object] | None = None) -> Any:
+    """A session fixture `name`: the store's checkpoint `checkpoint` that `make(out)` writes where the store
+    has none (`sources`: the maker's own files, as STORE.checkpoint takes them); `require()` first, which
+    skips (refenv.missing) without what making or using it needs."""
+    import pytest
+
+    @pytest.fixture(scope="session", name=name)
+    def fixture() -> Path:
+        if require is not None:
+            require()
+        return STORE.checkpoint(checkpoint, make, sources=sources)
+
+    return fixture
+
+
+def tiny_fixture(name: str, checkpoint: str, maker: str) -> Any:
+    """checkpoint_fixture for a tiny checkpoint made by `maker` ("module:function", called as
+    function(out, seed=0), imported when the fixture first runs)."""
+    import importlib
+
+    def make(out: Path) -> object:
+        module, function = maker.split(":")
+        return getattr(importlib.import_module(module), function)(out, seed=0)
+
+    return checkpoint_fixture(name, checkpoint, make)
+
+
+def export_fixture(name: str, checkpoint_fixture: str) -> Any:
+    """A session fixture `name`: the store's export of the checkpoint that fixture `checkpoint_fixture` gives."""
+    import pytest
+
+    @pytest.fixture(scope="session", name=name)
+    def fixture(request: pytest.FixtureRequest) -> Path:
+        return STORE.export(request.getfixturevalue(checkpoint_fixture))
+
+    return fixture

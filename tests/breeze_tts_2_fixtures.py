@@ -10,18 +10,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from artifacts import export_fixture, tiny_fixture
+from sequences import run_to_the_end
 
 REFERENCE = Path(__file__).resolve().parent / "breeze_tts_2_reference.py"
 FOREIGN = Path(__file__).resolve().parent / "breeze_tts_2_foreign.py"  # builds a checkpoint in ref5
 
 
-@pytest.fixture(scope="session")
-def breeze_tiny() -> Path:
-    from artifacts import STORE
-
-    from export.breeze_tts_2.tiny import make_tiny_breeze
-
-    return STORE.checkpoint("Breeze-TTS-2-tiny", lambda out: make_tiny_breeze(out, seed=0))
+breeze_tiny = tiny_fixture("breeze_tiny", "Breeze-TTS-2-tiny", "export.breeze_tts_2.tiny:make_tiny_breeze")
+breeze_export = export_fixture("breeze_export", "breeze_tiny")
+breeze_foreign_export = export_fixture("breeze_foreign_export", "breeze_foreign")
 
 
 def reference(checkpoint: Path, command: str, inputs: dict | None = None, arg: str = "{}") -> dict:
@@ -29,13 +27,6 @@ def reference(checkpoint: Path, command: str, inputs: dict | None = None, arg: s
     import refenv
 
     return refenv.run(refenv.env_for("breeze_tts_2"), REFERENCE, inputs or {}, [str(checkpoint), command, arg])
-
-
-@pytest.fixture(scope="session")
-def breeze_export(breeze_tiny: Path) -> Path:
-    from artifacts import STORE
-
-    return STORE.export(breeze_tiny)
 
 
 @pytest.fixture(scope="session")
@@ -52,24 +43,6 @@ def breeze_foreign(breeze_tiny: Path) -> Path:
         sources=[FOREIGN], codec=checkpoint_fingerprint(codec))
 
 
-@pytest.fixture(scope="session")
-def breeze_foreign_export(breeze_foreign: Path) -> Path:
-    from artifacts import STORE
-
-    return STORE.export(breeze_foreign)
-
-
 def run_codes(model: Any, requests: list[Any]) -> list[np.ndarray]:
     """admit -> prefill -> step until finished, all requests batched; the frames each made."""
-    seqs = [model.admit(r) for r in requests]
-    model.prefill([(s, s.prompt_tokens) for s in seqs])
-    out: list[list[np.ndarray]] = [[] for _ in seqs]
-    while True:
-        for i, s in enumerate(seqs):
-            out[i] += s.pending
-            s.pending = []
-        live = [s for s in seqs if s.finished is None]
-        if not live:
-            break
-        model.step(live)
-    return [np.array(f, np.int64).reshape(-1, 16) for f in out]
+    return run_to_the_end(model, [model.admit(r) for r in requests], 16)

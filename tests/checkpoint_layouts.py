@@ -5,6 +5,8 @@
   {"metadata": {"total_size": bytes}, "weight_map": {tensor: shard}} (tensors in name order, a new
   shard when the next tensor would pass `max_bytes`, or `shards` files of about equal size);
 - `cast`: every floating tensor stored in another dtype (a bf16 fine-tune, or it upcast back);
+- `copy_of` and `edit_safetensors`: a copy of a checkpoint for a test to break, and a weights file rewritten
+  with its tensors edited;
 - `hub_snapshot`: a Hugging Face cache entry, `models--Org--Name/{blobs,refs/main,snapshots/<rev>}`,
   with the snapshot's files relative links into `blobs/` (named by their sha256, as huggingface_hub
   names LFS files) and `refs/main` holding the revision.
@@ -20,8 +22,9 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 WEIGHT_SUFFIX = ".safetensors"
 
@@ -35,6 +38,21 @@ def _copy_tree(src: Path, dst: Path, skip: Iterable[Path] = ()) -> None:
         elif p.resolve() not in skipped:
             (dst / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(p, dst / rel)
+
+
+def copy_of(src: Path, dst: Path) -> Path:
+    """A copy of the checkpoint folder `src` at `dst` (for a test to change)."""
+    shutil.copytree(src, dst)
+    return dst
+
+
+def edit_safetensors(path: Path, edit: Callable[[dict[str, Any]], object]) -> None:
+    """Rewrites the safetensors file `path` with its tensors (a dict by name) as `edit` changes them in place."""
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(path))
+    edit(state)
+    save_file(state, str(path))
 
 
 def _tensor_sizes(path: Path) -> dict[str, int]:

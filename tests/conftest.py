@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from artifacts import export_fixture, tiny_fixture
 
 TESTS_DIR = Path(__file__).resolve().parent
 if str(TESTS_DIR) not in sys.path:  # `import fakes...` from any test module
@@ -24,15 +25,16 @@ if str(TESTS_DIR) not in sys.path:  # `import fakes...` from any test module
 pytest_plugins = ["timing", "model_fixtures", "e2e_fixtures", "breeze_tts_2_fixtures", "e2e_speech"]
 
 
-# Fixtures that make or serve exported checkpoints (the *_fixtures.py plugins, the VoxCPM2 ones below,
-# a real tritonserver): a test that takes one, directly or through another fixture, is marked `artifacts`
+# Fixtures that make or serve exported checkpoints (the *_fixtures.py plugins, the store's fixtures made by
+# artifacts.tiny_fixture/export_fixture, the VoxCPM2 ones below, a real tritonserver): a test that takes one, directly or through another fixture, is marked `artifacts`
 # so that `make test-fast` (-m "not artifacts ...") leaves it to `make test`.
 HEAVY_FIXTURES = {"triton_server", "voxcpm2_tiny", "voxcpm2_artifacts", "voxcpm2_lora", "voxcpm2_lora_artifacts"}
 
 
 def _heavy(fixturedef: Any) -> bool:
     module = getattr(fixturedef.func, "__module__", "") or ""
-    return fixturedef.argname in HEAVY_FIXTURES or (module.endswith("_fixtures") and module != "gateway_fixtures")
+    return (fixturedef.argname in HEAVY_FIXTURES or module == "artifacts"
+            or (module.endswith("_fixtures") and module != "gateway_fixtures"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -147,20 +149,8 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
 
 
 # --- VoxCPM2 (tests/export_tests/test_voxcpm2_*.py): one tiny checkpoint and its export for the whole session.
-@pytest.fixture(scope="session")
-def voxcpm2_tiny() -> Path:
-    from artifacts import STORE
-
-    from export.voxcpm2.tiny import make_tiny_voxcpm2
-
-    return STORE.checkpoint("VoxCPM2-tiny", lambda out: make_tiny_voxcpm2(out, seed=0))
-
-
-@pytest.fixture(scope="session")
-def voxcpm2_artifacts(voxcpm2_tiny: Path) -> Path:
-    from artifacts import STORE
-
-    return STORE.export(voxcpm2_tiny)
+voxcpm2_tiny = tiny_fixture("voxcpm2_tiny", "VoxCPM2-tiny", "export.voxcpm2.tiny:make_tiny_voxcpm2")
+voxcpm2_artifacts = export_fixture("voxcpm2_artifacts", "voxcpm2_tiny")
 
 
 @pytest.fixture(scope="session")

@@ -9,10 +9,10 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
-from voxtral_tts_fixtures import VLLM_OMNI_WHEEL, WHEEL
+from artifacts import checkpoint_fixture, export_fixture, tiny_fixture
+from vllm_omni_source import require_wheel, run_with_wheel
 
-__all__ = ["VLLM_OMNI_WHEEL", "cosyvoice3_artifacts", "cosyvoice3_foreign", "cosyvoice3_foreign_artifacts",
+__all__ = ["cosyvoice3_artifacts", "cosyvoice3_foreign", "cosyvoice3_foreign_artifacts",
            "cosyvoice3_tiny", "frontend_reference", "noise_inputs", "reference"]
 
 REFERENCE = Path(__file__).resolve().parent / "cosyvoice3_reference.py"
@@ -21,40 +21,8 @@ FRONTEND_REFERENCE = Path(__file__).resolve().parent / "cosyvoice3_frontend_refe
 TORCHAUDIO_WHEEL = "torchaudio-2.11.1-py3-none-manylinux_2_28_x86_64.whl"
 
 
-@pytest.fixture(scope="session")
-def cosyvoice3_tiny() -> Path:
-    from artifacts import STORE
-
-    from export.cosyvoice3.tiny import make_tiny_cosyvoice3
-
-    return STORE.checkpoint("cosyvoice3-tiny", lambda out: make_tiny_cosyvoice3(out, seed=0))
-
-
-@pytest.fixture(scope="session")
-def cosyvoice3_artifacts(cosyvoice3_tiny: Path) -> Path:
-    from artifacts import STORE
-
-    return STORE.export(cosyvoice3_tiny)
-
-
-@pytest.fixture(scope="session")
-def cosyvoice3_foreign() -> Path:
-    """tests/cosyvoice3_foreign.py's checkpoint (built in "main" from the reference's own modules)."""
-    import refenv
-    from artifacts import STORE
-
-    _require_reference()
-    return STORE.checkpoint(
-        "cosyvoice3-foreign", lambda out: refenv.run(refenv.env_for("cosyvoice3"), FOREIGN, {},
-                                                     [str(VLLM_OMNI_WHEEL), str(out)]),
-        sources=[FOREIGN])
-
-
-@pytest.fixture(scope="session")
-def cosyvoice3_foreign_artifacts(cosyvoice3_foreign: Path) -> Path:
-    from artifacts import STORE
-
-    return STORE.export(cosyvoice3_foreign)
+cosyvoice3_tiny = tiny_fixture("cosyvoice3_tiny", "cosyvoice3-tiny", "export.cosyvoice3.tiny:make_tiny_cosyvoice3")
+cosyvoice3_artifacts = export_fixture("cosyvoice3_artifacts", "cosyvoice3_tiny")
 
 
 def noise_inputs(seed: int, speech_rows: int, steps: int, mel_frames: int, requests: int = 1,
@@ -75,8 +43,7 @@ def noise_inputs(seed: int, speech_rows: int, steps: int, mel_frames: int, reque
 def _require_reference() -> None:
     import refenv
 
-    if VLLM_OMNI_WHEEL is None:
-        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
+    require_wheel()
     try:
         import diffusers  # noqa: F401
         import x_transformers  # noqa: F401
@@ -84,26 +51,28 @@ def _require_reference() -> None:
         refenv.missing(f"the CosyVoice3 reference's packages (requirements-nodeps.txt: {e})")
 
 
+# tests/cosyvoice3_foreign.py's checkpoint (built in "main" from the reference's own modules)
+cosyvoice3_foreign = checkpoint_fixture("cosyvoice3_foreign", "cosyvoice3-foreign",
+                                        lambda out: run_with_wheel("cosyvoice3", FOREIGN, str(out)), sources=[FOREIGN],
+                                        require=_require_reference)
+cosyvoice3_foreign_artifacts = export_fixture("cosyvoice3_foreign_artifacts", "cosyvoice3_foreign")
+
+
 def frontend_reference(inputs: dict) -> dict:
     """tests/cosyvoice3_frontend_reference.py in "main" (needs both wheels make setup downloads)."""
     import refenv
 
-    if VLLM_OMNI_WHEEL is None:
-        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
-    ta = VLLM_OMNI_WHEEL.parent / TORCHAUDIO_WHEEL
+    ta = require_wheel().parent / TORCHAUDIO_WHEEL
     if not ta.is_file():
         refenv.missing(f"the {TORCHAUDIO_WHEEL} wheel (requirements-ref5-sources.txt; make setup downloads it)")
-    return refenv.run(refenv.env_for("cosyvoice3"), FRONTEND_REFERENCE, inputs, [str(VLLM_OMNI_WHEEL), str(ta)])
+    return run_with_wheel("cosyvoice3", FRONTEND_REFERENCE, str(ta), inputs=inputs)
 
 
 def reference(checkpoint: Path, requests: list[dict], inputs: dict) -> dict:
     """tests/cosyvoice3_reference.py in "main"; refenv.missing (skip, or fail under make test) without the
     wheel or the reference's pinned packages."""
-    import refenv
-
     _require_reference()
-    return refenv.run(refenv.env_for("cosyvoice3"), REFERENCE, inputs,
-                      [str(VLLM_OMNI_WHEEL), str(checkpoint), json.dumps(requests)])
+    return run_with_wheel("cosyvoice3", REFERENCE, str(checkpoint), json.dumps(requests), inputs=inputs)
 
 
 def reference_with_our_noise(checkpoint: Path, model, cases: list[dict]) -> dict:

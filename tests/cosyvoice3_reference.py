@@ -39,44 +39,15 @@ import logging
 import os
 import sys
 import types
-import zipfile
 from pathlib import Path
 
 import numpy as np
+from vllm_omni_stubs import extract, stub
 
 PREFIXES = ("vllm_omni/model_executor/models/cosyvoice3/", "vllm_omni/diffusion/models/cosyvoice3_audio/",
             "vllm_omni/model_executor/layers/timestep_embedding.py",
             "vllm_omni/model_executor/models/common/snake_activation.py",
             "vllm_omni/transformers_utils/configs/cosyvoice3.py")
-
-
-class _Meta(type):
-    def __getitem__(cls, item: object) -> type:
-        return cls
-
-    def __getattr__(cls, name: str) -> object:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return lambda *a, **k: (lambda f: f)
-
-
-class _Placeholder(metaclass=_Meta):
-    pass
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str) -> object:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Placeholder
-
-
-def _stub(name: str, path: list[str] | None = None, **attrs: object) -> types.ModuleType:
-    mod = _StubModule(name)
-    mod.__path__ = path or []  # type: ignore[attr-defined]
-    mod.__dict__.update(attrs)
-    sys.modules[name] = mod
-    return mod
 
 
 class _Attention:
@@ -143,10 +114,7 @@ def load(wheel: str, where: str) -> dict[str, types.ModuleType]:
     import transformers
 
     transformers.Qwen2Config  # noqa: B018  (resolve the lazy module before any stand-in)
-    with zipfile.ZipFile(wheel) as zf:
-        for name in zf.namelist():
-            if name.startswith(PREFIXES) and name.endswith(".py"):
-                zf.extract(name, where)
+    extract(wheel, where, PREFIXES)
     base = os.path.join(where, "vllm_omni")
     for pkg in ("vllm", "vllm.config", "vllm.config.multimodal", "vllm.forward_context", "vllm.inputs",
                 "vllm.model_executor", "vllm.model_executor.models", "vllm.model_executor.models.interfaces",
@@ -158,16 +126,16 @@ def load(wheel: str, where: str) -> dict[str, types.ModuleType]:
                 "vllm_omni.utils.speaker_cache", "vllm_omni.diffusion.attention",
                 "vllm_omni.diffusion.attention.backends", "torchaudio", "torchaudio.compliance",
                 "torchaudio.compliance.kaldi", "omegaconf"):
-        _stub(pkg)
+        stub(pkg)
     sys.modules["torchaudio"].compliance = sys.modules["torchaudio.compliance"]  # type: ignore[attr-defined]
     sys.modules["torchaudio.compliance"].kaldi = sys.modules["torchaudio.compliance.kaldi"]  # type: ignore[attr-defined]
-    _stub("omegaconf", DictConfig=lambda d: types.SimpleNamespace(**d))
-    _stub("vllm.logger", init_logger=logging.getLogger)
-    _stub("vllm.v1.sample.ops", )
-    _stub("vllm.v1.sample.ops.topk_topp_sampler", random_sample=_random_sample)
-    _stub("vllm_omni.platforms", current_omni_platform=types.SimpleNamespace(device_type="cpu"))
-    _stub("vllm_omni.diffusion.attention.layer", Attention=_Attention)
-    _stub("vllm_omni.diffusion.attention.backends.abstract", AttentionMetadata=_Metadata)
+    stub("omegaconf", DictConfig=lambda d: types.SimpleNamespace(**d))
+    stub("vllm.logger", init_logger=logging.getLogger)
+    stub("vllm.v1.sample.ops", )
+    stub("vllm.v1.sample.ops.topk_topp_sampler", random_sample=_random_sample)
+    stub("vllm_omni.platforms", current_omni_platform=types.SimpleNamespace(device_type="cpu"))
+    stub("vllm_omni.diffusion.attention.layer", Attention=_Attention)
+    stub("vllm_omni.diffusion.attention.backends.abstract", AttentionMetadata=_Metadata)
     for pkg, rel in (("vllm_omni", ""), ("vllm_omni.model_executor", "model_executor"),
                      ("vllm_omni.model_executor.models", "model_executor/models"),
                      ("vllm_omni.model_executor.layers", "model_executor/layers"),
@@ -177,7 +145,7 @@ def load(wheel: str, where: str) -> dict[str, types.ModuleType]:
                      ("vllm_omni.diffusion.models.cosyvoice3_audio", "diffusion/models/cosyvoice3_audio"),
                      ("vllm_omni.transformers_utils", "transformers_utils"),
                      ("vllm_omni.transformers_utils.configs", "transformers_utils/configs")):
-        _stub(pkg, [os.path.join(base, rel)])
+        stub(pkg, [os.path.join(base, rel)])
     names = {"cfm": "vllm_omni.model_executor.models.cosyvoice3.code2wav_core.cfm",
              "layers": "vllm_omni.model_executor.models.cosyvoice3.code2wav_core.layers",
              "hifigan": "vllm_omni.model_executor.models.cosyvoice3.code2wav_core.hifigan",

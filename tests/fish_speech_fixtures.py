@@ -8,57 +8,25 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytest
-from voxtral_tts_fixtures import VLLM_OMNI_WHEEL, WHEEL
+from artifacts import checkpoint_fixture, export_fixture, tiny_fixture
+from vllm_omni_source import require_wheel, run_with_wheel
 
-__all__ = ["VLLM_OMNI_WHEEL", "WHEEL", "fish_artifacts", "fish_foreign", "fish_foreign_artifacts", "fish_tiny", "reference"]
+__all__ = ["fish_artifacts", "fish_foreign", "fish_foreign_artifacts", "fish_tiny", "reference"]
 
 REFERENCE = Path(__file__).resolve().parent / "fish_speech_reference.py"
 FOREIGN = Path(__file__).resolve().parent / "fish_speech_foreign.py"
 
 
-@pytest.fixture(scope="session")
-def fish_tiny() -> Path:
-    from artifacts import STORE
-
-    from export.fish_speech.tiny import make_tiny_fish
-
-    return STORE.checkpoint("fish-tiny", lambda out: make_tiny_fish(out, seed=0))
-
-
-@pytest.fixture(scope="session")
-def fish_artifacts(fish_tiny: Path) -> Path:
-    from artifacts import STORE
-
-    return STORE.export(fish_tiny)
-
-
-@pytest.fixture(scope="session")
-def fish_foreign() -> Path:
-    """tests/fish_speech_foreign.py's checkpoint (vLLM-Omni's own classes and init, dimensions unlike make-tiny's)."""
-    import refenv
-    from artifacts import STORE
-
-    if VLLM_OMNI_WHEEL is None:
-        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
-    return STORE.checkpoint(
-        "fish-foreign", lambda out: refenv.run(refenv.env_for("fish_speech"), FOREIGN, {},
-                                               [str(VLLM_OMNI_WHEEL), str(out)]),
-        sources=[FOREIGN])
-
-
-@pytest.fixture(scope="session")
-def fish_foreign_artifacts(fish_foreign: Path) -> Path:
-    from artifacts import STORE
-
-    return STORE.export(fish_foreign)
+fish_tiny = tiny_fixture("fish_tiny", "fish-tiny", "export.fish_speech.tiny:make_tiny_fish")
+fish_artifacts = export_fixture("fish_artifacts", "fish_tiny")
+# tests/fish_speech_foreign.py's checkpoint (vLLM-Omni's own classes and init, dimensions unlike make-tiny's)
+fish_foreign = checkpoint_fixture("fish_foreign", "fish-foreign",
+                                  lambda out: run_with_wheel("fish_speech", FOREIGN, str(out)), sources=[FOREIGN],
+                                  require=require_wheel)
+fish_foreign_artifacts = export_fixture("fish_foreign_artifacts", "fish_foreign")
 
 
 def reference(checkpoint: Path, requests: list[dict], inputs: dict[str, np.ndarray] | None = None) -> dict:
     """tests/fish_speech_reference.py; refenv.missing (skip, or fail under make test) without the wheel."""
-    import refenv
-
-    if VLLM_OMNI_WHEEL is None:
-        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
-    return refenv.run(refenv.env_for("fish_speech"), REFERENCE, inputs or {},
-                      [str(VLLM_OMNI_WHEEL), str(checkpoint), json.dumps(requests)], timeout_s=600)
+    return run_with_wheel("fish_speech", REFERENCE, str(checkpoint), json.dumps(requests), inputs=inputs,
+                          timeout_s=600)

@@ -45,43 +45,14 @@ import logging
 import os
 import sys
 import types
-import zipfile
 from pathlib import Path
 
 import numpy as np
+from vllm_omni_stubs import extract, stub
 
 PACKAGE = "vllm_omni/model_executor/models/fish_speech"
 SEMANTIC = 4096
 RESIDUAL = 1024
-
-
-class _Meta(type):
-    def __getitem__(cls, item: object) -> type:
-        return cls
-
-    def __getattr__(cls, name: str) -> object:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return lambda *a, **k: (lambda f: f)
-
-
-class _Placeholder(metaclass=_Meta):
-    pass
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str) -> object:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Placeholder
-
-
-def _stub(name: str, **attrs: object) -> types.ModuleType:
-    mod = _StubModule(name)
-    mod.__path__ = []  # type: ignore[attr-defined]
-    mod.__dict__.update(attrs)
-    sys.modules[name] = mod
-    return mod
 
 
 def _vllm_layers():
@@ -187,10 +158,7 @@ class _Torch:
 def load(wheel: str, where: str) -> dict[str, types.ModuleType]:
     import contextlib
 
-    with zipfile.ZipFile(wheel) as zf:
-        for name in zf.namelist():
-            if name.startswith(PACKAGE + "/") and name.endswith(".py"):
-                zf.extract(name, where)
+    extract(wheel, where, PACKAGE + "/")
     layers = _vllm_layers()
     for pkg in ("vllm", "vllm.config", "vllm.config.vllm", "vllm.distributed", "vllm.model_executor",
                 "vllm.model_executor.layers", "vllm.model_executor.layers.logits_processor",
@@ -199,20 +167,20 @@ def load(wheel: str, where: str) -> dict[str, types.ModuleType]:
                 "vllm_omni", "vllm_omni.model_executor", "vllm_omni.model_executor.models",
                 "vllm_omni.model_executor.models.output_templates", "vllm_omni.utils",
                 "vllm_omni.utils.speaker_cache"):
-        _stub(pkg)
+        stub(pkg)
     sys.modules["vllm.config.vllm"].set_current_vllm_config = lambda *a, **k: contextlib.nullcontext()
-    _stub("vllm.logger", init_logger=logging.getLogger)
-    _stub("vllm.model_executor.layers.layernorm", RMSNorm=layers["RMSNorm"])
-    _stub("vllm.model_executor.layers.linear", **{k: layers[k] for k in (
+    stub("vllm.logger", init_logger=logging.getLogger)
+    stub("vllm.model_executor.layers.layernorm", RMSNorm=layers["RMSNorm"])
+    stub("vllm.model_executor.layers.linear", **{k: layers[k] for k in (
         "QKVParallelLinear", "MergedColumnParallelLinear", "RowParallelLinear")})
-    _stub("vllm.model_executor.layers.rotary_embedding", get_rope=layers["get_rope"])
-    _stub("vllm.model_executor.model_loader", __path__=[])
-    _stub("vllm.model_executor.model_loader.weight_utils", default_weight_loader=layers["default_weight_loader"],
+    stub("vllm.model_executor.layers.rotary_embedding", get_rope=layers["get_rope"])
+    stub("vllm.model_executor.model_loader", __path__=[])
+    stub("vllm.model_executor.model_loader.weight_utils", default_weight_loader=layers["default_weight_loader"],
           maybe_remap_kv_scale_name=lambda name, params: name)
     sys.modules["vllm.model_executor.models.utils"].is_pp_missing_parameter = lambda name, module: False
-    _stub("vllm_omni.platforms", current_omni_platform=types.SimpleNamespace(device_type="cpu",
+    stub("vllm_omni.platforms", current_omni_platform=types.SimpleNamespace(device_type="cpu",
                                                                               is_npu=lambda: False))
-    _stub("vllm_omni.model_executor.models.fish_speech").__path__ = [os.path.join(where, PACKAGE)]
+    stub("vllm_omni.model_executor.models.fish_speech").__path__ = [os.path.join(where, PACKAGE)]
     names = ("configuration_fish_speech", "prompt_utils", "fish_speech_fast_ar", "fish_speech_slow_ar",
              "dac_modules")
     return {n: importlib.import_module(f"vllm_omni.model_executor.models.fish_speech.{n}") for n in names}

@@ -82,6 +82,17 @@ def fake_deployment(root: Path, variants: tuple[str, ...] = ("custom_voice", "vo
     return Settings.from_dict({**endpoint, "models": models, **settings})
 
 
+def fake_app_client(root: Path, fake: Any, **settings: Any) -> Any:
+    """A TestClient of the gateway over fake_deployment(root, **settings) with `fake` as its Triton backend
+    (an exception in the app is the client's 500, not raised)."""
+    from fastapi.testclient import TestClient
+
+    from gateway.app import create_app
+
+    return TestClient(create_app(fake_deployment(root, **settings), backend_factory=lambda s: fake),
+                      raise_server_exceptions=False)
+
+
 def fake_audio(frames: int, start: int = 0) -> np.ndarray:
     """Deterministic PCM: a 220 Hz tone whose phase continues across chunks."""
     n0, n1 = start * SAMPLES_PER_FRAME, (start + frames) * SAMPLES_PER_FRAME

@@ -8,26 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
+from artifacts import export_fixture, tiny_fixture
 
 from ttscore.contract import omnivoice as spec
 
 __all__ = ["omnivoice_artifacts", "omnivoice_foreign", "omnivoice_foreign_artifacts", "omnivoice_tiny"]
 
 
-@pytest.fixture(scope="session")
-def omnivoice_tiny() -> Path:
-    from artifacts import STORE
-
-    from export.omnivoice.tiny import make_tiny_omnivoice
-
-    return STORE.checkpoint("OmniVoice-tiny", lambda out: make_tiny_omnivoice(out, seed=0))
-
-
-@pytest.fixture(scope="session")
-def omnivoice_artifacts(omnivoice_tiny: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from artifacts import STORE
-
-    return STORE.export(omnivoice_tiny)
+omnivoice_tiny = tiny_fixture("omnivoice_tiny", "OmniVoice-tiny", "export.omnivoice.tiny:make_tiny_omnivoice")
+omnivoice_artifacts = export_fixture("omnivoice_artifacts", "omnivoice_tiny")
+omnivoice_foreign_artifacts = export_fixture("omnivoice_foreign_artifacts", "omnivoice_foreign")
 
 
 CODEC = {
@@ -96,10 +86,3 @@ def omnivoice_foreign() -> Path:
         save_file({k: v.contiguous() for k, v in codec.state_dict().items()}, str(out / "audio_tokenizer" / "model.safetensors"))
 
     return STORE.checkpoint("OmniVoice-foreign", make, sources=[Path(__file__)])
-
-
-@pytest.fixture(scope="session")
-def omnivoice_foreign_artifacts(omnivoice_foreign: Path) -> Path:
-    from artifacts import STORE
-
-    return STORE.export(omnivoice_foreign)

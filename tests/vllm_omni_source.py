@@ -1,7 +1,8 @@
 """vLLM-Omni 0.30.0's own code, read from its release wheel (`make setup` puts it in .venv-ref5/wheels/, or
 VLLM_OMNI_WHEEL names it) without installing vLLM: `definitions` executes the named top-level functions,
 classes and constants of one source file, so a test can run the exact request-to-prompt code vLLM-Omni
-serves with, on the project's own tokenizers."""
+serves with, on the project's own tokenizers; `run_with_wheel` runs a reference script (tests/<family>_reference.py,
+tests/<family>_foreign.py: vLLM-Omni's modules loaded from REFERENCE_WHEEL) in a family's reference environment."""
 
 from __future__ import annotations
 
@@ -10,20 +11,48 @@ import contextlib
 import os
 import types
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 WHEEL = "vllm_omni-0.30.0-py3-none-any.whl"
 
 
-def wheel() -> Path | None:
+def wheel(env: str = "VLLM_OMNI_WHEEL") -> Path | None:
+    """The wheel the environment variable `env` names, else the one `make setup` downloads beside ref5."""
     import refenv
 
-    given = os.environ.get("VLLM_OMNI_WHEEL")
+    given = os.environ.get(env)
     places = [Path(given)] if given else []
     with contextlib.suppress(refenv.RefEnvError):
         places.append(refenv.python("ref5").parents[1] / "wheels" / WHEEL)
     return next((p for p in places if p.is_file()), None)
+
+
+# The wheel the reference scripts load vLLM-Omni's modules from (VOXTRAL_VLLM_OMNI_WHEEL overrides).
+REFERENCE_WHEEL = wheel("VOXTRAL_VLLM_OMNI_WHEEL")
+
+
+def require_wheel() -> Path:
+    """REFERENCE_WHEEL; refenv.missing (skip, or fail under make test) without it."""
+    if REFERENCE_WHEEL is None:
+        import refenv
+
+        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
+    assert REFERENCE_WHEEL is not None
+    return REFERENCE_WHEEL
+
+
+def run_with_wheel(family: str, script: Path, *args: str, inputs: Mapping[str, np.ndarray] | None = None,
+                   timeout_s: float = 300) -> dict[str, np.ndarray]:
+    """`script` in `family`'s reference environment with REFERENCE_WHEEL as its first argument, then `args`
+    (refenv.run); refenv.missing without the wheel."""
+    import refenv
+
+    wheel_path = require_wheel()
+    return refenv.run(refenv.env_for(family), script, inputs or {}, [str(wheel_path), *args], timeout_s=timeout_s)
 
 
 def source(path: str) -> str:

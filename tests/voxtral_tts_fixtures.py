@@ -7,83 +7,33 @@ reference environment, and `reference_with_our_noise`, the reference fed the noi
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
+from artifacts import checkpoint_fixture, export_fixture, tiny_fixture
+from vllm_omni_source import require_wheel, run_with_wheel
 
-__all__ = ["VLLM_OMNI_WHEEL", "reference", "reference_with_our_noise", "voxtral_artifacts", "voxtral_foreign",
+__all__ = ["reference", "reference_with_our_noise", "voxtral_artifacts", "voxtral_foreign",
            "voxtral_foreign_artifacts", "voxtral_tiny"]
 
 REFERENCE = Path(__file__).resolve().parent / "voxtral_tts_reference.py"
 FOREIGN = Path(__file__).resolve().parent / "voxtral_tts_foreign.py"
-WHEEL = "vllm_omni-0.30.0-py3-none-any.whl"
 
 
-def vllm_omni_wheel() -> Path | None:
-    """The vllm-omni 0.30.0 wheel `make setup` downloads beside ref5 (or VOXTRAL_VLLM_OMNI_WHEEL)."""
-    import refenv
-
-    given = os.environ.get("VOXTRAL_VLLM_OMNI_WHEEL")
-    places = [Path(given)] if given else []
-    with contextlib.suppress(refenv.RefEnvError):
-        places.append(refenv.python("ref5").parents[1] / "wheels" / WHEEL)
-    return next((p for p in places if p.is_file()), None)
-
-
-VLLM_OMNI_WHEEL = vllm_omni_wheel()
-
-
-@pytest.fixture(scope="session")
-def voxtral_tiny() -> Path:
-    from artifacts import STORE
-
-    from export.voxtral_tts.tiny import make_tiny_voxtral
-
-    return STORE.checkpoint("voxtral-tiny", lambda out: make_tiny_voxtral(out, seed=0))
-
-
-@pytest.fixture(scope="session")
-def voxtral_artifacts(voxtral_tiny: Path) -> Path:
-    from artifacts import STORE
-
-    return STORE.export(voxtral_tiny)
-
-
-@pytest.fixture(scope="session")
-def voxtral_foreign() -> Path:
-    import refenv
-
-    if VLLM_OMNI_WHEEL is None:
-        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
-    from artifacts import STORE
-
-    return STORE.checkpoint(
-        "voxtral-foreign", lambda out: refenv.run(refenv.env_for("voxtral_tts"), FOREIGN, {},
-                                                  [str(VLLM_OMNI_WHEEL), str(out)]),
-        sources=[FOREIGN])
-
-
-@pytest.fixture(scope="session")
-def voxtral_foreign_artifacts(voxtral_foreign: Path) -> Path:
-    from artifacts import STORE
-
-    return STORE.export(voxtral_foreign)
+voxtral_tiny = tiny_fixture("voxtral_tiny", "voxtral-tiny", "export.voxtral_tts.tiny:make_tiny_voxtral")
+voxtral_artifacts = export_fixture("voxtral_artifacts", "voxtral_tiny")
+voxtral_foreign = checkpoint_fixture("voxtral_foreign", "voxtral-foreign",
+                                     lambda out: run_with_wheel("voxtral_tts", FOREIGN, str(out)), sources=[FOREIGN],
+                                     require=require_wheel)
+voxtral_foreign_artifacts = export_fixture("voxtral_foreign_artifacts", "voxtral_foreign")
 
 
 def reference(checkpoint: Path, requests: list[dict], inputs: dict | None = None) -> dict:
     """tests/voxtral_tts_reference.py in "main"; refenv.missing (skip, or fail under make test) without
     the wheel."""
-    import refenv
-
-    if VLLM_OMNI_WHEEL is None:
-        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
-    return refenv.run(refenv.env_for("voxtral_tts"), REFERENCE, inputs or {},
-                      [str(VLLM_OMNI_WHEEL), str(checkpoint), json.dumps(requests)])
+    return run_with_wheel("voxtral_tts", REFERENCE, str(checkpoint), json.dumps(requests), inputs=inputs)
 
 
 def reference_with_our_noise(checkpoint: Path, model: Any, requests: list[dict]) -> dict:

@@ -37,44 +37,14 @@ import importlib
 import json
 import logging
 import os
-import sys
 import types
-import zipfile
 from pathlib import Path
 
 import numpy as np
+from vllm_omni_stubs import extract, stub
 
 PACKAGE = "vllm_omni/model_executor/models/voxtral_tts"
 MODULES = ("voxtral_tts_audio_generation", "voxtral_tts_audio_tokenizer")
-
-
-class _Meta(type):
-    def __getitem__(cls, item: object) -> type:
-        return cls
-
-    def __getattr__(cls, name: str) -> object:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return lambda *a, **k: (lambda f: f)  # e.g. MULTIMODAL_REGISTRY.register_processor(...)(cls)
-
-
-class _Placeholder(metaclass=_Meta):
-    pass
-
-
-class _StubModule(types.ModuleType):
-    def __getattr__(self, name: str) -> object:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return _Placeholder
-
-
-def _stub(name: str, **attrs: object) -> types.ModuleType:
-    mod = _StubModule(name)
-    mod.__path__ = []  # type: ignore[attr-defined]
-    mod.__dict__.update(attrs)
-    sys.modules[name] = mod
-    return mod
 
 
 def _default_weight_loader(param, loaded) -> None:
@@ -85,10 +55,7 @@ def load(wheel: str, where: str) -> dict[str, types.ModuleType]:
     import transformers  # before any stand-in: it probes for mistral_common at import
 
     transformers.BatchFeature  # noqa: B018  (resolve the lazy module now)
-    with zipfile.ZipFile(wheel) as zf:
-        for name in zf.namelist():
-            if name.startswith(PACKAGE + "/") and name.endswith(".py"):
-                zf.extract(name, where)
+    extract(wheel, where, PACKAGE + "/")
     for pkg in ("vllm", "vllm.config", "vllm.inputs", "vllm.model_executor", "vllm.model_executor.model_loader",
                 "vllm.model_executor.models", "vllm.model_executor.models.interfaces",
                 "vllm.model_executor.models.utils", "vllm.multimodal", "vllm.multimodal.inputs",
@@ -96,10 +63,10 @@ def load(wheel: str, where: str) -> dict[str, types.ModuleType]:
                 "vllm.sequence", "vllm.tokenizers", "vllm.tokenizers.mistral", "vllm_omni",
                 "vllm_omni.model_executor", "vllm_omni.model_executor.models", "vllm_omni.quantization",
                 "vllm_omni.quantization.component_config"):
-        _stub(pkg)
-    _stub("vllm.logger", init_logger=logging.getLogger)
-    _stub("vllm.model_executor.model_loader.weight_utils", default_weight_loader=_default_weight_loader)
-    _stub("vllm_omni.platforms", current_omni_platform=types.SimpleNamespace(device_type="cpu"))
+        stub(pkg)
+    stub("vllm.logger", init_logger=logging.getLogger)
+    stub("vllm.model_executor.model_loader.weight_utils", default_weight_loader=_default_weight_loader)
+    stub("vllm_omni.platforms", current_omni_platform=types.SimpleNamespace(device_type="cpu"))
     try:
         import mistral_common.protocol.instruct.chunk
         import mistral_common.tokens.tokenizers.audio  # noqa: F401
@@ -107,8 +74,8 @@ def load(wheel: str, where: str) -> dict[str, types.ModuleType]:
         for pkg in ("mistral_common", "mistral_common.protocol", "mistral_common.protocol.instruct",
                     "mistral_common.protocol.instruct.chunk", "mistral_common.tokens",
                     "mistral_common.tokens.tokenizers", "mistral_common.tokens.tokenizers.audio"):
-            _stub(pkg)
-    _stub("vllm_omni.model_executor.models.voxtral_tts").__path__ = [os.path.join(where, PACKAGE)]
+            stub(pkg)
+    stub("vllm_omni.model_executor.models.voxtral_tts").__path__ = [os.path.join(where, PACKAGE)]
     return {n: importlib.import_module(f"vllm_omni.model_executor.models.voxtral_tts.{n}") for n in MODULES}
 
 

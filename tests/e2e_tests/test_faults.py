@@ -26,8 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fault_clients
 import httpx
 import pytest
+from fault_clients import SPEECH, Client, until_audio_done, ws_done, ws_errors
 from gateway_fixtures import fake_deployment, start_gateway
 from procs import Proc, poll, wait_until
 from websockets.sync.client import connect
@@ -40,7 +42,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TESTS = Path(__file__).resolve().parents[1]
 FAKE_GENERATION_MODEL = TESTS / "data" / "fake_speech_generation_model.py"
-SPEECH = "/v1/audio/speech"
 LONG = 4096  # max_new_tokens (the most Qwen3-TTS takes): minutes of fake frames, so a request is surely in flight
 
 
@@ -90,54 +91,12 @@ def ready_status(url: str) -> int | None:
     return r.status_code if r is not None else None
 
 
-class Client(threading.Thread):
-    """One client in a thread: `first` is set at its first audio, `result` is what it saw."""
-
-    def __init__(self, work: Callable[[Client], Any]) -> None:
-        super().__init__(daemon=True)
-        self.work = work
-        self.first = threading.Event()
-        self.result: Any = None
-        self.ended_at = 0.0
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.result = self.work(self)
-        except Exception as exc:
-            self.result = exc
-        self.ended_at = time.monotonic()
-
-
 def sse_client(url: str, **fields: Any) -> Callable[[Client], Any]:
-    def work(c: Client) -> list[tuple[str, dict]]:
-        events: list[tuple[str, dict]] = []
-        body = {"input": "Keep talking.", "stream": True, "response_format": "pcm", "max_new_tokens": LONG, **fields}
-        with httpx.stream("POST", url + SPEECH, json=body, timeout=120) as r:
-            assert r.status_code == 200, r.read()
-            buf = ""
-            for part in r.iter_text():
-                buf += part
-                while "\n\n" in buf:
-                    block, buf = buf.split("\n\n", 1)
-                    events += sse.parse(block + "\n\n")
-                    c.first.set()
-        return events
-    return work
+    return fault_clients.sse_client(url, {"input": "Keep talking.", "max_new_tokens": LONG, **fields}, 120)
 
 
 def raw_client(url: str, **fields: Any) -> Callable[[Client], Any]:
-    def work(c: Client) -> int:
-        body = {"input": "Keep talking.", "stream_format": "audio", "response_format": "pcm", "max_new_tokens": LONG,
-                **fields}
-        n = 0
-        with httpx.stream("POST", url + SPEECH, json=body, timeout=120) as r:
-            assert r.status_code == 200
-            for part in r.iter_raw():
-                n += len(part)
-                c.first.set()
-        return n
-    return work
+    return fault_clients.raw_client(url, {"input": "Keep talking.", "max_new_tokens": LONG, **fields}, 120)
 
 
 def plain_client(url: str, **fields: Any) -> Callable[[Client], Any]:
@@ -150,34 +109,18 @@ def ws_client(port: int, resume: threading.Event, **config: Any) -> Callable[[Cl
     """One long request, then (once `resume` is set) a short one on the same connection."""
     def work(c: Client) -> list:
         got: list = []
-
-        def until_done() -> None:
-            while True:
-                m = ws.recv(timeout=120)
-                got.append(m if isinstance(m, bytes) else json.loads(m))
-                if isinstance(m, bytes):
-                    c.first.set()
-                elif got[-1]["type"] == "audio.done":
-                    return
-
         with connect(f"ws://127.0.0.1:{port}/v1/audio/speech/stream") as ws:
             ws.send(json.dumps({"type": "session.config", "stream_audio": True, "max_new_tokens": LONG, **config}))
             ws.send(json.dumps({"type": "input.text", "text": "A long sentence."}))
             ws.send(json.dumps({"type": "input.done"}))
-            until_done()
+            until_audio_done(ws, c, got, 120)
             resume.wait(120)
             ws.send(json.dumps({"type": "session.config", "stream_audio": True, "max_new_tokens": 5, **config}))
             ws.send(json.dumps({"type": "input.text", "text": "And a short one."}))
             ws.send(json.dumps({"type": "input.done"}))
-            until_done()
+            until_audio_done(ws, c, got, 120)
         return got
     return work
-
-
-def ws_summary(messages: list) -> tuple[list[bool], list[str]]:
-    done = [m["error"] for m in messages if isinstance(m, dict) and m["type"] == "audio.done"]
-    errs = [m["message"] for m in messages if isinstance(m, dict) and m["type"] == "error"]
-    return done, errs
 
 
 def watch_readiness(url: str, model: str, since: float, timeout: float, server: Any = None
@@ -306,7 +249,7 @@ def test_speech_generation_stub_killed_with_requests_in_flight(stack):
         assert [name for name, _ in after.result][-1] == sse.DONE, after.result
         resume.set()
         clients["ws"].join(60)
-        done, errs = ws_summary(clients["ws"].result)
+        done, errs = ws_done(clients["ws"].result), ws_errors(clients["ws"].result)
         assert done == [True, False] and len(errs) == 1 and "not available" in errs[0], clients["ws"].result
         assert "reloading model speech_generation" not in server.log_tail(400)  # the gateway logs that, not Triton
         assert "successfully loaded 'speech_generation'" in server.log_tail(400)

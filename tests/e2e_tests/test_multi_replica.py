@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from fault_clients import sse_blocks
 from gateway_process import GatewayProcess
 from procs import poll, wait_until
 from voices_audio import wav
@@ -110,19 +111,15 @@ class Load:
                     if r.status_code != 200:
                         outcome.error = f"HTTP {r.status_code}: {r.read()[:200]!r}"
                         continue
-                    buf = ""
-                    for part in r.iter_text():
-                        buf += part
-                        while "\n\n" in buf:
-                            block, buf = buf.split("\n\n", 1)
-                            for name, data in sse.parse(block + "\n\n"):
-                                if name == sse.DELTA:
-                                    outcome.audio += len(data.get("audio", ""))
-                                    outcome.first_audio_at = outcome.first_audio_at or time.monotonic()
-                                elif name == sse.DONE:
-                                    outcome.ok = True
-                                elif name == sse.ERROR:
-                                    outcome.error = json.dumps(data)[:300]
+                    for block in sse_blocks(r):
+                        for name, data in block:
+                            if name == sse.DELTA:
+                                outcome.audio += len(data.get("audio", ""))
+                                outcome.first_audio_at = outcome.first_audio_at or time.monotonic()
+                            elif name == sse.DONE:
+                                outcome.ok = True
+                            elif name == sse.ERROR:
+                                outcome.error = json.dumps(data)[:300]
             except Exception as exc:  # a cut or refused connection: recorded, judged below
                 outcome.error = f"{type(exc).__name__}: {exc}"
             finally:
@@ -278,18 +275,14 @@ class Job:
             if r.status_code != 200:
                 self.error = f"HTTP {r.status_code}: {r.read()[:200]!r}"
                 return
-            buf = ""
-            for part in r.iter_text():
-                buf += part
-                while "\n\n" in buf:
-                    block, buf = buf.split("\n\n", 1)
-                    for name, data in sse.parse(block + "\n\n"):
-                        if name == sse.DELTA:
-                            self._got(base64.b64decode(data["audio"]))
-                        elif name == sse.DONE:
-                            self.ok = True
-                        elif name == sse.ERROR:
-                            self.error = json.dumps(data)[:300]
+            for block in sse_blocks(r):
+                for name, data in block:
+                    if name == sse.DELTA:
+                        self._got(base64.b64decode(data["audio"]))
+                    elif name == sse.DONE:
+                        self.ok = True
+                    elif name == sse.ERROR:
+                        self.error = json.dumps(data)[:300]
 
     def _whole(self, url: str, body: dict) -> None:
         r = httpx.post(url + SPEECH, json=body, timeout=REPLAY_TIMEOUT_S)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checkpoint_layouts import copy_of
 from cosyvoice3_fixtures import *  # noqa: F403  (cosyvoice3_tiny)
 from cosyvoice3_fixtures import noise_inputs, reference
 
@@ -61,11 +62,6 @@ def test_tokenizer_fits_the_text_embedding(cosyvoice3_tiny: Path) -> None:
     assert max(ids) < info.lm.vocab and tok.convert_tokens_to_ids("<|endofprompt|>") in ids
 
 
-def _copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
-
-
 @pytest.mark.parametrize("file", ["llm.pt", "flow.pt", "hift.pt"])
 def test_reader_refuses_missing_unexpected_and_misshapen(cosyvoice3_tiny: Path, tmp_path: Path, file: str) -> None:
     import torch
@@ -78,7 +74,7 @@ def test_reader_refuses_missing_unexpected_and_misshapen(cosyvoice3_tiny: Path, 
     for label, change in (("missing 1", lambda s: s.pop(first)),
                           ("unexpected 1: extra.weight", lambda s: s.__setitem__("extra.weight", torch.zeros(2))),
                           ("wrong shape", lambda s: s.__setitem__(first, torch.zeros(3, 1, 7)))):
-        ck = _copy(cosyvoice3_tiny, tmp_path / f"{file}-{label[:4]}")
+        ck = copy_of(cosyvoice3_tiny, tmp_path / f"{file}-{label[:4]}")
         bad = dict(state)
         change(bad)
         torch.save(bad, ck / file)
@@ -92,7 +88,7 @@ def test_reader_takes_the_older_hift_names(cosyvoice3_tiny: Path, tmp_path: Path
 
     from ttscore.runtime.families.cosyvoice3.checkpoint import read_checkpoint
 
-    ck = _copy(cosyvoice3_tiny, tmp_path / "old")
+    ck = copy_of(cosyvoice3_tiny, tmp_path / "old")
     state = torch.load(ck / "hift.pt", weights_only=True)
     renamed = {"generator." + k.replace("parametrizations.weight.original0", "weight_g")
                .replace("parametrizations.weight.original1", "weight_v"): v for k, v in state.items()}
@@ -105,7 +101,7 @@ def test_reader_refuses_a_pickle_with_code(cosyvoice3_tiny: Path, tmp_path: Path
 
     from ttscore.runtime.families.cosyvoice3.checkpoint import read_checkpoint
 
-    ck = _copy(cosyvoice3_tiny, tmp_path / "code")
+    ck = copy_of(cosyvoice3_tiny, tmp_path / "code")
     (ck / "flow.pt").write_bytes(pickle.dumps({"x": shutil.copytree}))
     with pytest.raises(CheckpointError, match="flow.pt: cannot load with weights_only=True"):
         read_checkpoint(ck)

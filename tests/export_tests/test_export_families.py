@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from deploy_plans import served_from_manifest
 
 from ttscore.contract.errors import CheckpointError
 
@@ -118,25 +119,14 @@ def toy_family(tmp_path, monkeypatch):
     importlib.reload(export.families)
 
 
-def _served(tmp_path, name, raw):
-    from triton_tts.serve import Served
-    from ttscore.contract.manifest import Manifest
-
-    art = tmp_path / name
-    art.mkdir()
-    raw = {"format_version": 1, **raw}
-    (art / "manifest.json").write_text(json.dumps(raw))
-    return Served(name, art, art, Manifest.parse(art, raw))
-
-
 def test_a_plugin_family_is_detected_and_planned_beside_the_built_in_ones(toy_family, tmp_path):
     from triton_tts.serve import gateway_config, plan_deployment
 
     assert toy_family.family_of(_config(tmp_path / "ck", {"model_type": "toy"})).name == "toy"
     served = [
-        _served(tmp_path, "t1", {"family": "toy", "variant": "x"}),
-        _served(tmp_path, "t2", {"family": "toy", "variant": "x"}),
-        _served(tmp_path, "vox", {"family": "voxcpm2", "variant": "base", "vae_decoder": {"state_size": 7}}),
+        served_from_manifest(tmp_path, "t1", {"family": "toy", "variant": "x"}),
+        served_from_manifest(tmp_path, "t2", {"family": "toy", "variant": "x"}),
+        served_from_manifest(tmp_path, "vox", {"family": "voxcpm2", "variant": "base", "vae_decoder": {"state_size": 7}}),
     ]
     plan = plan_deployment(served)
     assert plan["settings"]["speech_generation_t2"]["parameters"]["vocoder"] == "toy_vocoder_t2"
@@ -150,7 +140,7 @@ def test_serve_refuses_an_unregistered_family(tmp_path):
     from triton_tts.serve import ServeError, plan_deployment
 
     with pytest.raises(ServeError, match="cannot serve model family 'nope' \\(known: qwen3_tts, voxcpm2"):
-        plan_deployment([_served(tmp_path, "n", {"family": "nope"})])
+        plan_deployment([served_from_manifest(tmp_path, "n", {"family": "nope"})])
 
 
 @pytest.mark.parametrize("module, function", [

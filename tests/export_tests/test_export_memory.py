@@ -192,6 +192,27 @@ def test_replace_graph_moves_external_data_and_drops_the_old(tmp_path: Path, mon
     assert np.allclose(run(dst), 192.0)
 
 
+def _assert_same_outputs(s_a: Any, s_b: Any, graph: str) -> None:
+    """Both sessions give equal outputs for one feed: every dynamic axis 3, random inputs (seeded), masks all
+    ones (the talker's: 3 new tokens over 3 past, so it spans both)."""
+    rng = np.random.default_rng(0)
+    feed: dict[str, np.ndarray] = {}
+    for inp in s_a.get_inputs():
+        shape = [d if isinstance(d, int) else 3 for d in inp.shape]
+        if inp.name == "attention_mask":
+            feed[inp.name] = np.ones(shape, np.int64)
+        elif inp.type == "tensor(int64)":
+            feed[inp.name] = rng.integers(0, 8, size=shape).astype(np.int64)
+        elif inp.type == "tensor(bool)":
+            feed[inp.name] = np.zeros(shape, bool)
+        else:
+            feed[inp.name] = rng.random(shape, dtype=np.float32)
+    if graph == "talker":
+        feed["attention_mask"] = np.ones((3, 6), np.int64)
+    for x, y in zip(s_a.run(None, feed), s_b.run(None, feed), strict=True):
+        assert np.array_equal(x, y)
+
+
 @pytest.mark.parametrize("graph", ["talker", "code_predictor"])
 def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: str) -> None:
     """quantize_matmuls (one weight in memory at a time) gives onnxruntime's quantize_dynamic
@@ -221,23 +242,7 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
     for name, value in want.items():
         assert got[name].dtype == value.dtype and np.array_equal(got[name], value), name
 
-    rng = np.random.default_rng(0)
-    s_a, s_b = ort.InferenceSession(str(theirs)), ort.InferenceSession(str(ours))
-    feed: dict[str, np.ndarray] = {}
-    for inp in s_a.get_inputs():
-        shape = [d if isinstance(d, int) else 3 for d in inp.shape]
-        if inp.name == "attention_mask":
-            feed[inp.name] = np.ones(shape, np.int64)
-        elif inp.type == "tensor(int64)":
-            feed[inp.name] = rng.integers(0, 8, size=shape).astype(np.int64)
-        elif inp.type == "tensor(bool)":
-            feed[inp.name] = np.zeros(shape, bool)
-        else:
-            feed[inp.name] = rng.random(shape, dtype=np.float32)
-    if graph == "talker":  # new tokens 3, past 3: the mask spans both
-        feed["attention_mask"] = np.ones((3, 6), np.int64)
-    for x, y in zip(s_a.run(None, feed), s_b.run(None, feed), strict=True):
-        assert np.array_equal(x, y)
+    _assert_same_outputs(ort.InferenceSession(str(theirs)), ort.InferenceSession(str(ours)), graph)
 
 
 @pytest.mark.parametrize("graph", ["talker", "code_predictor"])
@@ -282,23 +287,7 @@ def test_streaming_int8_blocks_are_what_the_nbits_quantizer_makes(tmp_path: Path
     if graph == "code_predictor":  # its unrolled passes share one stored copy of each weight
         assert len({n.input[1] for n in ours_n}) < len(ours_n)
 
-    rng = np.random.default_rng(0)
-    s_a, s_b = ort.InferenceSession(a.SerializeToString()), ort.InferenceSession(str(ours))
-    feed: dict[str, np.ndarray] = {}
-    for inp in s_a.get_inputs():
-        shape = [d if isinstance(d, int) else 3 for d in inp.shape]
-        if inp.name == "attention_mask":
-            feed[inp.name] = np.ones(shape, np.int64)
-        elif inp.type == "tensor(int64)":
-            feed[inp.name] = rng.integers(0, 8, size=shape).astype(np.int64)
-        elif inp.type == "tensor(bool)":
-            feed[inp.name] = np.zeros(shape, bool)
-        else:
-            feed[inp.name] = rng.random(shape, dtype=np.float32)
-    if graph == "talker":
-        feed["attention_mask"] = np.ones((3, 6), np.int64)
-    for x, y in zip(s_a.run(None, feed), s_b.run(None, feed), strict=True):
-        assert np.array_equal(x, y)
+    _assert_same_outputs(ort.InferenceSession(a.SerializeToString()), ort.InferenceSession(str(ours)), graph)
 
 
 # ---- MemoryMonitor ---------------------------------------------------------------------------------

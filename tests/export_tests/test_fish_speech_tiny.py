@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from checkpoint_layouts import copy_of, edit_safetensors
 from fish_speech_fixtures import *  # noqa: F403  (fish_tiny)
 from fish_speech_fixtures import reference
 
@@ -29,11 +29,6 @@ from ttscore.runtime.families.fish_speech.checkpoint import (
 )
 
 pytestmark = pytest.mark.export
-
-
-def _copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
 
 
 def test_layout_and_facts(fish_tiny: Path) -> None:
@@ -59,14 +54,6 @@ def test_layout_and_facts(fish_tiny: Path) -> None:
     assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
 
 
-def _rewrite_weights(root: Path, edit) -> None:  # type: ignore[no-untyped-def]
-    from safetensors.torch import load_file, save_file
-
-    state = load_file(str(root / WEIGHTS))
-    edit(state)
-    save_file(state, str(root / WEIGHTS))
-
-
 def _rewrite_codec(root: Path, edit) -> None:  # type: ignore[no-untyped-def]
     import torch
 
@@ -78,30 +65,30 @@ def _rewrite_codec(root: Path, edit) -> None:  # type: ignore[no-untyped-def]
 def test_reader_refuses_missing_unexpected_and_misshapen(fish_tiny: Path, tmp_path: Path) -> None:
     import torch
 
-    a = _copy(fish_tiny, tmp_path / "a")
-    _rewrite_weights(a, lambda s: s.pop("text_model.model.layers.1.attention.q_norm.weight"))
+    a = copy_of(fish_tiny, tmp_path / "a")
+    edit_safetensors(a / WEIGHTS, lambda s: s.pop("text_model.model.layers.1.attention.q_norm.weight"))
     with pytest.raises(CheckpointError, match=r"missing 1 tensor\(s\): text_model.model.layers.1.attention.q_norm"):
         read_checkpoint(a)
-    b = _copy(fish_tiny, tmp_path / "b")
-    _rewrite_weights(b, lambda s: s.update({"text_model.model.output.weight": torch.zeros(2, 2)}))
+    b = copy_of(fish_tiny, tmp_path / "b")
+    edit_safetensors(b / WEIGHTS, lambda s: s.update({"text_model.model.output.weight": torch.zeros(2, 2)}))
     with pytest.raises(CheckpointError, match=r"unexpected 1 tensor\(s\): text_model.model.output.weight"):
         read_checkpoint(b)
-    c = _copy(fish_tiny, tmp_path / "c")
-    _rewrite_weights(c, lambda s: s.update({"audio_decoder.norm.weight": torch.zeros(7)}))
+    c = copy_of(fish_tiny, tmp_path / "c")
+    edit_safetensors(c / WEIGHTS, lambda s: s.update({"audio_decoder.norm.weight": torch.zeros(7)}))
     with pytest.raises(CheckpointError, match=r"audio_decoder.norm.weight \[7\] \(want \[32\]\)"):
         read_checkpoint(c)
-    d = _copy(fish_tiny, tmp_path / "d")
+    d = copy_of(fish_tiny, tmp_path / "d")
     _rewrite_codec(d, lambda s: s.pop("quantizer.post_module.layers.0.ffn_layer_scale.gamma"))
     with pytest.raises(CheckpointError, match=r"codec.pth .*missing 1 tensor\(s\): quantizer.post_module.layers.0"):
         read_checkpoint(d)
-    e = _copy(fish_tiny, tmp_path / "e")
+    e = copy_of(fish_tiny, tmp_path / "e")
     _rewrite_codec(e, lambda s: s.update({"decoder.extra.weight": torch.zeros(1)}))
     with pytest.raises(CheckpointError, match=r"unexpected 1 tensor\(s\): decoder.extra.weight"):
         read_checkpoint(e)
-    f = _copy(fish_tiny, tmp_path / "f")  # the DAC transformers' buffers (vLLM-Omni persists them) are fine
+    f = copy_of(fish_tiny, tmp_path / "f")  # the DAC transformers' buffers (vLLM-Omni persists them) are fine
     _rewrite_codec(f, lambda s: s.update({"quantizer.post_module.freqs_cis": torch.zeros(4, 32, 2)}))
     assert read_checkpoint(f).codec.latent_dim == 64
-    g = _copy(fish_tiny, tmp_path / "g")
+    g = copy_of(fish_tiny, tmp_path / "g")
     tok = json.loads((g / TOKENIZER).read_text())
     for t in tok["added_tokens"]:
         if t["content"] == "<|im_end|>":
@@ -109,7 +96,7 @@ def test_reader_refuses_missing_unexpected_and_misshapen(fish_tiny: Path, tmp_pa
     (g / TOKENIZER).write_text(json.dumps(tok))
     with pytest.raises(CheckpointError, match=r"<\|im_end\|> is id 151646, expected 151645"):
         read_checkpoint(g)
-    h = _copy(fish_tiny, tmp_path / "h")
+    h = copy_of(fish_tiny, tmp_path / "h")
     cfg = json.loads((h / CONFIG).read_text())
     cfg["text_config"]["tie_word_embeddings"] = False
     (h / CONFIG).write_text(json.dumps(cfg))
@@ -184,13 +171,10 @@ def test_reference_backbone_is_stock_qwen3(fish_tiny: Path) -> None:
     """The reference's Slow AR backbone (vLLM-Omni's Qwen3-structured layers standing in for vLLM's Qwen3Model)
     equals transformers' Qwen3Model on the same weights (q/k permuted from the interleaved rotary layout, cos/sin
     rounded to bf16) over 40 positions (tests/fish_speech_hf_check.py)."""
-    import refenv
-    from fish_speech_fixtures import VLLM_OMNI_WHEEL, WHEEL
+    from vllm_omni_source import run_with_wheel
 
-    if VLLM_OMNI_WHEEL is None:
-        refenv.missing(f"the {WHEEL} wheel (make setup downloads it into .venv-ref5/wheels/)")
     x = np.random.default_rng(0).standard_normal((40, 32)).astype(np.float32)
-    out = refenv.run(refenv.env_for("fish_speech"), Path(__file__).resolve().parents[1] / "fish_speech_hf_check.py",
-                     {"embeds": x}, [str(VLLM_OMNI_WHEEL), str(fish_tiny)])
+    out = run_with_wheel("fish_speech", Path(__file__).resolve().parents[1] / "fish_speech_hf_check.py",
+                         str(fish_tiny), inputs={"embeds": x})
     assert np.abs(out["ours"]).max() > 0.1
     np.testing.assert_allclose(out["ours"], out["hf"], atol=1e-5, rtol=0)

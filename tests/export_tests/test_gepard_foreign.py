@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gepard_fixtures import *  # noqa: F403  (gepard_foreign, gepard_foreign_artifacts)
 from gepard_fixtures import FOREIGN_CODEC_FILE, reference, reference_with_our_noise
-from test_gepard_parity import run_frames
+from sequences import run_to_the_end
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def test_foreign_checkpoint_matches_the_reference(gepard_foreign: Path, model: A
         it = iter(zip(want[f"noise_heads_{i}"], want[f"noise0_{i}"], strict=True))
         seq.noise = lambda it=it: next(it)
         seqs.append(seq)
-    for i, got in enumerate(run_frames(model, seqs)):
+    for i, got in enumerate(run_to_the_end(model, seqs, 32)):
         assert got.shape[0] > 1
         np.testing.assert_array_equal(got, want[f"codes_{i}"])
     # "Sunny" is short: its text block is repeated (target 10, below 7, at most 4 copies)
@@ -58,7 +58,7 @@ def test_the_reference_fed_our_seeded_noise_makes_our_frames(gepard_foreign: Pat
     want = reference_with_our_noise(gepard_foreign, model, cases)
     seqs = [model.admit(GepardRequest(text=c["text"], seed=c["seed"], max_new_tokens=c["max_new_tokens"]))
             for c in cases]
-    for i, got in enumerate(run_frames(model, seqs)):
+    for i, got in enumerate(run_to_the_end(model, seqs, 32)):
         assert got.shape[0] > 1
         np.testing.assert_array_equal(got, want[f"codes_{i}"])
     # the reference took our noise, not its own generator's

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from gepard_fixtures import *  # noqa: F403  (gepard_tiny, gepard_artifacts)
 from gepard_fixtures import reference
+from sequences import run_to_the_end
 
 pytestmark = [pytest.mark.parity, pytest.mark.slow]
 
@@ -54,21 +55,6 @@ def fed(r: dict[str, np.ndarray]) -> Any:
     return lambda: next(it)
 
 
-def run_frames(model: Any, seqs: list[Any]) -> list[np.ndarray]:
-    """prefill -> step until finished, all sequences batched; the frames each made."""
-    model.prefill([(s, s.prompt_tokens) for s in seqs])
-    out: list[list[np.ndarray]] = [[] for _ in seqs]
-    while True:
-        for i, s in enumerate(seqs):
-            out[i] += s.pending
-            s.pending = []
-        live = [s for s in seqs if s.finished is None]
-        if not live:
-            break
-        model.step(live)
-    return [np.array(f, np.int64).reshape(-1, 32) for f in out]
-
-
 def test_the_cases_cover_stop_and_budget(ref: list[dict[str, np.ndarray]]) -> None:
     assert [bool(r["stopped"]) for r in ref] == [True, False, False]
     assert [r["codes"].shape[0] for r in ref][1:] == [24, 16]
@@ -79,7 +65,7 @@ def test_frames_equal_the_reference_with_its_noise(i: int, model: Any, ref: list
     seq = model.admit(_request(i))
     np.testing.assert_array_equal(seq.ids, ref[i]["prompt_ids"])
     seq.noise = fed(ref[i])
-    (got,) = run_frames(model, [seq])
+    (got,) = run_to_the_end(model, [seq], 32)
     want = ref[i]["codes"]
     assert got.shape == want.shape and got.shape[0] > 1
     np.testing.assert_array_equal(got, want)
@@ -92,17 +78,17 @@ def test_batched_requests_equal_the_reference(model: Any, ref: list[dict[str, np
     seqs = [model.admit(_request(i)) for i in range(len(CASES))]
     for s, r in zip(seqs, ref, strict=True):
         s.noise = fed(r)
-    for got, r in zip(run_frames(model, seqs), ref, strict=True):
+    for got, r in zip(run_to_the_end(model, seqs, 32), ref, strict=True):
         np.testing.assert_array_equal(got, r["codes"])
 
 
 def test_a_seeded_request_makes_the_same_frames_in_any_batch(model: Any) -> None:
-    alone = run_frames(model, [model.admit(_request(1))])[0]
-    batched = run_frames(model, [model.admit(_request(i)) for i in (0, 1, 2)])[1]
+    alone = run_to_the_end(model, [model.admit(_request(1))], 32)[0]
+    batched = run_to_the_end(model, [model.admit(_request(i)) for i in (0, 1, 2)], 32)[1]
     np.testing.assert_array_equal(alone, batched)
     from ttscore.runtime.families.gepard.request import GepardRequest
 
-    other = run_frames(model, [model.admit(GepardRequest(text=CASES[1][0], seed=5, max_new_tokens=24))])[0]
+    other = run_to_the_end(model, [model.admit(GepardRequest(text=CASES[1][0], seed=5, max_new_tokens=24))], 32)[0]
     assert not (other.shape == alone.shape and (other == alone).all())  # the seed reaches the sampler
 
 

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from checkpoint_layouts import copy_of
 from gepard_fixtures import *  # noqa: F403  (gepard_tiny, reference)
 from gepard_fixtures import reference
 
@@ -79,15 +80,10 @@ def test_nemo_archive_is_a_tar_of_config_and_weights(gepard_tiny: Path) -> None:
     assert codec.audio_decoder.hop == spec.SAMPLES_PER_FRAME and codec.sample_rate == spec.SAMPLE_RATE
 
 
-def _copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
-
-
 def test_loader_refuses_missing_and_unexpected_tensors(gepard_tiny: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file, save_file
 
-    bad = _copy(gepard_tiny, tmp_path / "bad")
+    bad = copy_of(gepard_tiny, tmp_path / "bad")
     weights = load_file(str(bad / "model.safetensors"))
     weights.pop("stop_head.bias")
     weights["codebook_heads.32.weight"] = weights["codebook_heads.0.weight"].clone()
@@ -101,13 +97,13 @@ def test_loader_refuses_missing_and_unexpected_tensors(gepard_tiny: Path, tmp_pa
 def test_loader_refuses_a_wrong_shape_and_a_missing_codec(gepard_tiny: Path, tmp_path: Path) -> None:
     from safetensors.torch import load_file, save_file
 
-    bad = _copy(gepard_tiny, tmp_path / "bad")
+    bad = copy_of(gepard_tiny, tmp_path / "bad")
     weights = load_file(str(bad / "model.safetensors"))
     weights["null_prefix"] = weights["null_prefix"][:4].clone()
     save_file(weights, str(bad / "model.safetensors"))
     with pytest.raises(CheckpointError, match=r"null_prefix \[4, 64\] \(want \[8, 64\]\)"):
         read_checkpoint(bad)
-    nocodec = _copy(gepard_tiny, tmp_path / "nocodec")
+    nocodec = copy_of(gepard_tiny, tmp_path / "nocodec")
     shutil.rmtree(nocodec / "nanocodec")
     with pytest.raises(CheckpointError, match="NanoCodec .nemo archive"):
         read_checkpoint(nocodec)

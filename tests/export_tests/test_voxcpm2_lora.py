@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from checkpoint_layouts import copy_of, edit_safetensors
 
 from export.voxcpm2.lora import CONFIG, WEIGHTS, LoraError, identity
 from export.voxcpm2.reference import fed_noise, load_reference
@@ -93,13 +94,9 @@ def _vllm_omni_merge() -> Any:
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from voxtral_tts_fixtures import VLLM_OMNI_WHEEL
+    from vllm_omni_source import require_wheel
 
-    if VLLM_OMNI_WHEEL is None:
-        import refenv
-
-        refenv.missing("the vllm-omni 0.30.0 wheel (make setup) is not here")
-    with zipfile.ZipFile(VLLM_OMNI_WHEEL) as zf:
+    with zipfile.ZipFile(require_wheel()) as zf:
         source = zf.read("vllm_omni/model_executor/models/voxcpm2/lora.py").decode()
     spec = importlib.util.spec_from_loader("vllm_omni_voxcpm2_lora", loader=None)
     assert spec is not None
@@ -128,21 +125,6 @@ def test_merge_equals_vllm_omnis(voxcpm2_tiny: Path, lora: Path) -> None:
 
 
 # --- failures: each fails the export before any graph is written, naming what is wrong ---------
-
-def _copy(lora: Path, dst: Path) -> Path:
-    import shutil
-
-    shutil.copytree(lora, dst)
-    return dst
-
-
-def _edit_weights(path: Path, edit: Any) -> None:
-    from safetensors.torch import load_file, save_file
-
-    state = load_file(str(path / WEIGHTS))
-    edit(state)
-    save_file(state, str(path / WEIGHTS))
-
 
 def _edit_config(path: Path, **changes: Any) -> None:
     raw = json.loads((path / CONFIG).read_text())
@@ -184,8 +166,8 @@ def test_a_corrupt_adapter_fails_naming_the_tensor(voxcpm2_tiny: Path, lora: Pat
                                                     message: str) -> None:
     from export.exporter import export_checkpoint
 
-    bad = _copy(lora, tmp_path / "bad")
-    _edit_weights(bad, edit)
+    bad = copy_of(lora, tmp_path / "bad")
+    edit_safetensors(bad / WEIGHTS, edit)
     with pytest.raises(LoraError, match=None) as err:
         export_checkpoint(voxcpm2_tiny, tmp_path / "out", lora=bad)
     assert message in str(err.value)
@@ -204,7 +186,7 @@ def test_a_mismatched_config_fails(voxcpm2_tiny: Path, lora: Path, tmp_path: Pat
                                    message: str) -> None:
     from export.exporter import export_checkpoint
 
-    bad = _copy(lora, tmp_path / "bad")
+    bad = copy_of(lora, tmp_path / "bad")
     _edit_config(bad, **changes)
     with pytest.raises(LoraError) as err:
         export_checkpoint(voxcpm2_tiny, tmp_path / "out", lora=bad)
@@ -214,7 +196,7 @@ def test_a_mismatched_config_fails(voxcpm2_tiny: Path, lora: Path, tmp_path: Pat
 def test_peft_and_pickle_checkpoints_are_refused(voxcpm2_tiny: Path, lora: Path, tmp_path: Path) -> None:
     from export.exporter import export_checkpoint
 
-    peft = _copy(lora, tmp_path / "peft")
+    peft = copy_of(lora, tmp_path / "peft")
     (peft / "adapter_config.json").write_text("{}")
     pickled = tmp_path / "pickled"
     pickled.mkdir()

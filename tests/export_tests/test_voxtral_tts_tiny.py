@@ -4,11 +4,11 @@ vLLM-Omni 0.30.0's own modules (tests/voxtral_tts_reference.py) and, where insta
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from checkpoint_layouts import copy_of, edit_safetensors
 from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny)
 from voxtral_tts_fixtures import reference
 
@@ -23,19 +23,6 @@ from ttscore.runtime.families.voxtral_tts.checkpoint import (
 )
 
 pytestmark = pytest.mark.export
-
-
-def _copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
-
-
-def _rewrite(root: Path, edit) -> None:  # type: ignore[no-untyped-def]
-    from safetensors.torch import load_file, save_file
-
-    state = load_file(str(root / WEIGHTS))
-    edit(state)
-    save_file(state, str(root / WEIGHTS))
 
 
 def test_layout_and_facts(voxtral_tiny: Path) -> None:
@@ -72,24 +59,24 @@ def test_unsupported_rope_refused(voxtral_tiny: Path, key: str) -> None:
 
 
 def test_strict_loader_names_missing_unexpected_misshapen(voxtral_tiny: Path, tmp_path: Path) -> None:
-    root = _copy(voxtral_tiny, tmp_path / "missing")
-    _rewrite(root, lambda s: s.pop("acoustic_transformer.layers.1.attention.wk.weight"))
+    root = copy_of(voxtral_tiny, tmp_path / "missing")
+    edit_safetensors(root / WEIGHTS, lambda s: s.pop("acoustic_transformer.layers.1.attention.wk.weight"))
     with pytest.raises(CheckpointError, match=r"missing 1 tensor\(s\): acoustic_transformer\.layers\.1\.attention\.wk"):
         read_checkpoint(root)
-    root = _copy(voxtral_tiny, tmp_path / "unexpected")
-    _rewrite(root, lambda s: s.update({"layers.0.attention.bogus.weight": s["norm.weight"].clone()}))
+    root = copy_of(voxtral_tiny, tmp_path / "unexpected")
+    edit_safetensors(root / WEIGHTS, lambda s: s.update({"layers.0.attention.bogus.weight": s["norm.weight"].clone()}))
     with pytest.raises(CheckpointError, match=r"unexpected 1 tensor\(s\): layers\.0\.attention\.bogus\.weight"):
         read_checkpoint(root)
-    root = _copy(voxtral_tiny, tmp_path / "shape")
-    _rewrite(root, lambda s: s.update({"norm.weight": s["norm.weight"][:-1].clone()}))
+    root = copy_of(voxtral_tiny, tmp_path / "shape")
+    edit_safetensors(root / WEIGHTS, lambda s: s.update({"norm.weight": s["norm.weight"][:-1].clone()}))
     with pytest.raises(CheckpointError, match=r"norm\.weight \[63\] \(want \[64\]\)"):
         read_checkpoint(root)
     # The codec encoder (absent from the public checkpoint) is tolerated when present.
-    root = _copy(voxtral_tiny, tmp_path / "encoder")
-    _rewrite(root, lambda s: s.update({"audio_tokenizer.input_proj.conv.parametrizations.weight.original0":
+    root = copy_of(voxtral_tiny, tmp_path / "encoder")
+    edit_safetensors(root / WEIGHTS, lambda s: s.update({"audio_tokenizer.input_proj.conv.parametrizations.weight.original0":
                                        s["norm.weight"].clone()}))
     read_checkpoint(root)
-    root = _copy(voxtral_tiny, tmp_path / "voice")
+    root = copy_of(voxtral_tiny, tmp_path / "voice")
     (root / "voice_embedding" / "casual_male.pt").unlink()
     with pytest.raises(CheckpointError, match=r"missing voice_embedding/casual_male\.pt"):
         read_checkpoint(root)

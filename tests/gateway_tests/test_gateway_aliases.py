@@ -7,8 +7,7 @@ import io
 
 import pytest
 import soundfile as sf
-from fastapi.testclient import TestClient
-from gateway_fixtures import FakeBackend, fake_audio, fake_deployment
+from gateway_fixtures import FakeBackend, fake_app_client, fake_audio, fake_deployment
 
 from gateway import encoding, refaudio
 from gateway.aliases import effective_voice_aliases
@@ -29,8 +28,7 @@ def fake():
 
 
 def client_of(tmp_path, fake, **settings):
-    app = create_app(fake_deployment(tmp_path, **settings), backend_factory=lambda s: fake)
-    return TestClient(app, raise_server_exceptions=False)
+    return fake_app_client(tmp_path, fake, **settings)
 
 
 def speak(c, **kw):

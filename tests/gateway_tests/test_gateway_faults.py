@@ -20,8 +20,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import fault_clients
 import httpx
 import pytest
+from fault_clients import SPEECH, Client, until_audio_done, ws_done, ws_errors
 from gateway_fixtures import NAMES, FakeBackend, fake_deployment
 from websockets.sync.client import connect
 
@@ -32,7 +34,6 @@ from ttscore.backend.launcher import free_port
 
 pytestmark = pytest.mark.gateway
 
-SPEECH = "/v1/audio/speech"
 CV = f"speech_generation_{NAMES['custom_voice']}"
 DEAD = ProbeResult("failed", "Stub process 'x_0_0' is not healthy.")
 FAST = {"health_interval_s": 0.05, "readiness_ttl_s": 0.05}
@@ -88,55 +89,12 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
     return None
 
 
-class Client(threading.Thread):
-    """Runs one client in a thread; `result` is what it saw, `elapsed` how long after `mark`."""
-
-    def __init__(self, work: Callable[[Client], Any]) -> None:
-        super().__init__(daemon=True)
-        self.work = work
-        self.first = threading.Event()  # the client received its first audio
-        self.result: Any = None
-        self.ended_at = 0.0
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self.result = self.work(self)
-        except Exception as exc:
-            self.result = exc
-        self.ended_at = time.monotonic()
-
-
 def sse_client(url: str, text: str, **fields: Any) -> Callable[[Client], Any]:
-    def work(c: Client) -> list[tuple[str, dict]]:
-        events = []
-        body = {"input": text, "voice": "vivian", "stream": True, "response_format": "pcm", "max_new_tokens": 50,
-                **fields}
-        with httpx.stream("POST", url + SPEECH, json=body, timeout=30) as r:
-            assert r.status_code == 200
-            buf = ""
-            for text_part in r.iter_text():
-                buf += text_part
-                while "\n\n" in buf:
-                    block, buf = buf.split("\n\n", 1)
-                    events += sse.parse(block + "\n\n")
-                    c.first.set()
-        return events
-    return work
+    return fault_clients.sse_client(url, {"input": text, "voice": "vivian", "max_new_tokens": 50, **fields}, 30)
 
 
 def raw_client(url: str, text: str) -> Callable[[Client], Any]:
-    def work(c: Client) -> int:
-        body = {"input": text, "voice": "vivian", "stream_format": "audio", "response_format": "pcm",
-                "max_new_tokens": 50}
-        n = 0
-        with httpx.stream("POST", url + SPEECH, json=body, timeout=30) as r:
-            assert r.status_code == 200
-            for part in r.iter_raw():
-                n += len(part)
-                c.first.set()
-        return n
-    return work
+    return fault_clients.raw_client(url, {"input": text, "voice": "vivian", "max_new_tokens": 50}, 30)
 
 
 def plain_client(url: str, text: str) -> Callable[[Client], Any]:
@@ -149,36 +107,18 @@ def ws_client(port: int, first: str, then: Callable[[], None]) -> Callable[[Clie
     """Speaks `first`, collects up to its audio.done, calls `then`, speaks once more: the session goes on."""
     def work(c: Client) -> list:
         got: list = []
-
-        def until_done() -> None:
-            while True:
-                m = ws.recv(timeout=30)
-                got.append(m if isinstance(m, bytes) else json.loads(m))
-                if isinstance(m, bytes):
-                    c.first.set()
-                elif got[-1]["type"] == "audio.done":
-                    return
-
         with connect(f"ws://127.0.0.1:{port}/v1/audio/speech/stream") as ws:
             ws.send(json.dumps({"type": "session.config", "voice": "vivian", "max_new_tokens": 9,
                                 "stream_audio": True}))
             ws.send(json.dumps({"type": "input.text", "text": first}))
             ws.send(json.dumps({"type": "input.done"}))
-            until_done()
+            until_audio_done(ws, c, got, 30)
             then()
             ws.send(json.dumps({"type": "input.text", "text": "Back again."}))
             ws.send(json.dumps({"type": "input.done"}))
-            until_done()
+            until_audio_done(ws, c, got, 30)
         return got
     return work
-
-
-def ws_errors(messages: list) -> list[str]:
-    return [m["message"] for m in messages if isinstance(m, dict) and m["type"] == "error"]
-
-
-def ws_done(messages: list) -> list[bool]:
-    return [m["error"] for m in messages if isinstance(m, dict) and m["type"] == "audio.done"]
 
 
 # --- a model breaks ------------------------------------------------------------------------------

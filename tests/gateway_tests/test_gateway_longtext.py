@@ -10,11 +10,9 @@ import re
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
-from gateway_fixtures import FakeBackend, fake_audio, fake_deployment
+from gateway_fixtures import FakeBackend, fake_app_client, fake_audio
 
 from gateway import encoding
-from gateway.app import create_app
 from gateway.longtext import ordered, segment_seed, split_segments
 from ttscore.contract.qwen3_tts import SEED_MAX
 
@@ -165,8 +163,7 @@ def fake():
 
 
 def client_of(tmp_path, fake, **settings):
-    app = create_app(fake_deployment(tmp_path, **settings), backend_factory=lambda s: fake)
-    return TestClient(app, raise_server_exceptions=False)
+    return fake_app_client(tmp_path, fake, **settings)
 
 
 def body(**kw):

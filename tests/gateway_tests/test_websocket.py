@@ -10,13 +10,11 @@ import time
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
-from gateway_fixtures import FakeBackend, fake_audio, fake_deployment
+from gateway_fixtures import FakeBackend, fake_app_client, fake_audio, fake_deployment
 from starlette.websockets import WebSocketDisconnect
 from voices_audio import wav
 
 from gateway import encoding, refaudio
-from gateway.app import create_app
 
 pytestmark = pytest.mark.gateway
 
@@ -29,8 +27,7 @@ def fake():
 
 
 def make_client(tmp_path, fake, **settings):
-    app = create_app(fake_deployment(tmp_path, **settings), backend_factory=lambda s: fake)
-    return TestClient(app, raise_server_exceptions=False)
+    return fake_app_client(tmp_path, fake, **settings)
 
 
 @pytest.fixture

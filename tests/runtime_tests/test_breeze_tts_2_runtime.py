@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from deploy_plans import deploy
 
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import InvalidRequest
@@ -107,26 +108,16 @@ def test_say_refuses_what_breeze_does_not_take(breeze_export: Path, tmp_path: Pa
 def test_served_with_an_inline_vocoder_and_a_tiny_demo(breeze_export: Path) -> None:
     """A demo checkpoint for `serve`/`prepare --demo`; each checkpoint's speech_generation decodes
     inline and gets its own breeze_speech_encoder (voice features), suffixed when several are served."""
-    from dataclasses import dataclass
-
     from export.families import FAMILIES
-    from ttscore.contract.manifest import Manifest, read_manifest
 
     entry = FAMILIES[spec.FAMILY]
     assert [name for name, _ in entry.demo] == ["Breeze-TTS-2-tiny"]
 
-    @dataclass
-    class Served:
-        name: str
-        artifacts: Path
-        manifest: Manifest
-
-    manifest = read_manifest(breeze_export)
-    plan = entry.deploy([Served("breeze", breeze_export, manifest)])
+    plan = deploy(spec.FAMILY, breeze_export, "breeze")
     assert plan.vocoder == {"breeze": "inline"} and plan.voice_features == {"breeze": spec.SPEECH_ENCODER}
     assert plan.models == [(spec.SPEECH_ENCODER, spec.SPEECH_ENCODER, {"artifacts_dir": str(breeze_export)})]
     assert plan.readiness == []
-    two = entry.deploy([Served("a", breeze_export, manifest), Served("b", breeze_export, manifest)])
+    two = deploy(spec.FAMILY, breeze_export, "a", "b")
     assert two.voice_features == {"a": f"{spec.SPEECH_ENCODER}_a", "b": f"{spec.SPEECH_ENCODER}_b"}
     assert [(m[0], m[1]) for m in two.models] == [(f"{spec.SPEECH_ENCODER}_a", spec.SPEECH_ENCODER),
                                                    (f"{spec.SPEECH_ENCODER}_b", spec.SPEECH_ENCODER)]

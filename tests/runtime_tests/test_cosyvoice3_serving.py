@@ -5,12 +5,12 @@ the released layout (cosyvoice3.yaml, an empty config.json)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 from cosyvoice3_fixtures import *  # noqa: F403  (cosyvoice3_tiny, cosyvoice3_artifacts)
+from deploy_plans import assert_inline_with_an_encoder_each
 
 from ttscore.contract import cosyvoice3 as spec
 from ttscore.contract.errors import InvalidRequest
@@ -25,27 +25,10 @@ def _clip() -> tuple[np.ndarray, int]:
 
 def test_deploy_plan_and_demo(cosyvoice3_artifacts: Path) -> None:
     from export.families import FAMILIES
-    from ttscore.backend.families import FAMILIES as SERVED
-    from ttscore.contract.manifest import Manifest, read_manifest
 
-    entry = FAMILIES[spec.FAMILY]
-    assert [name for name, _ in entry.demo] == ["CosyVoice3-tiny"]
-    assert [m.name for m in SERVED[spec.FAMILY].models] == [spec.ENCODER_MODEL]
-    assert SERVED[spec.FAMILY].voice_features == spec.ENCODER_MODEL
-
-    @dataclass
-    class Served:
-        name: str
-        artifacts: Path
-        manifest: Manifest
-
-    manifest = read_manifest(cosyvoice3_artifacts)
-    one = entry.deploy([Served("a", cosyvoice3_artifacts, manifest)])
-    assert one.vocoder == {"a": "inline"} and one.voice_features == {"a": "prompt_encoder"}
-    assert one.models == [("prompt_encoder", "prompt_encoder", {"artifacts_dir": str(cosyvoice3_artifacts)})]
-    two = entry.deploy([Served("a", cosyvoice3_artifacts, manifest), Served("b", cosyvoice3_artifacts, manifest)])
-    assert two.voice_features == {"a": "prompt_encoder_a", "b": "prompt_encoder_b"}
-    assert [m[0] for m in two.models] == ["prompt_encoder_a", "prompt_encoder_b"]
+    assert [name for name, _ in FAMILIES[spec.FAMILY].demo] == ["CosyVoice3-tiny"]
+    assert spec.ENCODER_MODEL == "prompt_encoder"
+    assert_inline_with_an_encoder_each(spec.FAMILY, cosyvoice3_artifacts, "prompt_encoder")
 
 
 def test_prompt_encoder_glue_equals_the_front_end(cosyvoice3_tiny: Path, cosyvoice3_artifacts: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from cosyvoice3_fixtures import *  # noqa: F403  (cosyvoice3_tiny, cosyvoice3_foreign)
-from cosyvoice3_fixtures import VLLM_OMNI_WHEEL
+from vllm_omni_source import require_wheel
 
 pytestmark = pytest.mark.unit
 
@@ -22,12 +22,8 @@ TEXTS = ("Hello world, this is a tiny text to speech model.",
 
 
 def _vllm_omni_tokenizer(tmp_path: Path):
-    import refenv
-
-    if VLLM_OMNI_WHEEL is None:
-        refenv.missing("the vllm-omni wheel (make setup downloads it into .venv-ref5/wheels/)")
     name = "vllm_omni/model_executor/models/cosyvoice3/tokenizer.py"
-    with zipfile.ZipFile(VLLM_OMNI_WHEEL) as zf:
+    with zipfile.ZipFile(require_wheel()) as zf:
         zf.extract(name, tmp_path)
     spec = importlib.util.spec_from_file_location("cosyvoice3_vllm_omni_tokenizer", tmp_path / name)
     mod = importlib.util.module_from_spec(spec)

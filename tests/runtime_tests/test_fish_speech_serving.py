@@ -5,11 +5,11 @@ the offline encoder's codes, and the served model (encoders off) taking codes, n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from deploy_plans import assert_inline_with_an_encoder_each
 from fish_speech_fixtures import *  # noqa: F403  (fish_tiny, fish_artifacts)
 
 from ttscore.contract import fish_speech as spec
@@ -27,27 +27,9 @@ def _clip(seconds: float = 0.5, rate: int = spec.SAMPLE_RATE, seed: int = 0) -> 
 
 def test_served_with_an_inline_vocoder_a_dac_encoder_and_a_tiny_demo(fish_artifacts: Path) -> None:
     from export.families import FAMILIES
-    from ttscore.backend.families import FAMILIES as SERVED
-    from ttscore.contract.manifest import Manifest, read_manifest
 
-    entry = FAMILIES[spec.FAMILY]
-    assert [name for name, _ in entry.demo] == ["Fish-Speech-S2-Pro-tiny"]
-    assert [m.name for m in SERVED[spec.FAMILY].models] == ["dac_encoder"]
-    assert SERVED[spec.FAMILY].voice_features == "dac_encoder"
-
-    @dataclass
-    class Served:
-        name: str
-        artifacts: Path
-        manifest: Manifest
-
-    manifest = read_manifest(fish_artifacts)
-    one = entry.deploy([Served("a", fish_artifacts, manifest)])
-    assert one.vocoder == {"a": "inline"} and one.voice_features == {"a": "dac_encoder"}
-    assert one.models == [("dac_encoder", "dac_encoder", {"artifacts_dir": str(fish_artifacts)})]
-    two = entry.deploy([Served("a", fish_artifacts, manifest), Served("b", fish_artifacts, manifest)])
-    assert two.voice_features == {"a": "dac_encoder_a", "b": "dac_encoder_b"}
-    assert [m[0] for m in two.models] == ["dac_encoder_a", "dac_encoder_b"]
+    assert [name for name, _ in FAMILIES[spec.FAMILY].demo] == ["Fish-Speech-S2-Pro-tiny"]
+    assert_inline_with_an_encoder_each(spec.FAMILY, fish_artifacts, "dac_encoder")
 
 
 def test_request_from_tensors() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from deploy_plans import assert_inline_only
 from gepard_fixtures import *  # noqa: F403  (gepard_tiny, gepard_artifacts)
 
 from ttscore.contract.errors import InvalidRequest
@@ -112,25 +113,10 @@ def test_a_prompt_prefilled_in_chunks_makes_the_same_frames(model: Any) -> None:
 def test_served_with_an_inline_vocoder_and_a_tiny_demo(gepard_artifacts: Path) -> None:
     """A demo checkpoint for `serve`/`prepare --demo`; each checkpoint's speech_generation decodes
     inline (its own codec_stream) and has no voice-features model; the manifest lists the one voice."""
-    from dataclasses import dataclass
-
     from export.families import FAMILIES
-    from ttscore.backend.families import FAMILIES as SERVED
     from ttscore.contract import gepard as spec
-    from ttscore.contract.manifest import Manifest, read_manifest
+    from ttscore.contract.manifest import read_manifest
 
-    entry = FAMILIES[spec.FAMILY]
-    assert [name for name, _ in entry.demo] == ["Gepard-1.0-tiny"]
-    assert SERVED[spec.FAMILY].models == () and SERVED[spec.FAMILY].voice_features is None
-
-    @dataclass
-    class Served:
-        name: str
-        artifacts: Path
-        manifest: Manifest
-
-    manifest = read_manifest(gepard_artifacts)
-    assert manifest.speakers == {"default": 0}
-    plan = entry.deploy([Served("a", gepard_artifacts, manifest), Served("b", gepard_artifacts, manifest)])
-    assert plan.vocoder == {"a": "inline", "b": "inline"} and plan.voice_features == {"a": None, "b": None}
-    assert plan.models == [] and plan.readiness == []
+    assert [name for name, _ in FAMILIES[spec.FAMILY].demo] == ["Gepard-1.0-tiny"]
+    assert read_manifest(gepard_artifacts).speakers == {"default": 0}
+    assert_inline_only(spec.FAMILY, gepard_artifacts)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from deploy_plans import deploy
 from omnivoice_fixtures import *  # noqa: F403  (its session fixtures: omnivoice_tiny, omnivoice_artifacts)
 
 from ttscore.contract.errors import InvalidRequest
@@ -98,24 +99,15 @@ def test_say_writes_a_wav(omnivoice_tiny: Path, tmp_path: Path, monkeypatch: pyt
 def test_served_with_an_inline_codec_decoder_and_a_tiny_demo(omnivoice_artifacts: Path) -> None:
     """A demo checkpoint for `serve`/`prepare --demo`; a deployment renders each checkpoint's
     speech_generation (codec decoder inline) and its codec_encoder (voice features)."""
-    from dataclasses import dataclass
-
     from export.families import FAMILIES
-    from ttscore.contract.manifest import Manifest, read_manifest
 
     entry = FAMILIES["omnivoice"]
     assert [name for name, _ in entry.demo] == ["OmniVoice-tiny"]
 
-    @dataclass
-    class Served:
-        name: str
-        artifacts: Path
-        manifest: Manifest
-
-    plan = entry.deploy([Served("omni", omnivoice_artifacts, read_manifest(omnivoice_artifacts))])
+    plan = deploy("omnivoice", omnivoice_artifacts, "omni")
     assert plan.vocoder == {"omni": "inline"} and plan.voice_features == {"omni": "codec_encoder"}
     assert plan.models == [("codec_encoder", "codec_encoder", {"artifacts_dir": str(omnivoice_artifacts)})]
-    two = entry.deploy([Served(n, omnivoice_artifacts, read_manifest(omnivoice_artifacts)) for n in ("a", "b")])
+    two = deploy("omnivoice", omnivoice_artifacts, "a", "b")
     assert two.voice_features == {"a": "codec_encoder_a", "b": "codec_encoder_b"}
 
 

@@ -4,10 +4,10 @@ the gateway sends: text, voice, max_new_tokens, seed, cfg_alpha; a foreign input
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from deploy_plans import assert_inline_only
 from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny, voxtral_artifacts)
 
 from ttscore.contract import tensors as triton_io
@@ -19,24 +19,11 @@ pytestmark = pytest.mark.export
 
 def test_served_with_an_inline_vocoder_and_a_tiny_demo(voxtral_artifacts: Path) -> None:
     from export.families import FAMILIES
-    from ttscore.backend.families import FAMILIES as SERVED
-    from ttscore.contract.manifest import Manifest, read_manifest
+    from ttscore.contract.manifest import read_manifest
 
-    entry = FAMILIES[spec.FAMILY]
-    assert [name for name, _ in entry.demo] == ["Voxtral-TTS-tiny"]
-    assert SERVED[spec.FAMILY].models == () and SERVED[spec.FAMILY].voice_features is None
-
-    @dataclass
-    class Served:
-        name: str
-        artifacts: Path
-        manifest: Manifest
-
-    manifest = read_manifest(voxtral_artifacts)
-    assert sorted(manifest.speakers) == ["casual_male", "neutral_female"]
-    plan = entry.deploy([Served("a", voxtral_artifacts, manifest), Served("b", voxtral_artifacts, manifest)])
-    assert plan.vocoder == {"a": "inline", "b": "inline"} and plan.voice_features == {"a": None, "b": None}
-    assert plan.models == [] and plan.readiness == []
+    assert [name for name, _ in FAMILIES[spec.FAMILY].demo] == ["Voxtral-TTS-tiny"]
+    assert sorted(read_manifest(voxtral_artifacts).speakers) == ["casual_male", "neutral_female"]
+    assert_inline_only(spec.FAMILY, voxtral_artifacts)
 
 
 def test_request_from_tensors() -> None:

@@ -15,6 +15,7 @@ import time
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from grpc_inputs import to_inputs
 
 from triton_tts.serve import Served, plan_deployment
 from ttscore.contract import tensors as triton_io
@@ -41,16 +42,6 @@ def deployment(triton_server, tiny_custom_voice, tiny_voice_design, tiny_base, t
     render_repository(repo, plan["settings"], models=plan["models"], aliases=plan["aliases"])
     server = triton_server(repository=repo)
     return server, pipes
-
-
-def to_inputs(tensors):
-    inputs = []
-    for name, value in tensors.items():
-        dtype = "BYTES" if value.dtype == np.object_ else grpcclient.np_to_triton_dtype(value.dtype)
-        inp = grpcclient.InferInput(name, list(value.shape), dtype)
-        inp.set_data_from_numpy(value)
-        inputs.append(inp)
-    return inputs
 
 
 class Stream:

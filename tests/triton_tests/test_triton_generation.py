@@ -13,6 +13,7 @@ import queue
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from grpc_inputs import to_inputs
 
 from ttscore.contract import tensors as triton_io
 from ttscore.runtime.engine import Generator
@@ -33,16 +34,6 @@ def served(triton_server, tiny_custom_voice):
         settings={"speech_generation": {"parameters": {"max_active_requests": "4"}}},
     )
     return server, pipeline
-
-
-def to_inputs(tensors: dict[str, np.ndarray]) -> list:
-    inputs = []
-    for name, value in tensors.items():
-        dtype = "BYTES" if value.dtype == np.object_ else grpcclient.np_to_triton_dtype(value.dtype)
-        inp = grpcclient.InferInput(name, list(value.shape), dtype)
-        inp.set_data_from_numpy(value)
-        inputs.append(inp)
-    return inputs
 
 
 def stream(url: str, requests: dict[str, dict]) -> tuple[dict[str, list], list]:

@@ -16,7 +16,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
 from fakes.fake_generator import FakeGenerator
 
@@ -287,6 +286,7 @@ def sample(samples: dict, name: str, **labels: str) -> float:
 @pytest.mark.integration
 def test_metrics_port_shows_steps_batches_and_outcomes(triton_server, dummy_artifacts):
     import tritonclient.grpc as grpcclient
+    from grpc_inputs import to_inputs
 
     server = triton_server(
         models=["code2wav", "speech_generation"],
@@ -299,12 +299,7 @@ def test_metrics_port_shows_steps_batches_and_outcomes(triton_server, dummy_arti
     client.start_stream(callback=lambda result, error: events.put((result, error)))
     try:
         for rid, text in (("ok", "hello"), ("bad", "invalid")):  # one after the other: known steps
-            inputs = []
-            for name, value in triton_io.request_tensors(text=text, max_new_tokens=5).items():
-                dtype = "BYTES" if value.dtype == np.object_ else grpcclient.np_to_triton_dtype(value.dtype)
-                inp = grpcclient.InferInput(name, list(value.shape), dtype)
-                inp.set_data_from_numpy(value)
-                inputs.append(inp)
+            inputs = to_inputs(triton_io.request_tensors(text=text, max_new_tokens=5))
             client.async_stream_infer("speech_generation", inputs, request_id=rid, enable_empty_final_response=True)
             while True:
                 result, error = events.get(timeout=30)

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from deploy_plans import served_from_manifest
 
 from ttscore.backend import repository as r
 
@@ -200,25 +201,14 @@ def test_readme_documents_the_public_tensors_exactly():
         assert (t.dtype, dims) in rows.get(t.name, []), f"README row for {t.name} is missing or stale"
 
 
-def _served(tmp_path, name, raw):
-    from triton_tts.serve import Served
-    from ttscore.contract.manifest import Manifest
-
-    art = tmp_path / name
-    art.mkdir()
-    raw = {"format_version": 1, **raw}
-    (art / "manifest.json").write_text(json.dumps(raw))
-    return Served(name, art, art, Manifest.parse(art, raw))
-
-
 def test_mixed_deployment_renders_qwen_and_voxcpm2_side_by_side(tmp_path):
     from triton_tts.serve import gateway_config, plan_deployment
 
     tok = {"source": {"files": {"speech_tokenizer/model.safetensors": {"sha256": "same"}}}, "code2wav": {"state_size": 12}}
     served = [
-        _served(tmp_path, "cv", {"family": "qwen3_tts", "variant": "custom_voice", **tok}),
-        _served(tmp_path, "base", {"family": "qwen3_tts", "variant": "base", **tok}),
-        _served(tmp_path, "vox", {"family": "voxcpm2", "variant": "base", "vae_decoder": {"state_size": 7}}),
+        served_from_manifest(tmp_path, "cv", {"family": "qwen3_tts", "variant": "custom_voice", **tok}),
+        served_from_manifest(tmp_path, "base", {"family": "qwen3_tts", "variant": "base", **tok}),
+        served_from_manifest(tmp_path, "vox", {"family": "voxcpm2", "variant": "base", "vae_decoder": {"state_size": 7}}),
     ]
     plan = plan_deployment(served)
     assert plan["shared_code2wav"]  # the VoxCPM2 checkpoint has no speech tokenizer: it does not break sharing
@@ -241,14 +231,14 @@ def test_mixed_deployment_renders_qwen_and_voxcpm2_side_by_side(tmp_path):
     assert by_name["cv"]["voice_features_model"] is None and by_name["base"]["voice_features_model"] == "voice_features"
     assert config["readiness_models"] == ["code2wav", "audiovae_decoder"]
     # two VoxCPM2 checkpoints: one decoder/encoder pair each, named after the checkpoint
-    two = plan_deployment([*served, _served(tmp_path, "vox2", {"family": "voxcpm2", "variant": "base",
+    two = plan_deployment([*served, served_from_manifest(tmp_path, "vox2", {"family": "voxcpm2", "variant": "base",
                                                                    "vae_decoder": {"state_size": 7}})])
     assert {"audiovae_decoder_vox", "audiovae_encoder_vox2"} <= set(two["models"])
     assert two["settings"]["speech_generation_vox2"]["parameters"]["vocoder"] == "audiovae_decoder_vox2"
 
 
 def test_voxcpm2_decoder_state_dims_checked_against_its_manifest(tmp_path):
-    vox = _served(tmp_path, "vox", {"family": "voxcpm2", "variant": "base", "vae_decoder": {"state_size": 7}})
+    vox = served_from_manifest(tmp_path, "vox", {"family": "voxcpm2", "variant": "base", "vae_decoder": {"state_size": 7}})
     src = tmp_path / "src"
     shutil.copytree(r.SOURCE_REPOSITORY, src)
     cfg = src / "audiovae_decoder" / "config.pbtxt"

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+from grpc_inputs import to_inputs
 from tritonclient.utils import InferenceServerException
 
 from ttscore.backend import launcher as triton_env
@@ -65,13 +66,7 @@ class Stream:
         self.client.start_stream(callback=lambda result, error: self.events.put((result, error)))
 
     def send(self, model: str, tensors: dict[str, np.ndarray], request_id: str) -> None:
-        inputs = []
-        for name, value in tensors.items():
-            dtype = "BYTES" if value.dtype == np.object_ else grpcclient.np_to_triton_dtype(value.dtype)
-            inp = grpcclient.InferInput(name, list(value.shape), dtype)
-            inp.set_data_from_numpy(value)
-            inputs.append(inp)
-        self.client.async_stream_infer(model, inputs, request_id=request_id, enable_empty_final_response=True)
+        self.client.async_stream_infer(model, to_inputs(tensors), request_id=request_id, enable_empty_final_response=True)
 
     def next(self, timeout: float = TIMEOUT):
         return self.events.get(timeout=timeout)

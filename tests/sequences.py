@@ -1,0 +1,24 @@
+"""A family model's sequences run by hand in the runtime and parity tests (admit, prefill, step), as the
+engine runs them, all batched."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def run_to_the_end(model: Any, seqs: list[Any], width: int) -> list[np.ndarray]:
+    """prefill -> step the live sequences until every one has finished; the frames each made
+    ([frames, width] int64, taken from its `pending` after each step)."""
+    model.prefill([(s, s.prompt_tokens) for s in seqs])
+    out: list[list[np.ndarray]] = [[] for _ in seqs]
+    while True:
+        for i, s in enumerate(seqs):
+            out[i] += s.pending
+            s.pending = []
+        live = [s for s in seqs if s.finished is None]
+        if not live:
+            break
+        model.step(live)
+    return [np.array(f, np.int64).reshape(-1, width) for f in out]
