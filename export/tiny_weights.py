@@ -120,3 +120,36 @@ def save_weights(tensors: Mapping[str, Any], path: Path) -> None:
     from safetensors.torch import save_file
 
     save_file(dict(tensors), str(path), metadata={"format": "pt"})
+
+
+def learn_bpe_merges(words: Mapping[tuple[str, ...], int], count: int) -> tuple[tuple[str, str], ...]:
+    """Classic BPE over `words` (symbols -> frequency): up to `count` merges, each of the most frequent
+    adjacent pair, ties broken by the pair itself, so a tiny tokenizer's merges are fully deterministic."""
+    import itertools
+    from collections import Counter
+
+    merges: list[tuple[str, str]] = []
+    for _ in range(count):
+        pairs: Counter[tuple[str, str]] = Counter()
+        for w, n in words.items():
+            for a, b in itertools.pairwise(w):
+                pairs[(a, b)] += n
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        merged: dict[tuple[str, ...], int] = {}
+        for w, n in words.items():
+            out: list[str] = []
+            i = 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            key = tuple(out)
+            merged[key] = merged.get(key, 0) + n
+        words = merged
+    return tuple(merges)

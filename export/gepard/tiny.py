@@ -22,7 +22,6 @@ Weights draw per tensor from export.tiny_weights (sha256(seed, name) streams): s
 
 from __future__ import annotations
 
-import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -36,8 +35,6 @@ from export.tiny_weights import (
 )
 from ttscore.contract import gepard as spec
 from ttscore.runtime.families.gepard.checkpoint import CODEC_DIR, parse_config, tensor_shapes
-
-logger = logging.getLogger(__name__)
 
 SIZES = ("tiny", "real")
 CODEC_FILE = "nemo-nano-codec-22khz-1.89kbps-21.5fps.nemo"
