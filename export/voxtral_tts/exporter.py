@@ -20,7 +20,7 @@ import numpy as np
 
 from export.decoder_step import export_decoder_step
 from export.quantize import only_fp32
-from export.stages import StageRunner, copy_tokenizer, save_table
+from export.stages import StageRunner, copy_files, save_table
 from export.tracing import (
     ErrorTracker,
     export_checked,
@@ -149,14 +149,12 @@ def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int
             run.reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(src, info, tmp)
         with run.stage("tables"):
             tables = _tables(src, info, tmp)
-    copy_tokenizer(src, tmp, [TEKKEN])
+    copy_files(src, tmp / "tokenizer", [TEKKEN])
     return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
-        variant="base",
         model_size="real" if lm.dim >= 1024 else "tiny",
-        precision=precision,
         sizes=dataclasses.asdict(info),
         sample_rate=info.codec.sampling_rate,
         samples_per_frame=info.codec.samples_per_frame,
