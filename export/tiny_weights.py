@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -153,3 +153,17 @@ def learn_bpe_merges(words: Mapping[tuple[str, ...], int], count: int) -> tuple[
             merged[key] = merged.get(key, 0) + n
         words = merged
     return tuple(merges)
+
+
+def byte_level_bpe(corpus: Sequence[str], special_tokens: Sequence[str] = (), pre_tokenizer: Any = None) -> Any:
+    """A small byte-level BPE tokenizer (Qwen's family: byte-level pre-tokenizer and decoder, the 256 byte symbols
+    as its alphabet) trained on `corpus` up to 400 pieces; `pre_tokenizer` replaces the plain byte-level one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizer or pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=list(special_tokens), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    return tok

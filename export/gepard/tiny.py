@@ -28,6 +28,7 @@ from typing import Any
 
 from export.tiny_weights import (
     TensorInit,
+    byte_level_bpe,
     checkpoint_writer,
     json_bytes,
     save_weights,
@@ -57,15 +58,7 @@ def _sizes(size: str) -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def tokenizer_json() -> str:
     """A small byte-level BPE (Qwen's pre-tokenizer family)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([_CORPUS], trainer=trainer)
-    return str(tok.to_str())
+    return str(byte_level_bpe([_CORPUS], ["<|endoftext|>"]).to_str())
 
 
 def tokenizer_vocab() -> int:
