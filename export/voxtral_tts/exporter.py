@@ -26,6 +26,7 @@ from export.tracing import (
     export_checked,
     export_inline,
     ort_session,
+    random_codes,
     run_in_chunks,
     torch_threads,
 )
@@ -87,12 +88,8 @@ def _codec_stage(src: Path, info: VoxtralInfo, out: Path) -> tuple[dict[str, Any
 
     rng = np.random.default_rng(5)
 
-    def codes(b: int, t: int) -> np.ndarray:
-        sem = rng.integers(0, info.semantic_codebook_size, (b, 1, t))
-        ac = rng.integers(0, info.acoustic_codebook_size, (b, info.n_acoustic_codebook, t))
-        return np.concatenate([sem, ac], axis=1).astype(np.int64)
-
-    cases = [codes(2, 30), codes(1, 1)]
+    books = ((info.semantic_codebook_size, 1), (info.acoustic_codebook_size, info.n_acoustic_codebook))
+    cases = [random_codes(rng, 2, 30, books), random_codes(rng, 1, 1, books)]
     with torch_threads(), torch.inference_mode():
         whole = load(CodecDecoder(info), src)
         want = [whole(torch.from_numpy(c)).numpy() for c in cases]
