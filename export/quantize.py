@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from export.tracing import (
     scratch_dir,
 )
 from ttscore.contract.errors import ExportError, InvalidRequest
+from ttscore.contract.kv import past_key, past_value
 
 logger = logging.getLogger(__name__)
 
@@ -363,6 +364,25 @@ def quantize_graph(path: Path, precision: str, measure: Measure, *, audio: bool 
     vs.setdefault("bytes", file_size(q))
     replace_graph(q, path)  # the quantized graph serves under the fp32 graph's name
     return {"quantized": method, "vs_fp32": vs}
+
+
+def random_step_feeds(rng: Any, shapes: Sequence[tuple[int, int, int]], *, hidden: int, layers: int, kv_heads: int,
+                      head_dim: int, mask: bool = True, positions: bool = True) -> list[dict[str, np.ndarray]]:
+    """Random feeds of a decoder step with an explicit past (ttscore.contract.kv) for comparing a quantized graph
+    with its fp32 form: per (batch, past, new) of `shapes`, inputs_embeds, the attention mask and the positions
+    where the graph takes them, and a random past."""
+    feeds = []
+    for b, p, t in shapes:
+        feed: dict[str, np.ndarray] = {"inputs_embeds": rng.standard_normal((b, t, hidden)).astype(np.float32)}
+        if mask:
+            feed["attention_mask"] = np.ones((b, p + t), np.int64)
+        if positions:
+            feed["position_ids"] = np.tile(np.arange(p, p + t, dtype=np.int64), (b, 1))
+        for i in range(layers):
+            for name in (past_key(i), past_value(i)):
+                feed[name] = rng.standard_normal((b, kv_heads, p, head_dim)).astype(np.float32)
+        feeds.append(feed)
+    return feeds
 
 
 def compare_outputs(fp32_path: Path, quant_path: Path, feeds: list[dict[str, Any]]) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 `StageRunner` is the stage loop every family's exporter shares: each stage is announced as it starts (logged,
 and "step i of n" to the CLI's progress line), its peak memory is measured (export.memory: the manifest's
 `export.stages`), the graphs' validation reports are collected, and the manifest gets them with the memory
-summary and the exporting stack's versions. `save_table` and `copy_tokenizer` write an export's tables and
+summary and the exporting stack's versions. `save_table` and `copy_files` write an export's tables and
 tokenizer files.
 """
 
@@ -84,10 +84,11 @@ class StageRunner:
             with self._monitor.stage(f"{self.precision}_{name}"):
                 self.reports[name] = {**self.reports[name], **quantize(name)}
 
-    def manifest(self, out: Path, **fields: Any) -> dict[str, Any]:
-        """The export's manifest (ttscore.contract.manifest.build_manifest) with the stages' validation
-        reports, their memory and the exporting stack's versions."""
-        return build_manifest(out, validation=self.reports, memory=self.memory, versions=versions(), **fields)
+    def manifest(self, out: Path, variant: str = "base", **fields: Any) -> dict[str, Any]:
+        """The export's manifest (ttscore.contract.manifest.build_manifest) at the runner's precision, with the
+        stages' validation reports, their memory and the exporting stack's versions."""
+        return build_manifest(out, variant=variant, precision=self.precision, validation=self.reports,
+                              memory=self.memory, versions=versions(), **fields)
 
 
 def save_table(out: Path, name: str, array: Any, tables: dict[str, Any]) -> None:
@@ -99,10 +100,9 @@ def save_table(out: Path, name: str, array: Any, tables: dict[str, Any]) -> None
     tables[name] = {"shape": list(array.shape)}
 
 
-def copy_tokenizer(src: Path, out: Path, names: Iterable[str]) -> None:
-    """Copy the tokenizer files `names` the checkpoint `src` has into the export's `tokenizer/`."""
-    tok_dir = out / "tokenizer"
-    tok_dir.mkdir()
+def copy_files(src: Path, dst: Path, names: Iterable[str]) -> None:
+    """Copy the files `names` that the checkpoint `src` has into the export's folder `dst` (a tokenizer's)."""
+    dst.mkdir(exist_ok=True)
     for name in names:
         if (src / name).is_file():
-            shutil.copy2(src / name, tok_dir / name)
+            shutil.copy2(src / name, dst / name)

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -120,3 +120,50 @@ def save_weights(tensors: Mapping[str, Any], path: Path) -> None:
     from safetensors.torch import save_file
 
     save_file(dict(tensors), str(path), metadata={"format": "pt"})
+
+
+def learn_bpe_merges(words: Mapping[tuple[str, ...], int], count: int) -> tuple[tuple[str, str], ...]:
+    """Classic BPE over `words` (symbols -> frequency): up to `count` merges, each of the most frequent
+    adjacent pair, ties broken by the pair itself, so a tiny tokenizer's merges are fully deterministic."""
+    import itertools
+    from collections import Counter
+
+    merges: list[tuple[str, str]] = []
+    for _ in range(count):
+        pairs: Counter[tuple[str, str]] = Counter()
+        for w, n in words.items():
+            for a, b in itertools.pairwise(w):
+                pairs[(a, b)] += n
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        merged: dict[tuple[str, ...], int] = {}
+        for w, n in words.items():
+            out: list[str] = []
+            i = 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            key = tuple(out)
+            merged[key] = merged.get(key, 0) + n
+        words = merged
+    return tuple(merges)
+
+
+def byte_level_bpe(corpus: Sequence[str], special_tokens: Sequence[str] = (), pre_tokenizer: Any = None) -> Any:
+    """A small byte-level BPE tokenizer (Qwen's family: byte-level pre-tokenizer and decoder, the 256 byte symbols
+    as its alphabet) trained on `corpus` up to 400 pieces; `pre_tokenizer` replaces the plain byte-level one."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizer or pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=list(special_tokens), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(list(corpus), trainer=trainer)
+    return tok

@@ -122,6 +122,13 @@ def empty_past(layers: int, kv_heads: int, head_dim: int, batch: int = 1) -> lis
     return [np.zeros((batch, kv_heads, 0, head_dim), np.float32) for _ in range(2 * layers)]
 
 
+def random_codes(rng: Any, batch: int, frames: int, codebooks: Sequence[tuple[int, int]]) -> np.ndarray:
+    """Random codec codes [batch, rows, frames] int64 for validation: per (codebook size, rows) of `codebooks` in
+    turn (e.g. one semantic row, then the acoustic rows), that many rows drawn from `rng`."""
+    return np.concatenate([rng.integers(0, size, (batch, rows, frames)) for size, rows in codebooks],
+                          axis=1).astype(np.int64)
+
+
 def run_in_chunks(session: Any, codes: np.ndarray, state_size: int, chunks: Sequence[int], axis: int = -1
                   ) -> np.ndarray:
     """A streaming vocoder graph ((codes, state) -> (pcm, state)) run over `codes` in chunks of `chunks` frames

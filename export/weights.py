@@ -10,6 +10,7 @@ do when asked for float32.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,30 @@ def tensor_files(checkpoint: Path, stem: str = "model", prefix: str = "") -> dic
     """State-dict name (`prefix` + the stored key) -> (safetensors file, key) for `<stem>`'s weights."""
     weights = read_weights(Path(checkpoint), stem)
     return {prefix + name: (path, name) for name, path in weights.tensors.items()}
+
+
+class CheckpointTensors:
+    """A checkpoint's safetensors tensors, each read on its own as float32 when asked, so an export stage holds
+    only the weights of the module it traces. `stored`: a tensor's stored name from the name asked for (by
+    default the same)."""
+
+    def __init__(self, checkpoint: Path, stem: str = "model", stored: Mapping[str, str] | None = None) -> None:
+        self.files = read_weights(Path(checkpoint), stem).tensors
+        self.stored = stored
+
+    def get(self, name: str) -> Any:
+        import torch
+        from safetensors import safe_open
+
+        key = name if self.stored is None else self.stored[name]
+        with safe_open(str(self.files[key]), framework="pt") as f:
+            return f.get_tensor(key).to(torch.float32)
+
+    def load(self, module: Any, name: Callable[[str], str] = str) -> None:
+        """Every parameter and persistent buffer of `module` from the tensor `name(its state-dict name)`, in the
+        module's shape (a scalar stored as [1]); strict."""
+        state = {p: self.get(name(p)).reshape(t.shape) for p, t in module.state_dict().items()}
+        module.load_state_dict(state, strict=True)
 
 
 def load_tensors(model: Any, names: list[str], files: dict[str, tuple[Path, str]], where: Path) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from export.memory import release_memory
 from export.quantize import only_fp32
-from export.stages import StageRunner, copy_tokenizer, save_table
+from export.stages import StageRunner, copy_files, save_table
 from export.tracing import (
     ErrorTracker,
     empty_past,
@@ -30,6 +30,7 @@ from export.tracing import (
     torch_threads,
     with_past,
 )
+from export.weights import CheckpointTensors
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import ExportError
 from ttscore.contract.graphs import GraphSpec
@@ -53,31 +54,6 @@ def graph_specs(info: BreezeInfo) -> dict[str, GraphSpec]:
     }
 
 
-class Weights:
-    """The checkpoint's tensors by name, read one at a time as float32 (sharded checkpoints too)."""
-
-    def __init__(self, src: Path) -> None:
-        cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
-        self.where = tensor_names(src, cfg)  # our name -> stored name (strict check)
-        from ttscore.runtime.weights import read_weights
-
-        self.files = read_weights(src, "model").tensors
-
-    def get(self, name: str) -> Any:
-        import torch
-        from safetensors import safe_open
-
-        stored = self.where[name]
-        with safe_open(str(self.files[stored]), framework="pt") as f:
-            return f.get_tensor(stored).to(torch.float32)
-
-    def load(self, module: Any, names: tuple[tuple[str, str], ...]) -> None:
-        from export.breeze_tts_2.graphs import checkpoint_name
-
-        state = {p: self.get(checkpoint_name(p, names)) for p in module.state_dict()}
-        module.load_state_dict(state, strict=True)
-
-
 class _LogitsTracker(ErrorTracker):
     """Masked logits are -inf on both sides: compared with those rows replaced by a finite floor (a
     row -inf on one side only is an error of 1e9)."""
@@ -87,17 +63,17 @@ class _LogitsTracker(ErrorTracker):
         return super().add(name, np.maximum(np.asarray(got), floor), np.maximum(np.asarray(want), floor), case)
 
 
-def _text_stage(w: Weights, info: BreezeInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
+def _text_stage(w: CheckpointTensors, info: BreezeInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
     import torch
 
-    from .graphs import TEXT_NAMES, TextEncoder
+    from .graphs import TEXT_NAMES, TextEncoder, checkpoint_name
 
     g = torch.Generator().manual_seed(2)
     vocab = info.text.vocab_size
     cases: list[tuple[str, np.ndarray, np.ndarray, np.ndarray]] = []
     with torch_threads(), torch.inference_mode():
         model = TextEncoder(info).eval()
-        w.load(model, TEXT_NAMES)
+        w.load(model, lambda p: checkpoint_name(p, TEXT_NAMES))
         long = max(3, info.text.sliding_window + 3)  # past the sliding window on both sides
         for t_len in (1, 4, long):
             ids = torch.randint(0, vocab, (1, t_len), generator=g)
@@ -122,12 +98,12 @@ def _text_stage(w: Weights, info: BreezeInfo, gspec: GraphSpec, out: Path) -> di
     return tr.finish(gspec.name, path, TOLERANCE)
 
 
-def _stack_stage(w: Weights, info: BreezeInfo, gspec: GraphSpec, out: Path, which: str) -> dict[str, Any]:
+def _stack_stage(w: CheckpointTensors, info: BreezeInfo, gspec: GraphSpec, out: Path, which: str) -> dict[str, Any]:
     """Backbone or depth decoder: prefill + decode over the graph's own K/V equal the torch module
     run on the whole sequence at once; a ragged batch (backbone) equals each row alone."""
     import torch
 
-    from .graphs import BACKBONE_NAMES, DEPTH_NAMES, BackboneStep, DepthStep
+    from .graphs import BACKBONE_NAMES, DEPTH_NAMES, BackboneStep, DepthStep, checkpoint_name
 
     backbone = which == "backbone"
     s = info.backbone if backbone else info.depth
@@ -146,7 +122,7 @@ def _stack_stage(w: Weights, info: BreezeInfo, gspec: GraphSpec, out: Path, whic
 
     with torch_threads(), torch.inference_mode():
         model = (BackboneStep(info) if backbone else DepthStep(info)).eval()
-        w.load(model, BACKBONE_NAMES if backbone else DEPTH_NAMES)
+        w.load(model, lambda p: checkpoint_name(p, BACKBONE_NAMES if backbone else DEPTH_NAMES))
         if not backbone:
             pass
         whole = call(model, x, [torch.zeros(1, kvh, 0, hd) for _ in range(2 * layers)], 0)
@@ -209,7 +185,7 @@ def _stack_stage(w: Weights, info: BreezeInfo, gspec: GraphSpec, out: Path, whic
     return tr.finish(gspec.name, path, TOLERANCE)
 
 
-def _tables_stage(w: Weights, info: BreezeInfo, out: Path) -> dict[str, Any]:
+def _tables_stage(w: CheckpointTensors, info: BreezeInfo, out: Path) -> dict[str, Any]:
     tables: dict[str, Any] = {}
     save_table(out, spec.AUDIO_EMBEDDINGS, w.get(AUDIO_TABLE).numpy(), tables)
     save_table(out, spec.DEPTH_HEADS, w.get("depth_decoder.codebooks_head.weight").numpy(), tables)
@@ -246,7 +222,8 @@ def export_breeze(src: Path, tmp: Path, precision: str, progress: Callable[[int,
     info = read_checkpoint(src)
     torch.manual_seed(0)
     specs = graph_specs(info)
-    weights = Weights(src)
+    cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    weights = CheckpointTensors(src, stored=tensor_names(src, cfg))  # our name -> stored name (strict check)
     with StageRunner(["text encoder", "backbone", "depth decoder", "tables", "codec"], progress) as run:
         with run.stage("text encoder"):
             run.reports["text_encoder"] = _text_stage(weights, info, specs["text_encoder"], tmp)
@@ -266,14 +243,12 @@ def export_breeze(src: Path, tmp: Path, precision: str, progress: Callable[[int,
     specs["code2wav_stream"] = code2wav_stream_spec(info.num_codebooks, int(c2w["state_size"]), spec.SAMPLES_PER_FRAME)
     specs["code2wav"] = code2wav_spec(info.num_codebooks)
     specs["speech_encoder"] = speech_encoder_spec(info.num_codebooks)
-    copy_tokenizer(src, tmp, TOKENIZER_FILES)
+    copy_files(src, tmp / "tokenizer", TOKENIZER_FILES)
     return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
-        variant="base",
         model_size="real" if info.backbone.hidden_size >= 1024 else "tiny",
-        precision=precision,
         sizes=info.to_json(),
         sample_rate=info.sample_rate,
         samples_per_frame=spec.SAMPLES_PER_FRAME,

@@ -24,7 +24,6 @@ classes (T5Gemma2TextEncoder, Qwen3Model, LlamaModel + heads) in the ref5 enviro
 from __future__ import annotations
 
 import json
-import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -38,8 +37,6 @@ from export.tiny_weights import (
 )
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.runtime.families.breeze_tts_2.checkpoint import tensor_shapes
-
-logger = logging.getLogger(__name__)
 
 SIZES = ("tiny", "real")
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from export.tiny_weights import (
     TensorInit,
+    byte_level_bpe,
     checkpoint_writer,
     json_bytes,
     write_files,
@@ -188,13 +189,7 @@ def _bpe() -> tuple[dict[str, int], list[tuple[str, str]]]:
     """A small byte-level BPE (Qwen's pre-tokenizer family): its vocab and merges."""
     import json
 
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=400, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([_CORPUS], trainer=trainer)
-    model = json.loads(tok.to_str())["model"]
+    model = json.loads(byte_level_bpe([_CORPUS]).to_str())["model"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
     return dict(model["vocab"]), [(a, b) for a, b in merges]
 

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from export.decoder_step import export_decoder_step
-from export.quantize import compare_outputs, quantize_graph
-from export.stages import StageRunner, copy_tokenizer, save_table
+from export.quantize import compare_outputs, quantize_graph, random_step_feeds
+from export.stages import StageRunner, copy_files, save_table
 from export.tracing import (
     ErrorTracker,
     empty_past,
@@ -27,6 +27,7 @@ from export.tracing import (
     export_inline,
     ort_run,
     ort_session,
+    random_codes,
     run_in_chunks,
     torch_threads,
     with_past,
@@ -100,12 +101,8 @@ def _codec_stage(src: Path, info: FishInfo, out: Path
     d = info.codec
     rng = np.random.default_rng(5)
 
-    def codes(b: int, n: int) -> np.ndarray:
-        sem = rng.integers(0, d.semantic_codebook_size, (b, 1, n))
-        res = rng.integers(0, d.residual_codebook_size, (b, d.n_residual, n))
-        return np.concatenate([sem, res], axis=1).astype(np.int64)
-
-    dec_cases = [codes(2, 140), codes(1, 1)]
+    books = ((d.semantic_codebook_size, 1), (d.residual_codebook_size, d.n_residual))
+    dec_cases = [random_codes(rng, 2, 140, books), random_codes(rng, 1, 1, books)]
     spf = d.samples_per_frame
     audio = [(0.3 * np.sin(np.arange(4 * spf) * f)[None]).astype(np.float32) for f in (0.02, 0.11)]
     enc_cases = [np.concatenate(audio), audio[0][:, :spf]]
@@ -161,22 +158,12 @@ def _quant_feeds(info: FishInfo, graph: str, state_size: int, seed: int = 0) -> 
     if graph == "dac_stream":
         feeds = []
         for b, n in ((1, 6), (2, 3)):
-            codes = np.concatenate([rng.integers(0, d.semantic_codebook_size, (b, 1, n)),
-                                    rng.integers(0, d.residual_codebook_size, (b, d.n_residual, n))], axis=1)
-            feeds.append({"codes": codes.astype(np.int64), "state": np.zeros((b, state_size), np.float32)})
+            codes = random_codes(rng, b, n, ((d.semantic_codebook_size, 1), (d.residual_codebook_size, d.n_residual)))
+            feeds.append({"codes": codes, "state": np.zeros((b, state_size), np.float32)})
         return feeds
     t = info.config.slow if graph == "slow_step" else info.config.fast
-    feeds = []
-    for b, p, n in ((1, 0, 6), (3, 4, 1)):
-        feed: dict[str, np.ndarray] = {"inputs_embeds": rng.standard_normal((b, n, t.dim)).astype(np.float32),
-                                       "position_ids": np.tile(np.arange(p, p + n, dtype=np.int64), (b, 1))}
-        if graph == "slow_step":
-            feed["attention_mask"] = np.ones((b, p + n), np.int64)
-        for i in range(t.n_layer):
-            for name in (spec.past_key(i), spec.past_value(i)):
-                feed[name] = rng.standard_normal((b, t.n_local_heads, p, t.head_dim)).astype(np.float32)
-        feeds.append(feed)
-    return feeds
+    return random_step_feeds(rng, ((1, 0, 6), (3, 4, 1)), hidden=t.dim, layers=t.n_layer, kv_heads=t.n_local_heads,
+                             head_dim=t.head_dim, mask=graph == "slow_step")
 
 
 def _quantize(info: FishInfo, path: Path, graph: str, precision: str, state_size: int) -> dict[str, Any]:
@@ -228,14 +215,12 @@ def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
         with run.stage("tables"):
             tables = _tables(src, info, tmp)
         run.quantize(QUANTIZED, lambda name: _quantize(info, tmp / specs[name].filename, name, precision, state_size))
-    copy_tokenizer(src, tmp, [TOKENIZER])
+    copy_files(src, tmp / "tokenizer", [TOKENIZER])
     return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
-        variant="base",
         model_size="real" if s.dim >= 1024 else "tiny",
-        precision=precision,
         sizes=dataclasses.asdict(info),
         sample_rate=spec.SAMPLE_RATE,
         samples_per_frame=info.codec.samples_per_frame,

@@ -24,6 +24,7 @@ from typing import Any
 
 from export.tiny_weights import (
     TensorInit,
+    byte_level_bpe,
     checkpoint_writer,
     json_bytes,
     save_weights,
@@ -95,16 +96,11 @@ def special_tokens() -> dict[str, int]:
 def tokenizer_json() -> str:
     """A byte-level BPE trained on a few sentences, its vocabulary filled to Qwen3's 151643 ids with entries no
     merge produces, and the special tokens at their ids."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, pre_tokenizers
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
+    tok = byte_level_bpe([_CORPUS], pre_tokenizer=pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([_CORPUS], trainer=trainer)
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]))
     data = json.loads(tok.to_str())
     vocab = data["model"]["vocab"]
     for i in range(len(vocab), TEXT_VOCAB):

@@ -18,7 +18,7 @@ import numpy as np
 
 from export.decoder_step import export_decoder_step
 from export.quantize import only_fp32
-from export.stages import StageRunner, copy_tokenizer, save_table
+from export.stages import StageRunner, copy_files, save_table
 from export.tracing import (
     ErrorTracker,
     export_checked,
@@ -27,6 +27,7 @@ from export.tracing import (
     run_in_chunks,
     torch_threads,
 )
+from export.weights import CheckpointTensors
 from ttscore.contract import gepard as spec
 from ttscore.contract.errors import CheckpointError
 from ttscore.contract.graphs import GraphSpec
@@ -44,28 +45,7 @@ TOLERANCE = 1e-4  # max abs error of backbone / frame_embed outputs vs the torch
 CODEC_TOLERANCE = 1e-4  # codec_stream audio, streamed in chunks, vs the torch whole decode
 
 
-class Weights:
-    """The checkpoint's tensors by name, read one at a time as float32."""
-
-    def __init__(self, src: Path) -> None:
-        from ttscore.runtime.weights import read_weights
-
-        self.files = read_weights(src, "model").tensors
-
-    def get(self, name: str) -> Any:
-        import torch
-        from safetensors import safe_open
-
-        with safe_open(str(self.files[name]), framework="pt") as f:
-            return f.get_tensor(name).to(torch.float32)
-
-    def load(self, module: Any) -> None:
-        """Every parameter of `module` from the tensor of the same name (audio_embed_scale as a scalar)."""
-        state = {p: self.get(p).reshape(t.shape) for p, t in module.state_dict().items()}
-        module.load_state_dict(state, strict=True)
-
-
-def _backbone_stage(w: Weights, info: GepardInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
+def _backbone_stage(w: CheckpointTensors, info: GepardInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
     """The backbone as a decoder step with an explicit past (export.decoder_step)."""
     from export.gepard.graphs import BackboneStep
 
@@ -81,7 +61,7 @@ def _backbone_stage(w: Weights, info: GepardInfo, gspec: GraphSpec, out: Path) -
     return tr.finish(gspec.name, path, TOLERANCE)
 
 
-def _frame_embed_stage(w: Weights, info: GepardInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
+def _frame_embed_stage(w: CheckpointTensors, info: GepardInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
     import torch
 
     from export.gepard.graphs import FrameEmbed
@@ -139,7 +119,7 @@ def export_gepard(src: Path, tmp: Path, precision: str, progress: Callable[[int,
     s = info.backbone
     specs = {"backbone": spec.backbone_spec(s.num_layers, s.hidden_size, s.num_kv_heads, s.head_dim, info.num_logits),
              "frame_embed": spec.frame_embed_spec(s.hidden_size)}
-    weights = Weights(src)
+    weights = CheckpointTensors(src)
     tables: dict[str, Any] = {}
     with StageRunner(["backbone", "frame embed", "tables", "codec"], progress) as run:
         with run.stage("backbone"):
@@ -151,15 +131,13 @@ def export_gepard(src: Path, tmp: Path, precision: str, progress: Callable[[int,
                 save_table(tmp, name, weights.get(tensor).numpy(), tables)
         with run.stage("codec"):
             run.reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(archive, tmp)
-    copy_tokenizer(src, tmp, TOKENIZER_FILES)
+    copy_files(src, tmp / "tokenizer", TOKENIZER_FILES)
     cfg, sidecar = read_configs(src)
     return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
-        variant="base",
         model_size="real" if s.hidden_size >= 1024 else "tiny",
-        precision=precision,
         sizes=info.to_json(),
         sample_rate=info.sample_rate,
         samples_per_frame=spec.SAMPLES_PER_FRAME,

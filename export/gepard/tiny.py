@@ -22,13 +22,13 @@ Weights draw per tensor from export.tiny_weights (sha256(seed, name) streams): s
 
 from __future__ import annotations
 
-import logging
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from export.tiny_weights import (
     TensorInit,
+    byte_level_bpe,
     checkpoint_writer,
     json_bytes,
     save_weights,
@@ -36,8 +36,6 @@ from export.tiny_weights import (
 )
 from ttscore.contract import gepard as spec
 from ttscore.runtime.families.gepard.checkpoint import CODEC_DIR, parse_config, tensor_shapes
-
-logger = logging.getLogger(__name__)
 
 SIZES = ("tiny", "real")
 CODEC_FILE = "nemo-nano-codec-22khz-1.89kbps-21.5fps.nemo"
@@ -60,15 +58,7 @@ def _sizes(size: str) -> dict[str, Any]:
 @lru_cache(maxsize=1)
 def tokenizer_json() -> str:
     """A small byte-level BPE (Qwen's pre-tokenizer family)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([_CORPUS], trainer=trainer)
-    return str(tok.to_str())
+    return str(byte_level_bpe([_CORPUS], ["<|endoftext|>"]).to_str())
 
 
 def tokenizer_vocab() -> int:

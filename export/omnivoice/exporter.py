@@ -6,7 +6,6 @@ export/tracing.py.s helper stack."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import numpy as np
 
 from export.family import ExportProgress
 from export.quantize import only_fp32
-from export.stages import StageRunner
+from export.stages import StageRunner, copy_files
 from export.tracing import (
     check_close,
     export_bound,
@@ -141,16 +140,14 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
                 validation[contract.CODEC_ENCODER.name] = _export_encoder(codec, CodecEncoderGraph(codec).eval(), tmp)
             graphs[contract.CODEC_ENCODER.name] = contract.CODEC_ENCODER
         del codec
-    for name in TOKENIZER_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, tmp / name)
+    copy_files(src, tmp, TOKENIZER_FILES)
     from export.omnivoice.reference import language_ids
 
     config = json.loads((src / CONFIG).read_text(encoding="utf-8"))
     codec_config = json.loads((src / CODEC_DIR / CONFIG).read_text(encoding="utf-8"))
     return run.manifest(
-        tmp, family=contract.FAMILY, variant="base", model_size=source.get("model_size", "custom"),
-        precision=precision, source=source, sizes=info.to_json(), sample_rate=info.sample_rate,
+        tmp, family=contract.FAMILY, model_size=source.get("model_size", "custom"),
+        source=source, sizes=info.to_json(), sample_rate=info.sample_rate,
         samples_per_frame=info.hop, vocoder_state_size=1, vocoder_state_layout=[["whole_utterance", 1]],
         graphs=graphs,
         tables={LANGUAGE_TABLE: language_ids()}, configs={CONFIG: config, f"{CODEC_DIR}/{CONFIG}": codec_config},

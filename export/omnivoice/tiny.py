@@ -23,6 +23,7 @@ from typing import Any
 from export.omnivoice.codec import codec_hidden, num_quantizers
 from export.tiny_weights import (
     TensorInit,
+    byte_level_bpe,
     checkpoint_writer,
     json_bytes,
     save_weights,
@@ -106,15 +107,9 @@ _CORPUS = ("hello world this is a tiny omnivoice checkpoint the quick brown fox 
 def tokenizer_json(vocab_size: int = TEXT_VOCAB) -> str:
     """A byte-level BPE (Qwen's pre-tokenizer and decoder), filled to `vocab_size` - 7 pieces, then the
     special tokens on the last 7 ids."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import AddedToken, Tokenizer
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False, special_tokens=[])
-    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
-    model = json.loads(tok.to_str())
+    model = json.loads(byte_level_bpe([_CORPUS] * 4).to_str())
     vocab: dict[str, int] = model["model"]["vocab"]
     for i in range(len(vocab), vocab_size - len(contract.SPECIAL_TOKENS)):
         vocab[f"<|unused_{i}|>"] = i

@@ -94,7 +94,7 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
     export.memory); returns the manifest (the caller writes it and renames `tmp` into place)."""
     import torch
 
-    from export.stages import StageRunner, copy_tokenizer
+    from export.stages import StageRunner, copy_files
 
     from .reference import StagedReference
 
@@ -130,7 +130,7 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
 
         specs = graph_specs(info, state_size)
         run.quantize(QUANTIZED_GRAPHS, lambda name: _quantize(ref.model, tmp / specs[name].filename, name, precision))
-    copy_tokenizer(src, tmp, TOKENIZER_FILES)
+    copy_files(src, tmp / "tokenizer", TOKENIZER_FILES)
 
     configs = {
         "config.json": json.loads((src / "config.json").read_text(encoding="utf-8")),
@@ -145,7 +145,6 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
         source=source,
         variant=info.variant,
         model_size=info.model_size,
-        precision=precision,
         sizes={
             "talker": info.talker.__dict__,
             "code_predictor": info.code_predictor.__dict__,

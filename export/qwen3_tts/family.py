@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint, TinyOption
+from export.family import Deployment, ExportFamily, ExportProgress, ServedCheckpoint, TinyOption, lazy
 from ttscore.contract import qwen3_tts as contract
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 
@@ -27,12 +27,6 @@ def detect(checkpoint: Path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(cfg, dict) and cfg.get("model_type") == contract.FAMILY
-
-
-def check(checkpoint: Path) -> object:
-    from ttscore.runtime.families.qwen3_tts.checkpoint import read_checkpoint
-
-    return read_checkpoint(checkpoint)
 
 
 def export(src: Path, tmp: Path, precision: str, progress: ExportProgress | None,
@@ -82,7 +76,7 @@ FAMILY = ExportFamily(
     hub_org="Qwen",
     signature=f"config.json with model_type {contract.FAMILY!r}",
     detect=detect,
-    check=check,
+    check=lazy("ttscore.runtime.families.qwen3_tts.checkpoint:read_checkpoint"),
     export=export,
     make_tiny=make_tiny,
     sizes=SIZES,

@@ -501,6 +501,17 @@ def _check_io(path: Path, spec: GraphSpec) -> None:
             check(dtype == t.dtype and dims == t.dims, f"{spec.name}: {kind} {v.name} is {dtype}{dims}, spec {t.dtype}{t.dims}")
 
 
+def _timed_export(wrapper: Any, args: tuple[Any, ...], spec: Any, out_dir: Path, opset: int
+                  ) -> tuple[Path, dict[str, Any]]:
+    """`_export` timed: the graph's path and its manifest entry before validation."""
+    t0 = time.perf_counter()
+    path = _export(wrapper, args, spec, out_dir, opset)
+    seconds = time.perf_counter() - t0
+    logger.info("exported %s in %.1fs", path.name, seconds)
+    return path, {"file": path.name, "bytes": file_size(path), "exporter": EXPORTER_BOUND, "opset": opset,
+                  "seconds": round(seconds, 2), "spec": spec.to_json()}
+
+
 def export_talker(
     tts_model: Any, out_dir: Path, *, opset: int = 18, validate: bool = True, seed: int = 0
 ) -> dict[str, Any]:
@@ -516,18 +527,7 @@ def export_talker(
         torch.arange(p, p + t).repeat(b, 1),
         *[torch.randn(b, wrapper.kv_heads, p, wrapper.head_dim, generator=g) for _ in range(2 * cfg.num_hidden_layers)],
     )
-    t0 = time.perf_counter()
-    path = _export(wrapper, args, spec, out_dir, opset)
-    seconds = time.perf_counter() - t0
-    logger.info("exported %s in %.1fs", path.name, seconds)
-    report: dict[str, Any] = {
-        "file": path.name,
-        "bytes": file_size(path),
-        "exporter": EXPORTER_BOUND,
-        "opset": opset,
-        "seconds": round(seconds, 2),
-        "spec": spec.to_json(),
-    }
+    path, report = _timed_export(wrapper, args, spec, out_dir, opset)
     if validate:
         report.update(validate_talker(tts_model, path, seed=seed))
     return report
@@ -550,18 +550,7 @@ def export_code_predictor(
         torch.tensor([50, 0], dtype=torch.int64),
         torch.tensor([0.8, 1.0]),
     )
-    t0 = time.perf_counter()
-    path = _export(wrapper, args, spec, out_dir, opset)
-    seconds = time.perf_counter() - t0
-    logger.info("exported %s in %.1fs", path.name, seconds)
-    report: dict[str, Any] = {
-        "file": path.name,
-        "bytes": file_size(path),
-        "exporter": EXPORTER_BOUND,
-        "opset": opset,
-        "seconds": round(seconds, 2),
-        "spec": spec.to_json(),
-    }
+    path, report = _timed_export(wrapper, args, spec, out_dir, opset)
     if validate:
         report.update(validate_code_predictor(tts_model, path, seed=seed))
     return report

@@ -50,7 +50,6 @@ Reference quirks this fixture reproduces on purpose (runtime authors must match 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import logging
 from collections import Counter
@@ -64,6 +63,7 @@ from export.tiny_weights import (
     TensorInit,
     checkpoint_writer,
     json_bytes,
+    learn_bpe_merges,
     save_weights,
     write_files,
 )
@@ -595,31 +595,7 @@ def _learn_merges() -> tuple[tuple[str, str], ...]:
     words: dict[tuple[str, ...], int] = {}
     for piece, n in counts.items():
         words[tuple(piece)] = words.get(tuple(piece), 0) + n
-    merges: list[tuple[str, str]] = []
-    for _ in range(_NUM_MERGES):
-        pairs: Counter[tuple[str, str]] = Counter()
-        for w, n in words.items():
-            for a, b in itertools.pairwise(w):
-                pairs[(a, b)] += n
-        if not pairs:
-            break
-        best = min(pairs, key=lambda p: (-pairs[p], p))
-        merges.append(best)
-        merged: dict[tuple[str, ...], int] = {}
-        for w, n in words.items():
-            out: list[str] = []
-            i = 0
-            while i < len(w):
-                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
-                    out.append(w[i] + w[i + 1])
-                    i += 2
-                else:
-                    out.append(w[i])
-                    i += 1
-            key = tuple(out)
-            merged[key] = merged.get(key, 0) + n
-        words = merged
-    return tuple(merges)
+    return learn_bpe_merges(words, _NUM_MERGES)
 
 
 @lru_cache(maxsize=1)

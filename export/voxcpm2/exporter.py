@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from export.memory import release_memory
-from export.quantize import compare_outputs, quantize_graph, snr_db
-from export.stages import StageRunner, copy_tokenizer
+from export.quantize import compare_outputs, quantize_graph, random_step_feeds, snr_db
+from export.stages import StageRunner, copy_files
 from export.tracing import (
     ErrorTracker,
     check,
@@ -365,15 +365,13 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
             adapter = {**ref.adapter.identity, "merged_layers": len(ref.merged)}
         del ref
         run.quantize(QUANTIZED_GRAPHS, lambda name: _quantize(info, tmp / specs[name].filename, name, precision))
-    copy_tokenizer(src, tmp, TOKENIZER_FILES)
+    copy_files(src, tmp / "tokenizer", TOKENIZER_FILES)
     dec_report = reports["vae_decoder_stream"]
     return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
-        variant="base",
         model_size="real" if info.lm.hidden_size >= 1024 else "tiny",
-        precision=precision,
         sizes=info.to_json(),
         sample_rate=info.sample_rate,
         samples_per_frame=info.samples_per_patch,
@@ -403,19 +401,8 @@ def _quant_feeds(info: VoxCPM2Info, graph: str, seed: int = 0) -> list[dict[str,
     if graph == "local_encoder":
         return [{"feats": rng.standard_normal((n, info.patch_size, info.feat_dim)).astype(np.float32)} for n in (1, 5)]
     cfg = info.lm if graph == "base_lm" else info.residual
-    feeds = []
-    for b, p, t in ((1, 0, 8), (4, 12, 1)):
-        feed: dict[str, np.ndarray] = {
-            "inputs_embeds": rng.standard_normal((b, t, cfg.hidden_size)).astype(np.float32),
-            "attention_mask": np.ones((b, p + t), np.int64),
-        }
-        if cfg.rope:
-            feed["position_ids"] = np.tile(np.arange(p, p + t, dtype=np.int64), (b, 1))
-        for i in range(cfg.num_layers):
-            for name in (spec.lm_past_key(i), spec.lm_past_value(i)):
-                feed[name] = rng.standard_normal((b, cfg.num_kv_heads, p, cfg.head_dim)).astype(np.float32)
-        feeds.append(feed)
-    return feeds
+    return random_step_feeds(rng, ((1, 0, 8), (4, 12, 1)), hidden=cfg.hidden_size, layers=cfg.num_layers,
+                             kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim, positions=bool(cfg.rope))
 
 
 def _locdit_vs_fp32(info: VoxCPM2Info, fp32_path: Path, quant_path: Path) -> dict[str, Any]:

@@ -9,23 +9,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from export.family import Deployment, ExportFamily, ExportProgress, LoraSupport, ServedCheckpoint, model_name
+from export.family import (
+    TINY_SIZES,
+    Deployment,
+    ExportFamily,
+    ExportProgress,
+    LoraSupport,
+    ServedCheckpoint,
+    lazy,
+    model_name,
+    sized_make_tiny,
+)
 from ttscore.contract import voxcpm2 as contract
-from ttscore.contract.errors import InvalidRequest
-
-SIZES = ("tiny", "real")  # export.voxcpm2.tiny.SIZES
-
-
-def detect(checkpoint: Path) -> bool:
-    from ttscore.runtime.families.voxcpm2.checkpoint import is_voxcpm2
-
-    return is_voxcpm2(checkpoint)
-
-
-def check(checkpoint: Path) -> object:
-    from ttscore.runtime.families.voxcpm2.checkpoint import read_checkpoint
-
-    return read_checkpoint(checkpoint)
 
 
 def export(src: Path, tmp: Path, precision: str, progress: ExportProgress | None,
@@ -34,26 +29,6 @@ def export(src: Path, tmp: Path, precision: str, progress: ExportProgress | None
     from ttscore.runtime.families.voxcpm2.checkpoint import read_checkpoint
 
     return export_voxcpm2(src, tmp, read_checkpoint(src), precision, progress, source, lora)
-
-
-def lora_identity(adapter: Path) -> dict[str, Any]:
-    from export.voxcpm2.lora import identity
-
-    return identity(adapter)
-
-
-def make_tiny_lora(checkpoint: Path, out: Path, seed: int = 0) -> Path:
-    from export.voxcpm2.tiny import make_tiny_lora as make
-
-    return make(Path(checkpoint), Path(out), seed=seed)
-
-
-def make_tiny(out: Path, seed: int = 0, size: str = "tiny") -> Path:
-    from export.voxcpm2.tiny import make_tiny_voxcpm2
-
-    if size not in SIZES:
-        raise InvalidRequest(f"--family {contract.FAMILY} takes --size {' or '.join(SIZES)}", "size")
-    return make_tiny_voxcpm2(Path(out), seed=seed, size=size)
 
 
 def deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
@@ -75,16 +50,16 @@ FAMILY = ExportFamily(
     display="VoxCPM2",
     hub_org="openbmb",
     signature="config.json with lm_config and dit_config",
-    detect=detect,
-    check=check,
+    detect=lazy("ttscore.runtime.families.voxcpm2.checkpoint:is_voxcpm2"),
+    check=lazy("ttscore.runtime.families.voxcpm2.checkpoint:read_checkpoint"),
     export=export,
-    make_tiny=make_tiny,
-    sizes=SIZES,
+    make_tiny=sized_make_tiny("export.voxcpm2.tiny:make_tiny_voxcpm2", contract.FAMILY, TINY_SIZES),
+    sizes=TINY_SIZES,
     deploy=deploy,
     demo=(("VoxCPM2-tiny", {}),),
     lora=LoraSupport(
         format="native VoxCPM2 LoRA export (lora_config.json + lora_weights.safetensors)",
-        identity=lora_identity,
-        make_tiny=make_tiny_lora,
+        identity=lazy("export.voxcpm2.lora:identity"),
+        make_tiny=lazy("export.voxcpm2.tiny:make_tiny_lora"),
     ),
 )

@@ -27,9 +27,7 @@ inside the final tanh.
 from __future__ import annotations
 
 import copy
-import itertools
 import json
-import logging
 import os
 from collections import Counter
 from functools import lru_cache
@@ -40,12 +38,11 @@ from export.tiny_weights import (
     TensorInit,
     checkpoint_writer,
     json_bytes,
+    learn_bpe_merges,
     save_weights,
     tensor_rng,
     write_files,
 )
-
-logger = logging.getLogger(__name__)
 
 SIZES = ("tiny", "real")
 MODEL_TYPE = "voxcpm2"  # written as "architecture" (the released config names its family so)
@@ -155,30 +152,7 @@ def _learn_merges() -> tuple[tuple[str, str], ...]:
         words[tuple("▁" + word)] += 1
     for word in _CJK_WORDS:
         words[tuple(word)] += 20
-    merges: list[tuple[str, str]] = []
-    for _ in range(_NUM_MERGES):
-        pairs: Counter[tuple[str, str]] = Counter()
-        for w, n in words.items():
-            for a, b in itertools.pairwise(w):
-                pairs[(a, b)] += n
-        if not pairs:
-            break
-        best = min(pairs, key=lambda p: (-pairs[p], p))
-        merges.append(best)
-        merged: Counter[tuple[str, ...]] = Counter()
-        for w, n in words.items():
-            out: list[str] = []
-            i = 0
-            while i < len(w):
-                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
-                    out.append(w[i] + w[i + 1])
-                    i += 2
-                else:
-                    out.append(w[i])
-                    i += 1
-            merged[tuple(out)] += n
-        words = merged
-    return tuple(merges)
+    return learn_bpe_merges(words, _NUM_MERGES)
 
 
 @lru_cache(maxsize=1)

@@ -20,12 +20,13 @@ import numpy as np
 
 from export.decoder_step import export_decoder_step
 from export.quantize import only_fp32
-from export.stages import StageRunner, copy_tokenizer, save_table
+from export.stages import StageRunner, copy_files, save_table
 from export.tracing import (
     ErrorTracker,
     export_checked,
     export_inline,
     ort_session,
+    random_codes,
     run_in_chunks,
     torch_threads,
 )
@@ -87,12 +88,8 @@ def _codec_stage(src: Path, info: VoxtralInfo, out: Path) -> tuple[dict[str, Any
 
     rng = np.random.default_rng(5)
 
-    def codes(b: int, t: int) -> np.ndarray:
-        sem = rng.integers(0, info.semantic_codebook_size, (b, 1, t))
-        ac = rng.integers(0, info.acoustic_codebook_size, (b, info.n_acoustic_codebook, t))
-        return np.concatenate([sem, ac], axis=1).astype(np.int64)
-
-    cases = [codes(2, 30), codes(1, 1)]
+    books = ((info.semantic_codebook_size, 1), (info.acoustic_codebook_size, info.n_acoustic_codebook))
+    cases = [random_codes(rng, 2, 30, books), random_codes(rng, 1, 1, books)]
     with torch_threads(), torch.inference_mode():
         whole = load(CodecDecoder(info), src)
         want = [whole(torch.from_numpy(c)).numpy() for c in cases]
@@ -149,14 +146,12 @@ def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int
             run.reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(src, info, tmp)
         with run.stage("tables"):
             tables = _tables(src, info, tmp)
-    copy_tokenizer(src, tmp, [TEKKEN])
+    copy_files(src, tmp / "tokenizer", [TEKKEN])
     return run.manifest(
         tmp,
         family=spec.FAMILY,
         source=source,
-        variant="base",
         model_size="real" if lm.dim >= 1024 else "tiny",
-        precision=precision,
         sizes=dataclasses.asdict(info),
         sample_rate=info.codec.sampling_rate,
         samples_per_frame=info.codec.samples_per_frame,
