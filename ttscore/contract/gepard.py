@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.kv import kv_specs
+from ttscore.contract.kv import ragged_step_inputs, step_spec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule
 
 # The family's K/V tensor names (ttscore.contract.kv).
@@ -79,19 +79,13 @@ def backbone_spec(layers: int, hidden: int, kv_heads: int, head_dim: int, logits
     marks valid past slots (rows are ragged); the new positions are causal among themselves. Outputs
     the 32 heads' concatenated logits of the last position [B, 216], its stop probability [B] and the
     new K/V (post-RoPE)."""
-    return GraphSpec(
-        "backbone",
-        (
-            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", hidden)),
-            TensorSpec("attention_mask", "int64", ("batch", "total")),
-            TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *kv_specs(layers, kv_heads, head_dim, new=False),
-        ),
+    return step_spec(
+        "backbone", ragged_step_inputs(hidden),
         (
             TensorSpec("logits", "float32", ("batch", logits)),
             TensorSpec("stop_prob", "float32", ("batch",)),
-            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
+        layers, kv_heads, head_dim,
     )
 
 

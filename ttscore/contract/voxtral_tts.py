@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.kv import kv_specs
+from ttscore.contract.kv import ragged_step_inputs, step_spec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule
 
 # The family's K/V tensor names (ttscore.contract.kv).
@@ -47,19 +47,13 @@ def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> GraphSp
     marks valid slots (rows are ragged); the new positions are causal among themselves. Outputs the
     last position's final-normed hidden state [B, D], its semantic code [B] (vLLM-Omni's id: 1 is
     [END_AUDIO], 2.. the codes +2) and the new K/V (rotated, Mistral's interleaved layout)."""
-    return GraphSpec(
-        "lm_step",
-        (
-            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
-            TensorSpec("attention_mask", "int64", ("batch", "total")),
-            TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *kv_specs(layers, kv_heads, head_dim, new=False),
-        ),
+    return step_spec(
+        "lm_step", ragged_step_inputs(dim),
         (
             TensorSpec("hidden", "float32", ("batch", dim)),
             TensorSpec("semantic_code", "int64", ("batch",)),
-            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
+        layers, kv_heads, head_dim,
     )
 
 

@@ -220,8 +220,7 @@ _VOXCPM2_SPEECH_INPUTS: tuple[wire.TensorIO, ...] = (
 )
 AUDIOVAE_ENCODER = "audiovae_encoder"  # the family's voice features (one per served checkpoint)
 AUDIOVAE_ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
-    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
-    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 16 kHz)."),
+    *wire.clip_inputs("Its sample rate (resampled to 16 kHz)."),
     wire.TensorIO("prompt", "BOOL", (1,), True,
                   "True: a continuation prompt (the request also sends ref_text), zero-padded on the left; "
                   "false/absent: a cloning reference, padded on the right."),
