@@ -28,7 +28,7 @@ from gepard_fixtures import FOREIGN_CODEC_FILE, reference_with_our_noise
 
 from gateway import encoding
 from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
+from ttscore.backend.triton_server import free_port
 from ttscore.contract import gepard as spec
 from ttscore.contract import tensors as triton_io
 from ttscore.runtime.engine import Generator

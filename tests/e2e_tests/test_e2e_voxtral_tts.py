@@ -25,7 +25,7 @@ from voxtral_tts_fixtures import reference_with_our_noise
 
 from gateway import encoding
 from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
+from ttscore.backend.triton_server import free_port
 from ttscore.contract import tensors as triton_io
 from ttscore.contract import voxtral_tts as spec
 from ttscore.runtime.engine import Generator
