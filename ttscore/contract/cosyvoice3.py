@@ -70,11 +70,9 @@ RULES = FamilyRules(
     ),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,
-    default_voice=None,
     ref_audio=REF_AUDIO,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
-    variants={"base": TASK},
     extra_params=KNOBS,
     sampling=SEEDED,  # RAS noise and the flow's noise from the request's seed; without one the gateway draws it
     auto_language=False,  # `language` is refused, "Auto" included

@@ -12,7 +12,7 @@ clip into the codes of a cloning prompt. The reference is vLLM-Omni 0.30.0's fis
 from __future__ import annotations
 
 from ttscore.contract import kv, wire
-from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
 from ttscore.contract.kv import ragged_step_inputs, step_spec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
@@ -97,16 +97,8 @@ def dac_stream_spec(state_size: int) -> GraphSpec:
     """The DAC decoder as an exact streaming graph: codes [B, 10, n] + `state` [B, S] (zeros start an utterance;
     each row at its own frame count) -> pcm [B, n * samples_per_frame] + new_state. Chunks decoded
     one after another equal one whole decode."""
-    return GraphSpec(
-        "dac_stream",
-        (
-            TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),
-            TensorSpec("state", "float32", ("batch", state_size)),
-        ),
-        (
-            TensorSpec("pcm", "float32", ("batch", "samples")),
-            TensorSpec("new_state", "float32", ("batch", state_size)),
-        ),
+    return streaming_vocoder_spec(
+        "dac_stream", TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")), state_size
     )
 
 
@@ -148,11 +140,9 @@ RULES = FamilyRules(
     ),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,
-    default_voice=None,
     ref_audio=REF_AUDIO,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
-    variants={"base": TASK},
     extra_params=KNOBS,
     sampling=SEEDED,  # Slow/Fast AR sampling noise from the request's seed, 42 without one
     auto_language=False,  # `language` is refused, "Auto" included

@@ -12,7 +12,7 @@ are the next input. Mistral's causal codec turns the frames into 24 kHz audio. P
 from __future__ import annotations
 
 from ttscore.contract import kv, wire
-from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
 from ttscore.contract.kv import ragged_step_inputs, step_spec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule
 
@@ -76,16 +76,8 @@ def codec_stream_spec(n_codebooks: int, state_size: int) -> GraphSpec:
     """Mistral's codec as an exact streaming graph: codes [B, 1 + n_acoustic, T] (ids without the +2
     offset) + `state` [B, S] (zeros start an utterance) -> pcm [B, T * samples_per_frame] + new_state.
     Chunks decoded one after another equal one whole decode."""
-    return GraphSpec(
-        "codec_stream",
-        (
-            TensorSpec("codes", "int64", ("batch", n_codebooks, "frames")),
-            TensorSpec("state", "float32", ("batch", state_size)),
-        ),
-        (
-            TensorSpec("pcm", "float32", ("batch", "samples")),
-            TensorSpec("new_state", "float32", ("batch", state_size)),
-        ),
+    return streaming_vocoder_spec(
+        "codec_stream", TensorSpec("codes", "int64", ("batch", n_codebooks, "frames")), state_size
     )
 
 
@@ -111,10 +103,8 @@ RULES = FamilyRules(
     ),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,
-    default_voice=None,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=24000,
-    variants={"base": TASK},
     extra_params=(CFG_ALPHA_KNOB,),
     auto_language=False,  # `language` is refused, "Auto" included
 )

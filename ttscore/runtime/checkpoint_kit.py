@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +96,27 @@ def load_torch_state(path: Path) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: not a state dict")
     return state
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One transformer stack's sizes, by the names Hugging Face configs give them."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+
+
+def stack_sizes(d: Mapping[str, Any], where: str = "", eps: float = 1e-6) -> dict[str, Any]:
+    """A Hugging Face config section's stack sizes (Stack's fields): positive integers, `head_dim` defaulting to
+    hidden_size / num_attention_heads and `rms_norm_eps` to `eps`."""
+    heads = positive_int(d, "num_attention_heads", where)
+    hidden = positive_int(d, "hidden_size", where)
+    return {"hidden_size": hidden, "intermediate_size": positive_int(d, "intermediate_size", where),
+            "num_layers": positive_int(d, "num_hidden_layers", where), "num_heads": heads,
+            "num_kv_heads": positive_int(d, "num_key_value_heads", where),
+            "head_dim": int(d.get("head_dim") or hidden // heads), "rms_norm_eps": float(d.get("rms_norm_eps", eps))}

@@ -79,11 +79,9 @@ RULES = FamilyRules(
     ),
     display_name="OmniVoice",
     unsupported=UNSUPPORTED_FIELDS,
-    default_voice=None,
     ref_audio=REF_AUDIO,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
-    variants={"base": TASK},
     extra_params=KNOBS,
 )
 

@@ -14,7 +14,15 @@ from typing import Any
 
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import CheckpointError
-from ttscore.runtime.checkpoint_kit import name_problems, peek_json, positive_int, read_json, require_files
+from ttscore.runtime.checkpoint_kit import (
+    Stack,
+    name_problems,
+    peek_json,
+    positive_int,
+    read_json,
+    require_files,
+    stack_sizes,
+)
 from ttscore.runtime.weights import read_weights
 
 CHECKPOINT_FILES = ("config.json", "tokenizer.json", f"{spec.AUDIO_TOKENIZER_DIR}/config.json")
@@ -25,17 +33,6 @@ AUDIO_TABLE_ALIAS = "backbone_model.embed_tokens.embed_audio_tokens.weight"
 # Tensors the released loader skips (vLLM-Omni's talker ignores them): kept out of the check.
 IGNORED_PREFIXES = ("codec_model.", "backbone_model.embed_tokens.")
 OPTIONAL = ("embed_text_tokens.weight",)
-
-
-@dataclass(frozen=True)
-class Stack:
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
 
 
 @dataclass(frozen=True)
@@ -75,11 +72,7 @@ class BreezeInfo:
 
 
 def _stack(d: dict[str, Any], where: str, eps: float) -> Stack:
-    heads = positive_int(d, "num_attention_heads", where)
-    hidden = positive_int(d, "hidden_size", where)
-    return Stack(hidden, positive_int(d, "intermediate_size", where), positive_int(d, "num_hidden_layers", where), heads,
-                 positive_int(d, "num_key_value_heads", where), int(d.get("head_dim") or hidden // heads),
-                 float(d.get("rms_norm_eps", eps)))
+    return Stack(**stack_sizes(d, where, eps))
 
 
 def parse_config(cfg: dict[str, Any]) -> BreezeInfo:

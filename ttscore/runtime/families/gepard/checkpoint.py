@@ -21,7 +21,15 @@ from typing import Any
 
 from ttscore.contract import gepard as spec
 from ttscore.contract.errors import CheckpointError
-from ttscore.runtime.checkpoint_kit import compare_tensors, peek_json, positive_int, read_json, require_files
+from ttscore.runtime.checkpoint_kit import (
+    Stack,
+    compare_tensors,
+    peek_json,
+    positive_int,
+    read_json,
+    require_files,
+    stack_sizes,
+)
 from ttscore.runtime.weights import read_weights
 
 CONFIG = "config.json"
@@ -35,14 +43,7 @@ IGNORED_PREFIXES = ("ref_compressor.", "supcon_head.", "aligner.", "mtp.", "lm_h
 
 
 @dataclass(frozen=True)
-class Backbone:
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
+class Backbone(Stack):
     rope_theta: float
     vocab_size: int
     max_positions: int
@@ -100,12 +101,8 @@ def parse_backbone(cfg: dict[str, Any]) -> Backbone:
         raise CheckpointError(f"{CONFIG}: attention_bias is not supported")
     if cfg.get("hidden_act", "silu") != "silu":
         raise CheckpointError(f"{CONFIG}: hidden_act {cfg['hidden_act']!r} is not supported")
-    hidden, heads = positive_int(cfg, "hidden_size"), positive_int(cfg, "num_attention_heads")
     return Backbone(
-        hidden_size=hidden, intermediate_size=positive_int(cfg, "intermediate_size"), num_layers=layers,
-        num_heads=heads, num_kv_heads=positive_int(cfg, "num_key_value_heads"),
-        head_dim=int(cfg.get("head_dim") or hidden // heads), rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000000.0))),
+        **stack_sizes(cfg), rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000000.0))),
         vocab_size=positive_int(cfg, "vocab_size"), max_positions=int(cfg.get("max_position_embeddings", 32768)),
     )
 
