@@ -1,8 +1,8 @@
 """Model families that live outside this project: discovered once, by every layer the same way.
 
-A family is one folder per layer. The project's own families are registered by one line in each
-layer's registry; a family shipped as a package of its own is found here and registered the same
-way. A family package `pkg` provides one module per layer it takes part in, each exposing `FAMILY`:
+A family is one folder per layer. The project's own families are the names in BUILT_IN, each found in a
+layer's package by that name (`registry`); a family shipped as a package of its own is found here and
+registered the same way. A family package `pkg` provides one module per layer it takes part in, each exposing `FAMILY`:
 
     pkg.contract   FAMILY: FamilyRules            (what the gateway and runtime check requests with)
                    WIRE: FamilyWire               (its speech_generation inputs: ttscore.contract.wire)
@@ -29,6 +29,9 @@ from types import ModuleType
 ENTRY_POINT_GROUP = "triton_tts.families"
 PACKAGES_ENV = "TTS_FAMILY_PACKAGES"
 LAYERS = ("contract", "runtime", "backend", "gateway", "export")
+# The project's own families, in the order the registries list them: each layer's package holds one module or
+# folder by this name.
+BUILT_IN = ("qwen3_tts", "voxcpm2", "breeze_tts_2", "omnivoice", "gepard", "voxtral_tts", "fish_speech", "cosyvoice3")
 
 
 def family_packages() -> list[str]:
@@ -67,3 +70,16 @@ def layer_modules(layer: str) -> list[ModuleType]:
 def layer_families(layer: str) -> list[object]:
     """The `FAMILY` objects external packages give for `layer`."""
     return [module.FAMILY for module in layer_modules(layer)]
+
+
+def registry(package: str, layer: str, name_of: str = "name") -> dict[str, object]:
+    """A layer's families by name: `<package>.<family>.FAMILY` of each built-in family, then the external
+    packages' (`layer_families`); a name given twice is refused (`name_of`: the attribute naming a family)."""
+    found = [importlib.import_module(f"{package}.{family}").FAMILY for family in BUILT_IN]
+    out: dict[str, object] = {}
+    for family in (*found, *layer_families(layer)):
+        name = str(getattr(family, name_of))
+        if name in out:
+            raise ValueError(f"two {layer} families are named {name!r}")
+        out[name] = family
+    return out

@@ -1,4 +1,5 @@
-"""The model families this runtime serves: the one registration point of a new family.
+"""The model families this runtime serves: the built-in ones by folder (ttscore.contract.plugins.BUILT_IN), then
+the external ones.
 
 Every family folder here has the same files: `__init__.py` (FAMILY, the ttscore.runtime.family.Family),
 `checkpoint.py` (the checkpoint's facts: `<Family>Info`, read_checkpoint), `request.py` (the request
@@ -14,30 +15,9 @@ from typing import cast
 from ttscore.contract import plugins
 from ttscore.contract.errors import ArtifactError
 from ttscore.contract.manifest import read_manifest
-from ttscore.runtime.families import (
-    breeze_tts_2,
-    cosyvoice3,
-    fish_speech,
-    gepard,
-    omnivoice,
-    qwen3_tts,
-    voxcpm2,
-    voxtral_tts,
-)
 from ttscore.runtime.family import Family, FamilyModel
 
-_FAMILIES: list[Family] = [
-    qwen3_tts.FAMILY,
-    voxcpm2.FAMILY,
-    breeze_tts_2.FAMILY,
-    omnivoice.FAMILY,
-    gepard.FAMILY,
-    voxtral_tts.FAMILY,
-    fish_speech.FAMILY,
-    cosyvoice3.FAMILY,
-    *cast("list[Family]", plugins.layer_families("runtime")),
-]
-FAMILIES: dict[str, Family] = {f.name: f for f in _FAMILIES}
+FAMILIES = cast("dict[str, Family]", plugins.registry(__name__, "runtime"))
 
 
 def load_model(
