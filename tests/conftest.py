@@ -3,7 +3,7 @@
 - `fake_pb_utils`: the recording fake of triton_python_backend_utils, installed in sys.modules.
 - `dummy_artifacts`: a hand-made artifacts dir (tiny ONNX graphs with the GraphSpec names).
 - `triton_server`: a factory that renders a model repository into tmp, starts the REAL tritonserver
-  (ttscore.backend.launcher) on free ports, waits for readiness with a deadline, fails fast with the log
+  (ttscore.backend.triton_server) on free ports, waits for readiness with a deadline, fails fast with the log
   tail if the process dies, and always stops every server it started at the end of the session.
 """
 
@@ -101,10 +101,10 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
     `artifacts_dir`, via ttscore.backend.repository); a path is copied as it is. `model_overrides` maps a
     model name to a file that replaces its 1/model.py in the copy.
     """
-    from ttscore.backend import launcher as triton_env
+    from ttscore.backend import triton_install, triton_server
     from ttscore.backend.repository import render_repository
 
-    started: list[triton_env.TritonServer] = []
+    started: list[triton_server.TritonServer] = []
 
     def start(
         repository: Path | None = None,
@@ -116,7 +116,7 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
         extra_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         ready_timeout_s: float = 120.0,
-    ) -> triton_env.TritonServer:
+    ) -> triton_server.TritonServer:
         work = tmp_path_factory.mktemp("triton")
         repo = work / "model_repository"
         if repository is None:
@@ -125,9 +125,9 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
             shutil.copytree(repository, repo, ignore=shutil.ignore_patterns("__pycache__"))
         for model, path in (model_overrides or {}).items():
             shutil.copy(path, repo / model / "1" / "model.py")
-        server_env = triton_env.server_env()
+        server_env = triton_install.server_env()
         server_env.update(env or {})
-        server = triton_env.TritonServer(
+        server = triton_server.TritonServer(
             repo, extra_args=extra_args, log_file=work / "tritonserver.log", env=server_env,
             ready_timeout_s=ready_timeout_s,
         )
@@ -135,7 +135,7 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
         server.start()
         try:
             server.wait_ready()
-        except triton_env.TritonServerError as exc:
+        except triton_server.TritonServerError as exc:
             server.stop()
             pytest.fail(str(exc), pytrace=False)
         return server

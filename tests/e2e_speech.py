@@ -25,7 +25,7 @@ from gateway_fixtures import start_gateway
 
 from gateway import encoding
 from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
+from ttscore.backend.triton_server import free_port
 from ttscore.contract import tensors as triton_io
 from ttscore.runtime.engine import ChunkEvent, Generator
 from ttscore.runtime.families import FAMILIES

@@ -290,7 +290,7 @@ def fake_pcm(fields: dict[str, Any]) -> np.ndarray:
 
 @dataclass
 class Stack:
-    triton: Any  # ttscore.backend.launcher.TritonServer
+    triton: Any  # ttscore.backend.triton_server.TritonServer
     gateway_url: str
     settings: Settings
     config_path: Path

@@ -22,7 +22,7 @@ import httpx
 from gateway_fixtures import NAMES, fake_manifest
 from procs import ROOT, Proc, wait_until
 
-from ttscore.backend.launcher import free_port
+from ttscore.backend.triton_server import free_port
 
 FAKE_GATEWAY = Path(__file__).resolve().parent / "fake_gateway.py"
 

@@ -8,7 +8,7 @@
   tail of every log given and `detail()`. `poll` is the same loop for tests that measure instead of fail (None on
   timeout).
 
-The real tritonserver is started by ttscore.backend.launcher.TritonServer (product code, with its own
+The real tritonserver is started by ttscore.backend.triton_server.TritonServer (product code, with its own
 readiness wait); the `triton_server` fixture in conftest.py wraps it.
 """
 

@@ -149,7 +149,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from triton_tts.checkpoints import resolve_checkpoint
     from triton_tts.supervisor import RestartPolicy, Supervisor
     from ttscore.backend import repository
-    from ttscore.backend.launcher import TritonServer, TritonServerError
+    from ttscore.backend.triton_server import TritonServer, TritonServerError
     from ttscore.contract.manifest import read_manifest
 
     checkpoints: list[Any] = [resolve_checkpoint(c) for c in args.checkpoint or []]  # fail fast

@@ -30,7 +30,7 @@ FAILED = "failed"
 
 
 class ServerLike(Protocol):
-    """What the supervisor needs of ttscore.backend.launcher.TritonServer."""
+    """What the supervisor needs of ttscore.backend.triton_server.TritonServer."""
 
     def start(self) -> Any: ...
 

@@ -20,7 +20,7 @@ from gateway_fixtures import start_gateway
 
 from gateway import encoding
 from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
+from ttscore.backend.triton_server import free_port
 from ttscore.runtime.engine import Generator
 from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 

@@ -21,7 +21,7 @@ from gateway_fixtures import start_gateway
 from gateway import encoding
 from gateway.settings import Settings
 from triton_tts.precompute import add_precompute_parser
-from ttscore.backend.launcher import free_port
+from ttscore.backend.triton_server import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -23,7 +23,7 @@ import soundfile as sf
 from procs import Proc, wait_until
 
 from gateway import encoding
-from ttscore.backend.launcher import free_ports
+from ttscore.backend.triton_server import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES_DIR = Path(__file__).resolve().parents[1] / "families"

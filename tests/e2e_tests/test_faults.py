@@ -36,7 +36,7 @@ from websockets.sync.client import connect
 
 from gateway import sse
 from triton_tts.supervisor import RestartPolicy, Supervisor
-from ttscore.backend.launcher import free_ports
+from ttscore.backend.triton_server import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -342,14 +342,14 @@ def gateway_counter(g: Any, name: str) -> float:
 
 def restart(cluster: dict, index: int) -> None:
     """A fresh tritonserver on the ports of the dead one (the gateways' endpoint), back in service."""
-    from ttscore.backend import launcher
+    from ttscore.backend import triton_install, triton_server
 
     dead = cluster["tritons"][index]
     dead.stop(timeout_s=30)  # waits for a graceful exit; kills the stubs a SIGKILLed server left behind
-    server = launcher.TritonServer(dead.model_repository, http_port=dead.http_port, grpc_port=dead.grpc_port,
+    server = triton_server.TritonServer(dead.model_repository, http_port=dead.http_port, grpc_port=dead.grpc_port,
                                    metrics_port=dead.metrics_port,
                                    log_file=dead.log_file.with_name(f"tritonserver-{len(cluster['restarted'])}.log"),
-                                   env=launcher.server_env(), ready_timeout_s=240)
+                                   env=triton_install.server_env(), ready_timeout_s=240)
     cluster["restarted"].append(server)
     server.start()
     server.wait_ready()

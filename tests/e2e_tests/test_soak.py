@@ -207,7 +207,7 @@ def gateway_url(e2e_triton, tmp_path_factory):
     from gateway_fixtures import start_gateway
 
     from gateway.settings import Settings
-    from ttscore.backend.launcher import free_port
+    from ttscore.backend.triton_server import free_port
 
     cfg = {**e2e_triton["config"], "speaker_samples_dir": str(tmp_path_factory.mktemp("soak-speakers"))}
     port = free_port()

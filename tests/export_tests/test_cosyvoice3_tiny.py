@@ -72,7 +72,7 @@ def test_reader_refuses_missing_unexpected_and_misshapen(cosyvoice3_tiny: Path, 
     state = torch.load(cosyvoice3_tiny / file, weights_only=True)
     first = sorted(state)[0]
     for label, change in (("missing 1", lambda s: s.pop(first)),
-                          ("unexpected 1: extra.weight", lambda s: s.__setitem__("extra.weight", torch.zeros(2))),
+                          ("unexpected 1 tensor.s.: extra.weight", lambda s: s.__setitem__("extra.weight", torch.zeros(2))),
                           ("wrong shape", lambda s: s.__setitem__(first, torch.zeros(3, 1, 7)))):
         ck = copy_of(cosyvoice3_tiny, tmp_path / f"{file}-{label[:4]}")
         bad = dict(state)

@@ -191,7 +191,7 @@ def api(triton_server, foreign: Path, foreign_artifacts: Path, tmp_path_factory:
     from gateway_fixtures import render_stack_repository, start_gateway
 
     from gateway.settings import Settings
-    from ttscore.backend.launcher import free_port
+    from ttscore.backend.triton_server import free_port
 
     work = tmp_path_factory.mktemp("vx-foreign-serve")
     repo, cfg = render_stack_repository(work, [(foreign, foreign_artifacts)], max_active=1)

@@ -18,7 +18,7 @@ from gateway_fixtures import FakeBackend, fake_audio, fake_deployment, start_gat
 from gateway import encoding, refaudio, sse
 from gateway.app import create_app
 from gateway.families.qwen3_tts import VOICE_ALIASES as DEFAULT_VOICE_ALIASES
-from ttscore.backend.launcher import free_port
+from ttscore.backend.triton_server import free_port
 
 pytestmark = pytest.mark.gateway
 

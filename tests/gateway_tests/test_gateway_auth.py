@@ -23,7 +23,7 @@ import gateway.app
 from gateway.app import create_app
 from gateway.auth import APIKeys
 from gateway.settings import SettingsError
-from ttscore.backend.launcher import free_port
+from ttscore.backend.triton_server import free_port
 
 pytestmark = pytest.mark.gateway
 

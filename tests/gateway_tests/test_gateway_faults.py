@@ -30,7 +30,7 @@ from websockets.sync.client import connect
 from gateway import sse
 from gateway.app import create_app
 from gateway.backend import ProbeResult
-from ttscore.backend.launcher import free_port
+from ttscore.backend.triton_server import free_port
 
 pytestmark = pytest.mark.gateway
 

@@ -25,7 +25,7 @@ from voices_audio import wav
 import gateway.app
 from gateway.app import create_app
 from gateway.metrics import GatewayMetrics, Generation, PlaybackClock, RequestTrace
-from ttscore.backend.launcher import free_port
+from ttscore.backend.triton_server import free_port
 from ttscore.contract import tensors as triton_io
 
 pytestmark = pytest.mark.gateway

@@ -25,7 +25,7 @@ from gateway_fixtures import FakeBackend, fake_deployment, start_gateway
 
 from gateway.app import create_app
 from gateway.settings import Settings
-from ttscore.backend.launcher import free_port
+from ttscore.backend.triton_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")

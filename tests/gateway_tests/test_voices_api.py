@@ -222,7 +222,7 @@ def test_upload_over_10_mb_is_rejected_while_streaming(tmp_path):
 
     from test_gateway_app import start_gateway_with
 
-    from ttscore.backend.launcher import free_port
+    from ttscore.backend.triton_server import free_port
 
     settings = fake_deployment(tmp_path, speaker_samples_dir=str(tmp_path / "speakers"))
     port = free_port()

@@ -370,7 +370,7 @@ def test_disconnect_mid_request_cancels_the_backend_stream(tmp_path):
     import websockets
     from test_gateway_app import start_gateway_with
 
-    from ttscore.backend.launcher import free_port
+    from ttscore.backend.triton_server import free_port
 
     fake = FakeBackend()
     port = free_port()

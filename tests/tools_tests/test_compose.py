@@ -1,7 +1,7 @@
 """docker-compose.yml and docker/Dockerfile.triton, checked statically (Docker cannot run here).
 
 The compose file must stay in step with what runs locally: the tritonserver flags of
-ttscore/backend/launcher.py, the ports, the Triton release (24.10-py3 = Triton 2.51, the server bundled
+ttscore/backend/triton_server.py, the ports, the Triton release (24.10-py3 = Triton 2.51, the server bundled
 in nvidia-pytriton 0.7.0 and the tritonclient 2.51 used by tests and perf), and the Python package
 pins of requirements.txt. It is valid Compose (the compose-spec parser, after `${VAR:-default}`
 interpolation as compose does it) for each profile, and one command brings it up: every file the
@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from ttscore.backend import launcher as triton_env
+from ttscore.backend import triton_server
 
 pytestmark = pytest.mark.unit
 
@@ -192,7 +192,7 @@ def test_image_is_triton_2_51(compose):
 def test_ports(compose):
     triton = compose["services"]["triton"]
     ports = {p.split(":")[0]: p.split(":")[1] for p in triton["ports"]}
-    expected = {triton_env.DEFAULT_HTTP_PORT, triton_env.DEFAULT_GRPC_PORT, triton_env.DEFAULT_METRICS_PORT}
+    expected = {triton_server.DEFAULT_HTTP_PORT, triton_server.DEFAULT_GRPC_PORT, triton_server.DEFAULT_METRICS_PORT}
     assert {int(h) for h in ports} == expected and all(h == c for h, c in ports.items())
     assert compose["services"]["gateway"]["ports"] == ["8091:8091"]
 
@@ -200,10 +200,10 @@ def test_ports(compose):
 def test_command_matches_triton_env(compose):
     command = compose["services"]["triton"]["command"]
     assert command[0] == "tritonserver"
-    expected = triton_env.server_args(
+    expected = triton_server.server_args(
         "/models", "/opt/tritonserver/backends",
-        triton_env.DEFAULT_HTTP_PORT, triton_env.DEFAULT_GRPC_PORT, triton_env.DEFAULT_METRICS_PORT,
-        triton_env.DEFAULT_EXIT_TIMEOUT_S,
+        triton_server.DEFAULT_HTTP_PORT, triton_server.DEFAULT_GRPC_PORT, triton_server.DEFAULT_METRICS_PORT,
+        triton_server.DEFAULT_EXIT_TIMEOUT_S,
     )
     assert command[1:] == expected
     volumes = compose["services"]["triton"]["volumes"]
@@ -226,7 +226,7 @@ def test_gpu_shm_and_healthcheck(compose):
     assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
     assert str(triton["shm_size"]).endswith(("gb", "g", "GB"))
     test = " ".join(triton["healthcheck"]["test"])
-    assert f"localhost:{triton_env.DEFAULT_HTTP_PORT}/v2/health/ready" in test
+    assert f"localhost:{triton_server.DEFAULT_HTTP_PORT}/v2/health/ready" in test
 
 
 def _pins(text: str) -> dict[str, str]:
@@ -306,7 +306,7 @@ def test_every_mounted_file_is_made_by_the_init_service(compose, profile):
     # Triton and the gateway see the artifacts where init wrote them, so the paths in the repository
     # and the config need no translation.
     assert args.artifacts == "/artifacts" and triton_mounts["/artifacts"] == gateway_mounts["/artifacts"] == "/artifacts"
-    assert _flag(gateway, "--triton-url") == args.triton_url == f"{triton_name}:{triton_env.DEFAULT_GRPC_PORT}"
+    assert _flag(gateway, "--triton-url") == args.triton_url == f"{triton_name}:{triton_server.DEFAULT_GRPC_PORT}"
 
 
 @pytest.fixture(scope="module")
@@ -349,7 +349,7 @@ def test_the_init_service_makes_what_the_servers_mount(compose, prepared):
     settings = Settings.from_file(root / "build" / "gateway" / "gateway.json")  # the gateway's own strict reader
     (served,) = load_checkpoints(settings)
     assert served.name == "Qwen3-TTS-tiny-CustomVoice" and served.task == "CustomVoice"
-    assert settings.triton_url == f"triton:{triton_env.DEFAULT_GRPC_PORT}"
+    assert settings.triton_url == f"triton:{triton_server.DEFAULT_GRPC_PORT}"
     assert json.loads((root / "build" / "gateway" / "gateway.json").read_text())["readiness_models"] == ["code2wav"]
 
 

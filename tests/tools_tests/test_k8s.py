@@ -4,8 +4,8 @@
   is installed, by `kubectl kustomize`, which must render the very same resources) and every
   resource is validated offline against the Kubernetes 1.32 OpenAPI schemas (kubernetes-validate,
   strict: unknown fields fail); ServiceMonitor (a CRD) against the fields used of its schema.
-- The manifests match the code: tritonserver's flags are launcher.server_args, ports are the
-  launcher's and the gateway's defaults, probe paths are real routes (Triton's and the gateway's),
+- The manifests match the code: tritonserver's flags are triton_server.server_args, ports are the
+  server's and the gateway's defaults, probe paths are real routes (Triton's and the gateway's),
   the gateway's and the prepare Job's command lines parse with the real parsers, the paths the Job
   writes are the ones Triton and the gateway mount, env names are the ones the code reads, the
   HPA's metrics are ones the speech_generation model publishes and the adapter rules serve, and
@@ -23,7 +23,7 @@ import pytest
 import yaml
 from kustomize_lite import KustomizeError, apply_operation, render
 
-from ttscore.backend import launcher as triton_env
+from ttscore.backend import triton_server
 
 pytestmark = pytest.mark.unit
 
@@ -168,12 +168,12 @@ def test_triton_matches_the_launcher(overlay):
     triton = find(docs, "Deployment", TRITON)
     c = container(triton)
     assert c["command"] == ["tritonserver"]
-    assert c["args"] == triton_env.server_args(
-        "/models", "/opt/tritonserver/backends", triton_env.DEFAULT_HTTP_PORT, triton_env.DEFAULT_GRPC_PORT,
-        triton_env.DEFAULT_METRICS_PORT, triton_env.DEFAULT_EXIT_TIMEOUT_S)
+    assert c["args"] == triton_server.server_args(
+        "/models", "/opt/tritonserver/backends", triton_server.DEFAULT_HTTP_PORT, triton_server.DEFAULT_GRPC_PORT,
+        triton_server.DEFAULT_METRICS_PORT, triton_server.DEFAULT_EXIT_TIMEOUT_S)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
-    assert ports == {"http": triton_env.DEFAULT_HTTP_PORT, "grpc": triton_env.DEFAULT_GRPC_PORT,
-                     "metrics": triton_env.DEFAULT_METRICS_PORT}
+    assert ports == {"http": triton_server.DEFAULT_HTTP_PORT, "grpc": triton_server.DEFAULT_GRPC_PORT,
+                     "metrics": triton_server.DEFAULT_METRICS_PORT}
     for probe, path in TRITON_PROBES.items():
         assert c[probe]["httpGet"] == {"path": path, "port": "http"}, probe
     assert c["image"].endswith(":24.10-py3")  # Triton 2.51, as tests/tools_tests/test_compose.py pins
@@ -190,7 +190,7 @@ def test_triton_service_is_headless_and_selects_the_triton_pods(overlay):
     labels = find(docs, "Deployment", TRITON)["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
     ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
-    assert ports["grpc"] == triton_env.DEFAULT_GRPC_PORT and ports["metrics"] == triton_env.DEFAULT_METRICS_PORT
+    assert ports["grpc"] == triton_server.DEFAULT_GRPC_PORT and ports["metrics"] == triton_server.DEFAULT_METRICS_PORT
 
 
 def test_the_model_repository_sees_the_artifacts_where_prepare_wrote_them(overlay):
@@ -258,7 +258,7 @@ def test_gateway_matches_its_command_line_routes_and_env(overlay):
     assert args.port == DEFAULT_PORT and {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": DEFAULT_PORT}
     # Every Triton pod, through the headless Service's name.
     host, port = split_host_port(args.triton_url[0])
-    assert (host, port) == (TRITON, triton_env.DEFAULT_GRPC_PORT) and len(args.triton_url) == 1
+    assert (host, port) == (TRITON, triton_server.DEFAULT_GRPC_PORT) and len(args.triton_url) == 1
     prepare = cli_parser().parse_args(container(find(docs, "Job", PREPARE))["args"])
     assert prepare.triton_url == args.triton_url[0]
     routes = {r.path for r in router.routes}  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ import tritonclient.grpc as grpcclient
 from grpc_inputs import to_inputs
 from tritonclient.utils import InferenceServerException
 
-from ttscore.backend import launcher as triton_env
+from ttscore.backend import triton_server
 from ttscore.backend.repository import render_repository
 from ttscore.contract import tensors as triton_io
 
@@ -288,9 +288,9 @@ def test_voice_features_ensemble(tts_server):
 
 def test_a_model_that_fails_to_load_fails_fast_with_the_log(tmp_path):
     repo = render_repository(tmp_path / "repo", artifacts_dir=tmp_path / "missing", models=["code2wav"])
-    server = triton_env.TritonServer(repo, log_file=tmp_path / "server.log")
+    server = triton_server.TritonServer(repo, log_file=tmp_path / "server.log")
     started = time.monotonic()
-    with pytest.raises(triton_env.TritonServerError) as err:
+    with pytest.raises(triton_server.TritonServerError) as err:
         with server:
             pass
     assert time.monotonic() - started < 60

@@ -210,7 +210,7 @@ def triton(bench: Any, art: Path, precision: str, levels: list[int], frames: int
     from triton_tts.bench import common, perf_analyzer
     from triton_tts.serve import Served, plan_deployment
     from ttscore.backend import repository
-    from ttscore.backend.launcher import TritonServer
+    from ttscore.backend.triton_server import TritonServer
     from ttscore.contract.manifest import read_manifest
 
     manifest = read_manifest(art)

@@ -10,7 +10,7 @@ summaries and inputs need.
 
 - The binary ships in the tritonclient==2.51.0 wheel (pip puts it in <venv>/bin); `fetch` extracts it
   from a downloaded wheel when the installed package lacks it. It needs libb64.so.0d and
-  libcudart.so.12 (ttscore.backend.launcher.perf_analyzer_env: apt libb64-0d / pip nvidia-cuda-runtime-cu12,
+  libcudart.so.12 (ttscore.backend.perf_analyzer.perf_analyzer_env: apt libb64-0d / pip nvidia-cuda-runtime-cu12,
   or the identical copies bundled in nvidia-pytriton, symlinked under their sonames).
 - `speech` runs `--streaming` against the decoupled speech_generation with the committed prompts
   (triton_tts/bench/data/, linked from perf/data/speech_generation.json) and summarises the per-response timestamps and outputs of
@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from triton_tts.progress import Stages, add_quiet
-from ttscore.backend import launcher as triton_env
+from ttscore.backend import perf_analyzer as backend_perf
+from ttscore.backend import triton_install, triton_server
 
 PERF_DIR = Path(__file__).resolve().parent
 DATA_DIR = PERF_DIR / "data"
@@ -54,7 +55,7 @@ TRITONCLIENT_VERSION = "2.51.0"
 
 def fetch_binary(dest_dir: Path | None = None) -> Path:
     """Download the tritonclient wheel (no deps) and extract perf_analyzer from its .data dir."""
-    dest_dir = dest_dir or triton_env.cache_dir() / "bin"
+    dest_dir = dest_dir or triton_install.cache_dir() / "bin"
     dest_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
@@ -75,9 +76,9 @@ def fetch_binary(dest_dir: Path | None = None) -> Path:
 
 def find_binary() -> Path:
     try:
-        return triton_env.perf_analyzer_binary()
-    except triton_env.TritonEnvError:
-        cached = triton_env.cache_dir() / "bin" / "perf_analyzer"
+        return backend_perf.perf_analyzer_binary()
+    except triton_install.TritonEnvError:
+        cached = triton_install.cache_dir() / "bin" / "perf_analyzer"
         if cached.is_file():
             return cached
         raise
@@ -92,7 +93,7 @@ def run_perf_analyzer(args: list[str], log_path: Path, stages: Stages | None = N
     with open(log_path, "w") as log:
         log.write(" ".join(cmd) + "\n\n")
         log.flush()
-        proc = subprocess.run(cmd, check=False, env=triton_env.perf_analyzer_env(), stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.run(cmd, check=False, env=backend_perf.perf_analyzer_env(), stdout=log, stderr=subprocess.STDOUT)
     if proc.returncode != 0:
         tail = "\n".join(log_path.read_text().splitlines()[-20:])
         raise SystemExit(f"perf_analyzer failed ({proc.returncode}); see {log_path}:\n{tail}")
@@ -397,7 +398,7 @@ def cmd_voice_features(ns: argparse.Namespace) -> int:
 
 def cmd_check(ns: argparse.Namespace) -> int:
     binary = find_binary()
-    env = triton_env.perf_analyzer_env()
+    env = backend_perf.perf_analyzer_env()
     proc = subprocess.run([str(binary), "--version"], check=False, env=env, capture_output=True, text=True)
     print(f"binary: {binary}\nLD_LIBRARY_PATH: {env['LD_LIBRARY_PATH']}\n{(proc.stdout + proc.stderr).strip()}")
     return proc.returncode
@@ -417,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, fn in (("speech", cmd_speech), ("code2wav", cmd_code2wav), ("voice_features", cmd_voice_features)):
         s = sub.add_parser(name)
         s.set_defaults(fn=fn)
-        s.add_argument("--url", default=f"127.0.0.1:{triton_env.DEFAULT_GRPC_PORT}", help="Triton gRPC host:port")
+        s.add_argument("--url", default=f"127.0.0.1:{triton_server.DEFAULT_GRPC_PORT}", help="Triton gRPC host:port")
         s.add_argument("--out", default=str(Path("build") / "perf" / f"{stamp}-{name}"))
         s.add_argument("--concurrency", default="1:4:1", help="perf_analyzer --concurrency-range")
         s.add_argument("--requests-per-window", type=int, default=8)

@@ -148,7 +148,7 @@ def main() -> None:
     from triton_tts.bench import common
     from triton_tts.serve import Served, plan_deployment
     from ttscore.backend import repository
-    from ttscore.backend.launcher import TritonServer
+    from ttscore.backend.triton_server import TritonServer
     from ttscore.contract.manifest import read_manifest
 
     art = Path(args.artifacts).resolve()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.kv import kv_specs
+from ttscore.contract.kv import ragged_step_inputs, step_spec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
 # The family's K/V tensor names (ttscore.contract.kv).
@@ -70,11 +70,9 @@ RULES = FamilyRules(
     ),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,
-    default_voice=None,
     ref_audio=REF_AUDIO,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
-    variants={"base": TASK},
     extra_params=KNOBS,
     sampling=SEEDED,  # RAS noise and the flow's noise from the request's seed; without one the gateway draws it
     auto_language=False,  # `language` is refused, "Auto" included
@@ -91,10 +89,7 @@ PROMPT_EMBEDDING = wire.TensorIO("prompt_embedding", "FP32", (-1,), True,
                                  "CosyVoice3: the reference clip's speaker embedding [192] from prompt_encoder.")
 FEATURES = (PROMPT_SPEECH_TOKENS, PROMPT_MEL, PROMPT_EMBEDDING)
 ENCODER_MODEL = "prompt_encoder"
-ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
-    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
-    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (>= 16 kHz)."),
-)
+ENCODER_INPUTS: tuple[wire.TensorIO, ...] = wire.clip_inputs("Its sample rate (>= 16 kHz).")
 ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = tuple(
     wire.TensorIO(t.name, t.dtype, t.dims, doc=t.doc) for t in FEATURES)
 WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, wire.MAX_NEW_TOKENS, wire.SEED, wire.TEMPERATURE, wire.TOP_K, wire.TOP_P,
@@ -114,18 +109,12 @@ def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int, speech_row
     """Qwen2 prefill (T = the prompt) and decode (T = 1) over explicit past K/V: `attention_mask`
     [B, P + T] marks valid slots (rows are ragged); the new positions are causal among themselves.
     Outputs `llm_decoder`'s logits of the last position [B, speech_rows] and the new K/V (rotated)."""
-    return GraphSpec(
-        "lm_step",
-        (
-            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
-            TensorSpec("attention_mask", "int64", ("batch", "total")),
-            TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *kv_specs(layers, kv_heads, head_dim, new=False),
-        ),
+    return step_spec(
+        "lm_step", ragged_step_inputs(dim),
         (
             TensorSpec("logits", "float32", ("batch", speech_rows)),
-            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
+        layers, kv_heads, head_dim,
     )
 
 

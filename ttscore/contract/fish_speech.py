@@ -12,8 +12,8 @@ clip into the codes of a cloning prompt. The reference is vLLM-Omni 0.30.0's fis
 from __future__ import annotations
 
 from ttscore.contract import kv, wire
-from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.kv import kv_specs
+from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
+from ttscore.contract.kv import ragged_step_inputs, step_spec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
 # The family's K/V tensor names (ttscore.contract.kv).
@@ -67,36 +67,29 @@ def slow_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int, candidat
     """The Slow AR over explicit past K/V (prefill, then one frame a step; `attention_mask` [B, P + T] marks valid
     slots of ragged rows): the last position's final-normed hidden state [B, D] and the logits of the ids it may
     sample [B, candidates] (the semantic ids in order, then <|im_end|>), the new K/V (rotated)."""
-    return GraphSpec(
-        "slow_step",
-        (
-            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
-            TensorSpec("attention_mask", "int64", ("batch", "total")),
-            TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *kv_specs(layers, kv_heads, head_dim, new=False),
-        ),
+    return step_spec(
+        "slow_step", ragged_step_inputs(dim),
         (
             TensorSpec("hidden", "float32", ("batch", dim)),
             TensorSpec("logits", "float32", ("batch", candidates)),
-            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
+        layers, kv_heads, head_dim,
     )
 
 
 def fast_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> GraphSpec:
     """The Fast AR over its own past K/V (every row of a batch at the same step): the last position's logits
     over the residual codes [B, RESIDUAL_CODEBOOK_SIZE] and the new K/V."""
-    return GraphSpec(
+    return step_spec(
         "fast_step",
         (
             TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
             TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *kv_specs(layers, kv_heads, head_dim, new=False),
         ),
         (
             TensorSpec("logits", "float32", ("batch", RESIDUAL_CODEBOOK_SIZE)),
-            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
+        layers, kv_heads, head_dim,
     )
 
 
@@ -104,16 +97,8 @@ def dac_stream_spec(state_size: int) -> GraphSpec:
     """The DAC decoder as an exact streaming graph: codes [B, 10, n] + `state` [B, S] (zeros start an utterance;
     each row at its own frame count) -> pcm [B, n * samples_per_frame] + new_state. Chunks decoded
     one after another equal one whole decode."""
-    return GraphSpec(
-        "dac_stream",
-        (
-            TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),
-            TensorSpec("state", "float32", ("batch", state_size)),
-        ),
-        (
-            TensorSpec("pcm", "float32", ("batch", "samples")),
-            TensorSpec("new_state", "float32", ("batch", state_size)),
-        ),
+    return streaming_vocoder_spec(
+        "dac_stream", TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")), state_size
     )
 
 
@@ -155,11 +140,9 @@ RULES = FamilyRules(
     ),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,
-    default_voice=None,
     ref_audio=REF_AUDIO,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
-    variants={"base": TASK},
     extra_params=KNOBS,
     sampling=SEEDED,  # Slow/Fast AR sampling noise from the request's seed, 42 without one
     auto_language=False,  # `language` is refused, "Auto" included
@@ -172,10 +155,7 @@ REF_DAC_CODES = wire.TensorIO("ref_dac_codes", "INT64", (-1, NUM_CODEBOOKS), Tru
 REF_TEXT = wire.string_input("ref_text", "Fish Speech: transcript of the reference clip (cloning; required with it).")
 # The voice-features Triton model (one per served checkpoint): reference audio -> its DAC codes.
 ENCODER_MODEL = "dac_encoder"
-ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
-    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
-    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 44.1 kHz)."),
-)
+ENCODER_INPUTS: tuple[wire.TensorIO, ...] = wire.clip_inputs("Its sample rate (resampled to 44.1 kHz).")
 ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = (
     wire.TensorIO("ref_dac_codes", "INT64", (-1, NUM_CODEBOOKS),
                   doc="Fish Speech reference codes [frames, 10] for speech_generation's ref_dac_codes."),

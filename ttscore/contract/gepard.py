@@ -12,8 +12,8 @@ Zero-shot default voice only (the learned `null_prefix`).
 from __future__ import annotations
 
 from ttscore.contract import kv, wire
-from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.kv import kv_specs
+from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
+from ttscore.contract.kv import ragged_step_inputs, step_spec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule
 
 # The family's K/V tensor names (ttscore.contract.kv).
@@ -56,10 +56,8 @@ RULES = FamilyRules(
     ),
     display_name="Gepard-1.0",
     unsupported=UNSUPPORTED_FIELDS,
-    default_voice=None,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
-    variants={"base": TASK},
     auto_language=False,  # `language` is refused, "Auto" included
 )
 
@@ -79,19 +77,13 @@ def backbone_spec(layers: int, hidden: int, kv_heads: int, head_dim: int, logits
     marks valid past slots (rows are ragged); the new positions are causal among themselves. Outputs
     the 32 heads' concatenated logits of the last position [B, 216], its stop probability [B] and the
     new K/V (post-RoPE)."""
-    return GraphSpec(
-        "backbone",
-        (
-            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", hidden)),
-            TensorSpec("attention_mask", "int64", ("batch", "total")),
-            TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *kv_specs(layers, kv_heads, head_dim, new=False),
-        ),
+    return step_spec(
+        "backbone", ragged_step_inputs(hidden),
         (
             TensorSpec("logits", "float32", ("batch", logits)),
             TensorSpec("stop_prob", "float32", ("batch",)),
-            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
+        layers, kv_heads, head_dim,
     )
 
 
@@ -109,16 +101,8 @@ def codec_stream_spec(state_size: int) -> GraphSpec:
     """NanoCodec's decoder as an exact streaming graph: codes [B, T, 32] + the causal convolutions'
     history `state` [B, S] (zeros at the start) -> pcm [B, T * 1024] + new_state. Chunks decoded one
     after another equal one whole decode."""
-    return GraphSpec(
-        "codec_stream",
-        (
-            TensorSpec("codes", "int64", ("batch", "frames", NUM_CODEBOOKS)),
-            TensorSpec("state", "float32", ("batch", state_size)),
-        ),
-        (
-            TensorSpec("pcm", "float32", ("batch", "samples")),
-            TensorSpec("new_state", "float32", ("batch", state_size)),
-        ),
+    return streaming_vocoder_spec(
+        "codec_stream", TensorSpec("codes", "int64", ("batch", "frames", NUM_CODEBOOKS)), state_size
     )
 
 

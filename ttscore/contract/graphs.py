@@ -54,3 +54,14 @@ class GraphSpec:
             "inputs": [t.to_json() for t in self.inputs],
             "outputs": [t.to_json() for t in self.outputs],
         }
+
+
+def streaming_vocoder_spec(name: str, frames: TensorSpec, state_size: int, *extra: TensorSpec) -> GraphSpec:
+    """An exact streaming vocoder graph: one chunk of `frames` + `state` [B, S] (zeros start an utterance; each
+    row at its own frame count) and any `extra` inputs -> `pcm` [B, samples] + `new_state` [B, S]. Chunks decoded
+    one after another equal one whole decode."""
+    return GraphSpec(
+        name,
+        (frames, TensorSpec("state", "float32", ("batch", state_size)), *extra),
+        (TensorSpec("pcm", "float32", ("batch", "samples")), TensorSpec("new_state", "float32", ("batch", state_size))),
+    )

@@ -4,7 +4,9 @@ per layer `past_key_<i>` / `past_value_<i>` [batch, kv_heads, past, head_dim] in
 
 from __future__ import annotations
 
-from ttscore.contract.graphs import TensorSpec
+from collections.abc import Sequence
+
+from ttscore.contract.graphs import GraphSpec, TensorSpec
 
 
 def past_key(i: int) -> str:
@@ -30,3 +32,22 @@ def kv_specs(layers: int, kv_heads: int, head_dim: int, *, new: bool) -> list[Te
         TensorSpec(k(i), "float32", ("batch", kv_heads, axis, head_dim)),
         TensorSpec(v(i), "float32", ("batch", kv_heads, axis, head_dim)),
     )]
+
+
+def ragged_step_inputs(dim: int) -> tuple[TensorSpec, ...]:
+    """The inputs of a step fed embeddings over a ragged explicit past: `inputs_embeds` [B, T, D] (prefill: T =
+    the prompt or a chunk of it; decode: T = 1), `attention_mask` [B, P + T] (each row's valid past slots; the new
+    positions are causal among themselves) and `position_ids` [B, T]."""
+    return (
+        TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
+        TensorSpec("attention_mask", "int64", ("batch", "total")),
+        TensorSpec("position_ids", "int64", ("batch", "tokens")),
+    )
+
+
+def step_spec(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], layers: int, kv_heads: int,
+              head_dim: int) -> GraphSpec:
+    """A decoder step graph with an explicit past: `inputs` then every layer's past K/V in, `outputs` then the
+    new K/V out."""
+    return GraphSpec(name, (*inputs, *kv_specs(layers, kv_heads, head_dim, new=False)),
+                     (*outputs, *kv_specs(layers, kv_heads, head_dim, new=True)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ttscore.contract import kv, wire
-from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
 FAMILY = "qwen3_tts"
@@ -160,18 +160,8 @@ def code_predictor_spec(hidden: int, num_groups: int) -> GraphSpec:
 
 
 def code2wav_stream_spec(num_groups: int, state_size: int, samples_per_frame: int) -> GraphSpec:
-    return GraphSpec(
-        name="code2wav_stream",
-        inputs=(
-            TensorSpec("codes", "int64", ("batch", "frames", num_groups)),
-            TensorSpec("state", "float32", ("batch", state_size)),
-            TensorSpec("position", "int64", ("batch",)),
-        ),
-        outputs=(
-            TensorSpec("pcm", "float32", ("batch", "samples")),  # samples = frames * samples_per_frame
-            TensorSpec("new_state", "float32", ("batch", state_size)),
-        ),
-    )
+    return streaming_vocoder_spec("code2wav_stream", TensorSpec("codes", "int64", ("batch", "frames", num_groups)),
+                                  state_size, TensorSpec("position", "int64", ("batch",)))
 
 
 def code2wav_spec(num_groups: int) -> GraphSpec:

@@ -130,7 +130,8 @@ class FamilyRules:
     ref_audio: RefAudioBounds = field(default_factory=RefAudioBounds)
     max_text_chars: int = 4096  # per generation
     sample_rate: int | None = None  # of the audio the family generates (the manifest's wins when it has one)
-    variants: Mapping[str, str] = field(default_factory=dict)  # checkpoint variant (manifest) -> its task
+    # checkpoint variant (manifest) -> its task; default for a family of one task: {"base": that task}
+    variants: Mapping[str, str] = field(default_factory=dict)
     # The knobs the family takes in the Speech API's `extra_params` (any other key: 400 naming it).
     extra_params: tuple[KnobRule, ...] = ()
     # Whether `language` "Auto" (the spec's default: no language) is accepted. False for a family that
@@ -140,6 +141,8 @@ class FamilyRules:
     sampling: str = UNSEEDED
 
     def __post_init__(self) -> None:
+        if not self.variants and len(self.tasks) == 1:
+            object.__setattr__(self, "variants", {"base": self.tasks[0]})
         if self.sampling not in SAMPLING:
             raise ValueError(f"{self.family}: sampling must be one of {', '.join(SAMPLING)}, got {self.sampling!r}")
 

@@ -157,8 +157,6 @@ def write_voice_profile(
     speaker_description: str | None = None,
 ) -> dict[str, Any]:
     """Write `<name>.safetensors` and merge the voice into the manifest; returns the manifest entry."""
-    from safetensors.numpy import save
-
     name = validate_voice_name(voice_name, "voice_name")
     if mode not in MODES:
         raise InvalidRequest(f"mode must be one of {', '.join(MODES)}, got {mode!r}", "mode")
@@ -177,14 +175,42 @@ def write_voice_profile(
         entry["ref_code_length"] = int(tensors[REF_CODE].shape[0])
     if ref_text is not None:
         entry["ref_text"] = ref_text
+    return save_voice(output_dir, entry, tensors, speaker_description=speaker_description)
+
+
+def save_voice(output_dir: str | Path, entry: dict[str, Any], tensors: dict[str, NDArray[Any]], *,
+               checkpoint: dict[str, Any] | None = None, speaker_description: str | None = None) -> dict[str, Any]:
+    """Finish a voice's manifest entry (the checkpoint's identity, its non-empty string values; the speaker
+    description; the time) and write it with its tensors (`merge_voice`); returns the entry. The file's metadata
+    repeats the entry's name, mode and family."""
+    from safetensors.numpy import save
+
+    if checkpoint:
+        entry["checkpoint"] = {k: v for k, v in checkpoint.items() if isinstance(v, str) and v}
     description = (speaker_description or "").strip() or None
     if description is not None:
         entry["speaker_description"] = description
     entry["created_at"] = int(time.time())
-
-    payload = save(tensors, metadata={"name": name, "mode": mode, "model_type": MODEL_TYPE})
+    family = entry.get("model_type", MODEL_TYPE)
+    payload = save(tensors, metadata={"name": entry["name"], "mode": entry["mode"], "model_type": family})
     merge_voice(Path(output_dir), entry, payload)
     return entry
+
+
+def checked_codes(codes: NDArray[Any], codebooks: int, size: int, *, time_major: bool,
+                  param: str = "ref_audio") -> NDArray[np.int32]:
+    """A reference clip's codec codes as a voice file stores them ([T, codebooks] int32), given [T, codebooks]
+    (`time_major`) or [codebooks, T]; InvalidRequest naming `param` unless a non-empty integer array in
+    [0, size)."""
+    codes = np.asarray(codes)
+    frames_axis = 0 if time_major else 1
+    layout = f"[T, {codebooks}]" if time_major else f"[{codebooks}, T]"
+    if (codes.ndim != 2 or codes.shape[1 - frames_axis] != codebooks or codes.shape[frames_axis] == 0
+            or codes.dtype.kind not in "iu"):
+        raise InvalidRequest(f"reference codes must be a non-empty integer {layout} array", param)
+    if codes.min() < 0 or codes.max() >= size:
+        raise InvalidRequest(f"reference codes must be in [0, {size})", param)
+    return np.ascontiguousarray((codes if time_major else codes.T).astype(np.int32))
 
 
 def check_voices_dir(out: Path, model_types: Collection[str]) -> None:

@@ -12,8 +12,8 @@ are the next input. Mistral's causal codec turns the frames into 24 kHz audio. P
 from __future__ import annotations
 
 from ttscore.contract import kv, wire
-from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.kv import kv_specs
+from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
+from ttscore.contract.kv import ragged_step_inputs, step_spec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule
 
 # The family's K/V tensor names (ttscore.contract.kv).
@@ -47,19 +47,13 @@ def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> GraphSp
     marks valid slots (rows are ragged); the new positions are causal among themselves. Outputs the
     last position's final-normed hidden state [B, D], its semantic code [B] (vLLM-Omni's id: 1 is
     [END_AUDIO], 2.. the codes +2) and the new K/V (rotated, Mistral's interleaved layout)."""
-    return GraphSpec(
-        "lm_step",
-        (
-            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
-            TensorSpec("attention_mask", "int64", ("batch", "total")),
-            TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *kv_specs(layers, kv_heads, head_dim, new=False),
-        ),
+    return step_spec(
+        "lm_step", ragged_step_inputs(dim),
         (
             TensorSpec("hidden", "float32", ("batch", dim)),
             TensorSpec("semantic_code", "int64", ("batch",)),
-            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
+        layers, kv_heads, head_dim,
     )
 
 
@@ -82,16 +76,8 @@ def codec_stream_spec(n_codebooks: int, state_size: int) -> GraphSpec:
     """Mistral's codec as an exact streaming graph: codes [B, 1 + n_acoustic, T] (ids without the +2
     offset) + `state` [B, S] (zeros start an utterance) -> pcm [B, T * samples_per_frame] + new_state.
     Chunks decoded one after another equal one whole decode."""
-    return GraphSpec(
-        "codec_stream",
-        (
-            TensorSpec("codes", "int64", ("batch", n_codebooks, "frames")),
-            TensorSpec("state", "float32", ("batch", state_size)),
-        ),
-        (
-            TensorSpec("pcm", "float32", ("batch", "samples")),
-            TensorSpec("new_state", "float32", ("batch", state_size)),
-        ),
+    return streaming_vocoder_spec(
+        "codec_stream", TensorSpec("codes", "int64", ("batch", n_codebooks, "frames")), state_size
     )
 
 
@@ -117,10 +103,8 @@ RULES = FamilyRules(
     ),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,
-    default_voice=None,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=24000,
-    variants={"base": TASK},
     extra_params=(CFG_ALPHA_KNOB,),
     auto_language=False,  # `language` is refused, "Auto" included
 )

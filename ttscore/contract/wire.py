@@ -55,3 +55,10 @@ CHUNK_FRAMES = TensorIO("chunk_frames", "INT32", (1,), True, "Frames in every la
 TEMPERATURE = TensorIO("temperature", "FP32", (1,), True, "Sampling temperature (0: greedy).")
 TOP_K = TensorIO("top_k", "INT32", (1,), True, "Top-k sampling (0: off).")
 TOP_P = TensorIO("top_p", "FP32", (1,), True, "Nucleus sampling threshold.")
+
+
+def clip_inputs(rate_doc: str) -> tuple[TensorIO, TensorIO]:
+    """A voice-features model's inputs: one reference clip and its sample rate (`rate_doc`: what the model does
+    with it)."""
+    return (TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
+            TensorIO("sample_rate", "INT32", (1,), doc=rate_doc))

@@ -1,4 +1,5 @@
-"""One ONNX Runtime session, fed and read by the tensor names its manifest entry declares."""
+"""One ONNX Runtime session, fed and read by the tensor names its manifest entry declares; an export's graphs
+and tables opened together."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract.errors import ArtifactError
+from ttscore.contract.manifest import Manifest, read_manifest
 
 # `speech_generation`'s thread_pool parameter (and `triton-tts say/bench --thread-pool`): see share_thread_pool.
 THREAD_POOLS = ("shared", "session")
@@ -122,3 +125,20 @@ class OnnxGraph:
         OnnxGraph.seconds += seconds
         self.spent += seconds
         self.calls += 1
+
+
+class ExportedGraphs:
+    """An export opened for a run in this process: its manifest, its `sizes`, every graph it lists (`graphs`, by
+    name) and the `.npy` tables beside them (`table`)."""
+
+    def __init__(self, artifacts: Path, threads: int | None = None) -> None:
+        self.root = Path(artifacts)
+        self.manifest: Manifest = read_manifest(self.root)
+        raw = self.manifest.raw
+        self.sizes: dict[str, Any] = raw["sizes"]
+        self.graphs = {name: OnnxGraph(self.root / g["file"], g, threads) for name, g in raw["graphs"].items()}
+
+    def table(self, name: str, *, mmap: bool = False) -> NDArray[np.float32]:
+        """The table `<name>.npy` (`mmap`: mapped read-only instead of read)."""
+        out: NDArray[np.float32] = np.load(self.root / f"{name}.npy", mmap_mode="r" if mmap else None)
+        return out

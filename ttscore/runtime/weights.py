@@ -109,6 +109,11 @@ class Weights:
     tensors: dict[str, Path]
     dtypes: frozenset[str]
 
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor's shape, from the files' headers."""
+        return {name: tuple(int(d) for d in entry["shape"]) for path in self.files
+                for name, entry in read_header(path).items() if name != "__metadata__"}
+
 
 def read_weights(directory: Path, stem: str = "model") -> Weights:
     """Locate and validate `<stem>`'s weights in `directory` (see the module docstring)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.kv import kv_specs
+from ttscore.contract.kv import ragged_step_inputs, step_spec
 from ttscore.contract.rules import GREEDY, FamilyRules, FieldRule, KnobRule, RefAudioBounds
 
 # The family's K/V tensor names (ttscore.contract.kv).
@@ -111,19 +111,13 @@ def backbone_spec(layers: int, hidden: int, kv_heads: int, head_dim: int, head_r
     """Prefill (T = prompt chunk) and decode (T = 1): `attention_mask` [B, P + T] marks valid past
     slots; the new positions are causal among themselves. Outputs the new positions' hidden states,
     the code-0 head's logits of the last one (reserved rows masked) and the new K/V (post-RoPE)."""
-    return GraphSpec(
-        "backbone",
-        (
-            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", hidden)),
-            TensorSpec("attention_mask", "int64", ("batch", "total")),
-            TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *kv_specs(layers, kv_heads, head_dim, new=False),
-        ),
+    return step_spec(
+        "backbone", ragged_step_inputs(hidden),
         (
             TensorSpec("hidden", "float32", ("batch", "tokens", hidden)),
             TensorSpec("logits", "float32", ("batch", head_rows)),
-            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
+        layers, kv_heads, head_dim,
     )
 
 
@@ -131,17 +125,16 @@ def depth_spec(layers: int, embed: int, hidden: int, kv_heads: int, head_dim: in
     """The depth decoder's transformer: embeddings in the audio-embedding space (position 0 the
     backbone's hidden state, then code embeddings) -> final-norm hidden states; the per-codebook
     heads are a table applied by the runtime. Positions are the cache positions (0..15)."""
-    return GraphSpec(
+    return step_spec(
         "depth_decoder",
         (
             TensorSpec("inputs_embeds", "float32", ("batch", "tokens", embed)),
             TensorSpec("position_ids", "int64", ("batch", "tokens")),
-            *kv_specs(layers, kv_heads, head_dim, new=False),
         ),
         (
             TensorSpec("hidden", "float32", ("batch", "tokens", hidden)),
-            *kv_specs(layers, kv_heads, head_dim, new=True),
         ),
+        layers, kv_heads, head_dim,
     )
 
 
@@ -171,10 +164,7 @@ _BREEZE_SPEECH_INPUTS: tuple[wire.TensorIO, ...] = (
 # The family's voice features: a reference clip (any rate) -> its codec codes, through the speech
 # encoder of the checkpoint's own audio_tokenizer (one model per served checkpoint).
 SPEECH_ENCODER = "breeze_speech_encoder"
-SPEECH_ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
-    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
-    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 24 kHz)."),
-)
+SPEECH_ENCODER_INPUTS: tuple[wire.TensorIO, ...] = wire.clip_inputs("Its sample rate (resampled to 24 kHz).")
 SPEECH_ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = (
     wire.TensorIO("ref_codes", "INT64", (-1, NUM_CODEBOOKS), doc="Reference codes [T, 16] for speech_generation's ref_codes."),
 )

@@ -79,11 +79,9 @@ RULES = FamilyRules(
     ),
     display_name="OmniVoice",
     unsupported=UNSUPPORTED_FIELDS,
-    default_voice=None,
     ref_audio=REF_AUDIO,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
-    variants={"base": TASK},
     extra_params=KNOBS,
 )
 
@@ -122,10 +120,7 @@ REF_AUDIO_CODES = wire.TensorIO("ref_audio_codes", "INT64", (NUM_CODEBOOKS, -1),
 REF_TEXT = wire.string_input("ref_text", "OmniVoice: transcript of the reference clip (cloning).")
 # The voice-features Triton model (one per served checkpoint): reference audio -> its codes.
 ENCODER_MODEL = "codec_encoder"
-ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
-    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
-    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 24 kHz)."),
-)
+ENCODER_INPUTS: tuple[wire.TensorIO, ...] = wire.clip_inputs("Its sample rate (resampled to 24 kHz).")
 ENCODER_OUTPUTS: tuple[wire.TensorIO, ...] = (
     wire.TensorIO("ref_audio_codes", "INT64", (NUM_CODEBOOKS, -1),
                   doc="OmniVoice reference codes [8, T] for speech_generation's ref_audio_codes."),

@@ -19,16 +19,20 @@ and checks them against each served checkpoint's codec checksum.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.omnivoice import CODEBOOK_SIZE, FAMILY, NUM_CODEBOOKS
-from ttscore.contract.voicefile import REF_CODE, merge_voice, validate_voice_name, voice_file_name
+from ttscore.contract.voicefile import (
+    REF_CODE,
+    checked_codes,
+    save_voice,
+    validate_voice_name,
+    voice_file_name,
+)
 
 PROFILE_MODES = ("clone",)
 CODEC_SHA256 = "audio_tokenizer_sha256"  # the checkpoint identity key of the codec that made the codes
@@ -37,12 +41,7 @@ CODEC_WEIGHTS = "audio_tokenizer/model.safetensors"  # its source file (Manifest
 
 def check_codes(codes: NDArray[Any], param: str = "ref_audio") -> NDArray[np.int32]:
     """Codes [8, T] in the codebook's range as the file stores them ([T, 8] int32), or InvalidRequest."""
-    codes = np.asarray(codes)
-    if codes.ndim != 2 or codes.shape[0] != NUM_CODEBOOKS or codes.shape[1] == 0 or codes.dtype.kind not in "iu":
-        raise InvalidRequest(f"reference codes must be a non-empty integer [{NUM_CODEBOOKS}, T] array", param)
-    if codes.min() < 0 or codes.max() >= CODEBOOK_SIZE:
-        raise InvalidRequest(f"reference codes must be in [0, {CODEBOOK_SIZE})", param)
-    return np.ascontiguousarray(codes.T.astype(np.int32))
+    return checked_codes(codes, NUM_CODEBOOKS, CODEBOOK_SIZE, time_major=False, param=param)
 
 
 def write_omnivoice_profile(
@@ -57,8 +56,6 @@ def write_omnivoice_profile(
     """Write an OmniVoice profile (`<name>.safetensors` + its manifest entry) of the codes [8, T];
     returns the entry. `checkpoint` is its identity ({"name", CODEC_SHA256}), checked by the loader
     against the served checkpoints."""
-    from safetensors.numpy import save
-
     name = validate_voice_name(voice_name, "voice_name")
     stored = check_codes(ref_codes)
     entry: dict[str, Any] = {"name": name, "file": voice_file_name(name), "model_type": FAMILY, "mode": "clone",
@@ -66,12 +63,5 @@ def write_omnivoice_profile(
     text = (ref_text or "").strip() or None
     if text is not None:
         entry["ref_text"] = text
-    if checkpoint:
-        entry["checkpoint"] = {k: v for k, v in checkpoint.items() if isinstance(v, str) and v}
-    description = (speaker_description or "").strip() or None
-    if description is not None:
-        entry["speaker_description"] = description
-    entry["created_at"] = int(time.time())
-    payload = save({REF_CODE: stored}, metadata={"name": name, "mode": "clone", "model_type": FAMILY})
-    merge_voice(Path(output_dir), entry, payload)
-    return entry
+    return save_voice(output_dir, entry, {REF_CODE: stored}, checkpoint=checkpoint,
+                      speaker_description=speaker_description)

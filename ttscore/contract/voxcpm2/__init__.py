@@ -11,7 +11,7 @@ export/voxcpm2/README.md has the whole design.
 from __future__ import annotations
 
 from ttscore.contract import kv, wire
-from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
 
 FAMILY = "voxcpm2"
@@ -90,7 +90,6 @@ RULES = FamilyRules(
     ref_audio=REF_AUDIO,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
-    variants={"base": TASK},
 )
 
 
@@ -186,16 +185,8 @@ def vae_decoder_spec(feat_dim: int, state_size: int) -> GraphSpec:
     """Exact streaming AudioVAE decoder: (latent frames, state) -> (48 kHz PCM, new state). The
     decoder is strictly causal, so with the state (causal-conv histories, one input frame per
     transposed conv) any chunking reproduces the whole-utterance decode."""
-    return GraphSpec(
-        "vae_decoder_stream",
-        (
-            TensorSpec("latents", "float32", ("batch", feat_dim, "frames")),
-            TensorSpec("state", "float32", ("batch", state_size)),
-        ),
-        (
-            TensorSpec("pcm", "float32", ("batch", "samples")),
-            TensorSpec("new_state", "float32", ("batch", state_size)),
-        ),
+    return streaming_vocoder_spec(
+        "vae_decoder_stream", TensorSpec("latents", "float32", ("batch", feat_dim, "frames")), state_size
     )
 
 
@@ -220,8 +211,7 @@ _VOXCPM2_SPEECH_INPUTS: tuple[wire.TensorIO, ...] = (
 )
 AUDIOVAE_ENCODER = "audiovae_encoder"  # the family's voice features (one per served checkpoint)
 AUDIOVAE_ENCODER_INPUTS: tuple[wire.TensorIO, ...] = (
-    wire.TensorIO("audio", "FP32", (-1,), doc="Reference audio, mono float32 in [-1, 1]."),
-    wire.TensorIO("sample_rate", "INT32", (1,), doc="Its sample rate (resampled to 16 kHz)."),
+    *wire.clip_inputs("Its sample rate (resampled to 16 kHz)."),
     wire.TensorIO("prompt", "BOOL", (1,), True,
                   "True: a continuation prompt (the request also sends ref_text), zero-padded on the left; "
                   "false/absent: a cloning reference, padded on the right."),

@@ -19,7 +19,6 @@ shape and AudioVAE checksum.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.voicefile import merge_voice, validate_voice_name, voice_file_name
+from ttscore.contract.voicefile import save_voice, validate_voice_name, voice_file_name
 from ttscore.contract.voxcpm2 import FAMILY, PROFILE_MODES, PROMPT_PATCHES, REF_PATCHES
 
 VOXCPM2_MODES = PROFILE_MODES  # the name voicefile gave them
@@ -47,8 +46,6 @@ def write_voxcpm2_profile(
     mode "reference": `ref_patches` only; "continuation": `prompt_patches` + `prompt_text`;
     "ref_continuation": all three (the reference's build_prompt_cache modes). `checkpoint` is its
     identity ({"name", "audiovae_sha256"}), checked by the loader against the served checkpoint."""
-    from safetensors.numpy import save
-
     name = validate_voice_name(voice_name, "voice_name")
     if mode not in PROFILE_MODES:
         raise InvalidRequest(f"mode must be one of {', '.join(PROFILE_MODES)} for VoxCPM2, got {mode!r}", "mode")
@@ -78,12 +75,4 @@ def write_voxcpm2_profile(
     if PROMPT_PATCHES in tensors:
         entry["prompt_patch_length"] = int(tensors[PROMPT_PATCHES].shape[0])
         entry["prompt_text"] = prompt_text
-    if checkpoint:
-        entry["checkpoint"] = {k: v for k, v in checkpoint.items() if isinstance(v, str) and v}
-    description = (speaker_description or "").strip() or None
-    if description is not None:
-        entry["speaker_description"] = description
-    entry["created_at"] = int(time.time())
-    payload = save(tensors, metadata={"name": name, "mode": mode, "model_type": FAMILY})
-    merge_voice(Path(output_dir), entry, payload)
-    return entry
+    return save_voice(output_dir, entry, tensors, checkpoint=checkpoint, speaker_description=speaker_description)

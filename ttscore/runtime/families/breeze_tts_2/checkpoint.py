@@ -8,13 +8,21 @@ unexpected ones are refused by name).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import CheckpointError
+from ttscore.runtime.checkpoint_kit import (
+    Stack,
+    name_problems,
+    peek_json,
+    positive_int,
+    read_json,
+    require_files,
+    stack_sizes,
+)
 from ttscore.runtime.weights import read_weights
 
 CHECKPOINT_FILES = ("config.json", "tokenizer.json", f"{spec.AUDIO_TOKENIZER_DIR}/config.json")
@@ -25,17 +33,6 @@ AUDIO_TABLE_ALIAS = "backbone_model.embed_tokens.embed_audio_tokens.weight"
 # Tensors the released loader skips (vLLM-Omni's talker ignores them): kept out of the check.
 IGNORED_PREFIXES = ("codec_model.", "backbone_model.embed_tokens.")
 OPTIONAL = ("embed_text_tokens.weight",)
-
-
-@dataclass(frozen=True)
-class Stack:
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
 
 
 @dataclass(frozen=True)
@@ -74,19 +71,8 @@ class BreezeInfo:
         return asdict(self)
 
 
-def _int(d: dict[str, Any], key: str, where: str) -> int:
-    v = d.get(key)
-    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-        raise CheckpointError(f"config.json: {where}{key} must be a positive integer, got {v!r}")
-    return v
-
-
 def _stack(d: dict[str, Any], where: str, eps: float) -> Stack:
-    heads = _int(d, "num_attention_heads", where)
-    hidden = _int(d, "hidden_size", where)
-    return Stack(hidden, _int(d, "intermediate_size", where), _int(d, "num_hidden_layers", where), heads,
-                 _int(d, "num_key_value_heads", where), int(d.get("head_dim") or hidden // heads),
-                 float(d.get("rms_norm_eps", eps)))
+    return Stack(**stack_sizes(d, where, eps))
 
 
 def parse_config(cfg: dict[str, Any]) -> BreezeInfo:
@@ -129,7 +115,7 @@ def parse_config(cfg: dict[str, Any]) -> BreezeInfo:
         if t.get(key) is not None:
             raise CheckpointError(f"config.json: text_encoder_config.{key} is not supported")
     return BreezeInfo(
-        text=TextEncoder(text_stack, _int(t, "vocab_size", "text_encoder_config."), int(t.get("sliding_window", 512)),
+        text=TextEncoder(text_stack, positive_int(t, "vocab_size", "text_encoder_config."), int(t.get("sliding_window", 512)),
                          layer_types, float(t.get("query_pre_attn_scalar", 256)), int(t.get("eoi_token_index", 256000)),
                          {k: dict(v) for k, v in rope.items()}),
         backbone=_stack(b, "backbone_config.", 1e-6),
@@ -207,11 +193,8 @@ def tensor_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
 
 def is_breeze(checkpoint: Path) -> bool:
     """Whether the directory's config.json is a Breeze-TTS-2 config (the export dispatch)."""
-    try:
-        cfg = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return (isinstance(cfg, dict) and cfg.get("model_type") == "breeze"
+    cfg = peek_json(checkpoint / "config.json")
+    return (cfg is not None and cfg.get("model_type") == "breeze"
             and isinstance(cfg.get("text_encoder_config"), dict) and isinstance(cfg.get("depth_decoder_config"), dict))
 
 
@@ -223,28 +206,18 @@ def tensor_names(checkpoint: Path, cfg: dict[str, Any]) -> dict[str, str]:
     where = {name: name for name in expected}
     if AUDIO_TABLE not in stored and AUDIO_TABLE_ALIAS in stored:
         where[AUDIO_TABLE] = AUDIO_TABLE_ALIAS
-    missing = [n for n, s in where.items() if s not in stored and n not in OPTIONAL]
-    unexpected = sorted(n for n in stored - set(where.values()) if not n.startswith(IGNORED_PREFIXES))
-    if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"missing {len(missing)} tensor(s): {', '.join(missing[:8])}")
-        if unexpected:
-            parts.append(f"unexpected {len(unexpected)} tensor(s): {', '.join(unexpected[:8])}")
+    present = {n for n, s in where.items() if s in stored} | (stored - set(where.values()))
+    parts = name_problems(present, where, optional=OPTIONAL, ignore=lambda n: n.startswith(IGNORED_PREFIXES))
+    if parts:
         raise CheckpointError(f"{checkpoint}/model.safetensors is not a Breeze-TTS-2 checkpoint of its config.json: "
                               + "; ".join(parts))
     return {n: s for n, s in where.items() if s in stored}
 
 
 def read_checkpoint(checkpoint: Path) -> BreezeInfo:
-    for name in CHECKPOINT_FILES:
-        if not (checkpoint / name).is_file():
-            raise CheckpointError(f"{checkpoint}: missing {name}")
+    require_files(checkpoint, CHECKPOINT_FILES)
     read_weights(checkpoint / spec.AUDIO_TOKENIZER_DIR, "model")
-    try:
-        cfg = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{checkpoint}/config.json is unreadable: {exc}") from None
+    cfg = read_json(checkpoint / "config.json")
     info = parse_config(cfg)
     tensor_names(checkpoint, cfg)
     return info

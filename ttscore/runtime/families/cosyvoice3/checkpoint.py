@@ -15,7 +15,6 @@ unexpected ones refused.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 
 from ttscore.contract import cosyvoice3 as spec
 from ttscore.contract.errors import CheckpointError
+from ttscore.runtime.checkpoint_kit import compare_tensors, load_torch_state, read_json, require_files
 
 YAML = "cosyvoice3.yaml"
 LLM = "llm.pt"
@@ -195,11 +195,7 @@ def is_cosyvoice3(checkpoint: Path) -> bool:
 
 
 def _qwen(root: Path) -> dict[str, Any]:
-    path = root / QWEN_DIR / "config.json"
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{QWEN_DIR}/config.json: cannot read ({e})") from e
+    cfg = read_json(root / QWEN_DIR / "config.json")
     for key in UNSUPPORTED_QWEN_KEYS:
         if cfg.get(key):
             raise CheckpointError(f"{QWEN_DIR}/config.json: {key} is not supported")
@@ -366,21 +362,6 @@ def hift_shapes(info: CosyVoice3Info) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _check(path: Path, got: dict[str, tuple[int, ...]], want: dict[str, tuple[int, ...]]) -> None:
-    missing = sorted(set(want) - set(got))
-    unexpected = sorted(set(got) - set(want))
-    wrong = sorted(f"{k} {list(got[k])} (want {list(want[k])})" for k in set(want) & set(got) if got[k] != want[k])
-    problems = []
-    if missing:
-        problems.append(f"missing {len(missing)}: {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}")
-    if unexpected:
-        problems.append(f"unexpected {len(unexpected)}: {', '.join(unexpected[:8])}{' ...' if len(unexpected) > 8 else ''}")
-    if wrong:
-        problems.append(f"wrong shape: {', '.join(wrong[:8])}")
-    if problems:
-        raise CheckpointError(f"{path.name}: " + "; ".join(problems))
-
-
 def _hift_name(name: str) -> str:
     name = name.removeprefix("generator.")
     if name.endswith(".weight_g"):
@@ -392,22 +373,12 @@ def _hift_name(name: str) -> str:
 
 def load_pt(path: Path, rename: Any = None) -> dict[str, Any]:
     """A `.pt` state dict (weights_only: no code runs), names optionally mapped."""
-    import torch
-
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # any unpickling failure is a bad checkpoint
-        raise CheckpointError(f"{path.name}: cannot load with weights_only=True ({e})") from e
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path.name}: not a state dict")
-    return {(rename(k) if rename else k): v for k, v in state.items()}
+    return {(rename(k) if rename else k): v for k, v in load_torch_state(path).items()}
 
 
 def read_info(checkpoint: Path) -> CosyVoice3Info:
     root = Path(checkpoint)
-    for rel in REQUIRED_FILES:
-        if not (root / rel).is_file():
-            raise CheckpointError(f"{root}: not a CosyVoice3 checkpoint (no {rel})")
+    require_files(root, REQUIRED_FILES)
     return parse(read_yaml(root / YAML), _qwen(root))
 
 
@@ -418,5 +389,5 @@ def read_checkpoint(checkpoint: Path) -> CosyVoice3Info:
     for name, want, rename in ((LLM, llm_shapes(info), None), (FLOW, flow_shapes(info), None),
                                (HIFT, hift_shapes(info), _hift_name)):
         state = load_pt(root / name, rename)
-        _check(root / name, {k: tuple(v.shape) for k, v in state.items()}, want)
+        compare_tensors(str(root / name), {k: tuple(v.shape) for k, v in state.items()}, want)
     return info

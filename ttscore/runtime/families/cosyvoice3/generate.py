@@ -19,7 +19,7 @@ engine is not wired yet).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ttscore.contract import cosyvoice3 as spec
-from ttscore.contract.manifest import Manifest, read_manifest
 from ttscore.runtime.families.cosyvoice3.sampling import (
     F32,
     I64,
@@ -38,7 +37,7 @@ from ttscore.runtime.families.cosyvoice3.sampling import (
     sine_table,
     timesteps,
 )
-from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.onnx import ExportedGraphs
 
 # mel frames at the end of a non-final hop whose samples are withheld: the f0 predictor's look-ahead (3),
 # conv_pre's (4), and one frame for the inverse STFT's overlap (vLLM-Omni's frames_withheld_per_chunk).
@@ -53,15 +52,11 @@ class Prompt:
     embedding: F32  # [spk_embed_dim] the speaker embedding
 
 
-class CosyVoice3Graphs:
+class CosyVoice3Graphs(ExportedGraphs):
     def __init__(self, artifacts: Path, threads: int | None = None) -> None:
-        self.root = Path(artifacts)
-        self.manifest: Manifest = read_manifest(self.root)
-        raw: Mapping[str, Any] = self.manifest.raw
-        self.sizes: dict[str, Any] = raw["sizes"]
-        self.graphs = {name: OnnxGraph(self.root / g["file"], g, threads) for name, g in raw["graphs"].items()}
-        self.text: F32 = np.load(self.root / f"{spec.TEXT_EMBEDDING}.npy", mmap_mode="r")
-        self.speech: F32 = np.load(self.root / f"{spec.SPEECH_EMBEDDING}.npy", mmap_mode="r")
+        super().__init__(artifacts, threads)
+        self.text = self.table(spec.TEXT_EMBEDDING, mmap=True)
+        self.speech = self.table(spec.SPEECH_EMBEDDING, mmap=True)
         lm, flow, hift = self.sizes["lm"], self.sizes["flow"], self.sizes["hift"]
         self.speech_token_size = int(lm["speech_token_size"])
         self.mel_dim = int(flow["mel"])

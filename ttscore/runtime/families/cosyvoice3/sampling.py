@@ -23,6 +23,8 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
+from ttscore.runtime.flow import linspace_f32
+
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 SINE_TABLE_SECONDS = 30
@@ -116,13 +118,7 @@ def sine_rows(table: F32, start: int, count: int) -> F32:
 
 
 def timesteps(n_steps: int) -> F32:
-    """The cosine schedule 1 - cos(pi / 2 * torch.linspace(0, 1, n + 1)) in float32 (linspace as torch
-    computes it: the first half counted up from 0, the second down from 1)."""
-    count = n_steps + 1
-    step = np.float32(1.0) / np.float32(n_steps)
-    lin = np.empty(count, np.float32)
-    half = count // 2
-    for i in range(count):
-        lin[i] = np.float32(i) * step if i < half else np.float32(1.0) - step * np.float32(count - 1 - i)
+    """The cosine schedule 1 - cos(pi / 2 * torch.linspace(0, 1, n + 1)) in float32."""
+    lin = linspace_f32(0.0, 1.0, n_steps + 1)
     out: F32 = (np.float32(1.0) - np.cos(lin * np.float32(0.5) * np.float32(np.pi))).astype(np.float32)
     return out

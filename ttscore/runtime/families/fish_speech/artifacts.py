@@ -8,7 +8,6 @@ draws the Slow AR's Exp(1) rows [frames, codebook_size + 1], then the Fast AR's 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from ttscore.runtime.families.fish_speech.generate import (
     prompt_embeddings,
 )
 from ttscore.runtime.families.fish_speech.prompt import FishPrompt
-from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.onnx import ExportedGraphs, OnnxGraph
 
 
 def request_noise(seed: int, frames: int, candidates: int = 4097, codebooks: int = spec.NUM_CODEBOOKS
@@ -58,20 +57,15 @@ def encode_reference(graph: OnnxGraph, audio: NDArray[Any], rate: int, samples_p
     return encode_clip(graph, wav, samples_per_frame)
 
 
-class FishArtifacts:
+class FishArtifacts(ExportedGraphs):
     def __init__(self, artifacts: Path, threads: int | None = None) -> None:
-        self.root = Path(artifacts)
-        raw = json.loads((self.root / "manifest.json").read_text())
-        self.graphs = {name: OnnxGraph(self.root / g["file"], g, threads) for name, g in raw["graphs"].items()}
-        self.sizes: dict[str, Any] = raw["sizes"]
+        super().__init__(artifacts, threads)
+        raw = self.manifest.raw
         self.state_size = int(raw["vocoder"]["state_size"])
         self.samples_per_frame = int(raw["samples_per_frame"])
         cfg = self.sizes["config"]
 
-        def table(name: str) -> F32:
-            out: F32 = np.load(self.root / f"{name}.npy")
-            return out
-
+        table = self.table
         project = ((table(spec.PROJECT_IN_WEIGHT), table(spec.PROJECT_IN_BIAS))
                    if (self.root / f"{spec.PROJECT_IN_WEIGHT}.npy").is_file() else None)
         self.tables = Tables(embeddings=table(spec.EMBEDDINGS), codebook_embeddings=table(spec.CODEBOOK_EMBEDDINGS),

@@ -18,7 +18,6 @@ Missing, unexpected or misshapen tensors are refused with their names.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -27,7 +26,14 @@ from typing import Any
 
 from ttscore.contract import fish_speech as spec
 from ttscore.contract.errors import CheckpointError
-from ttscore.runtime.weights import read_header
+from ttscore.runtime.checkpoint_kit import (
+    compare_tensors,
+    load_torch_state,
+    peek_json,
+    read_json,
+    require_files,
+)
+from ttscore.runtime.weights import read_weights
 
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
@@ -121,14 +127,8 @@ FAST_DEFAULTS: dict[str, Any] = dict(vocab_size=4096, num_codebooks=10, dim=2560
 
 
 def is_fish_speech(checkpoint: Path) -> bool:
-    path = Path(checkpoint) / CONFIG
-    if not path.is_file():
-        return False
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and cfg.get("model_type") == spec.MODEL_TYPE
+    cfg = peek_json(Path(checkpoint) / CONFIG)
+    return cfg is not None and cfg.get("model_type") == spec.MODEL_TYPE
 
 
 def parse_config(cfg: dict[str, Any]) -> FishConfig:
@@ -358,34 +358,14 @@ def codec_dims(shapes: Shapes) -> CodecDims:
 
 def load_codec_state(checkpoint: Path) -> dict[str, Any]:
     """codec.pth's tensors (the state dict, or the one under `generator`)."""
-    import torch
-
-    path = Path(checkpoint) / CODEC
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except (OSError, RuntimeError, ValueError) as e:
-        raise CheckpointError(f"{path}: not a readable torch state dict ({e})") from None
-    if isinstance(state, dict) and isinstance(state.get("generator"), dict):
-        state = state["generator"]
-    if not isinstance(state, dict):
-        raise CheckpointError(f"{path}: not a state dict")
-    return state
+    state = load_torch_state(Path(checkpoint) / CODEC)
+    generator = state.get("generator")
+    return generator if isinstance(generator, dict) else state
 
 
 def _compare(what: Path, stored: Shapes, expected: Shapes, tolerated: tuple[str, ...] = ()) -> None:
-    missing = [n for n in expected if n not in stored]
-    unexpected = sorted(n for n in stored if n not in expected and not n.endswith(tolerated or ("\0",)))
-    parts = []
-    if missing:
-        parts.append(f"missing {len(missing)} tensor(s): {', '.join(missing[:8])}")
-    if unexpected:
-        parts.append(f"unexpected {len(unexpected)} tensor(s): {', '.join(unexpected[:8])}")
-    if not parts:
-        wrong = [f"{n} {list(stored[n])} (want {list(s)})" for n, s in expected.items() if stored[n] != s]
-        if wrong:
-            parts.append(f"{len(wrong)} tensor(s) of the wrong shape: {', '.join(wrong[:4])}")
-    if parts:
-        raise CheckpointError(f"{what} is not a {spec.DISPLAY} checkpoint of its config: " + "; ".join(parts))
+    compare_tensors(f"{what} is not a {spec.DISPLAY} checkpoint of its config", stored, expected,
+            ignore=lambda n: bool(tolerated) and n.endswith(tolerated))
 
 
 def check_codec(checkpoint: Path, cfg: FishConfig) -> CodecDims:
@@ -403,28 +383,19 @@ def check_codec(checkpoint: Path, cfg: FishConfig) -> CodecDims:
 
 
 def check_tensors(checkpoint: Path, cfg: FishConfig) -> Shapes:
-    path = Path(checkpoint) / WEIGHTS
-    stored = {k: tuple(v["shape"]) for k, v in read_header(path).items() if k != "__metadata__"}
     expected = tensor_shapes(cfg)
-    _compare(path, stored, expected)
+    _compare(Path(checkpoint) / WEIGHTS, read_weights(checkpoint, "model").shapes(), expected)
     return expected
 
 
 def read_config(checkpoint: Path) -> FishConfig:
-    path = Path(checkpoint) / CONFIG
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: not readable JSON ({e})") from None
-    return parse_config(cfg)
+    return parse_config(read_json(Path(checkpoint) / CONFIG))
 
 
 def read_checkpoint(checkpoint: Path) -> FishInfo:
     """Check the directory: config, both tensor files against it, the tokenizer's special tokens."""
     root = Path(checkpoint)
-    for name in (CONFIG, WEIGHTS, TOKENIZER, CODEC):
-        if not (root / name).is_file():
-            raise CheckpointError(f"{root}: missing {name}")
+    require_files(root, (CONFIG, WEIGHTS, TOKENIZER, CODEC))
     cfg = read_config(root)
     check_tensors(root, cfg)
     dims = check_codec(root, cfg)
@@ -434,11 +405,7 @@ def read_checkpoint(checkpoint: Path) -> FishInfo:
 
 def special_ids(checkpoint: Path) -> dict[str, int]:
     """tokenizer.json's added tokens: content -> id."""
-    path = Path(checkpoint) / TOKENIZER
-    try:
-        tok = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: not readable ({e})") from None
+    tok = read_json(Path(checkpoint) / TOKENIZER)
     return {str(t["content"]): int(t["id"]) for t in tok.get("added_tokens", [])}
 
 

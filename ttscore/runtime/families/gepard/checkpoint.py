@@ -15,13 +15,21 @@ checks the directory and every tensor name (missing and unexpected ones refused 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ttscore.contract import gepard as spec
 from ttscore.contract.errors import CheckpointError
+from ttscore.runtime.checkpoint_kit import (
+    Stack,
+    compare_tensors,
+    peek_json,
+    positive_int,
+    read_json,
+    require_files,
+    stack_sizes,
+)
 from ttscore.runtime.weights import read_weights
 
 CONFIG = "config.json"
@@ -35,14 +43,7 @@ IGNORED_PREFIXES = ("ref_compressor.", "supcon_head.", "aligner.", "mtp.", "lm_h
 
 
 @dataclass(frozen=True)
-class Backbone:
-    hidden_size: int
-    intermediate_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    rms_norm_eps: float
+class Backbone(Stack):
     rope_theta: float
     vocab_size: int
     max_positions: int
@@ -76,19 +77,12 @@ class GepardInfo:
         return asdict(self)
 
 
-def _int(d: dict[str, Any], key: str, where: str) -> int:
-    v = d.get(key)
-    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-        raise CheckpointError(f"{where}: {key} must be a positive integer, got {v!r}")
-    return v
-
-
 def parse_backbone(cfg: dict[str, Any]) -> Backbone:
     """config.json (qwen3_5_text): the full-attention Qwen3.5 stack the graphs implement, or a
     CheckpointError naming what they do not."""
     if cfg.get("model_type") != "qwen3_5_text":
         raise CheckpointError(f"{CONFIG}: model_type {cfg.get('model_type')!r}, want 'qwen3_5_text'")
-    layers = _int(cfg, "num_hidden_layers", CONFIG)
+    layers = positive_int(cfg, "num_hidden_layers")
     types = cfg.get("layer_types") or []
     if len(types) != layers or any(t != "full_attention" for t in types):
         raise CheckpointError(f"{CONFIG}: layer_types must list {layers} full_attention layers (Gepard has no "
@@ -107,13 +101,9 @@ def parse_backbone(cfg: dict[str, Any]) -> Backbone:
         raise CheckpointError(f"{CONFIG}: attention_bias is not supported")
     if cfg.get("hidden_act", "silu") != "silu":
         raise CheckpointError(f"{CONFIG}: hidden_act {cfg['hidden_act']!r} is not supported")
-    hidden, heads = _int(cfg, "hidden_size", CONFIG), _int(cfg, "num_attention_heads", CONFIG)
     return Backbone(
-        hidden_size=hidden, intermediate_size=_int(cfg, "intermediate_size", CONFIG), num_layers=layers,
-        num_heads=heads, num_kv_heads=_int(cfg, "num_key_value_heads", CONFIG),
-        head_dim=int(cfg.get("head_dim") or hidden // heads), rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000000.0))),
-        vocab_size=_int(cfg, "vocab_size", CONFIG), max_positions=int(cfg.get("max_position_embeddings", 32768)),
+        **stack_sizes(cfg), rope_theta=float(rope.get("rope_theta", cfg.get("rope_theta", 10000000.0))),
+        vocab_size=positive_int(cfg, "vocab_size"), max_positions=int(cfg.get("max_position_embeddings", 32768)),
     )
 
 
@@ -191,66 +181,25 @@ def tensor_shapes(info: GepardInfo) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path} is unreadable: {exc}") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} is not a JSON object")
-    return data
-
-
 def read_configs(checkpoint: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    return _json(Path(checkpoint) / CONFIG), _json(Path(checkpoint) / SIDECAR)
+    return read_json(Path(checkpoint) / CONFIG), read_json(Path(checkpoint) / SIDECAR)
 
 
 def is_gepard(checkpoint: Path) -> bool:
     """A qwen3_5_text config.json beside a gepard_config.json (the export dispatch)."""
     root = Path(checkpoint)
-    if not (root / SIDECAR).is_file():
-        return False
-    try:
-        cfg = json.loads((root / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and cfg.get("model_type") == "qwen3_5_text"
+    cfg = peek_json(root / CONFIG)
+    return (root / SIDECAR).is_file() and cfg is not None and cfg.get("model_type") == "qwen3_5_text"
 
 
 def check_tensors(checkpoint: Path, info: GepardInfo) -> dict[str, tuple[int, ...]]:
     """The stored tensors against tensor_shapes: CheckpointError naming missing, unexpected and
     misshapen ones. Returns the expected shapes."""
-    weights = read_weights(checkpoint, "model")
-    stored = set(weights.tensors)
     expected = tensor_shapes(info)
-    missing = [n for n in expected if n not in stored]
-    unexpected = sorted(n for n in stored - set(expected) if not n.startswith(IGNORED_PREFIXES))
-    parts = []
-    if missing:
-        parts.append(f"missing {len(missing)} tensor(s): {', '.join(missing[:8])}")
-    if unexpected:
-        parts.append(f"unexpected {len(unexpected)} tensor(s): {', '.join(unexpected[:8])}")
-    if not parts:
-        shapes = weights_shapes(checkpoint, weights.tensors)
-        wrong = [f"{n} {list(shapes[n])} (want {list(s)})" for n, s in expected.items()
-                 if tuple(shapes[n]) != s and not (n == "audio_embed_scale" and tuple(shapes[n]) == (1,))]
-        if wrong:
-            parts.append(f"{len(wrong)} tensor(s) of the wrong shape: {', '.join(wrong[:4])}")
-    if parts:
-        raise CheckpointError(f"{checkpoint}/model.safetensors is not a Gepard-1.0 checkpoint of its configs: "
-                              + "; ".join(parts))
+    compare_tensors(f"{checkpoint}/model.safetensors is not a Gepard-1.0 checkpoint of its configs",
+            read_weights(checkpoint, "model").shapes(), expected, ignore=lambda n: n.startswith(IGNORED_PREFIXES),
+            fits=lambda n, got, want: got == want or (n == "audio_embed_scale" and got == (1,)))
     return expected
-
-
-def weights_shapes(checkpoint: Path, files: dict[str, Path]) -> dict[str, tuple[int, ...]]:
-    from ttscore.runtime.weights import read_header
-
-    shapes: dict[str, tuple[int, ...]] = {}
-    for path in set(files.values()):
-        for name, entry in read_header(path).items():
-            if name != "__metadata__" and isinstance(entry, dict):
-                shapes[name] = tuple(int(d) for d in entry.get("shape", []))
-    return shapes
 
 
 def codec_archive(checkpoint: Path, codec: Path | None = None) -> Path:
@@ -268,9 +217,7 @@ def codec_archive(checkpoint: Path, codec: Path | None = None) -> Path:
 
 def read_checkpoint(checkpoint: Path, codec: Path | None = None) -> GepardInfo:
     root = Path(checkpoint)
-    for name in (CONFIG, SIDECAR, "tokenizer.json"):
-        if not (root / name).is_file():
-            raise CheckpointError(f"{root}: missing {name}")
+    require_files(root, (CONFIG, SIDECAR, "tokenizer.json"))
     info = parse_config(*read_configs(root))
     check_tensors(root, info)
     codec_archive(root, codec)

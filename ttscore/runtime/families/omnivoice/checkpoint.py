@@ -4,7 +4,6 @@ facts export and serving rely on. Pure: the dicts come from the checkpoint (expo
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 from ttscore.contract import omnivoice as contract
 from ttscore.contract.errors import CheckpointError
+from ttscore.runtime.checkpoint_kit import peek_json, positive_int, read_json, require_files
 
 CONFIG = "config.json"
 CODEC_DIR = "audio_tokenizer"
@@ -40,23 +40,16 @@ class OmniVoiceInfo:
         return asdict(self)
 
 
-def _int(d: dict[str, Any], key: str, where: str) -> int:
-    v = d.get(key)
-    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-        raise CheckpointError(f"{where}: {key} must be a positive integer, got {v!r}")
-    return v
-
-
 def parse_config(cfg: dict[str, Any], codec: dict[str, Any]) -> OmniVoiceInfo:
     if cfg.get("model_type") != contract.FAMILY or not isinstance(cfg.get("llm_config"), dict):
         raise CheckpointError(f"config.json: not an OmniVoice config (model_type {contract.FAMILY!r} with llm_config)")
     llm = cfg["llm_config"]
-    heads = _int(llm, "num_attention_heads", "config.json llm_config")
-    hidden = _int(llm, "hidden_size", "config.json llm_config")
+    heads = positive_int(llm, "num_attention_heads", "llm_config.")
+    hidden = positive_int(llm, "hidden_size", "llm_config.")
     info = OmniVoiceInfo(
-        hidden_size=hidden, num_layers=_int(llm, "num_hidden_layers", "config.json llm_config"), num_heads=heads,
-        num_kv_heads=_int(llm, "num_key_value_heads", "config.json llm_config"),
-        head_dim=int(llm.get("head_dim") or hidden // heads), text_vocab=_int(llm, "vocab_size", "config.json llm_config"),
+        hidden_size=hidden, num_layers=positive_int(llm, "num_hidden_layers", "llm_config."), num_heads=heads,
+        num_kv_heads=positive_int(llm, "num_key_value_heads", "llm_config."),
+        head_dim=int(llm.get("head_dim") or hidden // heads), text_vocab=positive_int(llm, "vocab_size", "llm_config."),
         num_codebooks=int(cfg.get("num_audio_codebook", contract.NUM_CODEBOOKS)),
         audio_vocab=int(cfg.get("audio_vocab_size", contract.AUDIO_VOCAB)),
         mask_id=int(cfg.get("audio_mask_id", contract.MASK_ID)),
@@ -77,22 +70,11 @@ def parse_config(cfg: dict[str, Any], codec: dict[str, Any]) -> OmniVoiceInfo:
 
 
 def is_omnivoice(checkpoint: Path) -> bool:
-    try:
-        cfg = json.loads((Path(checkpoint) / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and cfg.get("model_type") == contract.FAMILY
+    cfg = peek_json(Path(checkpoint) / CONFIG)
+    return cfg is not None and cfg.get("model_type") == contract.FAMILY
 
 
 def read_checkpoint(checkpoint: Path) -> OmniVoiceInfo:
     root = Path(checkpoint)
-    missing = [f for f in CHECKPOINT_FILES if not (root / f).is_file()]
-    if missing:
-        raise CheckpointError(f"{root}: an OmniVoice checkpoint needs {', '.join(CHECKPOINT_FILES)} "
-                              f"(missing: {', '.join(missing)})")
-    try:
-        cfg = json.loads((root / CONFIG).read_text(encoding="utf-8"))
-        codec = json.loads((root / CODEC_DIR / CONFIG).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{root}: unreadable config: {exc}") from exc
-    return parse_config(cfg, codec)
+    require_files(root, CHECKPOINT_FILES)
+    return parse_config(read_json(root / CONFIG), read_json(root / CODEC_DIR / CONFIG))

@@ -13,6 +13,7 @@ from typing import Any
 
 from ttscore.contract.errors import CheckpointError
 from ttscore.contract.qwen3_tts import VARIANTS
+from ttscore.runtime.checkpoint_kit import read_json
 from ttscore.runtime.weights import describe, read_weights, weight_files
 
 REQUIRED_FILES = (
@@ -44,18 +45,6 @@ GENERATION_DEFAULTS: dict[str, Any] = {
     "subtalker_temperature": 0.9,
     "max_new_tokens": 2048,
 }
-
-
-def _load_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheckpointError(f"missing file {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path} must contain a JSON object")
-    return data
 
 
 @dataclass(frozen=True)
@@ -149,11 +138,11 @@ def read_checkpoint(path: str | Path, *, check_weights: bool = True) -> Qwen3TTS
         if weight_files(root, stem) is None:
             raise CheckpointError(f"{root} is not a Qwen3-TTS 12 Hz checkpoint: missing {describe(stem)}")
 
-    cfg = _load_json(root / "config.json")
-    st_cfg = _load_json(root / "speech_tokenizer" / "config.json")
-    gen_cfg = _load_json(root / "generation_config.json")
+    cfg = read_json(root / "config.json")
+    st_cfg = read_json(root / "speech_tokenizer" / "config.json")
+    gen_cfg = read_json(root / "generation_config.json")
     for special in ("tokenizer_config.json", "preprocessor_config.json"):
-        _load_json(root / special)
+        read_json(root / special)
     try:
         vocab = json.loads((root / "vocab.json").read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

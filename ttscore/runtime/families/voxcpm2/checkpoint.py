@@ -6,13 +6,13 @@ also checks the directory holds the files the reference loads.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from ttscore.contract.errors import CheckpointError
+from ttscore.runtime.checkpoint_kit import peek_json, positive_int, read_json, require_files
 from ttscore.runtime.weights import read_weights
 
 CHECKPOINT_FILES = ("config.json", "tokenizer.json")
@@ -64,31 +64,24 @@ class VoxCPM2Info:
         return asdict(self)
 
 
-def _int(d: dict[str, Any], key: str, where: str) -> int:
-    v = d.get(key)
-    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-        raise CheckpointError(f"config.json: {where}{key} must be a positive integer, got {v!r}")
-    return v
-
-
 def parse_config(cfg: dict[str, Any]) -> VoxCPM2Info:
     if not isinstance(cfg.get("lm_config"), dict):
         raise CheckpointError("config.json has no lm_config: not a VoxCPM2 checkpoint")
     lm = cfg["lm_config"]
-    heads = _int(lm, "num_attention_heads", "lm_config.")
-    hidden = _int(lm, "hidden_size", "lm_config.")
+    heads = positive_int(lm, "num_attention_heads", "lm_config.")
+    hidden = positive_int(lm, "hidden_size", "lm_config.")
     kv_channels = lm.get("kv_channels") or hidden // heads
 
     def stack(section: dict[str, Any] | None, layers: int | None = None, rope: bool = True) -> Stack:
         if section is None:
-            return Stack(hidden, _int(lm, "intermediate_size", "lm_config."),
-                         layers or _int(lm, "num_hidden_layers", "lm_config."), heads,
-                         _int(lm, "num_key_value_heads", "lm_config."), int(kv_channels), rope)
-        h, nh = _int(section, "hidden_dim", ""), _int(section, "num_heads", "")
+            return Stack(hidden, positive_int(lm, "intermediate_size", "lm_config."),
+                         layers or positive_int(lm, "num_hidden_layers", "lm_config."), heads,
+                         positive_int(lm, "num_key_value_heads", "lm_config."), int(kv_channels), rope)
+        h, nh = positive_int(section, "hidden_dim", ""), positive_int(section, "num_heads", "")
         # The local modules copy lm_config and override width/depth/heads/kv_channels; the kv heads
         # and the RoPE factors (so head_dim must match their length) stay the LM's.
-        return Stack(h, _int(section, "ffn_dim", ""), _int(section, "num_layers", ""), nh,
-                     _int(lm, "num_key_value_heads", "lm_config."), int(section.get("kv_channels") or h // nh), True)
+        return Stack(h, positive_int(section, "ffn_dim", ""), positive_int(section, "num_layers", ""), nh,
+                     positive_int(lm, "num_key_value_heads", "lm_config."), int(section.get("kv_channels") or h // nh), True)
 
     for key in ("encoder_config", "dit_config"):
         if not isinstance(cfg.get(key), dict):
@@ -106,7 +99,7 @@ def parse_config(cfg: dict[str, Any]) -> VoxCPM2Info:
         residual=stack(None, int(cfg.get("residual_lm_num_layers", 8)), rope=not cfg.get("residual_lm_no_rope", False)),
         encoder=stack(cfg["encoder_config"]),
         dit=stack(cfg["dit_config"]),
-        vocab_size=_int(lm, "vocab_size", "lm_config."),
+        vocab_size=positive_int(lm, "vocab_size", "lm_config."),
         scale_emb=float(lm.get("scale_emb", 1.0)) if lm.get("use_mup", True) else 1.0,
         patch_size=int(cfg.get("patch_size", 4)),
         feat_dim=feat_dim,
@@ -122,21 +115,12 @@ def parse_config(cfg: dict[str, Any]) -> VoxCPM2Info:
 
 def is_voxcpm2(checkpoint: Path) -> bool:
     """Whether the directory's config.json is a VoxCPM2 config (the export dispatch)."""
-    try:
-        cfg = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and isinstance(cfg.get("lm_config"), dict) and "dit_config" in cfg
+    cfg = peek_json(checkpoint / "config.json")
+    return cfg is not None and isinstance(cfg.get("lm_config"), dict) and "dit_config" in cfg
 
 
 def read_checkpoint(checkpoint: Path) -> VoxCPM2Info:
-    for name in CHECKPOINT_FILES:
-        if not (checkpoint / name).is_file():
-            raise CheckpointError(f"{checkpoint}: missing {name}")
+    require_files(checkpoint, CHECKPOINT_FILES)
     for stem in WEIGHT_STEMS:
         read_weights(checkpoint, stem)
-    try:
-        cfg = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{checkpoint}/config.json is unreadable: {exc}") from None
-    return parse_config(cfg)
+    return parse_config(read_json(checkpoint / "config.json"))

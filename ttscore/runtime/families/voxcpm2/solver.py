@@ -18,29 +18,17 @@ from functools import lru_cache
 import numpy as np
 import numpy.typing as npt
 
+from ttscore.runtime.flow import linspace_f32
+
 F32 = npt.NDArray[np.float32]
 SWAY_SAMPLING_COEF = 1.0
 # run(x [B, D, P], mu [B, M], cond [B, D, P], t [B], dt [B], cfg [B]) -> velocity [B, D, P]
 StepFn = Callable[[F32, F32, F32, F32, F32, F32], F32]
 
 
-def _linspace_f32(start: float, end: float, steps: int) -> F32:
-    """torch.linspace in float32: the first half counts up from `start`, the second down from `end`."""
-    out = np.empty(steps, np.float32)
-    if steps == 1:
-        out[0] = start
-        return out
-    s, e = np.float32(start), np.float32(end)
-    step = np.float32((e - s) / np.float32(steps - 1))
-    half = steps // 2
-    for i in range(steps):
-        out[i] = s + step * np.float32(i) if i < half else e - step * np.float32(steps - i - 1)
-    return out
-
-
 @lru_cache(maxsize=64)
 def time_span(n_steps: int) -> tuple[float, ...]:
-    t = _linspace_f32(1.0, 0.0, n_steps + 1)
+    t = linspace_f32(1.0, 0.0, n_steps + 1)
     half_pi = np.float32(math.pi / 2)
     sway = t + np.float32(SWAY_SAMPLING_COEF) * (np.cos(half_pi * t) - np.float32(1.0) + t)
     return tuple(float(v) for v in sway.astype(np.float32))

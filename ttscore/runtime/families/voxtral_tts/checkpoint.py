@@ -17,7 +17,6 @@ checked by name and shape; rotary or scaling settings this implementation does n
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +24,12 @@ from typing import Any
 
 from ttscore.contract import voxtral_tts as spec
 from ttscore.contract.errors import CheckpointError
-from ttscore.runtime.weights import read_header
+from ttscore.runtime.checkpoint_kit import compare_tensors, peek_json, read_json, require_files
+from ttscore.runtime.weights import read_weights
 
 PARAMS = "params.json"
-WEIGHTS = "consolidated.safetensors"
+WEIGHTS_STEM = "consolidated"
+WEIGHTS = f"{WEIGHTS_STEM}.safetensors"
 TEKKEN = "tekken.json"
 VOICES_DIR = "voice_embedding"
 ENCODER_PREFIXES = ("audio_tokenizer.input_proj.", "audio_tokenizer.encoder_blocks.")
@@ -134,14 +135,8 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def is_voxtral_tts(checkpoint: Path) -> bool:
-    path = Path(checkpoint) / PARAMS
-    if not path.is_file():
-        return False
-    try:
-        params = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(params, dict) and (
+    params = peek_json(Path(checkpoint) / PARAMS)
+    return params is not None and (
         params.get("model_type") == spec.FAMILY
         or "VoxtralTTSForConditionalGeneration" in (params.get("architectures") or [])
         or bool(((params.get("multimodal") or {}).get("audio_model_args") or {}).get("acoustic_transformer_args")))
@@ -317,35 +312,17 @@ def check_tensors(checkpoint: Path, info: VoxtralInfo) -> dict[str, tuple[int, .
     """The stored tensors against tensor_shapes: CheckpointError naming missing, unexpected and misshapen
     ones. Returns the expected shapes."""
     path = Path(checkpoint) / WEIGHTS
-    if not path.is_file():
-        raise CheckpointError(f"{checkpoint}: missing {WEIGHTS}")
-    header = read_header(path)
-    stored = {k: tuple(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+    require_files(checkpoint, (WEIGHTS,))
     expected = tensor_shapes(info)
-    missing = [n for n in expected if n not in stored]
-    unexpected = sorted(n for n in stored if n not in expected and not n.startswith(ENCODER_PREFIXES))
-    parts = []
-    if missing:
-        parts.append(f"missing {len(missing)} tensor(s): {', '.join(missing[:8])}")
-    if unexpected:
-        parts.append(f"unexpected {len(unexpected)} tensor(s): {', '.join(unexpected[:8])}")
-    if not parts:
-        wrong = [f"{n} {list(stored[n])} (want {list(s)})" for n, s in expected.items() if stored[n] != s]
-        if wrong:
-            parts.append(f"{len(wrong)} tensor(s) of the wrong shape: {', '.join(wrong[:4])}")
-    if parts:
-        raise CheckpointError(f"{path} is not a {spec.DISPLAY} checkpoint of its params.json: " + "; ".join(parts))
+    compare_tensors(f"{path} is not a {spec.DISPLAY} checkpoint of its params.json", read_weights(checkpoint, WEIGHTS_STEM).shapes(),
+            expected, ignore=lambda n: n.startswith(ENCODER_PREFIXES))
     return expected
 
 
 def voice_frames(checkpoint: Path) -> dict[str, int]:
     """tekken.json's `audio.voice_num_audio_tokens` (voice -> prompt frames)."""
     path = Path(checkpoint) / TEKKEN
-    try:
-        tek = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: not readable ({e})") from None
-    audio = tek.get("audio") if isinstance(tek, dict) else None
+    audio = read_json(path).get("audio")
     if not isinstance(audio, dict) or not isinstance(audio.get("voice_num_audio_tokens"), dict):
         raise CheckpointError(f"{path}: no audio.voice_num_audio_tokens (a text-only tokenizer?)")
     return {str(k): int(v) for k, v in audio["voice_num_audio_tokens"].items()}
@@ -354,14 +331,8 @@ def voice_frames(checkpoint: Path) -> dict[str, int]:
 def read_checkpoint(checkpoint: Path) -> VoxtralInfo:
     """Check the directory (params, tensors, tokenizer, one embedding file per voice) without torch."""
     root = Path(checkpoint)
-    for name in (PARAMS, WEIGHTS, TEKKEN):
-        if not (root / name).is_file():
-            raise CheckpointError(f"{root}: missing {name}")
-    try:
-        params = json.loads((root / PARAMS).read_text())
-    except ValueError as e:
-        raise CheckpointError(f"{root / PARAMS}: not JSON ({e})") from None
-    info = parse_params(params)
+    require_files(root, (PARAMS, WEIGHTS, TEKKEN))
+    info = parse_params(read_json(root / PARAMS))
     check_tensors(root, info)
     frames = voice_frames(root)
     if not info.voices:

@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ttscore.contract import voxtral_tts as spec
+from ttscore.runtime.flow import linspace_f32
 
 # (x [B, n], t [B], hidden [B, D], cfg_alpha [B]) -> guided velocity [B, n]
 F32 = npt.NDArray[np.float32]
@@ -21,22 +22,11 @@ I64 = npt.NDArray[np.int64]
 VelocityFn = Callable[[F32, F32, F32, F32], F32]
 
 
-def timesteps(n_steps: int) -> F32:
-    """torch.linspace(0, 1, n_steps + 1) in float32, bit for bit."""
-    count = n_steps + 1
-    step = np.float32(1.0) / np.float32(n_steps)
-    out = np.empty(count, np.float32)
-    half = count // 2
-    for i in range(count):
-        out[i] = np.float32(i) * step if i < half else np.float32(1.0) - step * np.float32(count - 1 - i)
-    return out
-
-
 def acoustic_codes(velocity: VelocityFn, noise: F32, hidden: F32, cfg_alpha: F32, semantic: I64, n_steps: int,
                    levels: int) -> I64:
     """Rows' acoustic codes [B, n] with vLLM-Omni's +2 offset ([EMPTY_AUDIO] where the semantic code is
     [END_AUDIO])."""
-    ts = timesteps(n_steps)
+    ts = linspace_f32(0.0, 1.0, n_steps + 1)
     dts = ts[1:] - ts[:-1]
     x = noise.astype(np.float32, copy=True)
     b = x.shape[0]

@@ -7,7 +7,6 @@ codebooks' embeddings. Audio comes from `codec_stream` in chunks (exact: equal t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,8 @@ import numpy.typing as npt
 
 from ttscore.contract import voxtral_tts as spec
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.manifest import Manifest, read_manifest
 from ttscore.runtime.families.voxtral_tts.flow import F32, I64, acoustic_codes
-from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.onnx import ExportedGraphs
 
 
 @dataclass
@@ -29,15 +27,11 @@ class Result:
     stopped: bool  # [END_AUDIO] came before max_new_tokens
 
 
-class VoxtralGraphs:
+class VoxtralGraphs(ExportedGraphs):
     def __init__(self, artifacts: Path, threads: int | None = None) -> None:
-        self.root = Path(artifacts)
-        self.manifest: Manifest = read_manifest(self.root)
-        raw: Mapping[str, Any] = self.manifest.raw
-        self.sizes: dict[str, Any] = raw["sizes"]
-        self.graphs = {name: OnnxGraph(self.root / g["file"], g, threads) for name, g in raw["graphs"].items()}
-        self.tok: F32 = np.load(self.root / f"{spec.TOK_EMBEDDINGS}.npy", mmap_mode="r")
-        self.audio: F32 = np.load(self.root / f"{spec.AUDIO_EMBEDDINGS}.npy", mmap_mode="r")
+        super().__init__(artifacts, threads)
+        self.tok = self.table(spec.TOK_EMBEDDINGS, mmap=True)
+        self.audio = self.table(spec.AUDIO_EMBEDDINGS, mmap=True)
         sizes = [self.sizes["semantic_codebook_size"] + spec.NUM_AUDIO_SPECIAL] + [
             self.sizes["acoustic_codebook_size"] + spec.NUM_AUDIO_SPECIAL] * self.sizes["n_acoustic_codebook"]
         self.offsets: I64 = np.cumsum([0, *sizes[:-1]]).astype(np.int64)
@@ -46,8 +40,7 @@ class VoxtralGraphs:
     def voice_rows(self, voice: str) -> F32:
         if voice not in self.voices:
             raise InvalidRequest(f"unknown voice {voice!r} (this checkpoint's: {', '.join(self.voices)})", "voice")
-        rows: F32 = np.load(self.root / f"{spec.VOICE_TABLE_PREFIX}{voice}.npy")
-        return rows
+        return self.table(f"{spec.VOICE_TABLE_PREFIX}{voice}")
 
     def frame_embedding(self, codes: I64) -> F32:
         out: F32 = self.audio[codes + self.offsets].sum(0, dtype=np.float32)

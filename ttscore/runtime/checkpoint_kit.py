@@ -1,0 +1,122 @@
+"""What every family's checkpoint reader (`ttscore.runtime.families.<family>.checkpoint`) does the same way,
+each with a `CheckpointError` naming the file, key or tensor: read a config file, take a positive integer from
+it, require the files a layout needs, compare the tensors a checkpoint stores with those its config implies,
+and load a torch state dict without running code. What a family's configs mean and which tensors they imply
+stays the family's. The weight files themselves: ttscore.runtime.weights."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ttscore.contract.errors import CheckpointError
+
+Shapes = dict[str, tuple[int, ...]]
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """A JSON object file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"missing file {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} must contain a JSON object")
+    return data
+
+
+def peek_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object file, or None when it is absent or not one (a family's "is this my checkpoint" test)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def positive_int(d: Mapping[str, Any], key: str, where: str = "", file: str = "config.json") -> int:
+    """`d[key]`, a positive integer (`where`: the section's prefix in messages, e.g. "llm_config.")."""
+    v = d.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise CheckpointError(f"{file}: {where}{key} must be a positive integer, got {v!r}")
+    return v
+
+
+def require_files(root: Path, names: Iterable[str]) -> None:
+    """Each of `names` (relative paths) is a file under `root`."""
+    for name in names:
+        if not (Path(root) / name).is_file():
+            raise CheckpointError(f"{root}: missing {name}")
+
+
+def name_problems(stored: Iterable[str], expected: Iterable[str], *, ignore: Callable[[str], bool] = lambda n: False,
+                  optional: Iterable[str] = ()) -> list[str]:
+    """The expected tensors a checkpoint lacks (`optional` ones may be absent) and the ones it holds that
+    nothing expects (`ignore`: tolerated extras), as message parts."""
+    stored, expected, optional = set(stored), list(expected), set(optional)
+    missing = [n for n in expected if n not in stored and n not in optional]
+    unexpected = sorted(n for n in stored - set(expected) if not ignore(n))
+    parts = []
+    if missing:
+        parts.append(f"missing {len(missing)} tensor(s): {', '.join(missing[:8])}")
+    if unexpected:
+        parts.append(f"unexpected {len(unexpected)} tensor(s): {', '.join(unexpected[:8])}")
+    return parts
+
+
+def compare_tensors(what: str, stored: Mapping[str, Sequence[int]], expected: Shapes, *,
+                  ignore: Callable[[str], bool] = lambda n: False,
+                  fits: Callable[[str, tuple[int, ...], tuple[int, ...]], bool] = lambda n, got, want: got == want,
+                  ) -> None:
+    """CheckpointError (`what`: the message's start) naming missing and unexpected tensors, else misshapen ones
+    (`fits(name, stored shape, expected shape)`: whether a stored shape is accepted)."""
+    parts = name_problems(stored, expected, ignore=ignore)
+    if not parts:
+        wrong = [f"{n} {list(stored[n])} (want {list(s)})" for n, s in expected.items()
+                 if not fits(n, tuple(stored[n]), s)]
+        if wrong:
+            parts.append(f"{len(wrong)} tensor(s) of the wrong shape: {', '.join(wrong[:4])}")
+    if parts:
+        raise CheckpointError(f"{what}: " + "; ".join(parts))
+
+
+def load_torch_state(path: Path) -> dict[str, Any]:
+    """A torch `.pt`/`.pth` state dict, loaded with weights_only (no code runs) and memory-mapped."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # any unpickling failure is a bad checkpoint
+        raise CheckpointError(f"{path}: cannot load with weights_only=True ({exc})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not a state dict")
+    return state
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One transformer stack's sizes, by the names Hugging Face configs give them."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+
+
+def stack_sizes(d: Mapping[str, Any], where: str = "", eps: float = 1e-6) -> dict[str, Any]:
+    """A Hugging Face config section's stack sizes (Stack's fields): positive integers, `head_dim` defaulting to
+    hidden_size / num_attention_heads and `rms_norm_eps` to `eps`."""
+    heads = positive_int(d, "num_attention_heads", where)
+    hidden = positive_int(d, "hidden_size", where)
+    return {"hidden_size": hidden, "intermediate_size": positive_int(d, "intermediate_size", where),
+            "num_layers": positive_int(d, "num_hidden_layers", where), "num_heads": heads,
+            "num_kv_heads": positive_int(d, "num_key_value_heads", where),
+            "head_dim": int(d.get("head_dim") or hidden // heads), "rms_norm_eps": float(d.get("rms_norm_eps", eps))}
