@@ -20,12 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ttscore.contract import voxtral_tts
-from ttscore.contract.errors import InvalidRequest
 
-from ..backend import InferenceBackend
 from ..errors import bad_request
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
 from ..family_kit import BaseAdapter
@@ -62,10 +58,6 @@ class VoxtralAdapter(BaseAdapter):
 
     def generation_fields(self, plan: SpeechPlan, segment: int) -> dict[str, Any]:
         return {**super().generation_fields(plan, segment), "voice": plan.speaker}
-
-    async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
-                            prompt: bool, request_id: str) -> Any:
-        raise InvalidRequest(f"{self.rules.name} models take preset voices only: {NO_ENCODER}", "voice")
 
 
 ADAPTER = VoxtralAdapter()
