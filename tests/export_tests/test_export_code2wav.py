@@ -12,6 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
+from qwen3_tts_tokenizers import TINY_DECODER, TINY_MIMI, tokenizer_model  # noqa: E402
+
 from export.qwen3_tts.code2wav import (  # noqa: E402
     Code2WavStream,
     build_state_layout,
@@ -25,40 +27,8 @@ from export.qwen3_tts.reference import reference_imports  # noqa: E402
 from export.tracing import ort_session  # noqa: E402
 from ttscore.contract.errors import ExportError  # noqa: E402
 
-TINY_DECODER = dict(
-    latent_dim=64,
-    codebook_dim=32,
-    codebook_size=2048,
-    decoder_dim=96,
-    hidden_size=32,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    head_dim=16,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_quantizers=16,
-    sliding_window=72,
-    upsample_rates=[8, 5, 4, 3],
-    upsampling_ratios=[2, 2],
-    rms_norm_eps=1e-5,
-)
-TINY_MIMI = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    head_dim=16,
-    intermediate_size=64,
-    num_filters=8,
-    codebook_dim=16,
-    vector_quantization_hidden_dimension=16,
-    upsample_groups=32,
-    codebook_size=2048,
-    num_quantizers=32,
-    upsampling_ratios=[8, 6, 5, 4],
-    frame_rate=12.5,
-    sampling_rate=24000,
-)
+DECODER = {**TINY_DECODER, "codebook_size": 2048, "num_quantizers": 16, "sliding_window": 72,
+           "upsample_rates": [8, 5, 4, 3], "upsampling_ratios": [2, 2], "rms_norm_eps": 1e-5}
 SPF = 1920
 WINDOW = 72
 
@@ -69,23 +39,13 @@ def tiny_tokenizer(seed: int = 0, gain: float = 0.4):
     Default init leaves the RVQ codebooks at zero (silence) and conv weights too small to matter, so
     every conv/linear gets fan-in scaled noise and codebooks, SnakeBeta and layer scales are randomized."""
     with reference_imports():
-        from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
-            Qwen3TTSTokenizerV2Config,
-        )
         from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import (
             EuclideanCodebook,
             Qwen3TTSTokenizerV2DecoderLayerScale,
-            Qwen3TTSTokenizerV2Model,
             SnakeBeta,
         )
 
-    torch.manual_seed(seed)
-    cfg = Qwen3TTSTokenizerV2Config(
-        encoder_config=TINY_MIMI, decoder_config=TINY_DECODER, encoder_valid_num_quantizers=16
-    )
-    cfg.encoder_config._attn_implementation = "eager"
-    cfg.decoder_config._attn_implementation = "eager"
-    model = Qwen3TTSTokenizerV2Model(cfg).float().eval()
+    model = tokenizer_model(seed, TINY_MIMI, DECODER)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for mod in model.decoder.modules():
@@ -291,7 +251,7 @@ def test_validation_needs_frames_past_the_window(tokenizer, exported):
 def test_quantized_vocoder_is_measured_and_kept_only_within_tolerance(exported, tmp_path, monkeypatch):
     import shutil
 
-    from export import common
+    from export import quantize
     from export.qwen3_tts import exporter
 
     out, _ = exported
@@ -300,11 +260,11 @@ def test_quantized_vocoder_is_measured_and_kept_only_within_tolerance(exported, 
         if (out / f"code2wav_stream.onnx{suffix}").exists():
             shutil.copy2(out / f"code2wav_stream.onnx{suffix}", tmp_path / f"code2wav_stream.onnx{suffix}")
     original = path.read_bytes()
-    monkeypatch.setattr(common, "VOCODER_MIN_SNR_DB", 1000.0)  # no quantized vocoder is that close
+    monkeypatch.setattr(quantize, "VOCODER_MIN_SNR_DB", 1000.0)  # no quantized vocoder is that close
     rep = exporter._quantize(None, path, "code2wav_stream", "int8")
     assert rep["quantized"] is None and rep["vs_fp32"]["kept"].startswith("fp32")
     assert path.read_bytes() == original and not list(tmp_path.glob("*.int8*"))
-    monkeypatch.setattr(common, "VOCODER_MIN_SNR_DB", -1000.0)
+    monkeypatch.setattr(quantize, "VOCODER_MIN_SNR_DB", -1000.0)
     rep = exporter._quantize(None, path, "code2wav_stream", "int8")
     assert rep["quantized"].startswith("int8") and np.isfinite(rep["vs_fp32"]["snr_db"])
     assert path.read_bytes() != original

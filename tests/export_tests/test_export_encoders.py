@@ -12,6 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 
+from qwen3_tts_tokenizers import TINY_DECODER, TINY_MIMI, tokenizer_model  # noqa: E402
+
 from export.qwen3_tts.encoders import (  # noqa: E402
     SpeechEncoderGraph,
     export_mel_filters,
@@ -29,54 +31,11 @@ from ttscore.contract.qwen3_tts import MEL_BINS  # noqa: E402
 from ttscore.runtime import audio as generic_audio  # noqa: E402
 from ttscore.runtime.families.qwen3_tts import audio as ta  # noqa: E402
 
-TINY_MIMI = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    head_dim=16,
-    intermediate_size=64,
-    num_filters=8,
-    codebook_dim=16,
-    vector_quantization_hidden_dimension=16,
-    upsample_groups=32,
-    codebook_size=2048,
-    num_quantizers=32,
-    upsampling_ratios=[8, 6, 5, 4],
-    frame_rate=12.5,
-    sampling_rate=24000,
-)
-TINY_DECODER = dict(
-    latent_dim=64,
-    codebook_dim=32,
-    decoder_dim=96,
-    hidden_size=32,
-    num_attention_heads=2,
-    num_key_value_heads=2,
-    head_dim=16,
-    intermediate_size=64,
-    num_hidden_layers=2,
-)
-
 
 def tiny_speech_tokenizer(seed: int = 0, **mimi_overrides):
     """Tiny Qwen3TTSTokenizerV2Model whose Mimi codebooks are random (default init leaves them zero,
     which makes every code 0) and whose transformer layer scales are large enough to matter."""
-    with reference_imports():
-        from qwen_tts.core.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2 import (
-            Qwen3TTSTokenizerV2Config,
-        )
-        from qwen_tts.core.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2 import Qwen3TTSTokenizerV2Model
-
-    torch.manual_seed(seed)
-    cfg = Qwen3TTSTokenizerV2Config(
-        encoder_config={**TINY_MIMI, **mimi_overrides},
-        decoder_config=TINY_DECODER,
-        encoder_valid_num_quantizers=16,
-    )
-    cfg.encoder_config._attn_implementation = "eager"
-    cfg.decoder_config._attn_implementation = "eager"
-    model = Qwen3TTSTokenizerV2Model(cfg).float().eval()
+    model = tokenizer_model(seed, {**TINY_MIMI, **mimi_overrides}, TINY_DECODER)
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for mod in model.encoder.modules():
