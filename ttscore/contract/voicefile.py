@@ -197,6 +197,21 @@ def save_voice(output_dir: str | Path, entry: dict[str, Any], tensors: dict[str,
     return entry
 
 
+def write_clone_codes(output_dir: str | Path, voice_name: str, family: str, codes: NDArray[np.int32], *,
+                      ref_text: str | None, checkpoint: dict[str, Any] | None = None,
+                      speaker_description: str | None = None) -> dict[str, Any]:
+    """A cloning voice of a family that clones from a reference clip's codec codes (`codes`: [T, codebooks] as
+    `checked_codes` stores them) and the clip's transcript, if any; returns the manifest entry."""
+    name = validate_voice_name(voice_name, "voice_name")
+    entry: dict[str, Any] = {"name": name, "file": voice_file_name(name), "model_type": family, "mode": "clone"}
+    text = (ref_text or "").strip() or None
+    if text is not None:
+        entry["ref_text"] = text
+    entry.update(ref_code_length=int(codes.shape[0]), num_codebooks=int(codes.shape[1]))
+    return save_voice(output_dir, entry, {REF_CODE: codes}, checkpoint=checkpoint,
+                      speaker_description=speaker_description)
+
+
 def checked_codes(codes: NDArray[Any], codebooks: int, size: int, *, time_major: bool,
                   param: str = "ref_audio") -> NDArray[np.int32]:
     """A reference clip's codec codes as a voice file stores them ([T, codebooks] int32), given [T, codebooks]

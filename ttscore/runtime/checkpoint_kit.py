@@ -120,3 +120,22 @@ def stack_sizes(d: Mapping[str, Any], where: str = "", eps: float = 1e-6) -> dic
             "num_layers": positive_int(d, "num_hidden_layers", where), "num_heads": heads,
             "num_kv_heads": positive_int(d, "num_key_value_heads", where),
             "head_dim": int(d.get("head_dim") or hidden // heads), "rms_norm_eps": float(d.get("rms_norm_eps", eps))}
+
+
+def decoder_layer_shapes(out: Shapes, prefix: str, s: Stack, *, qk_norm: bool, gated_query: bool = False) -> None:
+    """Add the tensors of one Llama-style decoder layer (`prefix`, e.g. "model.layers.0.") to `out`: the q/k/v/o
+    projections without bias (`gated_query`: q_proj also holds each head's output gate), per-head q/k RMSNorm
+    weights (`qk_norm`), the two layer norms and the SwiGLU MLP."""
+    h, hd, mlp = s.hidden_size, s.head_dim, s.intermediate_size
+    out[prefix + "self_attn.q_proj.weight"] = ((2 if gated_query else 1) * s.num_heads * hd, h)
+    out[prefix + "self_attn.k_proj.weight"] = (s.num_kv_heads * hd, h)
+    out[prefix + "self_attn.v_proj.weight"] = (s.num_kv_heads * hd, h)
+    out[prefix + "self_attn.o_proj.weight"] = (h, s.num_heads * hd)
+    if qk_norm:
+        out[prefix + "self_attn.q_norm.weight"] = (hd,)
+        out[prefix + "self_attn.k_norm.weight"] = (hd,)
+    out[prefix + "input_layernorm.weight"] = (h,)
+    out[prefix + "post_attention_layernorm.weight"] = (h,)
+    out[prefix + "mlp.gate_proj.weight"] = (mlp, h)
+    out[prefix + "mlp.up_proj.weight"] = (mlp, h)
+    out[prefix + "mlp.down_proj.weight"] = (h, mlp)

@@ -24,13 +24,7 @@ from numpy.typing import NDArray
 
 from ttscore.contract.breeze_tts_2 import CODEBOOK_SIZE, FAMILY, NUM_CODEBOOKS
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.voicefile import (
-    REF_CODE,
-    checked_codes,
-    save_voice,
-    validate_voice_name,
-    voice_file_name,
-)
+from ttscore.contract.voicefile import checked_codes, write_clone_codes
 
 PROFILE_MODES = ("clone",)
 CODEC_SHA256 = "audio_tokenizer_sha256"  # the checkpoint identity key of the codec that made the codes
@@ -49,13 +43,9 @@ def write_breeze_tts_2_profile(
     """Write a Breeze-TTS-2 profile (`<name>.safetensors` + its manifest entry); returns the entry.
     `checkpoint` is its identity ({"name", CODEC_SHA256}), checked by the loader against the served
     checkpoints."""
-    name = validate_voice_name(voice_name, "voice_name")
-    text = (ref_text or "").strip() or None
-    if text is None:
+    if not (ref_text or "").strip():
         raise InvalidRequest("a Breeze-TTS-2 voice needs the transcript of the reference audio (--ref-text)",
                              "ref_text")
-    codes = checked_codes(ref_codes, NUM_CODEBOOKS, CODEBOOK_SIZE, time_major=True)
-    entry: dict[str, Any] = {"name": name, "file": voice_file_name(name), "model_type": FAMILY, "mode": "clone",
-                             "ref_text": text, "ref_code_length": int(codes.shape[0]), "num_codebooks": NUM_CODEBOOKS}
-    return save_voice(output_dir, entry, {REF_CODE: codes}, checkpoint=checkpoint,
-                      speaker_description=speaker_description)
+    return write_clone_codes(output_dir, voice_name, FAMILY,
+                             checked_codes(ref_codes, NUM_CODEBOOKS, CODEBOOK_SIZE, time_major=True),
+                             ref_text=ref_text, checkpoint=checkpoint, speaker_description=speaker_description)

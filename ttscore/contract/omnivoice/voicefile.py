@@ -26,13 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract.omnivoice import CODEBOOK_SIZE, FAMILY, NUM_CODEBOOKS
-from ttscore.contract.voicefile import (
-    REF_CODE,
-    checked_codes,
-    save_voice,
-    validate_voice_name,
-    voice_file_name,
-)
+from ttscore.contract.voicefile import checked_codes, write_clone_codes
 
 PROFILE_MODES = ("clone",)
 CODEC_SHA256 = "audio_tokenizer_sha256"  # the checkpoint identity key of the codec that made the codes
@@ -56,12 +50,5 @@ def write_omnivoice_profile(
     """Write an OmniVoice profile (`<name>.safetensors` + its manifest entry) of the codes [8, T];
     returns the entry. `checkpoint` is its identity ({"name", CODEC_SHA256}), checked by the loader
     against the served checkpoints."""
-    name = validate_voice_name(voice_name, "voice_name")
-    stored = check_codes(ref_codes)
-    entry: dict[str, Any] = {"name": name, "file": voice_file_name(name), "model_type": FAMILY, "mode": "clone",
-                             "ref_code_length": int(stored.shape[0]), "num_codebooks": NUM_CODEBOOKS}
-    text = (ref_text or "").strip() or None
-    if text is not None:
-        entry["ref_text"] = text
-    return save_voice(output_dir, entry, {REF_CODE: stored}, checkpoint=checkpoint,
-                      speaker_description=speaker_description)
+    return write_clone_codes(output_dir, voice_name, FAMILY, check_codes(ref_codes), ref_text=ref_text,
+                             checkpoint=checkpoint, speaker_description=speaker_description)

@@ -16,6 +16,7 @@ from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import CheckpointError
 from ttscore.runtime.checkpoint_kit import (
     Stack,
+    decoder_layer_shapes,
     name_problems,
     peek_json,
     positive_int,
@@ -161,22 +162,9 @@ def tensor_shapes(cfg: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     out["text_encoder_proj.weight"] = (bh, th)
 
     def llama(prefix: str, c: Stack, qk_norm: bool) -> None:
-        h, hd = c.hidden_size, c.head_dim
         for i in range(c.num_layers):
-            p = f"{prefix}layers.{i}."
-            out[p + "self_attn.q_proj.weight"] = (c.num_heads * hd, h)
-            out[p + "self_attn.k_proj.weight"] = (c.num_kv_heads * hd, h)
-            out[p + "self_attn.v_proj.weight"] = (c.num_kv_heads * hd, h)
-            out[p + "self_attn.o_proj.weight"] = (h, c.num_heads * hd)
-            if qk_norm:
-                out[p + "self_attn.q_norm.weight"] = (hd,)
-                out[p + "self_attn.k_norm.weight"] = (hd,)
-            out[p + "input_layernorm.weight"] = (h,)
-            out[p + "post_attention_layernorm.weight"] = (h,)
-            out[p + "mlp.gate_proj.weight"] = (c.intermediate_size, h)
-            out[p + "mlp.up_proj.weight"] = (c.intermediate_size, h)
-            out[p + "mlp.down_proj.weight"] = (h, c.intermediate_size)
-        out[prefix + "norm.weight"] = (h,)
+            decoder_layer_shapes(out, f"{prefix}layers.{i}.", c, qk_norm=qk_norm)
+        out[prefix + "norm.weight"] = (c.hidden_size,)
 
     llama("backbone_model.", info.backbone, True)
     out["lm_head.weight"] = (info.codebook_vocab + 1, bh)

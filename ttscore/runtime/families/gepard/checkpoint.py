@@ -24,6 +24,7 @@ from ttscore.contract.errors import CheckpointError
 from ttscore.runtime.checkpoint_kit import (
     Stack,
     compare_tensors,
+    decoder_layer_shapes,
     peek_json,
     positive_int,
     read_json,
@@ -149,21 +150,10 @@ def parse_config(cfg: dict[str, Any], sidecar: dict[str, Any]) -> GepardInfo:
 def tensor_shapes(info: GepardInfo) -> dict[str, tuple[int, ...]]:
     """Every tensor the zero-shot model consumes, by its released name."""
     b = info.backbone
-    h, hd = b.hidden_size, b.head_dim
+    h = b.hidden_size
     out: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (b.vocab_size, h)}
     for i in range(b.num_layers):
-        p = f"model.layers.{i}."
-        out[p + "self_attn.q_proj.weight"] = (2 * b.num_heads * hd, h)  # query and output gate per head
-        out[p + "self_attn.k_proj.weight"] = (b.num_kv_heads * hd, h)
-        out[p + "self_attn.v_proj.weight"] = (b.num_kv_heads * hd, h)
-        out[p + "self_attn.o_proj.weight"] = (h, b.num_heads * hd)
-        out[p + "self_attn.q_norm.weight"] = (hd,)
-        out[p + "self_attn.k_norm.weight"] = (hd,)
-        out[p + "input_layernorm.weight"] = (h,)
-        out[p + "post_attention_layernorm.weight"] = (h,)
-        out[p + "mlp.gate_proj.weight"] = (b.intermediate_size, h)
-        out[p + "mlp.up_proj.weight"] = (b.intermediate_size, h)
-        out[p + "mlp.down_proj.weight"] = (h, b.intermediate_size)
+        decoder_layer_shapes(out, f"model.layers.{i}.", b, qk_norm=True, gated_query=True)
     out["model.norm.weight"] = (h,)
     for i, levels in enumerate(info.head_levels):
         out[f"codebook_heads.{i}.weight"] = (levels, h)
