@@ -18,8 +18,11 @@ feed the arena in place.
 
 Rows are kept dense (a departing row's place is taken by the last row: one copy per departure), so a step over
 every sequence feeds the whole prefix; rows inside the block but outside the step compute a throwaway result.
-Capacity doubles when a step needs room (one copy per growth), never past the largest plan (the most positions
-an owner may need), and shrinks back when the longest plan leaves."""
+Capacity grows by an eighth when a step needs room (one copy per growth, every eighth of the length at most), never
+past the largest plan (the most positions an owner may need), and shrinks back when the longest plan leaves. A
+step attends over the whole capacity, masked slots included, and a step graph copies its past once more inside
+(concatenating the new K/V, repeating K/V heads for grouped queries), so the padding costs what it spans: growing
+by doubling made the step at position 1,000 slower than the concatenating runtime's (perf/README.md)."""
 
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ import numpy.typing as npt
 from ttscore.contract.kv import new_key, new_value, past_key, past_value
 
 F32 = npt.NDArray[np.float32]
-GROWTH_BLOCK = 16  # the least capacity a growth gives
+GROWTH_BLOCK = 16  # the fewest positions a growth adds
 
 
 class BoundGraph(Protocol):
@@ -136,12 +139,12 @@ class KVArena:
             self._alloc(self.k[0].shape[0] if self.owners else 0, plan)
 
     def reserve(self, needed: int) -> None:
-        """Room for `needed` positions in every row: double the capacity (at least GROWTH_BLOCK), never past
-        the largest plan while that is enough (no bound when a row's plan is unknown)."""
+        """Room for `needed` positions in every row: grow by an eighth (at least GROWTH_BLOCK positions), never
+        past the largest plan while that is enough (no bound when a row's plan is unknown)."""
         cap = self.capacity
         if needed <= cap:
             return
-        grown = max(needed, 2 * cap, GROWTH_BLOCK)
+        grown = max(needed, cap + max(GROWTH_BLOCK, cap // 8))
         plan = max(self.plans, default=0)
         if min(self.plans, default=0) > 0 and needed <= plan:
             grown = min(grown, plan)
