@@ -524,8 +524,8 @@ def test_schemathesis_against_the_real_stack(stack, path, mode):
     generated frame budgets are capped so that each valid request stays short)."""
     schemathesis = pytest.importorskip("schemathesis", reason="schemathesis==4.32.5 is a test requirement")
     from hypothesis import HealthCheck, Phase, given, settings
+    from schema_checks import CHECKS
     from schemathesis import GenerationMode
-    from test_gateway_schemathesis import CHECKS
 
     schema = schemathesis.openapi.from_url(stack["url"] + "/openapi.json")
     operation = schema[path]["POST"]

@@ -14,29 +14,14 @@ schemathesis = pytest.importorskip("schemathesis", reason="schemathesis==4.32.5 
 
 from gateway_fixtures import FakeBackend, fake_deployment  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from schema_checks import CHECKS  # noqa: E402
 from schemathesis import GenerationMode  # noqa: E402
-from schemathesis.checks import not_a_server_error  # noqa: E402
-from schemathesis.specs.openapi.checks import (  # noqa: E402
-    content_type_conformance,
-    negative_data_rejection,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
 from gateway.app import create_app  # noqa: E402
 
 pytestmark = [pytest.mark.gateway, pytest.mark.slow]
 
 MAX_EXAMPLES = 50
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_schema_conformance,
-    response_headers_conformance,
-    negative_data_rejection,
-]
 
 
 class SmallFake(FakeBackend):
