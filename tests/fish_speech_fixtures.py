@@ -8,21 +8,18 @@ import json
 from pathlib import Path
 
 import numpy as np
-from artifacts import checkpoint_fixture, export_fixture, tiny_fixture
-from vllm_omni_source import require_wheel, run_with_wheel
+from artifacts import export_fixture, tiny_fixture
+from vllm_omni_source import foreign_fixture, run_with_wheel
 
 __all__ = ["fish_artifacts", "fish_foreign", "fish_foreign_artifacts", "fish_tiny", "reference"]
 
 REFERENCE = Path(__file__).resolve().parent / "fish_speech_reference.py"
-FOREIGN = Path(__file__).resolve().parent / "fish_speech_foreign.py"
 
 
 fish_tiny = tiny_fixture("fish_tiny", "fish-tiny", "export.fish_speech.tiny:make_tiny_fish")
 fish_artifacts = export_fixture("fish_artifacts", "fish_tiny")
 # tests/fish_speech_foreign.py's checkpoint (vLLM-Omni's own classes and init, dimensions unlike make-tiny's)
-fish_foreign = checkpoint_fixture("fish_foreign", "fish-foreign",
-                                  lambda out: run_with_wheel("fish_speech", FOREIGN, str(out)), sources=[FOREIGN],
-                                  require=require_wheel)
+fish_foreign = foreign_fixture("fish_foreign", "fish-foreign", "fish_speech")
 fish_foreign_artifacts = export_fixture("fish_foreign_artifacts", "fish_foreign")
 
 
