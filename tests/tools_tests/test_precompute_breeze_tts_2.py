@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from precompute_cli import precompute_command
-from voices_audio import tone
+from voices_audio import tone_file
 
 from gateway.voice_registry import precomputed_loaders
 from gateway.voices.precomputed import load_precomputed_voices
@@ -27,11 +27,11 @@ def test_cli_writes_the_codes_and_transcript(tmp_path, breeze_export, capsys):
     from gateway.family_kit import CodecTarget
     from ttscore.runtime.families import load_model
 
-    ref = tmp_path / "ref.wav"
-    sf.write(ref, tone(1.1, 16000), 16000, subtype="FLOAT")
+    ref = tone_file(tmp_path / "ref.wav", 1.1, 16000)
     out = tmp_path / "voices"
     run = precompute_command(breeze_export, ref, out)
-    assert run("--voice-name", "Calm", "--ref-text", f" {REF_TEXT} ") == 0 and "Breeze-TTS-2 clone" in capsys.readouterr().out
+    assert run("--voice-name", "Calm", "--ref-text", f" {REF_TEXT} ") == 0
+    assert "Breeze-TTS-2 clone" in capsys.readouterr().out
     sha = read_manifest(breeze_export).source_sha256("audio_tokenizer/model.safetensors")
     assert sha
     checks = {spec.FAMILY: {"targets": [CodecTarget("breeze", sha)]}}
@@ -56,8 +56,7 @@ def test_cli_writes_the_codes_and_transcript(tmp_path, breeze_export, capsys):
 def test_a_reference_outside_the_bounds_names_ref_audio(tmp_path, breeze_export):
     from ttscore.runtime.families.breeze_tts_2.offline import precompute_voice
 
-    ref = tmp_path / "short.wav"
-    sf.write(ref, tone(0.05, 16000), 16000, subtype="FLOAT")
+    ref = tone_file(tmp_path / "short.wav", 0.05, 16000)
     with pytest.raises(InvalidRequest) as e:
         precompute_voice(breeze_export, "short", ref, REF_TEXT, tmp_path / "v")
     assert e.value.param == "ref_audio"

@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 from omnivoice_fixtures import *  # noqa: F403  (its session fixtures: omnivoice_artifacts)
 from precompute_cli import precompute_command
-from voices_audio import tone
+from voices_audio import tone_file
 
 from gateway.voice_registry import precomputed_loaders
 from gateway.voices.precomputed import load_precomputed_voices
@@ -32,8 +32,7 @@ def test_cli_writes_the_codes_and_transcript(tmp_path, omnivoice_artifacts, caps
     from gateway.family_kit import CodecTarget
     from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
 
-    ref = tmp_path / "ref.wav"
-    sf.write(ref, tone(1.3, 22050), 22050, subtype="FLOAT")
+    ref = tone_file(tmp_path / "ref.wav", 1.3, 22050)
     out = tmp_path / "voices"
     run = precompute_command(omnivoice_artifacts, ref, out)
     assert run("--voice-name", "Calm", "--ref-text", f" {REF_TEXT} ") == 0
@@ -70,8 +69,7 @@ def test_a_refused_clip_names_ref_audio_and_another_family_names_checkpoint(tmp_
     with pytest.raises(InvalidRequest) as e:
         precompute_voice(omnivoice_artifacts, "quiet", silent, REF_TEXT, tmp_path / "v")
     assert e.value.param == "ref_audio"
-    ref = tmp_path / "ref.wav"
-    sf.write(ref, tone(1.2, 24000), 24000, subtype="FLOAT")
+    ref = tone_file(tmp_path / "ref.wav", 1.2, 24000)
     with pytest.raises(InvalidRequest) as e:
         precompute_voice(dummy_artifacts, "other", ref, REF_TEXT, tmp_path / "v")
     assert e.value.param == "checkpoint"
