@@ -9,14 +9,13 @@ import json
 from pathlib import Path
 
 import numpy as np
-from artifacts import checkpoint_fixture, export_fixture, tiny_fixture
-from vllm_omni_source import require_wheel, run_with_wheel
+from artifacts import export_fixture, tiny_fixture
+from vllm_omni_source import foreign_fixture, require_wheel, run_with_wheel
 
 __all__ = ["cosyvoice3_artifacts", "cosyvoice3_foreign", "cosyvoice3_foreign_artifacts",
            "cosyvoice3_tiny", "frontend_reference", "noise_inputs", "reference"]
 
 REFERENCE = Path(__file__).resolve().parent / "cosyvoice3_reference.py"
-FOREIGN = Path(__file__).resolve().parent / "cosyvoice3_foreign.py"
 FRONTEND_REFERENCE = Path(__file__).resolve().parent / "cosyvoice3_frontend_reference.py"
 TORCHAUDIO_WHEEL = "torchaudio-2.11.1-py3-none-manylinux_2_28_x86_64.whl"
 
@@ -52,9 +51,7 @@ def _require_reference() -> None:
 
 
 # tests/cosyvoice3_foreign.py's checkpoint (built in "main" from the reference's own modules)
-cosyvoice3_foreign = checkpoint_fixture("cosyvoice3_foreign", "cosyvoice3-foreign",
-                                        lambda out: run_with_wheel("cosyvoice3", FOREIGN, str(out)), sources=[FOREIGN],
-                                        require=_require_reference)
+cosyvoice3_foreign = foreign_fixture("cosyvoice3_foreign", "cosyvoice3-foreign", "cosyvoice3", _require_reference)
 cosyvoice3_foreign_artifacts = export_fixture("cosyvoice3_foreign_artifacts", "cosyvoice3_foreign")
 
 

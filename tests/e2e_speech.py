@@ -66,6 +66,17 @@ def serve_gateway(config: dict[str, Any], speakers: Path) -> Iterator[str]:
         thread.join(15)
 
 
+@contextmanager
+def family_stack(e2e_triton: dict[str, Any], tmp_path_factory: pytest.TempPathFactory, family: str, served: str,
+                 **more: Any) -> Iterator[dict[str, Any]]:
+    """A family's stack over the session's Triton (the e2e_triton fixture): a gateway (serve_gateway, its
+    uploaded voices in a fresh folder) and what the family's tests read: "url", "names" (every served model's),
+    `served` (the family's served name), "model" (its offline pipeline) and `more`."""
+    with serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp(f"{family}-speakers")) as url:
+        yield {"url": url, "names": e2e_triton["names"], served: e2e_triton["names"][family],
+               "model": e2e_triton["pipelines"][family], **more}
+
+
 def write_tone(path: Path, rate: int, seconds: float, hz: float = 220, wobble_hz: float = 3,
                floor: float = 0.6) -> np.ndarray:
     """A reference clip (float samples, so the decoded clip is this one exactly): a `hz` tone at 0.3 whose

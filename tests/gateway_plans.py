@@ -1,6 +1,7 @@
 """What the families' gateway adapter tests share (tests/gateway_tests/test_gateway_<family>.py): a deployment
 of one checkpoint from its manifest fields, the plan of a request's fields and the 400 a refused request gets,
-the stream matrix every family serves, and the rows of a refusal matrix for other families' fields."""
+the stream matrix every family serves (and the test of it), and the rows of a refusal matrix: other families'
+fields and the checks most families share."""
 
 from __future__ import annotations
 
@@ -19,6 +20,16 @@ from ttscore.contract.manifest import Manifest
 # (stream_format, response_format): every stream a family serves.
 STREAMS = [("sse", "pcm"), ("sse", "wav"), ("audio", "pcm"), ("audio", "wav")]
 # Other families' fields as (fields, refused param) rows: voice design and language, then Qwen3-TTS's modes.
+# Qwen3-TTS's and OpenAI's preset voice names, which a family without them refuses.
+FOREIGN_VOICES = [({"voice": "vivian"}, "voice"), ({"voice": "alloy"}, "voice")]
+# A compressed format on the raw audio stream, speed on a stream (time-stretch needs the whole clip).
+STREAM_LIMITS = [
+    ({"stream_format": "audio", "response_format": "mp3"}, "response_format"),
+    ({"stream_format": "sse", "speed": 1.5}, "speed"),
+]
+# max_new_tokens outside 1..4096 and a negative seed.
+TOKEN_AND_SEED_BOUNDS = [({"max_new_tokens": 0}, "max_new_tokens"), ({"max_new_tokens": 4097}, "max_new_tokens"),
+                         ({"seed": -1}, "seed")]
 STYLE_FIELDS = [({"instructions": "calm"}, "instructions"), ({"language": "English"}, "language")]
 QWEN_MODE_FIELDS = [
     ({"task_type": "Base"}, "task_type"),
@@ -26,6 +37,17 @@ QWEN_MODE_FIELDS = [
     ({"non_streaming_mode": True}, "non_streaming_mode"),
     ({"initial_codec_chunk_frames": 4}, "initial_codec_chunk_frames"),
 ]
+
+
+def streams_test(plan: Callable[..., Any]) -> Any:
+    """The test that a family serves every stream in STREAMS, for its module's `plan(dep, **fields)` (assigned
+    to `test_streams` there; it takes the module's `dep` fixture)."""
+
+    @pytest.mark.parametrize(("stream", "fmt"), STREAMS)
+    def test_streams(dep: Deployment, stream: str, fmt: str) -> None:
+        assert plan(dep, stream_format=stream, response_format=fmt).output.stream == stream
+
+    return test_streams
 
 
 def one_checkpoint(tmp_path: Path, name: str, manifest: dict[str, Any], encoder: str | None = None,

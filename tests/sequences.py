@@ -1,5 +1,5 @@
 """A family model's sequences run by hand in the runtime and parity tests (admit, prefill, step), as the
-engine runs them, all batched."""
+engine runs them, all batched; and requests run together through one engine Generator."""
 
 from __future__ import annotations
 
@@ -22,3 +22,15 @@ def run_to_the_end(model: Any, seqs: list[Any], width: int) -> list[np.ndarray]:
             break
         model.step(live)
     return [np.array(f, np.int64).reshape(-1, width) for f in out]
+
+
+def run_together(gen: Any, requests: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Each of `requests` (by request id) submitted to the Generator `gen`, stepped until none is active: the
+    PCM each gave, its events' in order, concatenated."""
+    for req_id, request in requests.items():
+        gen.submit(req_id, request)
+    pcm: dict[str, list[np.ndarray]] = {req_id: [] for req_id in requests}
+    while gen.num_active:
+        for ev in gen.step():
+            pcm[ev.req_id].append(ev.pcm)
+    return {req_id: np.concatenate(chunks) for req_id, chunks in pcm.items()}

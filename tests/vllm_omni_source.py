@@ -2,7 +2,8 @@
 VLLM_OMNI_WHEEL names it) without installing vLLM: `definitions` executes the named top-level functions,
 classes and constants of one source file, so a test can run the exact request-to-prompt code vLLM-Omni
 serves with, on the project's own tokenizers; `run_with_wheel` runs a reference script (tests/<family>_reference.py,
-tests/<family>_foreign.py: vLLM-Omni's modules loaded from REFERENCE_WHEEL) in a family's reference environment."""
+tests/<family>_foreign.py: vLLM-Omni's modules loaded from REFERENCE_WHEEL) in a family's reference environment;
+`foreign_fixture` is the session fixture of the checkpoint a tests/<family>_foreign.py script writes."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import contextlib
 import os
 import types
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,18 @@ def run_with_wheel(family: str, script: Path, *args: str, inputs: Mapping[str, n
 
     wheel_path = require_wheel()
     return refenv.run(refenv.env_for(family), script, inputs or {}, [str(wheel_path), *args], timeout_s=timeout_s)
+
+
+def foreign_fixture(name: str, checkpoint: str, family: str,
+                    require: Callable[[], object] = require_wheel) -> Any:
+    """The session fixture `name` of the store's checkpoint `checkpoint` that tests/<family>_foreign.py writes
+    with run_with_wheel (a foreign checkpoint: built by vLLM-Omni's or the reference's own classes and init);
+    the script is part of the store's key, and `require()` skips first without what it needs."""
+    from artifacts import TESTS, checkpoint_fixture
+
+    script = TESTS / f"{family}_foreign.py"
+    return checkpoint_fixture(name, checkpoint, lambda out: run_with_wheel(family, script, str(out)),
+                              sources=[script], require=require)
 
 
 def source(path: str) -> str:

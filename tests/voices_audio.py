@@ -1,8 +1,10 @@
-"""Audio fixtures for the voices tests: tones encoded in every upload format, a fake feature extractor."""
+"""Audio fixtures for the voices tests: tones (as samples, a WAV file, encoded in every upload format), a fake
+feature extractor."""
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import numpy as np
 
@@ -10,6 +12,14 @@ import numpy as np
 def tone(seconds: float, sr: int = 24000, freq: float = 220.0, amp: float = 0.3) -> np.ndarray:
     t = np.arange(round(seconds * sr)) / sr
     return (amp * np.sin(2 * np.pi * freq * t) * (0.6 + 0.4 * np.sin(2 * np.pi * 3 * t))).astype(np.float32)
+
+
+def tone_file(path: Path, seconds: float, sr: int) -> Path:
+    """`path`, written: tone(seconds, sr) as a float WAV (so it decodes to those samples exactly)."""
+    import soundfile as sf
+
+    sf.write(path, tone(seconds, sr), sr, subtype="FLOAT")
+    return path
 
 
 def encode_sf(audio: np.ndarray, sr: int, fmt: str = "WAV", subtype: str | None = None) -> bytes:

@@ -12,21 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from artifacts import checkpoint_fixture, export_fixture, tiny_fixture
-from vllm_omni_source import require_wheel, run_with_wheel
+from artifacts import export_fixture, tiny_fixture
+from vllm_omni_source import foreign_fixture, run_with_wheel
 
 __all__ = ["reference", "reference_with_our_noise", "voxtral_artifacts", "voxtral_foreign",
            "voxtral_foreign_artifacts", "voxtral_tiny"]
 
 REFERENCE = Path(__file__).resolve().parent / "voxtral_tts_reference.py"
-FOREIGN = Path(__file__).resolve().parent / "voxtral_tts_foreign.py"
 
 
 voxtral_tiny = tiny_fixture("voxtral_tiny", "voxtral-tiny", "export.voxtral_tts.tiny:make_tiny_voxtral")
 voxtral_artifacts = export_fixture("voxtral_artifacts", "voxtral_tiny")
-voxtral_foreign = checkpoint_fixture("voxtral_foreign", "voxtral-foreign",
-                                     lambda out: run_with_wheel("voxtral_tts", FOREIGN, str(out)), sources=[FOREIGN],
-                                     require=require_wheel)
+voxtral_foreign = foreign_fixture("voxtral_foreign", "voxtral-foreign", "voxtral_tts")
 voxtral_foreign_artifacts = export_fixture("voxtral_foreign_artifacts", "voxtral_foreign")
 
 

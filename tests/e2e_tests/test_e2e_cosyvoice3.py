@@ -45,11 +45,10 @@ FOREIGN_CASES = (("Bonjour a tous, comment allez vous", "a quiet room", 3, 60), 
 def stack(e2e_triton, tmp_path_factory):
     ref = tmp_path_factory.mktemp("cosyvoice3-ref") / "ref.wav"
     e2e.write_tone(ref, 24000, 1.5)
-    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("cosyvoice3-speakers")) as url:
-        yield {"url": url, "names": e2e_triton["names"], "cosy": e2e_triton["names"]["cosyvoice3"],
-               "model": e2e_triton["pipelines"]["cosyvoice3"], "ref": ref,
-               "foreign": e2e_triton["pipelines"]["cosyvoice3_foreign"],
-               "foreign_checkpoint": e2e_triton["checkpoints"]["cosyvoice3_foreign"]}
+    with e2e.family_stack(e2e_triton, tmp_path_factory, "cosyvoice3", "cosy", ref=ref,
+                          foreign=e2e_triton["pipelines"]["cosyvoice3_foreign"],
+                          foreign_checkpoint=e2e_triton["checkpoints"]["cosyvoice3_foreign"]) as stack:
+        yield stack
 
 
 def clip(stack) -> tuple[np.ndarray, int]:

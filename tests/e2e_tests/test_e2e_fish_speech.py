@@ -42,11 +42,10 @@ FOREIGN_CASES = ({"text": "A foreign checkpoint speaks.", "max_new_tokens": 9, "
 def stack(e2e_triton, tmp_path_factory):
     ref = tmp_path_factory.mktemp("fish-ref") / "ref.wav"
     clip = e2e.write_tone(ref, RATE, 1.2)
-    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("fish-speakers")) as url:
-        yield {"url": url, "names": e2e_triton["names"], "fish": e2e_triton["names"]["fish_speech"],
-               "model": e2e_triton["pipelines"]["fish_speech"], "ref": ref, "clip": clip,
-               "foreign_model": e2e_triton["pipelines"]["fish_speech_foreign"],
-               "foreign_checkpoint": e2e_triton["checkpoints"]["fish_speech_foreign"]}
+    with e2e.family_stack(e2e_triton, tmp_path_factory, "fish_speech", "fish", ref=ref,
+                          clip=clip, foreign_model=e2e_triton["pipelines"]["fish_speech_foreign"],
+                          foreign_checkpoint=e2e_triton["checkpoints"]["fish_speech_foreign"]) as stack:
+        yield stack
 
 
 def clone_codes(model, clip: np.ndarray) -> np.ndarray:

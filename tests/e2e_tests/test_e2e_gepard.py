@@ -35,9 +35,8 @@ SEED = 7
 
 @pytest.fixture(scope="module")
 def stack(e2e_triton, tmp_path_factory):
-    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("gepard-speakers")) as url:
-        yield {"url": url, "names": e2e_triton["names"], "gepard": e2e_triton["names"]["gepard"],
-               "model": e2e_triton["pipelines"]["gepard"]}
+    with e2e.family_stack(e2e_triton, tmp_path_factory, "gepard", "gepard") as stack:
+        yield stack
 
 
 def offline(stack, seed: int | None = SEED, frames: int = FRAMES) -> tuple[np.ndarray, int]:

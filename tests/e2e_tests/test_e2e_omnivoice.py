@@ -40,10 +40,10 @@ KNOBS = {"num_step": NUM_STEP, "position_temperature": 0.0, "class_temperature":
 def stack(e2e_triton, tmp_path_factory):
     ref = tmp_path_factory.mktemp("omnivoice-ref") / "ref.wav"
     e2e.write_tone(ref, 24000, 1.5)
-    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("omnivoice-speakers")) as url:
-        yield {"url": url, "names": e2e_triton["names"], "omni": e2e_triton["names"]["omnivoice"],
-               "model": e2e_triton["pipelines"]["omnivoice"], "checkpoint": e2e_triton["checkpoints"]["omnivoice"],
-               "artifacts": e2e_triton["artifacts"]["omnivoice"], "ref": ref}
+    with e2e.family_stack(e2e_triton, tmp_path_factory, "omnivoice", "omni",
+                          checkpoint=e2e_triton["checkpoints"]["omnivoice"],
+                          artifacts=e2e_triton["artifacts"]["omnivoice"], ref=ref) as stack:
+        yield stack
 
 
 def offline_events(stack, text: str = TEXT, instructions: str | None = None, **fields: Any) -> list[ChunkEvent]:

@@ -28,9 +28,8 @@ SEED = 5
 def stack(e2e_triton, tmp_path_factory):
     ref = tmp_path_factory.mktemp("vox-ref") / "ref.wav"
     e2e.write_tone(ref, 16000, 1.2, floor=0)
-    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("vox-speakers")) as url:
-        yield {"url": url, "names": e2e_triton["names"], "model": e2e_triton["pipelines"]["voxcpm2"],
-               "vox": e2e_triton["names"]["voxcpm2"], "ref": ref}
+    with e2e.family_stack(e2e_triton, tmp_path_factory, "voxcpm2", "vox", ref=ref) as stack:
+        yield stack
 
 
 def offline(stack, text=TEXT, ref_mode: str | None = None, ref_text: str | None = None) -> np.ndarray:

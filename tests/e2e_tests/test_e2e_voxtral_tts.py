@@ -42,9 +42,8 @@ AUDIO_ATOL = 1e-4  # the stated tolerance of the engine's audio against the refe
 
 @pytest.fixture(scope="module")
 def stack(e2e_triton, tmp_path_factory):
-    with e2e.serve_gateway(e2e_triton["config"], tmp_path_factory.mktemp("voxtral-speakers")) as url:
-        yield {"url": url, "names": e2e_triton["names"], "voxtral": e2e_triton["names"]["voxtral_tts"],
-               "model": e2e_triton["pipelines"]["voxtral_tts"]}
+    with e2e.family_stack(e2e_triton, tmp_path_factory, "voxtral_tts", "voxtral") as stack:
+        yield stack
 
 
 def offline(stack, voice: str, seed: int = SEED, cfg_alpha: float | None = None) -> tuple[np.ndarray, int]:

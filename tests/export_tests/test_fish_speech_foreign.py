@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fish_speech_fixtures import *  # noqa: F403  (fish_foreign, fish_foreign_artifacts)
-from fish_speech_fixtures import reference
+from fish_speech_fixtures import reference_with_our_noise
 
 pytestmark = pytest.mark.export
 
@@ -32,17 +32,14 @@ def test_foreign_reads_unlike_tiny(fish_foreign: Path) -> None:
 
 
 def test_foreign_export_matches_reference(fish_foreign: Path, fish_foreign_artifacts: Path) -> None:
-    from ttscore.runtime.families.fish_speech.artifacts import FishArtifacts, request_noise
+    from ttscore.runtime.families.fish_speech.artifacts import FishArtifacts
 
     art = FishArtifacts(fish_foreign_artifacts)
     n = np.arange(26000)
     clip = (0.3 * np.sin(n * 0.05) * np.cos(n * 0.001)).astype(np.float32)
     reqs = [{"text": "A foreign checkpoint speaks.", "max_new_tokens": 9, "seed": 21},
             {"text": "Cloned, 123.", "max_new_tokens": 7, "seed": 22, "ref_text": "<speaker:1>Reference words."}]
-    inputs: dict[str, np.ndarray] = {"ref_audio_1": clip}
-    for i, r in enumerate(reqs):
-        inputs[f"q_slow_{i}"], inputs[f"q_fast_{i}"] = request_noise(r["seed"], r["max_new_tokens"])
-    ref = reference(fish_foreign, reqs, inputs)
+    ref, inputs = reference_with_our_noise(fish_foreign, reqs, clip)
     frames = 0
     for i, r in enumerate(reqs):
         got, ref_codes = art.synthesize(r["text"], max_new_tokens=r["max_new_tokens"], seed=r["seed"],

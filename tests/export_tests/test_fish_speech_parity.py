@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fish_speech_fixtures import *  # noqa: F403  (fish_tiny, fish_artifacts)
-from fish_speech_fixtures import reference
+from fish_speech_fixtures import reference_with_our_noise
 
 pytestmark = pytest.mark.export
 
@@ -24,16 +24,13 @@ def _clip() -> np.ndarray:
 
 
 def test_export_matches_reference(fish_tiny: Path, fish_artifacts: Path) -> None:
-    from ttscore.runtime.families.fish_speech.artifacts import FishArtifacts, request_noise
+    from ttscore.runtime.families.fish_speech.artifacts import FishArtifacts
 
     art = FishArtifacts(fish_artifacts)
     reqs = [{"text": "Hello world, this is a test.", "max_new_tokens": 10, "seed": 11},
             {"text": "Cloned speech.", "max_new_tokens": 8, "seed": 12, "ref_text": "A reference clip.",
              "temperature": 0.6, "top_k": 10, "top_p": 0.95}]
-    inputs: dict[str, np.ndarray] = {"ref_audio_1": _clip()}
-    for i, r in enumerate(reqs):
-        inputs[f"q_slow_{i}"], inputs[f"q_fast_{i}"] = request_noise(r["seed"], r["max_new_tokens"])
-    ref = reference(fish_tiny, reqs, inputs)
+    ref, inputs = reference_with_our_noise(fish_tiny, reqs, _clip())
     frames = 0
     for i, r in enumerate(reqs):
         got, ref_codes = art.synthesize(r["text"], max_new_tokens=r["max_new_tokens"], seed=r["seed"],

@@ -18,17 +18,8 @@ from ttscore.contract import omnivoice as spec
 pytestmark = [pytest.mark.export, pytest.mark.parity, pytest.mark.slow]
 
 
-@pytest.fixture(scope="module")
-def foreign(omnivoice_foreign: Path) -> Path:
-    return omnivoice_foreign
-
-
-@pytest.fixture(scope="module")
-def foreign_artifacts(omnivoice_foreign_artifacts: Path) -> Path:
-    return omnivoice_foreign_artifacts
-
-
-def test_foreign_checkpoint_exports_and_matches_the_reference(foreign: Path, foreign_artifacts: Path) -> None:
+def test_foreign_checkpoint_exports_and_matches_the_reference(omnivoice_foreign: Path,
+                                                              omnivoice_foreign_artifacts: Path) -> None:
     import torch
 
     from export.omnivoice.reference import load_reference, omnivoice_module
@@ -36,9 +27,9 @@ def test_foreign_checkpoint_exports_and_matches_the_reference(foreign: Path, for
     from ttscore.runtime.families import load_model
     from ttscore.runtime.families.omnivoice.request import OmniVoiceRequest
 
-    ours = load_model(foreign_artifacts)
+    ours = load_model(omnivoice_foreign_artifacts)
     assert ours.info.hidden_size == 48 and ours.info.num_layers == 3
-    ref = load_reference(foreign)
+    ref = load_reference(omnivoice_foreign)
     mod = omnivoice_module()
     text, instruct = "pack my box, judge my vow.", "elderly, high pitch"
     config = mod.OmniVoiceGenerationConfig(num_step=6, position_temperature=0.0, class_temperature=0.0)
@@ -54,7 +45,8 @@ def test_foreign_checkpoint_exports_and_matches_the_reference(foreign: Path, for
     assert np.abs(ev.pcm - audio).max() <= 1e-4 * np.abs(audio).max()
 
 
-def test_foreign_codec_encoder_equals_the_transformers_5_tokenizer(foreign: Path, foreign_artifacts: Path) -> None:
+def test_foreign_codec_encoder_equals_the_transformers_5_tokenizer(omnivoice_foreign: Path,
+                                                                   omnivoice_foreign_artifacts: Path) -> None:
     """The foreign audio tokenizer loads strictly in HiggsAudioV2TokenizerModel (transformers 5.14), and
     the exported codec_encoder's codes equal its encode, raw clips and a preprocessed reference clip."""
     from test_omnivoice_clone import ref5_codes, speechy
@@ -62,14 +54,14 @@ def test_foreign_codec_encoder_equals_the_transformers_5_tokenizer(foreign: Path
     from ttscore.contract.manifest import read_manifest
     from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder, preprocess
 
-    manifest = read_manifest(foreign_artifacts)
+    manifest = read_manifest(omnivoice_foreign_artifacts)
     assert manifest.graphs[spec.CODEC_ENCODER.name]["validation"]["mismatched_codes"] == {"codes": 0}
-    enc = ReferenceEncoder(foreign_artifacts, manifest, None)
+    enc = ReferenceEncoder(omnivoice_foreign_artifacts, manifest, None)
     assert enc.graph is not None
     clips = [speechy(n * spec.HOP / spec.SAMPLE_RATE, spec.SAMPLE_RATE, 40 + n) for n in (3, 33)]
     clip = speechy(2.0, 16000, 9)
     clips.append(preprocess(clip, 16000))
-    want = ref5_codes(foreign / "audio_tokenizer", clips)
+    want = ref5_codes(omnivoice_foreign / "audio_tokenizer", clips)
     for c, w in zip(clips[:2], want[:2], strict=True):
         np.testing.assert_array_equal(enc.graph.run({"audio": c})["codes"], w)
     np.testing.assert_array_equal(enc.codes(clip, 16000), want[2])

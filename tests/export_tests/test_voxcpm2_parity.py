@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from sequences import run_together
 
 from export.voxcpm2.reference import fed_noise, load_reference
 from ttscore.runtime.engine import Generator
@@ -134,15 +135,9 @@ def test_batched_equals_alone(model: VoxCPM2Model, ref_wav: Path) -> None:
                             ref_patches=encode(model, ref_wav, "right")),
     }
     alone = {k: ours(model, r)[0] for k, r in reqs.items()}
-    gen = Generator(model, max_batch=2, chunk_policy="fixed")
-    for k, r in reqs.items():
-        gen.submit(k, r)
-    pcm: dict[str, list[np.ndarray]] = {k: [] for k in reqs}
-    while gen.num_active:
-        for ev in gen.step():
-            pcm[ev.req_id].append(ev.pcm)
+    together = run_together(Generator(model, max_batch=2, chunk_policy="fixed"), reqs)
     for k in reqs:
-        both = np.concatenate(pcm[k])
+        both = together[k]
         assert both.shape == alone[k].shape
         assert float(np.abs(both - alone[k]).max()) <= 1e-5
 

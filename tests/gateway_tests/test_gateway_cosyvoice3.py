@@ -122,9 +122,7 @@ def test_a_missing_reference_or_transcript_is_named(dep: Deployment, fields: dic
     ({"voice": "precomputed", "ref_audio": None}, "voice"),  # another family's voice file
     ({"stream_format": "sse", "speed": 1.5}, "speed"),
     ({"speed": 5.0}, "speed"),
-    ({"max_new_tokens": 0}, "max_new_tokens"),
-    ({"max_new_tokens": 4097}, "max_new_tokens"),
-    ({"seed": -1}, "seed"),
+    *kit.TOKEN_AND_SEED_BOUNDS,
     ({"extra_params": {"temperature": -0.5}}, "extra_params"),
     ({"extra_params": {"top_p": 0}}, "extra_params"),
     ({"extra_params": {"top_k": 2.5}}, "extra_params"),

@@ -129,27 +129,21 @@ def test_rates_and_speed(dep: Deployment) -> None:
     assert plan(dep, speed=1.5).output.speed == 1.5  # whole clips: the shared time-stretch
 
 
-@pytest.mark.parametrize(("stream", "fmt"), kit.STREAMS)
-def test_streams(dep: Deployment, stream: str, fmt: str) -> None:
-    assert plan(dep, stream_format=stream, response_format=fmt).output.stream == stream
+test_streams = kit.streams_test(plan)
 
 
 @pytest.mark.parametrize(("fields", "param"), [
     ({"input": "   "}, "input"),
-    ({"voice": "vivian"}, "voice"),
-    ({"voice": "alloy"}, "voice"),
+    *kit.FOREIGN_VOICES,
     ({"ref_audio": CLIP}, "ref_text"),
     ({"ref_audio": CLIP, "ref_text": "  "}, "ref_text"),
     ({"ref_text": "no clip"}, "ref_text"),
     ({"voice": "silent"}, "ref_text"),  # an upload without a transcript
     ({"response_format": "opus"}, "sample_rate"),  # 44.1 kHz is not an Opus rate
     ({"response_format": "opus", "sample_rate": 44100}, "sample_rate"),
-    ({"stream_format": "audio", "response_format": "mp3"}, "response_format"),
-    ({"stream_format": "sse", "speed": 1.5}, "speed"),
+    *kit.STREAM_LIMITS,
     ({"sample_rate": 1}, "sample_rate"),
-    ({"max_new_tokens": 0}, "max_new_tokens"),
-    ({"max_new_tokens": 4097}, "max_new_tokens"),
-    ({"seed": -1}, "seed"),
+    *kit.TOKEN_AND_SEED_BOUNDS,
     ({"extra_params": {"temperature": 10.5}}, "extra_params"),
     ({"extra_params": {"temperature": -0.1}}, "extra_params"),
     ({"extra_params": {"temperature": "0.5"}}, "extra_params"),

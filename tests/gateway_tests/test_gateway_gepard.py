@@ -49,15 +49,12 @@ def test_whole_formats(dep: Deployment, fmt: str) -> None:
     assert plan(dep, response_format=fmt).output.format == fmt
 
 
-@pytest.mark.parametrize(("stream", "fmt"), kit.STREAMS)
-def test_streams(dep: Deployment, stream: str, fmt: str) -> None:
-    assert plan(dep, stream_format=stream, response_format=fmt).output.stream == stream
+test_streams = kit.streams_test(plan)
 
 
 @pytest.mark.parametrize(("fields", "param"), [
     ({"input": "   "}, "input"),
-    ({"voice": "vivian"}, "voice"),
-    ({"voice": "alloy"}, "voice"),
+    *kit.FOREIGN_VOICES,
     ({"voice": "Default "}, "voice"),
     ({"response_format": "opus"}, "response_format"),
     ({"response_format": "aac"}, "response_format"),

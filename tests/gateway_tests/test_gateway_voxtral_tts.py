@@ -64,26 +64,20 @@ def test_whole_formats_rates_and_speed(dep: Deployment) -> None:
     assert plan(dep, speed=1.5).output.speed == 1.5  # whole clips: the shared time-stretch
 
 
-@pytest.mark.parametrize(("stream", "fmt"), kit.STREAMS)
-def test_streams(dep: Deployment, stream: str, fmt: str) -> None:
-    assert plan(dep, stream_format=stream, response_format=fmt).output.stream == stream
+test_streams = kit.streams_test(plan)
 
 
 @pytest.mark.parametrize(("fields", "param"), [
     ({"input": "   "}, "input"),
     ({"voice": None}, "voice"),
     ({"voice": " "}, "voice"),
-    ({"voice": "vivian"}, "voice"),
-    ({"voice": "alloy"}, "voice"),
+    *kit.FOREIGN_VOICES,
     ({"voice": "default"}, "voice"),
-    ({"stream_format": "audio", "response_format": "mp3"}, "response_format"),
-    ({"stream_format": "sse", "speed": 1.5}, "speed"),
+    *kit.STREAM_LIMITS,
     ({"speed": 5.0}, "speed"),
     ({"sample_rate": 1}, "sample_rate"),
     ({"response_format": "opus", "sample_rate": 44100}, "sample_rate"),
-    ({"max_new_tokens": 0}, "max_new_tokens"),
-    ({"max_new_tokens": 4097}, "max_new_tokens"),
-    ({"seed": -1}, "seed"),
+    *kit.TOKEN_AND_SEED_BOUNDS,
     ({"extra_params": {"cfg_alpha": 10.5}}, "extra_params"),
     ({"extra_params": {"cfg_alpha": -0.1}}, "extra_params"),
     ({"extra_params": {"cfg_alpha": "1.2"}}, "extra_params"),

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cosyvoice3_fixtures import *  # noqa: F403  (cosyvoice3_tiny, cosyvoice3_artifacts)
+from sequences import run_together
 
 from ttscore.contract.errors import InvalidRequest
 
@@ -62,15 +63,9 @@ def test_engine_audio_equals_the_offline_route(cosyvoice3_tiny: Path, cosyvoice3
         np.testing.assert_allclose(alone[k], want[k][1], rtol=0, atol=1e-5)
         if len(want[k][0]) > 50:  # audio before the last token: the first hop's
             assert len(events) >= 2 and len(events[0].pcm) > 0
-    gen = Generator(model)
-    for k, r in reqs.items():
-        gen.submit(k, r)
-    got: dict[str, list[np.ndarray]] = {k: [] for k in reqs}
-    while gen.num_active:
-        for ev in gen.step():
-            got[ev.req_id].append(ev.pcm)
+    together = run_together(Generator(model), reqs)
     for k in reqs:
-        np.testing.assert_allclose(np.concatenate(got[k]), want[k][1], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(together[k], want[k][1], rtol=0, atol=1e-5)
 
 
 def test_admit_rules(cosyvoice3_tiny: Path, cosyvoice3_artifacts: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fish_speech_fixtures import *  # noqa: F403  (fish_tiny, fish_artifacts)
-from fish_speech_fixtures import reference
+from fish_speech_fixtures import reference_with_our_noise
 
 pytestmark = pytest.mark.export
 
@@ -21,7 +21,6 @@ STREAM_TOLERANCE = 1e-6
 
 def test_engine_matches_reference_and_streams_exactly(fish_tiny: Path, fish_artifacts: Path) -> None:
     from ttscore.runtime.engine import Generator
-    from ttscore.runtime.families.fish_speech.artifacts import request_noise
     from ttscore.runtime.families.fish_speech.model import FishModel, FishRequest
 
     n = np.arange(28000)
@@ -46,10 +45,7 @@ def test_engine_matches_reference_and_streams_exactly(fish_tiny: Path, fish_arti
             if ev.codes is not None:
                 codes[ev.req_id].append(ev.codes)
             chunks[ev.req_id] += 1
-    inputs: dict[str, np.ndarray] = {"ref_audio_1": clip}
-    for i, r in enumerate(reqs):
-        inputs[f"q_slow_{i}"], inputs[f"q_fast_{i}"] = request_noise(r["seed"], r["max_new_tokens"])
-    ref = reference(fish_tiny, reqs, inputs)
+    ref, _ = reference_with_our_noise(fish_tiny, reqs, clip)
     for i in range(len(reqs)):
         audio = np.concatenate(pcm[f"r{i}"])
         want = ref[f"audio_{i}"]

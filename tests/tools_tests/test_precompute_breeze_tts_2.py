@@ -6,16 +6,14 @@ naming the argument."""
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import pytest
 import soundfile as sf
-from voices_audio import tone
+from precompute_cli import precompute_command
+from voices_audio import tone_file
 
 from gateway.voice_registry import precomputed_loaders
 from gateway.voices.precomputed import load_precomputed_voices
-from triton_tts.precompute import add_precompute_parser
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import read_manifest
@@ -29,15 +27,11 @@ def test_cli_writes_the_codes_and_transcript(tmp_path, breeze_export, capsys):
     from gateway.family_kit import CodecTarget
     from ttscore.runtime.families import load_model
 
-    ref = tmp_path / "ref.wav"
-    sf.write(ref, tone(1.1, 16000), 16000, subtype="FLOAT")
-    parser = argparse.ArgumentParser(prog="triton-tts")
-    add_precompute_parser(parser.add_subparsers(dest="cmd", required=True))
+    ref = tone_file(tmp_path / "ref.wav", 1.1, 16000)
     out = tmp_path / "voices"
-    base = ["precompute-voice", "--artifacts", str(breeze_export), "--ref-audio", str(ref), "--output-dir", str(out),
-            "-q"]
-    args = parser.parse_args([*base, "--voice-name", "Calm", "--ref-text", f" {REF_TEXT} "])
-    assert args.func(args) == 0 and "Breeze-TTS-2 clone" in capsys.readouterr().out
+    run = precompute_command(breeze_export, ref, out)
+    assert run("--voice-name", "Calm", "--ref-text", f" {REF_TEXT} ") == 0
+    assert "Breeze-TTS-2 clone" in capsys.readouterr().out
     sha = read_manifest(breeze_export).source_sha256("audio_tokenizer/model.safetensors")
     assert sha
     checks = {spec.FAMILY: {"targets": [CodecTarget("breeze", sha)]}}
@@ -54,17 +48,15 @@ def test_cli_writes_the_codes_and_transcript(tmp_path, breeze_export, capsys):
     assert load_precomputed_voices(out, precomputed_loaders(other)) == {}
     for extra, param in ((["--voice-name", "x"], "ref_text"),
                          (["--voice-name", "x", "--ref-text", "t", "--mode", "xvec"], "mode")):
-        args = parser.parse_args([*base, *extra])
         with pytest.raises(InvalidRequest) as e:
-            args.func(args)
+            run(*extra)
         assert e.value.param == param
 
 
 def test_a_reference_outside_the_bounds_names_ref_audio(tmp_path, breeze_export):
     from ttscore.runtime.families.breeze_tts_2.offline import precompute_voice
 
-    ref = tmp_path / "short.wav"
-    sf.write(ref, tone(0.05, 16000), 16000, subtype="FLOAT")
+    ref = tone_file(tmp_path / "short.wav", 0.05, 16000)
     with pytest.raises(InvalidRequest) as e:
         precompute_voice(breeze_export, "short", ref, REF_TEXT, tmp_path / "v")
     assert e.value.param == "ref_audio"

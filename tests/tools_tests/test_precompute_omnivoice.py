@@ -7,18 +7,17 @@ argument."""
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 import pytest
 import soundfile as sf
 from omnivoice_fixtures import *  # noqa: F403  (its session fixtures: omnivoice_artifacts)
-from voices_audio import tone
+from precompute_cli import precompute_command
+from voices_audio import tone_file
 
 from gateway.voice_registry import precomputed_loaders
 from gateway.voices.precomputed import load_precomputed_voices
-from triton_tts.precompute import add_precompute_parser
 from ttscore.contract import omnivoice as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import read_manifest
@@ -33,17 +32,12 @@ def test_cli_writes_the_codes_and_transcript(tmp_path, omnivoice_artifacts, caps
     from gateway.family_kit import CodecTarget
     from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
 
-    ref = tmp_path / "ref.wav"
-    sf.write(ref, tone(1.3, 22050), 22050, subtype="FLOAT")
-    parser = argparse.ArgumentParser(prog="triton-tts")
-    add_precompute_parser(parser.add_subparsers(dest="cmd", required=True))
+    ref = tone_file(tmp_path / "ref.wav", 1.3, 22050)
     out = tmp_path / "voices"
-    base = ["precompute-voice", "--artifacts", str(omnivoice_artifacts), "--ref-audio", str(ref),
-            "--output-dir", str(out), "-q"]
-    args = parser.parse_args([*base, "--voice-name", "Calm", "--ref-text", f" {REF_TEXT} "])
-    assert args.func(args) == 0 and "OmniVoice clone, codes [8, " in capsys.readouterr().out
-    args = parser.parse_args([*base, "--voice-name", "Plain", "--mode", "clone"])
-    assert args.func(args) == 0 and "no transcript" in capsys.readouterr().out
+    run = precompute_command(omnivoice_artifacts, ref, out)
+    assert run("--voice-name", "Calm", "--ref-text", f" {REF_TEXT} ") == 0
+    assert "OmniVoice clone, codes [8, " in capsys.readouterr().out
+    assert run("--voice-name", "Plain", "--mode", "clone") == 0 and "no transcript" in capsys.readouterr().out
     manifest = read_manifest(omnivoice_artifacts)
     sha = manifest.source_sha256("audio_tokenizer/model.safetensors")
     assert sha
@@ -61,9 +55,8 @@ def test_cli_writes_the_codes_and_transcript(tmp_path, omnivoice_artifacts, caps
     # another codec: not served
     other = {spec.FAMILY: {"targets": [CodecTarget("omni", "0" * 64)]}}
     assert load_precomputed_voices(out, precomputed_loaders(other)) == {}
-    args = parser.parse_args([*base, "--voice-name", "x", "--mode", "xvec"])
     with pytest.raises(InvalidRequest) as e:
-        args.func(args)
+        run("--voice-name", "x", "--mode", "xvec")
     assert e.value.param == "mode"
 
 
@@ -76,8 +69,7 @@ def test_a_refused_clip_names_ref_audio_and_another_family_names_checkpoint(tmp_
     with pytest.raises(InvalidRequest) as e:
         precompute_voice(omnivoice_artifacts, "quiet", silent, REF_TEXT, tmp_path / "v")
     assert e.value.param == "ref_audio"
-    ref = tmp_path / "ref.wav"
-    sf.write(ref, tone(1.2, 24000), 24000, subtype="FLOAT")
+    ref = tone_file(tmp_path / "ref.wav", 1.2, 24000)
     with pytest.raises(InvalidRequest) as e:
         precompute_voice(dummy_artifacts, "other", ref, REF_TEXT, tmp_path / "v")
     assert e.value.param == "checkpoint"

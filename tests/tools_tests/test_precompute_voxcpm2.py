@@ -12,6 +12,7 @@ import logging
 
 import numpy as np
 import pytest
+from precompute_cli import precompute_command
 from safetensors.numpy import load_file
 from voices_audio import encode_sf, tone
 
@@ -199,20 +200,15 @@ def test_each_mode_writes_a_loadable_profile(tmp_path, voxcpm2_artifacts, vox_mo
 
 @pytest.mark.export
 def test_cli_and_bad_arguments(tmp_path, voxcpm2_artifacts, ref_wav, capsys):
-    parser = argparse.ArgumentParser(prog="triton-tts")
-    add_precompute_parser(parser.add_subparsers(dest="cmd", required=True))
-    base = ["precompute-voice", "--artifacts", str(voxcpm2_artifacts), "--ref-audio", str(ref_wav),
-            "--output-dir", str(tmp_path), "-q"]
-    args = parser.parse_args([*base, "--voice-name", "dflt", "--prompt-text", PROMPT])
-    assert args.func(args) == 0 and "VoxCPM2 ref_continuation" in capsys.readouterr().out
-    args = parser.parse_args([*base, "--voice-name", "plain"])
-    assert args.func(args) == 0
+    run = precompute_command(voxcpm2_artifacts, ref_wav, tmp_path)
+    assert run("--voice-name", "dflt", "--prompt-text", PROMPT) == 0
+    assert "VoxCPM2 ref_continuation" in capsys.readouterr().out
+    assert run("--voice-name", "plain") == 0
     assert {k: v.mode for k, v in load_precomputed_voices(tmp_path, precomputed_loaders()).items()} == {
         "dflt": "ref_continuation", "plain": "reference"}
     for extra, param in ((["--mode", "xvec"], "mode"), (["--mode", "continuation"], "prompt_text")):
-        args = parser.parse_args([*base, "--voice-name", "bad", *extra])
         with pytest.raises(InvalidRequest) as e:
-            args.func(args)
+            run("--voice-name", "bad", *extra)
         assert e.value.param == param
 
 
