@@ -19,7 +19,6 @@ parameters, weight norm folded) are still traced with their weights inline.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import numpy as np
 
 from export.memory import release_memory
 from export.quantize import compare_outputs, quantize_graph, random_step_feeds, snr_db
-from export.stages import StageRunner, copy_files
+from export.stages import StageRunner, copy_files, json_configs, model_size
 from export.tracing import (
     ErrorTracker,
     check,
@@ -340,7 +339,7 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     stages = ["loading the checkpoint", "base LM", "residual LM", "local encoder, bridge, heads", "LocDiT",
               "AudioVAE"]
     torch.manual_seed(0)
-    with StageRunner(stages, progress, precision) as run:
+    with StageRunner(stages, progress, precision, family=spec.FAMILY, source=source) as run:
         reports = run.reports
         with run.stage("loading the checkpoint", "load"):
             ref = StagedVoxCPM2(src, lora)
@@ -369,9 +368,7 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     dec_report = reports["vae_decoder_stream"]
     return run.manifest(
         tmp,
-        family=spec.FAMILY,
-        source=source,
-        model_size="real" if info.lm.hidden_size >= 1024 else "tiny",
+        model_size=model_size(info.lm.hidden_size),
         sizes=info.to_json(),
         sample_rate=info.sample_rate,
         samples_per_frame=info.samples_per_patch,
@@ -379,7 +376,7 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
         vocoder_state_layout=dec_report["state_layout"],
         tables={TEXT_TABLE: {"rows": info.vocab_size, "scale_emb_folded": info.scale_emb}},
         graphs=specs,
-        configs={"config.json": json.loads((src / "config.json").read_text(encoding="utf-8"))},
+        configs=json_configs(src, "config.json"),
         adapter=adapter,
     )
 

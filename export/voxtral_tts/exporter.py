@@ -11,7 +11,6 @@ embeddings, the preset voices), manifest.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 
 from export.decoder_step import export_decoder_step
 from export.quantize import only_fp32
-from export.stages import StageRunner, copy_files, save_table
+from export.stages import StageRunner, copy_files, json_configs, model_size, save_table
 from export.tracing import (
     ErrorTracker,
     export_checked,
@@ -137,11 +136,9 @@ def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int
     lm = info.lm
     specs = {"lm_step": spec.lm_step_spec(lm.n_layers, lm.dim, lm.n_kv_heads, lm.head_dim),
              "velocity": spec.velocity_spec(info.n_acoustic_codebook, lm.dim)}
-    with StageRunner(["lm_step", "velocity", "codec", "tables"], progress) as run:
-        with run.stage("lm_step"):
-            run.reports["lm_step"] = _lm_stage(src, info, specs["lm_step"], tmp)
-        with run.stage("velocity"):
-            run.reports["velocity"] = _velocity_stage(src, info, specs["velocity"], tmp)
+    with StageRunner(["lm_step", "velocity", "codec", "tables"], progress, family=spec.FAMILY, source=source) as run:
+        run.graph("lm_step", lambda: _lm_stage(src, info, specs["lm_step"], tmp))
+        run.graph("velocity", lambda: _velocity_stage(src, info, specs["velocity"], tmp))
         with run.stage("codec"):
             run.reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(src, info, tmp)
         with run.stage("tables"):
@@ -149,9 +146,7 @@ def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int
     copy_files(src, tmp / "tokenizer", [TEKKEN])
     return run.manifest(
         tmp,
-        family=spec.FAMILY,
-        source=source,
-        model_size="real" if lm.dim >= 1024 else "tiny",
+        model_size=model_size(lm.dim),
         sizes=dataclasses.asdict(info),
         sample_rate=info.codec.sampling_rate,
         samples_per_frame=info.codec.samples_per_frame,
@@ -160,5 +155,5 @@ def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int
         speakers=dict(info.voices),
         tables=tables,
         graphs=specs,
-        configs={PARAMS: json.loads((src / PARAMS).read_text())},
+        configs=json_configs(src, PARAMS),
     )
