@@ -21,6 +21,16 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+TINY_SIZES = ("tiny", "real")  # make-tiny --size of a family with one real size
+
+
+def tiny_size(size: str) -> bool:
+    """Whether the make-tiny `size` of a family with one real size (TINY_SIZES) is the tiny one, not the real
+    one; ValueError for any other size."""
+    if size not in TINY_SIZES:
+        raise ValueError(f"size must be one of {', '.join(TINY_SIZES)}, got {size!r}")
+    return size == "tiny"
+
 
 def tensor_rng(seed: int, scope: str, name: str) -> Any:
     import numpy as np

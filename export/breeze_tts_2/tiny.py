@@ -33,12 +33,11 @@ from export.tiny_weights import (
     checkpoint_writer,
     json_bytes,
     save_weights,
+    tiny_size,
     write_files,
 )
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.runtime.families.breeze_tts_2.checkpoint import tensor_shapes
-
-SIZES = ("tiny", "real")
 
 SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>")  # ids 0..3 (Gemma's order: pad 0, eos 1, bos 2, unk 3)
 ADDED = (*(f"[{v}]" for v in spec.VOICES), spec.INSTRUCTION_BOS, spec.INSTRUCTION_EOS,
@@ -51,21 +50,19 @@ _CORPUS = (
 
 
 def _sizes(size: str) -> dict[str, Any]:
-    if size == "tiny":
+    if tiny_size(size):
         return {"text": dict(hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=2,
                              num_key_value_heads=1, head_dim=24, query_pre_attn_scalar=24, sliding_window=6),
                 "backbone": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                  num_key_value_heads=2, head_dim=16),
                 "depth": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                               num_key_value_heads=2, head_dim=8)}
-    if size == "real":
-        return {"text": dict(hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
-                             num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=512),
-                "backbone": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                                 num_key_value_heads=8, head_dim=128),
-                "depth": dict(hidden_size=1024, intermediate_size=8192, num_hidden_layers=12, num_attention_heads=8,
-                              num_key_value_heads=2, head_dim=128)}
-    raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+    return {"text": dict(hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+                         num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=512),
+            "backbone": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                             num_key_value_heads=8, head_dim=128),
+            "depth": dict(hidden_size=1024, intermediate_size=8192, num_hidden_layers=12, num_attention_heads=8,
+                          num_key_value_heads=2, head_dim=128)}
 
 
 # ---- tokenizer ----------------------------------------------------------------------------------
