@@ -122,6 +122,15 @@ def save_table(out: Path, name: str, array: Any, tables: dict[str, Any]) -> None
     tables[name] = {"shape": list(array.shape)}
 
 
+def save_tables(out: Path, get: Callable[[str], Any], names: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """Write the tables of the pairs (table, checkpoint tensor) `names` into the export `out`, each the float32
+    torch tensor `get(tensor)` (e.g. export.weights.CheckpointTensors.get); returns the manifest's `tables`."""
+    tables: dict[str, Any] = {}
+    for name, tensor in names:
+        save_table(out, name, get(tensor).numpy(), tables)
+    return tables
+
+
 def copy_files(src: Path, dst: Path, names: Iterable[str]) -> None:
     """Copy the files `names` that the checkpoint `src` has into the export's folder `dst` (a tokenizer's)."""
     dst.mkdir(exist_ok=True)

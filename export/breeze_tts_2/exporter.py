@@ -20,7 +20,7 @@ import numpy as np
 
 from export.memory import release_memory
 from export.quantize import only_fp32
-from export.stages import StageRunner, copy_files, json_configs, model_size, save_table
+from export.stages import StageRunner, copy_files, json_configs, model_size, save_tables
 from export.tracing import (
     ErrorTracker,
     empty_past,
@@ -186,13 +186,10 @@ def _stack_stage(w: CheckpointTensors, info: BreezeInfo, gspec: GraphSpec, out: 
 
 
 def _tables_stage(w: CheckpointTensors, info: BreezeInfo, out: Path) -> dict[str, Any]:
-    tables: dict[str, Any] = {}
-    save_table(out, spec.AUDIO_EMBEDDINGS, w.get(AUDIO_TABLE).numpy(), tables)
-    save_table(out, spec.DEPTH_HEADS, w.get("depth_decoder.codebooks_head.weight").numpy(), tables)
+    names = [(spec.AUDIO_EMBEDDINGS, AUDIO_TABLE), (spec.DEPTH_HEADS, "depth_decoder.codebooks_head.weight")]
     if info.backbone.hidden_size != info.audio_embed_size:
-        save_table(out, spec.HIDDEN_PROJECTOR, w.get("depth_decoder.model.backbone_hidden_state_projector.weight").numpy(),
-                   tables)
-    return tables
+        names.append((spec.HIDDEN_PROJECTOR, "depth_decoder.model.backbone_hidden_state_projector.weight"))
+    return save_tables(out, w.get, names)
 
 
 def _codec_stage(src: Path, out: Path) -> dict[str, Any]:

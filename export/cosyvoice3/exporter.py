@@ -22,7 +22,7 @@ import numpy as np
 from export.decoder_step import export_decoder_step
 from export.memory import release_memory
 from export.quantize import only_fp32
-from export.stages import StageRunner, model_size, save_table
+from export.stages import StageRunner, model_size, save_tables
 from export.tracing import (
     export_checked,
 )
@@ -89,11 +89,8 @@ def _hift_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
 
 def _tables(src: Path, out: Path) -> dict[str, Any]:
     state = load_pt(src / LLM)
-    tables: dict[str, Any] = {}
-    for name, key in ((spec.TEXT_EMBEDDING, "llm.model.model.embed_tokens.weight"),
-                      (spec.SPEECH_EMBEDDING, "speech_embedding.weight")):
-        save_table(out, name, state[key].float().numpy(), tables)
-    return tables
+    return save_tables(out, lambda key: state[key].float(), ((spec.TEXT_EMBEDDING, "llm.model.model.embed_tokens.weight"),
+                                                             (spec.SPEECH_EMBEDDING, "speech_embedding.weight")))
 
 
 def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[int, int, str], None] | None,

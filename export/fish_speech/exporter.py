@@ -18,7 +18,7 @@ import numpy as np
 
 from export.decoder_step import export_decoder_step
 from export.quantize import compare_outputs, quantize_graph, random_step_feeds
-from export.stages import StageRunner, copy_files, json_configs, model_size, save_table
+from export.stages import StageRunner, copy_files, json_configs, model_size, save_tables
 from export.tracing import (
     ErrorTracker,
     empty_past,
@@ -31,13 +31,13 @@ from export.tracing import (
     torch_threads,
     with_past,
 )
+from export.weights import CheckpointTensors
 from ttscore.contract import fish_speech as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
 from ttscore.runtime.families.fish_speech.checkpoint import (
     CONFIG,
     TOKENIZER,
-    WEIGHTS,
     FishInfo,
     read_checkpoint,
 )
@@ -172,20 +172,13 @@ def _quantize(info: FishInfo, path: Path, graph: str, precision: str, state_size
 
 
 def _tables(src: Path, info: FishInfo, out: Path) -> dict[str, Any]:
-    import torch
-    from safetensors import safe_open
-
     names = [(spec.EMBEDDINGS, "text_model.model.embeddings.weight"),
              (spec.CODEBOOK_EMBEDDINGS, "audio_decoder.codebook_embeddings.weight"),
              (spec.FAST_EMBEDDINGS, "audio_decoder.embeddings.weight")]
     if info.config.project_in:
         names += [(spec.PROJECT_IN_WEIGHT, "audio_decoder.fast_project_in.weight"),
                   (spec.PROJECT_IN_BIAS, "audio_decoder.fast_project_in.bias")]
-    tables: dict[str, Any] = {}
-    with safe_open(str(src / WEIGHTS), framework="pt") as f:
-        for name, tensor in names:
-            save_table(out, name, f.get_tensor(tensor).to(torch.float32).numpy(), tables)
-    return tables
+    return save_tables(out, CheckpointTensors(src).get, names)
 
 
 def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, int, str], None] | None,

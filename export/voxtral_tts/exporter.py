@@ -19,7 +19,7 @@ import numpy as np
 
 from export.decoder_step import export_decoder_step
 from export.quantize import only_fp32
-from export.stages import StageRunner, copy_files, json_configs, model_size, save_table
+from export.stages import StageRunner, copy_files, json_configs, model_size, save_table, save_tables
 from export.tracing import (
     ErrorTracker,
     export_checked,
@@ -29,6 +29,7 @@ from export.tracing import (
     run_in_chunks,
     torch_threads,
 )
+from export.weights import CheckpointTensors
 from ttscore.contract import voxtral_tts as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
@@ -36,7 +37,7 @@ from ttscore.runtime.families.voxtral_tts.checkpoint import (
     PARAMS,
     TEKKEN,
     VOICES_DIR,
-    WEIGHTS,
+    WEIGHTS_STEM,
     VoxtralInfo,
     read_checkpoint,
 )
@@ -108,13 +109,10 @@ def _codec_stage(src: Path, info: VoxtralInfo, out: Path) -> tuple[dict[str, Any
 
 def _tables(src: Path, info: VoxtralInfo, out: Path) -> dict[str, Any]:
     import torch
-    from safetensors import safe_open
 
-    tables: dict[str, Any] = {}
-    with safe_open(str(src / WEIGHTS), framework="pt") as f:
-        for name, tensor in ((spec.TOK_EMBEDDINGS, "mm_audio_embeddings.tok_embeddings.weight"),
-                             (spec.AUDIO_EMBEDDINGS, "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight")):
-            save_table(out, name, f.get_tensor(tensor).to(torch.float32).numpy(), tables)
+    tables = save_tables(out, CheckpointTensors(src, WEIGHTS_STEM).get, (
+        (spec.TOK_EMBEDDINGS, "mm_audio_embeddings.tok_embeddings.weight"),
+        (spec.AUDIO_EMBEDDINGS, "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight")))
     for voice in info.voices:
         rows = torch.load(src / VOICES_DIR / f"{voice}.pt", map_location="cpu").to(torch.float32).numpy()
         if rows.ndim != 2 or rows.shape[1] != info.lm.dim:
