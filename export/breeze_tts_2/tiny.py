@@ -23,7 +23,6 @@ classes (T5Gemma2TextEncoder, Qwen3Model, LlamaModel + heads) in the ref5 enviro
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 from export.tiny_weights import (
     TensorInit,
     checkpoint_writer,
+    config_model_type,
     json_bytes,
     save_weights,
     tiny_size,
@@ -211,14 +211,6 @@ def parameter_count(size: str = "tiny") -> int:
 
 # ---- writing ------------------------------------------------------------------------------------
 
-def _looks_like_checkpoint(path: Path) -> bool:
-    try:
-        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and cfg.get("model_type") == "breeze"
-
-
 def make_tiny_breeze(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write the checkpoint directory (replacing an empty one or a Breeze checkpoint) and return it."""
     import torch
@@ -228,7 +220,7 @@ def make_tiny_breeze(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     _sizes(size)
     cfg = model_config(size)
     st_cfg = qwen_tiny.speech_tokenizer_config("tiny" if size == "tiny" else "1.7b")
-    with checkpoint_writer(out, "a Breeze-TTS-2 checkpoint", _looks_like_checkpoint) as tmp:
+    with checkpoint_writer(out, "a Breeze-TTS-2 checkpoint", config_model_type("breeze")) as tmp:
         write_files(tmp, {
             "config.json": json_bytes(cfg),
             "tokenizer.json": tokenizer_json(),

@@ -36,7 +36,7 @@ from export.tiny_weights import (
     write_files,
 )
 from ttscore.contract import gepard as spec
-from ttscore.runtime.families.gepard.checkpoint import CODEC_DIR, parse_config, tensor_shapes
+from ttscore.runtime.families.gepard.checkpoint import CODEC_DIR, is_gepard, parse_config, tensor_shapes
 
 CODEC_FILE = "nemo-nano-codec-22khz-1.89kbps-21.5fps.nemo"
 _CORPUS = (
@@ -180,12 +180,6 @@ def codec_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     return init.tensors
 
 
-def _looks_like_checkpoint(path: Path) -> bool:
-    from ttscore.runtime.families.gepard.checkpoint import is_gepard
-
-    return is_gepard(path)
-
-
 def make_tiny_gepard(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write the checkpoint directory (replacing an empty one or a Gepard checkpoint) and return it."""
     import torch
@@ -194,7 +188,7 @@ def make_tiny_gepard(out: Path, seed: int = 0, size: str = "tiny") -> Path:
 
     _sizes(size)
     cfg, sidecar, ccfg = model_config(size), sidecar_config(size), codec_config(size)
-    with checkpoint_writer(out, "a Gepard-1.0 checkpoint", _looks_like_checkpoint) as tmp:
+    with checkpoint_writer(out, "a Gepard-1.0 checkpoint", is_gepard) as tmp:
         write_files(tmp, {
             "config.json": json_bytes(cfg),
             "gepard_config.json": json_bytes(sidecar),

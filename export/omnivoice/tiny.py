@@ -25,6 +25,7 @@ from export.tiny_weights import (
     TensorInit,
     byte_level_bpe,
     checkpoint_writer,
+    config_model_type,
     json_bytes,
     save_weights,
     tiny_size,
@@ -242,17 +243,10 @@ def codec_encoder_weights(codec: dict[str, Any], seed: int) -> dict[str, Any]:
     return dict(init.tensors)
 
 
-def _looks_like_checkpoint(out: Path) -> bool:
-    try:
-        return json.loads((out / "config.json").read_text()).get("model_type") == contract.FAMILY
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def make_tiny_omnivoice(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write a deterministic random-weight OmniVoice checkpoint directory and return its path."""
     tiny = tiny_size(size)
-    with checkpoint_writer(out, "an OmniVoice checkpoint", _looks_like_checkpoint) as tmp:
+    with checkpoint_writer(out, "an OmniVoice checkpoint", config_model_type(contract.FAMILY)) as tmp:
         cfg = model_config(size)
         codec = CODEC_TINY if tiny else CODEC_REAL
         write_files(tmp, {"config.json": json_bytes(cfg),
