@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from export.tiny_weights import TINY_SIZES
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
 from ttscore.runtime.family import resolve
@@ -166,9 +167,6 @@ def inline_deploy(encoder: str | None = None) -> Callable[[Sequence[ServedCheckp
         return plan
 
     return deploy
-
-
-TINY_SIZES = ("tiny", "real")  # make-tiny --size of a family with one real size
 
 
 def inline_family(name: str, *, display: str, hub_org: str, signature: str, detect: str, export: str,

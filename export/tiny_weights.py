@@ -21,6 +21,16 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
+TINY_SIZES = ("tiny", "real")  # make-tiny --size of a family with one real size
+
+
+def tiny_size(size: str) -> bool:
+    """Whether the make-tiny `size` of a family with one real size (TINY_SIZES) is the tiny one, not the real
+    one; ValueError for any other size."""
+    if size not in TINY_SIZES:
+        raise ValueError(f"size must be one of {', '.join(TINY_SIZES)}, got {size!r}")
+    return size == "tiny"
+
 
 def tensor_rng(seed: int, scope: str, name: str) -> Any:
     import numpy as np
@@ -83,6 +93,20 @@ def replace_dir(src: Path, dst: Path) -> None:
         raise
     finally:
         shutil.rmtree(trash, ignore_errors=True)
+
+
+def config_model_type(model_type: str) -> Callable[[Path], bool]:
+    """A `checkpoint_writer` `replaces` check: whether a folder's config.json is a JSON object whose
+    `model_type` is `model_type`."""
+
+    def recognises(path: Path) -> bool:
+        try:
+            cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(cfg, dict) and cfg.get("model_type") == model_type
+
+    return recognises
 
 
 @contextmanager

@@ -129,14 +129,16 @@ def random_codes(rng: Any, batch: int, frames: int, codebooks: Sequence[tuple[in
                           axis=1).astype(np.int64)
 
 
-def run_in_chunks(session: Any, codes: np.ndarray, state_size: int, chunks: Sequence[int], axis: int = -1
-                  ) -> np.ndarray:
-    """A streaming vocoder graph ((codes, state) -> (pcm, state)) run over `codes` in chunks of `chunks` frames
-    along `axis` from a zero state: its pcm pieces joined, for comparing with a whole decode."""
+def run_in_chunks(session: Any, codes: np.ndarray, state_size: int, chunks: Sequence[int], axis: int = -1,
+                  input_name: str = "codes") -> np.ndarray:
+    """A streaming vocoder graph ((codes, state) -> (pcm, state), its frames input named `input_name`) run over
+    `codes` in chunks of `chunks` frames along `axis` from a zero state: its pcm pieces joined, for comparing with
+    a whole decode."""
     state = np.zeros((codes.shape[0], state_size), np.float32)
     pieces, a = [], 0
     for n in chunks:
-        pcm, state = ort_run(session, {"codes": np.take(codes, np.arange(a, a + n), axis=axis), "state": state})
+        frames = np.take(codes, np.arange(a, a + n), axis=axis)
+        pcm, state = ort_run(session, {input_name: frames, "state": state})
         pieces.append(pcm)
         a += n
     return np.concatenate(pieces, axis=1)

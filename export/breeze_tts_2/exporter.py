@@ -20,7 +20,7 @@ import numpy as np
 
 from export.memory import release_memory
 from export.quantize import only_fp32
-from export.stages import StageRunner, copy_files, save_table
+from export.stages import StageRunner, copy_files, json_configs, model_size, save_tables
 from export.tracing import (
     ErrorTracker,
     empty_past,
@@ -186,13 +186,10 @@ def _stack_stage(w: CheckpointTensors, info: BreezeInfo, gspec: GraphSpec, out: 
 
 
 def _tables_stage(w: CheckpointTensors, info: BreezeInfo, out: Path) -> dict[str, Any]:
-    tables: dict[str, Any] = {}
-    save_table(out, spec.AUDIO_EMBEDDINGS, w.get(AUDIO_TABLE).numpy(), tables)
-    save_table(out, spec.DEPTH_HEADS, w.get("depth_decoder.codebooks_head.weight").numpy(), tables)
+    names = [(spec.AUDIO_EMBEDDINGS, AUDIO_TABLE), (spec.DEPTH_HEADS, "depth_decoder.codebooks_head.weight")]
     if info.backbone.hidden_size != info.audio_embed_size:
-        save_table(out, spec.HIDDEN_PROJECTOR, w.get("depth_decoder.model.backbone_hidden_state_projector.weight").numpy(),
-                   tables)
-    return tables
+        names.append((spec.HIDDEN_PROJECTOR, "depth_decoder.model.backbone_hidden_state_projector.weight"))
+    return save_tables(out, w.get, names)
 
 
 def _codec_stage(src: Path, out: Path) -> dict[str, Any]:
@@ -224,13 +221,11 @@ def export_breeze(src: Path, tmp: Path, precision: str, progress: Callable[[int,
     specs = graph_specs(info)
     cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
     weights = CheckpointTensors(src, stored=tensor_names(src, cfg))  # our name -> stored name (strict check)
-    with StageRunner(["text encoder", "backbone", "depth decoder", "tables", "codec"], progress) as run:
-        with run.stage("text encoder"):
-            run.reports["text_encoder"] = _text_stage(weights, info, specs["text_encoder"], tmp)
-        with run.stage("backbone"):
-            run.reports["backbone"] = _stack_stage(weights, info, specs["backbone"], tmp, "backbone")
-        with run.stage("depth decoder"):
-            run.reports["depth_decoder"] = _stack_stage(weights, info, specs["depth_decoder"], tmp, "depth")
+    with StageRunner(["text encoder", "backbone", "depth decoder", "tables", "codec"], progress, family=spec.FAMILY,
+                     source=source) as run:
+        run.graph("text encoder", lambda: _text_stage(weights, info, specs["text_encoder"], tmp))
+        run.graph("backbone", lambda: _stack_stage(weights, info, specs["backbone"], tmp, "backbone"))
+        run.graph("depth decoder", lambda: _stack_stage(weights, info, specs["depth_decoder"], tmp, "depth"))
         with run.stage("tables"):
             tables = _tables_stage(weights, info, tmp)
         with run.stage("codec"):
@@ -246,9 +241,7 @@ def export_breeze(src: Path, tmp: Path, precision: str, progress: Callable[[int,
     copy_files(src, tmp / "tokenizer", TOKENIZER_FILES)
     return run.manifest(
         tmp,
-        family=spec.FAMILY,
-        source=source,
-        model_size="real" if info.backbone.hidden_size >= 1024 else "tiny",
+        model_size=model_size(info.backbone.hidden_size),
         sizes=info.to_json(),
         sample_rate=info.sample_rate,
         samples_per_frame=spec.SAMPLES_PER_FRAME,
@@ -257,7 +250,5 @@ def export_breeze(src: Path, tmp: Path, precision: str, progress: Callable[[int,
         speakers={v: i for i, v in enumerate(spec.VOICES)},
         tables=tables,
         graphs=specs,
-        configs={"config.json": json.loads((src / "config.json").read_text(encoding="utf-8")),
-                 f"{spec.AUDIO_TOKENIZER_DIR}/config.json":
-                     json.loads((src / spec.AUDIO_TOKENIZER_DIR / "config.json").read_text(encoding="utf-8"))},
+        configs=json_configs(src, "config.json", f"{spec.AUDIO_TOKENIZER_DIR}/config.json"),
     )

@@ -23,7 +23,6 @@ classes (T5Gemma2TextEncoder, Qwen3Model, LlamaModel + heads) in the ref5 enviro
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -31,14 +30,14 @@ from typing import Any
 from export.tiny_weights import (
     TensorInit,
     checkpoint_writer,
+    config_model_type,
     json_bytes,
     save_weights,
+    tiny_size,
     write_files,
 )
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.runtime.families.breeze_tts_2.checkpoint import tensor_shapes
-
-SIZES = ("tiny", "real")
 
 SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>")  # ids 0..3 (Gemma's order: pad 0, eos 1, bos 2, unk 3)
 ADDED = (*(f"[{v}]" for v in spec.VOICES), spec.INSTRUCTION_BOS, spec.INSTRUCTION_EOS,
@@ -51,21 +50,19 @@ _CORPUS = (
 
 
 def _sizes(size: str) -> dict[str, Any]:
-    if size == "tiny":
+    if tiny_size(size):
         return {"text": dict(hidden_size=48, intermediate_size=96, num_hidden_layers=3, num_attention_heads=2,
                              num_key_value_heads=1, head_dim=24, query_pre_attn_scalar=24, sliding_window=6),
                 "backbone": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                  num_key_value_heads=2, head_dim=16),
                 "depth": dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                               num_key_value_heads=2, head_dim=8)}
-    if size == "real":
-        return {"text": dict(hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
-                             num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=512),
-                "backbone": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                                 num_key_value_heads=8, head_dim=128),
-                "depth": dict(hidden_size=1024, intermediate_size=8192, num_hidden_layers=12, num_attention_heads=8,
-                              num_key_value_heads=2, head_dim=128)}
-    raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+    return {"text": dict(hidden_size=1152, intermediate_size=6912, num_hidden_layers=26, num_attention_heads=4,
+                         num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256, sliding_window=512),
+            "backbone": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                             num_key_value_heads=8, head_dim=128),
+            "depth": dict(hidden_size=1024, intermediate_size=8192, num_hidden_layers=12, num_attention_heads=8,
+                          num_key_value_heads=2, head_dim=128)}
 
 
 # ---- tokenizer ----------------------------------------------------------------------------------
@@ -214,14 +211,6 @@ def parameter_count(size: str = "tiny") -> int:
 
 # ---- writing ------------------------------------------------------------------------------------
 
-def _looks_like_checkpoint(path: Path) -> bool:
-    try:
-        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and cfg.get("model_type") == "breeze"
-
-
 def make_tiny_breeze(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write the checkpoint directory (replacing an empty one or a Breeze checkpoint) and return it."""
     import torch
@@ -231,7 +220,7 @@ def make_tiny_breeze(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     _sizes(size)
     cfg = model_config(size)
     st_cfg = qwen_tiny.speech_tokenizer_config("tiny" if size == "tiny" else "1.7b")
-    with checkpoint_writer(out, "a Breeze-TTS-2 checkpoint", _looks_like_checkpoint) as tmp:
+    with checkpoint_writer(out, "a Breeze-TTS-2 checkpoint", config_model_type("breeze")) as tmp:
         write_files(tmp, {
             "config.json": json_bytes(cfg),
             "tokenizer.json": tokenizer_json(),

@@ -22,7 +22,7 @@ import numpy as np
 from export.decoder_step import export_decoder_step
 from export.memory import release_memory
 from export.quantize import only_fp32
-from export.stages import StageRunner, save_table
+from export.stages import StageRunner, model_size, save_tables
 from export.tracing import (
     export_checked,
 )
@@ -89,11 +89,8 @@ def _hift_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
 
 def _tables(src: Path, out: Path) -> dict[str, Any]:
     state = load_pt(src / LLM)
-    tables: dict[str, Any] = {}
-    for name, key in ((spec.TEXT_EMBEDDING, "llm.model.model.embed_tokens.weight"),
-                      (spec.SPEECH_EMBEDDING, "speech_embedding.weight")):
-        save_table(out, name, state[key].float().numpy(), tables)
-    return tables
+    return save_tables(out, lambda key: state[key].float(), ((spec.TEXT_EMBEDDING, "llm.model.model.embed_tokens.weight"),
+                                                             (spec.SPEECH_EMBEDDING, "speech_embedding.weight")))
 
 
 def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[int, int, str], None] | None,
@@ -117,9 +114,9 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
         run.reports[name] = export_checked(module, specs[name], cases, tmp, dict.fromkeys(specs[name].output_names, tol),
                                            example)
 
-    with StageRunner(["lm_step", "flow_cond", "flow_velocity", "hift", "tables"], progress) as run:
-        with run.stage("lm_step"):
-            run.reports["lm_step"] = _lm_stage(src, info, specs["lm_step"], tmp)
+    with StageRunner(["lm_step", "flow_cond", "flow_velocity", "hift", "tables"], progress, family=spec.FAMILY,
+                     source=source) as run:
+        run.graph("lm_step", lambda: _lm_stage(src, info, specs["lm_step"], tmp))
         with run.stage("flow_cond"):
             checked("flow_cond", load(FlowCond(info), src), _flow_cond_cases(info), TOLERANCE)
         with run.stage("flow_velocity"):
@@ -136,9 +133,7 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
         shutil.copy2(src / name, tmp / FRONTEND_DIR / name)
     return run.manifest(
         tmp,
-        family=spec.FAMILY,
-        source=source,
-        model_size="real" if lm.hidden >= 512 else "tiny",
+        model_size=model_size(lm.hidden, real_width=512),
         sizes=dataclasses.asdict(info),
         sample_rate=info.sample_rate,
         samples_per_frame=info.flow.token_mel_ratio * info.hift.samples_per_frame,

@@ -25,6 +25,7 @@ from export.tiny_weights import (
     byte_level_bpe,
     checkpoint_writer,
     json_bytes,
+    tiny_size,
     write_files,
 )
 from ttscore.runtime.families.cosyvoice3.checkpoint import (
@@ -43,7 +44,6 @@ from ttscore.runtime.families.cosyvoice3.checkpoint import (
     read_yaml,
 )
 
-SIZES = ("tiny", "real")
 # CosyVoice3Tokenizer's added special tokens are ~300 (its additional_special_tokens); the text embedding
 # of a tiny checkpoint leaves room for them after the BPE.
 ADDED_TOKEN_ROOM = 320
@@ -53,15 +53,13 @@ _CORPUS = ("The quick brown fox jumps over the lazy dog. Hello world, this is a 
 
 
 def dims(size: str) -> dict[str, Any]:
-    if size == "tiny":
+    if tiny_size(size):
         return {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "inter": 128, "speech_tokens": 6561,
                 "lookahead": 64, "dit_dim": 64, "depth": 2, "dit_heads": 4, "dim_head": 16, "hift_base": 32,
                 "f0_cond": 32}
-    if size == "real":
-        return {"hidden": 896, "layers": 24, "heads": 14, "kv_heads": 2, "inter": 4864, "speech_tokens": 6561,
-                "lookahead": 1024, "dit_dim": 1024, "depth": 22, "dit_heads": 16, "dim_head": 64, "hift_base": 512,
-                "f0_cond": 512}
-    raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+    return {"hidden": 896, "layers": 24, "heads": 14, "kv_heads": 2, "inter": 4864, "speech_tokens": 6561,
+            "lookahead": 1024, "dit_dim": 1024, "depth": 22, "dit_heads": 16, "dim_head": 64, "hift_base": 512,
+            "f0_cond": 512}
 
 
 def yaml_text(size: str = "tiny") -> str:

@@ -10,7 +10,6 @@ one code a step), dac_stream (the exact streaming DAC decoder: chunks against th
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import numpy as np
 
 from export.decoder_step import export_decoder_step
 from export.quantize import compare_outputs, quantize_graph, random_step_feeds
-from export.stages import StageRunner, copy_files, save_table
+from export.stages import StageRunner, copy_files, json_configs, model_size, save_tables
 from export.tracing import (
     ErrorTracker,
     empty_past,
@@ -32,13 +31,13 @@ from export.tracing import (
     torch_threads,
     with_past,
 )
+from export.weights import CheckpointTensors
 from ttscore.contract import fish_speech as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
 from ttscore.runtime.families.fish_speech.checkpoint import (
     CONFIG,
     TOKENIZER,
-    WEIGHTS,
     FishInfo,
     read_checkpoint,
 )
@@ -173,20 +172,13 @@ def _quantize(info: FishInfo, path: Path, graph: str, precision: str, state_size
 
 
 def _tables(src: Path, info: FishInfo, out: Path) -> dict[str, Any]:
-    import torch
-    from safetensors import safe_open
-
     names = [(spec.EMBEDDINGS, "text_model.model.embeddings.weight"),
              (spec.CODEBOOK_EMBEDDINGS, "audio_decoder.codebook_embeddings.weight"),
              (spec.FAST_EMBEDDINGS, "audio_decoder.embeddings.weight")]
     if info.config.project_in:
         names += [(spec.PROJECT_IN_WEIGHT, "audio_decoder.fast_project_in.weight"),
                   (spec.PROJECT_IN_BIAS, "audio_decoder.fast_project_in.bias")]
-    tables: dict[str, Any] = {}
-    with safe_open(str(src / WEIGHTS), framework="pt") as f:
-        for name, tensor in names:
-            save_table(out, name, f.get_tensor(tensor).to(torch.float32).numpy(), tables)
-    return tables
+    return save_tables(out, CheckpointTensors(src).get, names)
 
 
 def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, int, str], None] | None,
@@ -204,11 +196,10 @@ def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
     specs = {"slow_step": spec.slow_step_spec(s.n_layer, s.dim, s.n_local_heads, s.head_dim, cfg.codebook_size + 1),
              "fast_step": spec.fast_step_spec(f.n_layer, f.dim, f.n_local_heads, f.head_dim),
              "dac_encode": spec.dac_encode_spec()}
-    with StageRunner(["slow_step", "fast_step", "codec", "tables"], progress, precision) as run:
-        with run.stage("slow_step"):
-            run.reports["slow_step"] = _slow_stage(src, info, specs["slow_step"], tmp)
-        with run.stage("fast_step"):
-            run.reports["fast_step"] = _fast_stage(src, info, specs["fast_step"], tmp)
+    with StageRunner(["slow_step", "fast_step", "codec", "tables"], progress, precision, family=spec.FAMILY,
+                     source=source) as run:
+        run.graph("slow_step", lambda: _slow_stage(src, info, specs["slow_step"], tmp))
+        run.graph("fast_step", lambda: _fast_stage(src, info, specs["fast_step"], tmp))
         with run.stage("codec"):
             codec_reports, specs["dac_stream"], state_size, layout = _codec_stage(src, info, tmp)
             run.reports.update(codec_reports)
@@ -218,9 +209,7 @@ def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
     copy_files(src, tmp / "tokenizer", [TOKENIZER])
     return run.manifest(
         tmp,
-        family=spec.FAMILY,
-        source=source,
-        model_size="real" if s.dim >= 1024 else "tiny",
+        model_size=model_size(s.dim),
         sizes=dataclasses.asdict(info),
         sample_rate=spec.SAMPLE_RATE,
         samples_per_frame=info.codec.samples_per_frame,
@@ -228,5 +217,5 @@ def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
         vocoder_state_layout=layout,
         tables=tables,
         graphs=specs,
-        configs={CONFIG: json.loads((src / CONFIG).read_text())},
+        configs=json_configs(src, CONFIG),
     )

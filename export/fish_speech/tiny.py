@@ -28,6 +28,7 @@ from export.tiny_weights import (
     checkpoint_writer,
     json_bytes,
     save_weights,
+    tiny_size,
     write_files,
 )
 from ttscore.contract import fish_speech as spec
@@ -43,7 +44,6 @@ from ttscore.runtime.families.fish_speech.checkpoint import (
     tensor_shapes,
 )
 
-SIZES = ("tiny", "real")
 TEXT_VOCAB = 151643  # the BPE's ids (Qwen3's), before the special tokens
 QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
                  "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
@@ -61,7 +61,7 @@ _CORPUS = ("Hello, this is Fish Speech. The quick brown fox jumps over the lazy 
 
 
 def config(size: str = "tiny") -> dict[str, Any]:
-    tiny = size == "tiny"
+    tiny = tiny_size(size)
     text = dict(vocab_size=155776, dim=32 if tiny else 2560, n_head=4 if tiny else 32, n_local_heads=2 if tiny else 8,
                 head_dim=8 if tiny else 128, n_layer=2 if tiny else 36, intermediate_size=64 if tiny else 9728,
                 attention_qk_norm=True, rope_base=1000000.0, max_seq_len=32768, tie_word_embeddings=True,
@@ -77,7 +77,7 @@ def config(size: str = "tiny") -> dict[str, Any]:
 
 
 def codec_dims(size: str = "tiny") -> CodecDims:
-    tiny = size == "tiny"
+    tiny = tiny_size(size)
     return CodecDims(encoder_dim=4 if tiny else 64, encoder_rates=(2, 4, 8, 8), encoder_layers=(0, 0, 0, 1 if tiny else 4),
                      encoder_ffn=192 if tiny else 3072, latent_dim=64 if tiny else 1024, codebook_dim=8,
                      semantic_codebook_size=4096, n_residual=9, residual_codebook_size=spec.RESIDUAL_CODEBOOK_SIZE,
@@ -156,8 +156,6 @@ def make_tiny_fish(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write the checkpoint directory (replacing an empty one or a Fish Speech checkpoint) and return it."""
     import torch
 
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
     cfg = config(size)
     with checkpoint_writer(out, f"a {spec.DISPLAY} checkpoint", is_fish_speech) as tmp:
         write_files(tmp, {CONFIG: json_bytes(cfg), TOKENIZER: tokenizer_json(),

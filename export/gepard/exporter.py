@@ -18,7 +18,7 @@ import numpy as np
 
 from export.decoder_step import export_decoder_step
 from export.quantize import only_fp32
-from export.stages import StageRunner, copy_files, save_table
+from export.stages import StageRunner, copy_files, model_size, save_tables
 from export.tracing import (
     ErrorTracker,
     export_checked,
@@ -120,24 +120,20 @@ def export_gepard(src: Path, tmp: Path, precision: str, progress: Callable[[int,
     specs = {"backbone": spec.backbone_spec(s.num_layers, s.hidden_size, s.num_kv_heads, s.head_dim, info.num_logits),
              "frame_embed": spec.frame_embed_spec(s.hidden_size)}
     weights = CheckpointTensors(src)
-    tables: dict[str, Any] = {}
-    with StageRunner(["backbone", "frame embed", "tables", "codec"], progress) as run:
-        with run.stage("backbone"):
-            run.reports["backbone"] = _backbone_stage(weights, info, specs["backbone"], tmp)
-        with run.stage("frame embed"):
-            run.reports["frame_embed"] = _frame_embed_stage(weights, info, specs["frame_embed"], tmp)
+    with StageRunner(["backbone", "frame embed", "tables", "codec"], progress, family=spec.FAMILY,
+                     source=source) as run:
+        run.graph("backbone", lambda: _backbone_stage(weights, info, specs["backbone"], tmp))
+        run.graph("frame embed", lambda: _frame_embed_stage(weights, info, specs["frame_embed"], tmp))
         with run.stage("tables"):
-            for name, tensor in ((spec.EMBED_TOKENS, "model.embed_tokens.weight"), (spec.NULL_PREFIX, "null_prefix")):
-                save_table(tmp, name, weights.get(tensor).numpy(), tables)
+            tables = save_tables(tmp, weights.get, ((spec.EMBED_TOKENS, "model.embed_tokens.weight"),
+                                                    (spec.NULL_PREFIX, "null_prefix")))
         with run.stage("codec"):
             run.reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(archive, tmp)
     copy_files(src, tmp / "tokenizer", TOKENIZER_FILES)
     cfg, sidecar = read_configs(src)
     return run.manifest(
         tmp,
-        family=spec.FAMILY,
-        source=source,
-        model_size="real" if s.hidden_size >= 1024 else "tiny",
+        model_size=model_size(s.hidden_size),
         sizes=info.to_json(),
         sample_rate=info.sample_rate,
         samples_per_frame=spec.SAMPLES_PER_FRAME,

@@ -32,12 +32,12 @@ from export.tiny_weights import (
     checkpoint_writer,
     json_bytes,
     save_weights,
+    tiny_size,
     write_files,
 )
 from ttscore.contract import gepard as spec
-from ttscore.runtime.families.gepard.checkpoint import CODEC_DIR, parse_config, tensor_shapes
+from ttscore.runtime.families.gepard.checkpoint import CODEC_DIR, is_gepard, parse_config, tensor_shapes
 
-SIZES = ("tiny", "real")
 CODEC_FILE = "nemo-nano-codec-22khz-1.89kbps-21.5fps.nemo"
 _CORPUS = (
     "Hello, this is Gepard speaking. The quick brown fox jumps over the lazy dog. Good morning, how are you "
@@ -46,13 +46,12 @@ _CORPUS = (
 
 
 def _sizes(size: str) -> dict[str, Any]:
-    if size == "tiny":
+    if tiny_size(size):
         return dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                     num_key_value_heads=2, head_dim=16)
-    if size == "real":  # gepard-train's qwen3_5-full-attn-only-14 (hidden 1024, 8 heads); the rest Qwen3.5-0.8B's
-        return dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=14, num_attention_heads=8,
-                    num_key_value_heads=2, head_dim=256)
-    raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
+    # real: gepard-train's qwen3_5-full-attn-only-14 (hidden 1024, 8 heads); the rest Qwen3.5-0.8B's
+    return dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=14, num_attention_heads=8,
+                num_key_value_heads=2, head_dim=256)
 
 
 @lru_cache(maxsize=1)
@@ -181,12 +180,6 @@ def codec_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     return init.tensors
 
 
-def _looks_like_checkpoint(path: Path) -> bool:
-    from ttscore.runtime.families.gepard.checkpoint import is_gepard
-
-    return is_gepard(path)
-
-
 def make_tiny_gepard(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write the checkpoint directory (replacing an empty one or a Gepard checkpoint) and return it."""
     import torch
@@ -195,7 +188,7 @@ def make_tiny_gepard(out: Path, seed: int = 0, size: str = "tiny") -> Path:
 
     _sizes(size)
     cfg, sidecar, ccfg = model_config(size), sidecar_config(size), codec_config(size)
-    with checkpoint_writer(out, "a Gepard-1.0 checkpoint", _looks_like_checkpoint) as tmp:
+    with checkpoint_writer(out, "a Gepard-1.0 checkpoint", is_gepard) as tmp:
         write_files(tmp, {
             "config.json": json_bytes(cfg),
             "gepard_config.json": json_bytes(sidecar),

@@ -5,7 +5,6 @@ export/tracing.py.s helper stack."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import numpy as np
 
 from export.family import ExportProgress
 from export.quantize import only_fp32
-from export.stages import StageRunner, copy_files
+from export.stages import StageRunner, copy_files, json_configs
 from export.tracing import (
     check_close,
     export_bound,
@@ -109,7 +108,7 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
     with safe_open(str(src / CODEC_DIR / "model.safetensors"), "pt") as f:
         encoder = has_encoder(f.keys())
     stages = ["generator graph", "codec decoder graph", *(["codec encoder graph"] if encoder else [])]
-    with torch_threads(), StageRunner(stages, progress) as run:
+    with torch_threads(), StageRunner(stages, progress, family=contract.FAMILY, source=source) as run:
         validation = run.reports
         with run.stage("generator graph", "generator"):
             model = load_reference(src)
@@ -143,12 +142,9 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
     copy_files(src, tmp, TOKENIZER_FILES)
     from export.omnivoice.reference import language_ids
 
-    config = json.loads((src / CONFIG).read_text(encoding="utf-8"))
-    codec_config = json.loads((src / CODEC_DIR / CONFIG).read_text(encoding="utf-8"))
     return run.manifest(
-        tmp, family=contract.FAMILY, model_size=source.get("model_size", "custom"),
-        source=source, sizes=info.to_json(), sample_rate=info.sample_rate,
+        tmp, model_size=source.get("model_size", "custom"), sizes=info.to_json(), sample_rate=info.sample_rate,
         samples_per_frame=info.hop, vocoder_state_size=1, vocoder_state_layout=[["whole_utterance", 1]],
         graphs=graphs,
-        tables={LANGUAGE_TABLE: language_ids()}, configs={CONFIG: config, f"{CODEC_DIR}/{CONFIG}": codec_config},
+        tables={LANGUAGE_TABLE: language_ids()}, configs=json_configs(src, CONFIG, f"{CODEC_DIR}/{CONFIG}"),
     )

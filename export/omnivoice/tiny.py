@@ -25,13 +25,14 @@ from export.tiny_weights import (
     TensorInit,
     byte_level_bpe,
     checkpoint_writer,
+    config_model_type,
     json_bytes,
     save_weights,
+    tiny_size,
     write_files,
 )
 from ttscore.contract import omnivoice as contract
 
-SIZES = ("tiny", "real")
 TEXT_VOCAB = 1200  # the text vocabulary must cover the audio ids (text embeddings are looked up everywhere)
 REAL_TEXT_VOCAB = 151676  # Qwen3's 151669 ids + the 7 prompt tokens
 
@@ -242,20 +243,12 @@ def codec_encoder_weights(codec: dict[str, Any], seed: int) -> dict[str, Any]:
     return dict(init.tensors)
 
 
-def _looks_like_checkpoint(out: Path) -> bool:
-    try:
-        return json.loads((out / "config.json").read_text()).get("model_type") == contract.FAMILY
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def make_tiny_omnivoice(out: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write a deterministic random-weight OmniVoice checkpoint directory and return its path."""
-    if size not in SIZES:
-        raise ValueError(f"size {size!r}: OmniVoice make-tiny has {', '.join(SIZES)}")
-    with checkpoint_writer(out, "an OmniVoice checkpoint", _looks_like_checkpoint) as tmp:
+    tiny = tiny_size(size)
+    with checkpoint_writer(out, "an OmniVoice checkpoint", config_model_type(contract.FAMILY)) as tmp:
         cfg = model_config(size)
-        codec = CODEC_REAL if size == "real" else CODEC_TINY
+        codec = CODEC_TINY if tiny else CODEC_REAL
         write_files(tmp, {"config.json": json_bytes(cfg),
                           "tokenizer.json": tokenizer_json(int(cfg["llm_config"]["vocab_size"])),
                           "tokenizer_config.json": json_bytes(tokenizer_config()),

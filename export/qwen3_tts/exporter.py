@@ -6,7 +6,6 @@ place) for a Qwen3-TTS checkpoint. Each stage holds only the weights it traces (
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -94,14 +93,14 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
     export.memory); returns the manifest (the caller writes it and renames `tmp` into place)."""
     import torch
 
-    from export.stages import StageRunner, copy_files
+    from export.stages import StageRunner, copy_files, json_configs
 
     from .reference import StagedReference
 
     stages = ["loading the checkpoint", "talker", "code predictor", "embedding tables", "code2wav"]
     stages += ["speaker and speech encoders"] if info.variant == "base" else []
     torch.manual_seed(0)
-    with StageRunner(stages, progress, precision) as run:
+    with StageRunner(stages, progress, precision, family=contract.FAMILY, source=source) as run:
         reports = run.reports
         with run.stage("loading the checkpoint", "load"):
             try:
@@ -110,12 +109,9 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
                 raise
             except Exception as exc:
                 raise CheckpointError(f"cannot load {src} with the reference implementation: {exc}") from exc
-        with run.stage("talker"):
-            reports["talker"] = _talker_stage(ref, tmp)
-        with run.stage("code predictor"):
-            reports["code_predictor"] = _code_predictor_stage(ref, tmp)
-        with run.stage("embedding tables", "tables"):
-            reports["tables"] = _tables_stage(ref, tmp)
+        run.graph("talker", lambda: _talker_stage(ref, tmp))
+        run.graph("code predictor", lambda: _code_predictor_stage(ref, tmp))
+        run.graph("embedding tables", lambda: _tables_stage(ref, tmp), "tables")
         with run.stage("code2wav"):
             c2w = _code2wav_stage(ref, tmp)
         # One report validates both graphs (offline vs reference, streaming vs offline and reference).
@@ -132,17 +128,9 @@ def export_qwen3_tts(src: Path, tmp: Path, info: Qwen3TTSInfo, precision: str,
         run.quantize(QUANTIZED_GRAPHS, lambda name: _quantize(ref.model, tmp / specs[name].filename, name, precision))
     copy_files(src, tmp / "tokenizer", TOKENIZER_FILES)
 
-    configs = {
-        "config.json": json.loads((src / "config.json").read_text(encoding="utf-8")),
-        "generation_config.json": json.loads((src / "generation_config.json").read_text(encoding="utf-8")),
-        "speech_tokenizer/config.json": json.loads(
-            (src / "speech_tokenizer" / "config.json").read_text(encoding="utf-8")
-        ),
-    }
+    configs = json_configs(src, "config.json", "generation_config.json", "speech_tokenizer/config.json")
     return run.manifest(
         tmp,
-        family=contract.FAMILY,
-        source=source,
         variant=info.variant,
         model_size=info.model_size,
         sizes={

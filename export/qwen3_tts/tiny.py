@@ -62,6 +62,7 @@ from typing import Any
 from export.tiny_weights import (
     TensorInit,
     checkpoint_writer,
+    config_model_type,
     json_bytes,
     learn_bpe_merges,
     save_weights,
@@ -835,14 +836,6 @@ def _speech_tokenizer_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 # ---- writing --------------------------------------------------------------------------------------
-def _looks_like_checkpoint(path: Path) -> bool:
-    try:
-        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and cfg.get("model_type") == "qwen3_tts"
-
-
 def _check_variant(variant: str) -> None:
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
@@ -861,7 +854,7 @@ def make_tiny(variant: str, out: Path, seed: int = 0, size: str = "tiny", greedy
     cfg = model_config(variant, size)
     st_cfg = speech_tokenizer_config(size)
     dtype = torch.bfloat16 if cfg["torch_dtype"] == "bfloat16" else torch.float32
-    with checkpoint_writer(out, f"a Qwen3-TTS {size} {variant} checkpoint", _looks_like_checkpoint) as tmp:
+    with checkpoint_writer(out, f"a Qwen3-TTS {size} {variant} checkpoint", config_model_type("qwen3_tts")) as tmp:
         write_files(tmp, {
             "config.json": json_bytes(cfg),
             "generation_config.json": json_bytes(generation_config(greedy)),

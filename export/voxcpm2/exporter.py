@@ -19,7 +19,6 @@ parameters, weight norm folded) are still traced with their weights inline.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,17 +27,20 @@ import numpy as np
 
 from export.memory import release_memory
 from export.quantize import compare_outputs, quantize_graph, random_step_feeds, snr_db
-from export.stages import StageRunner, copy_files
+from export.stages import StageRunner, copy_files, json_configs, model_size
 from export.tracing import (
     ErrorTracker,
     check,
+    empty_past,
     export_bound,
     export_inline,
     file_size,
     max_abs,
     ort_run,
     ort_session,
+    run_in_chunks,
     torch_threads,
+    with_past,
 )
 from ttscore.contract import voxcpm2 as spec
 from ttscore.contract.graphs import GraphSpec
@@ -74,12 +76,6 @@ def _finish(tracker: ErrorTracker, name: str, extra: dict[str, Any] | None = Non
     """Every output within TOLERANCE of the reference (ErrorTracker.enforce), and the report."""
     tracker.enforce(TOLERANCE, name)
     return {"max_abs_error": tracker.report(), "tolerance": TOLERANCE, **(extra or {})}
-
-
-def _empty_past(feeds: dict[str, np.ndarray], layers: int, kvh: int, hd: int, b: int = 1) -> None:
-    for i in range(layers):
-        feeds[spec.lm_past_key(i)] = np.zeros((b, kvh, 0, hd), np.float32)
-        feeds[spec.lm_past_value(i)] = np.zeros((b, kvh, 0, hd), np.float32)
 
 
 def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any]:
@@ -131,8 +127,7 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
         t_len = x_np.shape[1]
         feeds = {"inputs_embeds": x_np, "attention_mask": np.ones((1, t_len), np.int64),
                  "position_ids": np.arange(t_len, dtype=np.int64)[None]}
-        _empty_past(feeds, layers, kvh, hd)
-        got = ort_run(sess, feeds)
+        got = ort_run(sess, with_past(feeds, empty_past(layers, kvh, hd)))
         case = f"prefill T={t_len}"
         tr.add("hidden", got[0], h_np, case)
         tr.add("new_kv", np.stack(got[1:]), kv_np, case)
@@ -141,10 +136,7 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
             p = t_len + s
             feeds = {"inputs_embeds": x1_np[:, None], "attention_mask": np.ones((1, p + 1), np.int64),
                      "position_ids": np.array([[p]], np.int64)}
-            for i in range(layers):
-                feeds[spec.lm_past_key(i)] = past[2 * i]
-                feeds[spec.lm_past_value(i)] = past[2 * i + 1]
-            step = ort_run(sess, feeds)
+            step = ort_run(sess, with_past(feeds, past))
             tr.add("hidden", step[0][:, 0], want_np, f"decode past={p}")
             past = [np.concatenate([a, b], axis=2) for a, b in zip(past, step[1:], strict=True)]
     pmax, tmax = max(r[2] for r in rows), max(r[3] for r in rows)
@@ -154,8 +146,7 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
     for r, (xa, _, n_past, n_new) in enumerate(rows):
         pre: dict[str, np.ndarray] = {"inputs_embeds": xa[:, :n_past], "attention_mask": np.ones((1, n_past), np.int64),
                                       "position_ids": np.arange(n_past, dtype=np.int64)[None]}
-        _empty_past(pre, layers, kvh, hd)
-        kv = ort_run(sess, pre)[1:]
+        kv = ort_run(sess, with_past(pre, empty_past(layers, kvh, hd)))[1:]
         for j in range(2 * layers):
             pasts[j][r, :, :n_past] = kv[j][0]
         lead = tmax - n_new
@@ -163,10 +154,7 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
         feeds["attention_mask"][r, :n_past] = 1
         feeds["attention_mask"][r, pmax + lead:] = 1
         feeds["position_ids"][r, lead:] = n_past + np.arange(n_new)
-    for i in range(layers):
-        feeds[spec.lm_past_key(i)] = pasts[2 * i]
-        feeds[spec.lm_past_value(i)] = pasts[2 * i + 1]
-    batched = ort_run(sess, feeds)[0]
+    batched = ort_run(sess, with_past(feeds, pasts))[0]
     for r, (_, want_h, n_past, n_new) in enumerate(rows):
         tr.add("hidden", batched[r, tmax - n_new:], want_h[0, n_past:], f"batched row {r}")
     del sess
@@ -340,7 +328,7 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     stages = ["loading the checkpoint", "base LM", "residual LM", "local encoder, bridge, heads", "LocDiT",
               "AudioVAE"]
     torch.manual_seed(0)
-    with StageRunner(stages, progress, precision) as run:
+    with StageRunner(stages, progress, precision, family=spec.FAMILY, source=source) as run:
         reports = run.reports
         with run.stage("loading the checkpoint", "load"):
             ref = StagedVoxCPM2(src, lora)
@@ -369,9 +357,7 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
     dec_report = reports["vae_decoder_stream"]
     return run.manifest(
         tmp,
-        family=spec.FAMILY,
-        source=source,
-        model_size="real" if info.lm.hidden_size >= 1024 else "tiny",
+        model_size=model_size(info.lm.hidden_size),
         sizes=info.to_json(),
         sample_rate=info.sample_rate,
         samples_per_frame=info.samples_per_patch,
@@ -379,7 +365,7 @@ def export_voxcpm2(src: Path, tmp: Path, info: VoxCPM2Info, precision: str,
         vocoder_state_layout=dec_report["state_layout"],
         tables={TEXT_TABLE: {"rows": info.vocab_size, "scale_emb_folded": info.scale_emb}},
         graphs=specs,
-        configs={"config.json": json.loads((src / "config.json").read_text(encoding="utf-8"))},
+        configs=json_configs(src, "config.json"),
         adapter=adapter,
     )
 
@@ -439,15 +425,7 @@ def _vae_decoder_vs_fp32(fp32_path: Path, quant_path: Path, *, seed: int = 0) ->
     lat = next(i for i in a.get_inputs() if i.name == "latents")
     st = next(i for i in a.get_inputs() if i.name == "state")
     z = rng.standard_normal((2, int(lat.shape[1]), 12)).astype(np.float32)
-    outs = []
-    for sess in (a, b):
-        state = np.zeros((2, int(st.shape[1])), np.float32)
-        pcm = []
-        for lo, hi in ((0, 4), (4, 12)):
-            chunk, state = ort_run(sess, {"latents": z[..., lo:hi], "state": state})
-            pcm.append(chunk)
-        outs.append(np.concatenate(pcm, axis=1))
-    ref, got = outs
+    ref, got = (run_in_chunks(sess, z, int(st.shape[1]), (4, 8), input_name="latents") for sess in (a, b))
     return {"audio_max_abs": float(f"{np.abs(got - ref).max():.3g}"), "snr_db": snr_db(ref, got)}
 
 

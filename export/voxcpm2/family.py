@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from export.family import (
-    TINY_SIZES,
     Deployment,
     ExportFamily,
     ExportProgress,
@@ -20,6 +19,7 @@ from export.family import (
     model_name,
     sized_make_tiny,
 )
+from export.tiny_weights import TINY_SIZES
 from ttscore.contract import voxcpm2 as contract
 
 

@@ -3,42 +3,27 @@
 `voxcpm.model` imports its first-generation model (`voxcpm/model/voxcpm.py`) next to VoxCPM2, and
 that module imports `torchaudio` at import time for prompt loading we never call; torchaudio would
 pull another torch build. `voxcpm_imports` installs an inert stand-in for it while `voxcpm` is first
-imported (unless the real one is already there) and removes it again. Nothing else of voxcpm's
+imported (export.reference.stubbed_imports). Nothing else of voxcpm's
 declared dependencies (gradio, funasr, modelscope, ...) is needed for VoxCPM2 load and generate.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.machinery
 import json
-import sys
-import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from export.reference import stubbed_imports
 from ttscore.contract.errors import CheckpointError
 
 _STUBBED = ("torchaudio",)
 
 
-@contextlib.contextmanager
-def voxcpm_imports() -> Iterator[None]:
-    added: list[str] = []
-    if "voxcpm" not in sys.modules:
-        for name in _STUBBED:
-            if name not in sys.modules:
-                mod = types.ModuleType(name)
-                mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
-                sys.modules[name] = mod
-                added.append(name)
-    try:
-        import voxcpm.model.voxcpm2  # noqa: F401
-    finally:
-        for name in added:
-            sys.modules.pop(name, None)
-    yield
+def voxcpm_imports() -> contextlib.AbstractContextManager[None]:
+    """voxcpm's VoxCPM2 model imported, with a stand-in for torchaudio."""
+    return stubbed_imports("voxcpm.model.voxcpm2", _STUBBED)
 
 
 def reference_classes() -> dict[str, Any]:

@@ -41,10 +41,10 @@ from export.tiny_weights import (
     learn_bpe_merges,
     save_weights,
     tensor_rng,
+    tiny_size,
     write_files,
 )
 
-SIZES = ("tiny", "real")
 MODEL_TYPE = "voxcpm2"  # written as "architecture" (the released config names its family so)
 
 # Hard-wired in VoxCPM2Model (not in any config): the prompt's structural token ids.
@@ -66,9 +66,7 @@ def _rope_scaling(head_dim: int, max_pos: int, original: int) -> dict[str, Any]:
 
 def model_config(size: str = "tiny") -> dict[str, Any]:
     """config.json for `size` (tiny or the released dimensions)."""
-    if size not in SIZES:
-        raise ValueError(f"size must be one of {', '.join(SIZES)}, got {size!r}")
-    if size == "real":
+    if not tiny_size(size):
         lm = {
             "bos_token_id": 1, "eos_token_id": 2, "hidden_size": 2048, "intermediate_size": 6144,
             "max_position_embeddings": 32768, "num_attention_heads": 16, "num_hidden_layers": 28,

@@ -11,7 +11,6 @@ embeddings, the preset voices), manifest.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 
 from export.decoder_step import export_decoder_step
 from export.quantize import only_fp32
-from export.stages import StageRunner, copy_files, save_table
+from export.stages import StageRunner, copy_files, json_configs, model_size, save_table, save_tables
 from export.tracing import (
     ErrorTracker,
     export_checked,
@@ -30,6 +29,7 @@ from export.tracing import (
     run_in_chunks,
     torch_threads,
 )
+from export.weights import CheckpointTensors
 from ttscore.contract import voxtral_tts as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
@@ -37,7 +37,7 @@ from ttscore.runtime.families.voxtral_tts.checkpoint import (
     PARAMS,
     TEKKEN,
     VOICES_DIR,
-    WEIGHTS,
+    WEIGHTS_STEM,
     VoxtralInfo,
     read_checkpoint,
 )
@@ -109,13 +109,10 @@ def _codec_stage(src: Path, info: VoxtralInfo, out: Path) -> tuple[dict[str, Any
 
 def _tables(src: Path, info: VoxtralInfo, out: Path) -> dict[str, Any]:
     import torch
-    from safetensors import safe_open
 
-    tables: dict[str, Any] = {}
-    with safe_open(str(src / WEIGHTS), framework="pt") as f:
-        for name, tensor in ((spec.TOK_EMBEDDINGS, "mm_audio_embeddings.tok_embeddings.weight"),
-                             (spec.AUDIO_EMBEDDINGS, "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight")):
-            save_table(out, name, f.get_tensor(tensor).to(torch.float32).numpy(), tables)
+    tables = save_tables(out, CheckpointTensors(src, WEIGHTS_STEM).get, (
+        (spec.TOK_EMBEDDINGS, "mm_audio_embeddings.tok_embeddings.weight"),
+        (spec.AUDIO_EMBEDDINGS, "mm_audio_embeddings.audio_codebook_embeddings.embeddings.weight")))
     for voice in info.voices:
         rows = torch.load(src / VOICES_DIR / f"{voice}.pt", map_location="cpu").to(torch.float32).numpy()
         if rows.ndim != 2 or rows.shape[1] != info.lm.dim:
@@ -137,11 +134,9 @@ def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int
     lm = info.lm
     specs = {"lm_step": spec.lm_step_spec(lm.n_layers, lm.dim, lm.n_kv_heads, lm.head_dim),
              "velocity": spec.velocity_spec(info.n_acoustic_codebook, lm.dim)}
-    with StageRunner(["lm_step", "velocity", "codec", "tables"], progress) as run:
-        with run.stage("lm_step"):
-            run.reports["lm_step"] = _lm_stage(src, info, specs["lm_step"], tmp)
-        with run.stage("velocity"):
-            run.reports["velocity"] = _velocity_stage(src, info, specs["velocity"], tmp)
+    with StageRunner(["lm_step", "velocity", "codec", "tables"], progress, family=spec.FAMILY, source=source) as run:
+        run.graph("lm_step", lambda: _lm_stage(src, info, specs["lm_step"], tmp))
+        run.graph("velocity", lambda: _velocity_stage(src, info, specs["velocity"], tmp))
         with run.stage("codec"):
             run.reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(src, info, tmp)
         with run.stage("tables"):
@@ -149,9 +144,7 @@ def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int
     copy_files(src, tmp / "tokenizer", [TEKKEN])
     return run.manifest(
         tmp,
-        family=spec.FAMILY,
-        source=source,
-        model_size="real" if lm.dim >= 1024 else "tiny",
+        model_size=model_size(lm.dim),
         sizes=dataclasses.asdict(info),
         sample_rate=info.codec.sampling_rate,
         samples_per_frame=info.codec.samples_per_frame,
@@ -160,5 +153,5 @@ def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int
         speakers=dict(info.voices),
         tables=tables,
         graphs=specs,
-        configs={PARAMS: json.loads((src / PARAMS).read_text())},
+        configs=json_configs(src, PARAMS),
     )

@@ -21,6 +21,7 @@ from export.tiny_weights import (
     TensorInit,
     checkpoint_writer,
     json_bytes,
+    tiny_size,
     write_files,
 )
 from ttscore.contract import voxtral_tts as spec
@@ -33,7 +34,6 @@ from ttscore.runtime.families.voxtral_tts.checkpoint import (
     tensor_shapes,
 )
 
-SIZES = ("tiny", "real")
 NUM_SPECIAL = {"tiny": 40, "real": 1000}
 # The special tokens mistral-common's v13 instruct tokenizer looks up (the rest are `<SPECIAL_n>`
 # placeholders); 0-2, 24, 25, 35, 36 are the real ranks, the others only need to exist.
@@ -55,7 +55,7 @@ VOICES = {"tiny": {"neutral_female": 5, "casual_male": 3},
 
 
 def params(size: str = "tiny") -> dict[str, Any]:
-    tiny = size == "tiny"
+    tiny = tiny_size(size)
     dim = 64 if tiny else 3072
     voices = VOICES[size]
     return {

@@ -164,16 +164,16 @@ def test_stage_runner_reports_each_stage_as_step_i_of_n_and_measures_it(caplog):
 
     seen: list[tuple[int, int, str]] = []
     with caplog.at_level("INFO", logger="export.stages"):
-        with StageRunner(["load", "graph"], lambda i, n, label: seen.append((i, n, label)), "int8") as run:
-            with run.stage("graph"):
-                run.reports["graph"] = {"file": "graph.onnx"}
+        with StageRunner(["load", "graph"], lambda i, n, label: seen.append((i, n, label)), "int8", family="test",
+                         source={}) as run:
+            run.graph("graph", lambda: {"file": "graph.onnx"})
             run.quantize(["graph"], lambda name: {"quantized": name})
     assert seen == [(2, 4, "graph"), (3, 4, "int8 quantization"), (4, 4, "manifest")]
     assert [r.getMessage() for r in caplog.records if r.name == "export.stages"] == [
         "export stage: graph", "export stage: int8 quantization", "export stage: manifest"]
     assert run.reports == {"graph": {"file": "graph.onnx", "quantized": "graph"}}
     assert set(run.memory["stages"]) == {"graph", "int8_graph"}
-    with StageRunner(["load"], None) as quiet:  # no progress callback: only logged; fp32 has no quantization
+    with StageRunner(["load"], None, family="test", source={}) as quiet:  # no progress callback: only logged; fp32 has no quantization
         quiet.announce("load")
         quiet.quantize(["graph"], lambda name: {})
     assert quiet.labels == ["load", "manifest"]
