@@ -153,7 +153,7 @@ class ExportedGraphs:
         self.manifest: Manifest = read_manifest(self.root)
         raw = self.manifest.raw
         self.sizes: dict[str, Any] = raw["sizes"]
-        self.graphs = {name: OnnxGraph(self.root / g["file"], g, threads) for name, g in raw["graphs"].items()}
+        self.graphs = {name: open_graph(self.root, self.manifest, name, threads) for name in raw["graphs"]}
 
     def table(self, name: str, *, mmap: bool = False) -> NDArray[np.float32]:
         """The table `<name>.npy` (`mmap`: mapped read-only instead of read)."""
