@@ -44,7 +44,8 @@ def prompt_text(ref_text: str) -> str:
 SAMPLE_RATE = 24000
 TASK = "Base"
 DEFAULT_VOICE = "default"  # `voice` omitted or "default": the reference's voice (ref_audio or an uploaded voice)
-MAX_NEW_TOKENS = 4096  # speech tokens (40 ms each); default: min(2048, 20 x the text's tokens)
+MAX_NEW_TOKENS = 4096  # speech tokens (40 ms each)
+DEFAULT_MAX_NEW_TOKENS = 2048  # without max_new_tokens: min(this, MAX_TOKEN_TEXT_RATIO x the text's tokens)
 SEED_MAX = 2**63 - 1
 MAX_TEXT_CHARS = 4096
 # The front-end resamples to 16 kHz (campplus, the speech tokenizer) and 24 kHz (the prompt mel).

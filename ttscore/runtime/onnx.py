@@ -127,6 +127,23 @@ class OnnxGraph:
         self.calls += 1
 
 
+def open_graph(artifacts: Path, manifest: Manifest, name: str, threads: int | None = None) -> OnnxGraph:
+    """The graph `name` of the export in `artifacts` (its manifest `manifest`); ArtifactError when it lists none."""
+    if name not in manifest.graphs:
+        raise ArtifactError(f"{artifacts}/manifest.json lists no {name} graph: re-export")
+    entry = manifest.graphs[name]
+    return OnnxGraph(artifacts / entry["file"], dict(entry), threads)
+
+
+def open_table(artifacts: Path, name: str) -> NDArray[np.float32]:
+    """The export's table `<name>.npy`, mapped read-only; ArtifactError when it is missing."""
+    path = artifacts / f"{name}.npy"
+    if not path.is_file():
+        raise ArtifactError(f"missing table {path}")
+    loaded: NDArray[np.float32] = np.load(path, mmap_mode="r")
+    return loaded
+
+
 class ExportedGraphs:
     """An export opened for a run in this process: its manifest, its `sizes`, every graph it lists (`graphs`, by
     name) and the `.npy` tables beside them (`table`)."""
@@ -136,7 +153,7 @@ class ExportedGraphs:
         self.manifest: Manifest = read_manifest(self.root)
         raw = self.manifest.raw
         self.sizes: dict[str, Any] = raw["sizes"]
-        self.graphs = {name: OnnxGraph(self.root / g["file"], g, threads) for name, g in raw["graphs"].items()}
+        self.graphs = {name: open_graph(self.root, self.manifest, name, threads) for name in raw["graphs"]}
 
     def table(self, name: str, *, mmap: bool = False) -> NDArray[np.float32]:
         """The table `<name>.npy` (`mmap`: mapped read-only instead of read)."""

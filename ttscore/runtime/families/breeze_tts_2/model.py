@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ from ttscore.runtime.families.breeze_tts_2.request import BreezeRequest
 from ttscore.runtime.families.breeze_tts_2.tokenizer import BreezeTokenizer
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
-from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.onnx import OnnxGraph, open_graph, open_table
+from ttscore.runtime.step_kit import FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import OrtVocoder
 
 logger = logging.getLogger(__name__)
@@ -42,16 +44,14 @@ I64 = npt.NDArray[np.int64]
 
 
 @dataclass
-class BreezeSequence(Sequence):
+class BreezeSequence(FrameSequence):
     ids: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     text_mask: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
     segments: list[tuple[int, int]] = field(default_factory=list)
     ref_codes: I64 | None = None
-    embeds: F32 | None = None  # [T, H] prompt embeddings, made at the first prefill call
     logits: F32 | None = None  # the code-0 logits of the last position
     hidden: F32 | None = None  # the backbone's last hidden state
     history: list[int] = field(default_factory=list)  # codes 0 generated so far
-    last: I64 | None = None  # the last frame [16]
     max_frames: int = spec.DEFAULT_MAX_NEW_TOKENS
 
 
@@ -63,20 +63,8 @@ class BreezeModel:
         self.artifacts = artifacts
         self.manifest = manifest
         self.info: BreezeInfo = parse_config(dict(manifest.configs["config.json"]))
-        graphs = manifest.graphs
-
-        def graph(name: str) -> OnnxGraph:
-            if name not in graphs:
-                raise ArtifactError(f"{artifacts}/manifest.json lists no {name} graph: re-export")
-            return OnnxGraph(artifacts / graphs[name]["file"], dict(graphs[name]), threads)
-
-        def table(name: str) -> F32:
-            path = artifacts / f"{name}.npy"
-            if not path.is_file():
-                raise ArtifactError(f"missing table {path}")
-            loaded: F32 = np.load(path, mmap_mode="r")
-            return loaded
-
+        graph = partial(open_graph, artifacts, manifest, threads=threads)
+        table = partial(open_table, artifacts)
         self.text_encoder, self.backbone, self.depth = graph("text_encoder"), graph("backbone"), graph("depth_decoder")
         b = self.info.backbone
         self.kv = KVArena(b.num_layers, b.num_kv_heads, b.head_dim)
@@ -164,7 +152,7 @@ class BreezeModel:
         out: F32 = rows.reshape(frames.shape[0], self.num_codebooks, -1).sum(axis=1, dtype=np.float32)
         return out
 
-    def _prompt_embeds(self, seq: BreezeSequence) -> None:
+    def _prompt_embeds(self, seq: BreezeSequence) -> F32:
         n = len(seq.ids)
         embeds = np.zeros((n, self.info.backbone.hidden_size), np.float32)
         for start, length in seq.segments:  # one text encoder pass per segment
@@ -178,33 +166,17 @@ class BreezeModel:
             embeds[start:start + frames] = self.frame_embeds(seq.ref_codes)
             embeds[start + frames] = self.frame_embeds(np.full((1, self.num_codebooks), self.info.codebook_eos,
                                                                np.int64))[0]
-        seq.embeds = embeds
+        return embeds
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
-        done: list[BreezeSequence] = []
-        for s, n in work:
-            if not isinstance(s, BreezeSequence):
-                continue
-            if s.embeds is None:
-                self._prompt_embeds(s)
-            assert s.embeds is not None
-            lo, hi = s.prefilled, s.prefilled + n
-            self.kv.acquire(s, s.prompt_tokens + s.max_frames)
-            self._backbone([s], s.embeds[None, lo:hi])
-            s.prefilled = hi
-            if hi == s.prompt_tokens:
-                s.embeds = None
-                done.append(s)
+        done = prefill_chunks(self.kv, work, BreezeSequence, lambda s: s.prompt_tokens + s.max_frames,
+                              self._backbone, self._prompt_embeds)
         if done:
             self._frames(done)
 
     def step(self, batch: list[Sequence]) -> None:
-        seqs = [s for s in batch if isinstance(s, BreezeSequence) and s.finished is None and s.last is not None]
-        if not seqs:
-            return
-        x = self.frame_embeds(np.stack([s.last for s in seqs if s.last is not None]))
-        self._backbone(seqs, x[:, None])
-        self._frames(seqs)
+        step_frames(batch, BreezeSequence, lambda last: self.frame_embeds(np.stack(last)), self._backbone,
+                    self._frames)
 
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, BreezeSequence):

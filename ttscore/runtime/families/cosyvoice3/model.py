@@ -36,13 +36,11 @@ from ttscore.runtime.families.cosyvoice3.request import CosyVoice3Request
 from ttscore.runtime.families.cosyvoice3.tokenizer import CosyVoice3Tokenizer
 from ttscore.runtime.family import Codes, Pcm, Sequence
 from ttscore.runtime.kv import KVArena
+from ttscore.runtime.step_kit import PromptSequence, prefill_chunks
 
 F32 = sampling.F32
 I64 = sampling.I64
 END = -1  # the end marker frame
-MAX_NEW_TOKENS = 4096
-DEFAULT_MAX = 2048
-MAX_TEXT_CHARS = 4096
 
 
 @dataclass
@@ -52,12 +50,11 @@ class Conditioning:
 
 
 @dataclass
-class CosyVoice3Sequence(Sequence):
-    embeds: F32 | None = None
+class CosyVoice3Sequence(PromptSequence):
     logits: F32 | None = None
     tokens: list[int] = field(default_factory=list)
     min_len: int = 0
-    max_len: int = DEFAULT_MAX
+    max_len: int = spec.DEFAULT_MAX_NEW_TOKENS
     ras: F32 | None = None  # [max_len, 2, rows]
     temperature: float = 1.0
     top_k: int = 0
@@ -124,8 +121,8 @@ class CosyVoice3Model:
     def admit(self, request: CosyVoice3Request) -> CosyVoice3Sequence:
         if not isinstance(request.text, str) or not request.text.strip():
             raise InvalidRequest("'input' must be a non-empty string", "input")
-        if len(request.text) > MAX_TEXT_CHARS:
-            raise InvalidRequest(f"'input' is longer than {MAX_TEXT_CHARS} characters", "input")
+        if len(request.text) > spec.MAX_TEXT_CHARS:
+            raise InvalidRequest(f"'input' is longer than {spec.MAX_TEXT_CHARS} characters", "input")
         if request.ref_audio is None and request.clip is None:
             raise InvalidRequest(f"{spec.DISPLAY} requires 'ref_audio' (a reference clip) or an uploaded voice",
                                  "ref_audio")
@@ -133,8 +130,8 @@ class CosyVoice3Model:
             raise InvalidRequest(f"{spec.DISPLAY} requires 'ref_text', the transcript of the reference audio",
                                  "ref_text")
         mnt = request.max_new_tokens
-        if mnt is not None and (isinstance(mnt, bool) or not isinstance(mnt, int) or not 1 <= mnt <= MAX_NEW_TOKENS):
-            raise InvalidRequest(f"'max_new_tokens' must be an integer in 1..{MAX_NEW_TOKENS}", "max_new_tokens")
+        if mnt is not None and (isinstance(mnt, bool) or not isinstance(mnt, int) or not 1 <= mnt <= spec.MAX_NEW_TOKENS):
+            raise InvalidRequest(f"'max_new_tokens' must be an integer in 1..{spec.MAX_NEW_TOKENS}", "max_new_tokens")
         seed = spec.RULES.field("seed").checked_or_drawn(request.seed)  # none: random, as vLLM-Omni
         lm = self.sizes["lm"]
         knobs = spec.RULES.knobs({k: v for k, v in (("temperature", request.temperature), ("top_k", request.top_k),
@@ -150,7 +147,7 @@ class CosyVoice3Model:
         text_ids = self.tokenizer.ids(request.text)
         ids = np.array(self.tokenizer.ids(ref_text) + text_ids, np.int64)
         min_len = max(1, spec.MIN_TOKEN_TEXT_RATIO * len(text_ids))
-        max_len = min(DEFAULT_MAX, spec.MAX_TOKEN_TEXT_RATIO * len(text_ids))
+        max_len = min(spec.DEFAULT_MAX_NEW_TOKENS, spec.MAX_TOKEN_TEXT_RATIO * len(text_ids))
         if mnt is not None:
             max_len, min_len = mnt, min(min_len, mnt)
         prompt = Prompt(ids, clip.speech_tokens.astype(np.int64), clip.feat.astype(np.float32),
@@ -173,17 +170,7 @@ class CosyVoice3Model:
             top_p=float(knobs.get("top_p", lm["top_p"])))
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
-        done: list[CosyVoice3Sequence] = []
-        for s, n in work:
-            if not isinstance(s, CosyVoice3Sequence) or s.embeds is None:
-                continue
-            lo, hi = s.prefilled, s.prefilled + n
-            self.kv.acquire(s, s.prompt_tokens + s.max_len)
-            self._lm([s], s.embeds[None, lo:hi])
-            s.prefilled = hi
-            if hi == s.prompt_tokens:
-                s.embeds = None
-                done.append(s)
+        done = prefill_chunks(self.kv, work, CosyVoice3Sequence, lambda s: s.prompt_tokens + s.max_len, self._lm)
         if done:
             self._sample(done)
 

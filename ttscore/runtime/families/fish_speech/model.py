@@ -29,17 +29,16 @@ from ttscore.runtime.families.fish_speech.request import FishRequest
 from ttscore.runtime.families.fish_speech.sampling import sample_fast, sample_slow
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
+from ttscore.runtime.step_kit import FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import OrtVocoder
 
 I64 = npt.NDArray[np.int64]
 
 
 @dataclass
-class FishSequence(Sequence):
-    embeds: F32 | None = None
+class FishSequence(FrameSequence):
     hidden: F32 | None = None
     logits: F32 | None = None
-    last: I64 | None = None
     max_frames: int = spec.DEFAULT_MAX_NEW_TOKENS
     q_slow: F32 | None = None
     q_fast: F32 | None = None
@@ -127,27 +126,13 @@ class FishModel:
         return self.a.encode(np.asarray(request.ref_audio, np.float32))
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
-        done: list[FishSequence] = []
-        for s, n in work:
-            if not isinstance(s, FishSequence) or s.embeds is None:
-                continue
-            lo, hi = s.prefilled, s.prefilled + n
-            self.kv.acquire(s, s.prompt_tokens + s.max_frames)
-            self._slow([s], s.embeds[None, lo:hi])
-            s.prefilled = hi
-            if hi == s.prompt_tokens:
-                s.embeds = None
-                done.append(s)
+        done = prefill_chunks(self.kv, work, FishSequence, lambda s: s.prompt_tokens + s.max_frames, self._slow)
         if done:
             self._frames(done)
 
     def step(self, batch: list[Sequence]) -> None:
-        seqs = [s for s in batch if isinstance(s, FishSequence) and s.finished is None and s.last is not None]
-        if not seqs:
-            return
-        x = np.stack([frame_embedding(self.a.tables, s.last) for s in seqs if s.last is not None])[:, None]
-        self._slow(seqs, x)
-        self._frames(seqs)
+        step_frames(batch, FishSequence, lambda last: np.stack([frame_embedding(self.a.tables, f) for f in last]),
+                    self._slow, self._frames)
 
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, FishSequence):

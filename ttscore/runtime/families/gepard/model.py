@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ from ttscore.runtime.families.gepard.request import GepardRequest
 from ttscore.runtime.families.gepard.tokenizer import GepardTokenizer, prompt_ids
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
-from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.onnx import open_graph, open_table
+from ttscore.runtime.step_kit import FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import OrtVocoder
 
 logger = logging.getLogger(__name__)
@@ -61,12 +63,10 @@ def seeded_noise(seed: int, heads: int, width: int, head0: int) -> Noise:
 
 
 @dataclass
-class GepardSequence(Sequence):
+class GepardSequence(FrameSequence):
     ids: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
-    embeds: F32 | None = None  # [T, H] prompt embeddings, made at the first prefill call
     logits: F32 | None = None  # the last position's 216 logits
     stop_prob: float = 0.0
-    last: I64 | None = None  # the last frame [32]
     max_frames: int = spec.DEFAULT_MAX_NEW_TOKENS
     noise: Noise | None = None
 
@@ -79,20 +79,8 @@ class GepardModel:
         self.artifacts = artifacts
         self.manifest = manifest
         self.info: GepardInfo = parse_config(dict(manifest.configs["config.json"]), dict(manifest.configs[SIDECAR]))
-        graphs = manifest.graphs
-
-        def graph(name: str) -> OnnxGraph:
-            if name not in graphs:
-                raise ArtifactError(f"{artifacts}/manifest.json lists no {name} graph: re-export")
-            return OnnxGraph(artifacts / graphs[name]["file"], dict(graphs[name]), threads)
-
-        def table(name: str) -> F32:
-            path = artifacts / f"{name}.npy"
-            if not path.is_file():
-                raise ArtifactError(f"missing table {path}")
-            loaded: F32 = np.load(path, mmap_mode="r")
-            return loaded
-
+        graph = partial(open_graph, artifacts, manifest, threads=threads)
+        table = partial(open_table, artifacts)
         self.backbone, self.frame_embed = graph("backbone"), graph("frame_embed")
         b = self.info.backbone
         self.kv = KVArena(b.num_layers, b.num_kv_heads, b.head_dim)
@@ -166,30 +154,15 @@ class GepardModel:
         return out
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
-        done: list[GepardSequence] = []
-        for s, n in work:
-            if not isinstance(s, GepardSequence):
-                continue
-            if s.embeds is None:
-                s.embeds = self.prompt_embeds(s.ids)
-            lo, hi = s.prefilled, s.prefilled + n
-            self.kv.acquire(s, s.prompt_tokens + s.max_frames)
-            self._backbone([s], s.embeds[None, lo:hi])
-            s.prefilled = hi
-            if hi == s.prompt_tokens:
-                s.embeds = None
-                done.append(s)
+        done = prefill_chunks(self.kv, work, GepardSequence, lambda s: s.prompt_tokens + s.max_frames,
+                              self._backbone, lambda s: self.prompt_embeds(s.ids))
         if done:
             self._frames(done)
 
     def step(self, batch: list[Sequence]) -> None:
-        seqs = [s for s in batch if isinstance(s, GepardSequence) and s.finished is None and s.last is not None]
-        if not seqs:
-            return
-        codes = np.stack([s.last for s in seqs if s.last is not None]).astype(np.int64)
-        x = self.frame_embed.run({"codes": codes})["embeds"]
-        self._backbone(seqs, x[:, None])
-        self._frames(seqs)
+        step_frames(batch, GepardSequence,
+                    lambda last: self.frame_embed.run({"codes": np.stack(last).astype(np.int64)})["embeds"],
+                    self._backbone, self._frames)
 
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, GepardSequence):

@@ -32,7 +32,7 @@ from ttscore.runtime.families.omnivoice.request import OmniVoiceRequest
 from ttscore.runtime.families.omnivoice.tokenizer import OmniVoiceTokenizer
 from ttscore.runtime.families.omnivoice.unmask import Knobs, schedule, unmask_step
 from ttscore.runtime.family import Sequence
-from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.onnx import OnnxGraph, open_graph
 
 
 @dataclass
@@ -102,16 +102,11 @@ class OmniVoiceModel:
         if not isinstance(cfg, Mapping) or not isinstance(codec_cfg, Mapping):
             raise ArtifactError(f"{artifacts}: the manifest lacks the checkpoint's configs")
         self.info: OmniVoiceInfo = parse_config(dict(cfg), dict(codec_cfg))
-        graphs = {}
-        for spec in (contract.GENERATOR, contract.CODEC_DECODER):
-            entry = manifest.graphs.get(spec.name)
-            if entry is None:
-                raise ArtifactError(f"{artifacts}: no {spec.name} graph in the manifest")
-            graphs[spec.name] = entry
-        self.generator = OnnxGraph(artifacts / str(graphs[contract.GENERATOR.name]["file"]),
-                                   dict(graphs[contract.GENERATOR.name]), threads)
-        self._vocoder = CodecVocoder(OnnxGraph(artifacts / str(graphs[contract.CODEC_DECODER.name]["file"]),
-                                               dict(graphs[contract.CODEC_DECODER.name]), threads)) if vocoder else None
+        if contract.CODEC_DECODER.name not in manifest.graphs:
+            raise ArtifactError(f"{artifacts}/manifest.json lists no {contract.CODEC_DECODER.name} graph: re-export")
+        self.generator = open_graph(artifacts, manifest, contract.GENERATOR.name, threads)
+        self._vocoder = (CodecVocoder(open_graph(artifacts, manifest, contract.CODEC_DECODER.name, threads))
+                         if vocoder else None)
         self.tokenizer = OmniVoiceTokenizer(artifacts)
         table = (manifest.raw.get("tables") or {}).get(LANGUAGE_TABLE)
         if not isinstance(table, Mapping):

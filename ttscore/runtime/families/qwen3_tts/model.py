@@ -7,6 +7,7 @@ manifest first and fails with one clear message if anything is missing or stale.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from ttscore.runtime.families.qwen3_tts.request import Qwen3TTSRequest
 from ttscore.runtime.families.qwen3_tts.tokenizer import TextTokenizer, pretokenizer_regex
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
-from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.onnx import open_graph, open_table
 from ttscore.runtime.sampling import suppress_mask
 from ttscore.runtime.vocoder import OrtVocoder
 
@@ -52,11 +53,7 @@ class Qwen3TTSPipeline:
         if manifest.code2wav_state_size is None:
             raise ArtifactError(f"{artifacts}/manifest.json has no code2wav.state_size: re-export")
         self.state_size: int = manifest.code2wav_state_size
-
-        def graph(name: str) -> OnnxGraph:
-            entry = graphs[name]
-            return OnnxGraph(artifacts / entry["file"], dict(entry), threads)
-
+        graph = partial(open_graph, artifacts, manifest, threads=threads)
         self.talker = graph("talker")
         self.code_predictor = graph("code_predictor")
         self.vocoder: OrtVocoder | None = (
@@ -65,14 +62,7 @@ class Qwen3TTSPipeline:
         )
         self.speaker_encoder = graph("speaker_encoder") if encoders and "speaker_encoder" in graphs else None
         self.speech_encoder = graph("speech_encoder") if encoders and "speech_encoder" in graphs else None
-
-        def table(name: str) -> NDArray[Any]:
-            path = artifacts / f"{name}.npy"
-            if not path.is_file():
-                raise ArtifactError(f"missing table {path}")
-            loaded: NDArray[Any] = np.load(path, mmap_mode="r")
-            return loaded
-
+        table = partial(open_table, artifacts)
         self.tables = Tables(
             text=table("text_embeddings"), codec=table("codec_embeddings"), groups=table("group_embeddings")
         )

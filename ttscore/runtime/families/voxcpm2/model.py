@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from ttscore.runtime.families.voxcpm2.solver import SolveRow, solve
 from ttscore.runtime.families.voxcpm2.tokenizer import TextTokenizer
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
-from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.onnx import OnnxGraph, open_graph, open_table
 from ttscore.runtime.vocoder import OrtVocoder
 
 logger = logging.getLogger(__name__)
@@ -66,13 +67,7 @@ class VoxCPM2Model:
         self.artifacts = artifacts
         self.manifest = manifest
         self.info: VoxCPM2Info = parse_config(dict(manifest.configs["config.json"]))
-        graphs = manifest.graphs
-
-        def graph(name: str) -> OnnxGraph:
-            if name not in graphs:
-                raise ArtifactError(f"{artifacts}/manifest.json lists no {name} graph: re-export")
-            return OnnxGraph(artifacts / graphs[name]["file"], dict(graphs[name]), threads)
-
+        graph = partial(open_graph, artifacts, manifest, threads=threads)
         self.base_lm, self.residual_lm = graph("base_lm"), graph("residual_lm")
         lm, res = self.info.lm, self.info.residual
         self.base_kv = KVArena(lm.num_layers, lm.num_kv_heads, lm.head_dim, exact=True)
@@ -84,10 +79,7 @@ class VoxCPM2Model:
         self.vocoder: OrtVocoder | None = (
             OrtVocoder(graph("vae_decoder_stream"), self.state_size, self.vocoder_feeds) if vocoder else None
         )
-        path = artifacts / "text_embeddings.npy"
-        if not path.is_file():
-            raise ArtifactError(f"missing table {path}")
-        self.text_table: F32 = np.load(path, mmap_mode="r")
+        self.text_table = open_table(artifacts, "text_embeddings")
         self.tokenizer = TextTokenizer(artifacts / "tokenizer")
         self.num_codebooks = self.info.patch_size
 

@@ -30,17 +30,16 @@ from ttscore.runtime.families.voxtral_tts.request import VoxtralRequest
 from ttscore.runtime.families.voxtral_tts.tokenizer import TekkenTokenizer
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
+from ttscore.runtime.step_kit import FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import OrtVocoder
 
 
 @dataclass
-class VoxtralSequence(Sequence):
+class VoxtralSequence(FrameSequence):
     ids: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     voice: str = ""
-    embeds: F32 | None = None
     hidden: F32 | None = None
     semantic: int = 0
-    last: I64 | None = None
     max_frames: int = spec.DEFAULT_MAX_NEW_TOKENS
     noise: F32 | None = None  # [max_frames, n_acoustic]
     cfg_alpha: float = spec.DEFAULT_CFG_ALPHA
@@ -108,29 +107,14 @@ class VoxtralModel:
         return out
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
-        done: list[VoxtralSequence] = []
-        for s, n in work:
-            if not isinstance(s, VoxtralSequence):
-                continue
-            if s.embeds is None:
-                s.embeds = self.prompt_embeds(s.ids, s.voice)
-            lo, hi = s.prefilled, s.prefilled + n
-            self.kv.acquire(s, s.prompt_tokens + s.max_frames)
-            self._lm([s], s.embeds[None, lo:hi])
-            s.prefilled = hi
-            if hi == s.prompt_tokens:
-                s.embeds = None
-                done.append(s)
+        done = prefill_chunks(self.kv, work, VoxtralSequence, lambda s: s.prompt_tokens + s.max_frames, self._lm,
+                              lambda s: self.prompt_embeds(s.ids, s.voice))
         if done:
             self._frames(done)
 
     def step(self, batch: list[Sequence]) -> None:
-        seqs = [s for s in batch if isinstance(s, VoxtralSequence) and s.finished is None and s.last is not None]
-        if not seqs:
-            return
-        x = np.stack([self.g.frame_embedding(s.last) for s in seqs if s.last is not None])[:, None]
-        self._lm(seqs, x)
-        self._frames(seqs)
+        step_frames(batch, VoxtralSequence, lambda last: np.stack([self.g.frame_embedding(f) for f in last]),
+                    self._lm, self._frames)
 
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, VoxtralSequence):
