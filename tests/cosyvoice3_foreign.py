@@ -133,7 +133,7 @@ def main(inputs: dict, wheel: str, out: str) -> dict:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from export.cosyvoice3.tiny import campplus_model, speech_tokenizer_model
-    from ttscore.runtime.families.cosyvoice3.checkpoint import read_yaml
+    from ttscore.runtime.checkpoint_kit import read_hyperpyyaml
 
     torch.manual_seed(4321)
     mods = load(wheel, os.getcwd())
@@ -142,7 +142,7 @@ def main(inputs: dict, wheel: str, out: str) -> dict:
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "CosyVoice-BlankEN").mkdir(parents=True)
     (tmp / "cosyvoice3.yaml").write_text(YAML)
-    cfg = read_yaml(tmp / "cosyvoice3.yaml")
+    cfg = read_hyperpyyaml(tmp / "cosyvoice3.yaml")
     n_words = tokenizer(tmp / "CosyVoice-BlankEN")
     qcfg = Qwen2Config(hidden_size=96, intermediate_size=160, num_hidden_layers=3, num_attention_heads=6,
                        num_key_value_heads=3, vocab_size=n_words + 320, rope_theta=10000.0, rms_norm_eps=1e-5,

@@ -166,7 +166,7 @@ def model_class(mods: dict) -> type:
 
 
 def read_yaml(root: Path) -> dict:
-    from ttscore.runtime.families.cosyvoice3.checkpoint import read_yaml as ours
+    from ttscore.runtime.checkpoint_kit import read_hyperpyyaml as ours
 
     return ours(root / "cosyvoice3.yaml")
 

@@ -3,7 +3,7 @@ transformers' own HiggsAudioV2TokenizerModel loaded from a checkpoint's audio_to
 
 The class requires torchaudio for one call (torchaudio.functional.resample, 24 -> 16 kHz before HuBERT);
 no torchaudio build matches this torch, so a stand-in module provides that one function with
-ttscore.runtime.families.omnivoice.resample (its kernel is bit-identical to torchaudio 2.11's, see
+ttscore.runtime.sinc_resample (its kernel is bit-identical to torchaudio 2.11's, see
 export/omnivoice/README.md). Everything else is the 5.x class as released.
 
 `python omnivoice_codec_ref5.py IN.npz OUT.npz <audio_tokenizer dir> <command>`:
@@ -29,7 +29,7 @@ REFENV_FRESH_INTERPRETER = True
 def _torchaudio_stand_in() -> None:
     import torch
 
-    from ttscore.runtime.families.omnivoice.resample import resample
+    from ttscore.runtime.sinc_resample import resample
 
     def resample_fn(waveform: torch.Tensor, orig_freq: int, new_freq: int, **kwargs: object) -> torch.Tensor:
         if kwargs:

@@ -28,6 +28,7 @@ from export.tracing import (
 )
 from ttscore.contract import cosyvoice3 as spec
 from ttscore.contract.graphs import GraphSpec
+from ttscore.runtime.checkpoint_kit import load_torch_state, read_hyperpyyaml
 from ttscore.runtime.families.cosyvoice3.checkpoint import (
     FRONTEND_DIR,
     FRONTEND_MODELS,
@@ -35,9 +36,7 @@ from ttscore.runtime.families.cosyvoice3.checkpoint import (
     QWEN_DIR,
     YAML,
     CosyVoice3Info,
-    load_pt,
     read_checkpoint,
-    read_yaml,
 )
 
 TOLERANCE = 1e-4  # max abs error of the graphs' float outputs vs the torch modules (tiny: ~1e-6)
@@ -88,7 +87,7 @@ def _hift_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
 
 
 def _tables(src: Path, out: Path) -> dict[str, Any]:
-    state = load_pt(src / LLM)
+    state = load_torch_state(src / LLM)
     return save_tables(out, lambda key: state[key].float(), ((spec.TEXT_EMBEDDING, "llm.model.model.embed_tokens.weight"),
                                                              (spec.SPEECH_EMBEDDING, "speech_embedding.weight")))
 
@@ -142,5 +141,5 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
         vocoder_state_layout=[["prefix_rerun", 1]],
         tables=tables,
         graphs=specs,
-        configs={YAML: read_yaml(src / YAML)},
+        configs={YAML: read_hyperpyyaml(src / YAML)},
     )

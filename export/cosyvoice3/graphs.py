@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from export.blocks import GatedMLP, RMSNorm, default_inv_freq, rotate_half
-from ttscore.runtime.families.cosyvoice3.checkpoint import FLOW, HIFT, LLM, CosyVoice3Info, load_pt
+from ttscore.runtime.checkpoint_kit import load_torch_state
+from ttscore.runtime.families.cosyvoice3.checkpoint import FLOW, HIFT, LLM, CosyVoice3Info
 
 NEG = -1e9
 
@@ -504,8 +505,8 @@ def _hift_name(name: str) -> str:
 
 def load_state(src: Path, file: str) -> dict[str, Any]:
     if file == HIFT:
-        return _fold_weight_norm(load_pt(Path(src) / HIFT, _hift_name))
-    return {k: v.float() for k, v in load_pt(Path(src) / file).items()}
+        return _fold_weight_norm(load_torch_state(Path(src) / HIFT, _hift_name))
+    return {k: v.float() for k, v in load_torch_state(Path(src) / file).items()}
 
 
 def load(module: nn.Module, src: Path) -> nn.Module:
@@ -513,7 +514,7 @@ def load(module: nn.Module, src: Path) -> nn.Module:
     if isinstance(module, LMStep):
         state = {k.removeprefix("llm.model.model."): v for k, v in load_state(src, LLM).items()
                  if k.startswith("llm.model.model.") and "embed_tokens" not in k}
-        state["llm_decoder.weight"] = load_pt(Path(src) / LLM)["llm_decoder.weight"].float()
+        state["llm_decoder.weight"] = load_torch_state(Path(src) / LLM)["llm_decoder.weight"].float()
     elif isinstance(module, FlowCond):
         state = {k: v for k, v in load_state(src, FLOW).items() if not k.startswith("decoder.")}
     elif isinstance(module, FlowVelocity):

@@ -28,6 +28,7 @@ from export.tiny_weights import (
     tiny_size,
     write_files,
 )
+from ttscore.runtime.checkpoint_kit import read_hyperpyyaml
 from ttscore.runtime.families.cosyvoice3.checkpoint import (
     CAMPPLUS,
     FLOW,
@@ -41,7 +42,6 @@ from ttscore.runtime.families.cosyvoice3.checkpoint import (
     hift_shapes,
     llm_shapes,
     parse,
-    read_yaml,
 )
 
 # CosyVoice3Tokenizer's added special tokens are ~300 (its additional_special_tokens); the text embedding
@@ -226,12 +226,12 @@ def qwen_config(size: str) -> dict[str, Any]:
 
 
 def info_of(size: str) -> CosyVoice3Info:
-    import yaml  # noqa: F401  (read_yaml needs PyYAML)
+    import yaml  # noqa: F401  (read_hyperpyyaml needs PyYAML)
 
     tmp = Path(tempfile.mkdtemp(prefix=".cosyvoice3-yaml-"))
     try:
         (tmp / YAML).write_text(yaml_text(size))
-        return parse(read_yaml(tmp / YAML), qwen_config(size))
+        return parse(read_hyperpyyaml(tmp / YAML), qwen_config(size))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

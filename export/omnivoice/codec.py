@@ -182,13 +182,13 @@ def has_encoder(names: Any) -> bool:
 
 
 def sinc_resample(x: Any, rate_in: int, rate_out: int) -> Any:
-    """torchaudio.functional.resample's default (see ttscore.runtime.families.omnivoice.resample) over
+    """torchaudio.functional.resample's default (see ttscore.runtime.sinc_resample) over
     the last axis of a torch tensor: the kernel as a constant stride-o convolution. The output keeps
     ceil(n * len / o) samples; when len is a multiple of o that is every block but the last."""
     import torch
     import torch.nn.functional as F
 
-    from ttscore.runtime.families.omnivoice.resample import reduced, sinc_kernel
+    from ttscore.runtime.sinc_resample import reduced, sinc_kernel
 
     o, n = reduced(rate_in, rate_out)
     kernel, width = sinc_kernel(rate_in, rate_out)

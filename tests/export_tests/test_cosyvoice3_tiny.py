@@ -23,14 +23,14 @@ def test_layout_is_the_released_one(cosyvoice3_tiny: Path) -> None:
     import onnxruntime as ort
     import torch
 
-    from ttscore.runtime.families.cosyvoice3.checkpoint import read_yaml
+    from ttscore.runtime.checkpoint_kit import read_hyperpyyaml
 
     names = {p.name for p in cosyvoice3_tiny.iterdir()}
     assert {"cosyvoice3.yaml", "llm.pt", "flow.pt", "hift.pt", "campplus.onnx", "speech_tokenizer_v3.onnx",
             "CosyVoice-BlankEN", "config.json"} <= names
     text = (cosyvoice3_tiny / "cosyvoice3.yaml").read_text()
     assert "!new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT" in text and "!ref <chunk_size> * <token_mel_ratio>" in text
-    cfg = read_yaml(cosyvoice3_tiny / "cosyvoice3.yaml")
+    cfg = read_hyperpyyaml(cosyvoice3_tiny / "cosyvoice3.yaml")
     est = cfg["flow"]["decoder"]["estimator"]
     assert est["static_chunk_size"] == 50 and est["num_decoding_left_chunks"] == -1
     assert cfg["flow"]["decoder"]["cfm_params"]["content"]["sigma_min"] == 1e-06

@@ -86,7 +86,7 @@ def test_preprocessing_is_the_reference_s(omnivoice_tiny: Path, monkeypatch: pyt
     from export.omnivoice.reference import load_reference, omnivoice_module
     from ttscore.contract.omnivoice.text import clone_ref_text
     from ttscore.runtime.families.omnivoice.clone import preprocess
-    from ttscore.runtime.families.omnivoice.resample import resample
+    from ttscore.runtime.sinc_resample import resample
 
     mod = omnivoice_module()
     torchaudio = sys.modules[mod.torchaudio.__name__]

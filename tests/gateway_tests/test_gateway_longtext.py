@@ -14,7 +14,7 @@ from gateway_fixtures import FakeBackend, fake_app_client, fake_audio
 
 from gateway import encoding
 from gateway.longtext import ordered, segment_seed, split_segments
-from ttscore.contract.qwen3_tts import SEED_MAX
+from ttscore.contract.rules import SEED_MAX
 
 SPEECH = "/v1/audio/speech"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.kv import ragged_step_inputs, step_spec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
 
 # The family's K/V tensor names (ttscore.contract.kv).
 past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
@@ -46,7 +46,6 @@ TASK = "Base"
 DEFAULT_VOICE = "default"  # `voice` omitted or "default": the reference's voice (ref_audio or an uploaded voice)
 MAX_NEW_TOKENS = 4096  # speech tokens (40 ms each)
 DEFAULT_MAX_NEW_TOKENS = 2048  # without max_new_tokens: min(this, MAX_TOKEN_TEXT_RATIO x the text's tokens)
-SEED_MAX = 2**63 - 1
 MAX_TEXT_CHARS = 4096
 # The front-end resamples to 16 kHz (campplus, the speech tokenizer) and 24 kHz (the prompt mel).
 REF_AUDIO = RefAudioBounds(min_rate=16000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
@@ -67,7 +66,7 @@ RULES = FamilyRules(
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS, None),  # None: the text-length rule
-        FieldRule("seed", 0, SEED_MAX, None),  # none: random, as vLLM-Omni 0.30.0 (no seed in its deploy)
+        seed_field(),  # none: random, as vLLM-Omni 0.30.0 (no seed in its deploy)
     ),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,

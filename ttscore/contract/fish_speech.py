@@ -14,7 +14,7 @@ from __future__ import annotations
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
 from ttscore.contract.kv import ragged_step_inputs, step_spec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
 
 # The family's K/V tensor names (ttscore.contract.kv).
 past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
@@ -112,7 +112,6 @@ def dac_encode_spec() -> GraphSpec:
 
 
 # --- requests -----------------------------------------------------------------------------------
-SEED_MAX = 2**63 - 1
 # The project's sampling noise comes from the request's seed (42 without one: serving is deterministic by
 # default); vLLM-Omni's comes from vLLM's sampler, which a per-request seed seeds.
 DEFAULT_SEED = 42
@@ -136,7 +135,7 @@ RULES = FamilyRules(
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
-        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
+        seed_field(DEFAULT_SEED),
     ),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,

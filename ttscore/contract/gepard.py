@@ -14,7 +14,7 @@ from __future__ import annotations
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
 from ttscore.contract.kv import ragged_step_inputs, step_spec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, seed_field
 
 # The family's K/V tensor names (ttscore.contract.kv).
 past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
@@ -32,7 +32,6 @@ NUM_SPEAKER_SLOTS = 8  # prompt slots replaced by null_prefix
 DEFAULT_MAX_NEW_TOKENS = 1000  # frames (vLLM-Omni's deploy YAML)
 MAX_NEW_TOKENS_LIMIT = 4096
 MAX_TEXT_CHARS = 4096
-SEED_MAX = 2**63 - 1
 # vLLM-Omni's deploy YAML pins `seed: 42` (the spec: "serving is deterministic by default"): a request
 # without a seed samples from generator 42 (the project's generator: not vLLM-Omni's torch noise).
 DEFAULT_SEED = 42
@@ -52,7 +51,7 @@ RULES = FamilyRules(
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
-        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
+        seed_field(DEFAULT_SEED),
     ),
     display_name="Gepard-1.0",
     unsupported=UNSUPPORTED_FIELDS,

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
 
 FAMILY = "qwen3_tts"
 VARIANTS = ("custom_voice", "voice_design", "base")
@@ -32,7 +32,6 @@ MAX_CHUNK_FRAMES = 300
 DEFAULT_CHUNK_FRAMES = 25
 DEFAULT_INITIAL_CHUNK_FRAMES = 1
 MAX_TEXT_CHARS = 4096  # per generation (OpenAI's limit for `input`)
-SEED_MAX = 2**63 - 1
 
 # Reference audio for voice cloning (voice_features and uploads): accepted sample rates and length.
 REF_AUDIO_MIN_RATE = 8000
@@ -68,7 +67,7 @@ RULES = FamilyRules(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
         FieldRule("initial_codec_chunk_frames", 1, MAX_CHUNK_FRAMES, DEFAULT_INITIAL_CHUNK_FRAMES),
         FieldRule("codec_chunk_frames", 1, MAX_CHUNK_FRAMES, DEFAULT_CHUNK_FRAMES),
-        FieldRule("seed", 0, SEED_MAX, None),
+        seed_field(),
     ),
     exclusive={"Base": ("ref_audio", "ref_text", "x_vector_only_mode")},
     required={"VoiceDesign": ("instructions",)},

@@ -16,6 +16,8 @@ from typing import Any
 
 from ttscore.contract.errors import InvalidRequest
 
+SEED_MAX = 2**63 - 1  # the Speech API's `seed`: any non-negative int64
+
 
 @dataclass(frozen=True)
 class FieldRule:
@@ -56,6 +58,12 @@ class FieldRule:
         the family has no default seed (its audio is random, as the request asked)."""
         hi = self.hi if cap is None else min(self.hi, cap)
         return self.lo + secrets.randbelow(hi - self.lo + 1)
+
+
+def seed_field(default: int | None = None) -> FieldRule:
+    """The Speech API's `seed` field as every family takes it: 0..SEED_MAX, `default` when a request has none
+    (None: no seed, see FamilyRules.draws_seed)."""
+    return FieldRule("seed", 0, SEED_MAX, default)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
 from ttscore.contract.kv import ragged_step_inputs, step_spec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, seed_field
 
 # The family's K/V tensor names (ttscore.contract.kv).
 past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
@@ -83,7 +83,6 @@ def codec_stream_spec(n_codebooks: int, state_size: int) -> GraphSpec:
 
 # --- requests -----------------------------------------------------------------------------------
 DEFAULT_MAX_NEW_TOKENS = 2048  # frames (vLLM-Omni's deploy: max_tokens 2048)
-SEED_MAX = 2**63 - 1
 # The project's x0 comes from the request's seed; a request without one is random, as in vLLM-Omni 0.30.0
 # (its x0 comes from torch's global RNG; its deploy file pins no seed): the gateway draws one (X-Seed).
 CFG_ALPHA_KNOB = KnobRule("cfg_alpha", 0.0, 10.0)  # extra_params.cfg_alpha (vLLM-Omni takes any float; the project bounds it)
@@ -99,7 +98,7 @@ RULES = FamilyRules(
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
-        FieldRule("seed", 0, SEED_MAX, None),
+        seed_field(),
     ),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,

@@ -1,12 +1,14 @@
 """What every family's checkpoint reader (`ttscore.runtime.families.<family>.checkpoint`) does the same way,
 each with a `CheckpointError` naming the file, key or tensor: read a config file, take a positive integer from
 it, require the files a layout needs, compare the tensors a checkpoint stores with those its config implies,
-and load a torch state dict without running code. What a family's configs mean and which tensors they imply
+load a torch state dict without running code, read a hyperpyyaml config and name a
+weight-normed tensor the way current torch does. What a family's configs mean and which tensors they imply
 stays the family's. The weight files themselves: ttscore.runtime.weights."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,10 +50,12 @@ def positive_int(d: Mapping[str, Any], key: str, where: str = "", file: str = "c
 
 
 def require_files(root: Path, names: Iterable[str]) -> None:
-    """Each of `names` (relative paths) is a file under `root`."""
-    for name in names:
-        if not (Path(root) / name).is_file():
-            raise CheckpointError(f"{root}: missing {name}")
+    """Each of `names` (relative paths) is a file under `root`; the error names every missing one and what a
+    checkpoint needs."""
+    names = list(names)
+    missing = [name for name in names if not (Path(root) / name).is_file()]
+    if missing:
+        raise CheckpointError(f"{root}: missing: {', '.join(missing)} (a checkpoint needs {', '.join(names)})")
 
 
 def name_problems(stored: Iterable[str], expected: Iterable[str], *, ignore: Callable[[str], bool] = lambda n: False,
@@ -85,8 +89,9 @@ def compare_tensors(what: str, stored: Mapping[str, Sequence[int]], expected: Sh
         raise CheckpointError(f"{what}: " + "; ".join(parts))
 
 
-def load_torch_state(path: Path) -> dict[str, Any]:
-    """A torch `.pt`/`.pth` state dict, loaded with weights_only (no code runs) and memory-mapped."""
+def load_torch_state(path: Path, rename: Callable[[str], str] | None = None) -> dict[str, Any]:
+    """A torch `.pt`/`.pth` state dict, loaded with weights_only (no code runs) and memory-mapped, its names
+    optionally mapped by `rename`."""
     import torch
 
     try:
@@ -95,7 +100,96 @@ def load_torch_state(path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: cannot load with weights_only=True ({exc})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: not a state dict")
-    return state
+    return {rename(k): v for k, v in state.items()} if rename else state
+
+
+def weight_norm_name(name: str) -> str:
+    """A tensor name with the older weight-norm pair (`weight_g`, `weight_v`) as torch's parametrizations
+    name it (`parametrizations.weight.original0`, `original1`); any other name as it is."""
+    if name.endswith(".weight_g"):
+        return name[: -len("weight_g")] + "parametrizations.weight.original0"
+    if name.endswith(".weight_v"):
+        return name[: -len("weight_v")] + "parametrizations.weight.original1"
+    return name
+
+
+def weight_norm_shapes(out: Shapes, name: str, shape: tuple[int, ...], bias: bool = True) -> None:
+    """Add a weight-normed (parametrizations) layer's tensors to `out`: g [out, 1, ...] (norm over all but
+    dim 0), v of the weight's `shape`, and a bias [out]."""
+    out[f"{name}.parametrizations.weight.original0"] = (shape[0],) + (1,) * (len(shape) - 1)
+    out[f"{name}.parametrizations.weight.original1"] = shape
+    if bias:
+        out[f"{name}.bias"] = (shape[0],)
+
+
+def linear_shapes(out: Shapes, name: str, o: int, i: int, bias: bool = False) -> None:
+    """Add a Linear layer's weight [o, i] (and bias [o]) to `out`."""
+    out[f"{name}.weight"] = (o, i)
+    if bias:
+        out[f"{name}.bias"] = (o,)
+
+
+class _Ref(str):
+    """A hyperpyyaml `!ref` scalar: `<key>` names and arithmetic, resolved against the top level."""
+
+
+_ARITH = re.compile(r"^[0-9eE.+\-*/() ]+$")
+
+
+def _tagged(loader: Any, suffix: str, node: Any) -> Any:
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    value = loader.construct_scalar(node)
+    return _Ref(str(value)) if suffix == "ref" else value
+
+
+def _resolve(value: Any, top: dict[str, Any], file: str, depth: int = 0) -> Any:
+    if depth > 20:
+        raise CheckpointError(f"{file}: !ref nesting too deep")
+    if isinstance(value, _Ref):
+        names = re.findall(r"<([^<>]+)>", value)
+        if len(names) == 1 and value.strip() == f"<{names[0]}>":
+            return _resolve(top.get(names[0]), top, file, depth + 1)
+        text = str(value)
+        for n in names:
+            resolved = _resolve(top.get(n), top, file, depth + 1)
+            if not isinstance(resolved, (int, float)) or isinstance(resolved, bool):
+                raise CheckpointError(f"{file}: !ref {value!r}: <{n}> is not a number")
+            text = text.replace(f"<{n}>", repr(resolved))
+        if not _ARITH.match(text):
+            raise CheckpointError(f"{file}: cannot evaluate !ref {value!r}")
+        result = eval(text, {"__builtins__": {}}, {})  # digits and + - * / only (checked above)
+        return int(result) if isinstance(result, float) and result.is_integer() and "/" not in text else result
+    if isinstance(value, dict):
+        return {k: _resolve(v, top, file, depth) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, top, file, depth) for v in value]
+    if isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]*\.?[0-9]+[eE][-+]?[0-9]+", value):
+        return float(value)  # YAML 1.1 reads 1e-06 as a string
+    return value
+
+
+def read_hyperpyyaml(path: Path) -> dict[str, Any]:
+    """A hyperpyyaml config (SpeechBrain's: `!new:` / `!name:` / `!apply:` tags, `!ref <key>` arithmetic) as plain
+    data, read with a permissive SafeLoader: tags dropped (their mapping kept), `!ref`s resolved; nothing runs."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):  # type: ignore[misc]
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: _tagged(loader, suffix.split(":")[0], node))
+    file = Path(path).name
+    try:
+        raw = yaml.load(Path(path).read_text(), Loader=Loader)  # a SafeLoader subclass
+    except (OSError, yaml.YAMLError) as e:
+        raise CheckpointError(f"{file}: cannot read ({e})") from e
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{file}: not a mapping")
+    return dict(_resolve(raw, raw, file))
 
 
 @dataclass(frozen=True)
@@ -122,14 +216,15 @@ def stack_sizes(d: Mapping[str, Any], where: str = "", eps: float = 1e-6) -> dic
             "head_dim": int(d.get("head_dim") or hidden // heads), "rms_norm_eps": float(d.get("rms_norm_eps", eps))}
 
 
-def decoder_layer_shapes(out: Shapes, prefix: str, s: Stack, *, qk_norm: bool, gated_query: bool = False) -> None:
+def decoder_layer_shapes(out: Shapes, prefix: str, s: Stack, *, qk_norm: bool, gated_query: bool = False,
+                         qkv_bias: bool = False) -> None:
     """Add the tensors of one Llama-style decoder layer (`prefix`, e.g. "model.layers.0.") to `out`: the q/k/v/o
-    projections without bias (`gated_query`: q_proj also holds each head's output gate), per-head q/k RMSNorm
-    weights (`qk_norm`), the two layer norms and the SwiGLU MLP."""
+    projections, without bias or with one on q/k/v (`qkv_bias`, Qwen2's) (`gated_query`: q_proj also holds each
+    head's output gate), per-head q/k RMSNorm weights (`qk_norm`), the two layer norms and the SwiGLU MLP."""
     h, hd, mlp = s.hidden_size, s.head_dim, s.intermediate_size
-    out[prefix + "self_attn.q_proj.weight"] = ((2 if gated_query else 1) * s.num_heads * hd, h)
-    out[prefix + "self_attn.k_proj.weight"] = (s.num_kv_heads * hd, h)
-    out[prefix + "self_attn.v_proj.weight"] = (s.num_kv_heads * hd, h)
+    linear_shapes(out, prefix + "self_attn.q_proj", (2 if gated_query else 1) * s.num_heads * hd, h, qkv_bias)
+    linear_shapes(out, prefix + "self_attn.k_proj", s.num_kv_heads * hd, h, qkv_bias)
+    linear_shapes(out, prefix + "self_attn.v_proj", s.num_kv_heads * hd, h, qkv_bias)
     out[prefix + "self_attn.o_proj.weight"] = (h, s.num_heads * hd)
     if qk_norm:
         out[prefix + "self_attn.q_norm.weight"] = (hd,)

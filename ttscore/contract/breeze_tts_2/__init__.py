@@ -13,7 +13,7 @@ from __future__ import annotations
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.kv import ragged_step_inputs, step_spec
-from ttscore.contract.rules import GREEDY, FamilyRules, FieldRule, KnobRule, RefAudioBounds
+from ttscore.contract.rules import GREEDY, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
 
 # The family's K/V tensor names (ttscore.contract.kv).
 past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
@@ -51,7 +51,6 @@ MAX_CHUNK_FRAMES = 300
 DEFAULT_CHUNK_FRAMES = 25
 DEFAULT_INITIAL_CHUNK_FRAMES = 1
 MAX_TEXT_CHARS = 4096
-SEED_MAX = 2**63 - 1
 
 # Speech API fields this family does not take at all (400 naming the field).
 UNSUPPORTED_FIELDS = ("negative_prompt", "temperature", "top_p", "top_k", "language", "speaker_embedding",
@@ -74,7 +73,7 @@ RULES = FamilyRules(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
         FieldRule("initial_codec_chunk_frames", 1, MAX_CHUNK_FRAMES, DEFAULT_INITIAL_CHUNK_FRAMES),
         FieldRule("codec_chunk_frames", 1, MAX_CHUNK_FRAMES, DEFAULT_CHUNK_FRAMES),
-        FieldRule("seed", 0, SEED_MAX, None),  # accepted; greedy decoding makes it moot
+        seed_field(),  # accepted; greedy decoding makes it moot
     ),
     display_name="Breeze-TTS-2",
     unsupported=UNSUPPORTED_FIELDS,

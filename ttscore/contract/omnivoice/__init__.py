@@ -13,7 +13,7 @@ from ttscore.contract import wire
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.omnivoice import text as omnivoice_text
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
 
 FAMILY = "omnivoice"
 SAMPLE_RATE = 24000  # the codec's output
@@ -50,7 +50,6 @@ STREAM_CHUNK_SECONDS = 3.0
 MAX_NUM_STEP = 64
 MAX_FRAMES = 4096  # per generation (~164 s)
 MAX_TEXT_CHARS = 4096
-SEED_MAX = 2**63 - 1
 
 TASK = "Base"
 DEFAULT_VOICE = "default"  # auto voice (the model's own), like omitting `voice`
@@ -74,7 +73,7 @@ RULES = FamilyRules(
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_FRAMES, None),  # None: the duration estimate
-        FieldRule("seed", 0, SEED_MAX, None),
+        seed_field(),
         FieldRule("num_step", 1, MAX_NUM_STEP, DEFAULT_NUM_STEP),
     ),
     display_name="OmniVoice",

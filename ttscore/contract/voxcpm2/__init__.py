@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds, seed_field
 
 FAMILY = "voxcpm2"
 
@@ -41,7 +41,6 @@ DEFAULT_CHUNK_FRAMES = 4
 DEFAULT_INITIAL_CHUNK_FRAMES = 1
 MAX_INFERENCE_TIMESTEPS = 100
 MAX_TEXT_CHARS = 4096
-SEED_MAX = 2**63 - 1
 # A request without a seed: vLLM-Omni 0.30.0's deploy file pins 42 (deploy/voxcpm2.yaml), so the same
 # request gives the same audio by default (the Speech API's rule 1: what a client observes).
 DEFAULT_SEED = 42
@@ -82,7 +81,7 @@ RULES = FamilyRules(
         FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, None),  # None: the reference's length cap
         FieldRule("initial_codec_chunk_frames", 1, MAX_CHUNK_FRAMES, DEFAULT_INITIAL_CHUNK_FRAMES),
         FieldRule("codec_chunk_frames", 1, MAX_CHUNK_FRAMES, DEFAULT_CHUNK_FRAMES),
-        FieldRule("seed", 0, SEED_MAX, DEFAULT_SEED),
+        seed_field(DEFAULT_SEED),
         FieldRule("inference_timesteps", 1, MAX_INFERENCE_TIMESTEPS, DEFAULT_INFERENCE_TIMESTEPS),
     ),
     display_name="VoxCPM2",

@@ -2,7 +2,7 @@
 `.pt` files must hold.
 
 The directory: `cosyvoice3.yaml` (hyperpyyaml: `!new:` / `!name:` / `!apply:` tags and `!ref <key>`
-arithmetic, read here with a permissive PyYAML loader that keeps the mappings and resolves the refs),
+arithmetic, read by checkpoint_kit.read_hyperpyyaml),
 `llm.pt` (`llm.model.model.*` Qwen2 layers, `llm.model.lm_head.weight`, `speech_embedding.weight`
 [speech_token_size + 200, D], `llm_decoder.weight` [speech_token_size + 200, D], no bias), `flow.pt`
 (`input_embedding`, `spk_embed_affine_layer`, `pre_lookahead_layer.*`, `decoder.estimator.*`: the DiT),
@@ -16,14 +16,25 @@ unexpected ones refused.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ttscore.contract import cosyvoice3 as spec
 from ttscore.contract.errors import CheckpointError
-from ttscore.runtime.checkpoint_kit import compare_tensors, load_torch_state, read_json, require_files
+from ttscore.runtime.checkpoint_kit import (
+    Shapes,
+    Stack,
+    compare_tensors,
+    decoder_layer_shapes,
+    linear_shapes,
+    load_torch_state,
+    read_hyperpyyaml,
+    read_json,
+    require_files,
+    weight_norm_name,
+    weight_norm_shapes,
+)
 
 YAML = "cosyvoice3.yaml"
 LLM = "llm.pt"
@@ -38,73 +49,6 @@ QWEN_DIR = "CosyVoice-BlankEN"
 REQUIRED_FILES = (YAML, LLM, FLOW, HIFT, CAMPPLUS, SPEECH_TOKENIZER, f"{QWEN_DIR}/config.json")
 # Qwen2 config keys this implementation does not compute.
 UNSUPPORTED_QWEN_KEYS = ("rope_scaling", "use_sliding_window")
-
-
-def _tagged(loader: Any, suffix: str, node: Any) -> Any:
-    import yaml
-
-    if isinstance(node, yaml.MappingNode):
-        return loader.construct_mapping(node, deep=True)
-    if isinstance(node, yaml.SequenceNode):
-        return loader.construct_sequence(node, deep=True)
-    value = loader.construct_scalar(node)
-    return _Ref(str(value)) if suffix == "ref" else value
-
-
-class _Ref(str):
-    """A `!ref` scalar: `<key>` names and arithmetic, resolved against the top level."""
-
-
-def _loader() -> Any:
-    import yaml
-
-    class Loader(yaml.SafeLoader):  # type: ignore[misc]
-        pass
-
-    Loader.add_multi_constructor("!", lambda loader, suffix, node: _tagged(loader, suffix.split(":")[0], node))
-    return Loader
-
-
-_ARITH = re.compile(r"^[0-9eE.+\-*/() ]+$")
-
-
-def _resolve(value: Any, top: dict[str, Any], depth: int = 0) -> Any:
-    if depth > 20:
-        raise CheckpointError(f"{YAML}: !ref nesting too deep")
-    if isinstance(value, _Ref):
-        names = re.findall(r"<([^<>]+)>", value)
-        if len(names) == 1 and value.strip() == f"<{names[0]}>":
-            return _resolve(top.get(names[0]), top, depth + 1)
-        text = str(value)
-        for n in names:
-            resolved = _resolve(top.get(n), top, depth + 1)
-            if not isinstance(resolved, (int, float)) or isinstance(resolved, bool):
-                raise CheckpointError(f"{YAML}: !ref {value!r}: <{n}> is not a number")
-            text = text.replace(f"<{n}>", repr(resolved))
-        if not _ARITH.match(text):
-            raise CheckpointError(f"{YAML}: cannot evaluate !ref {value!r}")
-        result = eval(text, {"__builtins__": {}}, {})  # digits and + - * / only (checked above)
-        return int(result) if isinstance(result, float) and result.is_integer() and "/" not in text else result
-    if isinstance(value, dict):
-        return {k: _resolve(v, top, depth) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_resolve(v, top, depth) for v in value]
-    if isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]*\.?[0-9]+[eE][-+]?[0-9]+", value):
-        return float(value)  # YAML 1.1 reads 1e-06 as a string
-    return value
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    """cosyvoice3.yaml as plain data: tags dropped (their mapping kept), `!ref`s resolved."""
-    import yaml
-
-    try:
-        raw = yaml.load(Path(path).read_text(), Loader=_loader())  # a SafeLoader subclass
-    except (OSError, yaml.YAMLError) as e:
-        raise CheckpointError(f"{YAML}: cannot read ({e})") from e
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{YAML}: not a mapping")
-    return dict(_resolve(raw, raw))
 
 
 @dataclass(frozen=True)
@@ -259,32 +203,25 @@ def parse(cfg: dict[str, Any], qwen: dict[str, Any]) -> CosyVoice3Info:
 
 
 # --- the tensors ---------------------------------------------------------------------------------
-def llm_shapes(info: CosyVoice3Info) -> dict[str, tuple[int, ...]]:
+def llm_shapes(info: CosyVoice3Info) -> Shapes:
     lm = info.lm
-    d, hd, inner = lm.hidden, lm.head_dim, lm.intermediate
-    out: dict[str, tuple[int, ...]] = {"llm.model.model.embed_tokens.weight": (lm.vocab, d)}
+    stack = Stack(hidden_size=lm.hidden, intermediate_size=lm.intermediate, num_layers=lm.layers, num_heads=lm.heads,
+                  num_kv_heads=lm.kv_heads, head_dim=lm.head_dim, rms_norm_eps=lm.rms_eps)
+    out: Shapes = {"llm.model.model.embed_tokens.weight": (lm.vocab, lm.hidden)}
     for i in range(lm.layers):
-        p = f"llm.model.model.layers.{i}."
-        out.update({
-            p + "self_attn.q_proj.weight": (lm.heads * hd, d), p + "self_attn.q_proj.bias": (lm.heads * hd,),
-            p + "self_attn.k_proj.weight": (lm.kv_heads * hd, d), p + "self_attn.k_proj.bias": (lm.kv_heads * hd,),
-            p + "self_attn.v_proj.weight": (lm.kv_heads * hd, d), p + "self_attn.v_proj.bias": (lm.kv_heads * hd,),
-            p + "self_attn.o_proj.weight": (d, lm.heads * hd),
-            p + "mlp.gate_proj.weight": (inner, d), p + "mlp.up_proj.weight": (inner, d),
-            p + "mlp.down_proj.weight": (d, inner),
-            p + "input_layernorm.weight": (d,), p + "post_attention_layernorm.weight": (d,)})
-    out["llm.model.model.norm.weight"] = (d,)
-    out["llm.model.lm_head.weight"] = (lm.vocab, d)
-    out["speech_embedding.weight"] = (lm.speech_rows, d)
-    out["llm_decoder.weight"] = (lm.speech_rows, d)
+        decoder_layer_shapes(out, f"llm.model.model.layers.{i}.", stack, qk_norm=False, qkv_bias=True)
+    out["llm.model.model.norm.weight"] = (lm.hidden,)
+    out["llm.model.lm_head.weight"] = (lm.vocab, lm.hidden)
+    out["speech_embedding.weight"] = (lm.speech_rows, lm.hidden)
+    out["llm_decoder.weight"] = (lm.speech_rows, lm.hidden)
     return out
 
 
-def flow_shapes(info: CosyVoice3Info) -> dict[str, tuple[int, ...]]:
+def flow_shapes(info: CosyVoice3Info) -> Shapes:
     f = info.flow
     dim, inner, ff = f.dim, f.heads * f.dim_head, f.dim * f.ff_mult
     e = "decoder.estimator."
-    out: dict[str, tuple[int, ...]] = {
+    out: Shapes = {
         "input_embedding.weight": (f.vocab, f.mel),
         "spk_embed_affine_layer.weight": (f.mel, f.spk_embed_dim), "spk_embed_affine_layer.bias": (f.mel,),
         "pre_lookahead_layer.conv1.weight": (f.lookahead_channels, f.mel, f.pre_lookahead_len + 1),
@@ -301,46 +238,34 @@ def flow_shapes(info: CosyVoice3Info) -> dict[str, tuple[int, ...]]:
     }
     for i in range(f.depth):
         p = f"{e}transformer_blocks.{i}."
-        out.update({
-            p + "attn_norm.linear.weight": (6 * dim, dim), p + "attn_norm.linear.bias": (6 * dim,),
-            p + "attn.to_q.weight": (inner, dim), p + "attn.to_q.bias": (inner,),
-            p + "attn.to_k.weight": (inner, dim), p + "attn.to_k.bias": (inner,),
-            p + "attn.to_v.weight": (inner, dim), p + "attn.to_v.bias": (inner,),
-            p + "attn.to_out.0.weight": (dim, inner), p + "attn.to_out.0.bias": (dim,),
-            p + "ff.ff.0.0.weight": (ff, dim), p + "ff.ff.0.0.bias": (ff,),
-            p + "ff.ff.2.weight": (dim, ff), p + "ff.ff.2.bias": (dim,)})
+        for name, rows, cols in (("attn_norm.linear", 6 * dim, dim), ("attn.to_q", inner, dim), ("attn.to_k", inner, dim),
+                                 ("attn.to_v", inner, dim), ("attn.to_out.0", dim, inner), ("ff.ff.0.0", ff, dim),
+                                 ("ff.ff.2", dim, ff)):
+            linear_shapes(out, p + name, rows, cols, bias=True)
     out.update({e + "norm_out.linear.weight": (2 * dim, dim), e + "norm_out.linear.bias": (2 * dim,),
                 e + "proj_out.weight": (f.mel, dim), e + "proj_out.bias": (f.mel,)})
     return out
 
 
-def _wn(out: dict[str, tuple[int, ...]], name: str, shape: tuple[int, ...], bias: bool = True) -> None:
-    """A weight-normed conv: g [out, 1, 1] (dim 0), v = the weight's shape."""
-    out[f"{name}.parametrizations.weight.original0"] = (shape[0],) + (1,) * (len(shape) - 1)
-    out[f"{name}.parametrizations.weight.original1"] = shape
-    if bias:
-        out[f"{name}.bias"] = (shape[0],)
-
-
-def _resblock(out: dict[str, tuple[int, ...]], name: str, ch: int, k: int, dilations: tuple[int, ...]) -> None:
+def _resblock(out: Shapes, name: str, ch: int, k: int, dilations: tuple[int, ...]) -> None:
     for j in range(len(dilations)):
-        _wn(out, f"{name}.convs1.{j}", (ch, ch, k))
-        _wn(out, f"{name}.convs2.{j}", (ch, ch, k))
+        weight_norm_shapes(out, f"{name}.convs1.{j}", (ch, ch, k))
+        weight_norm_shapes(out, f"{name}.convs2.{j}", (ch, ch, k))
         out[f"{name}.activations1.{j}.alpha"] = (ch,)
         out[f"{name}.activations2.{j}.alpha"] = (ch,)
 
 
-def hift_shapes(info: CosyVoice3Info) -> dict[str, tuple[int, ...]]:
+def hift_shapes(info: CosyVoice3Info) -> Shapes:
     """hift.pt's tensors (transposed-conv upsamplers are plain convs after nearest upsampling; a
     ConvTranspose-free causal HiFT). Weight-norm g of a Conv1d has shape [out, 1, 1]."""
     h = info.hift
     base, n_fft = h.base_channels, h.n_fft
-    out: dict[str, tuple[int, ...]] = {}
+    out: Shapes = {}
     out["m_source.l_linear.weight"] = (1, h.nb_harmonics + 1)
     out["m_source.l_linear.bias"] = (1,)
-    _wn(out, "conv_pre", (base, h.in_channels, h.conv_pre_look_right + 1))
+    weight_norm_shapes(out, "conv_pre", (base, h.in_channels, h.conv_pre_look_right + 1))
     for i, k in enumerate(h.upsample_kernel_sizes):
-        _wn(out, f"ups.{i}", (base // 2 ** (i + 1), base // 2 ** i, k))
+        weight_norm_shapes(out, f"ups.{i}", (base // 2 ** (i + 1), base // 2 ** i, k))
     rates = [1, *list(h.upsample_rates[::-1][:-1])]
     cum = [math.prod(rates[: j + 1]) for j in range(len(rates))][::-1]
     for i, (u, k, d) in enumerate(zip(cum, h.source_resblock_kernel_sizes, h.source_resblock_dilation_sizes, strict=False)):
@@ -353,33 +278,23 @@ def hift_shapes(info: CosyVoice3Info) -> dict[str, tuple[int, ...]]:
         ch = base // 2 ** (i + 1)
         for j, (k, d) in enumerate(zip(h.resblock_kernel_sizes, h.resblock_dilation_sizes, strict=True)):
             _resblock(out, f"resblocks.{i * n + j}", ch, k, d)
-    _wn(out, "conv_post", (n_fft + 2, base // 2 ** len(h.upsample_rates), 7))
+    weight_norm_shapes(out, "conv_post", (n_fft + 2, base // 2 ** len(h.upsample_rates), 7))
     c = h.f0_cond_channels
     for j, (cin, k) in enumerate(((h.in_channels, 4), (c, 3), (c, 3), (c, 3), (c, 3))):
-        _wn(out, f"f0_predictor.condnet.{2 * j}", (c, cin, k))
+        weight_norm_shapes(out, f"f0_predictor.condnet.{2 * j}", (c, cin, k))
     out["f0_predictor.classifier.weight"] = (1, c)
     out["f0_predictor.classifier.bias"] = (1,)
     return out
 
 
 def _hift_name(name: str) -> str:
-    name = name.removeprefix("generator.")
-    if name.endswith(".weight_g"):
-        return name[: -len("weight_g")] + "parametrizations.weight.original0"
-    if name.endswith(".weight_v"):
-        return name[: -len("weight_v")] + "parametrizations.weight.original1"
-    return name
-
-
-def load_pt(path: Path, rename: Any = None) -> dict[str, Any]:
-    """A `.pt` state dict (weights_only: no code runs), names optionally mapped."""
-    return {(rename(k) if rename else k): v for k, v in load_torch_state(path).items()}
+    return weight_norm_name(name.removeprefix("generator."))
 
 
 def read_info(checkpoint: Path) -> CosyVoice3Info:
     root = Path(checkpoint)
     require_files(root, REQUIRED_FILES)
-    return parse(read_yaml(root / YAML), _qwen(root))
+    return parse(read_hyperpyyaml(root / YAML), _qwen(root))
 
 
 def read_checkpoint(checkpoint: Path) -> CosyVoice3Info:
@@ -388,6 +303,6 @@ def read_checkpoint(checkpoint: Path) -> CosyVoice3Info:
     info = read_info(root)
     for name, want, rename in ((LLM, llm_shapes(info), None), (FLOW, flow_shapes(info), None),
                                (HIFT, hift_shapes(info), _hift_name)):
-        state = load_pt(root / name, rename)
+        state = load_torch_state(root / name, rename)
         compare_tensors(str(root / name), {k: tuple(v.shape) for k, v in state.items()}, want)
     return info

@@ -22,10 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from ttscore.contract import cosyvoice3 as spec
 from ttscore.runtime.families.cosyvoice3.sampling import (
@@ -37,6 +35,7 @@ from ttscore.runtime.families.cosyvoice3.sampling import (
     sine_table,
     timesteps,
 )
+from ttscore.runtime.offline_kit import GrowingPast
 from ttscore.runtime.onnx import ExportedGraphs
 
 # mel frames at the end of a non-final hop whose samples are withheld: the f0 predictor's look-ahead (3),
@@ -75,21 +74,11 @@ class CosyVoice3Graphs(ExportedGraphs):
         rows = [self.speech[size + spec.SOS_OFFSET][None], np.asarray(self.text[prompt.text_ids]),
                 self.speech[size + spec.TASK_ID_OFFSET][None], np.asarray(self.speech[prompt.speech_tokens])]
         x: F32 = np.concatenate(rows).astype(np.float32)[None]
-        past = [np.zeros((1, lm["kv_heads"], 0, lm["head_dim"]), np.float32) for _ in range(2 * lm["layers"])]
+        past = GrowingPast(lm["layers"], lm["kv_heads"], lm["head_dim"])
         step = self.graphs["lm_step"]
-        pos, out = 0, list[int]()
+        out = list[int]()
         for i in range(max_len):
-            n = x.shape[1]
-            feeds: dict[str, npt.NDArray[Any]] = {
-                "inputs_embeds": x, "attention_mask": np.ones((1, pos + n), np.int64),
-                "position_ids": np.arange(pos, pos + n, dtype=np.int64)[None]}
-            for j in range(lm["layers"]):
-                feeds[spec.past_key(j)], feeds[spec.past_value(j)] = past[2 * j], past[2 * j + 1]
-            res = step.run(feeds)
-            for j in range(lm["layers"]):
-                past[2 * j] = np.concatenate([past[2 * j], res[spec.new_key(j)]], axis=2)
-                past[2 * j + 1] = np.concatenate([past[2 * j + 1], res[spec.new_value(j)]], axis=2)
-            pos += n
+            res = past.step(step, x)
             w = scores(res["logits"][0], size, allow_stop=i >= min_len)
             tok, _ = ras_pick(w, out, noise[i, 0], noise[i, 1], lm["top_p"], lm["top_k"], lm["win_size"], lm["tau_r"])
             if tok >= size:

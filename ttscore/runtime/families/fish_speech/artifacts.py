@@ -25,6 +25,7 @@ from ttscore.runtime.families.fish_speech.generate import (
     prompt_embeddings,
 )
 from ttscore.runtime.families.fish_speech.prompt import FishPrompt
+from ttscore.runtime.offline_kit import GrowingPast
 from ttscore.runtime.onnx import ExportedGraphs, OnnxGraph
 
 
@@ -78,33 +79,14 @@ class FishArtifacts(ExportedGraphs):
         self.fast_kv = (int(cfg["fast"]["n_local_heads"]), int(cfg["fast"]["head_dim"]))
         self.prompt = FishPrompt(self.root / "tokenizer" / "tokenizer.json")
 
-    def _past(self, layers: int, kv: tuple[int, int], past: Any) -> list[F32]:
-        if past is None:
-            return [np.zeros((1, kv[0], 0, kv[1]), np.float32) for _ in range(2 * layers)]
-        return list(past)
+    def slow(self, x: F32, _pos: int, past: GrowingPast | None) -> tuple[F32, F32, GrowingPast]:
+        past = past or GrowingPast(self.slow_layers, *self.slow_kv)
+        out = past.step(self.graphs["slow_step"], x)
+        return out["hidden"][0], out["logits"][0], past
 
-    def slow(self, x: F32, pos: int, past: Any) -> tuple[F32, F32, Any]:
-        past = self._past(self.slow_layers, self.slow_kv, past)
-        n = x.shape[1]
-        feeds: dict[str, NDArray[Any]] = {"inputs_embeds": x, "attention_mask": np.ones((1, pos + n), np.int64),
-                                          "position_ids": np.arange(pos, pos + n, dtype=np.int64)[None]}
-        for i in range(self.slow_layers):
-            feeds[spec.past_key(i)], feeds[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
-        out = self.graphs["slow_step"].run(feeds)
-        new = [np.concatenate([past[2 * i + j], out[(spec.new_key if j == 0 else spec.new_value)(i)]], axis=2)
-               for i in range(self.slow_layers) for j in (0, 1)]
-        return out["hidden"][0], out["logits"][0], new
-
-    def fast(self, x: F32, pos: int, past: Any) -> tuple[F32, Any]:
-        past = self._past(self.fast_layers, self.fast_kv, past)
-        n = x.shape[1]
-        feeds: dict[str, NDArray[Any]] = {"inputs_embeds": x, "position_ids": np.arange(pos, pos + n, dtype=np.int64)[None]}
-        for i in range(self.fast_layers):
-            feeds[spec.past_key(i)], feeds[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
-        out = self.graphs["fast_step"].run(feeds)
-        new = [np.concatenate([past[2 * i + j], out[(spec.new_key if j == 0 else spec.new_value)(i)]], axis=2)
-               for i in range(self.fast_layers) for j in (0, 1)]
-        return out["logits"][0], new
+    def fast(self, x: F32, _pos: int, past: GrowingPast | None) -> tuple[F32, GrowingPast]:
+        past = past or GrowingPast(self.fast_layers, *self.fast_kv)
+        return past.step(self.graphs["fast_step"], x, mask=False)["logits"][0], past
 
     def encode(self, audio: F32) -> NDArray[np.int64]:
         """A 44.1 kHz clip -> its codes [frames, 10]."""

@@ -27,11 +27,14 @@ from typing import Any
 from ttscore.contract import fish_speech as spec
 from ttscore.contract.errors import CheckpointError
 from ttscore.runtime.checkpoint_kit import (
+    Shapes,
     compare_tensors,
+    linear_shapes,
     load_torch_state,
     peek_json,
     read_json,
     require_files,
+    weight_norm_shapes,
 )
 from ttscore.runtime.weights import read_weights
 
@@ -42,8 +45,6 @@ CODEC = "codec.pth"
 DAC_HEAD_DIM = 64  # modded_dac_vq.yaml: every DAC transformer's head_dim
 # Persistent buffers of the DAC's transformers (vLLM-Omni registers them; upstream 2.0 does not): tolerated.
 CODEC_BUFFERS = ("freqs_cis", "causal_mask")
-
-Shapes = dict[str, tuple[int, ...]]
 
 
 @dataclass(frozen=True)
@@ -166,26 +167,20 @@ def parse_config(cfg: dict[str, Any]) -> FishConfig:
     return out
 
 
-def _linear(out: Shapes, name: str, o: int, i: int, bias: bool = False) -> None:
-    out[f"{name}.weight"] = (o, i)
-    if bias:
-        out[f"{name}.bias"] = (o,)
-
-
 def _layers(out: Shapes, prefix: str, t: Transformer) -> None:
     qkv = (t.n_head + 2 * t.n_local_heads) * t.head_dim
     for i in range(t.n_layer):
         p = f"{prefix}.layers.{i}"
-        _linear(out, f"{p}.attention.wqkv", qkv, t.dim)
-        _linear(out, f"{p}.attention.wo", t.dim, t.n_head * t.head_dim)
+        linear_shapes(out, f"{p}.attention.wqkv", qkv, t.dim)
+        linear_shapes(out, f"{p}.attention.wo", t.dim, t.n_head * t.head_dim)
         if t.qk_norm:
             out[f"{p}.attention.q_norm.weight"] = (t.head_dim,)
             out[f"{p}.attention.k_norm.weight"] = (t.head_dim,)
         out[f"{p}.attention_norm.weight"] = (t.dim,)
         out[f"{p}.ffn_norm.weight"] = (t.dim,)
-        _linear(out, f"{p}.feed_forward.w1", t.intermediate_size, t.dim)
-        _linear(out, f"{p}.feed_forward.w2", t.dim, t.intermediate_size)
-        _linear(out, f"{p}.feed_forward.w3", t.intermediate_size, t.dim)
+        linear_shapes(out, f"{p}.feed_forward.w1", t.intermediate_size, t.dim)
+        linear_shapes(out, f"{p}.feed_forward.w2", t.dim, t.intermediate_size)
+        linear_shapes(out, f"{p}.feed_forward.w3", t.intermediate_size, t.dim)
 
 
 def tensor_shapes(cfg: FishConfig) -> Shapes:
@@ -200,7 +195,7 @@ def tensor_shapes(cfg: FishConfig) -> Shapes:
     out["audio_decoder.output.weight"] = (f.vocab_size, f.dim)
     out["audio_decoder.norm.weight"] = (f.dim,)
     if cfg.project_in:
-        _linear(out, "audio_decoder.fast_project_in", f.dim, s.dim, bias=True)
+        linear_shapes(out, "audio_decoder.fast_project_in", f.dim, s.dim, bias=True)
     _layers(out, "audio_decoder", f)
     return out
 
@@ -210,10 +205,8 @@ def tensor_shapes(cfg: FishConfig) -> Shapes:
 
 def _conv(out: Shapes, name: str, cin: int, cout: int, k: int, transposed: bool = False) -> None:
     """A weight-normed (parametrizations) conv with bias; ConvTranspose1d weights are [in, out, k]."""
-    first = cin if transposed else cout
     out[f"{name}.conv.bias"] = (cout,)
-    out[f"{name}.conv.parametrizations.weight.original0"] = (first, 1, 1)
-    out[f"{name}.conv.parametrizations.weight.original1"] = (cin, cout, k) if transposed else (cout, cin, k)
+    weight_norm_shapes(out, f"{name}.conv", (cin, cout, k) if transposed else (cout, cin, k), bias=False)
 
 
 def _residual_unit(out: Shapes, name: str, dim: int) -> None:
@@ -226,11 +219,11 @@ def _residual_unit(out: Shapes, name: str, dim: int) -> None:
 def _dac_transformer(out: Shapes, name: str, dim: int, layers: int, ffn: int) -> None:
     for i in range(layers):
         p = f"{name}.layers.{i}"
-        _linear(out, f"{p}.attention.wqkv", 3 * dim, dim)
-        _linear(out, f"{p}.attention.wo", dim, dim)
-        _linear(out, f"{p}.feed_forward.w1", ffn, dim)
-        _linear(out, f"{p}.feed_forward.w3", ffn, dim)
-        _linear(out, f"{p}.feed_forward.w2", dim, ffn)
+        linear_shapes(out, f"{p}.attention.wqkv", 3 * dim, dim)
+        linear_shapes(out, f"{p}.attention.wo", dim, dim)
+        linear_shapes(out, f"{p}.feed_forward.w1", ffn, dim)
+        linear_shapes(out, f"{p}.feed_forward.w3", ffn, dim)
+        linear_shapes(out, f"{p}.feed_forward.w2", dim, ffn)
         out[f"{p}.ffn_norm.weight"] = (dim,)
         out[f"{p}.attention_norm.weight"] = (dim,)
         out[f"{p}.attention_layer_scale.gamma"] = (dim,)
@@ -252,8 +245,8 @@ def _convnext(out: Shapes, name: str, dim: int) -> None:
     out[f"{name}.dwconv.conv.bias"] = (dim,)
     out[f"{name}.norm.weight"] = (dim,)
     out[f"{name}.norm.bias"] = (dim,)
-    _linear(out, f"{name}.pwconv1", 4 * dim, dim, bias=True)
-    _linear(out, f"{name}.pwconv2", dim, 4 * dim, bias=True)
+    linear_shapes(out, f"{name}.pwconv1", 4 * dim, dim, bias=True)
+    linear_shapes(out, f"{name}.pwconv2", dim, 4 * dim, bias=True)
 
 
 def codec_shapes(d: CodecDims) -> Shapes:

@@ -3,7 +3,7 @@ after the reference's own preprocessing (omnivoice==0.2.1 `create_voice_clone_pr
 `preprocess_prompt=True`, its default), in numpy:
 
 1. mono (channels averaged), then resampled to 24 kHz with the reference's resampler
-   (torchaudio.functional.resample's defaults: `resample.py`);
+   (torchaudio.functional.resample's defaults: ttscore.runtime.sinc_resample);
 2. a clip quieter than RMS 0.1 is scaled up to RMS 0.1 (silent clips stay as they are);
 3. silence removal as its pydub calls do it (`remove_silence(mid_sil=200, lead_sil=100,
    trail_sil=200)`): the clip as 16-bit samples, every silence of 200 ms or more under -50 dBFS
@@ -23,8 +23,6 @@ ttscore.contract.omnivoice.text.clone_ref_text.
 
 from __future__ import annotations
 
-import itertools
-import math
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from numpy.typing import NDArray
 from ttscore.contract import omnivoice as contract
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 from ttscore.contract.manifest import Manifest
+from ttscore.runtime import silence
 from ttscore.runtime.onnx import OnnxGraph
 
 PARAM = "ref_audio"
@@ -57,7 +56,7 @@ def to_mono(audio: NDArray[Any]) -> NDArray[np.float32]:
 
 
 def to_24k(audio: NDArray[np.float32], sample_rate: int) -> NDArray[np.float32]:
-    from ttscore.runtime.families.omnivoice import resample as sinc
+    from ttscore.runtime import sinc_resample as sinc
 
     rate = int(sample_rate)
     if rate == contract.SAMPLE_RATE:
@@ -76,128 +75,20 @@ def normalize_rms(audio: NDArray[np.float32]) -> NDArray[np.float32]:
     return audio
 
 
-# --- silence removal (pydub 0.25.1 on 16-bit mono samples; times in milliseconds) --------------------
-class _Pcm:
-    """16-bit mono samples with pydub's millisecond slicing and integer RMS."""
-
-    def __init__(self, samples: NDArray[np.int16], rate: int) -> None:
-        self.x = samples
-        self.rate = rate
-        squares = np.square(samples.astype(np.int64))
-        self.cum = np.concatenate(([0], np.cumsum(squares)))
-
-    def ms(self) -> int:
-        """len(AudioSegment): round(1000 * frames / rate) (Python's round, half to even)."""
-        return round(1000 * (float(len(self.x)) / self.rate))
-
-    def bounds(self, start: int, end: int) -> tuple[int, int]:
-        """AudioSegment[start:end]'s sample range (clamped to the length in ms, int(ms * rate / 1000))."""
-        n = self.ms()
-        start, end = min(start, n), min(end, n)
-        return int(start * (self.rate / 1000.0)), int(end * (self.rate / 1000.0))
-
-    def rms(self, start: int, end: int) -> int:
-        """audioop.rms of the slice: int(sqrt(sum of squares / frames)), frames counting the zero
-        frames pydub appends when the slice runs past the data."""
-        a, b = self.bounds(start, end)
-        if b <= a:
-            return 0
-        hi = min(b, len(self.x))
-        total = int(self.cum[hi] - self.cum[min(a, hi)])
-        return int(math.sqrt(total / float(b - a)))
-
-    def slice(self, start: int, end: int) -> NDArray[np.int16]:
-        a, b = self.bounds(start, end)
-        data = self.x[a:b]
-        if b - a > len(data):
-            data = np.concatenate((data, np.zeros(b - a - len(data), np.int16)))
-        return data
-
-
-def _dbfs(rms: int) -> float:
-    if not rms:
-        return -math.inf
-    return 20 * math.log(rms / 32768.0, 10)
-
-
-def _silent_ranges(pcm: _Pcm, min_len: int, thresh_db: float, step: int) -> list[list[int]]:
-    """pydub.silence.detect_silence."""
-    n = pcm.ms()
-    if n < min_len:
-        return []
-    thresh = 10 ** (float(thresh_db) / 20) * 32768.0
-    last = n - min_len
-    starts = list(range(0, last + 1, step))
-    if last % step:
-        starts.append(last)
-    silent = [i for i in starts if pcm.rms(i, i + min_len) <= thresh]
-    if not silent:
-        return []
-    ranges: list[list[int]] = []
-    prev = silent.pop(0)
-    begin = prev
-    for i in silent:
-        if i != prev + step and i > prev + min_len:
-            ranges.append([begin, prev + min_len])
-            begin = i
-        prev = i
-    ranges.append([begin, prev + min_len])
-    return ranges
-
-
-def _nonsilent_ranges(pcm: _Pcm, min_len: int, thresh_db: float, step: int) -> list[list[int]]:
-    """pydub.silence.detect_nonsilent."""
-    silent = _silent_ranges(pcm, min_len, thresh_db, step)
-    n = pcm.ms()
-    if not silent:
-        return [[0, n]]
-    if silent[0][0] == 0 and silent[0][1] == n:
-        return []
-    prev_end, out = 0, []
-    for start, end in silent:
-        out.append([prev_end, start])
-        prev_end = end
-    if silent[-1][1] != n:
-        out.append([prev_end, n])
-    if out[0] == [0, 0]:
-        out.pop(0)
-    return out
-
-
-def _split_on_silence(pcm: _Pcm, min_len: int, thresh_db: float, keep: int, step: int) -> NDArray[np.int16]:
-    """pydub.silence.split_on_silence's chunks, joined (`AudioSegment.silent(0)` + each chunk)."""
-    ranges = [[s - keep, e + keep] for s, e in _nonsilent_ranges(pcm, min_len, thresh_db, step)]
-    for left, right in itertools.pairwise(ranges):
-        if right[0] < left[1]:
-            left[1] = (left[1] + right[0]) // 2
-            right[0] = left[1]
-    n = pcm.ms()
-    pieces = [pcm.slice(max(s, 0), min(e, n)) for s, e in ranges]
-    return np.concatenate(pieces) if pieces else np.zeros(0, np.int16)
-
-
-def _leading_silence(pcm: _Pcm, thresh_db: float, chunk: int) -> int:
-    """pydub.silence.detect_leading_silence."""
-    n = pcm.ms()
-    t = 0
-    while _dbfs(pcm.rms(t, t + chunk)) < thresh_db and t < n:
-        t += chunk
-    return min(t, n)
-
-
+# --- silence removal (pydub's, ttscore.runtime.silence; times in milliseconds) ---------------------------
 def _trim_edges(samples: NDArray[np.int16], rate: int, lead: int, trail: int, thresh_db: float) -> NDArray[np.int16]:
     """omnivoice.utils.audio.remove_silence_edges."""
-    pcm = _Pcm(samples, rate)
-    start = max(0, _leading_silence(pcm, thresh_db, SEEK_MS) - lead)
-    pcm = _Pcm(pcm.slice(start, pcm.ms())[::-1].copy(), rate)
-    start = max(0, _leading_silence(pcm, thresh_db, SEEK_MS) - trail)
+    pcm = silence.Pcm(samples, rate)
+    start = max(0, silence.leading_silence(pcm, thresh_db, SEEK_MS) - lead)
+    pcm = silence.Pcm(pcm.slice(start, pcm.ms())[::-1].copy(), rate)
+    start = max(0, silence.leading_silence(pcm, thresh_db, SEEK_MS) - trail)
     return pcm.slice(start, pcm.ms())[::-1].copy()
 
 
 def remove_silence(audio: NDArray[np.float32], rate: int = contract.SAMPLE_RATE) -> NDArray[np.float32]:
     """omnivoice.utils.audio.remove_silence(audio, rate, mid_sil=200, lead_sil=100, trail_sil=200)."""
     pcm16 = (np.asarray(audio, np.float32) * np.float32(32768.0)).clip(-32768, 32767).astype(np.int16)
-    joined = _split_on_silence(_Pcm(pcm16, rate), MID_SILENCE_MS, SILENCE_DBFS, MID_SILENCE_MS, SEEK_MS)
+    joined = silence.split_on_silence(silence.Pcm(pcm16, rate), MID_SILENCE_MS, SILENCE_DBFS, MID_SILENCE_MS, SEEK_MS)
     trimmed = _trim_edges(joined, rate, LEAD_SILENCE_MS, TRAIL_SILENCE_MS, SILENCE_DBFS)
     return trimmed.astype(np.float32) / np.float32(32768.0)
 

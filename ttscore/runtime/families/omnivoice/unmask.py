@@ -17,18 +17,15 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from ttscore.runtime.flow import linspace_f32
+
 EPS = np.float32(1e-10)
 
 
 def time_steps(num_step: int, t_shift: float) -> NDArray[np.float32]:
     """num_step + 1 shifted times from 0 to 1, in float32 as the reference computes them
     (torch.linspace's two-sided rule, then t_shift t / (1 + (t_shift - 1) t))."""
-    n = num_step + 1
-    step = np.float32(1.0) / np.float32(num_step)
-    i = np.arange(n)
-    half = n // 2
-    t = np.where(i < half, i.astype(np.float32) * step, np.float32(1.0) - (n - 1 - i).astype(np.float32) * step)
-    t = t.astype(np.float32)
+    t = linspace_f32(0.0, 1.0, num_step + 1)
     shifted = np.float32(t_shift) * t / (np.float32(1.0) + np.float32(t_shift - 1) * t)
     return shifted.astype(np.float32)
 

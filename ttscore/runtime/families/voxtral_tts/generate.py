@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from ttscore.contract import voxtral_tts as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.families.voxtral_tts.flow import F32, I64, acoustic_codes
+from ttscore.runtime.offline_kit import GrowingPast
 from ttscore.runtime.onnx import ExportedGraphs
 
 
@@ -56,9 +55,9 @@ class VoxtralGraphs(ExportedGraphs):
             raise InvalidRequest(f"the prompt has {int(slots.sum())} [AUDIO] slots, voice {voice!r} {len(rows)} rows",
                                  "voice")
         embeds[slots] = rows
-        past = [np.zeros((1, lm["n_kv_heads"], 0, lm["head_dim"]), np.float32) for _ in range(2 * lm["n_layers"])]
+        past = GrowingPast(lm["n_layers"], lm["n_kv_heads"], lm["head_dim"])
         step, vel = self.graphs["lm_step"], self.graphs["velocity"]
-        x, pos, frames, stopped = embeds[None], 0, [], False
+        x, frames, stopped = embeds[None], [], False
         alpha = np.array([cfg_alpha], np.float32)
 
         def velocity(xx: F32, t: F32, h: F32, a: F32) -> F32:
@@ -66,17 +65,7 @@ class VoxtralGraphs(ExportedGraphs):
             return out
 
         for i in range(max_new_tokens):
-            n = x.shape[1]
-            feeds: dict[str, npt.NDArray[Any]] = {
-                "inputs_embeds": x, "attention_mask": np.ones((1, pos + n), np.int64),
-                "position_ids": np.arange(pos, pos + n, dtype=np.int64)[None]}
-            for j in range(lm["n_layers"]):
-                feeds[spec.past_key(j)], feeds[spec.past_value(j)] = past[2 * j], past[2 * j + 1]
-            out = step.run(feeds)
-            for j in range(lm["n_layers"]):
-                past[2 * j] = np.concatenate([past[2 * j], out[spec.new_key(j)]], axis=2)
-                past[2 * j + 1] = np.concatenate([past[2 * j + 1], out[spec.new_value(j)]], axis=2)
-            pos += n
+            out = past.step(step, x)
             semantic: I64 = out["semantic_code"]
             if int(semantic[0]) == spec.END_AUDIO:
                 stopped = True

@@ -1,9 +1,7 @@
-"""Band-limited sinc resampling as the OmniVoice reference does it (torchaudio.functional.resample
-with its defaults: a Hann-windowed sinc, 6 zero crossings, rolloff 0.99), in numpy.
-
-The reference resamples a reference clip to 24 kHz with it (create_voice_clone_prompt), and the
-Higgs Audio v2 tokenizer resamples 24 kHz to 16 kHz with it before HuBERT (the codec_encoder graph
-holds that second one as a constant convolution built from `sinc_kernel`).
+"""Band-limited sinc resampling as torchaudio.functional.resample does it with its defaults (a
+Hann-windowed sinc, 6 zero crossings, rolloff 0.99), in numpy, for a family whose reference implementation
+resamples with torchaudio (OmniVoice's clip preprocessing; an exported graph can hold the same resampling as a
+constant convolution built from `sinc_kernel`).
 
 Between rates r_in and r_out with g = gcd(r_in, r_out), o = r_in / g and n = r_out / g, output j
 is sum_i x[i] h(i / o - j / n) with h a windowed sinc cut at the lower of the two Nyquist rates
