@@ -38,15 +38,10 @@ BUILTIN = ("qwen3_tts", "voxcpm2", "breeze_tts_2", "omnivoice", "gepard", "voxtr
 T = TypeVar("T")
 
 
-def builtin_modules(pattern: str) -> list[ModuleType]:
-    """Each built-in family's module of one layer: `pattern` formatted with the family's folder name
-    (e.g. "ttscore.runtime.families.{}")."""
-    return [importlib.import_module(pattern.format(name)) for name in BUILTIN]
-
-
 def builtin_parts(pattern: str, attribute: str) -> list[object]:
-    """`attribute` of each built-in family's module `pattern` (see builtin_modules)."""
-    return [getattr(module, attribute) for module in builtin_modules(pattern)]
+    """`attribute` of each built-in family's module of one layer: `pattern` formatted with the family's folder name
+    (e.g. "ttscore.runtime.families.{}")."""
+    return [getattr(importlib.import_module(pattern.format(name)), attribute) for name in BUILTIN]
 
 
 def registry(parts: Iterable[T], name: Callable[[T], str], what: str) -> dict[str, T]:
