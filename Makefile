@@ -8,12 +8,15 @@ STAMP := $(VENV)/.installed
 # "Reference environments"; tests/refenv.py runs a family's reference in its environment).
 REF5 := .venv-ref5
 REF5_STAMP := $(REF5)/.installed
+# The third: mlx-audio on mlx's CPU build, MOSS-TTS-Nano's reference (no torch).
+MLX := .venv-mlx
+MLX_STAMP := $(MLX)/.installed
 DEMO_DIR ?= build/demo
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: setup demo say-demo test test-fast lint clean
 
-setup: $(STAMP) $(REF5_STAMP)
+setup: $(STAMP) $(REF5_STAMP) $(MLX_STAMP)
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
@@ -37,6 +40,13 @@ $(REF5_STAMP): requirements-ref5.txt requirements-ref5-sources.txt
 	$(REF5)/bin/python -m pip download -q --no-deps -d $(REF5)/wheels -r requirements-ref5-sources.txt
 	touch $(REF5_STAMP)
 
+$(MLX_STAMP): requirements-mlx.txt
+	test -x $(MLX)/bin/python || $(PYTHON) -m venv $(MLX)
+	$(MLX)/bin/python -m pip install -q -r requirements-mlx.txt
+	@# mlx-audio's reference needs no torch: a second torch build here would be a dependency gone wrong.
+	$(MLX)/bin/python -c "import importlib.util as u, sys; sys.exit('torch in $(MLX)' if u.find_spec('torch') else 0)"
+	touch $(MLX_STAMP)
+
 # Serve the tiny random-weight demo checkpoint: Triton (8000/8001/8002) + Speech API (8091).
 # Pass your own: make demo CHECKPOINTS="--checkpoint /path/to/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 demo: $(STAMP)
@@ -52,7 +62,7 @@ say-demo: $(STAMP)
 # (tritonserver, references, the gateway) about half the time, so two keep both cores busy; exports are
 # shared through tests/artifacts.py's store (one builds, the other reuses). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-test: $(STAMP) $(REF5_STAMP)
+test: $(STAMP) $(REF5_STAMP) $(MLX_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy ttscore gateway export triton_tts
 	$(VENV)/bin/mypy --strict ttscore/contract ttscore/runtime

@@ -8,6 +8,7 @@ per release line (docs/families.md, "Reference environments"):
 - "main": `.venv`, requirements.txt (+ requirements-nodeps.txt): serving, tests, and the 4.57.3
   references (qwen-tts, voxcpm). It is the environment pytest runs in.
 - "ref5": `.venv-ref5`, requirements-ref5.txt: transformers 5.x, the same torch build, nothing else.
+- "mlx": `.venv-mlx`, requirements-mlx.txt: mlx-audio on mlx's CPU build (MOSS-TTS-Nano's reference); no torch.
 
 A test reaches another environment only through `run`: it writes its input arrays to an .npz file,
 runs a script with that environment's python (the checkout and tests/ on its PYTHONPATH, Hugging Face
@@ -59,6 +60,7 @@ class RefEnv:
 ENVS = {
     "main": RefEnv("main", ".venv", "requirements.txt"),
     "ref5": RefEnv("ref5", ".venv-ref5", "requirements-ref5.txt"),
+    "mlx": RefEnv("mlx", ".venv-mlx", "requirements-mlx.txt"),
 }
 
 # Family -> the environment its reference runs in. A new family whose reference needs transformers
@@ -72,6 +74,7 @@ FAMILY_ENV = {
     "voxtral_tts": "main",  # MistralModel + vLLM-Omni's modules (they need einops, which ref5 lacks)
     "fish_speech": "ref5",  # vLLM-Omni's fish_speech modules (plain torch; transformers' PretrainedConfig)
     "cosyvoice3": "main",  # Qwen2ForCausalLM + vLLM-Omni's flow and HiFT (diffusers 0.35.2 and x-transformers pinned there)
+    "moss_tts_nano": "mlx",  # mlx-audio==0.6.2's moss_tts_nano model and MOSS-Audio-Tokenizer-Nano codec (no torch)
 }
 
 
