@@ -85,16 +85,22 @@ class RefAudioBounds:
 class KnobRule:
     """A number the Speech API's `extra_params` carries to a family's generation (a sampling or solver knob):
     the range [lo, hi] (`lo_open`: lo itself excluded), an integer where `integer`. A value outside it is
-    refused naming `extra_params`, never clamped."""
+    refused naming `extra_params`, never clamped. A `boolean` knob takes only true or false (lo and hi unused)."""
 
     name: str
     lo: float
     hi: float
     integer: bool = False
     lo_open: bool = False
+    boolean: bool = False
 
     def check(self, value: object) -> int | float:
         v: Any = value
+        if self.boolean:
+            if not isinstance(value, bool):
+                raise InvalidRequest(f"'extra_params': '{self.name}' must be true or false, got {value!r}",
+                                     "extra_params")
+            return value
         if self.integer:
             ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
         else:
