@@ -1,0 +1,542 @@
+"""MOSS-Audio-Tokenizer-Nano as two exact streaming graphs (ttscore.contract.moss_tts_nano.codec): the decoder
+(codes -> mono pcm, the family's vocoder) and the encoder (mono 48 kHz reference -> codes), each a torch module
+written from the codec's math with every transformer layer's K/V window in an explicit flat state, traced
+through export/tracing.py and validated chunk by chunk against one whole run of the same modules.
+
+The math (the remote code's, as mlx-audio 0.6.2 and vLLM-Omni 0.30.0 implement it): the stereo stream is
+interleaved (L R L R ...) into one channel; `PatchedPretransform` folds `patch` consecutive samples into
+channels (encoder) or unfolds them (decoder); a projected transformer is input_proj -> pre-norm layers
+(LayerNorm, causal attention over a sliding window of `context` positions with interleaved-pair RoPE, exact
+GELU MLP, LayerScale on both branches) -> output_proj; the quantizer is a residual LFQ (weight-normalised 1x1
+projections, L2-normalised nearest codeword). A layer's window is `round(rate * context_duration)` positions
+at its rate; a query at position p sees keys p - context + 1 .. p, so a stream keeps the last context - 1 keys
+and values of each layer: exact for any chunk length (vLLM-Omni's ring cache of `context` slots drops the
+oldest keys of a multi-position chunk's early queries once the window is full; mlx-audio keeps context - 1,
+as here).
+
+`export_codec` is what the family's export calls: both graphs into the export folder, their manifest pieces
+back (graph specs, validation reports, the vocoder state, the codec's own manifest field).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ttscore.contract.errors import ExportError
+from ttscore.contract.graphs import GraphSpec
+from ttscore.contract.moss_tts_nano import codec as spec
+
+logger = logging.getLogger(__name__)
+
+PCM_TOLERANCE = 1e-4  # graph vs torch, chunked vs whole (fp32 reordering only)
+CODE_TOLERANCE = 0.0
+
+
+# --- the config, checked -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One module of a side: a patch reshape (`patch` > 0) or a projected transformer (`prefix` set)."""
+
+    patch: int = 0
+    prefix: str = ""
+    d_model: int = 0
+    heads: int = 0
+    layers: int = 0
+    context: int = 0  # attention window in positions
+    per_frame: int = 0  # positions of this stage per codec frame
+    max_period: float = 10000.0
+    layer_scale: bool = True
+
+    @property
+    def window(self) -> int:  # keys and values kept per layer between calls
+        return self.context - 1
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+
+@dataclass(frozen=True)
+class CodecDims:
+    sample_rate: int
+    channels: int
+    samples_per_frame: int  # per channel
+    num_quantizers: int
+    codebook_size: int
+    encoder: tuple[Stage, ...]
+    decoder: tuple[Stage, ...]
+    raw: Mapping[str, Any] = field(repr=False, default_factory=dict)
+
+
+def _stages(side: str, modules: Sequence[Mapping[str, Any]], rate: float, frame_rate: float, default_ctx: float,
+            down: bool) -> tuple[tuple[Stage, ...], float]:
+    out: list[Stage] = []
+    for i, m in enumerate(modules):
+        kind = m.get("module_type")
+        if kind == "PatchedPretransform":
+            p = int(m["patch_size"])
+            out.append(Stage(patch=p))
+            rate = rate / p if down else rate * p
+            continue
+        if kind != "Transformer":
+            raise ExportError(f"codec {side}.{i}: unsupported module_type {kind!r}")
+        for key, want in (("causal", True), ("norm", "layer_norm"), ("positional_embedding", "rope"),
+                          ("gating", "none")):
+            if m.get(key, want) != want:
+                raise ExportError(f"codec {side}.{i}: {key}={m.get(key)!r} is not supported (only {want!r})")
+        context = round(rate * float(m.get("context_duration", default_ctx)))
+        per_frame = rate / frame_rate
+        if context < 2 or per_frame != int(per_frame):
+            raise ExportError(f"codec {side}.{i}: window {context} positions, {per_frame} positions per frame")
+        d, h = int(m["d_model"]), int(m["num_heads"])
+        if d % h or (d // h) % 2:
+            raise ExportError(f"codec {side}.{i}: d_model {d} / {h} heads needs an even head dimension")
+        out.append(Stage(prefix=f"{side}.{i}", d_model=d, heads=h, layers=int(m["num_layers"]), context=context,
+                         per_frame=int(per_frame), max_period=float(m.get("max_period", 10000)),
+                         layer_scale=m.get("layer_scale") is not None))
+    return tuple(out), rate
+
+
+def codec_dims(config: Mapping[str, Any]) -> CodecDims:
+    """The stages of a codec config; ExportError for anything these graphs do not implement."""
+    sr, hop = int(config.get("sampling_rate", config.get("sample_rate", 0))), int(config["downsample_rate"])
+    ch = int(config.get("number_channels", 1))
+    if not config.get("enable_channel_interleave", True) and ch > 1:
+        raise ExportError("codec: only the interleaved channel layout is supported")
+    q = config["quantizer_kwargs"]
+    if str(q.get("quantizer_type", config.get("quantizer_type", "rlfq"))) not in ("rlfq", "random_prefix_rlfq"):
+        raise ExportError(f"codec: quantizer {q.get('quantizer_type')!r} is not supported (only rlfq)")
+    frame_rate = sr / hop
+    ctx = float(config.get("causal_transformer_context_duration", 10.0))
+    enc, rate = _stages("encoder", config["encoder_kwargs"], float(sr * ch), frame_rate, ctx, True)
+    if abs(rate - frame_rate) > 1e-9:
+        raise ExportError(f"codec: the encoder ends at {rate} positions/s, not the frame rate {frame_rate}")
+    dec, rate = _stages("decoder", config["decoder_kwargs"], frame_rate, frame_rate, ctx, False)
+    if abs(rate - sr * ch) > 1e-6:
+        raise ExportError(f"codec: the decoder ends at {rate} positions/s, not {sr * ch}")
+    return CodecDims(sr, ch, hop, int(q["num_quantizers"]), int(q["codebook_size"]), enc, dec, dict(config))
+
+
+def state_layout(stages: Sequence[Stage]) -> list[tuple[str, tuple[int, ...]]]:
+    """The flat state's entries in order: key then value of every layer of every transformer stage."""
+    out = []
+    for s in stages:
+        if s.patch:
+            continue
+        for layer in range(s.layers):
+            for kv in ("key", "value"):
+                out.append((f"{s.prefix}.layers.{layer}.{kv}", (s.heads, s.window, s.head_dim)))
+    return out
+
+
+def state_size(stages: Sequence[Stage]) -> int:
+    return int(sum(np.prod(shape) for _, shape in state_layout(stages)))
+
+
+# --- modules -------------------------------------------------------------------------------------------
+
+
+def _t(w: Mapping[str, np.ndarray], name: str) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(w[name], dtype=np.float32))
+
+
+def _wn_linear(w: Mapping[str, np.ndarray], prefix: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A weight-normalised 1x1 conv as (weight [out, in], bias): g * v / ||v|| per output channel."""
+    g, v = _t(w, f"{prefix}.parametrizations.weight.original0"), _t(w, f"{prefix}.parametrizations.weight.original1")
+    weight = g * v / torch.sqrt(torch.sum(v * v, dim=(1, 2), keepdim=True))
+    return weight[:, :, 0].contiguous(), _t(w, f"{prefix}.bias")
+
+
+class Layer(nn.Module):
+    def __init__(self, w: Mapping[str, np.ndarray], p: str, s: Stage) -> None:
+        super().__init__()
+        d = s.d_model
+        self.in_proj = nn.Parameter(_t(w, f"{p}.self_attn.in_projs.0.weight"), requires_grad=False)
+        self.out_proj = nn.Parameter(_t(w, f"{p}.self_attn.out_projs.0.weight"), requires_grad=False)
+        self.norm1 = nn.LayerNorm(d, eps=1e-5)
+        self.norm2 = nn.LayerNorm(d, eps=1e-5)
+        with torch.no_grad():
+            for i in (1, 2):
+                getattr(self, f"norm{i}").weight.copy_(_t(w, f"{p}.norm{i}.weight"))
+                getattr(self, f"norm{i}").bias.copy_(_t(w, f"{p}.norm{i}.bias"))
+        self.linear1 = nn.Parameter(_t(w, f"{p}.linear1.weight"), requires_grad=False)
+        self.linear2 = nn.Parameter(_t(w, f"{p}.linear2.weight"), requires_grad=False)
+        ones = torch.ones(d)
+        self.scale1 = nn.Parameter(_t(w, f"{p}.layer_scale_1.scale") if s.layer_scale else ones, requires_grad=False)
+        self.scale2 = nn.Parameter(_t(w, f"{p}.layer_scale_2.scale") if s.layer_scale else ones.clone(),
+                                   requires_grad=False)
+        self.heads, self.head_dim, self.context = s.heads, s.head_dim, s.context
+        half = s.head_dim // 2
+        freqs = torch.exp(torch.arange(half, dtype=torch.float32) * (-math.log(s.max_period) * 2.0 / s.head_dim))
+        self.register_buffer("freqs", freqs, persistent=False)
+
+    def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        b, h, t, d = x.shape
+        pairs = x.reshape(b, h, t, d // 2, 2)
+        re, im = pairs[..., 0], pairs[..., 1]
+        return torch.stack((re * cos - im * sin, re * sin + im * cos), dim=-1).reshape(b, h, t, d)
+
+    def forward(self, x: torch.Tensor, qpos: torch.Tensor, kpos: torch.Tensor, past_k: torch.Tensor,
+                past_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        b, t, d = x.shape
+        h = self.norm1(x)
+        qkv = F.linear(h, self.in_proj).reshape(b, t, 3, self.heads, self.head_dim)
+        q = qkv[:, :, 0].permute(0, 2, 1, 3)
+        k = qkv[:, :, 1].permute(0, 2, 1, 3)
+        v = qkv[:, :, 2].permute(0, 2, 1, 3)
+        phase = qpos.to(torch.float32)[:, None, :, None] * self.freqs
+        cos, sin = torch.cos(phase), torch.sin(phase)
+        q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
+        keys = torch.cat((past_k, k), dim=2)
+        values = torch.cat((past_v, v), dim=2)
+        delta = qpos[:, :, None] - kpos[:, None, :]
+        allowed = (kpos[:, None, :] >= 0) & (delta >= 0) & (delta < self.context)
+        scores = torch.matmul(q, keys.permute(0, 1, 3, 2)) * (self.head_dim ** -0.5)
+        scores = torch.where(allowed[:, None], scores, torch.finfo(scores.dtype).min)
+        attn = torch.matmul(torch.softmax(scores, dim=-1), values)
+        attn = attn.permute(0, 2, 1, 3).reshape(b, t, d)
+        x = x + self.scale1 * F.linear(attn, self.out_proj)
+        x = x + self.scale2 * F.linear(F.gelu(F.linear(self.norm2(x), self.linear1)), self.linear2)
+        window = past_k.shape[2]
+        return x, keys[:, :, keys.shape[2] - window:], values[:, :, values.shape[2] - window:]
+
+
+class Transformer(nn.Module):
+    """A projected transformer over [B, C, T] with its layers' K/V windows passed in and out."""
+
+    def __init__(self, w: Mapping[str, np.ndarray], s: Stage) -> None:
+        super().__init__()
+        self.stage = s
+        self.input_proj = nn.Parameter(_t(w, f"{s.prefix}.input_proj.weight"), requires_grad=False)
+        self.output_proj = nn.Parameter(_t(w, f"{s.prefix}.output_proj.weight"), requires_grad=False)
+        self.layers = nn.ModuleList(Layer(w, f"{s.prefix}.transformer.layers.{i}", s) for i in range(s.layers))
+
+    def forward(self, x: torch.Tensor, frame0: torch.Tensor, past: list[torch.Tensor]
+                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        s = self.stage
+        x = F.linear(x.permute(0, 2, 1), self.input_proj)
+        t = x.shape[1]
+        start = frame0 * s.per_frame  # [B] this chunk's first position
+        steps = torch.arange(t, dtype=torch.int64)
+        qpos = start[:, None] + steps[None, :]
+        kpos = torch.cat((start[:, None] - s.window + torch.arange(s.window, dtype=torch.int64)[None, :], qpos), dim=1)
+        new: list[torch.Tensor] = []
+        for i, layer in enumerate(self.layers):
+            x, k, v = layer(x, qpos, kpos, past[2 * i], past[2 * i + 1])
+            new += [k, v]
+        return F.linear(x, self.output_proj).permute(0, 2, 1), new
+
+
+def _patch_down(x: torch.Tensor, p: int) -> torch.Tensor:
+    b, c, _ = x.shape
+    return x.reshape(b, c, -1, p).permute(0, 1, 3, 2).reshape(b, c * p, -1)
+
+
+def _patch_up(x: torch.Tensor, p: int) -> torch.Tensor:
+    b, cp, _ = x.shape
+    return x.reshape(b, cp // p, p, -1).permute(0, 1, 3, 2).reshape(b, cp // p, -1)
+
+
+class _Stream(nn.Module):
+    """A side's stages with the flat state split and joined."""
+
+    def __init__(self, w: Mapping[str, np.ndarray], stages: Sequence[Stage]) -> None:
+        super().__init__()
+        self.stages = tuple(stages)
+        self.blocks = nn.ModuleList(Transformer(w, s) for s in stages if not s.patch)
+        self.layout = state_layout(stages)
+        self.state_size = state_size(stages)
+
+    def _split(self, state: torch.Tensor) -> list[torch.Tensor]:
+        out, a = [], 0
+        for _, shape in self.layout:
+            n = int(np.prod(shape))
+            out.append(state[:, a:a + n].reshape(-1, *shape))
+            a += n
+        return out
+
+    def run(self, x: torch.Tensor, state: torch.Tensor, frame0: torch.Tensor, down: bool
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+        past = self._split(state)
+        new: list[torch.Tensor] = []
+        blocks = iter(self.blocks)
+        at = 0
+        for s in self.stages:
+            if s.patch:
+                x = _patch_down(x, s.patch) if down else _patch_up(x, s.patch)
+                continue
+            n = 2 * s.layers
+            x, kv = next(blocks)(x, frame0, past[at:at + n])
+            new += kv
+            at += n
+        return x, torch.cat([t.reshape(t.shape[0], -1) for t in new], dim=1)
+
+
+class DecoderStream(_Stream):
+    """(codes [B, T, nq] int64, state [B, S], position [B] frames done) -> (pcm [B, T * spf], new_state); `mono`
+    False: pcm [B, channels, T * spf] instead of the mean of the channels."""
+
+    def __init__(self, config: Mapping[str, Any], w: Mapping[str, np.ndarray], mono: bool = True) -> None:
+        d = codec_dims(config)
+        super().__init__(w, d.decoder)
+        self.dims, self.mono = d, mono
+        q = config["quantizer_kwargs"]
+        rvq, cd = int(q["rvq_dim"]), int(q["codebook_dim"])
+        tables = []
+        for k in range(d.num_quantizers):
+            cb = _t(w, f"quantizer.quantizers.{k}.codebook.weight")
+            if rvq != cd:
+                wt, bias = _wn_linear(w, f"quantizer.quantizers.{k}.out_proj")
+                cb = cb @ wt.T + bias
+            tables.append(cb)
+        # every quantizer's dequantised rows, one table: code c of quantizer k is row k * codebook_size + c
+        self.register_buffer("tables", torch.cat(tables).contiguous(), persistent=False)
+        self.register_buffer("offsets", torch.arange(d.num_quantizers, dtype=torch.int64) * d.codebook_size,
+                             persistent=False)
+        if rvq != int(q["output_dim"]):
+            out_w, out_b = _wn_linear(w, "quantizer.output_proj")
+        else:
+            out_w, out_b = torch.eye(rvq), torch.zeros(rvq)
+        self.out_w = nn.Parameter(out_w, requires_grad=False)
+        self.out_b = nn.Parameter(out_b, requires_grad=False)
+
+    def forward(self, codes: torch.Tensor, state: torch.Tensor, position: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        b = codes.shape[0]
+        rows = F.embedding(codes + self.offsets, self.tables).sum(dim=2)  # [B, T, rvq]
+        x = F.linear(rows, self.out_w, self.out_b).permute(0, 2, 1)
+        x, new_state = self.run(x, state, position, down=False)
+        ch = self.dims.channels
+        audio = x.reshape(b, -1, ch)  # the interleaved stream: [B, samples, channels]
+        pcm = audio.mean(dim=2) if self.mono else audio.permute(0, 2, 1)
+        return pcm, new_state
+
+
+class EncoderStream(_Stream):
+    """(audio [B, T * spf] mono at the codec rate, state [B, S], position [B] frames done) -> (codes [B, T, nq]
+    int64, new_state). The mono clip is repeated to the codec's channels (interleaved)."""
+
+    def __init__(self, config: Mapping[str, Any], w: Mapping[str, np.ndarray]) -> None:
+        d = codec_dims(config)
+        super().__init__(w, d.encoder)
+        self.dims = d
+        q = config["quantizer_kwargs"]
+        inp, rvq, cd = int(q["input_dim"]), int(q["rvq_dim"]), int(q["codebook_dim"])
+        if inp != rvq:
+            in_w, in_b = _wn_linear(w, "quantizer.input_proj")
+        else:
+            in_w, in_b = torch.eye(rvq), torch.zeros(rvq)
+        self.in_w = nn.Parameter(in_w, requires_grad=False)
+        self.in_b = nn.Parameter(in_b, requires_grad=False)
+        self.has_proj = rvq != cd
+        qin_w, qin_b, qout_w, qout_b, books = [], [], [], [], []
+        for k in range(d.num_quantizers):
+            p = f"quantizer.quantizers.{k}"
+            if self.has_proj:
+                a, b = _wn_linear(w, f"{p}.in_proj")
+                c, e = _wn_linear(w, f"{p}.out_proj")
+                qin_w.append(a)
+                qin_b.append(b)
+                qout_w.append(c)
+                qout_b.append(e)
+            books.append(_t(w, f"{p}.codebook.weight"))
+        if self.has_proj:
+            self.qin_w = nn.Parameter(torch.stack(qin_w), requires_grad=False)
+            self.qin_b = nn.Parameter(torch.stack(qin_b), requires_grad=False)
+            self.qout_w = nn.Parameter(torch.stack(qout_w), requires_grad=False)
+            self.qout_b = nn.Parameter(torch.stack(qout_b), requires_grad=False)
+        self.books = nn.Parameter(torch.stack(books), requires_grad=False)
+        normed = self.books / torch.clamp(torch.sqrt(torch.sum(self.books ** 2, dim=-1, keepdim=True)), min=1e-12)
+        self.register_buffer("books_n", normed.detach().clone(), persistent=False)
+        self.register_buffer("books_sq", torch.sum(normed ** 2, dim=-1).detach().clone(), persistent=False)
+
+    def forward(self, audio: torch.Tensor, state: torch.Tensor, position: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        b = audio.shape[0]
+        ch = self.dims.channels
+        x = audio[:, :, None].expand(b, audio.shape[1], ch).reshape(b, 1, -1)
+        x, new_state = self.run(x, state, position, down=True)
+        res = F.linear(x.permute(0, 2, 1), self.in_w, self.in_b)  # [B, T, rvq]
+        codes = []
+        for k in range(self.dims.num_quantizers):
+            e = F.linear(res, self.qin_w[k], self.qin_b[k]) if self.has_proj else res
+            e = e / torch.clamp(torch.sqrt(torch.sum(e * e, dim=-1, keepdim=True)), min=1e-12)
+            dist = torch.sum(e * e, dim=-1, keepdim=True) - 2.0 * torch.matmul(e, self.books_n[k].T) + self.books_sq[k]
+            idx = torch.argmax(-dist, dim=-1)
+            zq = F.embedding(idx, self.books[k])
+            if self.has_proj:
+                zq = F.linear(zq, self.qout_w[k], self.qout_b[k])
+            res = res - zq
+            codes.append(idx)
+        return torch.stack(codes, dim=-1), new_state
+
+
+# --- running them (tests, validation) ------------------------------------------------------------------
+
+
+def decode(module: DecoderStream, codes: np.ndarray, chunks: Sequence[int] | None = None) -> np.ndarray:
+    """codes [B, T, nq] through the torch decoder from a zero state, whole or in `chunks` of frames."""
+    b, t = codes.shape[:2]
+    state = torch.zeros(b, module.state_size)
+    out, at = [], 0
+    with torch.inference_mode():
+        for n in (chunks or [t]):
+            pcm, state = module(torch.from_numpy(codes[:, at:at + n]), state, torch.full((b,), at, dtype=torch.int64))
+            out.append(pcm.numpy())
+            at += n
+    return np.concatenate(out, axis=-1)
+
+
+def encode(module: EncoderStream, audio: np.ndarray, chunks: Sequence[int] | None = None) -> np.ndarray:
+    """audio [B, samples] (a whole number of frames) through the torch encoder, whole or in `chunks` of frames."""
+    spf = module.dims.samples_per_frame
+    b, t = audio.shape[0], audio.shape[1] // spf
+    state = torch.zeros(b, module.state_size)
+    out, at = [], 0
+    with torch.inference_mode():
+        for n in (chunks or [t]):
+            codes, state = module(torch.from_numpy(np.ascontiguousarray(audio[:, at * spf:(at + n) * spf])), state,
+                                  torch.full((b,), at, dtype=torch.int64))
+            out.append(codes.numpy())
+            at += n
+    return np.concatenate(out, axis=1)
+
+
+def window_frames(stages: Sequence[Stage]) -> int:
+    """Frames after which every transformer's window is full (a stream longer than this crosses all of them)."""
+    return max(-(-s.context // s.per_frame) for s in stages if not s.patch)
+
+
+def run_chunks(session: Any, first: str, data: np.ndarray, chunks: Sequence[int], size: int, per: int) -> np.ndarray:
+    """A streaming graph over `data` [B, frames * per, ...] in `chunks` of frames from a zero state; the first
+    outputs joined along the frames' axis."""
+    from export.tracing import ort_run
+
+    b = data.shape[0]
+    state = np.zeros((b, size), np.float32)
+    out, at = [], 0
+    for n in chunks:
+        got, state = ort_run(session, {first: np.ascontiguousarray(data[:, at * per:(at + n) * per]), "state": state,
+                                       "position": np.full((b,), at, np.int64)})
+        out.append(got)
+        at += n
+    return np.concatenate(out, axis=1)
+
+
+# --- export ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CodecExport:
+    """What the family's export puts into its manifest for the codec."""
+
+    graphs: dict[str, GraphSpec]
+    validation: dict[str, dict[str, Any]]
+    vocoder_state_size: int
+    vocoder_state_layout: list[list[Any]]
+    sample_rate: int
+    samples_per_frame: int
+    fields: dict[str, Any]  # the manifest's own field `codec` (spec.MANIFEST_FIELD): {"codec": {...}}
+
+
+def _chunks(total: int, window: int) -> list[int]:
+    """1, 2, then a chunk ending past the window, then the rest."""
+    head = [1, 2]
+    mid = max(1, window - 1)
+    rest = total - sum(head) - mid
+    return [*head, mid, *([rest] if rest > 0 else [])]
+
+
+def export_codec(checkpoint: Path, out_dir: Path, precision: str = "fp32", *, seed: int = 0) -> CodecExport:
+    """Export the codec of a MOSS-TTS-Nano checkpoint (found by tiny_codec.find_codec) into `out_dir`:
+    `moss_codec_decoder.onnx` (the vocoder) and `moss_codec_encoder.onnx`, each validated in several chunkings
+    across every attention window against one whole run of the torch modules. `precision` int8/int4 quantizes
+    the decoder's MatMuls when its SNR holds (export.quantize); the encoder stays fp32 (its output is argmax
+    codes). ExportError / CheckpointError on failure."""
+    from export.moss_tts_nano.tiny_codec import find_codec, load_codec
+    from export.quantize import compare_outputs, quantize_graph
+    from export.tracing import ErrorTracker, export_inline, ort_session, torch_threads
+
+    codec_dir = find_codec(Path(checkpoint))
+    config, weights = load_codec(codec_dir)
+    dims = codec_dims(config)
+    if dims.channels != spec.CHANNELS or dims.sample_rate != spec.SAMPLE_RATE:
+        raise ExportError(f"codec {codec_dir}: {dims.sample_rate} Hz x {dims.channels} channels, not "
+                          f"{spec.SAMPLE_RATE} x {spec.CHANNELS}")
+    out_dir = Path(out_dir)
+    spf, nq = dims.samples_per_frame, dims.num_quantizers
+    rng = np.random.default_rng(seed)
+    reports: dict[str, dict[str, Any]] = {}
+
+    # decoder: two rows over a window-crossing length, whole torch decode vs the graph in chunks
+    dwin = window_frames(dims.decoder)
+    frames = dwin + 4
+    codes = rng.integers(0, dims.codebook_size, (2, frames, nq)).astype(np.int64)
+    with torch_threads():
+        dec = DecoderStream(config, weights).eval()
+        dspec = spec.decoder_spec(dec.state_size, nq)
+        want = decode(dec, codes)
+        with torch.inference_mode():
+            dpath = export_inline(dec, (torch.from_numpy(codes[:, :2]), torch.zeros(2, dec.state_size),
+                                        torch.zeros(2, dtype=torch.int64)), dspec, out_dir)
+        layout = [[name, list(shape)] for name, shape in dec.layout]
+        dsize = dec.state_size
+        del dec
+    sess = ort_session(dpath)
+    tr = ErrorTracker()
+    for chunks in ([frames], _chunks(frames, dwin), [1] * frames):
+        tr.add("pcm", run_chunks(sess, "codes", codes, chunks, dsize, 1), want, "chunks " + "+".join(map(str, chunks)))
+    reports[dspec.name] = tr.finish(dspec.name, dpath, {"pcm": PCM_TOLERANCE})
+    del sess
+
+    # encoder: a clip over a window-crossing length, whole torch encode vs the graph in chunks
+    ewin = window_frames(dims.encoder)
+    eframes = ewin + 3
+    t = np.arange(eframes * spf) / dims.sample_rate
+    audio = np.stack([0.4 * np.sin(2 * np.pi * 220 * t) + 0.05 * rng.standard_normal(t.shape),
+                      0.3 * np.sin(2 * np.pi * 523 * t) * np.cos(2 * np.pi * 3 * t)]).astype(np.float32)
+    with torch_threads():
+        enc = EncoderStream(config, weights).eval()
+        espec = spec.encoder_spec(enc.state_size, nq)
+        ewant = encode(enc, audio)
+        with torch.inference_mode():
+            epath = export_inline(enc, (torch.from_numpy(audio[:, :2 * spf]), torch.zeros(2, enc.state_size),
+                                        torch.zeros(2, dtype=torch.int64)), espec, out_dir)
+        esize, elayout = enc.state_size, [[name, list(shape)] for name, shape in enc.layout]
+        del enc
+    sess = ort_session(epath)
+    tr = ErrorTracker()
+    for chunks in ([eframes], _chunks(eframes, ewin)):
+        got = run_chunks(sess, "audio", audio, chunks, esize, spf)
+        tr.add("codes", got.astype(np.float64), ewant.astype(np.float64), "chunks " + "+".join(map(str, chunks)))
+    reports[espec.name] = tr.finish(espec.name, epath, {"codes": CODE_TOLERANCE})
+    del sess
+
+    if precision != "fp32":
+        feeds = [{"codes": codes[:, :3], "state": np.zeros((2, dsize), np.float32),
+                  "position": np.zeros(2, np.int64)}]
+        q = quantize_graph(dpath, precision, lambda a, b: compare_outputs(a, b, feeds), audio=True)
+        reports[dspec.name].update(q)
+        reports[espec.name].update({"quantized": None, "vs_fp32": {"kept": "fp32 (argmax codes)"}})
+
+    fields = {spec.MANIFEST_FIELD: {
+        "sample_rate": dims.sample_rate, "channels": dims.channels, "samples_per_frame": spf,
+        "num_quantizers": nq, "codebook_size": dims.codebook_size,
+        "encoder_state_size": esize, "encoder_state_layout": elayout,
+        "decoder_windows": [s.context for s in dims.decoder if not s.patch],
+        "encoder_windows": [s.context for s in dims.encoder if not s.patch],
+        "source": str(codec_dir),
+    }}
+    return CodecExport({dspec.name: dspec, espec.name: espec}, reports, dsize, layout, dims.sample_rate, spf, fields)
