@@ -1,0 +1,85 @@
+"""MOSS-TTS-Nano's samplers over the graphs' logits, in the reference's order and float32 arithmetic (mlx-audio
+0.6.2's moss_tts_nano sampling, the official runtime's): one draw each from a fed uniform `u`, so a request's
+seed (its own generator) reproduces it whatever it is batched with.
+
+- stop/continue: the two candidate logits (audio_assistant_slot, audio_end), sampled as a code is with top-k
+  capped at 2; greedy: argmax (the slot on a tie);
+- a code: the repetition penalty over the codes this codebook drew earlier in the text chunk (each distinct code
+  once; x < 0 ? x * p : x / p; greedy too), then for sampling temperature, top-k (the k largest kept), top-p (kept
+  where the ascending cumulative probability exceeds 1 - p), and one draw.
+
+A draw (`inverse_cdf`): the kept logits' softmax in index order, the first index whose cumulative probability
+exceeds `u` times the total. The reference's parity test samples mlx-audio with this same function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+F32 = NDArray[np.float32]
+
+
+def repetition_penalty(logits: NDArray[Any], previous: NDArray[Any], penalty: float) -> F32:
+    scores: F32 = np.array(logits, np.float32)
+    if penalty == 1.0 or previous.size == 0:
+        return scores
+    idx = np.unique(np.clip(previous.astype(np.int64), 0, scores.shape[-1] - 1))
+    x = scores[idx]
+    scores[idx] = np.where(x < 0, x * np.float32(penalty), x / np.float32(penalty))
+    return scores
+
+
+def top_k(scores: F32, k: int) -> F32:
+    if k <= 0 or k >= scores.shape[-1]:
+        return scores
+    keep = np.argsort(-scores, kind="stable")[:k]
+    out = np.full_like(scores, -np.inf)
+    out[keep] = scores[keep]
+    return out
+
+
+def log_softmax(scores: F32) -> F32:
+    m = np.max(scores)
+    shifted = scores - m
+    out: F32 = (shifted - np.log(np.sum(np.exp(shifted)))).astype(np.float32)
+    return out
+
+
+def top_p(scores: F32, p: float) -> F32:
+    if p <= 0.0 or p >= 1.0:
+        return scores
+    probs = np.exp(log_softmax(scores))
+    order = np.argsort(scores, kind="stable")  # ascending
+    cumulative = np.empty_like(probs)
+    cumulative[order] = np.cumsum(probs[order])
+    out: F32 = np.where(cumulative > np.float32(1.0 - p), scores, np.float32(-np.inf)).astype(np.float32)
+    return out
+
+
+def inverse_cdf(scores: NDArray[Any], u: float) -> int:
+    """One draw from softmax(scores) with the uniform `u` in [0, 1) (index order; -inf never drawn)."""
+    s = np.asarray(scores, np.float64)
+    p = np.exp(s - np.max(s))
+    cdf = np.cumsum(p)
+    i = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    last = int(np.flatnonzero(p > 0)[-1])
+    return min(i, last)
+
+
+def sample_code(logits: NDArray[Any], previous: NDArray[Any], *, do_sample: bool, temperature: float, k: int,
+                p: float, penalty: float, u: float) -> int:
+    scores = repetition_penalty(logits, previous, penalty)
+    if not do_sample:
+        return int(np.argmax(scores))
+    scores = (scores / np.float32(temperature)).astype(np.float32)
+    return inverse_cdf(top_p(top_k(scores, k), p), u)
+
+
+def continues(text_logits: NDArray[Any], *, do_sample: bool, temperature: float, k: int, p: float, u: float) -> bool:
+    """The stop/continue decision over (slot, end) logits: True to make a frame."""
+    none = np.zeros(0, np.int64)
+    return sample_code(text_logits, none, do_sample=do_sample, temperature=temperature, k=min(k, 2), p=p,
+                       penalty=1.0, u=u) == 0
