@@ -101,6 +101,7 @@ class _Active:
     sent_seconds: float = 0.0  # audio seconds made so far
     no_frames: NDArray[Any] | None = None  # [0, *frame shape] in the family's dtype, once a frame was made
     waiting_since: float | None = None  # clock() when it began waiting for text
+    vocoded: int = 0  # frames handed to the vocoder so far
 
 
 class Generator:
@@ -278,20 +279,22 @@ class Generator:
         ready = [a for a in self._active.values() if self._ready(a, now)]
         if not ready:
             return []
-        work = [(a.stream, np.stack(a.seq.pending)) for a in ready if a.seq.pending]
+        parts = [self._parts(a) for a in ready]  # per stream: its frames, cut where the sequence breaks
+        work = [(stream, frames) for p in parts for stream, frames, _ in p if len(frames)]
         if work:
             t0, ort0 = time.perf_counter(), OnnxGraph.seconds
-            pcms = iter(self.vocoder.decode(work))
+            decoded = iter(self.vocoder.decode(work))
             if getattr(self.vocoder, "external", False):
                 profile.external_seconds += (time.perf_counter() - t0) - (OnnxGraph.seconds - ort0)
         else:
-            pcms = iter(())
+            decoded = iter(())
+        pcms = iter([self._joined(p, decoded) for p in parts])
         frame_s = self.model.frame_seconds
         events = []
         for a in ready:
             seq = a.seq
             n = len(seq.pending)
-            pcm = next(pcms) if n else np.zeros(0, np.float32)
+            pcm = next(pcms)
             if n:
                 codes = np.stack(seq.pending)
                 a.no_frames = codes[:0]
@@ -317,6 +320,38 @@ class Generator:
                 del self._active[a.req_id]
                 self.model.release(seq)
         return events
+
+    def _parts(self, a: _Active) -> list[tuple[Any, NDArray[Any], int]]:
+        """(stream, frames, silence after) of a ready sequence's pending frames: one part, or one per segment of a
+        sequence that `breaks` there (Sequence.breaks), each later one on a new vocoder stream."""
+        seq = a.seq
+        frames = np.stack(seq.pending) if seq.pending else np.zeros((0, 0))
+        if not seq.breaks:
+            a.vocoded += len(frames)
+            return [(a.stream, frames, 0)]
+        parts: list[tuple[Any, NDArray[Any], int]] = []
+        start = 0
+        for end in range(len(frames) + 1):
+            pause = seq.breaks.pop(a.vocoded + end, None)
+            if pause is None:
+                continue
+            parts.append((a.stream, frames[start:end], pause))
+            a.stream = self.vocoder.new_stream()
+            start = end
+        parts.append((a.stream, frames[start:], 0))
+        a.vocoded += len(frames)
+        return parts
+
+    @staticmethod
+    def _joined(parts: list[tuple[Any, NDArray[Any], int]], decoded: Iterator[NDArray[Any]]) -> NDArray[Any]:
+        """A sequence's chunk of audio: its parts' decoded audio, each followed by its silence."""
+        pieces: list[NDArray[Any]] = []
+        for _, frames, pause in parts:
+            if len(frames):
+                pieces.append(np.asarray(next(decoded), np.float32))
+            if pause:
+                pieces.append(np.zeros(pause, np.float32))
+        return np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
 
     # --- convenience ----------------------------------------------------------------------------
 

@@ -43,6 +43,9 @@ class Sequence:
     # Incremental text (a family's `extend_text`): the sequence has used all the text it has and
     # waits for more (or for its end); the engine keeps it, but neither prefills nor steps it.
     waiting_for_text: bool = False
+    # An utterance of independent parts (MOSS-TTS-Nano's text chunks, each decoded on its own): after `n` frames in
+    # all, the vocoder stream ends, `breaks[n]` samples of silence follow and a new stream starts.
+    breaks: dict[int, int] = field(default_factory=dict)
 
 
 class Vocoder(Protocol):

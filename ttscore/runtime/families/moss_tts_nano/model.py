@@ -1,0 +1,302 @@
+"""MOSS-TTS-Nano over its exported graphs under the shared engine (ttscore.runtime.family), registered as the family
+`moss_tts_nano` and served by speech_generation.
+
+A request's life: `admit` (validate; the reference clip's codec codes given (`ref_audio_tokens`, on the served path
+from the checkpoint's moss_codec_encoder Triton model) or, offline only (`encoders`), a 48 kHz clip encoded here;
+the text cut into chunks as vLLM-Omni does (text.py); the request's own generator from its seed) -> `prefill`
+(the chunk's voice-clone prompt rows embedded from the tables, `global_step` over them through the K/V arena; the
+call that completes it makes the chunk's first frame) -> `step` (each sequence's last frame `[slot, c_0..c_15]`
+embedded, `global_step` one position further for every sequence in one batched call) -> `release`.
+
+A frame (`_frames`, every row of the batch in lockstep through `local_step` and its own small past): the global
+hidden state and the slot's embedding (two positions from an empty past) give the stop/continue logits and
+codebook 0's; a row that does not continue ends its text chunk; each code drawn feeds its embedding for the next
+codebook's logits. Sampling (sampling.py) takes one uniform per draw from the request's generator, the decision's
+first, then the codes', so a request's frames do not depend on what it was batched with.
+
+A text of several chunks: when a chunk ends (its stop, or `max_new_tokens` frames), the next chunk's prompt is
+prefilled from an empty past (the sequence's arena row released, its `prefilled` reset, so the engine prefills it
+again) with a fresh repetition history, and the engine is told (`Sequence.breaks`) to end the vocoder stream
+after the chunk's last frame, add the pause and start a new stream, as vLLM-Omni's remote code decodes each chunk on
+its own. The vocoder is `moss_codec_decoder`, exact streaming (mono by the mean of the codec's two channels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ttscore.contract import kv as kv_names
+from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.manifest import Manifest
+from ttscore.contract.moss_tts_nano import codec, rules
+from ttscore.contract.moss_tts_nano import graphs as spec
+from ttscore.runtime.families.moss_tts_nano import sampling
+from ttscore.runtime.families.moss_tts_nano import text as chunking
+from ttscore.runtime.families.moss_tts_nano.checkpoint import CONFIG, MossConfig, parse_config
+from ttscore.runtime.families.moss_tts_nano.request import (
+    MossRequest,
+    Sampling,
+    checked_text,
+    resolve_limits,
+    resolve_sampling,
+)
+from ttscore.runtime.families.moss_tts_nano.tokenizer import TOKENIZER_FILE, MossTokenizer, voice_clone_rows
+from ttscore.runtime.family import Sequence
+from ttscore.runtime.kv import KVArena
+from ttscore.runtime.onnx import OnnxGraph, open_graph, open_table
+from ttscore.runtime.step_kit import FrameSequence, prefill_chunks, step_frames
+from ttscore.runtime.vocoder import OrtVocoder
+
+F32 = npt.NDArray[np.float32]
+I64 = npt.NDArray[np.int64]
+DEFAULT_INITIAL_CHUNK_FRAMES = 2  # 160 ms before the first audio
+DEFAULT_CHUNK_FRAMES = 12
+
+
+@dataclass
+class MossSequence(FrameSequence):
+    chunks: list[str] = field(default_factory=list)  # the text chunks (text.py)
+    chunk: int = 0  # the one being generated
+    ref_codes: I64 = field(default_factory=lambda: np.zeros((0, spec.N_VQ), np.int64))
+    sampling: Sampling | None = None
+    max_frames: int = rules.DEFAULT_MAX_NEW_TOKENS  # per text chunk
+    chunk_frames_made: int = 0
+    history: list[I64] = field(default_factory=list)  # this chunk's frames (the repetition penalty's)
+    hidden: F32 | None = None  # the global stack's last hidden state [D]
+    rng: np.random.Generator | None = None
+    reason: str = "stop"  # why the last chunk ended
+
+    def uniform(self) -> float:
+        assert self.rng is not None
+        return float(self.rng.random())
+
+
+class MossModel:
+    """FamilyModel for an exported MOSS-TTS-Nano checkpoint (ttscore.runtime.family)."""
+
+    def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None, *, vocoder: bool = True,
+                 encoders: bool = False) -> None:
+        self.artifacts = Path(artifacts)
+        self.manifest = manifest
+        configs = manifest.configs
+        if CONFIG not in configs:
+            raise ArtifactError(f"{artifacts}/manifest.json has no configs[{CONFIG!r}]: re-export")
+        self.config: MossConfig = parse_config(dict(configs[CONFIG]))
+        c = self.config
+        graph = partial(open_graph, self.artifacts, manifest, threads=threads)
+        self.global_step, self.local_step = graph("global_step"), graph("local_step")
+        self.kv = KVArena(c.layers, c.heads, c.head_dim)
+        self.wte = np.asarray(open_table(self.artifacts, spec.WTE), np.float32)
+        self.audio = np.asarray(open_table(self.artifacts, spec.AUDIO_EMBEDDINGS), np.float32)  # [N_VQ, C, D]
+        self.slot_embedding = self.wte[spec.AUDIO_ASSISTANT_SLOT_ID]
+        found = [p for p in (self.artifacts / TOKENIZER_FILE, self.artifacts / "tokenizer" / TOKENIZER_FILE)
+                 if p.is_file()]
+        if not found:
+            raise ArtifactError(f"{artifacts}: no {TOKENIZER_FILE} (nor tokenizer/{TOKENIZER_FILE}): re-export")
+        self.tokenizer = MossTokenizer(found[0])
+        size = manifest.vocoder_state_size
+        if size is None:
+            raise ArtifactError(f"{artifacts}/manifest.json has no vocoder state size: re-export")
+        self.state_size: int = size
+        self._vocoder = OrtVocoder(graph(codec.DECODER), size, self.vocoder_feeds) if vocoder else None
+        self.encoder: OnnxGraph | None = graph(codec.ENCODER) if encoders else None
+        self.sample_rate = manifest.sample_rate or spec.SAMPLE_RATE
+        self.samples_per_frame = manifest.samples_per_frame or spec.SAMPLES_PER_FRAME
+        self.num_codebooks = spec.N_VQ
+
+    # --- FamilyModel ---------------------------------------------------------------------------------------
+
+    @property
+    def vocoder(self) -> OrtVocoder | None:
+        return self._vocoder
+
+    @property
+    def frame_seconds(self) -> float:
+        return self.samples_per_frame / self.sample_rate
+
+    @property
+    def vocoder_state_size(self) -> int:
+        return self.state_size
+
+    @staticmethod
+    def vocoder_feeds(frames: npt.NDArray[Any], state: F32, position: I64) -> dict[str, npt.NDArray[Any]]:
+        return {"codes": np.ascontiguousarray(frames, np.int64), "state": state,
+                "position": np.asarray(position, np.int64)}
+
+    def admit(self, request: MossRequest) -> MossSequence:
+        text = checked_text(request)
+        max_frames, seed = resolve_limits(request)
+        knobs = resolve_sampling(request)
+        ref = self._reference(request)
+        chunks = chunking.text_chunks(text, self.tokenizer.count)
+        seq = MossSequence(
+            initial_chunk_frames=request.initial_chunk_frames or DEFAULT_INITIAL_CHUNK_FRAMES,
+            chunk_frames=request.chunk_frames or DEFAULT_CHUNK_FRAMES,
+            text_tokens=sum(self.tokenizer.count(c) for c in chunks), audio_tokens=len(ref) * len(chunks),
+            chunks=chunks, ref_codes=ref, sampling=knobs, max_frames=max_frames,
+            rng=np.random.Generator(np.random.PCG64(seed)))
+        self._start_chunk(seq, 0)
+        return seq
+
+    def prompt_rows(self, text: str, ref_codes: npt.NDArray[Any]) -> I64:
+        """The voice-clone prompt rows [T, 17] of one text chunk."""
+        return voice_clone_rows(self.tokenizer, text, ref_codes, self.config.audio_pad_id)
+
+    def embed_rows(self, rows: I64) -> F32:
+        """Rows [..., 17] -> [..., D]: wte(col 0), then + emb_k(c_k) for k = 0..15 (a pad adds nothing), float32,
+        in the reference's order."""
+        pad = self.config.audio_pad_id
+        out: F32 = self.wte[rows[..., 0]].astype(np.float32)
+        for k in range(self.audio.shape[0]):
+            ids = rows[..., k + 1]
+            valid = ids != pad
+            out = out + self.audio[k][np.where(valid, ids, 0)] * valid[..., None].astype(np.float32)
+        return out
+
+    def prefill(self, work: list[tuple[Sequence, int]]) -> None:
+        done = prefill_chunks(self.kv, work, MossSequence, lambda s: s.prompt_tokens + s.max_frames, self._global)
+        if done:
+            self._frames(done)
+
+    def step(self, batch: list[Sequence]) -> None:
+        step_frames(batch, MossSequence, self._frame_embeddings, self._global, self._frames)
+
+    def release(self, seq: Sequence) -> None:
+        if isinstance(seq, MossSequence):
+            self.kv.release(seq)
+            seq.embeds, seq.history, seq.rng = None, [], None
+
+    def memory(self) -> dict[str, int]:
+        return self.kv.memory()
+
+    # --- the request's parts -------------------------------------------------------------------------------
+
+    def _reference(self, request: MossRequest) -> I64:
+        """The reference clip's codes [frames, 16]; InvalidRequest naming `ref_audio` without one."""
+        if request.ref_audio_tokens is not None:
+            codes = np.asarray(request.ref_audio_tokens)
+            if codes.ndim != 2 or codes.shape[1] != spec.N_VQ or len(codes) == 0 \
+                    or not np.issubdtype(codes.dtype, np.integer):
+                raise InvalidRequest(f"'ref_audio_tokens' must be integer codes [frames >= 1, {spec.N_VQ}], got "
+                                     f"{codes.dtype} {list(codes.shape)}", "ref_audio_tokens")
+            if codes.min() < 0 or codes.max() >= self.config.codebook_size:
+                raise InvalidRequest(f"'ref_audio_tokens' must lie in [0, {self.config.codebook_size})",
+                                     "ref_audio_tokens")
+            return codes.astype(np.int64)
+        if request.ref_audio is None:
+            raise InvalidRequest(f"{rules.DISPLAY} requires 'ref_audio' (reference audio for voice cloning)",
+                                 "ref_audio")
+        return self.encode(np.asarray(request.ref_audio, np.float32))
+
+    def encode(self, audio: npt.NDArray[Any]) -> I64:
+        """A 48 kHz mono clip's codes [frames, 16] through moss_codec_encoder (offline: `encoders`); the trailing
+        partial frame gives no code."""
+        if self.encoder is None:
+            raise InvalidRequest("this model takes reference codes from its moss_codec_encoder, not reference audio",
+                                 "ref_audio")
+        frames = len(audio) // self.samples_per_frame
+        if frames == 0:
+            raise InvalidRequest("the reference clip is shorter than one frame (80 ms)", "ref_audio")
+        entry = dict(self.manifest.raw.get(codec.MANIFEST_FIELD) or {})
+        size = entry.get("encoder_state_size")
+        if not isinstance(size, int):
+            raise ArtifactError(f"{self.artifacts}/manifest.json has no {codec.MANIFEST_FIELD}.encoder_state_size")
+        out = self.encoder.run({"audio": np.ascontiguousarray(audio[None, : frames * self.samples_per_frame],
+                                                              np.float32),
+                                "state": np.zeros((1, size), np.float32), "position": np.zeros(1, np.int64)})
+        return np.asarray(out["codes"][0], np.int64)
+
+    def _start_chunk(self, seq: MossSequence, index: int) -> None:
+        """Lay out text chunk `index`'s prompt: prefilled from an empty past by the engine's next prefills."""
+        rows = self.prompt_rows(seq.chunks[index], seq.ref_codes)
+        seq.chunk, seq.chunk_frames_made, seq.history = index, 0, []
+        seq.embeds = self.embed_rows(rows)
+        seq.prompt_tokens, seq.prefilled = len(rows), 0
+        seq.last, seq.hidden = None, None
+
+    def _end_chunk(self, seq: MossSequence, reason: str) -> None:
+        """A text chunk is done: the next one starts (after a pause and a fresh vocoder stream), or the request
+        ends with `reason`."""
+        if seq.chunk + 1 >= len(seq.chunks):
+            seq.finished = reason
+            return
+        seq.breaks[seq.frames_out] = seq.breaks.get(seq.frames_out, 0) + chunking.pause_samples(
+            seq.chunks[seq.chunk], self.sample_rate)
+        self.kv.release(seq)
+        self._start_chunk(seq, seq.chunk + 1)
+
+    # --- the stacks --------------------------------------------------------------------------------------
+
+    def _global(self, seqs: list[MossSequence], x: F32) -> None:
+        """New positions x [B, T, D] after each row's past (the arena's): each row's last hidden state."""
+        out = self.kv.run(self.global_step, seqs, np.ascontiguousarray(x, np.float32))
+        for r, s in enumerate(seqs):
+            s.hidden = np.asarray(out["hidden"][r], np.float32)
+
+    def _frame_embeddings(self, last: list[I64]) -> F32:
+        rows = np.array([[spec.AUDIO_ASSISTANT_SLOT_ID, *f] for f in last], np.int64)
+        return self.embed_rows(rows)
+
+    def _local(self, x: F32, past: list[F32]) -> tuple[dict[str, npt.NDArray[Any]], list[F32]]:
+        """local_step over x [B, T, D] after `past` (every row at the same position): its outputs and the past."""
+        feeds: dict[str, npt.NDArray[Any]] = {"inputs_embeds": np.ascontiguousarray(x, np.float32)}
+        layers = self.config.local_layers
+        for i in range(layers):
+            feeds[kv_names.past_key(i)], feeds[kv_names.past_value(i)] = past[2 * i], past[2 * i + 1]
+        out = self.local_step.run(feeds)
+        new = [np.concatenate([past[2 * i + k], out[(kv_names.new_key if k == 0 else kv_names.new_value)(i)]], axis=2)
+               for i in range(layers) for k in (0, 1)]
+        return out, new
+
+    def _frames(self, seqs: list[MossSequence]) -> None:
+        """The next frame of each sequence (all rows in lockstep through local_step), or its chunk's end."""
+        c = self.config
+        b = len(seqs)
+        hidden = np.stack([s.hidden for s in seqs if s.hidden is not None]).astype(np.float32)
+        x = np.stack([hidden, np.broadcast_to(self.slot_embedding, hidden.shape)], axis=1)
+        empty = [np.zeros((b, c.heads, 0, c.head_dim), np.float32) for _ in range(2 * c.local_layers)]
+        out, past = self._local(x, empty)
+        going = []
+        for r, s in enumerate(seqs):
+            k = s.sampling
+            assert k is not None
+            u = s.uniform() if k.do_sample else 0.0
+            if sampling.continues(out["text_logits"][r], do_sample=k.do_sample, temperature=k.text_temperature,
+                                  k=k.text_top_k, p=k.text_top_p, u=u):
+                going.append(r)
+            else:
+                s.reason = "stop"
+                self._end_chunk(s, "stop")
+        if not going:
+            return
+        rows = [seqs[r] for r in going]
+        logits = out["audio_logits"][going]
+        past = [p[going] for p in past]
+        codes = np.zeros((len(rows), c.n_vq), np.int64)
+        for q in range(c.n_vq):
+            for j, s in enumerate(rows):
+                k = s.sampling
+                assert k is not None
+                previous = np.array([f[q] for f in s.history], np.int64)
+                codes[j, q] = sampling.sample_code(
+                    logits[j], previous, do_sample=k.do_sample, temperature=k.audio_temperature, k=k.audio_top_k,
+                    p=k.audio_top_p, penalty=k.audio_repetition_penalty, u=s.uniform() if k.do_sample else 0.0)
+            if q + 1 < c.n_vq:
+                step, past = self._local(self.audio[q][codes[:, q]][:, None], past)
+                logits = step["audio_logits"]
+        for j, s in enumerate(rows):
+            frame = codes[j].copy()
+            s.last = frame
+            s.history.append(frame)
+            s.pending.append(frame)
+            s.frames_out += 1
+            s.chunk_frames_made += 1
+            if s.chunk_frames_made >= s.max_frames:
+                s.reason = "length"
+                self._end_chunk(s, "length")
