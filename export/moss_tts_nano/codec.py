@@ -131,7 +131,7 @@ def codec_dims(config: Mapping[str, Any]) -> CodecDims:
 
 def state_layout(stages: Sequence[Stage]) -> list[tuple[str, tuple[int, ...]]]:
     """The flat state's entries in order: key then value of every layer of every transformer stage."""
-    out = []
+    out: list[tuple[str, tuple[int, ...]]] = []
     for s in stages:
         if s.patch:
             continue
@@ -160,6 +160,8 @@ def _wn_linear(w: Mapping[str, np.ndarray], prefix: str) -> tuple[torch.Tensor, 
 
 
 class Layer(nn.Module):
+    freqs: torch.Tensor
+
     def __init__(self, w: Mapping[str, np.ndarray], p: str, s: Stage) -> None:
         super().__init__()
         d = s.d_model
@@ -288,6 +290,9 @@ class DecoderStream(_Stream):
     """(codes [B, T, nq] int64, state [B, S], position [B] frames done) -> (pcm [B, T * spf], new_state); `mono`
     False: pcm [B, channels, T * spf] instead of the mean of the channels."""
 
+    tables: torch.Tensor
+    offsets: torch.Tensor
+
     def __init__(self, config: Mapping[str, Any], w: Mapping[str, np.ndarray], mono: bool = True) -> None:
         d = codec_dims(config)
         super().__init__(w, d.decoder)
@@ -327,6 +332,9 @@ class DecoderStream(_Stream):
 class EncoderStream(_Stream):
     """(audio [B, T * spf] mono at the codec rate, state [B, S], position [B] frames done) -> (codes [B, T, nq]
     int64, new_state). The mono clip is repeated to the codec's channels (interleaved)."""
+
+    books_n: torch.Tensor
+    books_sq: torch.Tensor
 
     def __init__(self, config: Mapping[str, Any], w: Mapping[str, np.ndarray]) -> None:
         d = codec_dims(config)

@@ -21,6 +21,8 @@ windows too.
 
 from __future__ import annotations
 
+from typing import cast
+
 from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
 
 SAMPLE_RATE = 48000  # codec input and output rate (config `sampling_rate`)
@@ -42,9 +44,10 @@ MANIFEST_FIELD = "codec"
 
 
 def decoder_spec(state_size: int | str, num_quantizers: int = NUM_QUANTIZERS) -> GraphSpec:
-    """The streaming vocoder: (codes, state, position) -> (pcm mono, new_state)."""
+    """The streaming vocoder: (codes, state, position) -> (pcm mono, new_state); `state_size` a name where a
+    deployment's config leaves it symbolic."""
     return streaming_vocoder_spec(DECODER, TensorSpec("codes", "int64", ("batch", "frames", num_quantizers)),
-                                  state_size, TensorSpec("position", "int64", ("batch",)))
+                                  cast(int, state_size), TensorSpec("position", "int64", ("batch",)))
 
 
 def encoder_spec(state_size: int | str, num_quantizers: int = NUM_QUANTIZERS) -> GraphSpec:
