@@ -28,6 +28,7 @@ REQUESTS = {
     "voxtral_tts": ("VoxtralRequest", set()),
     "fish_speech": ("FishRequest", {"ref_dac_codes"}),
     "cosyvoice3": ("CosyVoice3Request", {"prompt_speech_tokens", "prompt_mel", "prompt_embedding"}),
+    "moss_tts_nano": ("MossRequest", set()),
 }
 
 

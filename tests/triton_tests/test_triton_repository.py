@@ -19,7 +19,7 @@ def test_committed_repository_is_clean_and_valid():
     assert set(models) == {
         "code2wav", "speech_generation", "voice_features", "audio_preprocess", "speaker_encoder", "speech_encoder",
         "audiovae_decoder", "audiovae_encoder", "breeze_speech_encoder", "codec_encoder", "dac_encoder",
-        "prompt_encoder",
+        "prompt_encoder", "moss_codec_encoder",
     }
     configs = {name: r.load_config(path / "config.pbtxt") for name, path in models.items()}
     for config in configs.values():

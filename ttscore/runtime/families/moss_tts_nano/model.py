@@ -59,6 +59,37 @@ DEFAULT_INITIAL_CHUNK_FRAMES = 2  # 160 ms before the first audio
 DEFAULT_CHUNK_FRAMES = 12
 
 
+def encoder_state_size(manifest: Manifest) -> int:
+    """The reference encoder's state size (the manifest's codec section)."""
+    size = dict(manifest.raw.get(codec.MANIFEST_FIELD) or {}).get("encoder_state_size")
+    if not isinstance(size, int) or size < 0:
+        raise ArtifactError(f"{manifest.path}/manifest.json has no {codec.MANIFEST_FIELD}.encoder_state_size: "
+                            "re-export")
+    return size
+
+
+def encode_reference(encoder: OnnxGraph, state_size: int, audio: npt.NDArray[Any], rate: int,
+                     samples_per_frame: int = spec.SAMPLES_PER_FRAME) -> I64:
+    """A mono reference clip at `rate` -> its codes [frames, 16], as upstream prepares it: resampled to 48 kHz as
+    torchaudio.functional.resample does (ttscore.runtime.sinc_resample), the trailing partial frame dropped (it
+    gives no code), one run of moss_codec_encoder from a zero state (which repeats the clip to the codec's two
+    channels). The one rule of the served moss_codec_encoder and offline cloning; InvalidRequest naming
+    `ref_audio` for a clip outside the family's bounds (rate, length, finite samples) or shorter than a frame."""
+    from ttscore.runtime import sinc_resample
+    from ttscore.runtime.audio import check_reference
+
+    x = check_reference(audio, int(rate), bounds=rules.REF_AUDIO)
+    if int(rate) != spec.SAMPLE_RATE:
+        x = sinc_resample.resample(x, int(rate), spec.SAMPLE_RATE)
+    frames = len(x) // samples_per_frame
+    if frames == 0:
+        raise InvalidRequest(f"the reference clip is shorter than one frame ({samples_per_frame} samples at "
+                             f"{spec.SAMPLE_RATE} Hz)", "ref_audio")
+    out = encoder.run({"audio": np.ascontiguousarray(x[None, : frames * samples_per_frame]),
+                       "state": np.zeros((1, state_size), np.float32), "position": np.zeros(1, np.int64)})
+    return np.asarray(out["codes"][0], np.int64)
+
+
 @dataclass
 class MossSequence(FrameSequence):
     chunks: list[str] = field(default_factory=list)  # the text chunks (text.py)
@@ -192,25 +223,15 @@ class MossModel:
         if request.ref_audio is None:
             raise InvalidRequest(f"{rules.DISPLAY} requires 'ref_audio' (reference audio for voice cloning)",
                                  "ref_audio")
-        return self.encode(np.asarray(request.ref_audio, np.float32))
+        return self.encode(np.asarray(request.ref_audio, np.float32))  # 48 kHz (say resamples it)
 
     def encode(self, audio: npt.NDArray[Any]) -> I64:
-        """A 48 kHz mono clip's codes [frames, 16] through moss_codec_encoder (offline: `encoders`); the trailing
-        partial frame gives no code."""
+        """A 48 kHz mono clip's codes [frames, 16] through moss_codec_encoder (offline: `encoders`)."""
         if self.encoder is None:
             raise InvalidRequest("this model takes reference codes from its moss_codec_encoder, not reference audio",
                                  "ref_audio")
-        frames = len(audio) // self.samples_per_frame
-        if frames == 0:
-            raise InvalidRequest("the reference clip is shorter than one frame (80 ms)", "ref_audio")
-        entry = dict(self.manifest.raw.get(codec.MANIFEST_FIELD) or {})
-        size = entry.get("encoder_state_size")
-        if not isinstance(size, int):
-            raise ArtifactError(f"{self.artifacts}/manifest.json has no {codec.MANIFEST_FIELD}.encoder_state_size")
-        out = self.encoder.run({"audio": np.ascontiguousarray(audio[None, : frames * self.samples_per_frame],
-                                                              np.float32),
-                                "state": np.zeros((1, size), np.float32), "position": np.zeros(1, np.int64)})
-        return np.asarray(out["codes"][0], np.int64)
+        return encode_reference(self.encoder, encoder_state_size(self.manifest), audio, self.sample_rate,
+                                self.samples_per_frame)
 
     def _start_chunk(self, seq: MossSequence, index: int) -> None:
         """Lay out text chunk `index`'s prompt: prefilled from an empty past by the engine's next prefills."""

@@ -15,7 +15,7 @@ from ttscore.runtime.offline_kit import NoVoiceFiles, refuse_options
 class MossOffline(NoVoiceFiles):
     def say(self, artifacts: Path, options: SayOptions) -> SayJob:
         """--ref-audio (required), --seed, --max-new-tokens (frames per text chunk); --greedy: do_sample false."""
-        from ttscore.runtime.audio import resample
+        from ttscore.runtime import sinc_resample
         from ttscore.runtime.families import load_model
         from ttscore.runtime.families.moss_tts_nano.model import MossModel
         from ttscore.runtime.families.moss_tts_nano.request import MossRequest
@@ -31,7 +31,7 @@ class MossOffline(NoVoiceFiles):
         wav, rate = read_reference(o.ref_audio)
         model = load_model(artifacts, encoders=True)
         assert isinstance(model, MossModel)
-        req = MossRequest(text=o.text, ref_audio=resample(wav, rate, model.sample_rate),
+        req = MossRequest(text=o.text, ref_audio=sinc_resample.resample(wav, rate, model.sample_rate),
                           max_new_tokens=o.max_new_tokens, seed=o.seed, do_sample=False if o.greedy else None)
         return SayJob(model, req, model.sample_rate, "frames")
 
