@@ -114,7 +114,7 @@ def tokenizer_model(corpus: str = _CORPUS, merges: int = MERGES, vocab: int = 51
     """The SentencePiece ModelProto bytes (see the module docstring); every id below `vocab` (the LM's)."""
     try:  # sentencepiece's own ModelProto, else the copy transformers bundles (protobuf only)
         from sentencepiece import sentencepiece_model_pb2 as pb
-    except ImportError:
+    except Exception:  # not installed, or built for another protobuf runtime (a VersionError)
         from transformers.utils import sentencepiece_model_pb2_new as pb
     words = Counter(tuple(WHITESPACE + w) for w in corpus.split())
     learned = learn_bpe_merges(words, merges)
