@@ -33,7 +33,8 @@ ENTRY_POINT_GROUP = "triton_tts.families"
 PACKAGES_ENV = "TTS_FAMILY_PACKAGES"
 LAYERS = ("contract", "runtime", "backend", "gateway", "export")
 # The project's own families, in listing order (`/v1/models`, `make-tiny --family`, the README's table).
-BUILTIN = ("qwen3_tts", "voxcpm2", "breeze_tts_2", "omnivoice", "gepard", "voxtral_tts", "fish_speech", "cosyvoice3")
+BUILTIN = ("qwen3_tts", "voxcpm2", "breeze_tts_2", "omnivoice", "gepard", "voxtral_tts", "fish_speech", "cosyvoice3",
+           "moss_tts_nano")
 
 T = TypeVar("T")
 

@@ -3,5 +3,6 @@ ids and GraphSpecs), `rules` (RULES and WIRE) and `codec` (the codec's constants
 
 from __future__ import annotations
 
+from ttscore.contract.moss_tts_nano.codec import *  # noqa: F403
 from ttscore.contract.moss_tts_nano.graphs import *  # noqa: F403
 from ttscore.contract.moss_tts_nano.rules import *  # noqa: F403
