@@ -54,8 +54,10 @@ def _foreign(out: Path) -> None:
     refenv.run("mlx", FOREIGN, {}, [str(out)])
 
 
-@pytest.fixture(scope="module", params=["tiny", "foreign"])
-def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+_EXPORTS: dict[str, dict[str, Any]] = {}
+
+
+def _export(name: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A codec checkpoint (the store's) and a fresh export of its two graphs, with the sessions to run them."""
     from artifacts import STORE
 
@@ -64,15 +66,29 @@ def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     from export.tracing import ort_session
 
     _require_mlx()
-    if request.param == "tiny":
-        ckpt = STORE.checkpoint("moss-codec-tiny", _tiny)
-    else:
-        ckpt = STORE.checkpoint("moss-codec-foreign", _foreign, sources=[FOREIGN])
-    out = tmp_path_factory.mktemp(f"moss-codec-{request.param}")
-    result = export_codec(ckpt, out)
-    config, _ = load_codec(ckpt / "audio_tokenizer")
-    return {"ckpt": ckpt, "result": result, "dims": codec_dims(config),
-            "dec": ort_session(out / "moss_codec_decoder.onnx"), "enc": ort_session(out / "moss_codec_encoder.onnx")}
+    if name not in _EXPORTS:
+        if name == "tiny":
+            ckpt = STORE.checkpoint("moss-codec-tiny", _tiny)
+        else:
+            ckpt = STORE.checkpoint("moss-codec-foreign", _foreign, sources=[FOREIGN])
+        out = tmp_path_factory.mktemp(f"moss-codec-{name}")
+        result = export_codec(ckpt, out)
+        config, _ = load_codec(ckpt / "audio_tokenizer")
+        _EXPORTS[name] = {"ckpt": ckpt, "result": result, "dims": codec_dims(config),
+                          "dec": ort_session(out / "moss_codec_decoder.onnx"),
+                          "enc": ort_session(out / "moss_codec_encoder.onnx")}
+    return _EXPORTS[name]
+
+
+@pytest.fixture(scope="module", params=["tiny", "foreign"])
+def exported(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The project's tiny codec, then the one mlx-audio made."""
+    return _export(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return _export("tiny", tmp_path_factory)
 
 
 def _clip(frames: int, extra: int, seed: int) -> np.ndarray:
@@ -128,18 +144,18 @@ def test_codes_and_decode_match_mlx(exported: dict[str, Any]) -> None:
         np.testing.assert_allclose(_graph_pcm(exported, codes, ch), mono, rtol=0, atol=tol, err_msg=f"chunks {ch}")
 
 
-def test_torch_modules_stereo_match_mlx(exported: dict[str, Any]) -> None:
+def test_torch_modules_stereo_match_mlx(tiny: dict[str, Any]) -> None:
     """The modules the graphs are traced from, stereo (before the downmix), against mlx-audio's channels."""
     import refenv
 
     from export.moss_tts_nano.codec import DecoderStream, decode
     from export.moss_tts_nano.tiny_codec import load_codec
 
-    _, dwin = _windows(exported)
-    dims = exported["dims"]
+    _, dwin = _windows(tiny)
+    dims = tiny["dims"]
     codes = np.random.default_rng(6).integers(0, dims.codebook_size, (dwin + 2, dims.num_quantizers))
-    ref = refenv.run("mlx", MLX, {"codes_0": codes}, [str(exported["ckpt"])])["whole_0"]
-    config, weights = load_codec(exported["ckpt"] / "audio_tokenizer")
+    ref = refenv.run("mlx", MLX, {"codes_0": codes}, [str(tiny["ckpt"])])["whole_0"]
+    config, weights = load_codec(tiny["ckpt"] / "audio_tokenizer")
     stereo = decode(DecoderStream(config, weights, mono=False).eval(), codes[None], [2, dwin])[0]
     np.testing.assert_allclose(stereo.T, ref, rtol=0, atol=REL * float(np.abs(ref).max()))
 
@@ -160,24 +176,24 @@ def test_matches_vllm_omni_codec(exported: dict[str, Any]) -> None:
                                atol=REL * float(np.abs(mono).max()))
 
 
-def test_rows_at_different_positions_batch(exported: dict[str, Any]) -> None:
+def test_rows_at_different_positions_batch(tiny: dict[str, Any]) -> None:
     """Two streams in one call, each at its own position with its own state, equal each decoded alone."""
     from export.tracing import ort_run
 
-    _, dwin = _windows(exported)
-    dims, size = exported["dims"], exported["result"].vocoder_state_size
+    _, dwin = _windows(tiny)
+    dims, size = tiny["dims"], tiny["result"].vocoder_state_size
     rng = np.random.default_rng(9)
     a = rng.integers(0, dims.codebook_size, (dwin + 3, dims.num_quantizers))
     b = rng.integers(0, dims.codebook_size, (3, dims.num_quantizers))
-    whole_a = _graph_pcm(exported, a, [dwin + 3])
-    _, state_a = ort_run(exported["dec"], {"codes": a[None, :dwin], "state": np.zeros((1, size), np.float32),
+    whole_a = _graph_pcm(tiny, a, [dwin + 3])
+    _, state_a = ort_run(tiny["dec"], {"codes": a[None, :dwin], "state": np.zeros((1, size), np.float32),
                                            "position": np.array([0])})
-    pcm, _ = ort_run(exported["dec"], {"codes": np.stack([a[dwin:], b]),
+    pcm, _ = ort_run(tiny["dec"], {"codes": np.stack([a[dwin:], b]),
                                        "state": np.concatenate([state_a, np.zeros((1, size), np.float32)]),
                                        "position": np.array([dwin, 0])})
     tol = 1e-5 * float(np.abs(whole_a).max())
     np.testing.assert_allclose(pcm[0], whole_a[dwin * SPF:], rtol=0, atol=tol)
-    np.testing.assert_allclose(pcm[1], _graph_pcm(exported, b, [3]), rtol=0, atol=tol)
+    np.testing.assert_allclose(pcm[1], _graph_pcm(tiny, b, [3]), rtol=0, atol=tol)
 
 
 # --- the checkpoint -------------------------------------------------------------------------------------
