@@ -9,11 +9,11 @@ the project did not create (tests/gepard_foreign.py), a tiny Voxtral TTS (its co
 Voxtral TTS the project did not create (tests/voxtral_tts_foreign.py), a tiny Fish Speech S2 Pro (its DAC
 decoder inline, its dac_encoder) and a Fish Speech the project did not create (tests/fish_speech_foreign.py),
 a tiny CosyVoice3 (its hop-stream vocoder inline, its prompt_encoder) and a CosyVoice3 the project did not
-create (tests/cosyvoice3_foreign.py), a tiny MOSS-TTS-Nano (its codec decoder inline, its moss_codec_encoder),
-one request at a time per model.
+create (tests/cosyvoice3_foreign.py), a tiny MOSS-TTS-Nano (its codec decoder inline, its moss_codec_encoder)
+and a MOSS-TTS-Nano the project did not create (tests/moss_tts_nano_fixtures.py), one request at a time per model.
 Keys: the Qwen3-TTS variant, "voxcpm2", "omnivoice", "omnivoice_foreign", "gepard", "gepard_foreign",
-"voxtral_tts", "voxtral_tts_foreign", "fish_speech", "fish_speech_foreign", "cosyvoice3", "cosyvoice3_foreign" or
-"moss_tts_nano".
+"voxtral_tts", "voxtral_tts_foreign", "fish_speech", "fish_speech_foreign", "cosyvoice3", "cosyvoice3_foreign",
+"moss_tts_nano" or "moss_tts_nano_foreign".
 Started once per session; each e2e module runs its own gateway(s) against it.
 """
 
@@ -23,15 +23,12 @@ import json
 from typing import Any
 
 import pytest
-from artifacts import export_fixture, tiny_fixture
 from cosyvoice3_fixtures import *  # noqa: F403  (cosyvoice3_tiny, cosyvoice3_artifacts, cosyvoice3_foreign, ...)
 from fish_speech_fixtures import *  # noqa: F403  (fish_tiny, fish_artifacts, fish_foreign, ...: fixtures of e2e_triton)
 from gepard_fixtures import *  # noqa: F403  (gepard_tiny, gepard_artifacts: fixtures of e2e_triton)
+from moss_tts_nano_fixtures import *  # noqa: F403  (moss_tiny, moss_artifacts, moss_foreign, ...: fixtures of e2e_triton)
 from omnivoice_fixtures import *  # noqa: F403  (its session fixtures, which e2e_triton takes)
 from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny, voxtral_artifacts, voxtral_foreign, ...: fixtures of e2e_triton)
-
-moss_tiny = tiny_fixture("moss_tiny", "ckpt-moss_tts_nano", "export.moss_tts_nano.tiny:make_tiny_moss")
-moss_artifacts = export_fixture("moss_artifacts", "moss_tiny")
 
 
 @pytest.fixture(scope="session")
@@ -41,7 +38,8 @@ def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_v
                gepard_foreign_artifacts, voxtral_tiny, voxtral_artifacts, voxtral_foreign,
                voxtral_foreign_artifacts, fish_tiny, fish_artifacts, fish_foreign,
                fish_foreign_artifacts, cosyvoice3_tiny, cosyvoice3_artifacts, cosyvoice3_foreign,
-               cosyvoice3_foreign_artifacts, moss_tiny, moss_artifacts) -> dict[str, Any]:
+               cosyvoice3_foreign_artifacts, moss_tiny, moss_artifacts, moss_foreign,
+               moss_foreign_artifacts) -> dict[str, Any]:
     from gateway_fixtures import render_stack_repository
 
     from ttscore.runtime.families import load_model
@@ -62,7 +60,8 @@ def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_v
                 "cosyvoice3": (cosyvoice3_tiny, cosyvoice3_artifacts, load_model(cosyvoice3_artifacts)),
                 "cosyvoice3_foreign": (cosyvoice3_foreign, cosyvoice3_foreign_artifacts,
                                        load_model(cosyvoice3_foreign_artifacts)),
-                "moss_tts_nano": (moss_tiny, moss_artifacts, load_model(moss_artifacts))}
+                "moss_tts_nano": (moss_tiny, moss_artifacts, load_model(moss_artifacts)),
+                "moss_tts_nano_foreign": (moss_foreign, moss_foreign_artifacts, load_model(moss_foreign_artifacts))}
     pairs = [(t[0], t[1]) for t in variants.values()]
     # One request at a time per model: a request that was not cancelled would block the next one.
     repo, cfg = render_stack_repository(work, pairs, max_active=1)

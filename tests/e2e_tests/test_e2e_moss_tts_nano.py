@@ -4,14 +4,23 @@ moss_codec_encoder, equal to the offline encoder's) or an uploaded voice (its co
 through the whole file, the raw stream and SSE equals the offline engine's with the same fields (greedy with
 `extra_params.do_sample` false, and sampled from the seed, 42 without one); `ref_text` changes nothing; a long
 text is generated chunk by chunk with its pauses; every refused field is a 400 naming it and the next request
-succeeds."""
+succeeds.
+
+A MOSS-TTS-Nano the project did not create (tests/moss_tts_nano_fixtures.py: LM and codec from mlx-audio's own
+classes, in the same deployment) through /v1/audio/speech, greedy: its frames equal mlx-audio's
+`generate_audio_token_ids` on the same prompt, its reference codes mlx-audio's `encode_audio`'s, and the audio of
+the whole file, the raw stream and SSE is mlx-audio's decode of those frames, downmixed to mono by the mean, within
+1e-3."""
 
 from __future__ import annotations
+
+import json
 
 import e2e_speech as e2e
 import numpy as np
 import pytest
 from e2e_speech import SPEECH, data_url, wav_at
+from moss_tts_nano_fixtures import LM_SCRIPT
 
 from ttscore.contract.moss_tts_nano import rules as spec
 
@@ -28,7 +37,9 @@ GREEDY = {"do_sample": False}
 def stack(e2e_triton, tmp_path_factory):
     ref = tmp_path_factory.mktemp("moss-ref") / "ref.wav"
     clip = e2e.write_tone(ref, RATE, 1.2)
-    with e2e.family_stack(e2e_triton, tmp_path_factory, "moss_tts_nano", "moss", ref=ref, clip=clip) as stack:
+    with e2e.family_stack(e2e_triton, tmp_path_factory, "moss_tts_nano", "moss", ref=ref, clip=clip,
+                          foreign_model=e2e_triton["pipelines"]["moss_tts_nano_foreign"],
+                          foreign_checkpoint=e2e_triton["checkpoints"]["moss_tts_nano_foreign"]) as stack:
         stack["codes"] = stack["model"].encode(clip)  # a 48 kHz clip: the encoder's codes, no resampling
         yield stack
 
@@ -102,3 +113,29 @@ def test_refused_fields_name_the_field(http, stack, fields, param):
 
 def test_served_after_a_refusal(http, stack):
     e2e.assert_served_after_a_refusal(http, body(stack, max_new_tokens=0), body(stack, extra_params=GREEDY), RATE)
+
+
+def test_a_foreign_checkpoint_matches_mlx_audio_through_the_api(http, stack):
+    import refenv
+
+    model, ckpt = stack["foreign_model"], stack["foreign_checkpoint"]
+    codes = model.encode(stack["clip"])
+    theirs = refenv.run("mlx", LM_SCRIPT.parent / "moss_tts_nano_codec_mlx.py", {"audio_0": stack["clip"]}, [str(ckpt)])
+    assert np.array_equal(codes, theirs["codes_0"])  # the reference's codes, exactly
+    text, frames = "A foreign checkpoint speaks.", 8
+    ref = refenv.run("mlx", LM_SCRIPT, {"rows": model.prompt_rows(text, codes)},
+                     ["generate", str(ckpt), json.dumps({"do_sample": False, "max_frames": frames})])["frames"]
+    events = e2e.offline_events(model, spec.FAMILY, text=text, ref_audio_tokens=codes, max_new_tokens=frames,
+                                do_sample=False)
+    ours = np.concatenate([e.codes for e in events]).reshape(-1, 16)
+    assert len(ref) >= 2 and np.array_equal(ours, ref)
+    decoded = refenv.run("mlx", LM_SCRIPT.parent / "moss_tts_nano_codec_mlx.py", {"codes_0": ref}, [str(ckpt)])
+    want = decoded["whole_0"].mean(axis=1).astype(np.float32)  # [samples, 2] -> mono, as vLLM-Omni serves it
+    offline_pcm = np.concatenate([e.pcm for e in events])
+    peak = float(np.max(np.abs(want)))
+    assert np.max(np.abs(offline_pcm - want)) <= 1e-3 * max(1.0, peak)  # random weights: peaks past 1
+    name = stack["names"]["moss_tts_nano_foreign"]
+    got = e2e.three_ways(http, {"input": text, "model": name, "max_new_tokens": frames,
+                                "ref_audio": data_url(stack["ref"]), "extra_params": GREEDY}, RATE)
+    # Served as 16-bit PCM: the reference's audio clipped to the int16 range, within 1e-3 (plus one step).
+    e2e.assert_three_ways_within(got, np.clip(want, -1.0, 32767 / 32768), len(ref), 1e-3)
