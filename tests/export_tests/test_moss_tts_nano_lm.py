@@ -199,3 +199,28 @@ def test_tiny_checkpoint_layout(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="text_lm_head.weight differs from transformer.wte.weight"):
         lm_mod.Tensors(tmp_path).check_ties(c)
     shutil.rmtree(tmp_path)
+
+
+def test_mlx_environment_has_its_pins_and_no_torch(tmp_path: Path) -> None:
+    """.venv-mlx (requirements-mlx.txt) runs the pinned mlx, mlx-audio and transformers on mlx's CPU device, with no
+    torch (mlx-audio's reference needs none; a second torch build would be a dependency gone wrong)."""
+    import refenv
+
+    _require_mlx()
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import importlib.metadata as md, importlib.util as u\n"
+        "from refenv import serve\n"
+        "def fn(inputs):\n"
+        "    import mlx.core as mx\n"
+        "    names = ('mlx', 'mlx-cpu', 'mlx-audio', 'transformers')\n"
+        "    return {'versions': [md.version(n) for n in names], 'torch': u.find_spec('torch') is not None,\n"
+        "            'device': str(mx.default_device())}\n"
+        "serve(fn)\n")
+    got = refenv.run("mlx", script)
+    pins = dict(line.split("==") for line in (TESTS.parent / "requirements-mlx.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    assert list(got["versions"]) == [pins[n] for n in ("mlx", "mlx-cpu", "mlx-audio", "transformers")]
+    assert list(got["versions"])[:3] == ["0.32.4", "0.32.4", "0.6.2"]
+    assert not bool(got["torch"])
+    assert "cpu" in str(got["device"])
