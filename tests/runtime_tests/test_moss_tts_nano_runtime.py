@@ -2,7 +2,8 @@
 (tests/moss_tts_nano_lm_mlx.py in "mlx"): greedy frames equal (repetition penalty 1.2 and 1.0), sampled frames
 equal with the request's own uniforms fed to mlx-audio's sampler (the same count used); a request's frames do not
 depend on its batch; a text of several chunks is each chunk's generation (fresh prompt, past and repetition
-history) with its own vocoder stream and the pause after it; the engine's refusals name the field."""
+history) with its own vocoder stream and the pause after it; the engine's refusals name the field; `say` clones
+from --ref-audio at any rate (resampled to 48 kHz)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from artifacts import export_fixture, tiny_fixture
+from moss_tts_nano_fixtures import *  # noqa: F403  (moss_tiny, moss_artifacts: the store's tiny checkpoint, its export)
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.moss_tts_nano import rules
@@ -22,18 +23,16 @@ from ttscore.runtime.families.moss_tts_nano.request import MossRequest
 
 pytestmark = pytest.mark.parity
 
-moss_runtime_tiny = tiny_fixture("moss_runtime_tiny", "ckpt-moss_tts_nano", "export.moss_tts_nano.tiny:make_tiny_moss")
-moss_runtime_export = export_fixture("moss_runtime_export", "moss_runtime_tiny")
 TEXT = "Hello there, this is a test."
 FRAMES = 12
 SPF = 3840
 
 
 @pytest.fixture(scope="module")
-def model(moss_runtime_export: Path) -> Any:
+def model(moss_artifacts: Path) -> Any:
     from ttscore.runtime.families import load_model
 
-    return load_model(moss_runtime_export, encoders=True)
+    return load_model(moss_artifacts, encoders=True)
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +69,12 @@ def mlx(checkpoint: Path, rows: np.ndarray, uniforms: np.ndarray | None = None, 
 
 
 @pytest.mark.parametrize("penalty", [1.2, 1.0])
-def test_greedy_frames_equal_mlx_audio(model: Any, codes: np.ndarray, moss_runtime_tiny: Path,
+def test_greedy_frames_equal_mlx_audio(model: Any, codes: np.ndarray, moss_tiny: Path,
                                        penalty: float) -> None:
     (events,) = run(model, MossRequest(text=TEXT, ref_audio_tokens=codes, max_new_tokens=FRAMES, do_sample=False,
                                        audio_repetition_penalty=penalty))
     ours = frames_of(events)
-    theirs = mlx(moss_runtime_tiny, model.prompt_rows(TEXT, codes), do_sample=False, max_frames=FRAMES,
+    theirs = mlx(moss_tiny, model.prompt_rows(TEXT, codes), do_sample=False, max_frames=FRAMES,
                  audio_repetition_penalty=penalty)["frames"]
     assert len(ours) >= 2 and np.array_equal(ours, theirs)
     assert events[-1].final and events[-1].finish_reason == ("stop" if len(ours) < FRAMES else "length")
@@ -84,14 +83,14 @@ def test_greedy_frames_equal_mlx_audio(model: Any, codes: np.ndarray, moss_runti
 
 @pytest.mark.parametrize("knobs", [{}, {"audio_top_k": 5, "audio_top_p": 0.8, "audio_temperature": 1.3,
                                         "text_temperature": 0.7}])
-def test_sampled_frames_equal_mlx_audio_with_the_same_uniforms(model: Any, codes: np.ndarray, moss_runtime_tiny: Path,
+def test_sampled_frames_equal_mlx_audio_with_the_same_uniforms(model: Any, codes: np.ndarray, moss_tiny: Path,
                                                                knobs: dict[str, Any]) -> None:
     seed = 7
     (events,) = run(model, MossRequest(text=TEXT, ref_audio_tokens=codes, max_new_tokens=FRAMES, seed=seed, **knobs))
     ours = frames_of(events)
     uniforms = np.random.Generator(np.random.PCG64(seed)).random(17 * FRAMES + 1)
     args = {k: v for k, v in {**rules.KNOB_DEFAULTS, **knobs}.items() if k != "do_sample"}
-    theirs = mlx(moss_runtime_tiny, model.prompt_rows(TEXT, codes), uniforms, do_sample=True, max_frames=FRAMES, **args)
+    theirs = mlx(moss_tiny, model.prompt_rows(TEXT, codes), uniforms, do_sample=True, max_frames=FRAMES, **args)
     assert len(ours) >= 1 and np.array_equal(ours, theirs["frames"])
     stopped = len(ours) < FRAMES
     assert int(theirs["used"]) == 17 * len(ours) + int(stopped)  # the decision's uniform, then the 16 codes'
@@ -144,3 +143,23 @@ def test_refusals_name_the_field(model: Any, codes: np.ndarray) -> None:
         with pytest.raises(InvalidRequest) as info:
             model.admit(request)
         assert info.value.param == param, request
+
+
+def test_say_clones_from_a_reference_file(moss_artifacts: Path, tmp_path: Path) -> None:
+    import soundfile as sf
+
+    from ttscore.runtime.families.moss_tts_nano.offline import OFFLINE
+    from ttscore.runtime.family import SayOptions
+
+    t = np.arange(int(16000 * 0.8)) / 16000
+    sf.write(tmp_path / "ref.wav", (0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 16000, subtype="FLOAT")
+    job = OFFLINE.say(moss_artifacts, SayOptions(text=TEXT, ref_audio=str(tmp_path / "ref.wav"), ref_text="ignored",
+                                                 greedy=True, max_new_tokens=FRAMES))
+    assert job.sample_rate == 48000 and job.request.do_sample is False and job.request.ref_audio.size == 38400
+    (events,) = run(job.model, job.request)
+    assert frames_of(events).shape[0] >= 1
+    for options, param in ((SayOptions(text=TEXT), "ref_audio"), (SayOptions(text=TEXT, voice="vivian"), "voice"),
+                           (SayOptions(text=TEXT, ref_audio=str(tmp_path / "ref.wav"), language="en"), "language")):
+        with pytest.raises(InvalidRequest) as info:
+            OFFLINE.say(moss_artifacts, options)
+        assert info.value.param == param
