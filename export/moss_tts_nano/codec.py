@@ -130,7 +130,8 @@ def codec_dims(config: Mapping[str, Any]) -> CodecDims:
 
 
 def state_layout(stages: Sequence[Stage]) -> list[tuple[str, tuple[int, ...]]]:
-    """The flat state's entries in order: key then value of every layer of every transformer stage."""
+    """The flat state's entries in order: key then value of every layer of every transformer stage, each a ring
+    [heads, window, head_dim] whose slot p mod window holds position p's (RoPE-rotated) key or value."""
     out: list[tuple[str, tuple[int, ...]]] = []
     for s in stages:
         if s.patch:
@@ -190,8 +191,10 @@ class Layer(nn.Module):
         re, im = pairs[..., 0], pairs[..., 1]
         return torch.stack((re * cos - im * sin, re * sin + im * cos), dim=-1).reshape(b, h, t, d)
 
-    def forward(self, x: torch.Tensor, qpos: torch.Tensor, kpos: torch.Tensor, past_k: torch.Tensor,
+    def forward(self, x: torch.Tensor, qpos: torch.Tensor, ring_pos: torch.Tensor, past_k: torch.Tensor,
                 past_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B, T, D] at positions qpos [B, T]; the ring's keys/values [B, H, W, hd] hold positions ring_pos
+        [B, W] (< 0: empty). Returns (x, this chunk's keys, values [B, H, T, hd], RoPE applied)."""
         b, t, d = x.shape
         h = self.norm1(x)
         qkv = F.linear(h, self.in_proj).reshape(b, t, 3, self.heads, self.head_dim)
@@ -201,18 +204,23 @@ class Layer(nn.Module):
         phase = qpos.to(torch.float32)[:, None, :, None] * self.freqs
         cos, sin = torch.cos(phase), torch.sin(phase)
         q, k = self._rope(q, cos, sin), self._rope(k, cos, sin)
-        keys = torch.cat((past_k, k), dim=2)
-        values = torch.cat((past_v, v), dim=2)
-        delta = qpos[:, :, None] - kpos[:, None, :]
-        allowed = (kpos[:, None, :] >= 0) & (delta >= 0) & (delta < self.context)
-        scores = torch.matmul(q, keys.permute(0, 1, 3, 2)) * (self.head_dim ** -0.5)
-        scores = torch.where(allowed[:, None], scores, torch.finfo(scores.dtype).min)
-        attn = torch.matmul(torch.softmax(scores, dim=-1), values)
+        # the ring's keys precede the chunk: only their window and emptiness mask them
+        old_ok = (ring_pos[:, None, :] >= 0) & (qpos[:, :, None] - ring_pos[:, None, :] < self.context)
+        delta = qpos[:, :, None] - qpos[:, None, :]
+        new_ok = (delta >= 0) & (delta < self.context)
+        # one softmax over [ring, chunk] keys, computed in its two parts (no copy of the ring into a key list)
+        low = torch.finfo(x.dtype).min
+        qs = q * (self.head_dim ** -0.5)
+        s_old = torch.where(old_ok[:, None], torch.matmul(qs, past_k.permute(0, 1, 3, 2)), low)
+        s_new = torch.where(new_ok[:, None], torch.matmul(qs, k.permute(0, 1, 3, 2)), low)
+        top = torch.maximum(s_old.amax(dim=-1, keepdim=True), s_new.amax(dim=-1, keepdim=True))
+        e_old, e_new = torch.exp(s_old - top), torch.exp(s_new - top)
+        attn = (torch.matmul(e_old, past_v) + torch.matmul(e_new, v)) / (e_old.sum(dim=-1, keepdim=True)
+                                                                          + e_new.sum(dim=-1, keepdim=True))
         attn = attn.permute(0, 2, 1, 3).reshape(b, t, d)
         x = x + self.scale1 * F.linear(attn, self.out_proj)
         x = x + self.scale2 * F.linear(F.gelu(F.linear(self.norm2(x), self.linear1)), self.linear2)
-        window = past_k.shape[2]
-        return x, keys[:, :, keys.shape[2] - window:], values[:, :, values.shape[2] - window:]
+        return x, k, v
 
 
 class Transformer(nn.Module):
@@ -226,19 +234,28 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleList(Layer(w, f"{s.prefix}.transformer.layers.{i}", s) for i in range(s.layers))
 
     def forward(self, x: torch.Tensor, frame0: torch.Tensor, past: list[torch.Tensor]
-                ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+                ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """x [B, C, T] -> (y [B, C', T], each layer's new keys and values [B, H, T, hd], the ring slot [B, T] each
+        new position is written to, and which new position each writes: the last one landing on that slot, so
+        that positions overwritten within the chunk write the same values as the one that stays)."""
         s = self.stage
         x = F.linear(x.permute(0, 2, 1), self.input_proj)
         t = x.shape[1]
+        w = s.window
         start = frame0 * s.per_frame  # [B] this chunk's first position
         steps = torch.arange(t, dtype=torch.int64)
         qpos = start[:, None] + steps[None, :]
-        kpos = torch.cat((start[:, None] - s.window + torch.arange(s.window, dtype=torch.int64)[None, :], qpos), dim=1)
+        # slot j of the ring holds the latest position p < start with p = j (mod w); < 0: never written
+        j = torch.arange(w, dtype=torch.int64)[None, :]
+        last = start[:, None] - 1
+        ring_pos = last - torch.remainder(last - j, w)
+        writer = steps + w * torch.div(torch.flip(steps, [0]), w, rounding_mode="floor")
+        slots = torch.remainder(start[:, None] + steps[None, :], w)
         new: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
-            x, k, v = layer(x, qpos, kpos, past[2 * i], past[2 * i + 1])
+            x, k, v = layer(x, qpos, ring_pos, past[2 * i], past[2 * i + 1])
             new += [k, v]
-        return F.linear(x, self.output_proj).permute(0, 2, 1), new
+        return F.linear(x, self.output_proj).permute(0, 2, 1), new, slots, writer
 
 
 def _patch_down(x: torch.Tensor, p: int) -> torch.Tensor:
@@ -260,6 +277,8 @@ class _Stream(nn.Module):
         self.blocks = nn.ModuleList(Transformer(w, s) for s in stages if not s.patch)
         self.layout = state_layout(stages)
         self.state_size = state_size(stages)
+        sizes = [int(np.prod(shape)) for _, shape in self.layout]
+        self.state_offsets = [int(o) for o in np.cumsum([0, *sizes[:-1]])]
 
     def _split(self, state: torch.Tensor) -> list[torch.Tensor]:
         out, a = [], 0
@@ -271,19 +290,28 @@ class _Stream(nn.Module):
 
     def run(self, x: torch.Tensor, state: torch.Tensor, frame0: torch.Tensor, down: bool
             ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The side's stages over x; the new state is the old one with each layer's new keys and values written
+        into their ring slots (one scatter: the state is copied once, not rebuilt)."""
         past = self._split(state)
-        new: list[torch.Tensor] = []
+        index: list[torch.Tensor] = []
+        values: list[torch.Tensor] = []
         blocks = iter(self.blocks)
         at = 0
+        b = x.shape[0]
         for s in self.stages:
             if s.patch:
                 x = _patch_down(x, s.patch) if down else _patch_up(x, s.patch)
                 continue
             n = 2 * s.layers
-            x, kv = next(blocks)(x, frame0, past[at:at + n])
-            new += kv
+            x, kv, slots, writer = next(blocks)(x, frame0, past[at:at + n])
+            heads = torch.arange(s.heads, dtype=torch.int64)[None, :, None, None]
+            dims = torch.arange(s.head_dim, dtype=torch.int64)[None, None, None, :]
+            rel = (heads * s.window + slots[:, None, :, None]) * s.head_dim + dims  # [B, H, T, hd]
+            for i, t in enumerate(kv):
+                index.append((self.state_offsets[at + i] + rel).reshape(b, -1))
+                values.append(t.index_select(2, writer).reshape(b, -1))
             at += n
-        return x, torch.cat([t.reshape(t.shape[0], -1) for t in new], dim=1)
+        return x, state.scatter(1, torch.cat(index, dim=1), torch.cat(values, dim=1))
 
 
 class DecoderStream(_Stream):
