@@ -98,7 +98,8 @@ class MossSequence(FrameSequence):
     sampling: Sampling | None = None
     max_frames: int = rules.DEFAULT_MAX_NEW_TOKENS  # per text chunk
     chunk_frames_made: int = 0
-    history: list[I64] = field(default_factory=list)  # this chunk's frames (the repetition penalty's)
+    # The codes each codebook drew in this text chunk (the repetition penalty's history), [N_VQ, codebook size].
+    seen: npt.NDArray[np.bool_] | None = None
     hidden: F32 | None = None  # the global stack's last hidden state [D]
     rng: np.random.Generator | None = None
     reason: str = "stop"  # why the last chunk ended
@@ -201,7 +202,7 @@ class MossModel:
     def release(self, seq: Sequence) -> None:
         if isinstance(seq, MossSequence):
             self.kv.release(seq)
-            seq.embeds, seq.history, seq.rng = None, [], None
+            seq.embeds, seq.seen, seq.rng = None, None, None
 
     def memory(self) -> dict[str, int]:
         return self.kv.memory()
@@ -236,7 +237,8 @@ class MossModel:
     def _start_chunk(self, seq: MossSequence, index: int) -> None:
         """Lay out text chunk `index`'s prompt: prefilled from an empty past by the engine's next prefills."""
         rows = self.prompt_rows(seq.chunks[index], seq.ref_codes)
-        seq.chunk, seq.chunk_frames_made, seq.history = index, 0, []
+        seq.chunk, seq.chunk_frames_made = index, 0
+        seq.seen = np.zeros((spec.N_VQ, self.config.codebook_size), np.bool_)
         seq.embeds = self.embed_rows(rows)
         seq.prompt_tokens, seq.prefilled = len(rows), 0
         seq.last, seq.hidden = None, None
@@ -304,7 +306,8 @@ class MossModel:
             for j, s in enumerate(rows):
                 k = s.sampling
                 assert k is not None
-                previous = np.array([f[q] for f in s.history], np.int64)
+                assert s.seen is not None
+                previous = np.flatnonzero(s.seen[q])
                 codes[j, q] = sampling.sample_code(
                     logits[j], previous, do_sample=k.do_sample, temperature=k.audio_temperature, k=k.audio_top_k,
                     p=k.audio_top_p, penalty=k.audio_repetition_penalty, u=s.uniform() if k.do_sample else 0.0)
@@ -314,7 +317,8 @@ class MossModel:
         for j, s in enumerate(rows):
             frame = codes[j].copy()
             s.last = frame
-            s.history.append(frame)
+            assert s.seen is not None
+            s.seen[np.arange(c.n_vq), frame] = True
             s.pending.append(frame)
             s.frames_out += 1
             s.chunk_frames_made += 1
