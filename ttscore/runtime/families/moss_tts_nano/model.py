@@ -302,15 +302,17 @@ class MossModel:
         logits = out["audio_logits"][going]
         past = [p[going] for p in past]
         codes = np.zeros((len(rows), c.n_vq), np.int64)
+        knobs = [s.sampling for s in rows if s.sampling is not None]
+        do_sample = np.array([k.do_sample for k in knobs])
+        temperature = np.array([k.audio_temperature for k in knobs])
+        top_k = np.array([k.audio_top_k for k in knobs])
+        top_p = np.array([k.audio_top_p for k in knobs])
+        penalty = np.array([k.audio_repetition_penalty for k in knobs])
+        seen = np.stack([s.seen for s in rows if s.seen is not None])  # [B, N_VQ, C]
         for q in range(c.n_vq):
-            for j, s in enumerate(rows):
-                k = s.sampling
-                assert k is not None
-                assert s.seen is not None
-                previous = np.flatnonzero(s.seen[q])
-                codes[j, q] = sampling.sample_code(
-                    logits[j], previous, do_sample=k.do_sample, temperature=k.audio_temperature, k=k.audio_top_k,
-                    p=k.audio_top_p, penalty=k.audio_repetition_penalty, u=s.uniform() if k.do_sample else 0.0)
+            u = np.array([s.uniform() if k.do_sample else 0.0 for s, k in zip(rows, knobs, strict=True)])
+            codes[:, q] = sampling.sample_codes(logits, seen[:, q], do_sample=do_sample, temperature=temperature,
+                                                k=top_k, p=top_p, penalty=penalty, u=u)
             if q + 1 < c.n_vq:
                 step, past = self._local(self.audio[q][codes[:, q]][:, None], past)
                 logits = step["audio_logits"]

@@ -83,3 +83,45 @@ def continues(text_logits: NDArray[Any], *, do_sample: bool, temperature: float,
     none = np.zeros(0, np.int64)
     return sample_code(text_logits, none, do_sample=do_sample, temperature=temperature, k=min(k, 2), p=p,
                        penalty=1.0, u=u) == 0
+
+
+def sample_codes(logits: NDArray[Any], seen: NDArray[Any], *, do_sample: NDArray[Any], temperature: NDArray[Any],
+                 k: NDArray[Any], p: NDArray[Any], penalty: NDArray[Any], u: NDArray[Any]) -> NDArray[np.int64]:
+    """`sample_code` for a batch of rows at once, row for row the same float32 arithmetic: logits [B, C], `seen`
+    [B, C] marks each row's earlier codes, the knobs and uniforms [B] (a greedy row's u unused)."""
+    c = logits.shape[1]
+    scores: F32 = np.array(logits, np.float32)
+    pen = np.asarray(penalty, np.float32)[:, None]
+    hit = np.asarray(seen, np.bool_) & (pen != 1.0)
+    scores = np.where(hit, np.where(scores < 0, scores * pen, scores / pen), scores).astype(np.float32)
+    out = np.argmax(scores, axis=1).astype(np.int64)
+    rows = np.flatnonzero(np.asarray(do_sample, np.bool_))
+    if rows.size == 0:
+        return out
+    s: F32 = (scores[rows] / np.asarray(temperature, np.float32)[rows, None]).astype(np.float32)
+    kk = np.asarray(k, np.int64)[rows]
+    cut = (kk > 0) & (kk < c)
+    if cut.any():
+        ranks = np.empty_like(s, dtype=np.int64)
+        np.put_along_axis(ranks, np.argsort(-s, axis=1, kind="stable"), np.arange(c)[None].repeat(len(rows), 0), 1)
+        s = np.where(cut[:, None] & (ranks >= kk[:, None]), np.float32(-np.inf), s).astype(np.float32)
+    pp = np.asarray(p, np.float64)[rows]
+    nucleus = (pp > 0.0) & (pp < 1.0)
+    if nucleus.any():
+        m = np.max(s, axis=1, keepdims=True)
+        shifted = s - m
+        logp = (shifted - np.log(np.sum(np.exp(shifted), axis=1, keepdims=True))).astype(np.float32)
+        probs = np.exp(logp)
+        order = np.argsort(s, axis=1, kind="stable")
+        cumulative = np.empty_like(probs)
+        np.put_along_axis(cumulative, order, np.cumsum(np.take_along_axis(probs, order, 1), axis=1), 1)
+        floor = (1.0 - pp).astype(np.float32)[:, None]
+        s = np.where(nucleus[:, None] & ~(cumulative > floor), np.float32(-np.inf), s).astype(np.float32)
+    s64 = s.astype(np.float64)
+    weights = np.exp(s64 - np.max(s64, axis=1, keepdims=True))
+    cdf = np.cumsum(weights, axis=1)
+    target = np.asarray(u, np.float64)[rows, None] * cdf[:, -1:]
+    idx = np.sum(cdf <= target, axis=1)
+    last = c - 1 - np.argmax(weights[:, ::-1] > 0, axis=1)
+    out[rows] = np.minimum(idx, last)
+    return out

@@ -1,0 +1,48 @@
+"""MOSS-TTS-Nano's batched code sampler (what the runtime runs) equals its one-row sampler (what the parity tests
+hold to mlx-audio) row for row, whatever each row's knobs: greedy and sampled, top-k and top-p on and off,
+repetition penalties, ties; and the one-row sampler's own rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ttscore.runtime.families.moss_tts_nano import sampling
+
+pytestmark = pytest.mark.unit
+
+
+def test_batched_codes_equal_the_one_row_sampler() -> None:
+    rng = np.random.default_rng(0)
+    c, b = 64, 12
+    for trial in range(40):
+        logits = (rng.standard_normal((b, c)) * rng.uniform(0.5, 4)).astype(np.float32)
+        if trial % 5 == 0:
+            logits[:, :8] = logits[:, :1]  # ties
+        seen = rng.random((b, c)) < 0.1
+        knobs = {"do_sample": rng.random(b) < 0.8, "temperature": rng.uniform(0.3, 2.0, b),
+                 "k": rng.choice([0, 1, 5, 25, c, c + 3], b), "p": rng.choice([0.3, 0.8, 0.95, 1.0], b),
+                 "penalty": rng.choice([1.0, 1.2, 0.7], b), "u": rng.random(b)}
+        got = sampling.sample_codes(logits, seen, **knobs)
+        for r in range(b):
+            want = sampling.sample_code(logits[r], np.flatnonzero(seen[r]), do_sample=bool(knobs["do_sample"][r]),
+                                        temperature=float(knobs["temperature"][r]), k=int(knobs["k"][r]),
+                                        p=float(knobs["p"][r]), penalty=float(knobs["penalty"][r]),
+                                        u=float(knobs["u"][r]))
+            assert got[r] == want, (trial, r)
+
+
+def test_one_row_rules() -> None:
+    logits = np.array([2.0, -1.0, 1.0, 0.5], np.float32)
+    assert sampling.sample_code(logits, np.array([0]), do_sample=False, temperature=1, k=0, p=1, penalty=1.0,
+                                u=0) == 0
+    # the penalty divides a positive logit (2 / 3 < 1) and multiplies a negative one
+    assert sampling.sample_code(logits, np.array([0]), do_sample=False, temperature=1, k=0, p=1, penalty=3.0,
+                                u=0) == 2
+    assert sampling.sample_code(logits, np.zeros(0, np.int64), do_sample=True, temperature=1, k=1, p=1,
+                                penalty=1.0, u=0.999) == 0  # top-k 1: the largest only
+    assert sampling.inverse_cdf(np.array([0.0, 0.0, -np.inf, 0.0]), 0.99) == 3  # -inf never drawn
+    assert sampling.inverse_cdf(np.array([0.0, 0.0, 0.0, -np.inf]), 0.99999) == 2
+    assert sampling.continues(np.array([1.0, 1.0], np.float32), do_sample=False, temperature=1, k=50, p=1, u=0)
+    assert not sampling.continues(np.array([0.0, 1.0], np.float32), do_sample=False, temperature=1, k=50, p=1,
+                                  u=0)
