@@ -310,9 +310,9 @@ class MossModel:
         penalty = np.array([k.audio_repetition_penalty for k in knobs])
         seen = np.stack([s.seen for s in rows if s.seen is not None])  # [B, N_VQ, C]
         for q in range(c.n_vq):
-            u = np.array([s.uniform() if k.do_sample else 0.0 for s, k in zip(rows, knobs, strict=True)])
+            draws = np.array([s.uniform() if k.do_sample else 0.0 for s, k in zip(rows, knobs, strict=True)])
             codes[:, q] = sampling.sample_codes(logits, seen[:, q], do_sample=do_sample, temperature=temperature,
-                                                k=top_k, p=top_p, penalty=penalty, u=u)
+                                                k=top_k, p=top_p, penalty=penalty, u=draws)
             if q + 1 < c.n_vq:
                 step, past = self._local(self.audio[q][codes[:, q]][:, None], past)
                 logits = step["audio_logits"]

@@ -94,7 +94,7 @@ def sample_codes(logits: NDArray[Any], seen: NDArray[Any], *, do_sample: NDArray
     pen = np.asarray(penalty, np.float32)[:, None]
     hit = np.asarray(seen, np.bool_) & (pen != 1.0)
     scores = np.where(hit, np.where(scores < 0, scores * pen, scores / pen), scores).astype(np.float32)
-    out = np.argmax(scores, axis=1).astype(np.int64)
+    out: NDArray[np.int64] = np.argmax(scores, axis=1).astype(np.int64)
     rows = np.flatnonzero(np.asarray(do_sample, np.bool_))
     if rows.size == 0:
         return out
