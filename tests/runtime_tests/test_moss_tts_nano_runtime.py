@@ -163,3 +163,28 @@ def test_say_clones_from_a_reference_file(moss_artifacts: Path, tmp_path: Path) 
         with pytest.raises(InvalidRequest) as info:
             OFFLINE.say(moss_artifacts, options)
         assert info.value.param == param
+
+
+def test_reference_encoded_in_chunks_equals_one_call(model: Any) -> None:
+    """encode_reference feeds moss_codec_encoder ENCODE_CHUNK_FRAMES frames a call (state and position carried):
+    on a clip spanning several chunks and ending in a partial frame, at any chunking, the codes equal one call."""
+    from ttscore.runtime.families.moss_tts_nano.model import (
+        ENCODE_CHUNK_FRAMES,
+        encode_reference,
+        encoder_state_size,
+    )
+
+    frames = 3 * ENCODE_CHUNK_FRAMES + 4
+    rng = np.random.default_rng(5)
+    t = np.arange(frames * SPF + SPF // 3) / 48000
+    clip = (0.3 * np.sin(2 * np.pi * 180 * t) + 0.05 * rng.standard_normal(len(t))).astype(np.float32)
+    size = encoder_state_size(model.manifest)
+    whole = encode_reference(model.encoder, size, clip, 48000, chunk_frames=frames)
+    assert whole.shape == (frames, 16)
+    np.testing.assert_array_equal(model.encode(clip), whole)  # the default chunking
+    for chunk in (1, 7, ENCODE_CHUNK_FRAMES - 1):
+        np.testing.assert_array_equal(encode_reference(model.encoder, size, clip, 48000, chunk_frames=chunk), whole)
+    # the state carried matters: chunks from a zero state each would not give the same codes
+    restarts = np.concatenate([encode_reference(model.encoder, size, clip[i * 7 * SPF: (i + 1) * 7 * SPF], 48000)
+                               for i in range(frames // 7)])
+    assert not np.array_equal(restarts, whole[: len(restarts)])

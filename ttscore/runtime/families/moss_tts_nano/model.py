@@ -57,6 +57,8 @@ F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 DEFAULT_INITIAL_CHUNK_FRAMES = 2  # 160 ms before the first audio
 DEFAULT_CHUNK_FRAMES = 12
+# Reference frames per moss_codec_encoder call (2 s at 48 kHz): bounds the encoder's activations and state copies.
+ENCODE_CHUNK_FRAMES = 25
 
 
 def encoder_state_size(manifest: Manifest) -> int:
@@ -69,15 +71,20 @@ def encoder_state_size(manifest: Manifest) -> int:
 
 
 def encode_reference(encoder: OnnxGraph, state_size: int, audio: npt.NDArray[Any], rate: int,
-                     samples_per_frame: int = spec.SAMPLES_PER_FRAME) -> I64:
+                     samples_per_frame: int = spec.SAMPLES_PER_FRAME,
+                     chunk_frames: int = ENCODE_CHUNK_FRAMES) -> I64:
     """A mono reference clip at `rate` -> its codes [frames, 16], as upstream prepares it: resampled to 48 kHz as
     torchaudio.functional.resample does (ttscore.runtime.sinc_resample), the trailing partial frame dropped (it
-    gives no code), one run of moss_codec_encoder from a zero state (which repeats the clip to the codec's two
-    channels). The one rule of the served moss_codec_encoder and offline cloning; InvalidRequest naming
-    `ref_audio` for a clip outside the family's bounds (rate, length, finite samples) or shorter than a frame."""
+    gives no code), moss_codec_encoder from a zero state (which repeats the clip to the codec's two channels) run
+    over `chunk_frames` frames at a time, each call given the last one's `new_state` and the frames done as its
+    `position` (the graph is exact across chunks), so memory stays bounded by the chunk, not the clip. The one
+    rule of the served moss_codec_encoder and offline cloning; InvalidRequest naming `ref_audio` for a clip
+    outside the family's bounds (rate, length, finite samples) or shorter than a frame."""
     from ttscore.runtime import sinc_resample
     from ttscore.runtime.audio import check_reference
 
+    if chunk_frames < 1:
+        raise ValueError(f"chunk_frames must be >= 1, not {chunk_frames}")
     x = check_reference(audio, int(rate), bounds=rules.REF_AUDIO)
     if int(rate) != spec.SAMPLE_RATE:
         x = sinc_resample.resample(x, int(rate), spec.SAMPLE_RATE)
@@ -85,9 +92,16 @@ def encode_reference(encoder: OnnxGraph, state_size: int, audio: npt.NDArray[Any
     if frames == 0:
         raise InvalidRequest(f"the reference clip is shorter than one frame ({samples_per_frame} samples at "
                              f"{spec.SAMPLE_RATE} Hz)", "ref_audio")
-    out = encoder.run({"audio": np.ascontiguousarray(x[None, : frames * samples_per_frame]),
-                       "state": np.zeros((1, state_size), np.float32), "position": np.zeros(1, np.int64)})
-    return np.asarray(out["codes"][0], np.int64)
+    state = np.zeros((1, state_size), np.float32)
+    parts: list[I64] = []
+    for start in range(0, frames, chunk_frames):
+        stop = min(frames, start + chunk_frames)
+        out = encoder.run({"audio": np.ascontiguousarray(x[None, start * samples_per_frame: stop * samples_per_frame],
+                                                         np.float32),
+                           "state": state, "position": np.full(1, start, np.int64)})
+        parts.append(np.asarray(out["codes"][0], np.int64))
+        state = np.ascontiguousarray(out["new_state"], np.float32)
+    return np.concatenate(parts, axis=0)
 
 
 @dataclass
