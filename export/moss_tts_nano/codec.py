@@ -496,16 +496,17 @@ def _chunks(total: int, window: int) -> list[int]:
 
 
 def export_codec(checkpoint: Path, out_dir: Path, precision: str = "fp32", *, seed: int = 0) -> CodecExport:
-    """Export the codec of a MOSS-TTS-Nano checkpoint (found by tiny_codec.find_codec) into `out_dir`:
+    """Export the codec of a MOSS-TTS-Nano checkpoint (found by the runtime's checkpoint.codec_dir) into `out_dir`:
     `moss_codec_decoder.onnx` (the vocoder) and `moss_codec_encoder.onnx`, each validated in several chunkings
     across every attention window against one whole run of the torch modules. `precision` int8/int4 quantizes
     the decoder's MatMuls when its SNR holds (export.quantize); the encoder stays fp32 (its output is argmax
     codes). ExportError / CheckpointError on failure."""
-    from export.moss_tts_nano.tiny_codec import find_codec, load_codec
+    from export.moss_tts_nano.tiny_codec import load_codec
     from export.quantize import compare_outputs, quantize_graph
     from export.tracing import ErrorTracker, export_inline, ort_session, torch_threads
+    from ttscore.runtime.families.moss_tts_nano import checkpoint as lm_checkpoint
 
-    codec_dir = find_codec(Path(checkpoint))
+    codec_dir = lm_checkpoint.codec_dir(Path(checkpoint))
     config, weights = load_codec(codec_dir)
     dims = codec_dims(config)
     if dims.channels != spec.CHANNELS or dims.sample_rate != spec.SAMPLE_RATE:

@@ -1,5 +1,6 @@
 """The MOSS-Audio-Tokenizer-Nano codec checkpoint: writing a random one in the real layout (`write_codec`, called
-by tiny.py for `<ckpt>/audio_tokenizer/`) and reading one (`find_codec`, `load_codec`).
+by tiny.py for `<ckpt>/audio_tokenizer/`) and reading one (`load_codec`; the folder is
+found by the runtime's `ttscore.runtime.families.moss_tts_nano.checkpoint.codec_dir`).
 
 The real repository (OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano) holds `config.json` (model_type
 `moss-audio-tokenizer`), `model.safetensors.index.json` and `model-00001-of-00001.safetensors`, with the remote
@@ -195,70 +196,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 # --- reading --------------------------------------------------------------------------------------------
-
-
-def _is_codec_dir(path: Path) -> bool:
-    try:
-        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and "encoder_kwargs" in cfg and "decoder_kwargs" in cfg
-
-
-def _from_hub_cache(repo: str) -> Path | None:
-    """The cached snapshot of a repo id (`Org/Name[@revision]`), never downloading; None when not cached."""
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:  # pragma: no cover - huggingface_hub is a dependency of the export environment
-        return None
-    name, _, revision = repo.partition("@")
-    try:
-        return Path(snapshot_download(name, revision=revision or None, local_files_only=True))
-    except Exception:  # not cached
-        return None
-
-
-def _resolve_named(named: str, checkpoint: Path) -> Path | None:
-    """A codec named by the LM config: a directory (absolute, or relative to the checkpoint), a Hugging Face cache
-    `models--Org--Name` folder or snapshot, or a repo id in the cache."""
-    for cand in (Path(named).expanduser(), checkpoint / named):
-        if cand.is_dir():
-            if cand.name.startswith("models--"):
-                ref = cand / "refs" / "main"
-                snaps = sorted(p for p in (cand / "snapshots").glob("*") if p.is_dir())
-                rev = ref.read_text(encoding="utf-8").strip() if ref.is_file() else None
-                if rev and (cand / "snapshots" / rev).is_dir():
-                    return cand / "snapshots" / rev
-                return snaps[0] if len(snaps) == 1 else None
-            return cand
-    if "/" in named and not named.startswith(("/", ".", "~")):
-        return _from_hub_cache(named)
-    return None
-
-
-def find_codec(checkpoint: Path) -> Path:
-    """The codec directory of a MOSS-TTS-Nano checkpoint: `<checkpoint>/audio_tokenizer/`, else what the LM
-    config's `audio_tokenizer_pretrained_name_or_path` names (see `_resolve_named`). CheckpointError otherwise."""
-    checkpoint = Path(checkpoint)
-    sub = checkpoint / spec.CODEC_SUBDIR
-    if _is_codec_dir(sub):
-        return sub
-    named = None
-    try:
-        cfg = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
-        named = cfg.get(spec.CODEC_CONFIG_KEY) if isinstance(cfg, dict) else None
-    except (OSError, ValueError):
-        pass
-    if isinstance(named, str) and named:
-        found = _resolve_named(named, checkpoint)
-        if found is not None and _is_codec_dir(found):
-            return found
-        raise CheckpointError(
-            f"{checkpoint}: its codec {named!r} ({spec.CODEC_CONFIG_KEY}) is neither a codec directory nor in the "
-            f"Hugging Face cache; run `huggingface-cli download {named if '/' in named else spec.CODEC_REPO}` or "
-            f"put the codec in {sub}/")
-    raise CheckpointError(f"{checkpoint}: no codec: {sub}/ has no codec config.json and config.json names none "
-                          f"({spec.CODEC_CONFIG_KEY})")
 
 
 def _weight_files(path: Path) -> list[Path]:

@@ -246,8 +246,9 @@ def test_reader_refuses_wrong_tensors(tmp_path: Path) -> None:
 
 
 def test_codec_found_in_its_checkpoint_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from export.moss_tts_nano.tiny_codec import find_codec, write_codec
+    from export.moss_tts_nano.tiny_codec import write_codec
     from ttscore.contract.errors import CheckpointError
+    from ttscore.runtime.families.moss_tts_nano.checkpoint import codec_dir as find_codec
 
     lm = tmp_path / "lm"
     lm.mkdir()
@@ -265,8 +266,33 @@ def test_codec_found_in_its_checkpoint_forms(tmp_path: Path, monkeypatch: pytest
     assert find_codec(lm).resolve() == snap.resolve()  # a repo id in the Hugging Face cache
     (lm / "config.json").write_text(json.dumps({key: str(repo)}))
     assert find_codec(lm).resolve() == snap.resolve()  # a models--Org--Name folder
-    shutil.copytree(snap, lm / "codec")
+    (lm / "config.json").write_text(json.dumps({key: str(snap)}))
+    assert find_codec(lm) == snap  # a snapshot folder
+    other = repo / "snapshots" / ("b" * 40)
+    shutil.copytree(snap, other)
+    (repo / "refs" / "v2").write_text("b" * 40)
+    for named, want in (("OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano", snap),  # refs/main among two snapshots
+                        ("OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano@v2", other),  # a ref
+                        ("OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano@" + "b" * 40, other)):  # a commit
+        (lm / "config.json").write_text(json.dumps({key: named}))
+        assert find_codec(lm).resolve() == want.resolve(), named
+    (lm / "config.json").write_text(json.dumps({key: "OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano@v3"}))
+    with pytest.raises(CheckpointError, match="huggingface-cli download OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano@v3"):
+        find_codec(lm)
+    (lm / "codec").mkdir()
+    (lm / "codec" / "config.json").write_text(json.dumps({"model_type": "not a codec"}))
     (lm / "config.json").write_text(json.dumps({key: "codec"}))
+    with pytest.raises(CheckpointError, match="'codec'"):  # a folder without a codec config is refused
+        find_codec(lm)
+    shutil.rmtree(lm / "codec")
+    shutil.copytree(snap, lm / "codec")
     assert find_codec(lm) == lm / "codec"  # a folder relative to the checkpoint
+    (lm / "audio_tokenizer").mkdir()
+    assert find_codec(lm) == lm / "codec"  # an audio_tokenizer/ without a codec is passed over
+    shutil.rmtree(lm / "audio_tokenizer")
     shutil.copytree(snap, lm / "audio_tokenizer")
     assert find_codec(lm) == lm / "audio_tokenizer"  # <checkpoint>/audio_tokenizer/ first
+    (lm / "config.json").write_text("{}")
+    shutil.rmtree(lm / "audio_tokenizer")
+    with pytest.raises(CheckpointError, match="names none"):
+        find_codec(lm)

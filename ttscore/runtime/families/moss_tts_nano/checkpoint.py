@@ -12,19 +12,22 @@ its inputs are embeddings; a stored `local_transformer.wte.weight` is tolerated,
 `audio_lm_heads.<k>.weight` (= audio_embeddings.<k>), which a file may also leave out. Missing, unexpected or
 misshapen tensors are refused with their names.
 
-The codec is a checkpoint of its own (OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano), found by `codec_dir`:
-`<checkpoint>/audio_tokenizer/`, else `audio_tokenizer_pretrained_name_or_path` as a directory, else as a repo id
-in the Hugging Face cache (its one snapshot, or the one `refs/main` names).
+The codec is a checkpoint of its own (OpenMOSS-Team/MOSS-Audio-Tokenizer-Nano), found by `codec_dir` (the one
+finder; the export uses it too): `<checkpoint>/audio_tokenizer/`, else `audio_tokenizer_pretrained_name_or_path` as
+a folder (absolute or relative to the checkpoint), a `models--Org--Name` cache folder or snapshot, or a repo id
+`Org/Name[@revision]` in the Hugging Face cache (the revision's snapshot, else refs/main's, else its only one).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ttscore.contract.errors import CheckpointError
+from ttscore.contract.moss_tts_nano import codec
 from ttscore.contract.moss_tts_nano import graphs as spec
 from ttscore.runtime.checkpoint_kit import (
     Shapes,
@@ -42,7 +45,10 @@ CONFIG = "config.json"
 TOKENIZER = "tokenizer.model"
 WEIGHTS = "model"  # model.safetensors (or its index and shards)
 TORCH_WEIGHTS = "pytorch_model.bin"
-CODEC_DIR = "audio_tokenizer"
+CODEC_DIR = codec.CODEC_SUBDIR  # "audio_tokenizer"
+CODEC_KEY = codec.CODEC_CONFIG_KEY
+HUB_PREFIX = "models--"
+REPO_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?")
 # The prompt's token ids, each a config key that must hold the value the contract (and the tokenizer) has.
 TOKEN_IDS = {
     "pad_token_id": spec.PAD_ID, "im_start_token_id": spec.IM_START_ID, "im_end_token_id": spec.IM_END_ID,
@@ -195,29 +201,74 @@ def check_tensors(checkpoint: Path, c: MossConfig) -> None:
     compare_tensors(f"{checkpoint}: {weights_file(checkpoint).name}", stored, expected, ignore=lambda n: n in IGNORED)
 
 
+def hub_cache() -> Path:
+    """The Hugging Face hub cache as huggingface_hub finds it (`HF_HUB_CACHE`, else `HF_HOME/hub`, else
+    ~/.cache/huggingface/hub), read from the environment now; the same rule as triton_tts.checkpoints.hub_cache."""
+    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    home = os.environ.get("HF_HOME") or str(Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface")
+    return Path(home).expanduser() / "hub"
+
+
+def hub_snapshot(repo_folder: Path, revision: str | None = None) -> Path | None:
+    """A `models--Org--Name` cache folder's snapshot: `revision` (a ref under refs/, or a snapshot's commit), else
+    the one refs/main names, else its only snapshot; None when there is none such (never downloads)."""
+    snapshots = Path(repo_folder) / "snapshots"
+    want = revision or "main"
+    ref = Path(repo_folder) / "refs" / want
+    commit = ref.read_text(encoding="utf-8").strip() if ref.is_file() else want
+    if commit and (snapshots / commit).is_dir():
+        return snapshots / commit
+    if revision is None:
+        found = sorted(p for p in snapshots.glob("*") if p.is_dir())
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def is_codec_dir(path: Path) -> bool:
+    """A MOSS-Audio-Tokenizer-Nano checkpoint folder: a config.json with encoder_kwargs and decoder_kwargs."""
+    cfg = peek_json(Path(path) / CONFIG)
+    return cfg is not None and "encoder_kwargs" in cfg and "decoder_kwargs" in cfg
+
+
+def _named_codec(named: str, checkpoint: Path) -> Path | None:
+    """The folder `named` (the LM config's audio_tokenizer_pretrained_name_or_path) stands for: a folder (absolute,
+    ~, or relative to the checkpoint), a `models--Org--Name` cache folder (its snapshot), a snapshot, or a repo id
+    `Org/Name[@revision]` in the Hugging Face cache."""
+    for cand in (Path(named).expanduser(), checkpoint / named):
+        if cand.is_dir():
+            return hub_snapshot(cand) if cand.resolve().name.startswith(HUB_PREFIX) else cand
+    repo = REPO_ID.fullmatch(named)
+    if repo is None:
+        return None
+    return hub_snapshot(hub_cache() / (HUB_PREFIX + repo["repo"].replace("/", "--")), repo["revision"])
+
+
 def codec_dir(checkpoint: Path, c: MossConfig | None = None) -> Path:
-    """The codec checkpoint's folder: `<checkpoint>/audio_tokenizer/`, else the config's
-    `audio_tokenizer_pretrained_name_or_path` as a folder or as a repo id in the Hugging Face cache."""
+    """The codec checkpoint's folder (the one finder of the runtime, the export and the tools):
+    `<checkpoint>/audio_tokenizer/` when it holds a codec, else what the LM config's
+    `audio_tokenizer_pretrained_name_or_path` names (`_named_codec`: a folder, absolute or relative to the
+    checkpoint, a `models--Org--Name` cache folder or snapshot, or a repo id in the Hugging Face cache; never
+    downloaded). `c` None: the key is read from config.json without checking the rest. CheckpointError otherwise."""
     root = Path(checkpoint)
     inside = root / CODEC_DIR
-    if inside.is_dir():
+    if is_codec_dir(inside):
         return inside
-    source = (c or read_config(root)).codec_source
-    if source:
-        if Path(source).expanduser().is_dir():
-            return Path(source).expanduser()
-        if source.count("/") == 1:
-            cache = Path(os.environ.get("HF_HUB_CACHE") or Path(os.environ.get("HF_HOME") or
-                                                                  Path.home() / ".cache" / "huggingface") / "hub")
-            repo = cache / ("models--" + source.replace("/", "--"))
-            ref = repo / "refs" / "main"
-            snaps = sorted(p for p in (repo / "snapshots").glob("*") if p.is_dir())
-            if ref.is_file() and (repo / "snapshots" / ref.read_text().strip()).is_dir():
-                return repo / "snapshots" / ref.read_text().strip()
-            if len(snaps) == 1:
-                return snaps[0]
-    raise CheckpointError(f"{root}: no codec: neither {CODEC_DIR}/ nor audio_tokenizer_pretrained_name_or_path "
-                          f"{source!r} as a folder or a Hugging Face cache entry")
+    if c is not None:
+        named: Any = c.codec_source
+    else:
+        named = (peek_json(root / CONFIG) or {}).get(CODEC_KEY)
+    if isinstance(named, str) and named:
+        found = _named_codec(named, root)
+        if found is not None and is_codec_dir(found):
+            return found
+        get = named if REPO_ID.fullmatch(named) else codec.CODEC_REPO
+        raise CheckpointError(
+            f"{root}: its codec {named!r} ({CODEC_KEY}) is neither a codec folder nor in the Hugging Face cache "
+            f"({hub_cache()}); run `huggingface-cli download {get}` or put the codec in {inside}/")
+    raise CheckpointError(f"{root}: no codec: {inside}/ has no codec config.json and {CONFIG} names none "
+                          f"({CODEC_KEY})")
 
 
 def read_checkpoint(checkpoint: Path) -> MossConfig:
