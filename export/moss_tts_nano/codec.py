@@ -575,5 +575,6 @@ def export_codec(checkpoint: Path, out_dir: Path, precision: str = "fp32", *, se
         "decoder_windows": [s.context for s in dims.decoder if not s.patch],
         "encoder_windows": [s.context for s in dims.encoder if not s.patch],
         "source": str(codec_dir),
+        "sha256": lm_checkpoint.codec_sha256(codec_dir),  # precomputed voices' codes are checked against it
     }}
     return CodecExport({dspec.name: dspec, espec.name: espec}, reports, dsize, layout, dims.sample_rate, spf, fields)

@@ -8,9 +8,11 @@ as the spec's row and vLLM-Omni 0.30.0's `MossTTSNanoAdapter` (tts_adapters/moss
   mixes it to mono (the gateway's clip reader), resamples it to 48 kHz and repeats it to the codec's two
   channels, as upstream does (shared by concurrent and recent requests);
 - `ref_text`: accepted and ignored (upstream's voice_clone mode takes no transcript; vLLM-Omni drops it too);
-- `voice`: omitted or "default" (the reference's voice), or an uploaded voice (its codes computed once at
-  upload through each served checkpoint's moss_codec_encoder); `ref_audio` overrides it; there are no preset
-  voices, so any other name is a 400 naming `voice`;
+- `voice`: omitted or "default" (the reference's voice), an uploaded voice (its codes computed once at upload
+  through each served checkpoint's moss_codec_encoder) or a precomputed one (`triton-tts precompute-voice`: its
+  `ref_code` [frames, 16], ttscore.contract.moss_tts_nano.voicefile, served by the checkpoints whose codec made
+  it: the manifest's `codec.sha256`); `ref_audio` overrides it; there are no preset voices, so any other name
+  is a 400 naming `voice`;
 - output 48 kHz mono (the codec's stereo by the mean, as vLLM-Omni's `_to_mono_1d`); `response_format`,
   `sample_rate`, `stream`, `stream_format` and `speed` by the shared output rules (vLLM-Omni refuses any
   `sample_rate`; the project resamples, as for every family);
@@ -25,27 +27,37 @@ Refused, each with a 400 naming the field: the family's unsupported fields (cont
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from ttscore.contract import moss_tts_nano
+from ttscore.contract.manifest import Manifest
 from ttscore.contract.moss_tts_nano import rules as nano
+from ttscore.contract.moss_tts_nano.voicefile import CODEC_SHA256, PROFILE_MODES, manifest_codec_sha256
+from ttscore.contract.voicefile import REF_CODE
 
 from ..backend import InferenceBackend
-from ..errors import bad_request
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
-from ..family_kit import BaseAdapter, clone_reference, encode_clip, requested_voice
+from ..family_kit import CodecFacts, CodecVoicesAdapter, clone_reference, encode_clip, requested_voice
 from ..speech_fields import SpeechFields
+from ..voices.precomputed import SkipVoice
 
 
-class MossTTSNanoAdapter(BaseAdapter):
+class MossTTSNanoAdapter(CodecVoicesAdapter):
     family = moss_tts_nano.FAMILY
     rules = moss_tts_nano.RULES
     default_task = nano.TASK
     # Uploaded voices: codes computed at upload through every served checkpoint's moss_codec_encoder.
     clones_voices = True
     reference_input = nano.REF_AUDIO_TOKENS.name  # [frames, 16] int64, always given
+    # Precomputed voices: the codes of a served checkpoint's codec (checked by its checksum).
+    voice_modes = PROFILE_MODES
+    codec_identity_key = CODEC_SHA256
+
+    def manifest_facts(self, manifest: Manifest) -> CodecFacts:
+        return CodecFacts(codec_sha256=manifest_codec_sha256(dict(manifest.raw)))
 
     def plan_request(self, f: SpeechFields, ckpt: ServedCheckpoint, text: str, deployment: PlanContext
                      ) -> SpeechPlan:
@@ -53,10 +65,7 @@ class MossTTSNanoAdapter(BaseAdapter):
         default = nano.DEFAULT_VOICE
         stored = requested_voice(f, ckpt, deployment, default,
                                  f"Unknown voice '{f.voice}'. {name} has no built-in speakers. Upload a voice "
-                                 "first via POST /v1/audio/voices, or use ref_audio.")
-        if stored is not None and stored.model_features is None:  # a precomputed voice file: this family has none
-            raise bad_request(f"Voice '{stored.name}' is a precomputed voice: it cannot be used with {name} "
-                              f"model `{ckpt.name}`", "voice")
+                                 "first via POST /v1/audio/voices, or use ref_audio.", fits="codec")
         ref = clone_reference(f, stored, required=f"{name} requires 'ref_audio' (reference audio for voice "
                               "cloning) or an uploaded voice.")
         # ref_text is checked (clone_reference) and ignored: upstream's voice_clone prompt has no transcript.
@@ -70,6 +79,19 @@ class MossTTSNanoAdapter(BaseAdapter):
         """A clip's codec codes [frames, 16] through a moss_codec_encoder (no transcript: none changes them)."""
         (codes,) = await encode_clip(backend, model, audio, rate, request_id, nano.ENCODER_OUTPUTS[:1])
         return codes.astype(np.int64)
+
+    def checked_codes(self, stored: np.ndarray) -> np.ndarray:
+        """`ref_code` [frames, 16] (ttscore.contract.moss_tts_nano.voicefile): codec codes."""
+        groups = moss_tts_nano.NUM_QUANTIZERS
+        if stored.dtype.kind not in "iu" or stored.ndim != 2 or stored.shape[0] == 0 or stored.shape[1] != groups:
+            raise SkipVoice(f"{REF_CODE} must be a non-empty integer [frames, {groups}] tensor, got {stored.dtype} "
+                            f"{list(stored.shape)}")
+        if stored.min() < 0 or stored.max() >= moss_tts_nano.CODEBOOK_SIZE:
+            raise SkipVoice(f"{REF_CODE} must be codec codes in [0, {moss_tts_nano.CODEBOOK_SIZE})")
+        return stored
+
+    def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
+        return None  # the family's prompt takes no transcript
 
 
 ADAPTER = MossTTSNanoAdapter()

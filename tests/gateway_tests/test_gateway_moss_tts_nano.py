@@ -1,5 +1,6 @@
-"""The MOSS-TTS-Nano gateway adapter without Triton: `ref_audio` or an uploaded voice required (a 400 naming
-`ref_audio` without either), `ref_text` accepted and not sent, no preset voices (an unknown one a 400 naming
+"""The MOSS-TTS-Nano gateway adapter without Triton: `ref_audio`, an uploaded or a precomputed voice required (a
+400 naming `ref_audio` without either; a voice file's codes checked against the served codec's checksum, another
+codec's or family's voice a 400 naming `voice`), `ref_text` accepted and not sent, no preset voices (an unknown one a 400 naming
 `voice`), 48 kHz output by the shared rules, max_new_tokens 1..4096 and seed checked, the sampling knobs of
 `extra_params` each checked (other keys a 400 naming extra_params), the tensors a plan sends and the codes
 taken from the checkpoint's moss_codec_encoder (an upload's computed at upload)."""
@@ -25,6 +26,7 @@ pytestmark = pytest.mark.unit
 
 CLIP = "data:audio/wav;base64,AAAA"
 UPLOAD_CODES = np.arange(32, dtype=np.int64).reshape(2, 16)
+FILED_CODES = np.arange(48, dtype=np.int64).reshape(3, 16) + 100
 ENCODER = "moss_codec_encoder_nano"
 
 
@@ -37,8 +39,12 @@ class Uploads(NoStoredVoices):
     def resolve_voice(self, name: str) -> StoredVoice | None:
         if name == "mine":
             return StoredVoice(name="mine", ref_text="My transcript.", model_features=_upload_features)
-        if name == "filed":  # a precomputed voice file (another family's kind): none here
-            return StoredVoice(name="filed", precomputed=UPLOAD_CODES)
+        if name == "filed":  # a precomputed voice file of this family, made with the served codec
+            return StoredVoice(name="filed", precomputed=FILED_CODES, family=spec.FAMILY, models=("nano",))
+        if name == "elsewhere":  # ... made with another checkpoint's codec
+            return StoredVoice(name="elsewhere", precomputed=FILED_CODES, family=spec.FAMILY, models=("other",))
+        if name == "breeze":  # another family's voice file
+            return StoredVoice(name="breeze", precomputed=FILED_CODES, family="breeze_tts_2", ref_text="Hi.")
         return None
 
 
@@ -160,7 +166,49 @@ def test_an_unknown_voice_is_named(dep: Deployment) -> None:
         for fields in ({}, {"ref_audio": CLIP}):
             err = fails(dep, voice=voice, **fields)
             assert err.param == "voice" and f"'{voice}'" in err.message and "no built-in speakers" in err.message
-    assert fails(dep, voice="filed").param == "voice"  # a precomputed voice file: none for this family
+    for voice, says in (("elsewhere", "precomputed with another MOSS-TTS-Nano codec"),
+                        ("breeze", "is a precomputed Breeze-TTS-2 voice")):
+        err = fails(dep, voice=voice)
+        assert err.param == "voice" and says in err.message, err.message
+
+
+def test_a_precomputed_voice_gives_its_codes(dep: Deployment) -> None:
+    filed = plan(dep, voice="Filed", ref_text="ignored")
+    assert filed.stored_voice is not None and filed.ref_text is None
+    env = FakeEnv()
+    assert np.array_equal(asyncio.run(ADAPTER.reference_features(filed, env)), FILED_CODES)
+    assert env.backend.calls == []  # no encoder call
+    sent = filed.generation_inputs(0, FILED_CODES)
+    assert np.array_equal(sent["ref_audio_tokens"], FILED_CODES)
+    inline = plan(dep, voice="filed", ref_audio=CLIP)  # inline ref_audio overrides it
+    assert inline.stored_voice is None and inline.ref_audio == CLIP
+
+
+def test_voice_files_checked_against_the_served_codec(tmp_path: Path) -> None:
+    """A voice file's codes load for the checkpoints whose manifest codec.sha256 it records (either unknown:
+    fits); bad codes are skipped."""
+    from gateway.family_kit import CodecFacts, CodecTarget
+    from gateway.voice_registry import precomputed_loaders
+    from gateway.voices.precomputed import load_precomputed_voices
+    from ttscore.contract.moss_tts_nano.voicefile import write_moss_tts_nano_profile
+
+    raw = {"family": spec.FAMILY, "codec": {"sha256": "a" * 64}}
+    facts = ADAPTER.manifest_facts(type("M", (), {"raw": raw})())  # type: ignore[arg-type]
+    assert facts == CodecFacts(codec_sha256="a" * 64)
+    assert ADAPTER.manifest_facts(type("M", (), {"raw": {}})()) == CodecFacts()  # type: ignore[arg-type]
+    write_moss_tts_nano_profile(tmp_path, "Mine", ref_codes=FILED_CODES, checkpoint={"name": "ck",
+                                                                                     "codec_sha256": "a" * 64})
+    for targets, models in (([CodecTarget("nano", "a" * 64), CodecTarget("other", "b" * 64)], ("nano",)),
+                            ([CodecTarget("nano", None)], ("nano",)), ([], None)):
+        voices = load_precomputed_voices(tmp_path, precomputed_loaders({spec.FAMILY: {"targets": targets}}))
+        v = voices["mine"]
+        assert (v.model_type, v.models, v.ref_text) == (spec.FAMILY, models, None)
+        np.testing.assert_array_equal(v.ref_codes, FILED_CODES)  # type: ignore[attr-defined]
+    other = precomputed_loaders({spec.FAMILY: {"targets": [CodecTarget("nano", "b" * 64)]}})
+    assert load_precomputed_voices(tmp_path, other) == {}
+    for bad in (np.zeros((0, 16), np.int32), np.zeros((2, 8), np.int32), np.full((2, 16), 1024, np.int32)):
+        with pytest.raises(Exception, match="ref_code"):
+            ADAPTER.checked_codes(bad)
 
 
 @pytest.mark.parametrize(("fields", "param"), [

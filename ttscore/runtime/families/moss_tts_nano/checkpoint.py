@@ -232,6 +232,22 @@ def is_codec_dir(path: Path) -> bool:
     return cfg is not None and "encoder_kwargs" in cfg and "decoder_kwargs" in cfg
 
 
+def codec_sha256(folder: Path) -> str:
+    """The codec's identity (what precomputed voices of its codes are checked against): sha256 over its config.json
+    and weight files (`*.safetensors` and their index), each as `name NUL file-sha256 LF`, by name."""
+    import hashlib
+
+    from ttscore.runtime.weights import file_digest
+
+    folder = Path(folder)
+    files = sorted(p for p in folder.iterdir() if p.is_file() and (
+        p.name == CONFIG or p.name.endswith(".safetensors") or p.name.endswith(".safetensors.index.json")))
+    h = hashlib.sha256()
+    for p in files:
+        h.update(f"{p.name}\0{file_digest(p)}\n".encode())
+    return h.hexdigest()
+
+
 def _named_codec(named: str, checkpoint: Path) -> Path | None:
     """The folder `named` (the LM config's audio_tokenizer_pretrained_name_or_path) stands for: a folder (absolute,
     ~, or relative to the checkpoint), a `models--Org--Name` cache folder (its snapshot), a snapshot, or a repo id
