@@ -429,7 +429,8 @@ def test_listings_and_readiness(stack):
             stack["names"][v] for v in ("custom_voice", "voice_design", "base", "voxcpm2", "omnivoice",
                                         "omnivoice_foreign", "gepard", "gepard_foreign", "voxtral_tts",
                                         "voxtral_tts_foreign", "fish_speech", "fish_speech_foreign",
-                                        "cosyvoice3", "cosyvoice3_foreign")]
+                                        "cosyvoice3", "cosyvoice3_foreign", "moss_tts_nano",
+                                        "moss_tts_nano_foreign")]
         assert {m["id"]: m["alias_of"] for m in cards if "alias_of" in m} == dict.fromkeys(
             ("tts-1", "tts-1-hd", "gpt-4o-mini-tts"), stack["names"]["custom_voice"])
         ready = c.get("/ready")
