@@ -25,7 +25,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -226,9 +226,10 @@ class Layer(nn.Module):
 class Transformer(nn.Module):
     """A projected transformer over [B, C, T] with its layers' K/V windows passed in and out."""
 
-    def __init__(self, w: Mapping[str, np.ndarray], s: Stage) -> None:
+    def __init__(self, w: Mapping[str, np.ndarray], s: Stage, trim: bool = False) -> None:
         super().__init__()
         self.stage = s
+        self.trim = trim
         self.input_proj = nn.Parameter(_t(w, f"{s.prefix}.input_proj.weight"), requires_grad=False)
         self.output_proj = nn.Parameter(_t(w, f"{s.prefix}.output_proj.weight"), requires_grad=False)
         self.layers = nn.ModuleList(Layer(w, f"{s.prefix}.transformer.layers.{i}", s) for i in range(s.layers))
@@ -249,6 +250,14 @@ class Transformer(nn.Module):
         j = torch.arange(w, dtype=torch.int64)[None, :]
         last = start[:, None] - 1
         ring_pos = last - torch.remainder(last - j, w)
+        if self.trim:
+            # Before the ring wraps, a row's filled slots are [0, start): attend over the slots some row of the
+            # batch has filled (all w once any row has wrapped), not over the whole empty window. The slots left
+            # out are masked for every row, so their weights were exact zeros: the same softmax.
+            # >= 1 slot (the softmax takes a max over it); a 0-d tensor, not an int, so the trace keeps it dynamic
+            used = torch.arange(cast(int, torch.clamp(start.max(), min=1, max=w)), dtype=torch.int64)
+            ring_pos = ring_pos.index_select(1, used)
+            past = [p.index_select(2, used) for p in past]
         writer = steps + w * torch.div(torch.flip(steps, [0]), w, rounding_mode="floor")
         slots = torch.remainder(start[:, None] + steps[None, :], w)
         new: list[torch.Tensor] = []
@@ -271,10 +280,10 @@ def _patch_up(x: torch.Tensor, p: int) -> torch.Tensor:
 class _Stream(nn.Module):
     """A side's stages with the flat state split and joined."""
 
-    def __init__(self, w: Mapping[str, np.ndarray], stages: Sequence[Stage]) -> None:
+    def __init__(self, w: Mapping[str, np.ndarray], stages: Sequence[Stage], trim: bool = False) -> None:
         super().__init__()
         self.stages = tuple(stages)
-        self.blocks = nn.ModuleList(Transformer(w, s) for s in stages if not s.patch)
+        self.blocks = nn.ModuleList(Transformer(w, s, trim) for s in stages if not s.patch)
         self.layout = state_layout(stages)
         self.state_size = state_size(stages)
         sizes = [int(np.prod(shape)) for _, shape in self.layout]
@@ -323,7 +332,7 @@ class DecoderStream(_Stream):
 
     def __init__(self, config: Mapping[str, Any], w: Mapping[str, np.ndarray], mono: bool = True) -> None:
         d = codec_dims(config)
-        super().__init__(w, d.decoder)
+        super().__init__(w, d.decoder, trim=True)
         self.dims, self.mono = d, mono
         q = config["quantizer_kwargs"]
         rvq, cd = int(q["rvq_dim"]), int(q["codebook_dim"])

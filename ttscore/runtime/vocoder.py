@@ -51,7 +51,7 @@ def decode_streams(
     for idx in groups:
         pcm, state = run(
             np.stack([items[i][1] for i in idx]),
-            np.stack([items[i][0].state for i in idx]).astype(np.float32),
+            np.stack([items[i][0].state for i in idx]).astype(np.float32, copy=False),
             np.array([items[i][0].position for i in idx], dtype=np.int64),
         )
         for row, i in enumerate(idx):
