@@ -40,23 +40,29 @@ def decode_streams(
     items: list[tuple[VocoderStream, NDArray[Any]]],
     run: RunVocoder,
     max_rows: int | None = None,
+    owned: bool = False,
 ) -> list[NDArray[Any]]:
     """Decode each (stream, frames [T, ...]) pair and advance its stream. Streams whose chunks have
-    the same length go through one batched `run` (at most `max_rows` rows); returns the PCM per item."""
+    the same length go through one batched `run` (at most `max_rows` rows); returns the PCM per item.
+    `owned`: `run`'s new states are arrays of this process's own (ONNX Runtime's outputs), so each
+    stream keeps its row as a view instead of a copy, and a group of one feeds its state without a
+    stack: a large state (MOSS-TTS-Nano's codec windows, 46 MB a stream) is then not copied twice
+    more per call (BLS outputs may live in memory the response owns, so those are copied)."""
     out: list[NDArray[Any]] = [np.zeros(0, np.float32)] * len(items)
     by_len: dict[int, list[int]] = {}
     for i, (_, frames) in enumerate(items):
         by_len.setdefault(int(frames.shape[0]), []).append(i)
     groups = [g[k : k + (max_rows or len(g))] for g in by_len.values() for k in range(0, len(g), max_rows or len(g))]
     for idx in groups:
+        states = [items[i][0].state for i in idx]
         pcm, state = run(
             np.stack([items[i][1] for i in idx]),
-            np.stack([items[i][0].state for i in idx]).astype(np.float32, copy=False),
+            (states[0][None] if owned and len(idx) == 1 else np.stack(states)).astype(np.float32, copy=False),
             np.array([items[i][0].position for i in idx], dtype=np.int64),
         )
         for row, i in enumerate(idx):
             stream, frames = items[i]
-            stream.state = np.array(state[row], dtype=np.float32)
+            stream.state = np.asarray(state[row], dtype=np.float32) if owned else np.array(state[row], dtype=np.float32)
             stream.position += int(frames.shape[0])
             out[i] = np.array(pcm[row], dtype=np.float32)
     return out
@@ -78,4 +84,4 @@ class OrtVocoder:
         return res["pcm"], res["new_state"]
 
     def decode(self, items: list[tuple[VocoderStream, NDArray[Any]]]) -> list[NDArray[Any]]:
-        return decode_streams(items, self._run)
+        return decode_streams(items, self._run, owned=True)
