@@ -36,6 +36,22 @@ def new_stream(state_size: int) -> VocoderStream:
     return VocoderStream(np.zeros(state_size, dtype=np.float32))
 
 
+def _rows_of_one(states: list[NDArray[Any]]) -> NDArray[np.float32] | None:
+    """The states as one [B, S] array without a copy where they already are one: a single state (as [1, S]), or
+    the rows 0..B-1, in order, of one float32 array (the last call's output, when the same streams are decoded
+    together again); None otherwise."""
+    if len(states) == 1:
+        return np.asarray(states[0][None], dtype=np.float32)
+    base = states[0].base
+    if not isinstance(base, np.ndarray) or base.dtype != np.float32 or base.ndim != 2 \
+            or base.shape[0] != len(states) or not base.flags.c_contiguous:
+        return None
+    start, stride = base.ctypes.data, base.strides[0]
+    if all(s.base is base and s.ctypes.data == start + r * stride for r, s in enumerate(states)):
+        return base
+    return None
+
+
 def decode_streams(
     items: list[tuple[VocoderStream, NDArray[Any]]],
     run: RunVocoder,
@@ -55,9 +71,10 @@ def decode_streams(
     groups = [g[k : k + (max_rows or len(g))] for g in by_len.values() for k in range(0, len(g), max_rows or len(g))]
     for idx in groups:
         states = [items[i][0].state for i in idx]
+        batch = _rows_of_one(states) if owned else None
         pcm, state = run(
             np.stack([items[i][1] for i in idx]),
-            (states[0][None] if owned and len(idx) == 1 else np.stack(states)).astype(np.float32, copy=False),
+            np.stack(states).astype(np.float32, copy=False) if batch is None else batch,
             np.array([items[i][0].position for i in idx], dtype=np.int64),
         )
         for row, i in enumerate(idx):
