@@ -349,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="speech_generation's thread_pool (shared or session), for all or per precision label")
     ap.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
     ap.add_argument("--skip-triton", action="store_true")
+    ap.add_argument("--triton-precisions", nargs="+", metavar="PRECISION",
+                    help="serve only these of --precisions through Triton (default: every one)")
     ap.add_argument("--work", default="build/bench")
     ap.add_argument("--out", default="perf/results/compare")
     args = ap.parse_args(argv)
@@ -399,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     result["triton"] = {}
     if not args.skip_triton:
         for precision, art in arts.items():
+            if args.triton_precisions and precision not in args.triton_precisions:
+                continue
             print(f"triton {precision} ...", flush=True)
             result["triton"][precision] = triton(bench, art, precision, args.concurrency, args.frames, args.threads, work,
                                                  args.requests_per_window, args.chunk_policy, pools[precision])
