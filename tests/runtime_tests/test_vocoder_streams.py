@@ -12,7 +12,7 @@ from ttscore.runtime.vocoder import decode_streams, new_stream
 
 
 def _run(frames: np.ndarray, state: np.ndarray, position: np.ndarray) -> tuple[Any, Any]:
-    return frames.reshape(frames.shape[0], -1).astype(np.float32), state * 2 + position[:, None] + 1
+    return frames.reshape(frames.shape[0], -1).astype(np.float32), (state * 2 + position[:, None] + 1).astype(np.float32)
 
 
 def test_owned_states_equal_copied_ones() -> None:
