@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -131,14 +131,15 @@ def codec_dims(config: Mapping[str, Any]) -> CodecDims:
 
 def state_layout(stages: Sequence[Stage]) -> list[tuple[str, tuple[int, ...]]]:
     """The flat state's entries in order: key then value of every layer of every transformer stage, each a ring
-    [heads, window, head_dim] whose slot p mod window holds position p's (RoPE-rotated) key or value."""
+    [window, heads, head_dim] whose slot p mod window holds position p's (RoPE-rotated) key or value (slot-major,
+    so the slots [0, n) of a ring are one contiguous block: the decoder reads only the filled ones)."""
     out: list[tuple[str, tuple[int, ...]]] = []
     for s in stages:
         if s.patch:
             continue
         for layer in range(s.layers):
             for kv in ("key", "value"):
-                out.append((f"{s.prefix}.layers.{layer}.{kv}", (s.heads, s.window, s.head_dim)))
+                out.append((f"{s.prefix}.layers.{layer}.{kv}", (s.window, s.heads, s.head_dim)))
     return out
 
 
@@ -226,18 +227,20 @@ class Layer(nn.Module):
 class Transformer(nn.Module):
     """A projected transformer over [B, C, T] with its layers' K/V windows passed in and out."""
 
-    def __init__(self, w: Mapping[str, np.ndarray], s: Stage) -> None:
+    def __init__(self, w: Mapping[str, np.ndarray], s: Stage, trim: bool = False) -> None:
         super().__init__()
         self.stage = s
+        self.trim = trim
         self.input_proj = nn.Parameter(_t(w, f"{s.prefix}.input_proj.weight"), requires_grad=False)
         self.output_proj = nn.Parameter(_t(w, f"{s.prefix}.output_proj.weight"), requires_grad=False)
         self.layers = nn.ModuleList(Layer(w, f"{s.prefix}.transformer.layers.{i}", s) for i in range(s.layers))
 
-    def forward(self, x: torch.Tensor, frame0: torch.Tensor, past: list[torch.Tensor]
+    def forward(self, x: torch.Tensor, frame0: torch.Tensor, fetch: Callable[[torch.Tensor | None], list[torch.Tensor]]
                 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor, torch.Tensor]:
         """x [B, C, T] -> (y [B, C', T], each layer's new keys and values [B, H, T, hd], the ring slot [B, T] each
         new position is written to, and which new position each writes: the last one landing on that slot, so
-        that positions overwritten within the chunk write the same values as the one that stays)."""
+        that positions overwritten within the chunk write the same values as the one that stays). `fetch(slots)`:
+        each layer's ring keys and values [B, H, n, hd] at those slots (None: all)."""
         s = self.stage
         x = F.linear(x.permute(0, 2, 1), self.input_proj)
         t = x.shape[1]
@@ -249,6 +252,16 @@ class Transformer(nn.Module):
         j = torch.arange(w, dtype=torch.int64)[None, :]
         last = start[:, None] - 1
         ring_pos = last - torch.remainder(last - j, w)
+        if self.trim:
+            # Before the ring wraps, a row's filled slots are [0, start): attend over the slots some row of the
+            # batch has filled (all w once any row has wrapped), not over the whole empty window. The slots left
+            # out are masked for every row, so their weights were exact zeros: the same softmax.
+            # >= 1 slot (the softmax takes a max over it); a 0-d tensor, not an int, so the trace keeps it dynamic
+            used = torch.arange(cast(int, torch.clamp(start.max(), min=1, max=w)), dtype=torch.int64)
+            ring_pos = ring_pos.index_select(1, used)
+            past = fetch(used)
+        else:
+            past = fetch(None)
         writer = steps + w * torch.div(torch.flip(steps, [0]), w, rounding_mode="floor")
         slots = torch.remainder(start[:, None] + steps[None, :], w)
         new: list[torch.Tensor] = []
@@ -271,28 +284,50 @@ def _patch_up(x: torch.Tensor, p: int) -> torch.Tensor:
 class _Stream(nn.Module):
     """A side's stages with the flat state split and joined."""
 
-    def __init__(self, w: Mapping[str, np.ndarray], stages: Sequence[Stage]) -> None:
+    def __init__(self, w: Mapping[str, np.ndarray], stages: Sequence[Stage], trim: bool = False) -> None:
         super().__init__()
         self.stages = tuple(stages)
-        self.blocks = nn.ModuleList(Transformer(w, s) for s in stages if not s.patch)
+        widths = {s.heads * s.head_dim for s in stages if not s.patch}
+        # The trimmed side reads its rings as rows of one position's [H * hd] (one width for every stage).
+        self.row_width = widths.pop() if trim and len(widths) == 1 else 0
+        self.blocks = nn.ModuleList(Transformer(w, s, bool(self.row_width)) for s in stages if not s.patch)
         self.layout = state_layout(stages)
         self.state_size = state_size(stages)
         sizes = [int(np.prod(shape)) for _, shape in self.layout]
         self.state_offsets = [int(o) for o in np.cumsum([0, *sizes[:-1]])]
 
     def _split(self, state: torch.Tensor) -> list[torch.Tensor]:
+        """Every ring whole, [B, H, W, hd]."""
         out, a = [], 0
-        for _, shape in self.layout:
-            n = int(np.prod(shape))
-            out.append(state[:, a:a + n].reshape(-1, *shape))
+        for _, (w, h, hd) in self.layout:
+            n = w * h * hd
+            out.append(state[:, a:a + n].reshape(-1, w, h, hd).permute(0, 2, 1, 3))
             a += n
         return out
+
+    def _fetch(self, state: torch.Tensor, past: list[torch.Tensor] | None, at: int, n: int
+               ) -> Callable[[torch.Tensor | None], list[torch.Tensor]]:
+        """Rings at..at+n-1 at some slots: gathered as rows of the flat state (only those slots are copied), or
+        from `past`, the split state."""
+        def fetch(slots: torch.Tensor | None) -> list[torch.Tensor]:
+            if past is not None:
+                return past[at:at + n]
+            assert slots is not None
+            b = state.shape[0]
+            rows = state.reshape(b, -1, self.row_width)
+            out = []
+            for i in range(n):
+                _, (_, h, hd) = self.layout[at + i]
+                got = rows.index_select(1, slots + self.state_offsets[at + i] // self.row_width)
+                out.append(got.reshape(b, -1, h, hd).permute(0, 2, 1, 3))
+            return out
+        return fetch
 
     def run(self, x: torch.Tensor, state: torch.Tensor, frame0: torch.Tensor, down: bool
             ) -> tuple[torch.Tensor, torch.Tensor]:
         """The side's stages over x; the new state is the old one with each layer's new keys and values written
         into their ring slots (one scatter: the state is copied once, not rebuilt)."""
-        past = self._split(state)
+        past = None if self.row_width else self._split(state)
         index: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
         blocks = iter(self.blocks)
@@ -303,10 +338,10 @@ class _Stream(nn.Module):
                 x = _patch_down(x, s.patch) if down else _patch_up(x, s.patch)
                 continue
             n = 2 * s.layers
-            x, kv, slots, writer = next(blocks)(x, frame0, past[at:at + n])
+            x, kv, slots, writer = next(blocks)(x, frame0, self._fetch(state, past, at, n))
             heads = torch.arange(s.heads, dtype=torch.int64)[None, :, None, None]
             dims = torch.arange(s.head_dim, dtype=torch.int64)[None, None, None, :]
-            rel = (heads * s.window + slots[:, None, :, None]) * s.head_dim + dims  # [B, H, T, hd]
+            rel = (slots[:, None, :, None] * s.heads + heads) * s.head_dim + dims  # [B, H, T, hd]
             for i, t in enumerate(kv):
                 index.append((self.state_offsets[at + i] + rel).reshape(b, -1))
                 values.append(t.index_select(2, writer).reshape(b, -1))
@@ -323,7 +358,7 @@ class DecoderStream(_Stream):
 
     def __init__(self, config: Mapping[str, Any], w: Mapping[str, np.ndarray], mono: bool = True) -> None:
         d = codec_dims(config)
-        super().__init__(w, d.decoder)
+        super().__init__(w, d.decoder, trim=True)
         self.dims, self.mono = d, mono
         q = config["quantizer_kwargs"]
         rvq, cd = int(q["rvq_dim"]), int(q["codebook_dim"])

@@ -168,7 +168,8 @@ class LocalStep(_Stack):
         h, new = self.run(inputs_embeds, positions[None].expand(inputs_embeds.shape[0], t), bias, past)
         text = torch.matmul(h[:, 0], self.stop_rows.permute(1, 0))
         head = torch.clamp(positions[-1:] - 1, min=0)
-        weight = torch.index_select(self.audio_heads, 0, head)[0]  # [C, D]
+        # [C, D]: one Gather, then a reshape (no copy), not a second Gather of the 3 MB head (`[0]`)
+        weight = torch.index_select(self.audio_heads, 0, head).reshape(self.audio_heads.shape[1:])
         audio = torch.matmul(h[:, -1], weight.permute(1, 0))
         return (text, audio, *new)
 

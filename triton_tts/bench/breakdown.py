@@ -41,6 +41,8 @@ def measure(pipe: Any, manifest: Any, batch: int, frames: int, chunk_frames: int
 
     graphs = _graphs(pipe)
     speaker = common.first_speaker(manifest)
+    bench = common.bench_families().get(manifest.family)
+    extra = dict(getattr(bench, "REQUEST", {}))  # a family's bench request fields (MOSS-TTS-Nano: reference codes)
     result: dict[str, Any] = {}
     for _round in ("warm-up", "measured") if warm_up else ("measured",):
         for g in graphs.values():
@@ -48,7 +50,8 @@ def measure(pipe: Any, manifest: Any, batch: int, frames: int, chunk_frames: int
         gen = Generator(pipe, max_batch=batch, chunk_policy="fixed")
         for i in range(batch):
             gen.submit(f"r{i}", common.request(manifest.family, text=TEXT, speaker=speaker, max_new_tokens=frames,
-                                               do_sample=False, subtalker_do_sample=False, chunk_frames=chunk_frames))
+                                               do_sample=False, subtalker_do_sample=False, chunk_frames=chunk_frames,
+                                               **extra))
         steps, made = 0, 0
         t0 = time.perf_counter()
         while gen.num_active:

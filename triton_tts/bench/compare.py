@@ -138,8 +138,17 @@ def speech_input(family: str, fields: dict[str, Any], frames: int) -> dict[str, 
     `fields` (speaker, language) where the family takes them."""
     from triton_tts.bench import common
 
-    return {"data": [{name: [value] for name, value in common.wire_fields(
+    return {"data": [{name: _input_value(value) for name, value in common.wire_fields(
         family, text=t, **fields, max_new_tokens=frames, seed=i + 1).items()} for i, t in enumerate(TEXTS)]}
+
+
+def _input_value(value: Any) -> Any:
+    """One input of perf_analyzer's --input-data: a scalar as a one-element list, an array (e.g. MOSS-TTS-Nano's
+    reference codes [frames, 16]) as its flat content and shape."""
+    if np.ndim(value) == 0:
+        return [value]
+    array = np.asarray(value)
+    return {"content": array.reshape(-1).tolist(), "shape": list(array.shape)}
 
 
 class RssSampler:
@@ -279,7 +288,7 @@ def table(result: dict[str, Any]) -> str:
         vs = row.get("vs_fp32")
         agree = f"codes {vs['code_agreement']:.0%} equal, audio max abs {vs['audio_max_abs']}" if vs else "-"
         lines.append(f"| {name} | {row['ms_per_frame']} | {row['rtf']} | {speed} | {agree} |")
-    lines += ["", "| precision | concurrency | TTFA p50 / p95 ms | audio s per s | vs c=1 | RTF p50 | chunks per request "
+    lines += ["", "| precision | concurrency | TTFA p50 / p95 ms | audio s per s | vs c=1 | RTF p50 / p95 | chunks per request "
               "| underrun requests | step ms | outside model | peak RSS GiB |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for precision, rows in result["triton"].items():
         base = next((r for r in rows if r["concurrency"] == 1), rows[0])
@@ -289,7 +298,7 @@ def table(result: dict[str, Any]) -> str:
             outside = f"{r['outside_model_share']:.1%}" if r["outside_model_share"] is not None else "-"
             lines.append(
                 f"| {precision} | {r['concurrency']} | {r['ttfa_ms']['p50']:.0f} / {r['ttfa_ms']['p95']:.0f} "
-                f"(x{ratio_t:.2f}) | {r['audio_seconds_per_second']} | x{ratio_a:.2f} | {r['rtf']['p50']} | "
+                f"(x{ratio_t:.2f}) | {r['audio_seconds_per_second']} | x{ratio_a:.2f} | {r['rtf']['p50']} / {r['rtf']['p95']} | "
                 f"{r['chunks_per_request']} | {r['underrun_requests']} / {r['requests']} | {r['step_ms_mean']} | "
                 f"{outside} | {r['peak_rss_bytes'] / 2**30:.2f} |"
             )
@@ -340,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="speech_generation's thread_pool (shared or session), for all or per precision label")
     ap.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
     ap.add_argument("--skip-triton", action="store_true")
+    ap.add_argument("--triton-precisions", nargs="+", metavar="PRECISION",
+                    help="serve only these of --precisions through Triton (default: every one)")
     ap.add_argument("--work", default="build/bench")
     ap.add_argument("--out", default="perf/results/compare")
     args = ap.parse_args(argv)
@@ -390,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
     result["triton"] = {}
     if not args.skip_triton:
         for precision, art in arts.items():
+            if args.triton_precisions and precision not in args.triton_precisions:
+                continue
             print(f"triton {precision} ...", flush=True)
             result["triton"][precision] = triton(bench, art, precision, args.concurrency, args.frames, args.threads, work,
                                                  args.requests_per_window, args.chunk_policy, pools[precision])

@@ -36,27 +36,50 @@ def new_stream(state_size: int) -> VocoderStream:
     return VocoderStream(np.zeros(state_size, dtype=np.float32))
 
 
+def _rows_of_one(states: list[NDArray[Any]]) -> NDArray[np.float32] | None:
+    """The states as one [B, S] array without a copy where they already are one: a single state (as [1, S]), or
+    the rows 0..B-1, in order, of one float32 array (the last call's output, when the same streams are decoded
+    together again); None otherwise."""
+    if len(states) == 1:
+        return np.asarray(states[0][None], dtype=np.float32)
+    base = states[0].base
+    if not isinstance(base, np.ndarray) or base.dtype != np.float32 or base.ndim != 2 \
+            or base.shape[0] != len(states) or not base.flags.c_contiguous:
+        return None
+    start, stride = base.ctypes.data, base.strides[0]
+    if all(s.base is base and s.ctypes.data == start + r * stride for r, s in enumerate(states)):
+        return base
+    return None
+
+
 def decode_streams(
     items: list[tuple[VocoderStream, NDArray[Any]]],
     run: RunVocoder,
     max_rows: int | None = None,
+    owned: bool = False,
 ) -> list[NDArray[Any]]:
     """Decode each (stream, frames [T, ...]) pair and advance its stream. Streams whose chunks have
-    the same length go through one batched `run` (at most `max_rows` rows); returns the PCM per item."""
+    the same length go through one batched `run` (at most `max_rows` rows); returns the PCM per item.
+    `owned`: `run`'s new states are arrays of this process's own (ONNX Runtime's outputs), so each
+    stream keeps its row as a view instead of a copy, and a group of one feeds its state without a
+    stack: a large state (MOSS-TTS-Nano's codec windows, 46 MB a stream) is then not copied twice
+    more per call (BLS outputs may live in memory the response owns, so those are copied)."""
     out: list[NDArray[Any]] = [np.zeros(0, np.float32)] * len(items)
     by_len: dict[int, list[int]] = {}
     for i, (_, frames) in enumerate(items):
         by_len.setdefault(int(frames.shape[0]), []).append(i)
     groups = [g[k : k + (max_rows or len(g))] for g in by_len.values() for k in range(0, len(g), max_rows or len(g))]
     for idx in groups:
+        states = [items[i][0].state for i in idx]
+        batch = _rows_of_one(states) if owned else None
         pcm, state = run(
             np.stack([items[i][1] for i in idx]),
-            np.stack([items[i][0].state for i in idx]).astype(np.float32),
+            np.stack(states).astype(np.float32, copy=False) if batch is None else batch,
             np.array([items[i][0].position for i in idx], dtype=np.int64),
         )
         for row, i in enumerate(idx):
             stream, frames = items[i]
-            stream.state = np.array(state[row], dtype=np.float32)
+            stream.state = np.asarray(state[row], dtype=np.float32) if owned else np.array(state[row], dtype=np.float32)
             stream.position += int(frames.shape[0])
             out[i] = np.array(pcm[row], dtype=np.float32)
     return out
@@ -78,4 +101,4 @@ class OrtVocoder:
         return res["pcm"], res["new_state"]
 
     def decode(self, items: list[tuple[VocoderStream, NDArray[Any]]]) -> list[NDArray[Any]]:
-        return decode_streams(items, self._run)
+        return decode_streams(items, self._run, owned=True)
