@@ -356,10 +356,12 @@ class CodecVoicesAdapter(BaseAdapter):
     """A family whose precomputed voices are reference codes of its codec (a voice file entry's `ref_code`),
     each fitting the served checkpoints whose codec made it (their CodecFacts). A family declares its
     `voice_modes` and the `codec_identity_key` its voice files record the codec under, and says how it checks
-    a file's codes (`checked_codes`) and reads its transcript (`voice_transcript`)."""
+    a file's codes (`checked_codes`: by default a [frames, groups] grid of codes below the codebook size, its
+    `code_grid`) and reads its transcript (`voice_transcript`)."""
 
     voice_modes: tuple[str, ...]  # the voice file's modes (the first: the default)
     codec_identity_key: str
+    code_grid: tuple[int, int] | None = None  # (codebooks per frame, codebook size) for the default checked_codes
 
     def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
         """Every served checkpoint of the family's codec checksum (a voice fits those with its codec)."""
@@ -383,7 +385,15 @@ class CodecVoicesAdapter(BaseAdapter):
 
     def checked_codes(self, stored: np.ndarray) -> np.ndarray:
         """A voice file's `ref_code` tensor as the family sends it; SkipVoice naming what is wrong."""
-        raise NotImplementedError
+        if self.code_grid is None:
+            raise NotImplementedError
+        groups, size = self.code_grid
+        if stored.dtype.kind not in "iu" or stored.ndim != 2 or stored.shape[0] == 0 or stored.shape[1] != groups:
+            raise SkipVoice(f"{REF_CODE} must be a non-empty integer [frames, {groups}] tensor, got {stored.dtype} "
+                            f"{list(stored.shape)}")
+        if stored.min() < 0 or stored.max() >= size:
+            raise SkipVoice(f"{REF_CODE} must be codec codes in [0, {size})")
+        return stored
 
     def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
         """A voice file entry's transcript (SkipVoice when the family needs one and it has none)."""

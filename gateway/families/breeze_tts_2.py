@@ -27,7 +27,6 @@ import numpy as np
 from ttscore.contract import breeze_tts_2
 from ttscore.contract.breeze_tts_2.voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES
 from ttscore.contract.manifest import Manifest
-from ttscore.contract.voicefile import REF_CODE
 
 from ..backend import InferenceBackend
 from ..errors import bad_request
@@ -56,6 +55,7 @@ class BreezeTTS2Adapter(CodecVoicesAdapter):
     reference_input = "ref_codes"  # [T, 16] int64: clone and direction
     voice_modes = PROFILE_MODES
     codec_identity_key = CODEC_SHA256
+    code_grid = (breeze_tts_2.NUM_CODEBOOKS, breeze_tts_2.CODEBOOK_SIZE)
 
     def manifest_facts(self, manifest: Manifest) -> CodecFacts:
         return CodecFacts(codec_sha256=manifest.source_sha256(CODEC_WEIGHTS))
@@ -106,16 +106,6 @@ class BreezeTTS2Adapter(CodecVoicesAdapter):
         transcript)."""
         (codes,) = await encode_clip(backend, model, audio, rate, request_id, ["ref_codes"])
         return codes.astype(np.int64)
-
-    def checked_codes(self, stored: np.ndarray) -> np.ndarray:
-        """`ref_code` [T, 16] (ttscore.contract.breeze_tts_2.voicefile): codec codes."""
-        groups = breeze_tts_2.NUM_CODEBOOKS
-        if stored.dtype.kind not in "iu" or stored.ndim != 2 or stored.shape[0] == 0 or stored.shape[1] != groups:
-            raise SkipVoice(f"{REF_CODE} must be a non-empty integer [T, {groups}] tensor, got {stored.dtype} "
-                            f"{list(stored.shape)}")
-        if stored.min() < 0 or stored.max() >= breeze_tts_2.CODEBOOK_SIZE:
-            raise SkipVoice(f"{REF_CODE} must be codec codes in [0, {breeze_tts_2.CODEBOOK_SIZE})")
-        return stored
 
     def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
         text = entry.get("ref_text")

@@ -36,13 +36,11 @@ from ttscore.contract import moss_tts_nano
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.moss_tts_nano import rules as nano
 from ttscore.contract.moss_tts_nano.voicefile import CODEC_SHA256, PROFILE_MODES, manifest_codec_sha256
-from ttscore.contract.voicefile import REF_CODE
 
 from ..backend import InferenceBackend
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
 from ..family_kit import CodecFacts, CodecVoicesAdapter, clone_reference, encode_clip, requested_voice
 from ..speech_fields import SpeechFields
-from ..voices.precomputed import SkipVoice
 
 
 class MossTTSNanoAdapter(CodecVoicesAdapter):
@@ -55,6 +53,7 @@ class MossTTSNanoAdapter(CodecVoicesAdapter):
     # Precomputed voices: the codes of a served checkpoint's codec (checked by its checksum).
     voice_modes = PROFILE_MODES
     codec_identity_key = CODEC_SHA256
+    code_grid = (moss_tts_nano.NUM_QUANTIZERS, moss_tts_nano.CODEBOOK_SIZE)
 
     def manifest_facts(self, manifest: Manifest) -> CodecFacts:
         return CodecFacts(codec_sha256=manifest_codec_sha256(dict(manifest.raw)))
@@ -79,16 +78,6 @@ class MossTTSNanoAdapter(CodecVoicesAdapter):
         """A clip's codec codes [frames, 16] through a moss_codec_encoder (no transcript: none changes them)."""
         (codes,) = await encode_clip(backend, model, audio, rate, request_id, nano.ENCODER_OUTPUTS[:1])
         return codes.astype(np.int64)
-
-    def checked_codes(self, stored: np.ndarray) -> np.ndarray:
-        """`ref_code` [frames, 16] (ttscore.contract.moss_tts_nano.voicefile): codec codes."""
-        groups = moss_tts_nano.NUM_QUANTIZERS
-        if stored.dtype.kind not in "iu" or stored.ndim != 2 or stored.shape[0] == 0 or stored.shape[1] != groups:
-            raise SkipVoice(f"{REF_CODE} must be a non-empty integer [frames, {groups}] tensor, got {stored.dtype} "
-                            f"{list(stored.shape)}")
-        if stored.min() < 0 or stored.max() >= moss_tts_nano.CODEBOOK_SIZE:
-            raise SkipVoice(f"{REF_CODE} must be codec codes in [0, {moss_tts_nano.CODEBOOK_SIZE})")
-        return stored
 
     def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
         return None  # the family's prompt takes no transcript

@@ -52,23 +52,12 @@ class FishModel:
         self.a = FishArtifacts(artifacts, threads)
         self.kv = KVArena(self.a.slow_layers, *self.a.slow_kv)
         self.encoders = encoders  # may admit a reference clip (offline); served: codes from dac_encoder only
-        self.state_size = self.a.state_size
+        self.vocoder_state_size = self.a.state_size
         self.samples_per_frame = self.a.samples_per_frame
         self.sample_rate = spec.SAMPLE_RATE
+        self.frame_seconds = self.samples_per_frame / self.sample_rate
         self.num_codebooks = self.a.tables.num_codebooks
-        self._vocoder = OrtVocoder(self.a.graphs["dac_stream"], self.state_size, self.vocoder_feeds)
-
-    @property
-    def vocoder(self) -> OrtVocoder:
-        return self._vocoder
-
-    @property
-    def frame_seconds(self) -> float:
-        return self.samples_per_frame / self.sample_rate
-
-    @property
-    def vocoder_state_size(self) -> int:
-        return self.state_size
+        self.vocoder = OrtVocoder(self.a.graphs["dac_stream"], self.vocoder_state_size, self.vocoder_feeds)
 
     @staticmethod
     def vocoder_feeds(frames: npt.NDArray[Any], state: F32, position: I64) -> dict[str, npt.NDArray[Any]]:

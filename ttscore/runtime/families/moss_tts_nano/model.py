@@ -149,26 +149,15 @@ class MossModel:
         size = manifest.vocoder_state_size
         if size is None:
             raise ArtifactError(f"{artifacts}/manifest.json has no vocoder state size: re-export")
-        self.state_size: int = size
-        self._vocoder = OrtVocoder(graph(codec.DECODER), size, self.vocoder_feeds) if vocoder else None
+        self.vocoder_state_size: int = size
+        self.vocoder = OrtVocoder(graph(codec.DECODER), size, self.vocoder_feeds) if vocoder else None
         self.encoder: OnnxGraph | None = graph(codec.ENCODER) if encoders else None
         self.sample_rate = manifest.sample_rate or spec.SAMPLE_RATE
         self.samples_per_frame = manifest.samples_per_frame or spec.SAMPLES_PER_FRAME
+        self.frame_seconds = self.samples_per_frame / self.sample_rate
         self.num_codebooks = spec.N_VQ
 
     # --- FamilyModel ---------------------------------------------------------------------------------------
-
-    @property
-    def vocoder(self) -> OrtVocoder | None:
-        return self._vocoder
-
-    @property
-    def frame_seconds(self) -> float:
-        return self.samples_per_frame / self.sample_rate
-
-    @property
-    def vocoder_state_size(self) -> int:
-        return self.state_size
 
     @staticmethod
     def vocoder_feeds(frames: npt.NDArray[Any], state: F32, position: I64) -> dict[str, npt.NDArray[Any]]:

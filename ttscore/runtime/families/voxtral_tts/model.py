@@ -54,20 +54,13 @@ class VoxtralModel:
         lm = self.sizes["lm"]
         self.kv = KVArena(int(lm["n_layers"]), int(lm["n_kv_heads"]), int(lm["head_dim"]))
         self.tokenizer = TekkenTokenizer(Path(artifacts) / "tokenizer" / "tekken.json")
-        self.state_size = int(manifest.vocoder_state_size or 0)
+        self.vocoder_state_size = int(manifest.vocoder_state_size or 0)
         self.vocoder: OrtVocoder | None = (
-            OrtVocoder(self.g.graphs["codec_stream"], self.state_size, self.vocoder_feeds) if vocoder else None)
+            OrtVocoder(self.g.graphs["codec_stream"], self.vocoder_state_size, self.vocoder_feeds) if vocoder else None)
         self.num_codebooks = 1 + int(self.sizes["n_acoustic_codebook"])
         self.sample_rate = int(self.sizes["codec"]["sampling_rate"])
         self.samples_per_frame = int(manifest.samples_per_frame or 0)
-
-    @property
-    def frame_seconds(self) -> float:
-        return self.samples_per_frame / self.sample_rate
-
-    @property
-    def vocoder_state_size(self) -> int:
-        return self.state_size
+        self.frame_seconds = self.samples_per_frame / self.sample_rate
 
     @staticmethod
     def vocoder_feeds(frames: npt.NDArray[Any], state: F32, position: I64) -> dict[str, npt.NDArray[Any]]:
