@@ -76,3 +76,28 @@ def assert_no_language_listed(dep: Deployment, fails: Callable[..., APIError]) -
     """A family refusing `language`, "Auto" included (a 400 naming it), lists no language on /v1/models."""
     assert dep.checkpoints[0].languages == ()
     assert fails(dep, language="Auto").param == "language"
+
+
+class EncoderEnv:
+    """What an adapter's `reference_features` is given, with a backend whose every call returns `outputs` and is
+    recorded in `backend.calls` (model, inputs); a reference clip is 0.5 s of silence at 16 kHz, fetched only with
+    the family's own bounds `ref_bounds`."""
+
+    def __init__(self, outputs: dict[str, Any], ref_bounds: Any) -> None:
+        self.backend = self
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.request_id = "r"
+        self._outputs, self._bounds = outputs, ref_bounds
+
+    async def infer(self, model: str, inputs: dict[str, Any], request_id: str) -> dict[str, Any]:
+        self.calls.append((model, inputs))
+        return self._outputs
+
+    async def ref_audio(self, locator: str, bounds: Any) -> tuple[Any, int]:
+        import numpy as np
+
+        assert bounds == self._bounds
+        return np.zeros(8000, np.float32), 16000
+
+    async def shared(self, key: tuple[Any, ...], compute: Any) -> Any:
+        return await compute()

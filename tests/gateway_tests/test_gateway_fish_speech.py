@@ -86,26 +86,8 @@ def test_cloning_sends_the_codes_and_the_transcript(dep: Deployment) -> None:
     assert inline.stored_voice is None and inline.ref_audio == CLIP
 
 
-class FakeBackend:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, np.ndarray]]] = []
-
-    async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
-        self.calls.append((model, inputs))
-        return {"ref_dac_codes": np.full((4, 10), 3, np.int64)}
-
-
-class FakeEnv:
-    def __init__(self) -> None:
-        self.backend = FakeBackend()
-        self.request_id = "r"
-
-    async def ref_audio(self, locator: str, bounds: Any) -> tuple[np.ndarray, int]:
-        assert bounds == spec.REF_AUDIO
-        return np.zeros(8000, np.float32), 16000
-
-    async def shared(self, key: tuple[Any, ...], compute: Any) -> Any:
-        return await compute()
+def FakeEnv() -> kit.EncoderEnv:
+    return kit.EncoderEnv({"ref_dac_codes": np.full((4, 10), 3, np.int64)}, spec.REF_AUDIO)
 
 
 def test_reference_codes_come_from_the_dac_encoder(dep: Deployment) -> None:
@@ -164,7 +146,7 @@ def test_refused_fields_name_the_field(dep: Deployment, fields: dict, param: str
 def test_an_encoder_refusal_names_ref_audio(dep: Deployment) -> None:
     from gateway.backend import INVALID_ARG, BackendError
 
-    class Refusing(FakeBackend):
+    class Refusing:
         async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
             raise BackendError(INVALID_ARG, "reference audio must last 0.1-60 s")
 

@@ -96,26 +96,8 @@ def test_an_uploaded_voice_gives_its_codes(dep: Deployment) -> None:
     assert inline.stored_voice is None and inline.ref_audio == CLIP
 
 
-class FakeBackend:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, np.ndarray]]] = []
-
-    async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
-        self.calls.append((model, inputs))
-        return {"ref_audio_tokens": np.full((4, 16), 3, np.int32)}
-
-
-class FakeEnv:
-    def __init__(self) -> None:
-        self.backend = FakeBackend()
-        self.request_id = "r"
-
-    async def ref_audio(self, locator: str, bounds: Any) -> tuple[np.ndarray, int]:
-        assert bounds == spec.REF_AUDIO
-        return np.zeros(8000, np.float32), 16000
-
-    async def shared(self, key: tuple[Any, ...], compute: Any) -> Any:
-        return await compute()
+def FakeEnv() -> kit.EncoderEnv:
+    return kit.EncoderEnv({"ref_audio_tokens": np.full((4, 16), 3, np.int32)}, spec.REF_AUDIO)
 
 
 def test_reference_codes_come_from_the_encoder(dep: Deployment) -> None:
@@ -127,7 +109,7 @@ def test_reference_codes_come_from_the_encoder(dep: Deployment) -> None:
 
 
 def test_an_encoder_refusal_names_ref_audio(dep: Deployment) -> None:
-    class Refusing(FakeBackend):
+    class Refusing:
         async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
             raise BackendError(INVALID_ARG, "reference audio must last 0.1-60 s")
 
