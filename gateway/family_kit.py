@@ -387,12 +387,10 @@ class CodecVoicesAdapter(BaseAdapter):
         """A voice file's `ref_code` tensor as the family sends it; SkipVoice naming what is wrong."""
         if self.code_grid is None:
             raise NotImplementedError
-        groups, size = self.code_grid
-        if stored.dtype.kind not in "iu" or stored.ndim != 2 or stored.shape[0] == 0 or stored.shape[1] != groups:
-            raise SkipVoice(f"{REF_CODE} must be a non-empty integer [frames, {groups}] tensor, got {stored.dtype} "
-                            f"{list(stored.shape)}")
-        if stored.min() < 0 or stored.max() >= size:
-            raise SkipVoice(f"{REF_CODE} must be codec codes in [0, {size})")
+        try:
+            triton_io.code_grid(stored, *self.code_grid, REF_CODE)
+        except InvalidRequest as e:
+            raise SkipVoice(str(e)) from None
         return stored
 
     def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:

@@ -188,6 +188,19 @@ def check_tensor(spec: TensorIO, value: NDArray[Any]) -> None:
         raise InvalidRequest(f"input '{spec.name}' must have shape {want}, got {list(value.shape)}", spec.name)
 
 
+def code_grid(value: Any, groups: int, size: int, name: str, param: str | None = None) -> NDArray[np.int64]:
+    """Reference codes as a family takes them: an integer [frames >= 1, groups] grid of codes in [0, size), as
+    int64; InvalidRequest naming `param` (default `name`) otherwise. The one check of the runtimes' reference codes
+    and the gateway's precomputed voices."""
+    codes = np.asarray(value)
+    if codes.ndim != 2 or codes.shape[1] != groups or len(codes) == 0 or not np.issubdtype(codes.dtype, np.integer):
+        raise InvalidRequest(f"'{name}' must be integer codes [frames >= 1, {groups}], got {codes.dtype} "
+                             f"{list(codes.shape)}", param or name)
+    if codes.min() < 0 or codes.max() >= size:
+        raise InvalidRequest(f"'{name}' must lie in [0, {size})", param or name)
+    return codes.astype(np.int64)
+
+
 def _scalar(spec: TensorIO, value: NDArray[Any]) -> Any:
     item = value.reshape(-1)[0]
     kind = _SCALAR_KINDS[spec.dtype]

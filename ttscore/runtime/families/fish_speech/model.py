@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from ttscore.contract import fish_speech as spec
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.tensors import code_grid
 from ttscore.runtime.families.fish_speech.artifacts import FishArtifacts, request_noise
 from ttscore.runtime.families.fish_speech.generate import F32, frame_embedding, prompt_embeddings
 from ttscore.runtime.families.fish_speech.request import FishRequest
@@ -101,14 +102,7 @@ class FishModel:
             raise InvalidRequest("Voice cloning requires 'ref_text' (transcript of the reference audio)", "ref_text")
         t = self.a.tables
         if request.ref_codes is not None:
-            codes = np.asarray(request.ref_codes)
-            if codes.ndim != 2 or codes.shape[1] != t.num_codebooks or len(codes) == 0 \
-                    or not np.issubdtype(codes.dtype, np.integer):
-                raise InvalidRequest(f"'ref_codes' must be integer codes [frames >= 1, {t.num_codebooks}], got "
-                                     f"{codes.dtype} {list(codes.shape)}", "ref_audio")
-            if codes.min() < 0 or codes.max() >= t.codebook_size:
-                raise InvalidRequest(f"'ref_codes' must lie in [0, {t.codebook_size})", "ref_audio")
-            return codes.astype(np.int64)
+            return code_grid(request.ref_codes, t.num_codebooks, t.codebook_size, "ref_codes", "ref_audio")
         if not self.encoders:
             raise InvalidRequest("this model takes reference codes from its dac_encoder, not reference audio",
                                  "ref_audio")

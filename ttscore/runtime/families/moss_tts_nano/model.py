@@ -36,6 +36,7 @@ from ttscore.contract.errors import ArtifactError, InvalidRequest
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.moss_tts_nano import codec, rules
 from ttscore.contract.moss_tts_nano import graphs as spec
+from ttscore.contract.tensors import code_grid
 from ttscore.runtime.families.moss_tts_nano import sampling
 from ttscore.runtime.families.moss_tts_nano import text as chunking
 from ttscore.runtime.families.moss_tts_nano.checkpoint import CONFIG, MossConfig, parse_config
@@ -215,15 +216,7 @@ class MossModel:
     def _reference(self, request: MossRequest) -> I64:
         """The reference clip's codes [frames, 16]; InvalidRequest naming `ref_audio` without one."""
         if request.ref_audio_tokens is not None:
-            codes = np.asarray(request.ref_audio_tokens)
-            if codes.ndim != 2 or codes.shape[1] != spec.N_VQ or len(codes) == 0 \
-                    or not np.issubdtype(codes.dtype, np.integer):
-                raise InvalidRequest(f"'ref_audio_tokens' must be integer codes [frames >= 1, {spec.N_VQ}], got "
-                                     f"{codes.dtype} {list(codes.shape)}", "ref_audio_tokens")
-            if codes.min() < 0 or codes.max() >= self.config.codebook_size:
-                raise InvalidRequest(f"'ref_audio_tokens' must lie in [0, {self.config.codebook_size})",
-                                     "ref_audio_tokens")
-            return codes.astype(np.int64)
+            return code_grid(request.ref_audio_tokens, spec.N_VQ, self.config.codebook_size, "ref_audio_tokens")
         if request.ref_audio is None:
             raise InvalidRequest(f"{rules.DISPLAY} requires 'ref_audio' (reference audio for voice cloning)",
                                  "ref_audio")
