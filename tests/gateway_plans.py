@@ -79,11 +79,11 @@ def assert_no_language_listed(dep: Deployment, fails: Callable[..., APIError]) -
 
 
 class EncoderEnv:
-    """What an adapter's `reference_features` is given, with a backend whose every call returns `outputs` and is
-    recorded in `backend.calls` (model, inputs); a reference clip is 0.5 s of silence at 16 kHz, fetched only with
-    the family's own bounds `ref_bounds`."""
+    """What an adapter's `reference_features` is given, with a backend whose every call returns `outputs` (or
+    raises it, an exception) and is recorded in `backend.calls` (model, inputs); a reference clip is 0.5 s of
+    silence at 16 kHz, fetched only with the family's own bounds `ref_bounds`."""
 
-    def __init__(self, outputs: dict[str, Any], ref_bounds: Any) -> None:
+    def __init__(self, outputs: dict[str, Any] | Exception, ref_bounds: Any) -> None:
         self.backend = self
         self.calls: list[tuple[str, dict[str, Any]]] = []
         self.request_id = "r"
@@ -91,6 +91,8 @@ class EncoderEnv:
 
     async def infer(self, model: str, inputs: dict[str, Any], request_id: str) -> dict[str, Any]:
         self.calls.append((model, inputs))
+        if isinstance(self._outputs, Exception):
+            raise self._outputs
         return self._outputs
 
     async def ref_audio(self, locator: str, bounds: Any) -> tuple[Any, int]:

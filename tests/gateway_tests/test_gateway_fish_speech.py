@@ -146,12 +146,7 @@ def test_refused_fields_name_the_field(dep: Deployment, fields: dict, param: str
 def test_an_encoder_refusal_names_ref_audio(dep: Deployment) -> None:
     from gateway.backend import INVALID_ARG, BackendError
 
-    class Refusing:
-        async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
-            raise BackendError(INVALID_ARG, "reference audio must last 0.1-60 s")
-
-    env = FakeEnv()
-    env.backend = Refusing()
+    env = kit.EncoderEnv(BackendError(INVALID_ARG, "reference audio must last 0.1-60 s"), spec.REF_AUDIO)
     with pytest.raises(InvalidRequest) as info:
         asyncio.run(ADAPTER.reference_features(plan(dep, ref_audio=CLIP, ref_text="T."), env))
     assert info.value.param == "ref_audio"
