@@ -40,18 +40,17 @@ def measure(pipe: Any, manifest: Any, batch: int, frames: int, chunk_frames: int
     from ttscore.runtime.engine import Generator
 
     graphs = _graphs(pipe)
-    speaker = common.first_speaker(manifest)
     bench = common.bench_families().get(manifest.family)
-    extra = dict(getattr(bench, "REQUEST", {}))  # a family's bench request fields (MOSS-TTS-Nano: reference codes)
+    # A family's bench request fields (MOSS-TTS-Nano: reference codes), the export's own first speaker, as compare's.
+    fields = {**getattr(bench, "REQUEST", {}), "speaker": common.first_speaker(manifest)}
     result: dict[str, Any] = {}
     for _round in ("warm-up", "measured") if warm_up else ("measured",):
         for g in graphs.values():
             g.spent, g.calls = 0.0, 0
         gen = Generator(pipe, max_batch=batch, chunk_policy="fixed")
         for i in range(batch):
-            gen.submit(f"r{i}", common.request(manifest.family, text=TEXT, speaker=speaker, max_new_tokens=frames,
-                                               do_sample=False, subtalker_do_sample=False, chunk_frames=chunk_frames,
-                                               **extra))
+            gen.submit(f"r{i}", common.request(manifest.family, text=TEXT, max_new_tokens=frames, do_sample=False,
+                                               subtalker_do_sample=False, chunk_frames=chunk_frames, **fields))
         steps, made = 0, 0
         t0 = time.perf_counter()
         while gen.num_active:
