@@ -3,6 +3,8 @@ graphs, so one definition gives every family the same ops."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -11,6 +13,22 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     """RoPE's rotation of the last axis: (x1, x2) -> (-x2, x1)."""
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding in the half-split layout (transformers' apply_rotary_pos_emb): x * cos + rotate_half(x) * sin."""
+    return x * cos + rotate_half(x) * sin
+
+
+def cat_past(past: Sequence[torch.Tensor], layer: int, k: torch.Tensor, v: torch.Tensor, groups: int = 1
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer `layer`'s keys and values for attention: its past (`past[2 * layer]`, `past[2 * layer + 1]`, [B, H, T, d])
+    followed by the new k, v on the time axis, each head repeated `groups` times (grouped queries)."""
+    kk = torch.cat([past[2 * layer], k], dim=2)
+    vv = torch.cat([past[2 * layer + 1], v], dim=2)
+    if groups > 1:
+        kk, vv = kk.repeat_interleave(groups, dim=1), vv.repeat_interleave(groups, dim=1)
+    return kk, vv
 
 
 class RMSNorm(nn.Module):

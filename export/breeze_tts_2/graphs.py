@@ -22,7 +22,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from export.blocks import GatedMLP, RMSNorm, default_inv_freq, rotate_half
+from export.blocks import GatedMLP, RMSNorm, apply_rope, cat_past, default_inv_freq
 from ttscore.runtime.families.breeze_tts_2.checkpoint import BreezeInfo, Stack
 
 
@@ -84,9 +84,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        return q, k, v
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
     def out(self, a: torch.Tensor) -> torch.Tensor:
         b, _, t, _ = a.shape
@@ -197,8 +195,7 @@ class DecoderStack(nn.Module):
             h = layer.input_layernorm(x)
             q, k, v = layer.self_attn.project(h, cos, sin)
             new += [k, v]
-            kk = torch.cat([past[2 * i], k], dim=2)
-            vv = torch.cat([past[2 * i + 1], v], dim=2)
+            kk, vv = cat_past(past, i, k, v)
             x = x + layer.self_attn.out(_attend(q, kk, vv, bias, self.scale))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.norm(x), new

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.blocks import GatedMLP, RMSNorm, default_inv_freq, rotate_half
+from export.blocks import GatedMLP, RMSNorm, apply_rope, cat_past, default_inv_freq
 from ttscore.runtime.checkpoint_kit import load_torch_state
 from ttscore.runtime.families.cosyvoice3.checkpoint import FLOW, HIFT, LLM, CosyVoice3Info
 
@@ -106,13 +106,9 @@ class LMStep(nn.Module):
             q = a.q_proj(n).view(b, t, a.heads, a.hd).transpose(1, 2)
             k = a.k_proj(n).view(b, t, a.kv, a.hd).transpose(1, 2)
             v = a.v_proj(n).view(b, t, a.kv, a.hd).transpose(1, 2)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             new += [k, v]
-            kk = torch.cat([past[2 * i], k], dim=2)
-            vv = torch.cat([past[2 * i + 1], v], dim=2)
-            rep = a.heads // a.kv
-            kk, vv = kk.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1)
+            kk, vv = cat_past(past, i, k, v, a.heads // a.kv)
             s = torch.matmul(q, kk.transpose(-1, -2)) / math.sqrt(a.hd) + bias
             o = torch.matmul(s.softmax(-1), vv).transpose(1, 2).reshape(b, t, a.heads * a.hd)
             h = h + a.o_proj(o)

@@ -21,7 +21,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from export.blocks import GatedMLP, RMSNorm, default_inv_freq, rotate_half
+from export.blocks import GatedMLP, RMSNorm, apply_rope, cat_past, default_inv_freq
 from ttscore.runtime.families.gepard.checkpoint import Backbone, GepardInfo
 
 
@@ -79,15 +79,9 @@ class Stack(nn.Module):
             q = a.q_norm(q).transpose(1, 2)
             k = a.k_norm(a.k_proj(h).view(b, t, a.kv_heads, a.head_dim)).transpose(1, 2)
             v = a.v_proj(h).view(b, t, a.kv_heads, a.head_dim).transpose(1, 2)
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             new += [k, v]
-            kk = torch.cat([past[2 * i], k], dim=2)
-            vv = torch.cat([past[2 * i + 1], v], dim=2)
-            groups = a.heads // a.kv_heads
-            if groups > 1:
-                kk = kk.repeat_interleave(groups, dim=1)
-                vv = vv.repeat_interleave(groups, dim=1)
+            kk, vv = cat_past(past, i, k, v, a.heads // a.kv_heads)
             w = torch.matmul(q, kk.transpose(2, 3)) * self.scale + bias
             o = torch.matmul(torch.softmax(w, dim=-1), vv).transpose(1, 2).reshape(b, t, a.heads * a.head_dim)
             x = x + a.o_proj(o * torch.sigmoid(gate))

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from export.blocks import apply_rope
 from export.tracing import EXPORTER_INLINE, OPSET, check_close, export_inline, ort_session
 from ttscore.contract.errors import ExportError
 from ttscore.contract.qwen3_tts import code2wav_spec, code2wav_stream_spec
@@ -218,11 +219,6 @@ class _DecoderCore(nn.Module):
         sin = emb.sin() * rot.attention_scaling
         return cos.to(dtype), sin.to(dtype)
 
-    @staticmethod
-    def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-        h = x.shape[-1] // 2
-        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
-
     def _transformer(
         self,
         h: torch.Tensor,
@@ -261,8 +257,7 @@ class _DecoderCore(nn.Module):
             q = attn.q_norm(attn.q_proj(x).view(bsz, t, -1, self.head_dim)).transpose(1, 2)
             k = attn.k_norm(attn.k_proj(x).view(bsz, t, -1, self.head_dim)).transpose(1, 2)
             v = attn.v_proj(x).view(bsz, t, -1, self.head_dim).transpose(1, 2)
-            q = q * cos + self._rotate_half(q) * sin
-            k = k * cos + self._rotate_half(k) * sin
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             kname, vname = f"pre_transformer.layers.{i}.key", f"pre_transformer.layers.{i}.value"
             if n_past:
                 k_all = torch.cat([past[kname], k], dim=2)

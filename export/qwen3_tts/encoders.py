@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from export.blocks import apply_rope
 from export.qwen3_tts.code2wav import DEFAULT_OPSET, PARITY_ATOL
 from export.tracing import EXPORTER_INLINE, check_close, export_inline, ort_session
 from ttscore.contract.errors import ExportError
@@ -343,8 +344,7 @@ class SpeechEncoderGraph(nn.Module):
             q = attn.q_proj(x).view(bsz, t, attn.num_heads, attn.head_dim).transpose(1, 2)
             k = attn.k_proj(x).view(bsz, t, attn.num_key_value_heads, attn.head_dim).transpose(1, 2)
             v = attn.v_proj(x).view(bsz, t, attn.num_key_value_heads, attn.head_dim).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
             if attn.num_key_value_groups > 1:
                 k = k.repeat_interleave(attn.num_key_value_groups, dim=1)
                 v = v.repeat_interleave(attn.num_key_value_groups, dim=1)
@@ -382,10 +382,6 @@ class SpeechEncoderGraph(nn.Module):
         h = self.downsample(h)
         return self._quantize(h)
 
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 def reference_encode(tokenizer: Any, audio: np.ndarray) -> np.ndarray:

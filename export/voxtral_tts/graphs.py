@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.blocks import RMSNorm, default_inv_freq
+from export.blocks import RMSNorm, cat_past, default_inv_freq
 from ttscore.contract import voxtral_tts as spec
 from ttscore.runtime.families.voxtral_tts.checkpoint import VoxtralInfo, codec_blocks
 
@@ -153,8 +153,7 @@ class LMStep(nn.Module):
             q, k, v = att.qkv(layer.attention_norm(x))
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
             new += [k, v]
-            k_all = torch.cat([past[2 * i], k], dim=2)
-            v_all = torch.cat([past[2 * i + 1], v], dim=2)
+            k_all, v_all = cat_past(past, i, k, v)
             h = x + att.attend(q, k_all, v_all, bias)
             x = h + layer.feed_forward(layer.ffn_norm(h))
         hidden = self.norm(x[:, -1])

@@ -194,3 +194,12 @@ class KVArena:
         for r, a in enumerate(rows):
             self.lengths[a] += int(real[r])
         return out if same else {name: v[idx] for name, v in out.items()}
+
+
+def arenas_memory(arenas: Sequence[KVArena]) -> dict[str, int]:
+    """A model's `memory()` over its arenas: bytes summed, rows and capacity the largest."""
+    parts = [a.memory() for a in arenas]
+    return {"kv_arena_bytes": sum(p["kv_arena_bytes"] for p in parts),
+            "kv_bytes_per_position": sum(p["kv_bytes_per_position"] for p in parts),
+            "kv_rows": max((p["kv_rows"] for p in parts), default=0),
+            "kv_capacity": max((p["kv_capacity"] for p in parts), default=0)}

@@ -1,18 +1,19 @@
 """A family's autoregressive stack over its K/V arena (ttscore.runtime.kv), as the engine drives it: the prompt's
 embedding rows prefilled one sequence at a time in the chunks the engine hands out (`prefill_chunks`), then one
-step per frame over every decoding sequence at once, fed each one's last frame (`step_frames`)."""
+step per frame over every decoding sequence at once, fed each one's last frame (`step_frames`); a model's `release`
+and `memory` over its arenas (`ArenaModel`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ttscore.runtime.family import Sequence
-from ttscore.runtime.kv import KVArena
+from ttscore.runtime.kv import KVArena, arenas_memory
 
 F32 = npt.NDArray[np.float32]
 
@@ -70,3 +71,25 @@ def step_frames(batch: list[Sequence], kind: type[FS], embed: Callable[[list[npt
         return
     run(seqs, embed([s.last for s in seqs if s.last is not None])[:, None])
     frames(seqs)
+
+
+class ArenaModel:
+    """`release` and `memory` of a model whose `sequence`s hold rows of its K/V arenas (`kv`, or those `arenas`
+    returns) and per-sequence decode state (`drops`: the fields freed when a sequence leaves)."""
+
+    sequence: ClassVar[type[Sequence]]
+    drops: ClassVar[tuple[str, ...]] = ()
+    kv: KVArena
+
+    def arenas(self) -> list[KVArena]:
+        return [self.kv]
+
+    def release(self, seq: Sequence) -> None:
+        if isinstance(seq, self.sequence):
+            for arena in self.arenas():
+                arena.release(seq)
+            for name in self.drops:
+                setattr(seq, name, None)
+
+    def memory(self) -> dict[str, int]:
+        return arenas_memory(self.arenas())

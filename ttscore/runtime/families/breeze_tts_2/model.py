@@ -34,7 +34,7 @@ from ttscore.runtime.families.breeze_tts_2.tokenizer import BreezeTokenizer
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
 from ttscore.runtime.onnx import OnnxGraph, open_graph, open_table
-from ttscore.runtime.step_kit import FrameSequence, prefill_chunks, step_frames
+from ttscore.runtime.step_kit import ArenaModel, FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import OrtVocoder
 
 logger = logging.getLogger(__name__)
@@ -55,8 +55,11 @@ class BreezeSequence(FrameSequence):
     max_frames: int = spec.DEFAULT_MAX_NEW_TOKENS
 
 
-class BreezeModel:
+class BreezeModel(ArenaModel):
     """FamilyModel for an exported Breeze-TTS-2 checkpoint (ttscore.runtime.family)."""
+
+    sequence = BreezeSequence
+    drops = ("embeds",)
 
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None, *,
                  vocoder: bool = True, encoders: bool = True) -> None:
@@ -71,9 +74,10 @@ class BreezeModel:
         self.speech_encoder = graph("speech_encoder") if encoders else None
         if manifest.code2wav_state_size is None:
             raise ArtifactError(f"{artifacts}/manifest.json has no vocoder state size: re-export")
-        self.state_size: int = manifest.code2wav_state_size
+        self.vocoder_state_size: int = manifest.code2wav_state_size
+        self.frame_seconds = spec.SAMPLES_PER_FRAME / self.info.sample_rate
         self.vocoder: OrtVocoder | None = (
-            OrtVocoder(graph("code2wav_stream"), self.state_size, self.vocoder_feeds) if vocoder else None)
+            OrtVocoder(graph("code2wav_stream"), self.vocoder_state_size, self.vocoder_feeds) if vocoder else None)
         self.audio_table = table(spec.AUDIO_EMBEDDINGS)
         self.heads = np.asarray(table(spec.DEPTH_HEADS), np.float32)
         self.hidden_projector = (np.asarray(table(spec.HIDDEN_PROJECTOR), np.float32)
@@ -83,14 +87,6 @@ class BreezeModel:
         self.offsets = np.arange(self.num_codebooks, dtype=np.int64) * self.info.codebook_vocab
 
     # --- FamilyModel -------------------------------------------------------------------------
-
-    @property
-    def frame_seconds(self) -> float:
-        return spec.SAMPLES_PER_FRAME / self.info.sample_rate
-
-    @property
-    def vocoder_state_size(self) -> int:
-        return self.state_size
 
     @staticmethod
     def vocoder_feeds(frames: npt.NDArray[Any], state: F32, position: I64) -> dict[str, npt.NDArray[Any]]:
@@ -177,14 +173,6 @@ class BreezeModel:
     def step(self, batch: list[Sequence]) -> None:
         step_frames(batch, BreezeSequence, lambda last: self.frame_embeds(np.stack(last)), self._backbone,
                     self._frames)
-
-    def release(self, seq: Sequence) -> None:
-        if isinstance(seq, BreezeSequence):
-            self.kv.release(seq)
-            seq.embeds = None
-
-    def memory(self) -> dict[str, int]:
-        return {}
 
     # --- internals ---------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from ttscore.runtime.families.cosyvoice3.request import CosyVoice3Request
 from ttscore.runtime.families.cosyvoice3.tokenizer import CosyVoice3Tokenizer
 from ttscore.runtime.family import Codes, Pcm, Sequence
 from ttscore.runtime.kv import KVArena
-from ttscore.runtime.step_kit import PromptSequence, prefill_chunks
+from ttscore.runtime.step_kit import ArenaModel, PromptSequence, prefill_chunks
 
 F32 = sampling.F32
 I64 = sampling.I64
@@ -88,7 +88,10 @@ class HopVocoder:
         return out
 
 
-class CosyVoice3Model:
+class CosyVoice3Model(ArenaModel):
+    sequence = CosyVoice3Sequence
+    drops = ("embeds", "ras", "vocoder_prefix")
+
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None, encoders: bool = False) -> None:
         self.g = CosyVoice3Graphs(artifacts, threads)
         self.manifest = manifest
@@ -181,14 +184,6 @@ class CosyVoice3Model:
         x = np.stack([np.asarray(self.g.speech[s.tokens[-1]], np.float32) for s in seqs])[:, None]
         self._lm(seqs, x)
         self._sample(seqs)
-
-    def release(self, seq: Sequence) -> None:
-        if isinstance(seq, CosyVoice3Sequence):
-            self.kv.release(seq)
-            seq.embeds, seq.ras, seq.vocoder_prefix = None, None, None
-
-    def memory(self) -> dict[str, int]:
-        return {}
 
     def _lm(self, seqs: list[CosyVoice3Sequence], x: F32) -> None:
         """New positions x [B, T, D] after each row's past (the K/V arena's)."""

@@ -35,7 +35,7 @@ from ttscore.runtime.families.gepard.tokenizer import GepardTokenizer, prompt_id
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
 from ttscore.runtime.onnx import open_graph, open_table
-from ttscore.runtime.step_kit import FrameSequence, prefill_chunks, step_frames
+from ttscore.runtime.step_kit import ArenaModel, FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import OrtVocoder
 
 logger = logging.getLogger(__name__)
@@ -71,8 +71,11 @@ class GepardSequence(FrameSequence):
     noise: Noise | None = None
 
 
-class GepardModel:
+class GepardModel(ArenaModel):
     """FamilyModel for an exported Gepard-1.0 checkpoint (ttscore.runtime.family)."""
+
+    sequence = GepardSequence
+    drops = ("embeds",)
 
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None, *,
                  vocoder: bool = True) -> None:
@@ -86,9 +89,10 @@ class GepardModel:
         self.kv = KVArena(b.num_layers, b.num_kv_heads, b.head_dim)
         if manifest.code2wav_state_size is None:
             raise ArtifactError(f"{artifacts}/manifest.json has no vocoder state size: re-export")
-        self.state_size: int = manifest.code2wav_state_size
+        self.vocoder_state_size: int = manifest.code2wav_state_size
+        self.frame_seconds = spec.SAMPLES_PER_FRAME / self.info.sample_rate
         self.vocoder: OrtVocoder | None = (
-            OrtVocoder(graph("codec_stream"), self.state_size, self.vocoder_feeds) if vocoder else None)
+            OrtVocoder(graph("codec_stream"), self.vocoder_state_size, self.vocoder_feeds) if vocoder else None)
         self.embed_tokens = table(spec.EMBED_TOKENS)
         self.null_prefix = np.asarray(table(spec.NULL_PREFIX), np.float32)
         self.tokenizer = GepardTokenizer(artifacts / "tokenizer")
@@ -104,14 +108,6 @@ class GepardModel:
         self.temperature = np.float32(self.info.temperature)
 
     # --- FamilyModel -------------------------------------------------------------------------
-
-    @property
-    def frame_seconds(self) -> float:
-        return spec.SAMPLES_PER_FRAME / self.info.sample_rate
-
-    @property
-    def vocoder_state_size(self) -> int:
-        return self.state_size
 
     @staticmethod
     def vocoder_feeds(frames: npt.NDArray[Any], state: F32, position: I64) -> dict[str, npt.NDArray[Any]]:
@@ -163,14 +159,6 @@ class GepardModel:
         step_frames(batch, GepardSequence,
                     lambda last: self.frame_embed.run({"codes": np.stack(last).astype(np.int64)})["embeds"],
                     self._backbone, self._frames)
-
-    def release(self, seq: Sequence) -> None:
-        if isinstance(seq, GepardSequence):
-            self.kv.release(seq)
-            seq.embeds = None
-
-    def memory(self) -> dict[str, int]:
-        return {}
 
     # --- internals ---------------------------------------------------------------------------
 

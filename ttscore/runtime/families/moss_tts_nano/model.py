@@ -51,7 +51,7 @@ from ttscore.runtime.families.moss_tts_nano.tokenizer import TOKENIZER_FILE, Mos
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
 from ttscore.runtime.onnx import OnnxGraph, open_graph, open_table
-from ttscore.runtime.step_kit import FrameSequence, prefill_chunks, step_frames
+from ttscore.runtime.step_kit import ArenaModel, FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import OrtVocoder
 
 F32 = npt.NDArray[np.float32]
@@ -124,8 +124,11 @@ class MossSequence(FrameSequence):
         return float(self.rng.random())
 
 
-class MossModel:
+class MossModel(ArenaModel):
     """FamilyModel for an exported MOSS-TTS-Nano checkpoint (ttscore.runtime.family)."""
+
+    sequence = MossSequence
+    drops = ("embeds", "seen", "rng")
 
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None, *, vocoder: bool = True,
                  encoders: bool = False) -> None:
@@ -202,14 +205,6 @@ class MossModel:
 
     def step(self, batch: list[Sequence]) -> None:
         step_frames(batch, MossSequence, self._frame_embeddings, self._global, self._frames)
-
-    def release(self, seq: Sequence) -> None:
-        if isinstance(seq, MossSequence):
-            self.kv.release(seq)
-            seq.embeds, seq.seen, seq.rng = None, None, None
-
-    def memory(self) -> dict[str, int]:
-        return self.kv.memory()
 
     # --- the request's parts -------------------------------------------------------------------------------
 

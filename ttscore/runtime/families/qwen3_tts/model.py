@@ -27,11 +27,14 @@ from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
 from ttscore.runtime.onnx import open_graph, open_table
 from ttscore.runtime.sampling import suppress_mask
+from ttscore.runtime.step_kit import ArenaModel
 from ttscore.runtime.vocoder import OrtVocoder
 
 logger = logging.getLogger(__name__)
 
-class Qwen3TTSPipeline:
+class Qwen3TTSPipeline(ArenaModel):
+    sequence = QwenSequence
+
     def __init__(
         self,
         artifacts: Path,
@@ -52,12 +55,13 @@ class Qwen3TTSPipeline:
         graphs = manifest.graphs
         if manifest.code2wav_state_size is None:
             raise ArtifactError(f"{artifacts}/manifest.json has no code2wav.state_size: re-export")
-        self.state_size: int = manifest.code2wav_state_size
+        self.vocoder_state_size: int = manifest.code2wav_state_size
+        self.frame_seconds = self.info.samples_per_frame / self.info.sample_rate
         graph = partial(open_graph, artifacts, manifest, threads=threads)
         self.talker = graph("talker")
         self.code_predictor = graph("code_predictor")
         self.vocoder: OrtVocoder | None = (
-            OrtVocoder(graph("code2wav_stream"), self.state_size, self.vocoder_feeds) if vocoder
+            OrtVocoder(graph("code2wav_stream"), self.vocoder_state_size, self.vocoder_feeds) if vocoder
             else None
         )
         self.speaker_encoder = graph("speaker_encoder") if encoders and "speaker_encoder" in graphs else None
@@ -79,14 +83,6 @@ class Qwen3TTSPipeline:
                                       self.suppressed, self.arena)
 
     # --- FamilyModel ---------------------------------------------------------------------------
-
-    @property
-    def frame_seconds(self) -> float:
-        return self.info.samples_per_frame / self.info.sample_rate
-
-    @property
-    def vocoder_state_size(self) -> int:
-        return self.state_size
 
     @staticmethod
     def vocoder_feeds(frames: NDArray[Any], state: NDArray[np.float32], position: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
@@ -110,12 +106,8 @@ class Qwen3TTSPipeline:
     def step(self, batch: list[Sequence]) -> None:
         decode.step(self.decoder, [s for s in batch if isinstance(s, QwenSequence)])
 
-    def release(self, seq: Sequence) -> None:
-        if isinstance(seq, QwenSequence):
-            self.arena.release(seq)
-
-    def memory(self) -> dict[str, int]:
-        return self.arena.memory()
+    def arenas(self) -> list[KVArena]:
+        return [self.arena]
 
     @classmethod
     def load(

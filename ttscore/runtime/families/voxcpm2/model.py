@@ -35,6 +35,7 @@ from ttscore.runtime.families.voxcpm2.tokenizer import TextTokenizer
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
 from ttscore.runtime.onnx import OnnxGraph, open_graph, open_table
+from ttscore.runtime.step_kit import ArenaModel
 from ttscore.runtime.vocoder import OrtVocoder
 
 logger = logging.getLogger(__name__)
@@ -59,8 +60,10 @@ class VoxSequence(Sequence):
     curr_embed: F32 | None = None  # [H] the last patch through the local encoder
 
 
-class VoxCPM2Model:
+class VoxCPM2Model(ArenaModel):
     """FamilyModel for an exported VoxCPM2 checkpoint (ttscore.runtime.family)."""
+
+    sequence = VoxSequence
 
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None, *,
                  vocoder: bool = True, encoders: bool = True) -> None:
@@ -229,13 +232,8 @@ class VoxCPM2Model:
             s.lm_hidden, s.res_hidden = out["lm_hidden"][i], res[i, 0]
         self._patch(seqs)
 
-    def release(self, seq: Sequence) -> None:
-        if isinstance(seq, VoxSequence):
-            self.base_kv.release(seq)
-            self.res_kv.release(seq)
-
-    def memory(self) -> dict[str, int]:
-        return {}
+    def arenas(self) -> list[KVArena]:
+        return [self.base_kv, self.res_kv]
 
     # --- internals ---------------------------------------------------------------------------
 

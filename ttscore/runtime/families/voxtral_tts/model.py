@@ -30,7 +30,7 @@ from ttscore.runtime.families.voxtral_tts.request import VoxtralRequest
 from ttscore.runtime.families.voxtral_tts.tokenizer import TekkenTokenizer
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
-from ttscore.runtime.step_kit import FrameSequence, prefill_chunks, step_frames
+from ttscore.runtime.step_kit import ArenaModel, FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import OrtVocoder
 
 
@@ -45,7 +45,10 @@ class VoxtralSequence(FrameSequence):
     cfg_alpha: float = spec.DEFAULT_CFG_ALPHA
 
 
-class VoxtralModel:
+class VoxtralModel(ArenaModel):
+    sequence = VoxtralSequence
+    drops = ("embeds", "noise")
+
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None, *,
                  vocoder: bool = True) -> None:
         self.g = VoxtralGraphs(artifacts, threads)
@@ -108,14 +111,6 @@ class VoxtralModel:
     def step(self, batch: list[Sequence]) -> None:
         step_frames(batch, VoxtralSequence, lambda last: np.stack([self.g.frame_embedding(f) for f in last]),
                     self._lm, self._frames)
-
-    def release(self, seq: Sequence) -> None:
-        if isinstance(seq, VoxtralSequence):
-            self.kv.release(seq)
-            seq.embeds, seq.noise = None, None
-
-    def memory(self) -> dict[str, int]:
-        return {}
 
     def _lm(self, seqs: list[VoxtralSequence], x: F32) -> None:
         """New positions x [B, T, D] after each row's past (the K/V arena's)."""
