@@ -30,6 +30,7 @@ def _checkpoints() -> dict[str, Path]:
     from export.cosyvoice3.tiny import make_tiny_cosyvoice3
     from export.fish_speech.tiny import make_tiny_fish
     from export.gepard.tiny import make_tiny_gepard
+    from export.moss_tts_nano.tiny import make_tiny_moss
     from export.omnivoice.tiny import make_tiny_omnivoice
     from export.qwen3_tts.tiny import make_tiny
     from export.voxcpm2.tiny import make_tiny_voxcpm2
@@ -44,6 +45,7 @@ def _checkpoints() -> dict[str, Path]:
         "voxtral_tts": STORE.checkpoint("voxtral-tiny", lambda o: make_tiny_voxtral(o, seed=0)),
         "fish_speech": STORE.checkpoint("fish-tiny", lambda o: make_tiny_fish(o, seed=0)),
         "cosyvoice3": STORE.checkpoint("cosyvoice3-tiny", lambda o: make_tiny_cosyvoice3(o, seed=0)),
+        "moss_tts_nano": STORE.checkpoint("moss-tts-nano-tiny", lambda o: make_tiny_moss(o, seed=0)),
     }
 
 
@@ -57,7 +59,9 @@ ARGS: dict[str, list[str]] = {
     "voxtral_tts": ["--voice", "casual_male", "--max-new-tokens", "12"],
     "fish_speech": ["--max-new-tokens", "12"],
     "cosyvoice3": ["--max-new-tokens", "30", "--ref-text", "A short reference."],
+    "moss_tts_nano": ["--max-new-tokens", "12"],
 }
+REF_AUDIO = ("cosyvoice3", "moss_tts_nano")  # families that need a reference clip
 
 
 def main() -> None:
@@ -71,7 +75,7 @@ def main() -> None:
         for family, ckpt in _checkpoints().items():
             art = STORE.export(ckpt)
             wav = Path(tmp) / f"{family}.wav"
-            extra = ["--ref-audio", str(ref)] if family == "cosyvoice3" else []
+            extra = ["--ref-audio", str(ref)] if family in REF_AUDIO else []
             cmd = [str(Path(sys.executable).parent / "triton-tts"), "say", "--artifacts", str(art), "--seed", "7",
                    *ARGS[family], *extra, "-o", str(wav), TEXT]
             subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
