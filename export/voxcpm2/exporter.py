@@ -54,6 +54,8 @@ TEXT_TABLE = "text_embeddings"
 # The AudioVAE decoder is offered too under the vocoder rule (kept only at >= VOCODER_MIN_SNR_DB);
 # it is all convolutions, so it stays fp32. bridge and heads (a few small projections, the stop
 # head) and the AudioVAE encoder (reference audio only) stay fp32.
+# Slots of garbage the LM validation adds beyond the mask's past (the graphs cut their past to the mask).
+CAPACITY_EXTRA = 3
 QUANTIZED_GRAPHS = ("base_lm", "residual_lm", "local_encoder", "locdit_step", "vae_decoder_stream")
 
 
@@ -76,6 +78,20 @@ def _finish(tracker: ErrorTracker, name: str, extra: dict[str, Any] | None = Non
     """Every output within TOLERANCE of the reference (ErrorTracker.enforce), and the report."""
     tracker.enforce(TOLERANCE, name)
     return {"max_abs_error": tracker.report(), "tolerance": TOLERANCE, **(extra or {})}
+
+
+def _over_capacity(sess: Any, name: str, feeds: dict[str, np.ndarray], past: list[np.ndarray],
+                   garbage: np.random.Generator, case: str) -> list[np.ndarray]:
+    """An LM step's outputs over `past` grown by CAPACITY_EXTRA slots of garbage beyond the mask (the runtime's
+    arena rows at their capacity); ExportError unless they are the bits of the step over `past` itself (the graph
+    cuts its past to the mask: `past_cut_to_mask`, ttscore.contract.kv)."""
+    grown = [np.concatenate([a, garbage.standard_normal((*a.shape[:2], CAPACITY_EXTRA, a.shape[3]), np.float32)],
+                            axis=2) for a in past]
+    cut = ort_run(sess, with_past(feeds, past))
+    got = ort_run(sess, with_past(feeds, grown))
+    check(all(np.array_equal(a, b) for a, b in zip(got, cut, strict=True)),
+          f"{name}: a past longer than the mask changed the output ({case}): the graph must cut it")
+    return got
 
 
 def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any]:
@@ -122,6 +138,7 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
     release_memory()
     sess = ort_session(path)
     tr = ErrorTracker()
+    garbage = np.random.default_rng(0)
     feeds: dict[str, np.ndarray]
     for x_np, h_np, kv_np, steps in prefills:
         t_len = x_np.shape[1]
@@ -136,8 +153,8 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
             p = t_len + s
             feeds = {"inputs_embeds": x1_np[:, None], "attention_mask": np.ones((1, p + 1), np.int64),
                      "position_ids": np.array([[p]], np.int64)}
-            step = ort_run(sess, with_past(feeds, past))
-            tr.add("hidden", step[0][:, 0], want_np, f"decode past={p}")
+            step = _over_capacity(sess, gspec.name, feeds, past, garbage, f"decode past={p}")
+            tr.add("hidden", step[0][:, 0], want_np, f"decode past={p} capacity={p + CAPACITY_EXTRA}")
             past = [np.concatenate([a, b], axis=2) for a, b in zip(past, step[1:], strict=True)]
     pmax, tmax = max(r[2] for r in rows), max(r[3] for r in rows)
     feeds = {"inputs_embeds": np.zeros((2, tmax, hidden), np.float32),
@@ -154,9 +171,9 @@ def _lm_stage(ref: Any, attr: str, gspec: GraphSpec, out: Path) -> dict[str, Any
         feeds["attention_mask"][r, :n_past] = 1
         feeds["attention_mask"][r, pmax + lead:] = 1
         feeds["position_ids"][r, lead:] = n_past + np.arange(n_new)
-    batched = ort_run(sess, with_past(feeds, pasts))[0]
+    batched = _over_capacity(sess, gspec.name, feeds, pasts, garbage, "batched")[0]
     for r, (_, want_h, n_past, n_new) in enumerate(rows):
-        tr.add("hidden", batched[r, tmax - n_new:], want_h[0, n_past:], f"batched row {r}")
+        tr.add("hidden", batched[r, tmax - n_new:], want_h[0, n_past:], f"batched row {r} capacity={pmax + CAPACITY_EXTRA}")
     del sess
     return _finish(tr, gspec.name, {"bytes": file_size(path)})
 

@@ -79,7 +79,9 @@ class LMStep(nn.Module):
 
     def forward(self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor, *rest: torch.Tensor
                 ) -> tuple[torch.Tensor, ...]:
-        """rest: position_ids (only with RoPE), then past key/value per layer."""
+        """rest: position_ids (only with RoPE), then past key/value per layer, each cut here to the mask's past
+        (`past_cut_to_mask`, ttscore.contract.kv): a longer past (the runtime's arena rows at their capacity)
+        attends over exactly the slots and values of one fed cut to P, so the output keeps its bits."""
         if self.stack.rope_emb is not None:
             position_ids, past = rest[0], rest[1:]
         else:
@@ -87,6 +89,7 @@ class LMStep(nn.Module):
         t = inputs_embeds.shape[1]
         total = attention_mask.shape[1]
         p = total - t
+        past = tuple(kv[:, :, :p] for kv in past)  # a Slice whose end comes from the shapes
         valid = attention_mask.bool()[:, None, None, :]  # [B, 1, 1, P + T]
         qi = torch.arange(t).view(1, 1, t, 1) + p
         kj = torch.arange(total).view(1, 1, 1, total)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from ttscore.contract.kv import past_key
+from ttscore.contract.kv import past_key, past_value
 from ttscore.runtime import kv
 from ttscore.runtime.engine import Generator
 from ttscore.runtime.families import FAMILIES
@@ -59,15 +59,18 @@ def test_every_step_binds_the_past_in_place_and_writes_only_the_new_positions(
 
         def run_bound(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             a = self.arena
-            past = [feeds[past_key(i)] for i in range(a.layers)]
+            past = [feeds[past_key(i)] for i in range(a.layers)] + [feeds[past_value(i)] for i in range(a.layers)]
+            rows = [a.row(s) for s in steps[-1]["seqs"]]
             steps[-1].update(width=past[0].shape[2], capacity=a.capacity, address=a.k[0].ctypes.data,
-                             in_place=all(p.base is a.k[i] for i, p in enumerate(past)))
+                             longest=max(a.lengths[min(rows):max(rows) + 1]),
+                             spanned=feeds["attention_mask"].shape[1] - feeds["inputs_embeds"].shape[1],
+                             in_place=all(p.base is buf for p, buf in zip(past, a.k + a.v, strict=True)))
             return self.graph.run_bound(feeds)
 
     def spied(arena: KVArena, graph: Any, seqs: Any, x: Any, new: Any = None) -> Any:
         lengths = [arena.length(s) for s in seqs]
         before = [b.copy() for b in arena.k + arena.v]
-        steps.append({"arena": arena, "rows": len(seqs)})
+        steps.append({"arena": arena, "rows": len(seqs), "seqs": seqs})
         out = run(arena, Spy(graph, arena), seqs, x, new)
         added = [arena.length(s) - n for s, n in zip(seqs, lengths, strict=True)]
         assert added == (list(new) if new is not None else [x.shape[1]] * len(seqs))
@@ -89,10 +92,14 @@ def test_every_step_binds_the_past_in_place_and_writes_only_the_new_positions(
     for arena in arenas:
         mine = [s for s in steps if s["arena"] is arena and s["width"] > 0]
         assert mine
-        if not arena.exact:
-            assert all(s["in_place"] and s["width"] == s["capacity"] for s in mine)
-        else:  # VoxCPM2 (see ttscore/runtime/kv.py): its past cut to the longest row, one copy per step
-            assert all(s["in_place"] == (s["width"] == s["capacity"]) for s in mine)
+        # Every row bound whole, in place (no copy), VoxCPM2's exact arenas too: their mask spans the longest
+        # row's past only (ttscore/runtime/kv.py), and their graphs cut the past to it.
+        assert all(s["in_place"] and s["width"] == s["capacity"] for s in mine)
+        if arena.exact:
+            assert all(s["spanned"] == s["longest"] for s in mine)
+            assert any(s["spanned"] < s["capacity"] for s in mine), f"{family}: no step fed rows longer than the mask"
+        else:
+            assert all(s["spanned"] == s["capacity"] for s in mine)
         addresses: dict[int, set[int]] = {}
         for s in mine:
             addresses.setdefault(s["capacity"], set()).add(s["address"])

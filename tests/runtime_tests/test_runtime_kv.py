@@ -1,13 +1,13 @@
 """ttscore/runtime/kv.py's KVArena over a fake step graph: ragged rows, the mask and positions it feeds, the past
 bound in place, a step writing only its new positions, growth within the plan, dense rows on release, the exact
-(cut to the longest past) mode."""
+mode (its mask cut to the longest past, its rows still bound whole, in place)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from ttscore.contract.kv import new_key, new_value, past_key
+from ttscore.contract.kv import new_key, new_value, past_key, past_value
 from ttscore.runtime.kv import GROWTH_BLOCK, KVArena
 
 pytestmark = pytest.mark.unit
@@ -55,8 +55,10 @@ def test_ragged_rows_mask_positions_and_writes(exact: bool) -> None:
     assert [arena.length(a), arena.length(b)] == [3, 4]
     out = arena.run(g, [b, a], _x(2, 1, base=7.0))  # one step of both, in the other order
     f = g.calls[-1]
-    width = 4 if exact else arena.capacity
-    assert f[past_key(0)].shape == (2, KVH, width, HD)
+    width = 4 if exact else arena.capacity  # the past the mask spans (exact: the longest row's)
+    for i in range(LAYERS):  # the rows themselves, whole, bound in place (exact too: its graph cuts them)
+        assert f[past_key(i)].shape == (2, KVH, arena.capacity, HD) and f[past_key(i)].base is arena.k[i]
+        assert f[past_value(i)].shape == (2, KVH, arena.capacity, HD) and f[past_value(i)].base is arena.v[i]
     np.testing.assert_array_equal(f["position_ids"], [[3], [4]])  # rows in arena order: a, then b
     want = np.zeros((2, width + 1), np.int64)
     want[0, :3] = want[1, :4] = want[:, -1] = 1
@@ -67,8 +69,9 @@ def test_ragged_rows_mask_positions_and_writes(exact: bool) -> None:
     np.testing.assert_array_equal(arena.v[0][1, 0, :5, 1], [100.5, 101.5, 102.5, 103.5, 104.5])
 
 
-def test_a_step_binds_the_arena_in_place_and_writes_only_the_new_positions() -> None:
-    arena, g = KVArena(LAYERS, KVH, HD), FakeStep()
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_step_binds_the_arena_in_place_and_writes_only_the_new_positions(exact: bool) -> None:
+    arena, g = KVArena(LAYERS, KVH, HD, exact=exact), FakeStep()
     seqs = [Seq(), Seq(), Seq()]
     for n, s in zip((5, 2, 7), seqs, strict=True):
         arena.acquire(s, plan=40)
@@ -80,6 +83,10 @@ def test_a_step_binds_the_arena_in_place_and_writes_only_the_new_positions() -> 
         f = g.calls[-1]
         for i in range(LAYERS):
             assert f[past_key(i)].base is arena.k[i] and np.shares_memory(f[past_key(i)], arena.k[i])
+            assert f[past_value(i)].base is arena.v[i] and f[past_key(i)].shape[2] == arena.capacity
+        spanned = max(lengths[1:]) if exact else arena.capacity  # exact: the block's (rows 1, 2) longest past
+        assert f["attention_mask"].shape == (2, spanned + 1)
+        assert spanned < arena.capacity or not exact  # exact: rows longer than the mask, fed whole all the same
         for was, now in zip(before, arena.k + arena.v, strict=True):
             changed = np.argwhere((was != now).any(axis=(1, 3)))
             assert sorted(map(tuple, changed)) == [(1, lengths[1]), (2, lengths[2])]

@@ -11,6 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 Dim = int | str
+# A decoder step that cuts its past inputs to what `attention_mask` spans (ttscore.contract.kv) says so in its
+# manifest entry under this key.
+PAST_CUT_TO_MASK = "past_cut_to_mask"
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class GraphSpec:
     name: str  # also the artifact file stem: <name>.onnx
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
+    past_cut_to_mask: bool = False  # a decoder step that cuts its past to the mask (ttscore.contract.kv)
 
     @property
     def filename(self) -> str:
@@ -53,6 +57,7 @@ class GraphSpec:
             "file": self.filename,
             "inputs": [t.to_json() for t in self.inputs],
             "outputs": [t.to_json() for t in self.outputs],
+            **({PAST_CUT_TO_MASK: True} if self.past_cut_to_mask else {}),
         }
 
 

@@ -1,12 +1,20 @@
 """The K/V tensors of a decoder step with an explicit past, as every K/V family's graphs name and shape them:
 per layer `past_key_<i>` / `past_value_<i>` [batch, kv_heads, past, head_dim] in, `new_key_<i>` /
-`new_value_<i>` [batch, kv_heads, tokens, head_dim] out (the new positions only, post-RoPE)."""
+`new_value_<i>` [batch, kv_heads, tokens, head_dim] out (the new positions only, post-RoPE).
+
+A step's `attention_mask` [batch, P + T] spans its past and its T new positions. A step graph attends over every
+past slot it is fed, masked or not, unless its spec says `past_cut_to_mask` (GraphSpec, recorded in its manifest
+entry: `cuts_past_to_mask`): such a graph first cuts each past input to the mask's past,
+`past[:, :, : attention_mask.shape[1] - T]`, so it may be fed past buffers longer than the mask (a K/V arena's
+rows at their whole capacity, bound in place) and attends over exactly the slots and values of a past fed cut to
+P. VoxCPM2's LM steps do (ttscore/runtime/kv.py, the `exact` arena)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ttscore.contract.graphs import GraphSpec, TensorSpec
+from ttscore.contract.graphs import PAST_CUT_TO_MASK, GraphSpec, TensorSpec
 
 
 def past_key(i: int) -> str:
@@ -51,3 +59,8 @@ def step_spec(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorS
     new K/V out."""
     return GraphSpec(name, (*inputs, *kv_specs(layers, kv_heads, head_dim, new=False)),
                      (*outputs, *kv_specs(layers, kv_heads, head_dim, new=True)))
+
+
+def cuts_past_to_mask(entry: Mapping[str, Any]) -> bool:
+    """Whether the graph of this manifest entry (GraphSpec.to_json) cuts its past to the mask (above)."""
+    return entry.get(PAST_CUT_TO_MASK) is True

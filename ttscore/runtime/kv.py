@@ -10,11 +10,13 @@ through the mask (slot j of row b valid iff attention_mask[b, j], the new positi
 layout serves every family whatever padding its exporter validated. A step whose rows all have an empty past (a
 prompt's first chunk) feeds an empty past.
 
-An `exact` arena feeds the rows' past cut to the longest valid one instead (`arena[lo:hi, :, :longest]`, one copy
-of the past per step): ONNX Runtime's softmax over a padded row differs from the unpadded one in the last bits,
-which a family whose stack output is continuous (VoxCPM2's feature patches) carries into its audio, so only this
-keeps its output identical to the pre-arena runtime's; the families that sample codes from their stack's logits
-feed the arena in place.
+An `exact` arena's mask spans only the longest valid past of the step's rows (`longest + T` wide, not
+`capacity + T`), its rows still fed in place at their whole capacity: its graph must cut its past to the mask
+(`past_cut_to_mask`, ttscore.contract.kv), so it attends over exactly the slots and values of a past fed cut to the
+longest row. ONNX Runtime's softmax over a padded row differs from the unpadded one in the last bits, which a
+family whose stack output is continuous (VoxCPM2's feature patches) carries into its audio, so only this keeps its
+output identical to the pre-arena runtime's (the graph's own concatenation copies the cut past, as it copies any
+past); the families that sample codes from their stack's logits attend over the whole capacity.
 
 Rows are kept dense (a departing row's place is taken by the last row: one copy per departure), so a step over
 every sequence feeds the whole prefix; rows inside the block but outside the step compute a throwaway result.
@@ -165,7 +167,8 @@ class KVArena:
         idx = rows - lo
         same = hi - lo == b and bool((idx == np.arange(b)).all())
         past = lengths[lo:hi]
-        width = (int(past.max()) if self.exact else self.capacity) if past.any() else 0
+        held = self.capacity if past.any() else 0  # the past fed: the rows at their capacity (none: empty)
+        width = int(past.max()) if self.exact and held else held  # the past the mask spans
         n_new = np.full(hi - lo, t, np.int64)  # rows outside the step: a throwaway step of T positions
         n_new[idx] = real
         xs = np.ascontiguousarray(x, np.float32)
@@ -178,9 +181,9 @@ class KVArena:
         if "position_ids" in graph.input_names:
             pos = past[:, None] + np.arange(t)[None] - (t - n_new)[:, None]
             feeds["position_ids"] = np.where(is_new, pos, 0).astype(np.int64)
-        for i in range(self.layers):
-            feeds[past_key(i)] = np.ascontiguousarray(self.k[i][lo:hi, :, :width])
-            feeds[past_value(i)] = np.ascontiguousarray(self.v[i][lo:hi, :, :width])
+        for i in range(self.layers):  # views of whole rows: contiguous, bound in place
+            feeds[past_key(i)] = self.k[i][lo:hi, :, :held]
+            feeds[past_value(i)] = self.v[i][lo:hi, :, :held]
         out = graph.run_bound(feeds)
         at = lengths[rows]
         for i in range(self.layers):

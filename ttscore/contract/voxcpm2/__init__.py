@@ -95,7 +95,9 @@ RULES = FamilyRules(
 # --- graphs -------------------------------------------------------------------------------------
 # Both LMs: one graph serves prefill (T = chunk) and decode (T = 1). `attention_mask` [B, P + T]
 # marks valid past slots (1) and padding (0); the T new positions are valid and causal among
-# themselves. Outputs: the new positions' final hidden states and their K/V (post-RoPE).
+# themselves. Outputs: the new positions' final hidden states and their K/V (post-RoPE). Both cut
+# their past to the mask's P inside (`past_cut_to_mask`, ttscore.contract.kv), so a past longer
+# than P (the arena's rows in place) gives the bits of a past of exactly P.
 
 
 lm_past_key, lm_past_value, lm_new_key, lm_new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
@@ -114,6 +116,7 @@ def lm_spec(name: str, layers: int, hidden: int, kv_heads: int, head_dim: int, r
             *past,
         ),
         (TensorSpec("hidden", "float32", ("batch", "tokens", hidden)), *new),
+        past_cut_to_mask=True,
     )
 
 

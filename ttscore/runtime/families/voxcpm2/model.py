@@ -9,9 +9,9 @@ across sequences, the local encoder) -> `release`. The engine's "frame" is one p
 
 Randomness: each patch's diffusion noise is `rng.standard_normal((D, P), float32)` from the
 request's `np.random.default_rng(seed)`, one draw per patch and nothing else, so a seed reproduces
-a request exactly, alone or batched. The per-layer K/V of each sequence is kept as its own arrays
-(decode pads the batch's pasts to the longest; a preallocated arena like Qwen3-TTS's is the next
-optimization).
+a request exactly, alone or batched. Each LM's per-layer K/V lives in a K/V arena
+(ttscore.runtime.kv), `exact`: its rows are fed in place, the graph cutting them to the mask's
+longest past (`past_cut_to_mask`, ttscore.contract.kv), which the exported LM graphs must say.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from ttscore.contract import voxcpm2 as spec
 from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.kv import cuts_past_to_mask
 from ttscore.contract.manifest import Manifest
 from ttscore.runtime.families.voxcpm2.checkpoint import VoxCPM2Info, parse_config
 from ttscore.runtime.families.voxcpm2.request import VoxCPM2Request
@@ -72,6 +73,10 @@ class VoxCPM2Model(ArenaModel):
         self.info: VoxCPM2Info = parse_config(dict(manifest.configs["config.json"]))
         graph = partial(open_graph, artifacts, manifest, threads=threads)
         self.base_lm, self.residual_lm = graph("base_lm"), graph("residual_lm")
+        for name in ("base_lm", "residual_lm"):  # the exact arenas feed rows longer than the mask
+            if not cuts_past_to_mask(manifest.graphs[name]):
+                raise ArtifactError(f"{artifacts}: {name} does not cut its past to the mask (exported before "
+                                    "issue 37's in-place arena): re-export")
         lm, res = self.info.lm, self.info.residual
         self.base_kv = KVArena(lm.num_layers, lm.num_kv_heads, lm.head_dim, exact=True)
         self.res_kv = KVArena(res.num_layers, res.num_kv_heads, res.head_dim, exact=True)
