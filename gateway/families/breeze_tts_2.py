@@ -40,7 +40,7 @@ from ..family_kit import (
     transcript,
     voice_name,
 )
-from ..speech_fields import SpeechFields, text_field
+from ..speech_fields import SpeechFields, refuse_other_task, text_field
 from ..voices.precomputed import SkipVoice
 
 _VOICES = {v.lower(): v for v in breeze_tts_2.VOICES}
@@ -69,9 +69,7 @@ class BreezeTTS2Adapter(CodecVoicesAdapter):
             if value is not None and value != fixed:
                 shown = int(fixed) if field == "sample_rate" else fixed
                 raise bad_request(f"{name} models take '{field}' = {shown} only, got {value}", field)
-        if f.task_type is not None and f.task_type not in rules.tasks:
-            raise bad_request(f"{name} models do not support task_type='{f.task_type}' (the mode follows the fields; "
-                              "omit it)", "task_type")
+        refuse_other_task(f, rules, " (the mode follows the fields; omit it)")
         voice = voice_name(f)
         speaker = breeze_tts_2.DEFAULT_VOICE if voice is None else _VOICES.get(voice.lower())
         stored = None

@@ -29,7 +29,7 @@ from ..backend import InferenceBackend
 from ..errors import bad_request
 from ..family import FamilyFacts, FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan
 from ..family_kit import BaseAdapter, clone_reference, encode_clip, facts_of, requested_voice
-from ..speech_fields import SpeechFields, StoredVoice
+from ..speech_fields import SpeechFields, StoredVoice, refuse_other_task
 from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
 
 Features = tuple[np.ndarray, "np.ndarray | None"]  # (ref_patches, prompt_patches)
@@ -67,11 +67,7 @@ class VoxCPM2Adapter(BaseAdapter):
                      ) -> SpeechPlan:
         rules = self.rules
         name = rules.name
-        if f.task_type is not None and f.task_type not in rules.tasks:
-            raise bad_request(
-                f"{name} models do not support task_type='{f.task_type}'. Use task_type='{rules.tasks[0]}' or omit it.",
-                "task_type",
-            )
+        refuse_other_task(f, rules)
         default = voxcpm2.ZERO_SHOT_VOICE
         stored = requested_voice(f, ckpt, deployment, default, f"Invalid voice '{f.voice}' for {name}: use an "
                                  f"uploaded voice, or omit 'voice' (or '{default}') for the model's own voice",
