@@ -98,10 +98,7 @@ class BreezeModel:
         return {"codes": frames.astype(np.int64, copy=False), "state": state, "position": position}
 
     def admit(self, request: BreezeRequest) -> BreezeSequence:
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise InvalidRequest("'input' must be a non-empty string", "input")
-        if len(request.text) > spec.MAX_TEXT_CHARS:
-            raise InvalidRequest(f"'input' is longer than {spec.MAX_TEXT_CHARS} characters", "input")
+        spec.RULES.checked_text(request.text)
         voice = request.voice or spec.DEFAULT_VOICE
         if voice not in spec.VOICES:
             raise InvalidRequest(f"voice must be one of {', '.join(spec.VOICES)} for Breeze-TTS-2, got {voice!r}",

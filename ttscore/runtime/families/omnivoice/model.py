@@ -106,10 +106,7 @@ class OmniVoiceModel:
 
     def admit(self, request: OmniVoiceRequest) -> OmniVoiceSequence:
         rules = contract.RULES
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise InvalidRequest("'text' must not be empty", "text")
-        if len(request.text) > rules.max_text_chars:
-            raise InvalidRequest(f"'text' is longer than {rules.max_text_chars} characters", "text")
+        rules.checked_text(request.text, "text")
         language = text_rules.resolve_language(request.language, self.language_names, contract.RULES.name)
         instructions = text_rules.resolve_instructions(request.instructions, text_rules.has_chinese(request.text))
         seed = rules.field("seed").check(request.seed)

@@ -102,10 +102,7 @@ class VoxCPM2Model:
         return {"latents": np.ascontiguousarray(latents), "state": state}
 
     def admit(self, request: VoxCPM2Request) -> VoxSequence:
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise InvalidRequest("'input' must be a non-empty string", "input")
-        if len(request.text) > spec.MAX_TEXT_CHARS:
-            raise InvalidRequest(f"'input' is longer than {spec.MAX_TEXT_CHARS} characters", "input")
+        spec.RULES.checked_text(request.text)
         if (request.prompt_patches is None) != (request.prompt_text is None):
             raise InvalidRequest("a continuation prompt needs both its audio and its transcript", "ref_text")
         rules = spec.RULES
