@@ -136,40 +136,32 @@ WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, LANGUAGE, INSTRUCTIONS, wire.MAX_NEW_
 # positions), `attention_mask` [B, S] (1: a real position, 0: right padding; a padded position sees
 # only itself, as the reference's pad diagonal), `target_index` [B, T] (the positions whose logits
 # are wanted) -> `logits` [B, 8, T, 1025].
-def generator_spec() -> GraphSpec:
-    return GraphSpec(
-        "generator",
-        (
-            TensorSpec("input_ids", "int64", ("batch", NUM_CODEBOOKS, "seq")),
-            TensorSpec("audio_mask", "bool", ("batch", "seq")),
-            TensorSpec("attention_mask", "int64", ("batch", "seq")),
-            TensorSpec("target_index", "int64", ("batch", "frames")),
-        ),
-        (TensorSpec("logits", "float32", ("batch", NUM_CODEBOOKS, "frames", AUDIO_VOCAB)),),
-    )
+GENERATOR = GraphSpec(
+    "generator",
+    (
+        TensorSpec("input_ids", "int64", ("batch", NUM_CODEBOOKS, "seq")),
+        TensorSpec("audio_mask", "bool", ("batch", "seq")),
+        TensorSpec("attention_mask", "int64", ("batch", "seq")),
+        TensorSpec("target_index", "int64", ("batch", "frames")),
+    ),
+    (TensorSpec("logits", "float32", ("batch", NUM_CODEBOOKS, "frames", AUDIO_VOCAB)),),
+)
 
 
 # codec_decoder: codes [B, 8, T] (0..1023) -> audio [B, 1, T * HOP] (RVQ lookup, fc2, DAC decoder).
-def codec_decoder_spec() -> GraphSpec:
-    return GraphSpec(
-        "codec_decoder",
-        (TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),),
-        (TensorSpec("audio", "float32", ("batch", 1, "samples")),),
-    )
+CODEC_DECODER = GraphSpec(
+    "codec_decoder",
+    (TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),),
+    (TensorSpec("audio", "float32", ("batch", 1, "samples")),),
+)
 
 
 # codec_encoder (cloning from audio; exported when the checkpoint's audio tokenizer has its encoder
 # side): audio [samples] (24 kHz mono after the reference's preprocessing, a whole number of frames:
 # samples % HOP == 0) -> codes [8, samples / HOP] (HiggsAudioV2TokenizerModel.encode: 16 kHz resample,
 # HuBERT, semantic encoder, DAC encoder, fc, residual VQ at the top bandwidth).
-def codec_encoder_spec() -> GraphSpec:
-    return GraphSpec(
-        "codec_encoder",
-        (TensorSpec("audio", "float32", ("samples",)),),
-        (TensorSpec("codes", "int64", (NUM_CODEBOOKS, "frames")),),
-    )
-
-
-GENERATOR = generator_spec()
-CODEC_DECODER = codec_decoder_spec()
-CODEC_ENCODER = codec_encoder_spec()
+CODEC_ENCODER = GraphSpec(
+    "codec_encoder",
+    (TensorSpec("audio", "float32", ("samples",)),),
+    (TensorSpec("codes", "int64", (NUM_CODEBOOKS, "frames")),),
+)
