@@ -219,6 +219,17 @@ def encode_codes(module: Any, cfg: dict[str, Any], audio: Any) -> Any:
     return torch.stack(codes, dim=1)
 
 
+def decode_codes(module: Any, codes: Any) -> Any:
+    """HiggsAudioV2TokenizerModel.decode: codes [B, 8, T] -> the RVQ lookup (+ project_out) summed over the
+    codebooks, fc2, the DAC acoustic decoder -> audio [B, 1, T * hop]."""
+    import torch.nn.functional as F
+
+    out = 0
+    for i, q in enumerate(module.quantizer.quantizers):
+        out = out + q.project_out(F.embedding(codes[:, i], q.codebook.embed))
+    return module.acoustic_decoder(module.fc2(out).transpose(1, 2))
+
+
 def run_semantic_encoder(enc: Any, x: Any) -> Any:
     import torch.nn.functional as F
 
@@ -270,19 +281,9 @@ class Codec:
     def from_pretrained(cls, path: str, **_: Any) -> Codec:
         return cls(Path(path))
 
-    def quantized(self, codes: Any) -> Any:
-        """codes [B, 8, T] -> fc2 input summed over the codebooks [B, T, hidden]."""
-        import torch.nn.functional as F
-
-        out = 0
-        for i, q in enumerate(self.module.quantizer.quantizers):
-            out = out + q.project_out(F.embedding(codes[:, i], q.codebook.embed))
-        return out
-
     def decode_audio(self, codes: Any) -> Any:
         """codes [B, 8, T] -> audio [B, 1, T * hop]."""
-        acoustic = self.module.fc2(self.quantized(codes)).transpose(1, 2)
-        return self.module.acoustic_decoder(acoustic)
+        return decode_codes(self.module, codes)
 
     def decode(self, codes: Any) -> _Decoded:
         import torch

@@ -18,7 +18,6 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from export.blocks import default_inv_freq, rotate_half
@@ -92,20 +91,17 @@ class Generator(nn.Module):
 
 
 class CodecDecoderGraph(nn.Module):
-    """codes [B, 8, T] -> audio [B, 1, T * hop] (export.omnivoice.codec.Codec's modules)."""
+    """codes [B, 8, T] -> audio [B, 1, T * hop]: export.omnivoice.codec.decode_codes over Codec's modules."""
 
     def __init__(self, codec: Any) -> None:
         super().__init__()
-        self.quantizers = codec.module.quantizer.quantizers
-        self.fc2 = codec.module.fc2
-        self.decoder = codec.module.acoustic_decoder
+        self.codec = codec.module
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        out = 0
-        for i, q in enumerate(self.quantizers):
-            out = out + q.project_out(F.embedding(codes[:, i], q.codebook.embed))
-        result: torch.Tensor = self.decoder(self.fc2(out).transpose(1, 2))
-        return result
+        from export.omnivoice.codec import decode_codes
+
+        audio: torch.Tensor = decode_codes(self.codec, codes)
+        return audio
 
 
 class CodecEncoderGraph(nn.Module):
