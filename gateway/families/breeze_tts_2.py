@@ -22,20 +22,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ttscore.contract import breeze_tts_2
 from ttscore.contract.breeze_tts_2.voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES
 from ttscore.contract.manifest import Manifest
 
-from ..backend import InferenceBackend
 from ..errors import bad_request
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
 from ..family_kit import (
     CodecFacts,
     CodecVoicesAdapter,
     clone_reference,
-    encode_clip,
     stored_voice_of,
     transcript,
     voice_name,
@@ -52,7 +48,7 @@ class BreezeTTS2Adapter(CodecVoicesAdapter):
     default_task = breeze_tts_2.RULES.tasks[0]
     # Uploaded voices: the codes are computed at upload through every served checkpoint's encoder.
     clones_voices = True
-    reference_input = "ref_codes"  # [T, 16] int64: clone and direction
+    reference_input = "ref_codes"  # [T, 16] int64 (breeze_speech_encoder's output): clone and direction
     voice_modes = PROFILE_MODES
     codec_identity_key = CODEC_SHA256
     code_grid = (breeze_tts_2.NUM_CODEBOOKS, breeze_tts_2.CODEBOOK_SIZE)
@@ -98,12 +94,6 @@ class BreezeTTS2Adapter(CodecVoicesAdapter):
 
     # --- voices ------------------------------------------------------------------------------------
 
-    async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
-                            prompt: bool, request_id: str) -> np.ndarray:
-        """A clip's codes [T, 16] int64 through a breeze_speech_encoder (the same with or without a
-        transcript)."""
-        (codes,) = await encode_clip(backend, model, audio, rate, request_id, ["ref_codes"])
-        return codes.astype(np.int64)
 
     def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
         text = entry.get("ref_text")

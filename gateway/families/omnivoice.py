@@ -41,14 +41,12 @@ from ttscore.contract.manifest import Manifest
 from ttscore.contract.omnivoice import text as omnivoice_text
 from ttscore.contract.omnivoice.voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES
 
-from ..backend import InferenceBackend
 from ..errors import bad_request, from_invalid_request
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
 from ..family_kit import (
     CodecFacts,
     CodecVoicesAdapter,
     clone_reference,
-    encode_clip,
     facts_of,
     requested_voice,
 )
@@ -78,7 +76,7 @@ class OmniVoiceAdapter(CodecVoicesAdapter):
     # Uploaded voices: codes computed at upload through every served checkpoint's codec_encoder.
     clones_voices = True  # each checkpoint has its codec_encoder (export/omnivoice/family.py)
     plan_type = OmniVoicePlan
-    reference_input = "ref_audio_codes"  # [8, T] int64; without: the auto voice
+    reference_input = "ref_audio_codes"  # [8, T] int64 (codec_encoder's output); without: the auto voice
     voice_modes = PROFILE_MODES
     codec_identity_key = CODEC_SHA256
     code_grid = (omnivoice.NUM_CODEBOOKS, omnivoice.CODEBOOK_SIZE)
@@ -136,11 +134,6 @@ class OmniVoiceAdapter(CodecVoicesAdapter):
 
     # --- voices ---------------------------------------------------------------------------------------
 
-    async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
-                            prompt: bool, request_id: str) -> np.ndarray:
-        """A clip's codes [8, T] through a codec_encoder (the transcript does not change them)."""
-        (codes,) = await encode_clip(backend, model, audio, rate, request_id, omnivoice.ENCODER_OUTPUTS[:1])
-        return codes.astype(np.int64)
 
     def checked_codes(self, stored: np.ndarray) -> np.ndarray:
         """`ref_code` [T, 8] (ttscore.contract.omnivoice.voicefile), sent as [8, T]."""
