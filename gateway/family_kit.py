@@ -216,13 +216,17 @@ def stored_voice_of(deployment: PlanContext, name: str, ckpt: ServedCheckpoint, 
     return stored
 
 
-def requested_voice(f: SpeechFields, ckpt: ServedCheckpoint, deployment: PlanContext, default: str, unknown: str,
-                    fits: str | None = None) -> StoredVoice | None:
+def requested_voice(f: SpeechFields, ckpt: ServedCheckpoint, deployment: PlanContext, default: str,
+                    unknown: str | None = None, fits: str | None = None, own: str = "own voice") -> StoredVoice | None:
     """The stored voice a request names for a family whose only other voice is its own `default` (None: the
-    `voice` is omitted, blank or `default`, any case); a 400 naming `voice` as `stored_voice_of` says."""
+    `voice` is omitted, blank or `default`, any case); a 400 naming `voice` as `stored_voice_of` says (`unknown`,
+    by default: use an uploaded voice or the model's `own` voice)."""
     voice = voice_name(f)
     if voice is None or voice.lower() == default:
         return None
+    if unknown is None:
+        unknown = (f"Invalid voice '{f.voice}' for {ckpt.rules.name}: use an uploaded voice, or omit 'voice' (or "
+                   f"'{default}') for the model's {own}")
     return stored_voice_of(deployment, voice.lower(), ckpt, unknown, fits)
 
 

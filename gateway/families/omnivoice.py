@@ -94,10 +94,7 @@ class OmniVoiceAdapter(CodecVoicesAdapter):
             raise bad_request(f"'initial_codec_chunk_frames' is not supported by {name} models (non-autoregressive: "
                               "audio comes a whole sentence at a time)", "initial_codec_chunk_frames")
         refuse_other_task(f, rules)
-        default = omnivoice.DEFAULT_VOICE
-        stored = requested_voice(f, ckpt, deployment, default, f"Invalid voice '{f.voice}' for {name}: use an "
-                                 f"uploaded voice, or omit 'voice' (or '{default}') for the model's auto voice",
-                                 fits="codec")
+        stored = requested_voice(f, ckpt, deployment, omnivoice.DEFAULT_VOICE, fits="codec", own="auto voice")
         ref = clone_reference(f, stored)
         ref_text = omnivoice_text.clone_ref_text(ref.ref_text) if ref.ref_text is not None else None
         instructions = text_field(f.instructions, "instructions", rules.max_text_chars)

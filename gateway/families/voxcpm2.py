@@ -65,13 +65,8 @@ class VoxCPM2Adapter(BaseAdapter):
 
     def plan_request(self, f: SpeechFields, ckpt: ServedCheckpoint, text: str, deployment: PlanContext
                      ) -> SpeechPlan:
-        rules = self.rules
-        name = rules.name
-        refuse_other_task(f, rules)
-        default = voxcpm2.ZERO_SHOT_VOICE
-        stored = requested_voice(f, ckpt, deployment, default, f"Invalid voice '{f.voice}' for {name}: use an "
-                                 f"uploaded voice, or omit 'voice' (or '{default}') for the model's own voice",
-                                 fits="checkpoint")
+        refuse_other_task(f, self.rules)
+        stored = requested_voice(f, ckpt, deployment, voxcpm2.ZERO_SHOT_VOICE, fits="checkpoint")
         ref = clone_reference(f, stored)
         if ref.stored is not None and ref.stored.precomputed is not None and f.ref_text and f.ref_text.strip():
             # its patches are padded for the mode it was made with
