@@ -13,7 +13,7 @@ from ttscore.contract import wire
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.omnivoice import text as omnivoice_text
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, seed_field
 
 FAMILY = "omnivoice"
 SAMPLE_RATE = 24000  # the codec's output
@@ -65,9 +65,8 @@ KNOBS = (
 FLOAT_KNOBS: dict[str, tuple[float, float]] = {k.name: (k.lo, k.hi) for k in KNOBS if not k.integer}
 # `speed` as the reference does it: the duration estimate divided by it (the Speech API's range).
 SPEED_RANGE = (0.25, 4.0)
-REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
 
-RULES = FamilyRules(
+RULES = FamilyRules(  # reference clips: the default RefAudioBounds (8-192 kHz, 0.1-60 s)
     family=FAMILY,
     sampling=SEEDED,  # every unmasking draw from the request's default_rng(seed)
     tasks=(TASK,),
@@ -78,7 +77,6 @@ RULES = FamilyRules(
     ),
     display_name="OmniVoice",
     unsupported=UNSUPPORTED_FIELDS,
-    ref_audio=REF_AUDIO,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
     extra_params=KNOBS,
