@@ -30,10 +30,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract import omnivoice as contract
-from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
 from ttscore.runtime import silence
-from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.onnx import OnnxGraph, open_graph
 
 PARAM = "ref_audio"
 # remove_silence's arguments in create_voice_clone_prompt, and split_on_silence's / the edge trim's.
@@ -114,13 +114,9 @@ class ReferenceEncoder:
     one (its checkpoint's audio tokenizer had only the decoder side) loads; `codes` then refuses."""
 
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None) -> None:
-        entry = manifest.graphs.get(contract.CODEC_ENCODER.name)
-        self.graph: OnnxGraph | None = None
-        if entry is not None:
-            path = Path(artifacts) / str(entry["file"])
-            if not path.is_file():
-                raise ArtifactError(f"{artifacts}: the manifest's {entry['file']} is missing")
-            self.graph = OnnxGraph(path, dict(entry), threads)
+        name = contract.CODEC_ENCODER.name
+        self.graph: OnnxGraph | None = (open_graph(Path(artifacts), manifest, name, threads)
+                                        if name in manifest.graphs else None)
 
     @property
     def available(self) -> bool:
