@@ -45,16 +45,6 @@ SEEK_MS = 10  # split_on_silence's seek_step and detect_leading_silence's chunk_
 MIN_RMS = 0.1
 
 
-def to_mono(audio: NDArray[Any]) -> NDArray[np.float32]:
-    """1-D mono as it is; 2-D as [samples, channels] (soundfile's layout) averaged over the channels."""
-    x = np.asarray(audio, np.float32)
-    if x.ndim == 2:
-        x = np.mean(x, axis=-1, dtype=np.float32)
-    if x.ndim != 1:
-        raise InvalidRequest(f"reference audio must be mono samples or [samples, channels], got shape {x.shape}", PARAM)
-    return x
-
-
 def to_24k(audio: NDArray[np.float32], sample_rate: int) -> NDArray[np.float32]:
     from ttscore.runtime import sinc_resample as sinc
 
@@ -95,9 +85,13 @@ def remove_silence(audio: NDArray[np.float32], rate: int = contract.SAMPLE_RATE)
 
 def preprocess(audio: NDArray[Any], sample_rate: int) -> NDArray[np.float32]:
     """A reference clip as the reference encodes it: 24 kHz mono float32, a whole number of frames."""
-    from ttscore.runtime.audio import check_reference
+    from ttscore.runtime.audio import check_reference, to_mono
 
-    wav = check_reference(to_mono(audio), int(sample_rate), PARAM, bounds=contract.RULES.ref_audio)
+    mono = to_mono(audio)  # 1-D as it is, [samples, channels] averaged over the channels
+    if mono.ndim != 1:
+        raise InvalidRequest(f"reference audio must be mono samples or [samples, channels], got shape {mono.shape}",
+                             PARAM)
+    wav = check_reference(mono, int(sample_rate), PARAM, bounds=contract.RULES.ref_audio)
     wav = normalize_rms(to_24k(wav, int(sample_rate)))
     wav = remove_silence(wav)
     if wav.size == 0:
