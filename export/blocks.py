@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from ttscore.runtime.sinc_resample import reduced, sinc_kernel
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -65,3 +68,20 @@ class GatedMLP(nn.Module):
         g = nn.functional.gelu(g, approximate="tanh") if self.gelu else nn.functional.silu(g)
         out: torch.Tensor = self.down_proj(g * self.up_proj(x))
         return out
+
+
+def sinc_resample(x: torch.Tensor, rate_in: int, rate_out: int) -> torch.Tensor:
+    """torchaudio.functional.resample's default (see ttscore.runtime.sinc_resample) over
+    the last axis of a torch tensor: the kernel as a constant stride-o convolution. The output keeps
+    ceil(n * len / o) samples; when len is a multiple of o that is every block but the last."""
+    o, n = reduced(rate_in, rate_out)
+    kernel, width = sinc_kernel(rate_in, rate_out)
+    lead = x.shape[:-1]
+    flat = x.reshape(-1, 1, x.shape[-1])
+    y = F.conv1d(F.pad(flat, (width, width + o)), torch.from_numpy(kernel)[:, None, :], stride=o)
+    y = y.transpose(1, 2).reshape(flat.shape[0], -1)
+    if isinstance(x.shape[-1], int) and not torch.jit.is_tracing():
+        y = y[:, : -(-n * x.shape[-1] // o)]
+    else:  # traced: the input length must be a multiple of o (OmniVoice's codec encoder: whole codec frames)
+        y = y[:, :-n]
+    return y.reshape(*lead, y.shape[-1])

@@ -1,5 +1,7 @@
 """Writing random-weight checkpoints (every family's make-tiny): per-tensor deterministic weights,
-JSON files, and a checkpoint directory written aside and moved into place (`checkpoint_writer`).
+JSON files, and a checkpoint directory written aside and moved into place (`checkpoint_writer`). A maker that
+builds the reference's torch modules on the meta device walks their tensors module by module (`module_tensors`),
+each module type drawn by the family's own rule.
 
 Each tensor draws from its own PCG64 stream seeded by sha256(seed, scope, name), so a file depends
 only on its arguments and a tensor's values do not change when another tensor is added.
@@ -16,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +194,53 @@ def byte_level_bpe(corpus: Sequence[str], special_tokens: Sequence[str] = (), pr
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(list(corpus), trainer=trainer)
     return tok
+
+
+# ---- torch modules, tensor by tensor ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModuleTensors:
+    """One module's own persistent tensors (parameters and persistent buffers, not its children's)."""
+
+    name: str  # the module's name in the model ("" for the model itself)
+    module: Any
+    full: dict[str, str]  # tensor -> its checkpoint name (the walk's prefix, the module's name, the tensor)
+    shapes: dict[str, tuple[int, ...]]
+    gain: float  # the walk's gain for this module (1.0 unless a pattern of `gains` matches its name)
+
+    @property
+    def kind(self) -> str:
+        return type(self.module).__name__
+
+
+def module_tensors(model: Any, prefix: str = "", gains: Mapping[str, float] | None = None) -> Iterator[ModuleTensors]:
+    """Each module of `model` (a torch module, e.g. on the meta device) that owns persistent tensors, in
+    `named_modules` order; `gains` maps a module-name regex (full match) to a multiplier on its weight scale."""
+    import re
+
+    persistent = set(model.state_dict().keys())
+    for mod_name, mod in model.named_modules():
+        own = [(n, t) for n, t in (*mod.named_parameters(recurse=False), *mod.named_buffers(recurse=False))
+               if f"{mod_name}.{n}".lstrip(".") in persistent]
+        if not own:
+            continue
+        gain = next((g for pattern, g in (gains or {}).items() if re.fullmatch(pattern, mod_name)), 1.0)
+        yield ModuleTensors(mod_name, mod, {n: prefix + (f"{mod_name}.{n}" if mod_name else n) for n, _ in own},
+                            {n: tuple(t.shape) for n, t in own}, gain)
+
+
+def conv_fan_in(mod: Any) -> int:
+    """A Conv1d's inputs per output sample (in / groups x kernel); a ConvTranspose1d's weight [in, out/groups, k]:
+    each output sample sees about k / stride taps per input channel. At least 1."""
+    from torch import nn
+
+    k = int(mod.kernel_size[0])
+    if isinstance(mod, nn.ConvTranspose1d):
+        return max(1, mod.in_channels // mod.groups * max(1, k // int(mod.stride[0])))
+    return max(1, mod.in_channels // mod.groups * k)
+
+
+def check_complete(init: TensorInit, model: Any) -> None:
+    """AssertionError naming (some of) the persistent tensors of `model` that `init` has not drawn."""
+    missing = set(model.state_dict().keys()) - set(init.tensors)
+    if missing:
+        raise AssertionError(f"tensors left uninitialized: {sorted(missing)[:10]}")

@@ -63,6 +63,7 @@ class BaseAdapter:
     voice_aliases: dict[str, str] = {}  # noqa: RUF012  (read only)
     plan_type: type[SpeechPlan] = SpeechPlan
     reference_input: str | None = None  # the speech_generation input of the reference features
+    clip_codes = False  # they are codes, the feature model's output of that name (the default clip_features)
 
     def manifest_facts(self, manifest: Manifest) -> FamilyFacts:
         return NO_FACTS
@@ -163,7 +164,13 @@ class BaseAdapter:
 
     async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
                             prompt: bool, request_id: str) -> Any:
-        raise InvalidRequest(f"{self.rules.name} has no uploaded voices", "voice")
+        """A clip's features through one of the family's feature models. By default, for a family whose features
+        are codes (`clip_codes`), the model's output named as `reference_input`, as int64 (the transcript,
+        `prompt`, does not change them)."""
+        if not self.clip_codes or self.reference_input is None:
+            raise InvalidRequest(f"{self.rules.name} has no uploaded voices", "voice")
+        (codes,) = await encode_clip(backend, model, audio, rate, request_id, [self.reference_input])
+        return codes.astype(np.int64)
 
     def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
         return {}
@@ -209,13 +216,17 @@ def stored_voice_of(deployment: PlanContext, name: str, ckpt: ServedCheckpoint, 
     return stored
 
 
-def requested_voice(f: SpeechFields, ckpt: ServedCheckpoint, deployment: PlanContext, default: str, unknown: str,
-                    fits: str | None = None) -> StoredVoice | None:
+def requested_voice(f: SpeechFields, ckpt: ServedCheckpoint, deployment: PlanContext, default: str,
+                    unknown: str | None = None, fits: str | None = None, own: str = "own voice") -> StoredVoice | None:
     """The stored voice a request names for a family whose only other voice is its own `default` (None: the
-    `voice` is omitted, blank or `default`, any case); a 400 naming `voice` as `stored_voice_of` says."""
+    `voice` is omitted, blank or `default`, any case); a 400 naming `voice` as `stored_voice_of` says (`unknown`,
+    by default: use an uploaded voice or the model's `own` voice)."""
     voice = voice_name(f)
     if voice is None or voice.lower() == default:
         return None
+    if unknown is None:
+        unknown = (f"Invalid voice '{f.voice}' for {ckpt.rules.name}: use an uploaded voice, or omit 'voice' (or "
+                   f"'{default}') for the model's {own}")
     return stored_voice_of(deployment, voice.lower(), ckpt, unknown, fits)
 
 
@@ -362,6 +373,7 @@ class CodecVoicesAdapter(BaseAdapter):
     voice_modes: tuple[str, ...]  # the voice file's modes (the first: the default)
     codec_identity_key: str
     code_grid: tuple[int, int] | None = None  # (codebooks per frame, codebook size) for the default checked_codes
+    clip_codes = True
 
     def precomputed_checks(self, checkpoints: Sequence[ServedCheckpoint]) -> dict[str, Any]:
         """Every served checkpoint of the family's codec checksum (a voice fits those with its codec)."""

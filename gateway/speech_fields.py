@@ -101,17 +101,32 @@ class OutputSpec:
 
 
 
+def checked_speed(f: SpeechFields) -> float:
+    """The request's `speed` (1.0 when omitted) within [MIN_SPEED, MAX_SPEED] (400 naming `speed` otherwise):
+    the output's time-stretch, or a family's own speaking rate (OmniVoice's duration estimate)."""
+    speed = 1.0 if f.speed is None else f.speed
+    if not math.isfinite(speed):
+        raise bad_request("'speed' must be a number", "speed")
+    if not MIN_SPEED <= speed <= MAX_SPEED:
+        raise bad_request(f"'speed' must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}", "speed")
+    return speed
+
+
+def refuse_other_task(f: SpeechFields, rules: FamilyRules, advice: str | None = None) -> None:
+    """400 naming `task_type` when the request names a task the family does not serve; `advice` (after the
+    refusal) says what to do instead, by default to use the family's first task or omit it."""
+    if f.task_type is not None and f.task_type not in rules.tasks:
+        raise bad_request(f"{rules.name} models do not support task_type='{f.task_type}'"
+                          + (advice or f". Use task_type='{rules.tasks[0]}' or omit it."), "task_type")
+
+
 def plan_output(f: SpeechFields, source_rate: int) -> OutputSpec:
     fmt = f.response_format if f.response_format is not None else DEFAULT_FORMAT
     if fmt not in encoding.MEDIA_TYPES:
         raise bad_request(
             f"Invalid response_format '{fmt}'. Supported: {', '.join(encoding.MEDIA_TYPES)}", "response_format"
         )
-    speed = 1.0 if f.speed is None else f.speed
-    if not math.isfinite(speed):
-        raise bad_request("'speed' must be a number", "speed")
-    if not MIN_SPEED <= speed <= MAX_SPEED:
-        raise bad_request(f"'speed' must be between {MIN_SPEED} and {MAX_SPEED}, got {speed}", "speed")
+    speed = checked_speed(f)
     stream_flag = bool(f.stream)
     if f.stream_format is not None and f.stream_format not in STREAM_FORMATS:
         raise bad_request(f"Invalid stream_format '{f.stream_format}'. Supported: audio, sse", "stream_format")

@@ -1,10 +1,12 @@
-"""`triton-tts precompute-voice` as the CLI parses and runs it, for the families' precompute tests."""
+"""`triton-tts precompute-voice` as the CLI parses and runs it, for the families' precompute tests, and the voices
+the gateway then loads from a codec family's voice files."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from triton_tts.precompute import add_precompute_parser
 
@@ -22,3 +24,14 @@ def precompute_command(artifacts: Path, ref_audio: Path, output_dir: Path) -> Ca
         return args.func(args)
 
     return run
+
+
+def codec_voices(out: Path, family: str, *targets: tuple[str, str]) -> dict[str, Any]:
+    """The precomputed voices in `out` the gateway loads for `family`'s served checkpoints `targets` ((name, its
+    codec's sha256) pairs: gateway.family_kit.CodecTarget)."""
+    from gateway.family_kit import CodecTarget
+    from gateway.voice_registry import precomputed_loaders
+    from gateway.voices.precomputed import load_precomputed_voices
+
+    checks = {family: {"targets": [CodecTarget(name, sha) for name, sha in targets]}}
+    return load_precomputed_voices(out, precomputed_loaders(checks))

@@ -164,43 +164,9 @@ def codec_modules(cfg: dict[str, Any], encoder: bool = False) -> Any:
     return module
 
 
-# Weight-norm tensors saved under torch's legacy names (HuBERT's positional conv as weight_g / weight_v):
-# transformers 5.x renames them on load ("legacy" conversion mapping); so does Codec.
-_LEGACY_WEIGHT_NORM = {".weight_g": ".parametrizations.weight.original0", ".weight_v": ".parametrizations.weight.original1"}
-
-
-def _current_name(name: str) -> str:
-    for old, new in _LEGACY_WEIGHT_NORM.items():
-        if name.endswith(old):
-            return name[: -len(old)] + new
-    return name
-
-
 def has_encoder(names: Any) -> bool:
     """Whether a tokenizer checkpoint's tensor names include the encoder side."""
     return any(str(n).startswith(ENCODER_PREFIXES) for n in names)
-
-
-def sinc_resample(x: Any, rate_in: int, rate_out: int) -> Any:
-    """torchaudio.functional.resample's default (see ttscore.runtime.sinc_resample) over
-    the last axis of a torch tensor: the kernel as a constant stride-o convolution. The output keeps
-    ceil(n * len / o) samples; when len is a multiple of o that is every block but the last."""
-    import torch
-    import torch.nn.functional as F
-
-    from ttscore.runtime.sinc_resample import reduced, sinc_kernel
-
-    o, n = reduced(rate_in, rate_out)
-    kernel, width = sinc_kernel(rate_in, rate_out)
-    lead = x.shape[:-1]
-    flat = x.reshape(-1, 1, x.shape[-1])
-    y = F.conv1d(F.pad(flat, (width, width + o)), torch.from_numpy(kernel)[:, None, :], stride=o)
-    y = y.transpose(1, 2).reshape(flat.shape[0], -1)
-    if isinstance(x.shape[-1], int) and not torch.jit.is_tracing():
-        y = y[:, : -(-n * x.shape[-1] // o)]
-    else:  # traced: the input length is a multiple of o (a whole number of codec frames)
-        y = y[:, :-n]
-    return y.reshape(*lead, y.shape[-1])
 
 
 def _conv_out(length: int, conv: Any) -> int:
@@ -217,6 +183,8 @@ def encode_codes(module: Any, cfg: dict[str, Any], audio: Any) -> Any:
     import torch
     import torch.nn.functional as F
     from torch import nn
+
+    from export.blocks import sinc_resample
 
     sr, sem_sr = int(cfg["sample_rate"]), int(cfg.get("semantic_sample_rate", 16000))
     hop = codec_hop(cfg)
@@ -251,6 +219,17 @@ def encode_codes(module: Any, cfg: dict[str, Any], audio: Any) -> Any:
     return torch.stack(codes, dim=1)
 
 
+def decode_codes(module: Any, codes: Any) -> Any:
+    """HiggsAudioV2TokenizerModel.decode: codes [B, 8, T] -> the RVQ lookup (+ project_out) summed over the
+    codebooks, fc2, the DAC acoustic decoder -> audio [B, 1, T * hop]."""
+    import torch.nn.functional as F
+
+    out = 0
+    for i, q in enumerate(module.quantizer.quantizers):
+        out = out + q.project_out(F.embedding(codes[:, i], q.codebook.embed))
+    return module.acoustic_decoder(module.fc2(out).transpose(1, 2))
+
+
 def run_semantic_encoder(enc: Any, x: Any) -> Any:
     import torch.nn.functional as F
 
@@ -282,9 +261,13 @@ class Codec:
         import torch
         from safetensors.torch import load_file
 
+        from ttscore.runtime.checkpoint_kit import weight_norm_name
+
         self.config_dict: dict[str, Any] = json.loads((Path(root) / "config.json").read_text())
         cfg = self.config_dict
-        state = {_current_name(k): v for k, v in load_file(str(Path(root) / "model.safetensors")).items()}
+        # Weight-norm tensors saved under torch's legacy names (HuBERT's positional conv as weight_g / weight_v):
+        # transformers 5.x renames them on load ("legacy" conversion mapping); so does Codec.
+        state = {weight_norm_name(k): v for k, v in load_file(str(Path(root) / "model.safetensors")).items()}
         self.has_encoder = has_encoder(state)
         self.module: Any = codec_modules(cfg, encoder=self.has_encoder)
         self.module.load_state_dict(state, strict=True)
@@ -298,19 +281,9 @@ class Codec:
     def from_pretrained(cls, path: str, **_: Any) -> Codec:
         return cls(Path(path))
 
-    def quantized(self, codes: Any) -> Any:
-        """codes [B, 8, T] -> fc2 input summed over the codebooks [B, T, hidden]."""
-        import torch.nn.functional as F
-
-        out = 0
-        for i, q in enumerate(self.module.quantizer.quantizers):
-            out = out + q.project_out(F.embedding(codes[:, i], q.codebook.embed))
-        return out
-
     def decode_audio(self, codes: Any) -> Any:
         """codes [B, 8, T] -> audio [B, 1, T * hop]."""
-        acoustic = self.module.fc2(self.quantized(codes)).transpose(1, 2)
-        return self.module.acoustic_decoder(acoustic)
+        return decode_codes(self.module, codes)
 
     def decode(self, codes: Any) -> _Decoded:
         import torch

@@ -18,10 +18,9 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from export.blocks import rotate_half
+from export.blocks import default_inv_freq, rotate_half
 
 NEG = -1e30  # masked attention score (finite: a padded query row that sees only itself stays finite)
 
@@ -69,11 +68,6 @@ class Generator(nn.Module):
     def _offsets(self) -> torch.Tensor:
         return torch.arange(self.codebooks, dtype=torch.long) * self.vocab
 
-    def _inv_freq(self) -> torch.Tensor:
-        """Qwen3's default RoPE frequencies, as transformers computes them (float32)."""
-        exponent = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
-        return 1.0 / (self.theta ** exponent)
-
     def forward(self, input_ids: torch.Tensor, audio_mask: torch.Tensor, attention_mask: torch.Tensor,
                 target_index: torch.Tensor) -> torch.Tensor:
         b, _, s = input_ids.shape
@@ -85,7 +79,7 @@ class Generator(nn.Module):
         pos = torch.arange(s, dtype=torch.int64)
         eye = pos.unsqueeze(0) == pos.unsqueeze(1)
         mask = ((valid.unsqueeze(1) & valid.unsqueeze(2)) | eye.unsqueeze(0)).unsqueeze(1)
-        freqs = pos.float().unsqueeze(1) * self._inv_freq().unsqueeze(0)
+        freqs = pos.float().unsqueeze(1) * default_inv_freq(self.theta, self.head_dim).unsqueeze(0)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos().view(1, 1, s, self.head_dim), emb.sin().view(1, 1, s, self.head_dim)
         for layer in self.llm.layers:
@@ -97,20 +91,17 @@ class Generator(nn.Module):
 
 
 class CodecDecoderGraph(nn.Module):
-    """codes [B, 8, T] -> audio [B, 1, T * hop] (export.omnivoice.codec.Codec's modules)."""
+    """codes [B, 8, T] -> audio [B, 1, T * hop]: export.omnivoice.codec.decode_codes over Codec's modules."""
 
     def __init__(self, codec: Any) -> None:
         super().__init__()
-        self.quantizers = codec.module.quantizer.quantizers
-        self.fc2 = codec.module.fc2
-        self.decoder = codec.module.acoustic_decoder
+        self.codec = codec.module
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        out = 0
-        for i, q in enumerate(self.quantizers):
-            out = out + q.project_out(F.embedding(codes[:, i], q.codebook.embed))
-        result: torch.Tensor = self.decoder(self.fc2(out).transpose(1, 2))
-        return result
+        from export.omnivoice.codec import decode_codes
+
+        audio: torch.Tensor = decode_codes(self.codec, codes)
+        return audio
 
 
 class CodecEncoderGraph(nn.Module):

@@ -26,7 +26,9 @@ from export.tiny_weights import (
     byte_level_bpe,
     checkpoint_writer,
     config_model_type,
+    conv_fan_in,
     json_bytes,
+    module_tensors,
     save_weights,
     tiny_size,
     write_files,
@@ -135,15 +137,8 @@ def _init_module(init: TensorInit, model: Any, prefix: str) -> None:
     """Every persistent tensor of `model` (on the meta device), by module type, under `prefix`."""
     from torch import nn
 
-    persistent = set(model.state_dict().keys())
-    for mod_name, mod in model.named_modules():
-        own = [(n, t) for n, t in (*mod.named_parameters(recurse=False), *mod.named_buffers(recurse=False))
-               if f"{mod_name}.{n}".lstrip(".") in persistent]
-        if not own:
-            continue
-        full = {n: prefix + (f"{mod_name}.{n}" if mod_name else n) for n, _ in own}
-        shapes = {n: tuple(t.shape) for n, t in own}
-        kind = type(mod).__name__
+    for m in module_tensors(model, prefix):
+        mod, full, shapes, kind = m.module, m.full, m.shapes, m.kind
         if isinstance(mod, (nn.Conv1d, nn.ConvTranspose1d)) and "weight" not in full:  # a weight-normed conv
             if "bias" in full:
                 init.normal(full["bias"], shapes["bias"], 0.05)
@@ -152,9 +147,7 @@ def _init_module(init: TensorInit, model: Any, prefix: str) -> None:
             if "bias" in full:
                 init.normal(full["bias"], shapes["bias"], 0.05)
         elif isinstance(mod, (nn.Conv1d, nn.ConvTranspose1d)):
-            k = int(mod.kernel_size[0])
-            fan = mod.in_channels * (max(1, k // int(mod.stride[0])) if isinstance(mod, nn.ConvTranspose1d) else k)
-            init.normal(full["weight"], shapes["weight"], 1.0 / max(1, fan) ** 0.5)
+            init.normal(full["weight"], shapes["weight"], 1.0 / conv_fan_in(mod) ** 0.5)
             if "bias" in full:
                 init.normal(full["bias"], shapes["bias"], 0.05)
         elif isinstance(mod, nn.Embedding):
@@ -170,7 +163,7 @@ def _init_module(init: TensorInit, model: Any, prefix: str) -> None:
             init.uniform(full["original0"], shapes["original0"], 0.5, 1.5)
             init.normal(full["original1"], shapes["original1"], 1.0)
         else:
-            raise AssertionError(f"no tiny init for {kind} ({mod_name})")
+            raise AssertionError(f"no tiny init for {kind} ({m.name})")
 
 
 def model_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:

@@ -61,10 +61,13 @@ from typing import Any
 
 from export.tiny_weights import (
     TensorInit,
+    check_complete,
     checkpoint_writer,
     config_model_type,
+    conv_fan_in,
     json_bytes,
     learn_bpe_merges,
+    module_tensors,
     save_weights,
     write_files,
 )
@@ -670,48 +673,21 @@ def _tokenizer_files() -> dict[str, bytes]:
 
 
 # ---- weights --------------------------------------------------------------------------------------
-def _conv_fan_in(mod: Any) -> int:
-    from torch import nn
-
-    k = int(mod.kernel_size[0])
-    if isinstance(mod, nn.ConvTranspose1d):
-        # weight [in, out/groups, k]: each output sample sees about k/stride taps per input channel
-        return max(1, mod.in_channels // mod.groups * max(1, k // int(mod.stride[0])))
-    return max(1, mod.in_channels // mod.groups * k)
-
-
 def _init_module_tensors(init: TensorInit, model: Any, gains: dict[str, float]) -> None:
     """Initialize every parameter / persistent buffer of ``model`` (a meta-device module) by type.
 
     ``gains`` maps a module-name regex (full match) to a multiplier on that module's weight scale.
     """
-    import re
-
     from torch import nn
 
-    def gain_of(mod_name: str) -> float:
-        for pattern, g in gains.items():
-            if re.fullmatch(pattern, mod_name):
-                return g
-        return 1.0
-
-    persistent = set(model.state_dict().keys())
-    for mod_name, mod in model.named_modules():
-        own = [(n, t) for n, t in mod.named_parameters(recurse=False)]
-        own += [(n, t) for n, t in mod.named_buffers(recurse=False)]
-        own = [(n, t) for n, t in own if f"{mod_name}.{n}".lstrip(".") in persistent]
-        if not own:
-            continue
-        full = {n: f"{mod_name}.{n}" if mod_name else n for n, _ in own}
-        shapes = {n: tuple(t.shape) for n, t in own}
-        kind = type(mod).__name__
-        gain = gain_of(mod_name)
+    for m in module_tensors(model, gains=gains):
+        mod, full, shapes, kind, gain = m.module, m.full, m.shapes, m.kind, m.gain
         if isinstance(mod, nn.Linear):
             init.normal(full["weight"], shapes["weight"], gain / mod.in_features**0.5)
             if "bias" in full:
                 init.normal(full["bias"], shapes["bias"], 0.1)
         elif isinstance(mod, (nn.Conv1d, nn.ConvTranspose1d)):
-            init.normal(full["weight"], shapes["weight"], gain / _conv_fan_in(mod) ** 0.5)
+            init.normal(full["weight"], shapes["weight"], gain / conv_fan_in(mod) ** 0.5)
             if "bias" in full:
                 init.normal(full["bias"], shapes["bias"], 0.05)
         elif isinstance(mod, nn.Embedding):
@@ -738,10 +714,8 @@ def _init_module_tensors(init: TensorInit, model: Any, gains: dict[str, float]) 
             init.uniform(full["cluster_usage"], shapes["cluster_usage"], 0.5, 2.0)
             init.normal(full["embed_sum"], shapes["embed_sum"], gain)
         else:
-            raise AssertionError(f"no init rule for {kind} ({mod_name}): {sorted(full)}")
-    missing = persistent - set(init.tensors)
-    if missing:
-        raise AssertionError(f"tensors left uninitialized: {sorted(missing)[:10]}")
+            raise AssertionError(f"no init rule for {kind} ({m.name}): {sorted(full)}")
+    check_complete(init, model)
 
 
 def _reference_classes() -> dict[str, Any]:

@@ -36,9 +36,12 @@ from typing import Any
 
 from export.tiny_weights import (
     TensorInit,
+    check_complete,
     checkpoint_writer,
+    conv_fan_in,
     json_bytes,
     learn_bpe_merges,
+    module_tensors,
     save_weights,
     tensor_rng,
     tiny_size,
@@ -234,29 +237,11 @@ def _init_tensors(init: TensorInit, model: Any, gains: dict[str, float], constan
 
     from torch import nn
 
-    def gain_of(name: str) -> float:
-        for pattern, g in gains.items():
-            if re.fullmatch(pattern, name):
-                return g
-        return 1.0
-
-    persistent = model.state_dict()
-    for mod_name, mod in model.named_modules():
-        own = [n for n, _ in (*mod.named_parameters(recurse=False), *mod.named_buffers(recurse=False))]
-        own = [n for n in own if f"{mod_name}.{n}".lstrip(".") in persistent]
-        if not own:
-            continue
-        pre = f"{mod_name}." if mod_name else ""
-        shape = {n: tuple(persistent[pre + n].shape) for n in own}
-        kind = type(mod).__name__
-        gain = gain_of(mod_name)
+    for m in module_tensors(model, gains=gains):
+        mod, mod_name, shape, kind, gain = m.module, m.name, m.shapes, m.kind, m.gain
+        pre, own = f"{mod_name}." if mod_name else "", list(shape)
         if isinstance(mod, nn.Conv1d | nn.ConvTranspose1d) and "weight_v" in shape:
-            k = int(mod.kernel_size[0])
-            if isinstance(mod, nn.ConvTranspose1d):
-                fan_in = max(1, mod.in_channels // mod.groups * max(1, k // int(mod.stride[0])))
-            else:
-                fan_in = max(1, mod.in_channels // mod.groups * k)
-            _weight_norm_pair(init, pre, shape["weight_v"], shape["weight_g"], fan_in, gain)
+            _weight_norm_pair(init, pre, shape["weight_v"], shape["weight_g"], conv_fan_in(mod), gain)
             if "bias" in shape:
                 init.normal(pre + "bias", shape["bias"], 0.02)
         elif isinstance(mod, nn.Linear):
@@ -282,9 +267,7 @@ def _init_tensors(init: TensorInit, model: Any, gains: dict[str, float], constan
             init.tensors[pre + "sr_bin_boundaries"] = constants[pre + "sr_bin_boundaries"]
         else:
             raise AssertionError(f"no init rule for {kind} ({mod_name}): {own}")
-    missing = set(persistent) - set(init.tensors)
-    if missing:
-        raise AssertionError(f"tensors left uninitialized: {sorted(missing)[:10]}")
+    check_complete(init, model)
 
 
 def checkpoint_weights(cfg: dict[str, Any], seed: int) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -22,25 +22,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ttscore.contract import breeze_tts_2
 from ttscore.contract.breeze_tts_2.voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES
 from ttscore.contract.manifest import Manifest
 
-from ..backend import InferenceBackend
 from ..errors import bad_request
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
 from ..family_kit import (
     CodecFacts,
     CodecVoicesAdapter,
     clone_reference,
-    encode_clip,
     stored_voice_of,
     transcript,
     voice_name,
 )
-from ..speech_fields import SpeechFields, text_field
+from ..speech_fields import SpeechFields, refuse_other_task, text_field
 from ..voices.precomputed import SkipVoice
 
 _VOICES = {v.lower(): v for v in breeze_tts_2.VOICES}
@@ -52,7 +48,7 @@ class BreezeTTS2Adapter(CodecVoicesAdapter):
     default_task = breeze_tts_2.RULES.tasks[0]
     # Uploaded voices: the codes are computed at upload through every served checkpoint's encoder.
     clones_voices = True
-    reference_input = "ref_codes"  # [T, 16] int64: clone and direction
+    reference_input = "ref_codes"  # [T, 16] int64 (breeze_speech_encoder's output): clone and direction
     voice_modes = PROFILE_MODES
     codec_identity_key = CODEC_SHA256
     code_grid = (breeze_tts_2.NUM_CODEBOOKS, breeze_tts_2.CODEBOOK_SIZE)
@@ -69,9 +65,7 @@ class BreezeTTS2Adapter(CodecVoicesAdapter):
             if value is not None and value != fixed:
                 shown = int(fixed) if field == "sample_rate" else fixed
                 raise bad_request(f"{name} models take '{field}' = {shown} only, got {value}", field)
-        if f.task_type is not None and f.task_type not in rules.tasks:
-            raise bad_request(f"{name} models do not support task_type='{f.task_type}' (the mode follows the fields; "
-                              "omit it)", "task_type")
+        refuse_other_task(f, rules, " (the mode follows the fields; omit it)")
         voice = voice_name(f)
         speaker = breeze_tts_2.DEFAULT_VOICE if voice is None else _VOICES.get(voice.lower())
         stored = None
@@ -100,12 +94,6 @@ class BreezeTTS2Adapter(CodecVoicesAdapter):
 
     # --- voices ------------------------------------------------------------------------------------
 
-    async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
-                            prompt: bool, request_id: str) -> np.ndarray:
-        """A clip's codes [T, 16] int64 through a breeze_speech_encoder (the same with or without a
-        transcript)."""
-        (codes,) = await encode_clip(backend, model, audio, rate, request_id, ["ref_codes"])
-        return codes.astype(np.int64)
 
     def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
         text = entry.get("ref_text")

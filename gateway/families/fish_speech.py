@@ -27,14 +27,11 @@ unsupported fields (contract RULES: `speaker_embedding`, `instructions`, `langua
 
 from __future__ import annotations
 
-import numpy as np
-
 from ttscore.contract import fish_speech
 
-from ..backend import InferenceBackend
 from ..errors import bad_request
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
-from ..family_kit import BaseAdapter, clone_reference, encode_clip, requested_voice
+from ..family_kit import BaseAdapter, clone_reference, requested_voice
 from ..speech_fields import SpeechFields
 
 
@@ -45,6 +42,7 @@ class FishSpeechAdapter(BaseAdapter):
     # Uploaded voices: codes computed at upload through every served checkpoint's dac_encoder.
     clones_voices = True  # each checkpoint has its dac_encoder (export/fish_speech/family.py)
     reference_input = "ref_dac_codes"  # [frames, 10] int64; without: the model's own voice
+    clip_codes = True  # a clip's codes: its dac_encoder's output of that name
 
     def plan_request(self, f: SpeechFields, ckpt: ServedCheckpoint, text: str, deployment: PlanContext
                      ) -> SpeechPlan:
@@ -62,11 +60,6 @@ class FishSpeechAdapter(BaseAdapter):
 
     # --- voices ---------------------------------------------------------------------------------------
 
-    async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
-                            prompt: bool, request_id: str) -> np.ndarray:
-        """A clip's DAC codes [frames, 10] through a dac_encoder (the transcript does not change them)."""
-        (codes,) = await encode_clip(backend, model, audio, rate, request_id, fish_speech.ENCODER_OUTPUTS[:1])
-        return codes.astype(np.int64)
 
 
 ADAPTER = FishSpeechAdapter()

@@ -30,16 +30,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from ttscore.contract import moss_tts_nano
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.moss_tts_nano import rules as nano
 from ttscore.contract.moss_tts_nano.voicefile import CODEC_SHA256, PROFILE_MODES, manifest_codec_sha256
 
-from ..backend import InferenceBackend
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
-from ..family_kit import CodecFacts, CodecVoicesAdapter, clone_reference, encode_clip, requested_voice
+from ..family_kit import CodecFacts, CodecVoicesAdapter, clone_reference, requested_voice
 from ..speech_fields import SpeechFields
 
 
@@ -49,7 +46,7 @@ class MossTTSNanoAdapter(CodecVoicesAdapter):
     default_task = nano.TASK
     # Uploaded voices: codes computed at upload through every served checkpoint's moss_codec_encoder.
     clones_voices = True
-    reference_input = nano.REF_AUDIO_TOKENS.name  # [frames, 16] int64, always given
+    reference_input = nano.REF_AUDIO_TOKENS.name  # [frames, 16] int64 (moss_codec_encoder's output), always given
     # Precomputed voices: the codes of a served checkpoint's codec (checked by its checksum).
     voice_modes = PROFILE_MODES
     codec_identity_key = CODEC_SHA256
@@ -73,11 +70,6 @@ class MossTTSNanoAdapter(CodecVoicesAdapter):
 
     # --- voices ---------------------------------------------------------------------------------------
 
-    async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
-                            prompt: bool, request_id: str) -> Any:
-        """A clip's codec codes [frames, 16] through a moss_codec_encoder (no transcript: none changes them)."""
-        (codes,) = await encode_clip(backend, model, audio, rate, request_id, nano.ENCODER_OUTPUTS[:1])
-        return codes.astype(np.int64)
 
     def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
         return None  # the family's prompt takes no transcript

@@ -30,7 +30,6 @@ a reference, a clip the encoder refuses (`ref_audio`).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,23 +39,19 @@ from ttscore.contract import omnivoice
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.omnivoice import text as omnivoice_text
-from ttscore.contract.omnivoice.voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES, check_codes
-from ttscore.contract.voicefile import REF_CODE
+from ttscore.contract.omnivoice.voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES
 
-from ..backend import InferenceBackend
 from ..errors import bad_request, from_invalid_request
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
 from ..family_kit import (
     CodecFacts,
     CodecVoicesAdapter,
     clone_reference,
-    encode_clip,
     facts_of,
     requested_voice,
 )
 from ..longtext import split_segments
-from ..speech_fields import SpeechFields, plan_output, text_field
-from ..voices.precomputed import SkipVoice
+from ..speech_fields import SpeechFields, checked_speed, plan_output, refuse_other_task, text_field
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,9 +76,10 @@ class OmniVoiceAdapter(CodecVoicesAdapter):
     # Uploaded voices: codes computed at upload through every served checkpoint's codec_encoder.
     clones_voices = True  # each checkpoint has its codec_encoder (export/omnivoice/family.py)
     plan_type = OmniVoicePlan
-    reference_input = "ref_audio_codes"  # [8, T] int64; without: the auto voice
+    reference_input = "ref_audio_codes"  # [8, T] int64 (codec_encoder's output); without: the auto voice
     voice_modes = PROFILE_MODES
     codec_identity_key = CODEC_SHA256
+    code_grid = (omnivoice.NUM_CODEBOOKS, omnivoice.CODEBOOK_SIZE)
 
     def manifest_facts(self, manifest: Manifest) -> OmniVoiceFacts:
         table = (manifest.raw.get("tables") or {}).get("language_ids") or {}
@@ -97,21 +93,13 @@ class OmniVoiceAdapter(CodecVoicesAdapter):
         if f.initial_codec_chunk_frames is not None:
             raise bad_request(f"'initial_codec_chunk_frames' is not supported by {name} models (non-autoregressive: "
                               "audio comes a whole sentence at a time)", "initial_codec_chunk_frames")
-        if f.task_type is not None and f.task_type not in rules.tasks:
-            raise bad_request(f"{name} models do not support task_type='{f.task_type}'. Use "
-                              f"task_type='{rules.tasks[0]}' or omit it.", "task_type")
-        default = omnivoice.DEFAULT_VOICE
-        stored = requested_voice(f, ckpt, deployment, default, f"Invalid voice '{f.voice}' for {name}: use an "
-                                 f"uploaded voice, or omit 'voice' (or '{default}') for the model's auto voice",
-                                 fits="codec")
+        refuse_other_task(f, rules)
+        stored = requested_voice(f, ckpt, deployment, omnivoice.DEFAULT_VOICE, fits="codec", own="auto voice")
         ref = clone_reference(f, stored)
         ref_text = omnivoice_text.clone_ref_text(ref.ref_text) if ref.ref_text is not None else None
         instructions = text_field(f.instructions, "instructions", rules.max_text_chars)
         instructions = instructions if instructions and instructions.strip() else None
-        speed = 1.0 if f.speed is None else float(f.speed)
-        lo, hi = omnivoice.SPEED_RANGE
-        if not (math.isfinite(speed) and lo <= speed <= hi):
-            raise bad_request(f"'speed' must be between {lo} and {hi}, got {f.speed}", "speed")
+        speed = float(checked_speed(f))  # the Speech API's range (omnivoice.SPEED_RANGE)
         # The model applies `speed` itself (duration scaling), so the output is never time-stretched.
         output = plan_output(dataclasses.replace(f, speed=None), ckpt.sample_rate)
         segments = split_segments(text, rules.max_text_chars)  # longer texts the model chunks itself
@@ -143,22 +131,10 @@ class OmniVoiceAdapter(CodecVoicesAdapter):
 
     # --- voices ---------------------------------------------------------------------------------------
 
-    async def clip_features(self, backend: InferenceBackend, model: str, audio: np.ndarray, rate: int,
-                            prompt: bool, request_id: str) -> np.ndarray:
-        """A clip's codes [8, T] through a codec_encoder (the transcript does not change them)."""
-        (codes,) = await encode_clip(backend, model, audio, rate, request_id, omnivoice.ENCODER_OUTPUTS[:1])
-        return codes.astype(np.int64)
 
     def checked_codes(self, stored: np.ndarray) -> np.ndarray:
         """`ref_code` [T, 8] (ttscore.contract.omnivoice.voicefile), sent as [8, T]."""
-        if stored.ndim != 2:
-            raise SkipVoice(f"{REF_CODE} must be an integer [T, {omnivoice.NUM_CODEBOOKS}] tensor, got "
-                            f"{stored.dtype} {list(stored.shape)}")
-        try:
-            check_codes(stored.T, REF_CODE)
-        except InvalidRequest as exc:
-            raise SkipVoice(f"{REF_CODE}: {exc.message}") from None
-        return stored.T
+        return super().checked_codes(stored).T
 
     def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
         text = entry.get("ref_text")  # optional

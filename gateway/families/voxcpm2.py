@@ -29,7 +29,7 @@ from ..backend import InferenceBackend
 from ..errors import bad_request
 from ..family import FamilyFacts, FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan
 from ..family_kit import BaseAdapter, clone_reference, encode_clip, facts_of, requested_voice
-from ..speech_fields import SpeechFields, StoredVoice
+from ..speech_fields import SpeechFields, StoredVoice, refuse_other_task
 from ..voices.precomputed import PrecomputedVoice, SkipVoice, description, read_entry
 
 Features = tuple[np.ndarray, "np.ndarray | None"]  # (ref_patches, prompt_patches)
@@ -65,17 +65,8 @@ class VoxCPM2Adapter(BaseAdapter):
 
     def plan_request(self, f: SpeechFields, ckpt: ServedCheckpoint, text: str, deployment: PlanContext
                      ) -> SpeechPlan:
-        rules = self.rules
-        name = rules.name
-        if f.task_type is not None and f.task_type not in rules.tasks:
-            raise bad_request(
-                f"{name} models do not support task_type='{f.task_type}'. Use task_type='{rules.tasks[0]}' or omit it.",
-                "task_type",
-            )
-        default = voxcpm2.ZERO_SHOT_VOICE
-        stored = requested_voice(f, ckpt, deployment, default, f"Invalid voice '{f.voice}' for {name}: use an "
-                                 f"uploaded voice, or omit 'voice' (or '{default}') for the model's own voice",
-                                 fits="checkpoint")
+        refuse_other_task(f, self.rules)
+        stored = requested_voice(f, ckpt, deployment, voxcpm2.ZERO_SHOT_VOICE, fits="checkpoint")
         ref = clone_reference(f, stored)
         if ref.stored is not None and ref.stored.precomputed is not None and f.ref_text and f.ref_text.strip():
             # its patches are padded for the mode it was made with

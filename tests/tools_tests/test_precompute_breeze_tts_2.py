@@ -9,11 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import soundfile as sf
-from precompute_cli import precompute_command
+from precompute_cli import codec_voices, precompute_command
 from voices_audio import tone_file
 
-from gateway.voice_registry import precomputed_loaders
-from gateway.voices.precomputed import load_precomputed_voices
 from ttscore.contract import breeze_tts_2 as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import read_manifest
@@ -24,7 +22,6 @@ REF_TEXT = "The reference transcript."
 
 
 def test_cli_writes_the_codes_and_transcript(tmp_path, breeze_export, capsys):
-    from gateway.family_kit import CodecTarget
     from ttscore.runtime.families import load_model
 
     ref = tone_file(tmp_path / "ref.wav", 1.1, 16000)
@@ -34,8 +31,7 @@ def test_cli_writes_the_codes_and_transcript(tmp_path, breeze_export, capsys):
     assert "Breeze-TTS-2 clone" in capsys.readouterr().out
     sha = read_manifest(breeze_export).source_sha256("audio_tokenizer/model.safetensors")
     assert sha
-    checks = {spec.FAMILY: {"targets": [CodecTarget("breeze", sha)]}}
-    voices = load_precomputed_voices(out, precomputed_loaders(checks))
+    voices = codec_voices(out, spec.FAMILY, ("breeze", sha))
     voice = voices["calm"]
     assert (voice.name, voice.mode, voice.ref_text, voice.model_type, voice.models) == (
         "Calm", "clone", REF_TEXT, spec.FAMILY, ("breeze",))
@@ -44,8 +40,7 @@ def test_cli_writes_the_codes_and_transcript(tmp_path, breeze_export, capsys):
     np.testing.assert_array_equal(voice.ref_codes, want)  # type: ignore[attr-defined]
     assert want.shape[1] == 16 and want.shape[0] > 0
     # another codec: not served
-    other = {spec.FAMILY: {"targets": [CodecTarget("breeze", "0" * 64)]}}
-    assert load_precomputed_voices(out, precomputed_loaders(other)) == {}
+    assert codec_voices(out, spec.FAMILY, ("breeze", "0" * 64)) == {}
     for extra, param in ((["--voice-name", "x"], "ref_text"),
                          (["--voice-name", "x", "--ref-text", "t", "--mode", "xvec"], "mode")):
         with pytest.raises(InvalidRequest) as e:

@@ -12,12 +12,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 from moss_tts_nano_fixtures import *  # noqa: F403  (moss_tiny, moss_artifacts: the store's tiny checkpoint, its export)
-from precompute_cli import precompute_command
+from precompute_cli import codec_voices, precompute_command
 from voices_audio import tone_file
 
-from gateway.family_kit import CodecTarget
-from gateway.voice_registry import precomputed_loaders
-from gateway.voices.precomputed import load_precomputed_voices
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import read_manifest
 from ttscore.contract.moss_tts_nano import rules as spec
@@ -40,8 +37,7 @@ def test_cli_writes_the_codes(tmp_path: Path, moss_artifacts: Path, moss_tiny: P
     assert "MOSS-TTS-Nano clone, codes [" in capsys.readouterr().out
     sha = manifest_codec_sha256(dict(read_manifest(moss_artifacts).raw))
     assert sha == codec_sha256(codec_dir(moss_tiny))
-    checks = {spec.FAMILY: {"targets": [CodecTarget("nano", sha), CodecTarget("other", "0" * 64)]}}
-    voice = load_precomputed_voices(out, precomputed_loaders(checks))["calm"]
+    voice = codec_voices(out, spec.FAMILY, ("nano", sha), ("other", "0" * 64))["calm"]
     assert (voice.name, voice.mode, voice.ref_text, voice.model_type, voice.models) == (
         "Calm", "clone", None, spec.FAMILY, ("nano",))
     wav, sr = sf.read(ref, dtype="float32")
@@ -51,8 +47,7 @@ def test_cli_writes_the_codes(tmp_path: Path, moss_artifacts: Path, moss_tiny: P
     assert want.shape == (int(1.1 * 12.5), 16)
     np.testing.assert_array_equal(voice.ref_codes, want)  # type: ignore[attr-defined]
     # another codec only: not served
-    other = {spec.FAMILY: {"targets": [CodecTarget("nano", "0" * 64)]}}
-    assert load_precomputed_voices(out, precomputed_loaders(other)) == {}
+    assert codec_voices(out, spec.FAMILY, ("nano", "0" * 64)) == {}
     with pytest.raises(InvalidRequest) as e:
         run("--voice-name", "x", "--mode", "xvec")
     assert e.value.param == "mode"

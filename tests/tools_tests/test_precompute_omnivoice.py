@@ -13,11 +13,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 from omnivoice_fixtures import *  # noqa: F403  (its session fixtures: omnivoice_artifacts)
-from precompute_cli import precompute_command
+from precompute_cli import codec_voices, precompute_command
 from voices_audio import tone_file
 
-from gateway.voice_registry import precomputed_loaders
-from gateway.voices.precomputed import load_precomputed_voices
 from ttscore.contract import omnivoice as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import read_manifest
@@ -29,7 +27,6 @@ REF_TEXT = "The reference transcript"
 
 
 def test_cli_writes_the_codes_and_transcript(tmp_path, omnivoice_artifacts, capsys):
-    from gateway.family_kit import CodecTarget
     from ttscore.runtime.families.omnivoice.clone import ReferenceEncoder
 
     ref = tone_file(tmp_path / "ref.wav", 1.3, 22050)
@@ -43,7 +40,7 @@ def test_cli_writes_the_codes_and_transcript(tmp_path, omnivoice_artifacts, caps
     assert sha
     entry = json.loads((out / MANIFEST_NAME).read_text())["voices"]["Calm"]
     assert entry["checkpoint"]["audio_tokenizer_sha256"] == sha and entry["model_type"] == spec.FAMILY
-    voices = load_precomputed_voices(out, precomputed_loaders({spec.FAMILY: {"targets": [CodecTarget("omni", sha)]}}))
+    voices = codec_voices(out, spec.FAMILY, ("omni", sha))
     wav, sr = sf.read(ref, dtype="float32")
     want = ReferenceEncoder(omnivoice_artifacts, manifest, None).codes(wav, sr)
     assert want.shape[0] == spec.NUM_CODEBOOKS and want.shape[1] > 0
@@ -53,8 +50,7 @@ def test_cli_writes_the_codes_and_transcript(tmp_path, omnivoice_artifacts, caps
             name, "clone", text, spec.FAMILY, ("omni",))
         np.testing.assert_array_equal(voice.ref_codes, want)  # type: ignore[attr-defined]
     # another codec: not served
-    other = {spec.FAMILY: {"targets": [CodecTarget("omni", "0" * 64)]}}
-    assert load_precomputed_voices(out, precomputed_loaders(other)) == {}
+    assert codec_voices(out, spec.FAMILY, ("omni", "0" * 64)) == {}
     with pytest.raises(InvalidRequest) as e:
         run("--voice-name", "x", "--mode", "xvec")
     assert e.value.param == "mode"

@@ -195,6 +195,15 @@ class FamilyRules:
             out[key] = rules[key].check(value)
         return out
 
+    def checked_text(self, text: object, param: str = "input") -> str:
+        """The text of one generation: a non-empty string of at most `max_text_chars` characters (InvalidRequest
+        naming `param` otherwise). The runtimes' check of a request's text."""
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidRequest(f"'{param}' must be a non-empty string", param)
+        if len(text) > self.max_text_chars:
+            raise InvalidRequest(f"'{param}' is longer than {self.max_text_chars} characters", param)
+        return text
+
     def field(self, name: str) -> FieldRule:
         for rule in self.fields:
             if rule.name == name:

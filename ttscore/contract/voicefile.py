@@ -35,6 +35,7 @@ import time
 import unicodedata
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +227,26 @@ def checked_codes(codes: NDArray[Any], codebooks: int, size: int, *, time_major:
     if codes.min() < 0 or codes.max() >= size:
         raise InvalidRequest(f"reference codes must be in [0, {size})", param)
     return np.ascontiguousarray((codes if time_major else codes.T).astype(np.int32))
+
+
+@dataclass(frozen=True)
+class CodesVoices:
+    """The voice files of a family that clones from a reference clip's codec codes (`write_clone_codes`):
+    `codebooks` codes per frame below `size`, taken [T, codebooks] (`time_major`) or [codebooks, T]."""
+
+    family: str
+    codebooks: int
+    size: int
+    time_major: bool
+
+    def write(self, output_dir: str | Path, voice_name: str, *, ref_codes: NDArray[Any], ref_text: str | None = None,
+              checkpoint: dict[str, Any] | None = None, speaker_description: str | None = None) -> dict[str, Any]:
+        """Write a voice (`<name>.safetensors` + its manifest entry) of `ref_codes` and the transcript, if any;
+        returns the entry. `checkpoint` is its identity ({"name", the family's codec checksum key}), checked by
+        the gateway against the served checkpoints."""
+        codes = checked_codes(ref_codes, self.codebooks, self.size, time_major=self.time_major)
+        return write_clone_codes(output_dir, voice_name, self.family, codes, ref_text=ref_text, checkpoint=checkpoint,
+                                 speaker_description=speaker_description)
 
 
 def check_voices_dir(out: Path, model_types: Collection[str]) -> None:

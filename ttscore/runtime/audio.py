@@ -1,6 +1,7 @@
 """Reference audio, family-agnostic and numpy only (serving imports neither torch nor librosa).
 
-- ``load_audio``: bytes -> (float32 mono, sample rate) via soundfile, channels averaged like the reference.
+- ``load_audio``: bytes -> (float32 mono, sample rate) via soundfile, channels averaged like the reference
+  (``to_mono``, also the families' rule for a clip handed to them as [samples, channels]).
 - ``resample``: librosa.resample's default ('soxr_hq' through soxr, then fixed to ceil(n * ratio) samples).
 - ``check_reference``: a family's bounds on a clip (rate, duration, finite samples).
 A family's own front end (e.g. a mel spectrogram) lives in its folder under ttscore/runtime/families/.
@@ -32,14 +33,18 @@ def load_audio(data: bytes) -> tuple[NDArray[Any], int]:
             audio, sr = sf.read(f, dtype="float32", always_2d=False)
     except Exception as exc:  # libsndfile raises several types for bad input
         raise AudioDecodeError(f"could not decode reference audio: {exc}", param=_PARAM) from exc
-    audio = np.asarray(audio, dtype=np.float32)
-    if audio.ndim > 1:
-        audio = np.mean(audio, axis=-1)
+    audio = to_mono(audio)
     if audio.size == 0:
         raise AudioDecodeError("reference audio has no samples", param=_PARAM)
     if not np.all(np.isfinite(audio)):
         raise AudioDecodeError("reference audio contains non-finite samples", param=_PARAM)
     return audio.astype(np.float32, copy=False), int(sr)
+
+
+def to_mono(audio: NDArray[Any]) -> NDArray[np.float32]:
+    """float32 samples; a [samples, channels] clip (soundfile's layout) averaged over its channels."""
+    wav = np.asarray(audio, np.float32)
+    return wav.mean(axis=-1) if wav.ndim == 2 else wav
 
 
 def resample(audio: NDArray[Any], sr_in: int, sr_out: int) -> NDArray[Any]:

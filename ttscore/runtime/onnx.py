@@ -1,5 +1,5 @@
 """One ONNX Runtime session, fed and read by the tensor names its manifest entry declares; an export's graphs
-and tables opened together."""
+and tables opened together, and its `tokenizers` tokenizer."""
 
 from __future__ import annotations
 
@@ -142,6 +142,16 @@ def open_table(artifacts: Path, name: str) -> NDArray[np.float32]:
         raise ArtifactError(f"missing table {path}")
     loaded: NDArray[np.float32] = np.load(path, mmap_mode="r")
     return loaded
+
+
+def open_tokenizer(directory: Path) -> Any:
+    """The `tokenizers` Tokenizer of `directory`/tokenizer.json; ArtifactError when it is missing."""
+    from tokenizers import Tokenizer
+
+    path = Path(directory) / "tokenizer.json"
+    if not path.is_file():
+        raise ArtifactError(f"missing {path}")
+    return Tokenizer.from_file(str(path))
 
 
 class ExportedGraphs:

@@ -5,6 +5,8 @@ Order (transformers `_get_logits_processor`): repetition penalty over the code0 
 suppresses ids [vocab - 1024, vocab) minus EOS), then for sampling temperature, top-k, top-p.
 Randomness comes from one uniform draw per code (inverse-CDF sampling), so a seed reproduces a request
 exactly, independently of batching. The same rules run inside the code-predictor graph.
+
+`log_softmax` over the last axis in float32 is the families' (OmniVoice's unmasking, MOSS-TTS-Nano's top-p).
 """
 
 from __future__ import annotations
@@ -15,6 +17,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 MIN_NEW_TOKENS = 2
+
+
+def log_softmax(x: NDArray[np.float32]) -> NDArray[np.float32]:
+    """log(softmax(x)) over the last axis: x - max, minus the log of the sum of its exponentials."""
+    m = x.max(axis=-1, keepdims=True)
+    shifted = x - m
+    out: NDArray[np.float32] = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    return out
 
 
 def suppress_mask(vocab_size: int, eos_id: int) -> NDArray[Any]:

@@ -24,11 +24,12 @@ from numpy.typing import NDArray
 
 from ttscore.contract.breeze_tts_2 import CODEBOOK_SIZE, FAMILY, NUM_CODEBOOKS
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.voicefile import checked_codes, write_clone_codes
+from ttscore.contract.voicefile import CodesVoices
 
 PROFILE_MODES = ("clone",)
 CODEC_SHA256 = "audio_tokenizer_sha256"  # the checkpoint identity key of the codec that made the codes
 CODEC_WEIGHTS = "audio_tokenizer/model.safetensors"  # its source file (Manifest.source_sha256)
+VOICES = CodesVoices(FAMILY, NUM_CODEBOOKS, CODEBOOK_SIZE, time_major=True)
 
 
 def write_breeze_tts_2_profile(
@@ -46,6 +47,5 @@ def write_breeze_tts_2_profile(
     if not (ref_text or "").strip():
         raise InvalidRequest("a Breeze-TTS-2 voice needs the transcript of the reference audio (--ref-text)",
                              "ref_text")
-    return write_clone_codes(output_dir, voice_name, FAMILY,
-                             checked_codes(ref_codes, NUM_CODEBOOKS, CODEBOOK_SIZE, time_major=True),
-                             ref_text=ref_text, checkpoint=checkpoint, speaker_description=speaker_description)
+    return VOICES.write(output_dir, voice_name, ref_codes=ref_codes, ref_text=ref_text, checkpoint=checkpoint,
+                        speaker_description=speaker_description)

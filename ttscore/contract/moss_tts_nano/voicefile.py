@@ -17,14 +17,11 @@ checks them against each served checkpoint's codec checksum (the export's manife
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-from numpy.typing import NDArray
 
 from ttscore.contract.moss_tts_nano.codec import CODEBOOK_SIZE, MANIFEST_FIELD, NUM_QUANTIZERS
 from ttscore.contract.moss_tts_nano.rules import FAMILY
-from ttscore.contract.voicefile import checked_codes, write_clone_codes
+from ttscore.contract.voicefile import CodesVoices
 
 PROFILE_MODES = ("clone",)
 CODEC_SHA256 = "codec_sha256"  # the checkpoint identity key of the codec that made the codes
@@ -38,17 +35,6 @@ def manifest_codec_sha256(manifest_raw: dict[str, Any]) -> str | None:
     return sha if isinstance(sha, str) and sha else None
 
 
-def write_moss_tts_nano_profile(
-    output_dir: str | Path,
-    voice_name: str,
-    *,
-    ref_codes: NDArray[Any],
-    checkpoint: dict[str, Any] | None = None,
-    speaker_description: str | None = None,
-) -> dict[str, Any]:
-    """Write a MOSS-TTS-Nano voice (`<name>.safetensors` + its manifest entry); returns the entry. `ref_codes`
-    [T, 16] in [0, 1024); `checkpoint` its identity ({"name", CODEC_SHA256}), checked by the gateway against the
-    served checkpoints."""
-    return write_clone_codes(output_dir, voice_name, FAMILY,
-                             checked_codes(ref_codes, NUM_QUANTIZERS, CODEBOOK_SIZE, time_major=True),
-                             ref_text=None, checkpoint=checkpoint, speaker_description=speaker_description)
+# The profile writer: codes [T, 16] in [0, 1024) -> `<name>.safetensors` + its manifest entry (no transcript:
+# the family's prompt takes none); `checkpoint` is its identity ({"name", CODEC_SHA256}).
+write_moss_tts_nano_profile = CodesVoices(FAMILY, NUM_QUANTIZERS, CODEBOOK_SIZE, time_major=True).write

@@ -13,7 +13,7 @@ from ttscore.contract import wire
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.omnivoice import text as omnivoice_text
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
+from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, seed_field
 
 FAMILY = "omnivoice"
 SAMPLE_RATE = 24000  # the codec's output
@@ -65,9 +65,8 @@ KNOBS = (
 FLOAT_KNOBS: dict[str, tuple[float, float]] = {k.name: (k.lo, k.hi) for k in KNOBS if not k.integer}
 # `speed` as the reference does it: the duration estimate divided by it (the Speech API's range).
 SPEED_RANGE = (0.25, 4.0)
-REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
 
-RULES = FamilyRules(
+RULES = FamilyRules(  # reference clips: the default RefAudioBounds (8-192 kHz, 0.1-60 s)
     family=FAMILY,
     sampling=SEEDED,  # every unmasking draw from the request's default_rng(seed)
     tasks=(TASK,),
@@ -78,7 +77,6 @@ RULES = FamilyRules(
     ),
     display_name="OmniVoice",
     unsupported=UNSUPPORTED_FIELDS,
-    ref_audio=REF_AUDIO,
     max_text_chars=MAX_TEXT_CHARS,
     sample_rate=SAMPLE_RATE,
     extra_params=KNOBS,
@@ -136,40 +134,32 @@ WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, LANGUAGE, INSTRUCTIONS, wire.MAX_NEW_
 # positions), `attention_mask` [B, S] (1: a real position, 0: right padding; a padded position sees
 # only itself, as the reference's pad diagonal), `target_index` [B, T] (the positions whose logits
 # are wanted) -> `logits` [B, 8, T, 1025].
-def generator_spec() -> GraphSpec:
-    return GraphSpec(
-        "generator",
-        (
-            TensorSpec("input_ids", "int64", ("batch", NUM_CODEBOOKS, "seq")),
-            TensorSpec("audio_mask", "bool", ("batch", "seq")),
-            TensorSpec("attention_mask", "int64", ("batch", "seq")),
-            TensorSpec("target_index", "int64", ("batch", "frames")),
-        ),
-        (TensorSpec("logits", "float32", ("batch", NUM_CODEBOOKS, "frames", AUDIO_VOCAB)),),
-    )
+GENERATOR = GraphSpec(
+    "generator",
+    (
+        TensorSpec("input_ids", "int64", ("batch", NUM_CODEBOOKS, "seq")),
+        TensorSpec("audio_mask", "bool", ("batch", "seq")),
+        TensorSpec("attention_mask", "int64", ("batch", "seq")),
+        TensorSpec("target_index", "int64", ("batch", "frames")),
+    ),
+    (TensorSpec("logits", "float32", ("batch", NUM_CODEBOOKS, "frames", AUDIO_VOCAB)),),
+)
 
 
 # codec_decoder: codes [B, 8, T] (0..1023) -> audio [B, 1, T * HOP] (RVQ lookup, fc2, DAC decoder).
-def codec_decoder_spec() -> GraphSpec:
-    return GraphSpec(
-        "codec_decoder",
-        (TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),),
-        (TensorSpec("audio", "float32", ("batch", 1, "samples")),),
-    )
+CODEC_DECODER = GraphSpec(
+    "codec_decoder",
+    (TensorSpec("codes", "int64", ("batch", NUM_CODEBOOKS, "frames")),),
+    (TensorSpec("audio", "float32", ("batch", 1, "samples")),),
+)
 
 
 # codec_encoder (cloning from audio; exported when the checkpoint's audio tokenizer has its encoder
 # side): audio [samples] (24 kHz mono after the reference's preprocessing, a whole number of frames:
 # samples % HOP == 0) -> codes [8, samples / HOP] (HiggsAudioV2TokenizerModel.encode: 16 kHz resample,
 # HuBERT, semantic encoder, DAC encoder, fc, residual VQ at the top bandwidth).
-def codec_encoder_spec() -> GraphSpec:
-    return GraphSpec(
-        "codec_encoder",
-        (TensorSpec("audio", "float32", ("samples",)),),
-        (TensorSpec("codes", "int64", (NUM_CODEBOOKS, "frames")),),
-    )
-
-
-GENERATOR = generator_spec()
-CODEC_DECODER = codec_decoder_spec()
-CODEC_ENCODER = codec_encoder_spec()
+CODEC_ENCODER = GraphSpec(
+    "codec_encoder",
+    (TensorSpec("audio", "float32", ("samples",)),),
+    (TensorSpec("codes", "int64", (NUM_CODEBOOKS, "frames")),),
+)

@@ -19,36 +19,13 @@ and checks them against each served checkpoint's codec checksum.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
-import numpy as np
-from numpy.typing import NDArray
-
 from ttscore.contract.omnivoice import CODEBOOK_SIZE, FAMILY, NUM_CODEBOOKS
-from ttscore.contract.voicefile import checked_codes, write_clone_codes
+from ttscore.contract.voicefile import CodesVoices
 
 PROFILE_MODES = ("clone",)
 CODEC_SHA256 = "audio_tokenizer_sha256"  # the checkpoint identity key of the codec that made the codes
 CODEC_WEIGHTS = "audio_tokenizer/model.safetensors"  # its source file (Manifest.source_sha256)
 
 
-def check_codes(codes: NDArray[Any], param: str = "ref_audio") -> NDArray[np.int32]:
-    """Codes [8, T] in the codebook's range as the file stores them ([T, 8] int32), or InvalidRequest."""
-    return checked_codes(codes, NUM_CODEBOOKS, CODEBOOK_SIZE, time_major=False, param=param)
-
-
-def write_omnivoice_profile(
-    output_dir: str | Path,
-    voice_name: str,
-    *,
-    ref_codes: NDArray[Any],
-    ref_text: str | None,
-    checkpoint: dict[str, Any] | None = None,
-    speaker_description: str | None = None,
-) -> dict[str, Any]:
-    """Write an OmniVoice profile (`<name>.safetensors` + its manifest entry) of the codes [8, T];
-    returns the entry. `checkpoint` is its identity ({"name", CODEC_SHA256}), checked by the loader
-    against the served checkpoints."""
-    return write_clone_codes(output_dir, voice_name, FAMILY, check_codes(ref_codes), ref_text=ref_text,
-                             checkpoint=checkpoint, speaker_description=speaker_description)
+# The profile writer: codes [8, T] (and the transcript, if any) -> `<name>.safetensors` + its manifest entry.
+write_omnivoice_profile = CodesVoices(FAMILY, NUM_CODEBOOKS, CODEBOOK_SIZE, time_major=False).write

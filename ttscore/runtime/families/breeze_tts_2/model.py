@@ -94,10 +94,7 @@ class BreezeModel(ArenaModel):
         return {"codes": frames.astype(np.int64, copy=False), "state": state, "position": position}
 
     def admit(self, request: BreezeRequest) -> BreezeSequence:
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise InvalidRequest("'input' must be a non-empty string", "input")
-        if len(request.text) > spec.MAX_TEXT_CHARS:
-            raise InvalidRequest(f"'input' is longer than {spec.MAX_TEXT_CHARS} characters", "input")
+        spec.RULES.checked_text(request.text)
         voice = request.voice or spec.DEFAULT_VOICE
         if voice not in spec.VOICES:
             raise InvalidRequest(f"voice must be one of {', '.join(spec.VOICES)} for Breeze-TTS-2, got {voice!r}",
@@ -258,12 +255,9 @@ def encode_reference(encoder: OnnxGraph, audio: npt.NDArray[Any], sample_rate: i
     """A reference clip (mono, any rate within the family's bounds) -> its codes [T, 16]: resampled to
     24 kHz and run through the export's speech encoder (the audio_tokenizer's). The one rule for
     `say`, precompute-voice and the Triton model (InvalidRequest naming `param` / `rate_param`)."""
-    from ttscore.runtime.audio import check_reference, resample
+    from ttscore.runtime.audio import check_reference, resample, to_mono
 
-    wav = np.asarray(audio, np.float32)
-    if wav.ndim == 2:  # [samples, channels] -> mono
-        wav = wav.mean(axis=1)
-    wav = check_reference(wav, int(sample_rate), param, rate_param, spec.REF_AUDIO)
+    wav = check_reference(to_mono(audio), int(sample_rate), param, rate_param, spec.REF_AUDIO)
     wav = resample(wav, int(sample_rate), spec.SAMPLE_RATE)
     codes: I64 = encoder.run({"audio": wav[None].astype(np.float32)})["codes"][0].astype(np.int64)
     return codes

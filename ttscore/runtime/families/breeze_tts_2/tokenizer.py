@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ttscore.contract import breeze_tts_2 as spec
-from ttscore.contract.errors import ArtifactError
+from ttscore.runtime.onnx import open_tokenizer
 
 
 @dataclass(frozen=True)
@@ -28,12 +28,7 @@ class Prompt:
 
 class BreezeTokenizer:
     def __init__(self, directory: Path) -> None:
-        from tokenizers import Tokenizer
-
-        path = directory / "tokenizer.json"
-        if not path.is_file():
-            raise ArtifactError(f"missing {path}")
-        self.tok = Tokenizer.from_file(str(path))
+        self.tok = open_tokenizer(directory)
 
     def _ids(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=True).ids)

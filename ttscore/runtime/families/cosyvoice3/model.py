@@ -122,10 +122,7 @@ class CosyVoice3Model(ArenaModel):
         self.front = FrontEnd(Path(folder))
 
     def admit(self, request: CosyVoice3Request) -> CosyVoice3Sequence:
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise InvalidRequest("'input' must be a non-empty string", "input")
-        if len(request.text) > spec.MAX_TEXT_CHARS:
-            raise InvalidRequest(f"'input' is longer than {spec.MAX_TEXT_CHARS} characters", "input")
+        spec.RULES.checked_text(request.text)
         if request.ref_audio is None and request.clip is None:
             raise InvalidRequest(f"{spec.DISPLAY} requires 'ref_audio' (a reference clip) or an uploaded voice",
                                  "ref_audio")

@@ -115,10 +115,7 @@ class GepardModel(ArenaModel):
         return {"codes": frames.astype(np.int64, copy=False), "state": state}
 
     def admit(self, request: GepardRequest) -> GepardSequence:
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise InvalidRequest("'input' must be a non-empty string", "input")
-        if len(request.text) > spec.MAX_TEXT_CHARS:
-            raise InvalidRequest(f"'input' is longer than {spec.MAX_TEXT_CHARS} characters", "input")
+        spec.RULES.checked_text(request.text)
         if request.voice is not None and request.voice not in spec.VOICES:
             raise InvalidRequest(f"voice must be omitted or 'default' for {spec.RULES.name}, got {request.voice!r}",
                                  "voice")

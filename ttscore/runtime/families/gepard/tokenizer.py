@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.families.gepard.checkpoint import GepardInfo
+from ttscore.runtime.onnx import open_tokenizer
 
 
 def prompt_ids(text_ids: list[int], info: GepardInfo) -> list[int]:
@@ -28,12 +29,7 @@ def prompt_ids(text_ids: list[int], info: GepardInfo) -> list[int]:
 
 class GepardTokenizer:
     def __init__(self, directory: Path) -> None:
-        from tokenizers import Tokenizer
-
-        path = Path(directory) / "tokenizer.json"
-        if not path.is_file():
-            raise ArtifactError(f"{directory}: no tokenizer.json")
-        self.tok = Tokenizer.from_file(str(path))
+        self.tok = open_tokenizer(directory)
 
     def text_ids(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False).ids)

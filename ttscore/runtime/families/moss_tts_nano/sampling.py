@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ttscore.runtime.sampling import log_softmax
+
 F32 = NDArray[np.float32]
 
 
@@ -38,13 +40,6 @@ def top_k(scores: F32, k: int) -> F32:
     keep = np.argsort(-scores, kind="stable")[:k]
     out = np.full_like(scores, -np.inf)
     out[keep] = scores[keep]
-    return out
-
-
-def log_softmax(scores: F32) -> F32:
-    m = np.max(scores)
-    shifted = scores - m
-    out: F32 = (shifted - np.log(np.sum(np.exp(shifted)))).astype(np.float32)
     return out
 
 

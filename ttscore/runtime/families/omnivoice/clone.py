@@ -30,10 +30,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract import omnivoice as contract
-from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.manifest import Manifest
 from ttscore.runtime import silence
-from ttscore.runtime.onnx import OnnxGraph
+from ttscore.runtime.onnx import OnnxGraph, open_graph
 
 PARAM = "ref_audio"
 # remove_silence's arguments in create_voice_clone_prompt, and split_on_silence's / the edge trim's.
@@ -43,16 +43,6 @@ TRAIL_SILENCE_MS = 200
 SILENCE_DBFS = -50.0
 SEEK_MS = 10  # split_on_silence's seek_step and detect_leading_silence's chunk_size
 MIN_RMS = 0.1
-
-
-def to_mono(audio: NDArray[Any]) -> NDArray[np.float32]:
-    """1-D mono as it is; 2-D as [samples, channels] (soundfile's layout) averaged over the channels."""
-    x = np.asarray(audio, np.float32)
-    if x.ndim == 2:
-        x = np.mean(x, axis=-1, dtype=np.float32)
-    if x.ndim != 1:
-        raise InvalidRequest(f"reference audio must be mono samples or [samples, channels], got shape {x.shape}", PARAM)
-    return x
 
 
 def to_24k(audio: NDArray[np.float32], sample_rate: int) -> NDArray[np.float32]:
@@ -95,9 +85,13 @@ def remove_silence(audio: NDArray[np.float32], rate: int = contract.SAMPLE_RATE)
 
 def preprocess(audio: NDArray[Any], sample_rate: int) -> NDArray[np.float32]:
     """A reference clip as the reference encodes it: 24 kHz mono float32, a whole number of frames."""
-    from ttscore.runtime.audio import check_reference
+    from ttscore.runtime.audio import check_reference, to_mono
 
-    wav = check_reference(to_mono(audio), int(sample_rate), PARAM, bounds=contract.RULES.ref_audio)
+    mono = to_mono(audio)  # 1-D as it is, [samples, channels] averaged over the channels
+    if mono.ndim != 1:
+        raise InvalidRequest(f"reference audio must be mono samples or [samples, channels], got shape {mono.shape}",
+                             PARAM)
+    wav = check_reference(mono, int(sample_rate), PARAM, bounds=contract.RULES.ref_audio)
     wav = normalize_rms(to_24k(wav, int(sample_rate)))
     wav = remove_silence(wav)
     if wav.size == 0:
@@ -114,13 +108,9 @@ class ReferenceEncoder:
     one (its checkpoint's audio tokenizer had only the decoder side) loads; `codes` then refuses."""
 
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None) -> None:
-        entry = manifest.graphs.get(contract.CODEC_ENCODER.name)
-        self.graph: OnnxGraph | None = None
-        if entry is not None:
-            path = Path(artifacts) / str(entry["file"])
-            if not path.is_file():
-                raise ArtifactError(f"{artifacts}: the manifest's {entry['file']} is missing")
-            self.graph = OnnxGraph(path, dict(entry), threads)
+        name = contract.CODEC_ENCODER.name
+        self.graph: OnnxGraph | None = (open_graph(Path(artifacts), manifest, name, threads)
+                                        if name in manifest.graphs else None)
 
     @property
     def available(self) -> bool:

@@ -32,7 +32,8 @@ from ttscore.runtime.families.omnivoice.request import OmniVoiceRequest
 from ttscore.runtime.families.omnivoice.tokenizer import OmniVoiceTokenizer
 from ttscore.runtime.families.omnivoice.unmask import Knobs, schedule, unmask_step
 from ttscore.runtime.family import Sequence
-from ttscore.runtime.onnx import OnnxGraph, open_graph
+from ttscore.runtime.onnx import open_graph
+from ttscore.runtime.vocoder import OrtVocoder
 
 
 @dataclass
@@ -55,36 +56,14 @@ class OmniVoiceSequence(Sequence):
     first: tuple[NDArray[np.int64], str] | None = None  # no request reference: part 0's codes and text
 
 
-@dataclass
-class _Stream:
-    """The codec decoder keeps no state between chunks: it decodes a whole utterance."""
+class CodecVocoder(OrtVocoder):
+    """The codec decoder as the engine's vocoder: codes [T, 8] per item -> audio [T * hop], items of equal length
+    as one batch. It keeps no state between chunks (it decodes a whole utterance): a stream's state is a
+    placeholder of vocoder_state_size 1."""
 
-    position: int = 0
-
-
-class CodecVocoder:
-    """codes [T, 8] per item -> audio [T * hop]; items of equal length run as one batch."""
-
-    def __init__(self, graph: OnnxGraph) -> None:
-        self.graph = graph
-
-    def new_stream(self) -> _Stream:
-        return _Stream()
-
-    def decode(self, items: list[tuple[Any, NDArray[Any]]]) -> list[NDArray[Any]]:
-        out: list[NDArray[Any]] = [np.zeros(0, np.float32)] * len(items)
-        by_len: dict[int, list[int]] = {}
-        for i, (_, frames) in enumerate(items):
-            by_len.setdefault(int(frames.shape[0]), []).append(i)
-        for length, idx in by_len.items():
-            if length == 0:
-                continue
-            codes = np.stack([np.asarray(items[i][1], np.int64).T for i in idx])
-            audio = self.graph.run({"codes": codes})["audio"]
-            for row, i in enumerate(idx):
-                out[i] = np.asarray(audio[row, 0], np.float32)
-                items[i][0].position += length
-        return out
+    def _run(self, frames: NDArray[Any], state: NDArray[np.float32], position: NDArray[np.int64]
+             ) -> tuple[NDArray[Any], NDArray[Any]]:
+        return self.graph.run(self.feeds(frames, state, position))["audio"][:, 0], state
 
 
 def _float(value: float | None, default: float, name: str, lo: float, hi: float) -> float:
@@ -105,8 +84,11 @@ class OmniVoiceModel:
         if contract.CODEC_DECODER.name not in manifest.graphs:
             raise ArtifactError(f"{artifacts}/manifest.json lists no {contract.CODEC_DECODER.name} graph: re-export")
         self.generator = open_graph(artifacts, manifest, contract.GENERATOR.name, threads)
-        self._vocoder = (CodecVocoder(open_graph(artifacts, manifest, contract.CODEC_DECODER.name, threads))
-                         if vocoder else None)
+        self.vocoder_state_size = 1
+        self.vocoder = (CodecVocoder(open_graph(artifacts, manifest, contract.CODEC_DECODER.name, threads),
+                                     self.vocoder_state_size, self.vocoder_feeds) if vocoder else None)
+        self.num_codebooks = self.info.num_codebooks
+        self.frame_seconds = self.info.hop / self.info.sample_rate
         self.tokenizer = OmniVoiceTokenizer(artifacts)
         table = (manifest.raw.get("tables") or {}).get(LANGUAGE_TABLE)
         if not isinstance(table, Mapping):
@@ -114,22 +96,6 @@ class OmniVoiceModel:
         self.language_names: dict[str, str] = {str(k): str(v) for k, v in table.items()}
 
     # --- FamilyModel --------------------------------------------------------------------------
-    @property
-    def vocoder(self) -> CodecVocoder | None:
-        return self._vocoder
-
-    @property
-    def num_codebooks(self) -> int:
-        return self.info.num_codebooks
-
-    @property
-    def frame_seconds(self) -> float:
-        return self.info.hop / self.info.sample_rate
-
-    @property
-    def vocoder_state_size(self) -> int:
-        return 1
-
     def vocoder_feeds(self, frames: NDArray[Any], state: NDArray[np.float32], position: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         return {"codes": np.ascontiguousarray(np.asarray(frames, np.int64).transpose(0, 2, 1))}
 
@@ -140,10 +106,7 @@ class OmniVoiceModel:
 
     def admit(self, request: OmniVoiceRequest) -> OmniVoiceSequence:
         rules = contract.RULES
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise InvalidRequest("'text' must not be empty", "text")
-        if len(request.text) > rules.max_text_chars:
-            raise InvalidRequest(f"'text' is longer than {rules.max_text_chars} characters", "text")
+        rules.checked_text(request.text, "text")
         language = text_rules.resolve_language(request.language, self.language_names, contract.RULES.name)
         instructions = text_rules.resolve_instructions(request.instructions, text_rules.has_chinese(request.text))
         seed = rules.field("seed").check(request.seed)

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ttscore.contract.errors import ArtifactError
 from ttscore.contract.omnivoice import text as text_rules
+from ttscore.runtime.onnx import open_tokenizer
 
 
 class OmniVoiceTokenizer:
     def __init__(self, directory: Path) -> None:
-        from tokenizers import Tokenizer
-
-        path = Path(directory) / "tokenizer.json"
-        if not path.is_file():
-            raise ArtifactError(f"{directory}: no tokenizer.json")
-        self.tok = Tokenizer.from_file(str(path))
+        self.tok = open_tokenizer(directory)
 
     def _ids(self, text: str, special: bool) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=special).ids)

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.runtime.flow import linspace_f32
+from ttscore.runtime.sampling import log_softmax
 
 EPS = np.float32(1e-10)
 
@@ -38,13 +39,6 @@ def schedule(total: int, num_step: int, t_shift: float) -> list[int]:
         k = left if s == num_step - 1 else min(math.ceil(total * (ts[s + 1] - ts[s])), left)
         out.append(int(k))
         left -= int(k)
-    return out
-
-
-def log_softmax(x: NDArray[np.float32]) -> NDArray[np.float32]:
-    m = x.max(axis=-1, keepdims=True)
-    shifted = x - m
-    out: NDArray[np.float32] = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     return out
 
 

@@ -110,10 +110,7 @@ class VoxCPM2Model(ArenaModel):
         return {"latents": np.ascontiguousarray(latents), "state": state}
 
     def admit(self, request: VoxCPM2Request) -> VoxSequence:
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise InvalidRequest("'input' must be a non-empty string", "input")
-        if len(request.text) > spec.MAX_TEXT_CHARS:
-            raise InvalidRequest(f"'input' is longer than {spec.MAX_TEXT_CHARS} characters", "input")
+        spec.RULES.checked_text(request.text)
         if (request.prompt_patches is None) != (request.prompt_text is None):
             raise InvalidRequest("a continuation prompt needs both its audio and its transcript", "ref_text")
         rules = spec.RULES
@@ -297,12 +294,9 @@ def encode_reference(
     """Audio -> patches [T, P, D] as the reference's `_encode_wav`: 16 kHz mono, zero-padded to
     whole patches (right for a cloning reference, left for a continuation prompt), VAE-encoded.
     The server's reference bounds apply (InvalidRequest naming `param` / `rate_param`)."""
-    from ttscore.runtime.audio import check_reference, resample
+    from ttscore.runtime.audio import check_reference, resample, to_mono
 
-    wav = np.asarray(audio, np.float32)
-    if wav.ndim == 2:
-        wav = wav.mean(axis=1)
-    wav = check_reference(wav, int(sample_rate), param, rate_param)
+    wav = check_reference(to_mono(audio), int(sample_rate), param, rate_param)
     if int(sample_rate) != info.encode_sample_rate:
         wav = resample(wav, int(sample_rate), info.encode_sample_rate).astype(np.float32)
     n = info.encode_samples_per_patch

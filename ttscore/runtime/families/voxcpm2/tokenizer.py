@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.errors import InvalidRequest
+from ttscore.runtime.onnx import open_tokenizer
 
 
 class TextTokenizer:
@@ -13,12 +14,7 @@ class TextTokenizer:
     CJK tokens split into characters (their "▁" dropped), ids with unknown -> unk."""
 
     def __init__(self, directory: Path) -> None:
-        from tokenizers import Tokenizer
-
-        path = directory / "tokenizer.json"
-        if not path.is_file():
-            raise ArtifactError(f"missing {path}")
-        self.tok = Tokenizer.from_file(str(path))
+        self.tok = open_tokenizer(directory)
         cfg_path = directory / "tokenizer_config.json"
         cfg = json.loads(cfg_path.read_text(encoding="utf-8")) if cfg_path.is_file() else {}
         unk = cfg.get("unk_token", "<unk>")

@@ -72,10 +72,7 @@ class VoxtralModel(ArenaModel):
         return {"codes": codes, "state": state}
 
     def admit(self, request: VoxtralRequest) -> VoxtralSequence:
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise InvalidRequest("'input' must be a non-empty string", "input")
-        if len(request.text) > spec.MAX_TEXT_CHARS:
-            raise InvalidRequest(f"'input' is longer than {spec.MAX_TEXT_CHARS} characters", "input")
+        spec.RULES.checked_text(request.text)
         if not request.voice:
             raise InvalidRequest(f"'voice' is required: one of {', '.join(self.g.voices)}", "voice")
         voice = request.voice.lower()
