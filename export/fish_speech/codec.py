@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.fish_speech.graphs import interleaved_rope
 from ttscore.runtime.families.fish_speech.checkpoint import DAC_HEAD_DIM, CodecDims
 
 Get = Callable[[str], torch.Tensor]
@@ -148,30 +149,35 @@ class WindowTransformer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.transpose(1, 2)
-        b, t, d = x.shape
-        heads = d // DAC_HEAD_DIM
+        t = x.shape[1]
         fc = torch.as_tensor(self.table)[:t]  # [T, 32, 2]
         cos, sin = fc[..., 0][None, :, None], fc[..., 1][None, :, None]
         i = torch.arange(t)
         allowed = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - self.window)
         bias = torch.where(allowed, torch.tensor(0.0), torch.tensor(float("-inf")))
+        return self.run(x, cos, sin, bias).transpose(1, 2)
 
-        def rope(z: torch.Tensor) -> torch.Tensor:
-            a, c = z[..., 0::2], z[..., 1::2]
-            return torch.stack((a * cos - c * sin, c * cos + a * sin), dim=-1).flatten(-2)
-
+    def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor,
+            cache: Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+            ) -> torch.Tensor:
+        """The layers and the final norm on x [B, T, D] (channels last), given the RoPE cos/sin and the additive
+        attention mask; `cache(layer, k, v)` gives the keys and values to attend (a stream's past before them)."""
+        b, t, d = x.shape
+        heads = d // DAC_HEAD_DIM
         ps = list(self.params)
         for li in range(self.layers):
             wqkv, wo, w1, w2, w3, n1, n2, g1, g2 = ps[9 * li:9 * li + 9]
             q, k, v = F.linear(self._rms(x, n1), wqkv).split([d, d, d], dim=-1)
-            q = rope(q.view(b, t, heads, DAC_HEAD_DIM)).transpose(1, 2)
-            k = rope(k.view(b, t, heads, DAC_HEAD_DIM)).transpose(1, 2)
+            q = interleaved_rope(q.view(b, t, heads, DAC_HEAD_DIM), cos, sin).transpose(1, 2)
+            k = interleaved_rope(k.view(b, t, heads, DAC_HEAD_DIM), cos, sin).transpose(1, 2)
             v = v.view(b, t, heads, DAC_HEAD_DIM).transpose(1, 2)
+            if cache is not None:
+                k, v = cache(li, k, v)
             att = (torch.matmul(q, k.transpose(-1, -2)) * DAC_HEAD_DIM ** -0.5 + bias).softmax(-1)
             y = torch.matmul(att, v).transpose(1, 2).reshape(b, t, d)
             h = x + F.linear(y, wo) * g1
             x = h + F.linear(F.silu(F.linear(self._rms(h, n2), w1)) * F.linear(self._rms(h, n2), w3), w2) * g2
-        return self._rms(x, self.norm).transpose(1, 2)
+        return self._rms(x, self.norm)
 
 
 class DacDecoder(nn.Module):
@@ -332,8 +338,7 @@ class DacStream(DacDecoder):
               ) -> tuple[torch.Tensor, torch.Tensor]:
         p = self.post
         x = x.transpose(1, 2)
-        b, n, d = x.shape
-        heads = d // DAC_HEAD_DIM
+        b, n, _ = x.shape
         w = p.window - 1
         start = parts["frames"][:, 0].to(torch.int64)  # [B]: each row's frames so far
         table = torch.as_tensor(p.table)
@@ -348,25 +353,13 @@ class DacStream(DacDecoder):
         allowed = torch.cat([cache_ok, new_ok], dim=2)[:, None]  # [B, 1, n, w + n]
         bias = torch.where(allowed, torch.tensor(0.0), torch.tensor(float("-inf")))
 
-        def rope(z: torch.Tensor) -> torch.Tensor:
-            a, c = z[..., 0::2], z[..., 1::2]
-            return torch.stack((a * cos - c * sin, c * cos + a * sin), dim=-1).flatten(-2)
-
-        ps = list(p.params)
-        for li in range(p.layers):
-            wqkv, wo, w1, w2, w3, n1, n2, g1, g2 = ps[9 * li:9 * li + 9]
-            q, k, v = F.linear(p._rms(x, n1), wqkv).split([d, d, d], dim=-1)
-            q = rope(q.view(b, n, heads, DAC_HEAD_DIM)).transpose(1, 2)
-            k = rope(k.view(b, n, heads, DAC_HEAD_DIM)).transpose(1, 2)
-            v = v.view(b, n, heads, DAC_HEAD_DIM).transpose(1, 2)
+        def cache(li: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             k_all = torch.cat([parts[f"post.{li}.k"], k], dim=2)
             v_all = torch.cat([parts[f"post.{li}.v"], v], dim=2)
             new[f"post.{li}.k"], new[f"post.{li}.v"] = k_all[:, :, -w:], v_all[:, :, -w:]
-            att = (torch.matmul(q, k_all.transpose(-1, -2)) * DAC_HEAD_DIM ** -0.5 + bias).softmax(-1)
-            y = torch.matmul(att, v_all).transpose(1, 2).reshape(b, n, d)
-            h = x + F.linear(y, wo) * g1
-            x = h + F.linear(F.silu(F.linear(p._rms(h, n2), w1)) * F.linear(p._rms(h, n2), w3), w2) * g2
-        return p._rms(x, p.norm).transpose(1, 2), (start + n).to(torch.float32)[:, None]
+            return k_all, v_all
+
+        return p.run(x, cos, sin, bias, cache).transpose(1, 2), (start + n).to(torch.float32)[:, None]
 
     def _run(self, module: nn.Module, name: str, x: torch.Tensor, parts: dict[str, torch.Tensor],
              new: dict[str, torch.Tensor]) -> torch.Tensor:

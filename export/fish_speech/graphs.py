@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from export.blocks import RMSNorm
+from export.blocks import Block, RMSNorm, past_causal_bias
 from ttscore.contract import fish_speech as spec
 from ttscore.runtime.families.fish_speech.checkpoint import FishConfig, Transformer
 
@@ -48,31 +47,6 @@ class Attention(nn.Module):
         self.t = t
 
 
-class FeedForward(nn.Module):
-    def __init__(self, t: Transformer) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(t.dim, t.intermediate_size, bias=False)
-        self.w2 = nn.Linear(t.intermediate_size, t.dim, bias=False)
-        self.w3 = nn.Linear(t.dim, t.intermediate_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-class Layer(nn.Module):
-    attention: Attention
-    feed_forward: FeedForward
-    attention_norm: RMSNorm
-    ffn_norm: RMSNorm
-
-    def __init__(self, t: Transformer) -> None:
-        super().__init__()
-        self.attention = Attention(t)
-        self.feed_forward = FeedForward(t)
-        self.attention_norm = RMSNorm(t.dim, t.norm_eps)
-        self.ffn_norm = RMSNorm(t.dim, t.norm_eps)
-
-
 def rope_table(head_dim: int, positions: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [positions, head_dim / 2] as vLLM's RotaryEmbedding computes its cache, rounded to bf16."""
     inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
@@ -80,8 +54,9 @@ def rope_table(head_dim: int, positions: int, base: float) -> tuple[torch.Tensor
     return freqs.cos().to(torch.bfloat16).float(), freqs.sin().to(torch.bfloat16).float()
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """GPT-J interleaved rotation: x [B, H, T, hd], cos/sin [B, 1, T, hd/2]."""
+def interleaved_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """GPT-J interleaved rotation of the last axis (pairs (2i, 2i+1) by angle i): x [..., hd], cos/sin
+    broadcasting to [..., hd/2] (the language models' [B, 1, T, hd/2]; the codec's, before the heads' transpose)."""
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
 
@@ -94,7 +69,8 @@ class Stack(nn.Module):
 
     def __init__(self, t: Transformer, positions: int) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(Layer(t) for _ in range(t.n_layer))
+        self.layers = nn.ModuleList(Block(t.dim, t.intermediate_size, t.norm_eps, Attention(t))
+                                    for _ in range(t.n_layer))
         self.t = t
         cos, sin = rope_table(t.head_dim, positions, t.rope_base)
         self.register_buffer("cos", cos, persistent=False)
@@ -104,15 +80,11 @@ class Stack(nn.Module):
             past: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         t = self.t
         b, n, _ = x.shape
-        total = attention_mask.shape[1]
         cos, sin = self.cos[position_ids][:, None], self.sin[position_ids][:, None]  # [B, 1, T, hd/2]
-        key_pos = torch.arange(total)[None, :]
-        query_pos = (total - n + torch.arange(n))[:, None]
-        allowed = (attention_mask[:, None, None, :] > 0) & (key_pos <= query_pos)[None, None]
-        bias = torch.where(allowed, torch.tensor(0.0), torch.tensor(NEG))
+        bias = past_causal_bias(attention_mask, n, NEG)
         rep = t.n_head // t.n_local_heads
         new: list[torch.Tensor] = []
-        for i, layer in enumerate(cast("list[Layer]", list(self.layers))):
+        for i, layer in enumerate(cast("list[Block[Attention]]", list(self.layers))):
             att = layer.attention
             qkv = att.wqkv(layer.attention_norm(x))
             q, k, v = qkv.split([t.n_head * t.head_dim, t.n_local_heads * t.head_dim, t.n_local_heads * t.head_dim],
@@ -121,8 +93,8 @@ class Stack(nn.Module):
             k = k.view(b, n, t.n_local_heads, t.head_dim)
             if t.qk_norm:
                 q, k = att.q_norm(q), att.k_norm(k)
-            q = _rope(q.transpose(1, 2), cos, sin)
-            k = _rope(k.transpose(1, 2), cos, sin)
+            q = interleaved_rope(q.transpose(1, 2), cos, sin)
+            k = interleaved_rope(k.transpose(1, 2), cos, sin)
             v = v.view(b, n, t.n_local_heads, t.head_dim).transpose(1, 2)
             new += [k, v]
             k_all = torch.cat([past[2 * i], k], dim=2)
