@@ -25,7 +25,7 @@ from ttscore.runtime.families.fish_speech.generate import (
     prompt_embeddings,
 )
 from ttscore.runtime.families.fish_speech.prompt import FishPrompt
-from ttscore.runtime.offline_kit import GrowingPast
+from ttscore.runtime.kv import GrowingPast
 from ttscore.runtime.onnx import ExportedGraphs, OnnxGraph
 
 
