@@ -50,6 +50,11 @@ class RMSNorm(nn.Module):
         return x * (1.0 + self.weight) if self.centred else x * self.weight
 
 
+def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """The Snake activation x + sin(alpha x)^2 / (alpha + 1e-9) (DAC's, BigVGAN's and NeMo's), alpha per channel."""
+    return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
+
+
 def default_inv_freq(theta: float, head_dim: int) -> torch.Tensor:
     """RoPE's default inverse frequencies theta^(-2i/d), float32 as transformers computes them."""
     return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.blocks import snake
 from export.fish_speech.graphs import interleaved_rope
 from ttscore.runtime.families.fish_speech.checkpoint import DAC_HEAD_DIM, CodecDims
 
@@ -36,10 +37,6 @@ def _wn(get: Get, name: str) -> torch.Tensor:
         g, v = get(f"{name}.weight_g"), get(f"{name}.weight_v")
     norm = v.pow(2).sum(dim=tuple(range(1, v.dim())), keepdim=True).sqrt()
     return g * v / norm
-
-
-def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
 
 
 class CausalConv(nn.Module):

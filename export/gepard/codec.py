@@ -28,13 +28,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.blocks import snake
 from ttscore.contract.errors import CheckpointError
 
 CONFIG_MEMBER = "model_config.yaml"
 WEIGHTS_MEMBER = "model_weights.ckpt"
 DECODER_TARGET = "nemo.collections.tts.modules.audio_codec_modules.CausalHiFiGANDecoder"
 QUANTIZER_TARGET = "nemo.collections.tts.modules.audio_codec_modules.GroupFiniteScalarQuantizer"
-EPS = 1e-9  # NeMo's snake
 
 
 class Snake(nn.Module):
@@ -43,7 +43,7 @@ class Snake(nn.Module):
         self.alpha = nn.Parameter(torch.ones(1, channels, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + (self.alpha + EPS).reciprocal() * torch.sin(self.alpha * x).pow(2)
+        return snake(x, self.alpha)
 
 
 class HalfSnake(nn.Module):
