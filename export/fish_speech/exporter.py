@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from export.decoder_step import export_decoder_step
-from export.quantize import compare_outputs, quantize_graph, random_step_feeds
+from export.quantize import compare_outputs, fp32_int8_int4, quantize_graph, random_step_feeds
 from export.stages import StageRunner, copy_files, json_configs, model_size, save_tables
 from export.tracing import (
     ErrorTracker,
@@ -33,7 +33,6 @@ from export.tracing import (
 )
 from export.weights import CheckpointTensors
 from ttscore.contract import fish_speech as spec
-from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
 from ttscore.runtime.families.fish_speech.checkpoint import (
     CONFIG,
@@ -186,8 +185,7 @@ def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
     """Every graph into `tmp`, one stage at a time; returns the manifest."""
     import torch
 
-    if precision not in ("fp32", "int8", "int4"):
-        raise InvalidRequest(f"{spec.DISPLAY} exports fp32, int8 or int4 (got --precision {precision})", "precision")
+    fp32_int8_int4(spec.DISPLAY, precision)
     src = Path(src)
     info = read_checkpoint(src)
     cfg = info.config
