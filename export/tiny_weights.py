@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -25,6 +26,16 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 TINY_SIZES = ("tiny", "real")  # make-tiny --size of a family with one real size
+# Qwen2/Qwen3's pre-tokenizer split (their tokenizer.json's Split pattern, then byte-level without its own regex).
+QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+              r"|\s+(?!\S)|\s+")
+# Qwen3's added tokens after its 151643 BPE ids, in id order (151643..151668); the first QWEN3_SPECIAL are special.
+QWEN3_ADDED = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+               "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+               "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
+               "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
+               "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+QWEN3_SPECIAL = 14
 
 
 def tiny_size(size: str) -> bool:
@@ -65,6 +76,11 @@ class TensorInit:
         if mean != 0.0:
             arr += np.float32(mean)
         self._put(name, arr)
+
+    def fan_in(self, name: str, shape: tuple[int, ...]) -> None:
+        """Normal with std 1/sqrt(fan_in), fan_in the product of every dim but the first (a vector: its length)."""
+        fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
+        self.normal(name, shape, 1.0 / math.sqrt(fan_in))
 
     def uniform(self, name: str, shape: tuple[int, ...], low: float, high: float) -> None:
         import numpy as np
