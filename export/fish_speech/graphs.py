@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from export.blocks import Block, RMSNorm, past_causal_bias
+from export.blocks import Block, RMSNorm, cat_past, past_causal_bias
 from ttscore.contract import fish_speech as spec
 from ttscore.runtime.families.fish_speech.checkpoint import FishConfig, Transformer
 
@@ -97,10 +97,7 @@ class Stack(nn.Module):
             k = interleaved_rope(k.transpose(1, 2), cos, sin)
             v = v.view(b, n, t.n_local_heads, t.head_dim).transpose(1, 2)
             new += [k, v]
-            k_all = torch.cat([past[2 * i], k], dim=2)
-            v_all = torch.cat([past[2 * i + 1], v], dim=2)
-            if rep > 1:
-                k_all, v_all = k_all.repeat_interleave(rep, dim=1), v_all.repeat_interleave(rep, dim=1)
+            k_all, v_all = cat_past(past, i, k, v, rep)
             scores = torch.matmul(q, k_all.transpose(-1, -2)) * (t.head_dim ** -0.5) + bias
             out = torch.matmul(scores.softmax(-1), v_all).transpose(1, 2).reshape(b, n, t.n_head * t.head_dim)
             h = x + att.wo(out)

@@ -30,7 +30,7 @@ from ttscore.runtime.families.fish_speech.request import FishRequest
 from ttscore.runtime.families.fish_speech.sampling import sample_fast, sample_slow
 from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import GrowingPast, KVArena
-from ttscore.runtime.step_kit import FrameSequence, prefill_chunks, step_frames
+from ttscore.runtime.step_kit import ArenaModel, FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import OrtVocoder
 
 I64 = npt.NDArray[np.int64]
@@ -48,7 +48,10 @@ class FishSequence(FrameSequence):
     top_p: float = spec.DEFAULT_TOP_P
 
 
-class FishModel:
+class FishModel(ArenaModel):
+    sequence = FishSequence
+    drops = ("embeds", "q_slow", "q_fast")
+
     def __init__(self, artifacts: Path, threads: int | None = None, *, encoders: bool = True) -> None:
         self.a = FishArtifacts(artifacts, threads)
         self.kv = KVArena(self.a.slow_layers, *self.a.slow_kv)
@@ -116,14 +119,6 @@ class FishModel:
     def step(self, batch: list[Sequence]) -> None:
         step_frames(batch, FishSequence, lambda last: np.stack([frame_embedding(self.a.tables, f) for f in last]),
                     self._slow, self._frames)
-
-    def release(self, seq: Sequence) -> None:
-        if isinstance(seq, FishSequence):
-            self.kv.release(seq)
-            seq.embeds, seq.q_slow, seq.q_fast = None, None, None
-
-    def memory(self) -> dict[str, int]:
-        return {}
 
     def _slow(self, seqs: list[FishSequence], x: F32) -> None:
         """New positions x [B, T, D] after each row's past (the K/V arena's)."""
