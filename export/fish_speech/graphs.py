@@ -14,20 +14,15 @@ Sampling and the embedding sums run in numpy (ttscore.runtime.families.fish_spee
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TypeVar, cast
 
-import numpy as np
 import torch
 from torch import nn
 
 from export.blocks import Block, RMSNorm, cat_past, past_causal_bias
 from ttscore.contract import fish_speech as spec
 from ttscore.runtime.families.fish_speech.checkpoint import FishConfig, Transformer
-
-if TYPE_CHECKING:
-    from ttscore.runtime.families.fish_speech.generate import Tables
 
 NEG = -1e9
 
@@ -195,60 +190,3 @@ def load(module: M, checkpoint: object) -> M:
         raise KeyError(f"not loaded: {unexpected[:8]} {result.unexpected_keys[:8]}")
     module.eval()
     return module
-
-
-def scale() -> float:
-    """The next input's divisor: sqrt(num_codebooks + 1) (vLLM-Omni's talker_mtp)."""
-    return math.sqrt(spec.NUM_CODEBOOKS + 1)
-
-
-def tables(checkpoint: object) -> Tables:
-    """The numpy tables of the frame loop, from model.safetensors (float32)."""
-    from pathlib import Path
-
-    from safetensors import safe_open
-
-    from ttscore.runtime.families.fish_speech.checkpoint import WEIGHTS, read_config
-    from ttscore.runtime.families.fish_speech.generate import Tables
-
-    cfg = read_config(Path(str(checkpoint)))
-    with safe_open(str(Path(str(checkpoint)) / WEIGHTS), framework="pt") as f:
-        def get(name: str) -> np.ndarray:
-            return f.get_tensor(name).to(torch.float32).numpy()
-
-        project = ((get("audio_decoder.fast_project_in.weight"), get("audio_decoder.fast_project_in.bias"))
-                   if cfg.project_in else None)
-        return Tables(embeddings=get("text_model.model.embeddings.weight"),
-                      codebook_embeddings=get("audio_decoder.codebook_embeddings.weight"),
-                      fast_embeddings=get("audio_decoder.embeddings.weight"), project_in=project,
-                      semantic_start=cfg.semantic_start, codebook_size=cfg.codebook_size,
-                      num_codebooks=cfg.num_codebooks)
-
-
-def torch_steps(cfg: FishConfig, slow: SlowStep, fast: FastStep) -> tuple[Any, Any]:
-    """The frame loop's step functions over the torch modules (ttscore.runtime.families.fish_speech.generate)."""
-    s, f = cfg.slow, cfg.fast
-
-    def run(module: nn.Module, t: Transformer, x: np.ndarray, pos: int, past: Any, mask: bool) -> Any:
-        if past is None:
-            past = [torch.zeros(1, t.n_local_heads, 0, t.head_dim) for _ in range(2 * t.n_layer)]
-        n = x.shape[1]
-        args: list[torch.Tensor] = [torch.from_numpy(x)]
-        if mask:
-            args.append(torch.ones(1, pos + n, dtype=torch.int64))
-        args.append(torch.arange(pos, pos + n)[None])
-        with torch.inference_mode():
-            out = module(*args, *past)
-        k = 2 if mask else 1
-        new = [torch.cat([p, q], dim=2) for p, q in zip(past, out[k:], strict=True)]
-        return [o.numpy() for o in out[:k]], new
-
-    def slow_fn(x: np.ndarray, pos: int, past: Any) -> Any:
-        (h, logits), new = run(slow, s, x, pos, past, True)
-        return h[0], logits[0], new
-
-    def fast_fn(x: np.ndarray, pos: int, past: Any) -> Any:
-        (logits,), new = run(fast, f, x, pos, past, False)
-        return logits[0], new
-
-    return slow_fn, fast_fn
