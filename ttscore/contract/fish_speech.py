@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
-from ttscore.contract.kv import ragged_step_inputs, step_spec
+from ttscore.contract.kv import lockstep_step_inputs, ragged_step_inputs, step_spec
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
 
 # The family's K/V tensor names (ttscore.contract.kv).
@@ -81,11 +81,7 @@ def fast_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> Graph
     """The Fast AR over its own past K/V (every row of a batch at the same step): the last position's logits
     over the residual codes [B, RESIDUAL_CODEBOOK_SIZE] and the new K/V."""
     return step_spec(
-        "fast_step",
-        (
-            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
-            TensorSpec("position_ids", "int64", ("batch", "tokens")),
-        ),
+        "fast_step", lockstep_step_inputs(dim),
         (
             TensorSpec("logits", "float32", ("batch", RESIDUAL_CODEBOOK_SIZE)),
         ),
