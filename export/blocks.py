@@ -3,7 +3,8 @@ graphs, so one definition gives every family the same ops."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 import torch
@@ -141,3 +142,20 @@ def past_causal_bias(attention_mask: torch.Tensor, n: int, neg: float) -> torch.
     query_pos = (total - n + torch.arange(n))[:, None]
     allowed = (attention_mask[:, None, None, :] > 0) & (key_pos <= query_pos)[None, None]
     return torch.where(allowed, torch.tensor(0.0), torch.tensor(neg))
+
+
+def split_state(state: torch.Tensor, layout: Iterable[tuple[str, tuple[int, ...]]], batch: int
+                ) -> dict[str, torch.Tensor]:
+    """A streaming graph's flat state [B, S] as its parts by name, each [B, *shape] (`layout`: (name, shape) in
+    the order the state lays them out)."""
+    parts, at = {}, 0
+    for name, shape in layout:
+        size = math.prod(shape)
+        parts[name] = state[:, at:at + size].reshape(batch, *shape)
+        at += size
+    return parts
+
+
+def join_state(parts: Mapping[str, torch.Tensor], names: Iterable[str], batch: int) -> torch.Tensor:
+    """The flat state [B, S] of `parts` (each [B, ...]), laid out in the order of `names`."""
+    return torch.cat([parts[name].reshape(batch, -1) for name in names], dim=1)

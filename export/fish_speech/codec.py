@@ -22,11 +22,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.blocks import snake
+from export.blocks import join_state, snake, split_state
 from export.fish_speech.graphs import interleaved_rope
 from ttscore.runtime.families.fish_speech.checkpoint import DAC_HEAD_DIM, CodecDims
 
 Get = Callable[[str], torch.Tensor]
+# conv(child, x): a block's causal conv `child` (its attribute name) on x; DacStream's continues it from its state.
+Conv = Callable[[str, torch.Tensor], torch.Tensor]
 
 
 def _wn(get: Get, name: str) -> torch.Tensor:
@@ -88,8 +90,9 @@ class Residual(nn.Module):
         self.a2 = Snake(get(f"{p}.block.2.alpha"))
         self.c2 = CausalConv(_wn(get, f"{p}.block.3.conv"), get(f"{p}.block.3.conv.bias"))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.c2(self.a2(self.c1(self.a1(x))))
+    def forward(self, x: torch.Tensor, conv: Conv | None = None) -> torch.Tensor:
+        conv = conv or (lambda child, y: getattr(self, child)(y))
+        return x + conv("c2", self.a2(conv("c1", self.a1(x))))
 
 
 class ConvNeXt(nn.Module):
@@ -108,8 +111,8 @@ class ConvNeXt(nn.Module):
                                           nn.Parameter(get(f"{p}.pwconv2.bias")))
         self.gamma = nn.Parameter(get(f"{p}.gamma"))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.dw(x).permute(0, 2, 1)
+    def forward(self, x: torch.Tensor, conv: Conv | None = None) -> torch.Tensor:
+        y = (conv("dw", x) if conv else self.dw(x)).permute(0, 2, 1)
         y = self.pw2(F.gelu(self.pw1(self.norm(y)))) * self.gamma
         return x + y.permute(0, 2, 1)
 
@@ -317,19 +320,13 @@ class DacStream(DacDecoder):
 
     def forward(self, codes: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
         b = codes.shape[0]
-        parts: dict[str, torch.Tensor] = {}
-        at = 0
-        for name, shape in self.layout:
-            size = int(torch.tensor(shape).prod())
-            parts[name] = state[:, at:at + size].reshape(b, *shape)
-            at += size
+        parts = split_state(state, self.layout, b)
         new: dict[str, torch.Tensor] = {}
         z, new_frames = self._post(self.latent(codes), parts, new)
         new["frames"] = new_frames
         for prefix, seq in (("upsample.", self.upsample), ("decoder.", self.decoder)):
             z = self._run(seq, prefix, z, parts, new)
-        out = torch.cat([new[name].reshape(b, -1) for name, _ in self.layout], dim=1)
-        return z[:, 0], out
+        return z[:, 0], join_state(new, (name for name, _ in self.layout), b)
 
     def _post(self, x: torch.Tensor, parts: dict[str, torch.Tensor], new: dict[str, torch.Tensor]
               ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -375,15 +372,8 @@ class DacStream(DacDecoder):
             new[name[:-1]] = x[..., -1:]
             y = F.conv_transpose1d(full, module.weight, module.bias, stride=module.stride)
             return y[..., module.stride: module.stride + x.shape[-1] * module.stride]
-        if isinstance(module, Residual):
-            y = module.a1(x)
-            y = self._run(module.c1, name + "c1.", y, parts, new)
-            y = self._run(module.c2, name + "c2.", module.a2(y), parts, new)
-            return x + y
-        if isinstance(module, ConvNeXt):
-            y = self._run(module.dw, name + "dw.", x, parts, new).permute(0, 2, 1)
-            y = module.pw2(F.gelu(module.pw1(module.norm(y)))) * module.gamma
-            return x + y.permute(0, 2, 1)
+        if isinstance(module, Residual | ConvNeXt):
+            return module(x, lambda child, y: self._run(getattr(module, child), f"{name}{child}.", y, parts, new))
         if isinstance(module, nn.Sequential):
             for child_name, child in module.named_children():
                 x = self._run(child, f"{name}{child_name}.", x, parts, new)
