@@ -114,20 +114,6 @@ def replace_dir(src: Path, dst: Path) -> None:
         shutil.rmtree(trash, ignore_errors=True)
 
 
-def config_model_type(model_type: str) -> Callable[[Path], bool]:
-    """A `checkpoint_writer` `replaces` check: whether a folder's config.json is a JSON object whose
-    `model_type` is `model_type`."""
-
-    def recognises(path: Path) -> bool:
-        try:
-            cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
-        return isinstance(cfg, dict) and cfg.get("model_type") == model_type
-
-    return recognises
-
-
 @contextmanager
 def checkpoint_writer(out: Path, what: str, replaces: Callable[[Path], bool] | None) -> Iterator[Path]:
     """A checkpoint directory written into a temporary sibling of `out` (yielded) and moved into place when the

@@ -66,7 +66,6 @@ from export.tiny_weights import (
     TensorInit,
     check_complete,
     checkpoint_writer,
-    config_model_type,
     conv_fan_in,
     json_bytes,
     learn_bpe_merges,
@@ -74,6 +73,7 @@ from export.tiny_weights import (
     save_weights,
     write_files,
 )
+from ttscore.runtime.checkpoint_kit import config_model_type
 
 logger = logging.getLogger(__name__)
 

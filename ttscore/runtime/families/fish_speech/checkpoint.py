@@ -29,9 +29,9 @@ from ttscore.contract.errors import CheckpointError
 from ttscore.runtime.checkpoint_kit import (
     Shapes,
     compare_tensors,
+    config_model_type,
     linear_shapes,
     load_torch_state,
-    peek_json,
     read_json,
     require_files,
     weight_norm_shapes,
@@ -127,9 +127,7 @@ FAST_DEFAULTS: dict[str, Any] = dict(vocab_size=4096, num_codebooks=10, dim=2560
                                      rope_base=1_000_000.0, rms_norm_eps=1e-6)
 
 
-def is_fish_speech(checkpoint: Path) -> bool:
-    cfg = peek_json(Path(checkpoint) / CONFIG)
-    return cfg is not None and cfg.get("model_type") == spec.MODEL_TYPE
+is_fish_speech = config_model_type(spec.MODEL_TYPE, CONFIG)
 
 
 def parse_config(cfg: dict[str, Any]) -> FishConfig:
