@@ -16,7 +16,6 @@ tensors (vLLM-Omni's dac_modules names), weight norm computed from its two tenso
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -283,15 +282,6 @@ class DacEncoder(nn.Module):
                 residual = residual - zq
             codes.append(idx)
         return torch.stack(codes, dim=1)
-
-
-def load_codec(checkpoint: Any) -> tuple[dict[str, torch.Tensor], CodecDims]:
-    from pathlib import Path
-
-    from ttscore.runtime.families.fish_speech.checkpoint import codec_dims, load_codec_state
-
-    state = load_codec_state(Path(str(checkpoint)))
-    return state, codec_dims({k: tuple(v.shape) for k, v in state.items()})
 
 
 class DacStream(DacDecoder):

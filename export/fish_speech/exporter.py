@@ -40,6 +40,7 @@ from ttscore.runtime.families.fish_speech.checkpoint import (
     TOKENIZER,
     FishInfo,
     read_checkpoint,
+    read_codec,
 )
 
 TOLERANCE = 1e-4  # max abs error of the graphs' float outputs vs the torch modules (tiny: ~1e-6)
@@ -95,7 +96,7 @@ def _codec_stage(src: Path, info: FishInfo, out: Path
     alone. dac_encode: codes exactly."""
     import torch
 
-    from export.fish_speech.codec import DacDecoder, DacEncoder, DacStream, load_codec
+    from export.fish_speech.codec import DacDecoder, DacEncoder, DacStream
 
     d = info.codec
     rng = np.random.default_rng(5)
@@ -105,7 +106,7 @@ def _codec_stage(src: Path, info: FishInfo, out: Path
     spf = d.samples_per_frame
     audio = [(0.3 * np.sin(np.arange(4 * spf) * f)[None]).astype(np.float32) for f in (0.02, 0.11)]
     enc_cases = [np.concatenate(audio), audio[0][:, :spf]]
-    state, _ = load_codec(src)
+    state, _ = read_codec(src)
     espec = spec.dac_encode_spec()
     with torch_threads(), torch.inference_mode():
         enc = DacEncoder(state, d).eval()

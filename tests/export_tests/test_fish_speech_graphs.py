@@ -65,12 +65,13 @@ def test_codec_matches_reference(fish_tiny: Path) -> None:
     its codes for a clip exactly (the clip zero-padded to whole frames, as DAC.encode pads it)."""
     import torch
 
-    from export.fish_speech.codec import DacDecoder, DacEncoder, load_codec
+    from export.fish_speech.codec import DacDecoder, DacEncoder
+    from ttscore.runtime.families.fish_speech.checkpoint import read_codec
 
     clip = (0.3 * np.sin(np.arange(30000) * 0.03) + 0.05 * np.sin(np.arange(30000) * 0.7)).astype(np.float32)
     reqs = [{"text": "Hello there, friend.", "max_new_tokens": 12, "seed": 7, "ref_text": "A clip."}]
     ref = reference(fish_tiny, reqs, {"ref_audio_0": clip})
-    state, dims = load_codec(fish_tiny)
+    state, dims = read_codec(fish_tiny)
     with torch.inference_mode():
         audio = DacDecoder(state, dims)(torch.from_numpy(ref["codes_0"].T.copy())[None])[0].numpy()
         padded = np.pad(clip, (0, -len(clip) % dims.samples_per_frame))

@@ -347,11 +347,12 @@ def codec_dims(shapes: Shapes) -> CodecDims:
     return d
 
 
-def load_codec_state(checkpoint: Path) -> dict[str, Any]:
-    """codec.pth's tensors (the state dict, or the one under `generator`)."""
+def read_codec(checkpoint: Path) -> tuple[dict[str, Any], CodecDims]:
+    """codec.pth's tensors (the state dict, or the one under `generator`) and the dimensions their shapes give."""
     state = load_torch_state(Path(checkpoint) / CODEC)
     generator = state.get("generator")
-    return generator if isinstance(generator, dict) else state
+    state = generator if isinstance(generator, dict) else state
+    return state, codec_dims({k: tuple(v.shape) for k, v in state.items()})
 
 
 def _compare(what: Path, stored: Shapes, expected: Shapes, tolerated: tuple[str, ...] = ()) -> None:
@@ -360,9 +361,8 @@ def _compare(what: Path, stored: Shapes, expected: Shapes, tolerated: tuple[str,
 
 
 def check_codec(checkpoint: Path, cfg: FishConfig) -> CodecDims:
-    state = load_codec_state(checkpoint)
+    state, dims = read_codec(checkpoint)
     stored = {k: tuple(v.shape) for k, v in state.items()}
-    dims = codec_dims(stored)
     _compare(Path(checkpoint) / CODEC, stored, codec_shapes(dims), CODEC_BUFFERS)
     if dims.semantic_codebook_size != cfg.codebook_size or dims.n_residual + 1 != cfg.num_codebooks:
         raise CheckpointError(f"{CODEC}: codebooks ({dims.semantic_codebook_size} semantic + {dims.n_residual} "
