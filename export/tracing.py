@@ -558,9 +558,10 @@ class CodeStream:
 
 def export_code_stream(whole: Callable[[], Any], stream: Callable[[], Any], make_spec: Callable[[int], Any],
                        cases: Sequence[np.ndarray], chunks: Sequence[Sequence[int]], out: Path) -> CodeStream:
-    """Export the exact streaming decoder `stream()` (in eval mode; a module of (codes [B, groups, n], state [B, S]) -> (pcm,
-    new_state), with its `state_size` and `layout`) as `make_spec(state_size)` into `out`, and check each case's
-    codes [B, groups, T] run through the graph in its `chunks` against the whole decode `whole()` of them."""
+    """Export the exact streaming decoder `stream()` (in eval mode; a module of (codes [B, groups, n], state
+    [B, S]) -> (pcm, new_state), with its `state_size` and `layout`) as `make_spec(state_size)` into `out`, and
+    check each case's codes [B, groups, T] run through the graph in its `chunks` against the whole decode
+    `whole()` of them."""
     import torch
 
     with torch_threads(), torch.inference_mode():
