@@ -1,6 +1,7 @@
 """What the families' offline tools (`say`, `precompute-voice`; ttscore.runtime.family.OfflineTools) do the
-same way: refuse the `say` options a family does not take, refuse voice files where a family has none, open the
-export a voice file is computed from, and run a decoder step graph over one sequence's growing K/V past."""
+same way: refuse the `say` options a family does not take, refuse voice files where a family has none, and open
+the export a voice file is computed from (a decoder step over one sequence's growing K/V past:
+ttscore.runtime.kv.GrowingPast)."""
 
 from __future__ import annotations
 
