@@ -24,7 +24,10 @@ Capacity grows by an eighth when a step needs room (one copy per growth, every e
 past the largest plan (the most positions an owner may need), and shrinks back when the longest plan leaves. A
 step attends over the whole capacity, masked slots included, and a step graph copies its past once more inside
 (concatenating the new K/V, repeating K/V heads for grouped queries), so the padding costs what it spans: growing
-by doubling made the step at position 1,000 slower than the concatenating runtime's (perf/README.md)."""
+by doubling made the step at position 1,000 slower than the concatenating runtime's (perf/README.md).
+
+`GrowingPast` is the concatenating past without an arena: one sequence run offline, or a frame's inner stack (Fish
+Speech's Fast AR, Breeze's depth decoder) over the rows of a step in lockstep."""
 
 from __future__ import annotations
 
