@@ -26,16 +26,17 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 TINY_SIZES = ("tiny", "real")  # make-tiny --size of a family with one real size
-# Qwen2/Qwen3's pre-tokenizer split (their tokenizer.json's Split pattern, then byte-level without its own regex).
-QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-              r"|\s+(?!\S)|\s+")
-# Qwen3's added tokens after its 151643 BPE ids, in id order (151643..151668); the first QWEN3_SPECIAL are special.
-QWEN3_ADDED = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-               "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-               "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
-               "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
-               "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>")
-QWEN3_SPECIAL = 14
+# The chat LMs' byte-level BPE tokenizer that several families' text stacks use (Qwen2's and Qwen3's): its
+# pre-tokenizer split (tokenizer.json's Split pattern, then byte-level without its own regex) and its added tokens
+# after the 151643 BPE ids, in id order (151643..151668), the first CHAT_LM_SPECIAL of them special.
+CHAT_LM_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+                 r"|\s+(?!\S)|\s+")
+CHAT_LM_ADDED = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+                 "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+                 "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
+                 "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
+                 "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+CHAT_LM_SPECIAL = 14
 
 
 def tiny_size(size: str) -> bool:

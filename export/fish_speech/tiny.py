@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from export.tiny_weights import (
-    QWEN3_ADDED,
-    QWEN_SPLIT,
+    CHAT_LM_ADDED,
+    CHAT_LM_SPLIT,
     TensorInit,
     byte_level_bpe,
     checkpoint_writer,
@@ -79,7 +79,7 @@ def codec_dims(size: str = "tiny") -> CodecDims:
 
 
 def special_tokens() -> dict[str, int]:
-    ids = {t: TEXT_VOCAB + i for i, t in enumerate(QWEN3_ADDED)}
+    ids = {t: TEXT_VOCAB + i for i, t in enumerate(CHAT_LM_ADDED)}
     ids.update({t: 151669 + i for i, t in enumerate(FISH_SPECIALS)})
     ids.update({f"<|semantic:{i}|>": 151678 + i for i in range(4096)})
     return ids
@@ -92,7 +92,7 @@ def tokenizer_json() -> str:
     from tokenizers import Regex, pre_tokenizers
 
     tok = byte_level_bpe([_CORPUS], pre_tokenizer=pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(CHAT_LM_SPLIT), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]))
     data = json.loads(tok.to_str())
     vocab = data["model"]["vocab"]

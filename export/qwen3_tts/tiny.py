@@ -60,9 +60,9 @@ from pathlib import Path
 from typing import Any
 
 from export.tiny_weights import (
-    QWEN3_ADDED,
-    QWEN3_SPECIAL,
-    QWEN_SPLIT,
+    CHAT_LM_ADDED,
+    CHAT_LM_SPECIAL,
+    CHAT_LM_SPLIT,
     TensorInit,
     check_complete,
     checkpoint_writer,
@@ -485,11 +485,11 @@ ROOT_PREPROCESSOR = {"processor_class": "Qwen3TTSProcessor"}
 
 
 # ---- text tokenizer -------------------------------------------------------------------------------
-# The tiny BPE is trained over Qwen2's pre-tokenizer split (QWEN_SPLIT, the regex of Qwen2TokenizerFast). The
-# reference ends up with a different one at run time (module notes, fix_mistral_regex).
+# The tiny BPE is trained over Qwen2's pre-tokenizer split (CHAT_LM_SPLIT, the regex of Qwen2TokenizerFast).
+# The reference ends up with a different one at run time (module notes, fix_mistral_regex).
 # Added tokens of the Qwen3 / Qwen3-TTS text tokenizer: (id, content, special): Qwen3's, then Qwen3-TTS's.
 ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = (
-    *((151643 + i, t, i < QWEN3_SPECIAL) for i, t in enumerate(QWEN3_ADDED)),
+    *((151643 + i, t, i < CHAT_LM_SPECIAL) for i, t in enumerate(CHAT_LM_ADDED)),
     (151669, "<|audio_start|>", True),
     (151670, "<|audio_end|>", True),
     (151671, "<tts_pad>", True),
@@ -565,7 +565,7 @@ def _learn_merges() -> tuple[tuple[str, str], ...]:
     import regex
 
     counts: Counter[str] = Counter()
-    for piece in regex.findall(QWEN_SPLIT, _CORPUS.strip()):
+    for piece in regex.findall(CHAT_LM_SPLIT, _CORPUS.strip()):
         counts[_byte_encode(piece)] += 1
     for piece, n in _CORPUS_BOOST.items():
         counts[_byte_encode(piece)] += n
