@@ -68,8 +68,7 @@ class FishModel(ArenaModel):
         return {"codes": np.ascontiguousarray(frames.astype(np.int64).transpose(0, 2, 1)), "state": state}
 
     def admit(self, request: FishRequest) -> FishSequence:
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise InvalidRequest("'input' must be a non-empty string", "input")
+        spec.RULES.checked_text(request.text)
         max_new = spec.DEFAULT_MAX_NEW_TOKENS if request.max_new_tokens is None else int(request.max_new_tokens)
         if not 1 <= max_new <= spec.MAX_NEW_TOKENS_LIMIT:
             raise InvalidRequest(f"'max_new_tokens' must be between 1 and {spec.MAX_NEW_TOKENS_LIMIT}", "max_new_tokens")
