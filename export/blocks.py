@@ -3,13 +3,17 @@ graphs, so one definition gives every family the same ops."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Generic, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ttscore.runtime.sinc_resample import reduced, sinc_kernel
+
+A = TypeVar("A", bound=nn.Module)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -45,6 +49,11 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return x * (1.0 + self.weight) if self.centred else x * self.weight
+
+
+def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """The Snake activation x + sin(alpha x)^2 / (alpha + 1e-9) (DAC's, BigVGAN's and NeMo's), alpha per channel."""
+    return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
 
 
 def default_inv_freq(theta: float, head_dim: int) -> torch.Tensor:
@@ -85,3 +94,68 @@ def sinc_resample(x: torch.Tensor, rate_in: int, rate_out: int) -> torch.Tensor:
     else:  # traced: the input length must be a multiple of o (OmniVoice's codec encoder: whole codec frames)
         y = y[:, :-n]
     return y.reshape(*lead, y.shape[-1])
+
+
+class SwiGLU(nn.Module):
+    """w2(silu(w1(x)) * w3(x)) with Mistral's and Fish Speech's parameter names (`bias`: w2's bias)."""
+
+    def __init__(self, dim: int, hidden: int, bias: bool = False) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=bias)
+        self.w3 = nn.Linear(dim, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.w2(nn.functional.silu(self.w1(x)) * self.w3(x))
+        return out
+
+
+class Block(nn.Module, Generic[A]):
+    """A pre-norm transformer block's parameters with Mistral's and Fish Speech's names: the family's `attention`
+    module, a SwiGLU `feed_forward`, `attention_norm` and `ffn_norm` (RMSNorm), and with `layer_scale`
+    per-channel `attention_scale` and `ffn_scale`. The family's stack runs them (its own attention)."""
+
+    attention: A
+    feed_forward: SwiGLU
+    attention_norm: RMSNorm
+    ffn_norm: RMSNorm
+    attention_scale: nn.Parameter
+    ffn_scale: nn.Parameter
+
+    def __init__(self, dim: int, hidden: int, eps: float, attention: A, bias: bool = False,
+                 layer_scale: bool = False) -> None:
+        super().__init__()
+        self.attention = attention
+        self.feed_forward = SwiGLU(dim, hidden, bias)
+        self.attention_norm = RMSNorm(dim, eps)
+        self.ffn_norm = RMSNorm(dim, eps)
+        if layer_scale:
+            self.attention_scale = nn.Parameter(torch.ones(dim))
+            self.ffn_scale = nn.Parameter(torch.ones(dim))
+
+
+def past_causal_bias(attention_mask: torch.Tensor, n: int, neg: float) -> torch.Tensor:
+    """The additive attention mask [B, 1, n, P + n] of n new positions after a past of P slots: key j is visible
+    to new position i when it is a valid slot (`attention_mask` [B, P + n] > 0) and not after i; else `neg`."""
+    total = attention_mask.shape[1]
+    key_pos = torch.arange(total)[None, :]
+    query_pos = (total - n + torch.arange(n))[:, None]
+    allowed = (attention_mask[:, None, None, :] > 0) & (key_pos <= query_pos)[None, None]
+    return torch.where(allowed, torch.tensor(0.0), torch.tensor(neg))
+
+
+def split_state(state: torch.Tensor, layout: Iterable[tuple[str, tuple[int, ...]]], batch: int
+                ) -> dict[str, torch.Tensor]:
+    """A streaming graph's flat state [B, S] as its parts by name, each [B, *shape] (`layout`: (name, shape) in
+    the order the state lays them out)."""
+    parts, at = {}, 0
+    for name, shape in layout:
+        size = math.prod(shape)
+        parts[name] = state[:, at:at + size].reshape(batch, *shape)
+        at += size
+    return parts
+
+
+def join_state(parts: Mapping[str, torch.Tensor], names: Iterable[str], batch: int) -> torch.Tensor:
+    """The flat state [B, S] of `parts` (each [B, ...]), laid out in the order of `names`."""
+    return torch.cat([parts[name].reshape(batch, -1) for name in names], dim=1)

@@ -34,6 +34,12 @@ from ttscore.contract.kv import past_key, past_value
 logger = logging.getLogger(__name__)
 
 
+def fp32_int8_int4(display: str, precision: str) -> None:
+    """Refuse any precision but fp32, int8 and int4 for a family that quantizes (400 naming `precision`)."""
+    if precision not in ("fp32", "int8", "int4"):
+        raise InvalidRequest(f"{display} exports fp32, int8 or int4 (got --precision {precision})", "precision")
+
+
 def only_fp32(display: str, precision: str) -> None:
     """Refuse any other precision for a family that exports fp32 only so far (400 naming `precision`)."""
     if precision != "fp32":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -25,6 +26,17 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 TINY_SIZES = ("tiny", "real")  # make-tiny --size of a family with one real size
+# The chat LMs' byte-level BPE tokenizer that several families' text stacks use (Qwen2's and Qwen3's): its
+# pre-tokenizer split (tokenizer.json's Split pattern, then byte-level without its own regex) and its added tokens
+# after the 151643 BPE ids, in id order (151643..151668), the first CHAT_LM_SPECIAL of them special.
+CHAT_LM_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+                 r"|\s+(?!\S)|\s+")
+CHAT_LM_ADDED = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+                 "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+                 "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
+                 "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
+                 "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>")
+CHAT_LM_SPECIAL = 14
 
 
 def tiny_size(size: str) -> bool:
@@ -66,6 +78,11 @@ class TensorInit:
             arr += np.float32(mean)
         self._put(name, arr)
 
+    def fan_in(self, name: str, shape: tuple[int, ...]) -> None:
+        """Normal with std 1/sqrt(fan_in), fan_in the product of every dim but the first (a vector: its length)."""
+        fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
+        self.normal(name, shape, 1.0 / math.sqrt(fan_in))
+
     def uniform(self, name: str, shape: tuple[int, ...], low: float, high: float) -> None:
         import numpy as np
 
@@ -96,20 +113,6 @@ def replace_dir(src: Path, dst: Path) -> None:
         raise
     finally:
         shutil.rmtree(trash, ignore_errors=True)
-
-
-def config_model_type(model_type: str) -> Callable[[Path], bool]:
-    """A `checkpoint_writer` `replaces` check: whether a folder's config.json is a JSON object whose
-    `model_type` is `model_type`."""
-
-    def recognises(path: Path) -> bool:
-        try:
-            cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return False
-        return isinstance(cfg, dict) and cfg.get("model_type") == model_type
-
-    return recognises
 
 
 @contextmanager

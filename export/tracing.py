@@ -15,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -540,3 +541,41 @@ def replace_graph(src: Path, dst: Path) -> Path:
     dst.write_bytes(model.SerializeToString())
     src.unlink()
     return dst
+
+
+@dataclass
+class CodeStream:
+    """A streaming codes -> audio graph, exported and checked (`export_code_stream`)."""
+
+    path: Path
+    spec: Any  # its GraphSpec
+    state_size: int
+    layout: list[list[Any]]  # [part name, its shape] of the flat state, in order
+    want: list[np.ndarray]  # each case's whole decode by the torch module
+    session: Any  # the graph's ONNX Runtime session, for the family's further checks
+    tracker: ErrorTracker  # the checks so far ("pcm")
+
+
+def export_code_stream(whole: Callable[[], Any], stream: Callable[[], Any], make_spec: Callable[[int], Any],
+                       cases: Sequence[np.ndarray], chunks: Sequence[Sequence[int]], out: Path) -> CodeStream:
+    """Export the exact streaming decoder `stream()` (in eval mode; a module of (codes [B, groups, n], state
+    [B, S]) -> (pcm, new_state), with its `state_size` and `layout`) as `make_spec(state_size)` into `out`, and
+    check each case's codes [B, groups, T] run through the graph in its `chunks` against the whole decode
+    `whole()` of them."""
+    import torch
+
+    with torch_threads(), torch.inference_mode():
+        decoder = whole().eval()
+        want = [decoder(torch.from_numpy(c)).numpy() for c in cases]
+        del decoder
+        module = stream().eval()
+        size = module.state_size
+        layout = [[name, list(shape)] for name, shape in module.layout]
+        gspec = make_spec(size)
+        path = export_inline(module, (torch.from_numpy(cases[0][:, :, :3]), torch.zeros(2, size)), gspec, out)
+        del module
+    sess = ort_session(path)
+    tr = ErrorTracker()
+    for c, w, ch in zip(cases, want, chunks, strict=True):
+        tr.add("pcm", run_in_chunks(sess, c, size, ch), w, f"chunks {'+'.join(map(str, ch))} vs whole")
+    return CodeStream(path, gspec, size, layout, want, sess, tr)

@@ -189,11 +189,10 @@ def load(wheel: str, where: str) -> dict[str, types.ModuleType]:
 def build_codec(mods: dict, root: Path):
     """vLLM-Omni's DAC with the checkpoint's widths (dac_utils.build_dac_codec's topology), codec.pth loaded."""
 
-    from ttscore.runtime.families.fish_speech.checkpoint import CODEC_BUFFERS, codec_dims, load_codec_state
+    from ttscore.runtime.families.fish_speech.checkpoint import CODEC_BUFFERS, read_codec
 
     dac = mods["dac_modules"]
-    state = load_codec_state(root)
-    d = codec_dims({k: tuple(v.shape) for k, v in state.items()})
+    state, d = read_codec(root)
     base = dict(block_size=16384, n_local_heads=-1, head_dim=64, rope_base=10000, norm_eps=1e-5, dropout_rate=0.0,
                 attn_dropout_rate=0.0, channels_first=True)
 

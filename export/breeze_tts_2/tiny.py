@@ -30,13 +30,13 @@ from typing import Any
 from export.tiny_weights import (
     TensorInit,
     checkpoint_writer,
-    config_model_type,
     json_bytes,
     save_weights,
     tiny_size,
     write_files,
 )
 from ttscore.contract import breeze_tts_2 as spec
+from ttscore.runtime.checkpoint_kit import config_model_type
 from ttscore.runtime.families.breeze_tts_2.checkpoint import tensor_shapes
 
 SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>")  # ids 0..3 (Gemma's order: pad 0, eos 1, bos 2, unk 3)

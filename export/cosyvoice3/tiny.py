@@ -260,8 +260,7 @@ def _init(init: TensorInit, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any
         elif name.endswith("llm_decoder.weight"):
             init.normal(name, shape, 2.0 / math.sqrt(shape[1]))
         else:
-            fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
-            init.normal(name, shape, 1.0 / math.sqrt(fan_in))
+            init.fan_in(name, shape)
     return init.tensors
 
 

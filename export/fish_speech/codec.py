@@ -16,15 +16,18 @@ tensors (vLLM-Omni's dac_modules names), weight norm computed from its two tenso
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.blocks import join_state, snake, split_state
+from export.fish_speech.graphs import interleaved_rope
 from ttscore.runtime.families.fish_speech.checkpoint import DAC_HEAD_DIM, CodecDims
 
 Get = Callable[[str], torch.Tensor]
+# conv(child, x): a block's causal conv `child` (its attribute name) on x; DacStream's continues it from its state.
+Conv = Callable[[str, torch.Tensor], torch.Tensor]
 
 
 def _wn(get: Get, name: str) -> torch.Tensor:
@@ -35,10 +38,6 @@ def _wn(get: Get, name: str) -> torch.Tensor:
         g, v = get(f"{name}.weight_g"), get(f"{name}.weight_v")
     norm = v.pow(2).sum(dim=tuple(range(1, v.dim())), keepdim=True).sqrt()
     return g * v / norm
-
-
-def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
 
 
 class CausalConv(nn.Module):
@@ -90,8 +89,9 @@ class Residual(nn.Module):
         self.a2 = Snake(get(f"{p}.block.2.alpha"))
         self.c2 = CausalConv(_wn(get, f"{p}.block.3.conv"), get(f"{p}.block.3.conv.bias"))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.c2(self.a2(self.c1(self.a1(x))))
+    def forward(self, x: torch.Tensor, conv: Conv | None = None) -> torch.Tensor:
+        conv = conv or (lambda child, y: getattr(self, child)(y))
+        return x + conv("c2", self.a2(conv("c1", self.a1(x))))
 
 
 class ConvNeXt(nn.Module):
@@ -110,8 +110,8 @@ class ConvNeXt(nn.Module):
                                           nn.Parameter(get(f"{p}.pwconv2.bias")))
         self.gamma = nn.Parameter(get(f"{p}.gamma"))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.dw(x).permute(0, 2, 1)
+    def forward(self, x: torch.Tensor, conv: Conv | None = None) -> torch.Tensor:
+        y = (conv("dw", x) if conv else self.dw(x)).permute(0, 2, 1)
         y = self.pw2(F.gelu(self.pw1(self.norm(y)))) * self.gamma
         return x + y.permute(0, 2, 1)
 
@@ -148,30 +148,35 @@ class WindowTransformer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.transpose(1, 2)
-        b, t, d = x.shape
-        heads = d // DAC_HEAD_DIM
+        t = x.shape[1]
         fc = torch.as_tensor(self.table)[:t]  # [T, 32, 2]
         cos, sin = fc[..., 0][None, :, None], fc[..., 1][None, :, None]
         i = torch.arange(t)
         allowed = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - self.window)
         bias = torch.where(allowed, torch.tensor(0.0), torch.tensor(float("-inf")))
+        return self.run(x, cos, sin, bias).transpose(1, 2)
 
-        def rope(z: torch.Tensor) -> torch.Tensor:
-            a, c = z[..., 0::2], z[..., 1::2]
-            return torch.stack((a * cos - c * sin, c * cos + a * sin), dim=-1).flatten(-2)
-
+    def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, bias: torch.Tensor,
+            cache: Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None = None
+            ) -> torch.Tensor:
+        """The layers and the final norm on x [B, T, D] (channels last), given the RoPE cos/sin and the additive
+        attention mask; `cache(layer, k, v)` gives the keys and values to attend (a stream's past before them)."""
+        b, t, d = x.shape
+        heads = d // DAC_HEAD_DIM
         ps = list(self.params)
         for li in range(self.layers):
             wqkv, wo, w1, w2, w3, n1, n2, g1, g2 = ps[9 * li:9 * li + 9]
             q, k, v = F.linear(self._rms(x, n1), wqkv).split([d, d, d], dim=-1)
-            q = rope(q.view(b, t, heads, DAC_HEAD_DIM)).transpose(1, 2)
-            k = rope(k.view(b, t, heads, DAC_HEAD_DIM)).transpose(1, 2)
+            q = interleaved_rope(q.view(b, t, heads, DAC_HEAD_DIM), cos, sin).transpose(1, 2)
+            k = interleaved_rope(k.view(b, t, heads, DAC_HEAD_DIM), cos, sin).transpose(1, 2)
             v = v.view(b, t, heads, DAC_HEAD_DIM).transpose(1, 2)
+            if cache is not None:
+                k, v = cache(li, k, v)
             att = (torch.matmul(q, k.transpose(-1, -2)) * DAC_HEAD_DIM ** -0.5 + bias).softmax(-1)
             y = torch.matmul(att, v).transpose(1, 2).reshape(b, t, d)
             h = x + F.linear(y, wo) * g1
             x = h + F.linear(F.silu(F.linear(self._rms(h, n2), w1)) * F.linear(self._rms(h, n2), w3), w2) * g2
-        return self._rms(x, self.norm).transpose(1, 2)
+        return self._rms(x, self.norm)
 
 
 class DacDecoder(nn.Module):
@@ -279,15 +284,6 @@ class DacEncoder(nn.Module):
         return torch.stack(codes, dim=1)
 
 
-def load_codec(checkpoint: Any) -> tuple[dict[str, torch.Tensor], CodecDims]:
-    from pathlib import Path
-
-    from ttscore.runtime.families.fish_speech.checkpoint import codec_dims, load_codec_state
-
-    state = load_codec_state(Path(str(checkpoint)))
-    return state, codec_dims({k: tuple(v.shape) for k, v in state.items()})
-
-
 class DacStream(DacDecoder):
     """The DAC decoder as an exact streaming graph: codes [B, 10, n] (the next n frames) + state [B, S] (zeros
     start an utterance) -> pcm [B, n * samples_per_frame] + new_state. Chunks decoded one after another equal
@@ -314,26 +310,19 @@ class DacStream(DacDecoder):
 
     def forward(self, codes: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[override]
         b = codes.shape[0]
-        parts: dict[str, torch.Tensor] = {}
-        at = 0
-        for name, shape in self.layout:
-            size = int(torch.tensor(shape).prod())
-            parts[name] = state[:, at:at + size].reshape(b, *shape)
-            at += size
+        parts = split_state(state, self.layout, b)
         new: dict[str, torch.Tensor] = {}
         z, new_frames = self._post(self.latent(codes), parts, new)
         new["frames"] = new_frames
         for prefix, seq in (("upsample.", self.upsample), ("decoder.", self.decoder)):
             z = self._run(seq, prefix, z, parts, new)
-        out = torch.cat([new[name].reshape(b, -1) for name, _ in self.layout], dim=1)
-        return z[:, 0], out
+        return z[:, 0], join_state(new, (name for name, _ in self.layout), b)
 
     def _post(self, x: torch.Tensor, parts: dict[str, torch.Tensor], new: dict[str, torch.Tensor]
               ) -> tuple[torch.Tensor, torch.Tensor]:
         p = self.post
         x = x.transpose(1, 2)
-        b, n, d = x.shape
-        heads = d // DAC_HEAD_DIM
+        b, n, _ = x.shape
         w = p.window - 1
         start = parts["frames"][:, 0].to(torch.int64)  # [B]: each row's frames so far
         table = torch.as_tensor(p.table)
@@ -348,25 +337,13 @@ class DacStream(DacDecoder):
         allowed = torch.cat([cache_ok, new_ok], dim=2)[:, None]  # [B, 1, n, w + n]
         bias = torch.where(allowed, torch.tensor(0.0), torch.tensor(float("-inf")))
 
-        def rope(z: torch.Tensor) -> torch.Tensor:
-            a, c = z[..., 0::2], z[..., 1::2]
-            return torch.stack((a * cos - c * sin, c * cos + a * sin), dim=-1).flatten(-2)
-
-        ps = list(p.params)
-        for li in range(p.layers):
-            wqkv, wo, w1, w2, w3, n1, n2, g1, g2 = ps[9 * li:9 * li + 9]
-            q, k, v = F.linear(p._rms(x, n1), wqkv).split([d, d, d], dim=-1)
-            q = rope(q.view(b, n, heads, DAC_HEAD_DIM)).transpose(1, 2)
-            k = rope(k.view(b, n, heads, DAC_HEAD_DIM)).transpose(1, 2)
-            v = v.view(b, n, heads, DAC_HEAD_DIM).transpose(1, 2)
+        def cache(li: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             k_all = torch.cat([parts[f"post.{li}.k"], k], dim=2)
             v_all = torch.cat([parts[f"post.{li}.v"], v], dim=2)
             new[f"post.{li}.k"], new[f"post.{li}.v"] = k_all[:, :, -w:], v_all[:, :, -w:]
-            att = (torch.matmul(q, k_all.transpose(-1, -2)) * DAC_HEAD_DIM ** -0.5 + bias).softmax(-1)
-            y = torch.matmul(att, v_all).transpose(1, 2).reshape(b, n, d)
-            h = x + F.linear(y, wo) * g1
-            x = h + F.linear(F.silu(F.linear(p._rms(h, n2), w1)) * F.linear(p._rms(h, n2), w3), w2) * g2
-        return p._rms(x, p.norm).transpose(1, 2), (start + n).to(torch.float32)[:, None]
+            return k_all, v_all
+
+        return p.run(x, cos, sin, bias, cache).transpose(1, 2), (start + n).to(torch.float32)[:, None]
 
     def _run(self, module: nn.Module, name: str, x: torch.Tensor, parts: dict[str, torch.Tensor],
              new: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -385,15 +362,8 @@ class DacStream(DacDecoder):
             new[name[:-1]] = x[..., -1:]
             y = F.conv_transpose1d(full, module.weight, module.bias, stride=module.stride)
             return y[..., module.stride: module.stride + x.shape[-1] * module.stride]
-        if isinstance(module, Residual):
-            y = module.a1(x)
-            y = self._run(module.c1, name + "c1.", y, parts, new)
-            y = self._run(module.c2, name + "c2.", module.a2(y), parts, new)
-            return x + y
-        if isinstance(module, ConvNeXt):
-            y = self._run(module.dw, name + "dw.", x, parts, new).permute(0, 2, 1)
-            y = module.pw2(F.gelu(module.pw1(module.norm(y)))) * module.gamma
-            return x + y.permute(0, 2, 1)
+        if isinstance(module, Residual | ConvNeXt):
+            return module(x, lambda child, y: self._run(getattr(module, child), f"{name}{child}.", y, parts, new))
         if isinstance(module, nn.Sequential):
             for child_name, child in module.named_children():
                 x = self._run(child, f"{name}{child_name}.", x, parts, new)

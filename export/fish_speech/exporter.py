@@ -11,35 +11,36 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from export.decoder_step import export_decoder_step
-from export.quantize import compare_outputs, quantize_graph, random_step_feeds
+from export.quantize import compare_outputs, fp32_int8_int4, quantize_graph, random_step_feeds
 from export.stages import StageRunner, copy_files, json_configs, model_size, save_tables
 from export.tracing import (
     ErrorTracker,
     empty_past,
     export_bound,
+    export_code_stream,
     export_inline,
     ort_run,
     ort_session,
     random_codes,
-    run_in_chunks,
     torch_threads,
     with_past,
 )
 from export.weights import CheckpointTensors
 from ttscore.contract import fish_speech as spec
-from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
 from ttscore.runtime.families.fish_speech.checkpoint import (
     CONFIG,
     TOKENIZER,
     FishInfo,
     read_checkpoint,
+    read_codec,
 )
 
 TOLERANCE = 1e-4  # max abs error of the graphs' float outputs vs the torch modules (tiny: ~1e-6)
@@ -95,7 +96,7 @@ def _codec_stage(src: Path, info: FishInfo, out: Path
     alone. dac_encode: codes exactly."""
     import torch
 
-    from export.fish_speech.codec import DacDecoder, DacEncoder, DacStream, load_codec
+    from export.fish_speech.codec import DacDecoder, DacEncoder, DacStream
 
     d = info.codec
     rng = np.random.default_rng(5)
@@ -105,27 +106,17 @@ def _codec_stage(src: Path, info: FishInfo, out: Path
     spf = d.samples_per_frame
     audio = [(0.3 * np.sin(np.arange(4 * spf) * f)[None]).astype(np.float32) for f in (0.02, 0.11)]
     enc_cases = [np.concatenate(audio), audio[0][:, :spf]]
-    state, _ = load_codec(src)
+    state, _ = read_codec(src)
     espec = spec.dac_encode_spec()
     with torch_threads(), torch.inference_mode():
-        dec = DacDecoder(state, d).eval()
-        dwant = [dec(torch.from_numpy(c)).numpy() for c in dec_cases]
-        del dec
-        stream = DacStream(state, d).eval()
-        size = stream.state_size
-        layout = [[name, list(shape)] for name, shape in stream.layout]
-        dspec = spec.dac_stream_spec(size)
-        dpath = export_inline(stream, (torch.from_numpy(dec_cases[0][:, :, :3]), torch.zeros(2, size)), dspec, out)
-        del stream
         enc = DacEncoder(state, d).eval()
         ewant = [enc(torch.from_numpy(a)).numpy() for a in enc_cases]
         epath = export_inline(enc, (torch.from_numpy(enc_cases[0][:, :2 * spf]),), espec, out)
         del enc
+    ds = export_code_stream(partial(DacDecoder, state, d), partial(DacStream, state, d), spec.dac_stream_spec,
+                            dec_cases, ((1, 3, 4, 122, 10), (1,)), out)
     del state
-    sess = ort_session(dpath)
-    tr = ErrorTracker()
-    for c, w, chunks in zip(dec_cases, dwant, ((1, 3, 4, 122, 10), (1,)), strict=True):
-        tr.add("pcm", run_in_chunks(sess, c, size, chunks), w, f"chunks {'+'.join(map(str, chunks))} vs whole")
+    sess, tr, size, dwant = ds.session, ds.tracker, ds.state_size, ds.want
     # rows at different frame counts in one call: row 0 fresh, row 1 after 130 frames
     st = np.zeros((2, size), np.float32)
     _, st1 = ort_run(sess, {"codes": dec_cases[0][1:, :, :130], "state": st[1:]})
@@ -133,14 +124,14 @@ def _codec_stage(src: Path, info: FishInfo, out: Path
     mixed, _ = ort_run(sess, {"codes": np.stack([dec_cases[0][0, :, :10], dec_cases[0][1, :, 130:140]]), "state": st})
     tr.add("pcm", mixed[0], dwant[0][0, :10 * spf], "ragged rows: row 0 from frame 0")
     tr.add("pcm", mixed[1], dwant[0][1, 130 * spf:140 * spf], "ragged rows: row 1 from frame 130")
-    reports = {dspec.name: tr.finish(dspec.name, dpath, {"pcm": AUDIO_TOLERANCE})}
+    reports = {ds.spec.name: tr.finish(ds.spec.name, ds.path, {"pcm": AUDIO_TOLERANCE})}
     sess = ort_session(epath)
     tr = ErrorTracker()
     for a, w in zip(enc_cases, ewant, strict=True):
         tr.add("codes", ort_run(sess, {"audio": a})[0].astype(np.float64), w.astype(np.float64),
                f"{a.shape[0]} x {a.shape[1]} samples")
     reports[espec.name] = tr.finish(espec.name, epath, {"codes": CODE_TOLERANCE})
-    return reports, dspec, size, layout
+    return reports, ds.spec, size, ds.layout
 
 
 # `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.quantize.quantize_graph),
@@ -186,8 +177,7 @@ def export_fish(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
     """Every graph into `tmp`, one stage at a time; returns the manifest."""
     import torch
 
-    if precision not in ("fp32", "int8", "int4"):
-        raise InvalidRequest(f"{spec.DISPLAY} exports fp32, int8 or int4 (got --precision {precision})", "precision")
+    fp32_int8_int4(spec.DISPLAY, precision)
     src = Path(src)
     info = read_checkpoint(src)
     cfg = info.config

@@ -14,21 +14,15 @@ Sampling and the embedding sums run in numpy (ttscore.runtime.families.fish_spee
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TypeVar, cast
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from export.blocks import RMSNorm
+from export.blocks import Block, RMSNorm, cat_past, past_causal_bias
 from ttscore.contract import fish_speech as spec
 from ttscore.runtime.families.fish_speech.checkpoint import FishConfig, Transformer
-
-if TYPE_CHECKING:
-    from ttscore.runtime.families.fish_speech.generate import Tables
 
 NEG = -1e9
 
@@ -48,31 +42,6 @@ class Attention(nn.Module):
         self.t = t
 
 
-class FeedForward(nn.Module):
-    def __init__(self, t: Transformer) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(t.dim, t.intermediate_size, bias=False)
-        self.w2 = nn.Linear(t.intermediate_size, t.dim, bias=False)
-        self.w3 = nn.Linear(t.dim, t.intermediate_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
-class Layer(nn.Module):
-    attention: Attention
-    feed_forward: FeedForward
-    attention_norm: RMSNorm
-    ffn_norm: RMSNorm
-
-    def __init__(self, t: Transformer) -> None:
-        super().__init__()
-        self.attention = Attention(t)
-        self.feed_forward = FeedForward(t)
-        self.attention_norm = RMSNorm(t.dim, t.norm_eps)
-        self.ffn_norm = RMSNorm(t.dim, t.norm_eps)
-
-
 def rope_table(head_dim: int, positions: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [positions, head_dim / 2] as vLLM's RotaryEmbedding computes its cache, rounded to bf16."""
     inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
@@ -80,8 +49,9 @@ def rope_table(head_dim: int, positions: int, base: float) -> tuple[torch.Tensor
     return freqs.cos().to(torch.bfloat16).float(), freqs.sin().to(torch.bfloat16).float()
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """GPT-J interleaved rotation: x [B, H, T, hd], cos/sin [B, 1, T, hd/2]."""
+def interleaved_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """GPT-J interleaved rotation of the last axis (pairs (2i, 2i+1) by angle i): x [..., hd], cos/sin
+    broadcasting to [..., hd/2] (the language models' [B, 1, T, hd/2]; the codec's, before the heads' transpose)."""
     a, b = x[..., 0::2], x[..., 1::2]
     return torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
 
@@ -94,7 +64,8 @@ class Stack(nn.Module):
 
     def __init__(self, t: Transformer, positions: int) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(Layer(t) for _ in range(t.n_layer))
+        self.layers = nn.ModuleList(Block(t.dim, t.intermediate_size, t.norm_eps, Attention(t))
+                                    for _ in range(t.n_layer))
         self.t = t
         cos, sin = rope_table(t.head_dim, positions, t.rope_base)
         self.register_buffer("cos", cos, persistent=False)
@@ -104,15 +75,11 @@ class Stack(nn.Module):
             past: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, list[torch.Tensor]]:
         t = self.t
         b, n, _ = x.shape
-        total = attention_mask.shape[1]
         cos, sin = self.cos[position_ids][:, None], self.sin[position_ids][:, None]  # [B, 1, T, hd/2]
-        key_pos = torch.arange(total)[None, :]
-        query_pos = (total - n + torch.arange(n))[:, None]
-        allowed = (attention_mask[:, None, None, :] > 0) & (key_pos <= query_pos)[None, None]
-        bias = torch.where(allowed, torch.tensor(0.0), torch.tensor(NEG))
+        bias = past_causal_bias(attention_mask, n, NEG)
         rep = t.n_head // t.n_local_heads
         new: list[torch.Tensor] = []
-        for i, layer in enumerate(cast("list[Layer]", list(self.layers))):
+        for i, layer in enumerate(cast("list[Block[Attention]]", list(self.layers))):
             att = layer.attention
             qkv = att.wqkv(layer.attention_norm(x))
             q, k, v = qkv.split([t.n_head * t.head_dim, t.n_local_heads * t.head_dim, t.n_local_heads * t.head_dim],
@@ -121,14 +88,11 @@ class Stack(nn.Module):
             k = k.view(b, n, t.n_local_heads, t.head_dim)
             if t.qk_norm:
                 q, k = att.q_norm(q), att.k_norm(k)
-            q = _rope(q.transpose(1, 2), cos, sin)
-            k = _rope(k.transpose(1, 2), cos, sin)
+            q = interleaved_rope(q.transpose(1, 2), cos, sin)
+            k = interleaved_rope(k.transpose(1, 2), cos, sin)
             v = v.view(b, n, t.n_local_heads, t.head_dim).transpose(1, 2)
             new += [k, v]
-            k_all = torch.cat([past[2 * i], k], dim=2)
-            v_all = torch.cat([past[2 * i + 1], v], dim=2)
-            if rep > 1:
-                k_all, v_all = k_all.repeat_interleave(rep, dim=1), v_all.repeat_interleave(rep, dim=1)
+            k_all, v_all = cat_past(past, i, k, v, rep)
             scores = torch.matmul(q, k_all.transpose(-1, -2)) * (t.head_dim ** -0.5) + bias
             out = torch.matmul(scores.softmax(-1), v_all).transpose(1, 2).reshape(b, n, t.n_head * t.head_dim)
             h = x + att.wo(out)
@@ -226,60 +190,3 @@ def load(module: M, checkpoint: object) -> M:
         raise KeyError(f"not loaded: {unexpected[:8]} {result.unexpected_keys[:8]}")
     module.eval()
     return module
-
-
-def scale() -> float:
-    """The next input's divisor: sqrt(num_codebooks + 1) (vLLM-Omni's talker_mtp)."""
-    return math.sqrt(spec.NUM_CODEBOOKS + 1)
-
-
-def tables(checkpoint: object) -> Tables:
-    """The numpy tables of the frame loop, from model.safetensors (float32)."""
-    from pathlib import Path
-
-    from safetensors import safe_open
-
-    from ttscore.runtime.families.fish_speech.checkpoint import WEIGHTS, read_config
-    from ttscore.runtime.families.fish_speech.generate import Tables
-
-    cfg = read_config(Path(str(checkpoint)))
-    with safe_open(str(Path(str(checkpoint)) / WEIGHTS), framework="pt") as f:
-        def get(name: str) -> np.ndarray:
-            return f.get_tensor(name).to(torch.float32).numpy()
-
-        project = ((get("audio_decoder.fast_project_in.weight"), get("audio_decoder.fast_project_in.bias"))
-                   if cfg.project_in else None)
-        return Tables(embeddings=get("text_model.model.embeddings.weight"),
-                      codebook_embeddings=get("audio_decoder.codebook_embeddings.weight"),
-                      fast_embeddings=get("audio_decoder.embeddings.weight"), project_in=project,
-                      semantic_start=cfg.semantic_start, codebook_size=cfg.codebook_size,
-                      num_codebooks=cfg.num_codebooks)
-
-
-def torch_steps(cfg: FishConfig, slow: SlowStep, fast: FastStep) -> tuple[Any, Any]:
-    """The frame loop's step functions over the torch modules (ttscore.runtime.families.fish_speech.generate)."""
-    s, f = cfg.slow, cfg.fast
-
-    def run(module: nn.Module, t: Transformer, x: np.ndarray, pos: int, past: Any, mask: bool) -> Any:
-        if past is None:
-            past = [torch.zeros(1, t.n_local_heads, 0, t.head_dim) for _ in range(2 * t.n_layer)]
-        n = x.shape[1]
-        args: list[torch.Tensor] = [torch.from_numpy(x)]
-        if mask:
-            args.append(torch.ones(1, pos + n, dtype=torch.int64))
-        args.append(torch.arange(pos, pos + n)[None])
-        with torch.inference_mode():
-            out = module(*args, *past)
-        k = 2 if mask else 1
-        new = [torch.cat([p, q], dim=2) for p, q in zip(past, out[k:], strict=True)]
-        return [o.numpy() for o in out[:k]], new
-
-    def slow_fn(x: np.ndarray, pos: int, past: Any) -> Any:
-        (h, logits), new = run(slow, s, x, pos, past, True)
-        return h[0], logits[0], new
-
-    def fast_fn(x: np.ndarray, pos: int, past: Any) -> Any:
-        (logits,), new = run(fast, f, x, pos, past, False)
-        return logits[0], new
-
-    return slow_fn, fast_fn

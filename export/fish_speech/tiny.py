@@ -17,12 +17,13 @@ this file's choice. Filler entries keep the BPE vocabulary at 151643 ids, so the
 from __future__ import annotations
 
 import json
-import math
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from export.tiny_weights import (
+    CHAT_LM_ADDED,
+    CHAT_LM_SPLIT,
     TensorInit,
     byte_level_bpe,
     checkpoint_writer,
@@ -45,16 +46,8 @@ from ttscore.runtime.families.fish_speech.checkpoint import (
 )
 
 TEXT_VOCAB = 151643  # the BPE's ids (Qwen3's), before the special tokens
-QWEN_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-                 "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-                 "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>", "</tool_call>",
-                 "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>",
-                 "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>")
 FISH_SPECIALS = ("<|phoneme_start|>", "<|phoneme_end|>", "<|text|>", spec.VOICE, "<|interleave|>", spec.AUDIO_START,
                  spec.AUDIO_END, "<|pad|>", "<|audio_pad|>")
-# Qwen2/Qwen3's pre-tokenizer split (their tokenizer.json's Split pattern, then byte-level without its own regex).
-QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-                r"|\s+(?!\S)|\s+")
 _CORPUS = ("Hello, this is Fish Speech. The quick brown fox jumps over the lazy dog. Good morning, how are you "
            "today? system user assistant convert the provided text to speech reference to the following: Text "
            "Speech numbers one two three.")
@@ -86,7 +79,7 @@ def codec_dims(size: str = "tiny") -> CodecDims:
 
 
 def special_tokens() -> dict[str, int]:
-    ids = {t: TEXT_VOCAB + i for i, t in enumerate(QWEN_SPECIALS)}
+    ids = {t: TEXT_VOCAB + i for i, t in enumerate(CHAT_LM_ADDED)}
     ids.update({t: 151669 + i for i, t in enumerate(FISH_SPECIALS)})
     ids.update({f"<|semantic:{i}|>": 151678 + i for i in range(4096)})
     return ids
@@ -99,7 +92,7 @@ def tokenizer_json() -> str:
     from tokenizers import Regex, pre_tokenizers
 
     tok = byte_level_bpe([_CORPUS], pre_tokenizer=pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(CHAT_LM_SPLIT), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]))
     data = json.loads(tok.to_str())
     vocab = data["model"]["vocab"]
@@ -125,7 +118,7 @@ def model_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
         elif "embeddings" in name:
             init.normal(name, shape, 0.5)
         else:
-            init.normal(name, shape, 1.0 / math.sqrt(shape[1] if len(shape) > 1 else shape[0]))
+            init.fan_in(name, shape)
     return init.tensors
 
 
@@ -147,8 +140,7 @@ def codec_weights(dims: CodecDims, seed: int) -> dict[str, Any]:
         elif name.endswith("bias"):
             init.normal(name, shape, 0.02)
         else:
-            fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
-            init.normal(name, shape, 1.0 / math.sqrt(fan_in))
+            init.fan_in(name, shape)
     return init.tensors
 
 

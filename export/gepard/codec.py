@@ -28,13 +28,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from export.blocks import join_state, snake, split_state
 from ttscore.contract.errors import CheckpointError
 
 CONFIG_MEMBER = "model_config.yaml"
 WEIGHTS_MEMBER = "model_weights.ckpt"
 DECODER_TARGET = "nemo.collections.tts.modules.audio_codec_modules.CausalHiFiGANDecoder"
 QUANTIZER_TARGET = "nemo.collections.tts.modules.audio_codec_modules.GroupFiniteScalarQuantizer"
-EPS = 1e-9  # NeMo's snake
 
 
 class Snake(nn.Module):
@@ -43,7 +43,7 @@ class Snake(nn.Module):
         self.alpha = nn.Parameter(torch.ones(1, channels, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + (self.alpha + EPS).reciprocal() * torch.sin(self.alpha * x).pow(2)
+        return snake(x, self.alpha)
 
 
 class HalfSnake(nn.Module):
@@ -249,11 +249,7 @@ class Streaming(nn.Module):
     def forward(self, codes: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dec = self.codec.audio_decoder
         b = codes.shape[0]
-        slices: dict[str, torch.Tensor] = {}
-        at = 0
-        for name, c, n in self.layout:
-            slices[name] = state[:, at:at + c * n].reshape(b, c, n)
-            at += c * n
+        slices = split_state(state, ((name, (c, n)) for name, c, n in self.layout), b)
         new: dict[str, torch.Tensor] = {}
         names = {id(m): n for n, m in dec.named_modules()}
 
@@ -287,8 +283,7 @@ class Streaming(nn.Module):
                 outs.append(h)
             x = cast(torch.Tensor, sum(outs)) / len(outs)
         y = dec.output(conv(dec.post_conv, dec.post_activation(x)))[:, 0]
-        flat = torch.cat([new[name].reshape(b, -1) for name, _, _ in self.layout], dim=1)
-        return y, flat
+        return y, join_state(new, (name for name, _, _ in self.layout), b)
 
 
 # --- the .nemo archive ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import numpy as np
 
 from export.decoder_step import export_decoder_step
 from export.moss_tts_nano import lm
-from export.quantize import compare_outputs, quantize_graph, random_step_feeds
+from export.quantize import compare_outputs, fp32_int8_int4, quantize_graph, random_step_feeds
 from export.stages import StageRunner, copy_files, json_configs, model_size, save_table
 from export.tracing import (
     ErrorTracker,
@@ -30,7 +30,6 @@ from export.tracing import (
     torch_threads,
     with_past,
 )
-from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.graphs import GraphSpec
 from ttscore.contract.moss_tts_nano import graphs as spec
 from ttscore.runtime.families.moss_tts_nano.checkpoint import CONFIG, TOKENIZER, MossConfig, read_checkpoint
@@ -192,8 +191,7 @@ def export_moss(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
 
     from export.moss_tts_nano.codec import export_codec
 
-    if precision not in ("fp32", "int8", "int4"):
-        raise InvalidRequest(f"{DISPLAY} exports fp32, int8 or int4 (got --precision {precision})", "precision")
+    fp32_int8_int4(DISPLAY, precision)
     src = Path(src)
     c = read_checkpoint(src)
     torch.manual_seed(0)

@@ -31,7 +31,6 @@ import numpy as np
 from export.tiny_weights import (
     TensorInit,
     checkpoint_writer,
-    config_model_type,
     json_bytes,
     learn_bpe_merges,
     save_weights,
@@ -40,6 +39,7 @@ from export.tiny_weights import (
     write_files,
 )
 from ttscore.contract.moss_tts_nano import graphs as spec
+from ttscore.runtime.checkpoint_kit import config_model_type
 from ttscore.runtime.families.moss_tts_nano.checkpoint import (
     CODEC_DIR,
     CONFIG,

@@ -25,7 +25,6 @@ from export.tiny_weights import (
     TensorInit,
     byte_level_bpe,
     checkpoint_writer,
-    config_model_type,
     conv_fan_in,
     json_bytes,
     module_tensors,
@@ -34,6 +33,7 @@ from export.tiny_weights import (
     write_files,
 )
 from ttscore.contract import omnivoice as contract
+from ttscore.runtime.checkpoint_kit import config_model_type
 
 TEXT_VOCAB = 1200  # the text vocabulary must cover the audio ids (text embeddings are looked up everywhere)
 REAL_TEXT_VOCAB = 151676  # Qwen3's 151669 ids + the 7 prompt tokens

@@ -60,10 +60,12 @@ from pathlib import Path
 from typing import Any
 
 from export.tiny_weights import (
+    CHAT_LM_ADDED,
+    CHAT_LM_SPECIAL,
+    CHAT_LM_SPLIT,
     TensorInit,
     check_complete,
     checkpoint_writer,
-    config_model_type,
     conv_fan_in,
     json_bytes,
     learn_bpe_merges,
@@ -71,6 +73,7 @@ from export.tiny_weights import (
     save_weights,
     write_files,
 )
+from ttscore.runtime.checkpoint_kit import config_model_type
 
 logger = logging.getLogger(__name__)
 
@@ -482,41 +485,11 @@ ROOT_PREPROCESSOR = {"processor_class": "Qwen3TTSProcessor"}
 
 
 # ---- text tokenizer -------------------------------------------------------------------------------
-# Qwen2's pre-tokenizer split (the regex of Qwen2TokenizerFast), used to train the tiny BPE. The
-# reference ends up with a different one at run time (module notes, fix_mistral_regex).
-_QWEN2_SPLIT = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
-
-# Added tokens of the Qwen3 / Qwen3-TTS text tokenizer: (id, content, special).
+# The tiny BPE is trained over Qwen2's pre-tokenizer split (CHAT_LM_SPLIT, the regex of Qwen2TokenizerFast).
+# The reference ends up with a different one at run time (module notes, fix_mistral_regex).
+# Added tokens of the Qwen3 / Qwen3-TTS text tokenizer: (id, content, special): Qwen3's, then Qwen3-TTS's.
 ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = (
-    (151643, "<|endoftext|>", True),
-    (151644, "<|im_start|>", True),
-    (151645, "<|im_end|>", True),
-    (151646, "<|object_ref_start|>", True),
-    (151647, "<|object_ref_end|>", True),
-    (151648, "<|box_start|>", True),
-    (151649, "<|box_end|>", True),
-    (151650, "<|quad_start|>", True),
-    (151651, "<|quad_end|>", True),
-    (151652, "<|vision_start|>", True),
-    (151653, "<|vision_end|>", True),
-    (151654, "<|vision_pad|>", True),
-    (151655, "<|image_pad|>", True),
-    (151656, "<|video_pad|>", True),
-    (151657, "<tool_call>", False),
-    (151658, "</tool_call>", False),
-    (151659, "<|fim_prefix|>", False),
-    (151660, "<|fim_middle|>", False),
-    (151661, "<|fim_suffix|>", False),
-    (151662, "<|fim_pad|>", False),
-    (151663, "<|repo_name|>", False),
-    (151664, "<|file_sep|>", False),
-    (151665, "<tool_response>", False),
-    (151666, "</tool_response>", False),
-    (151667, "<think>", False),
-    (151668, "</think>", False),
+    *((151643 + i, t, i < CHAT_LM_SPECIAL) for i, t in enumerate(CHAT_LM_ADDED)),
     (151669, "<|audio_start|>", True),
     (151670, "<|audio_end|>", True),
     (151671, "<tts_pad>", True),
@@ -592,7 +565,7 @@ def _learn_merges() -> tuple[tuple[str, str], ...]:
     import regex
 
     counts: Counter[str] = Counter()
-    for piece in regex.findall(_QWEN2_SPLIT, _CORPUS.strip()):
+    for piece in regex.findall(CHAT_LM_SPLIT, _CORPUS.strip()):
         counts[_byte_encode(piece)] += 1
     for piece, n in _CORPUS_BOOST.items():
         counts[_byte_encode(piece)] += n

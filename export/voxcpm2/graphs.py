@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.blocks import rotate_half
+from export.blocks import rotate_half, snake
 
 NEG = torch.finfo(torch.float32).min  # masked logits (a fully masked padding row stays finite)
 
@@ -193,10 +193,6 @@ def _bias(conv: Any) -> torch.Tensor | None:
     return None if conv.bias is None else conv.bias.detach()
 
 
-def _snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    return x + (alpha + 1e-9).reciprocal() * torch.sin(alpha * x).pow(2)
-
-
 class VaeEncoder(nn.Module):
     """16 kHz audio [B, S] -> latent means [B, D, S / hop] (the reference's `encode` after padding)."""
 
@@ -248,7 +244,7 @@ def _run(ops: list[tuple[str, Any]], x: torch.Tensor, state: list[torch.Tensor] 
         elif kind == "residual_end":
             x = stack.pop() + x
         elif kind == "snake":
-            x = _snake(x, payload)
+            x = snake(x, payload)
         elif kind == "tanh":
             x = torch.tanh(x)
         elif kind == "conv":

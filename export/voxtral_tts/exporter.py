@@ -23,10 +23,8 @@ from export.stages import StageRunner, copy_files, json_configs, model_size, sav
 from export.tracing import (
     ErrorTracker,
     export_checked,
-    export_inline,
-    ort_session,
+    export_code_stream,
     random_codes,
-    run_in_chunks,
     torch_threads,
 )
 from export.weights import CheckpointTensors
@@ -82,29 +80,16 @@ def _velocity_stage(src: Path, info: VoxtralInfo, gspec: GraphSpec, out: Path) -
 def _codec_stage(src: Path, info: VoxtralInfo, out: Path) -> tuple[dict[str, Any], GraphSpec, int, list[Any]]:
     """codec_stream: chunks of 1, 3, 4 and 22 frames through the graph with its state == the torch
     whole decode of the 30 frames (past every attention window), two rows at once; and 1 frame alone."""
-    import torch
-
     from export.voxtral_tts.graphs import CodecDecoder, CodecStream, load
 
     rng = np.random.default_rng(5)
 
     books = ((info.semantic_codebook_size, 1), (info.acoustic_codebook_size, info.n_acoustic_codebook))
     cases = [random_codes(rng, 2, 30, books), random_codes(rng, 1, 1, books)]
-    with torch_threads(), torch.inference_mode():
-        whole = load(CodecDecoder(info), src)
-        want = [whole(torch.from_numpy(c)).numpy() for c in cases]
-        del whole
-        stream = load(CodecStream(info), src)
-        size = stream.state_size
-        layout = [[name, list(shape)] for name, shape in stream.layout]
-        gspec = spec.codec_stream_spec(1 + info.n_acoustic_codebook, size)
-        path = export_inline(stream, (torch.from_numpy(cases[0][:, :, :3]), torch.zeros(2, size)), gspec, out)
-        del stream
-    sess = ort_session(path)
-    tr = ErrorTracker()
-    for c, w, chunks in zip(cases, want, ((1, 3, 4, 22), (1,)), strict=True):
-        tr.add("pcm", run_in_chunks(sess, c, size, chunks), w, f"chunks {'+'.join(map(str, chunks))} vs whole")
-    return tr.finish(gspec.name, path, {"pcm": TOLERANCE}), gspec, size, layout
+    cs = export_code_stream(lambda: load(CodecDecoder(info), src), lambda: load(CodecStream(info), src),
+                            lambda size: spec.codec_stream_spec(1 + info.n_acoustic_codebook, size), cases,
+                            ((1, 3, 4, 22), (1,)), out)
+    return cs.tracker.finish(cs.spec.name, cs.path, {"pcm": TOLERANCE}), cs.spec, cs.state_size, cs.layout
 
 
 def _tables(src: Path, info: VoxtralInfo, out: Path) -> dict[str, Any]:

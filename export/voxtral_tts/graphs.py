@@ -29,23 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.blocks import RMSNorm, cat_past, default_inv_freq
+from export.blocks import Block, RMSNorm, cat_past, default_inv_freq, past_causal_bias
 from ttscore.contract import voxtral_tts as spec
 from ttscore.runtime.families.voxtral_tts.checkpoint import VoxtralInfo, codec_blocks
 
 NEG = -1e9  # additive mask value (finite: a fully padded row stays finite)
 
-
-
-class FeedForward(nn.Module):
-    def __init__(self, dim: int, hidden: int, bias: bool = False) -> None:
-        super().__init__()
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=bias)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
 class Projections(nn.Module):
@@ -81,26 +70,6 @@ class Projections(nn.Module):
         out = torch.matmul(scores.softmax(-1), v)
         b, _, t, _ = out.shape
         return self.wo(out.transpose(1, 2).reshape(b, t, self.heads * self.head_dim))
-
-
-class Block(nn.Module):
-    attention: Projections
-    feed_forward: FeedForward
-    attention_norm: RMSNorm
-    ffn_norm: RMSNorm
-    attention_scale: nn.Parameter
-    ffn_scale: nn.Parameter
-
-    def __init__(self, dim: int, hidden: int, eps: float, attention: Projections, bias: bool = False,
-                 layer_scale: bool = False) -> None:
-        super().__init__()
-        self.attention = attention
-        self.feed_forward = FeedForward(dim, hidden, bias)
-        self.attention_norm = RMSNorm(dim, eps)
-        self.ffn_norm = RMSNorm(dim, eps)
-        if layer_scale:
-            self.attention_scale = nn.Parameter(torch.ones(dim))
-            self.ffn_scale = nn.Parameter(torch.ones(dim))
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -139,16 +108,11 @@ class LMStep(nn.Module):
                 *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
         x = inputs_embeds
         t = x.shape[1]
-        total = attention_mask.shape[1]
         angles = position_ids.float()[:, None, :, None] * self.inv_freq  # [B, 1, T, hd/2]
         cos, sin = angles.cos(), angles.sin()
-        # Key j is visible to new position i when it is a valid slot and not after i.
-        key_pos = torch.arange(total)[None, :]
-        query_pos = (total - t + torch.arange(t))[:, None]
-        allowed = (attention_mask[:, None, None, :] > 0) & (key_pos <= query_pos)[None, None]
-        bias = torch.where(allowed, torch.tensor(0.0), torch.tensor(NEG))
+        bias = past_causal_bias(attention_mask, t, NEG)
         new: list[torch.Tensor] = []
-        for i, layer in enumerate(cast("list[Block]", list(self.layers))):
+        for i, layer in enumerate(cast("list[Block[Projections]]", list(self.layers))):
             att = layer.attention
             q, k, v = att.qkv(layer.attention_norm(x))
             q, k = _rope(q, cos, sin), _rope(k, cos, sin)
@@ -204,7 +168,7 @@ class Velocity(nn.Module):
         llm = m.llm_projection(torch.cat([hidden, torch.zeros_like(hidden)], dim=0))
         xx = torch.cat([x, x], dim=0)
         h = torch.stack([m.input_projection(xx), torch.cat([t_proj, t_proj], dim=0), llm], dim=1)  # [2B, 3, D]
-        for layer in cast("list[Block]", list(m.layers)):
+        for layer in cast("list[Block[Projections]]", list(m.layers)):
             att = layer.attention
             q, k, v = att.qkv(layer.attention_norm(h))
             h = h + att.attend(q, k, v, None)
@@ -249,7 +213,8 @@ class CodecTransformer(nn.Module):
                   Projections(c.dim, c.n_heads, c.n_kv_heads, c.head_dim, False, c.qk_norm_eps), c.use_biases,
                   c.layer_scale)
             for _ in range(n_layers))
-        for layer in cast("list[Block]", list(self.layers)):  # in the codec only wo and w2 carry the bias flag
+        # in the codec only wo and w2 carry the bias flag
+        for layer in cast("list[Block[Projections]]", list(self.layers)):
             if c.use_biases:
                 layer.attention.wo = nn.Linear(c.n_heads * c.head_dim, c.dim, bias=True)
         self.window = window
@@ -261,7 +226,7 @@ class CodecTransformer(nn.Module):
         rel = pos[None, :] - pos[:, None]  # j - i
         bias = self.slopes[:, None, None] * rel[None].float()
         bias = torch.where(((rel > 0) | (rel < -self.window))[None], torch.tensor(float("-inf")), bias)[None]
-        for layer in cast("list[Block]", list(self.layers)):
+        for layer in cast("list[Block[Projections]]", list(self.layers)):
             att = layer.attention
             q, k, v = att.qkv(layer.attention_norm(x))
             r = att.attend(q, k, v, bias)
@@ -450,7 +415,7 @@ class CodecStream(CodecDecoder):
         stale = kk[None, :] < (w - processed)[:, None]  # [B, W + L]: cache slots never filled
         masked = (rel > 0)[None, None] | (rel < -w)[None, None] | stale[:, None, None, :]
         bias = torch.where(masked, torch.tensor(float("-inf")), alibi)
-        for li, layer in enumerate(cast("list[Block]", list(block.layers))):
+        for li, layer in enumerate(cast("list[Block[Projections]]", list(block.layers))):
             att = layer.attention
             q, k, v = att.qkv(layer.attention_norm(h))
             k_all = torch.cat([pieces[f"attn{j}.{li}.k"], k], dim=2)

@@ -128,8 +128,7 @@ def weights(cfg: dict[str, Any], seed: int, dtype: Any) -> dict[str, Any]:
         elif name.endswith("acoustic_codebook_output.weight"):  # velocities of order 0.3: few codes clamp
             init.normal(name, shape, 0.3 / math.sqrt(shape[1]))
         else:
-            fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
-            init.normal(name, shape, 1.0 / math.sqrt(fan_in))
+            init.fan_in(name, shape)
     return init.tensors
 
 

@@ -58,8 +58,5 @@ class FishSpeechAdapter(BaseAdapter):
         return self.new_plan(f, ckpt, text, deployment, ref_audio=ref.ref_audio, ref_text=ref.ref_text,
                              stored_voice=ref.stored)
 
-    # --- voices ---------------------------------------------------------------------------------------
-
-
 
 ADAPTER = FishSpeechAdapter()

@@ -38,6 +38,7 @@ def test_int8_export_is_measured_against_fp32(fish_tiny: Path, tmp_path: Path) -
     """--precision int8: slow_step, fast_step (and dac_stream while its SNR holds) quantized, each with its
     measurement against the fp32 graph; dac_encode stays fp32; the export still synthesizes."""
     import numpy as np
+    from fish_speech_loop import synthesize
 
     from export.exporter import export_checkpoint
     from ttscore.runtime.families.fish_speech.artifacts import FishArtifacts
@@ -53,6 +54,6 @@ def test_int8_export_is_measured_against_fp32(fish_tiny: Path, tmp_path: Path) -
     assert "snr_db" in stream["vs_fp32"] and (stream["quantized"] is not None) == (stream["vs_fp32"]["snr_db"] >= 30)
     assert "quantized" not in raw["graphs"]["dac_encode"]["validation"]
     art = FishArtifacts(out)
-    result, _ = art.synthesize("Quantized speech.", max_new_tokens=4, seed=1)
+    result, _ = synthesize(art, "Quantized speech.", max_new_tokens=4, seed=1)
     audio = art.decode(result.codes)
     assert audio.shape == (2048 * len(result.codes),) and np.isfinite(audio).all()

@@ -32,6 +32,8 @@ def test_foreign_reads_unlike_tiny(fish_foreign: Path) -> None:
 
 
 def test_foreign_export_matches_reference(fish_foreign: Path, fish_foreign_artifacts: Path) -> None:
+    from fish_speech_loop import synthesize
+
     from ttscore.runtime.families.fish_speech.artifacts import FishArtifacts
 
     art = FishArtifacts(fish_foreign_artifacts)
@@ -42,8 +44,8 @@ def test_foreign_export_matches_reference(fish_foreign: Path, fish_foreign_artif
     ref, inputs = reference_with_our_noise(fish_foreign, reqs, clip)
     frames = 0
     for i, r in enumerate(reqs):
-        got, ref_codes = art.synthesize(r["text"], max_new_tokens=r["max_new_tokens"], seed=r["seed"],
-                                        ref_audio=inputs.get(f"ref_audio_{i}"), ref_text=r.get("ref_text"))
+        got, ref_codes = synthesize(art, r["text"], max_new_tokens=r["max_new_tokens"], seed=r["seed"],
+                                    ref_audio=inputs.get(f"ref_audio_{i}"), ref_text=r.get("ref_text"))
         np.testing.assert_array_equal(np.array(art.prompt.clone(r["text"], r["ref_text"], list(
             ref_codes[:, 0] + 151678))[0] if ref_codes is not None else art.prompt.text_only(r["text"])),
             ref[f"prompt_ids_{i}"])

@@ -1,5 +1,5 @@
-"""Fish Speech's own torch modules (export/fish_speech/graphs.py) and numpy frame loop
-(ttscore.runtime.families.fish_speech) against the vLLM-Omni 0.30.0 reference on the tiny checkpoint, the
+"""Fish Speech's own torch modules (export/fish_speech/graphs.py) in the frame loop (tests/fish_speech_loop.py)
+against the vLLM-Omni 0.30.0 reference on the tiny checkpoint, the
 reference's sampling noise fed to both: the same prompt ids, the same codes exactly, the Slow AR hidden states
 within float error; text-only and cloned (the reference's DAC codes of the clip in the prompt)."""
 
@@ -25,9 +25,11 @@ def _requests() -> list[dict]:
 
 
 def test_frame_loop_matches_reference(fish_tiny: Path) -> None:
-    from export.fish_speech.graphs import FastStep, SlowStep, load, tables, torch_steps
+    from fish_speech_loop import Knobs, generate, tables, torch_steps
+
+    from export.fish_speech.graphs import FastStep, SlowStep, load
     from ttscore.runtime.families.fish_speech.checkpoint import read_config
-    from ttscore.runtime.families.fish_speech.generate import Knobs, generate, prompt_embeddings
+    from ttscore.runtime.families.fish_speech.generate import prompt_embeddings
     from ttscore.runtime.families.fish_speech.prompt import FishPrompt
 
     clip = (0.3 * np.sin(np.arange(30000) * 0.03)).astype(np.float32)
@@ -63,12 +65,13 @@ def test_codec_matches_reference(fish_tiny: Path) -> None:
     its codes for a clip exactly (the clip zero-padded to whole frames, as DAC.encode pads it)."""
     import torch
 
-    from export.fish_speech.codec import DacDecoder, DacEncoder, load_codec
+    from export.fish_speech.codec import DacDecoder, DacEncoder
+    from ttscore.runtime.families.fish_speech.checkpoint import read_codec
 
     clip = (0.3 * np.sin(np.arange(30000) * 0.03) + 0.05 * np.sin(np.arange(30000) * 0.7)).astype(np.float32)
     reqs = [{"text": "Hello there, friend.", "max_new_tokens": 12, "seed": 7, "ref_text": "A clip."}]
     ref = reference(fish_tiny, reqs, {"ref_audio_0": clip})
-    state, dims = load_codec(fish_tiny)
+    state, dims = read_codec(fish_tiny)
     with torch.inference_mode():
         audio = DacDecoder(state, dims)(torch.from_numpy(ref["codes_0"].T.copy())[None])[0].numpy()
         padded = np.pad(clip, (0, -len(clip) % dims.samples_per_frame))

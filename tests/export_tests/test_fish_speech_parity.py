@@ -1,7 +1,7 @@
 """Fish Speech S2 Pro's export against the vLLM-Omni 0.30.0 reference (tests/fish_speech_reference.py) on the tiny
-checkpoint: the exported graphs (slow_step, fast_step, dac_encode, dac_stream) run by
-ttscore.runtime.families.fish_speech.artifacts, the reference fed the same sampling noise (our runtime's, drawn
-from the request's seed): the same codes exactly, audio within AUDIO_TOLERANCE, text-only and cloned; the
+checkpoint: the exported graphs (slow_step, fast_step, dac_encode, dac_stream) run by tests/fish_speech_loop.py
+over ttscore.runtime.families.fish_speech.artifacts, the reference fed the same sampling noise (our runtime's,
+drawn from the request's seed): the same codes exactly, audio within AUDIO_TOLERANCE, text-only and cloned; the
 streamed decode equals the whole one."""
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ def _clip() -> np.ndarray:
 
 
 def test_export_matches_reference(fish_tiny: Path, fish_artifacts: Path) -> None:
+    from fish_speech_loop import synthesize
+
     from ttscore.runtime.families.fish_speech.artifacts import FishArtifacts
 
     art = FishArtifacts(fish_artifacts)
@@ -33,10 +35,10 @@ def test_export_matches_reference(fish_tiny: Path, fish_artifacts: Path) -> None
     ref, inputs = reference_with_our_noise(fish_tiny, reqs, _clip())
     frames = 0
     for i, r in enumerate(reqs):
-        got, ref_codes = art.synthesize(r["text"], max_new_tokens=r["max_new_tokens"], seed=r["seed"],
-                                        temperature=r.get("temperature", 0.8), top_k=r.get("top_k", 30),
-                                        top_p=r.get("top_p", 0.9),
-                                        ref_audio=inputs.get(f"ref_audio_{i}"), ref_text=r.get("ref_text"))
+        got, ref_codes = synthesize(art, r["text"], max_new_tokens=r["max_new_tokens"], seed=r["seed"],
+                                    temperature=r.get("temperature", 0.8), top_k=r.get("top_k", 30),
+                                    top_p=r.get("top_p", 0.9),
+                                    ref_audio=inputs.get(f"ref_audio_{i}"), ref_text=r.get("ref_text"))
         if ref_codes is not None:
             np.testing.assert_array_equal(ref_codes, ref[f"ref_codes_{i}"])
         np.testing.assert_array_equal(got.codes, ref[f"codes_{i}"])

@@ -216,7 +216,7 @@ def test_tokenizer_files_give_real_ids_outside_transformers(tiny_dirs: dict[str,
     tok = Tokenizer(models.BPE.from_file(str(d / "vocab.json"), str(d / "merges.txt")))
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(tiny._QWEN2_SPLIT), behavior="isolated"),
+            pre_tokenizers.Split(Regex(tiny.CHAT_LM_SPLIT), behavior="isolated"),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
 from ttscore.contract.kv import ragged_step_inputs, step_spec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
+from ttscore.contract.rules import SEEDED, FamilyRules, KnobRule, RefAudioBounds, budget_and_seed
 
 # The family's K/V tensor names (ttscore.contract.kv).
 past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
@@ -64,10 +64,9 @@ GREEDY_TEMPERATURE = 1e-5  # vLLM-Omni's _sampling_eps
 RULES = FamilyRules(
     family=FAMILY,
     tasks=(TASK,),
-    fields=(
-        FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS, None),  # None: the text-length rule
-        seed_field(),  # none: random, as vLLM-Omni 0.30.0 (no seed in its deploy)
-    ),
+    # max_new_tokens without a default: the text-length rule; no default seed: random, as vLLM-Omni 0.30.0 (no
+    # seed in its deploy)
+    fields=budget_and_seed(MAX_NEW_TOKENS, None),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,
     ref_audio=REF_AUDIO,

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
-from ttscore.contract.kv import ragged_step_inputs, step_spec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
+from ttscore.contract.kv import lockstep_step_inputs, ragged_step_inputs, step_spec
+from ttscore.contract.rules import SEEDED, FamilyRules, KnobRule, RefAudioBounds, budget_and_seed
 
 # The family's K/V tensor names (ttscore.contract.kv).
 past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
@@ -81,11 +81,7 @@ def fast_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int) -> Graph
     """The Fast AR over its own past K/V (every row of a batch at the same step): the last position's logits
     over the residual codes [B, RESIDUAL_CODEBOOK_SIZE] and the new K/V."""
     return step_spec(
-        "fast_step",
-        (
-            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
-            TensorSpec("position_ids", "int64", ("batch", "tokens")),
-        ),
+        "fast_step", lockstep_step_inputs(dim),
         (
             TensorSpec("logits", "float32", ("batch", RESIDUAL_CODEBOOK_SIZE)),
         ),
@@ -133,10 +129,7 @@ REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_
 RULES = FamilyRules(
     family=FAMILY,
     tasks=(TASK,),
-    fields=(
-        FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
-        seed_field(DEFAULT_SEED),
-    ),
+    fields=budget_and_seed(MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_SEED),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,
     ref_audio=REF_AUDIO,

@@ -14,7 +14,7 @@ from __future__ import annotations
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
 from ttscore.contract.kv import ragged_step_inputs, step_spec
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, seed_field
+from ttscore.contract.rules import SEEDED, FamilyRules, budget_and_seed
 
 # The family's K/V tensor names (ttscore.contract.kv).
 past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
@@ -49,10 +49,7 @@ RULES = FamilyRules(
     family=FAMILY,
     sampling=SEEDED,  # Gumbel noise from PCG64(seed), 42 without one
     tasks=(TASK,),
-    fields=(
-        FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
-        seed_field(DEFAULT_SEED),
-    ),
+    fields=budget_and_seed(MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_SEED),
     display_name="Gepard-1.0",
     unsupported=UNSUPPORTED_FIELDS,
     max_text_chars=MAX_TEXT_CHARS,

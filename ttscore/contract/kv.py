@@ -53,6 +53,15 @@ def ragged_step_inputs(dim: int) -> tuple[TensorSpec, ...]:
     )
 
 
+def lockstep_step_inputs(dim: int) -> tuple[TensorSpec, ...]:
+    """The inputs of a step whose rows are all at the same positions (a frame's inner stack over the sequences of
+    a batch: no padding, so no `attention_mask`): `inputs_embeds` [B, T, D] and `position_ids` [B, T]."""
+    return (
+        TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
+        TensorSpec("position_ids", "int64", ("batch", "tokens")),
+    )
+
+
 def step_spec(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], layers: int, kv_heads: int,
               head_dim: int) -> GraphSpec:
     """A decoder step graph with an explicit past: `inputs` then every layer's past K/V in, `outputs` then the

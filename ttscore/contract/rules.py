@@ -66,6 +66,12 @@ def seed_field(default: int | None = None) -> FieldRule:
     return FieldRule("seed", 0, SEED_MAX, default)
 
 
+def budget_and_seed(limit: int, default: int | None, seed: int | None = None) -> tuple[FieldRule, FieldRule]:
+    """The fields of a family whose requests take no others: `max_new_tokens` 1..limit (`default` when a request
+    has none; None: the family's own rule) and `seed` (seed_field(seed))."""
+    return FieldRule("max_new_tokens", 1, limit, default), seed_field(seed)
+
+
 @dataclass(frozen=True)
 class RefAudioBounds:
     """What a family accepts as a reference clip (voice cloning, uploads): sample rates and length."""

@@ -41,6 +41,17 @@ def peek_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def config_model_type(model_type: str, config: str = "config.json") -> Callable[[Path], bool]:
+    """Whether a folder is a checkpoint of `model_type`: its `config` is a JSON object with that `model_type` (a
+    family's "is this my checkpoint" test, and make-tiny's check of the folder it replaces)."""
+
+    def recognises(path: Path) -> bool:
+        cfg = peek_json(Path(path) / config)
+        return cfg is not None and cfg.get("model_type") == model_type
+
+    return recognises
+
+
 def positive_int(d: Mapping[str, Any], key: str, where: str = "", file: str = "config.json") -> int:
     """`d[key]`, a positive integer (`where`: the section's prefix in messages, e.g. "llm_config.")."""
     v = d.get(key)

@@ -24,7 +24,10 @@ Capacity grows by an eighth when a step needs room (one copy per growth, every e
 past the largest plan (the most positions an owner may need), and shrinks back when the longest plan leaves. A
 step attends over the whole capacity, masked slots included, and a step graph copies its past once more inside
 (concatenating the new K/V, repeating K/V heads for grouped queries), so the padding costs what it spans: growing
-by doubling made the step at position 1,000 slower than the concatenating runtime's (perf/README.md)."""
+by doubling made the step at position 1,000 slower than the concatenating runtime's (perf/README.md).
+
+`GrowingPast` is the concatenating past without an arena: one sequence run offline, or a frame's inner stack (Fish
+Speech's Fast AR, Breeze's depth decoder) over the rows of a step in lockstep."""
 
 from __future__ import annotations
 
@@ -206,3 +209,32 @@ def arenas_memory(arenas: Sequence[KVArena]) -> dict[str, int]:
             "kv_bytes_per_position": sum(p["kv_bytes_per_position"] for p in parts),
             "kv_rows": max((p["kv_rows"] for p in parts), default=0),
             "kv_capacity": max((p["kv_capacity"] for p in parts), default=0)}
+
+
+class GrowingPast:
+    """The explicit K/V past of a decoder step graph run without an arena: `batch` rows in lockstep (every row at
+    the same positions: one sequence run offline, or a frame's inner stack over the sequences of a step). It starts
+    empty, each `step` feeds it whole with the new positions' embeddings, and grows it by the positions the step
+    returns."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, batch: int = 1) -> None:
+        self.layers = layers
+        self.kv = [np.zeros((batch, kv_heads, 0, head_dim), np.float32) for _ in range(2 * layers)]
+        self.length = 0
+
+    def step(self, graph: Any, x: F32, *, mask: bool = True) -> dict[str, npt.NDArray[Any]]:
+        """Run `graph` (an OnnxGraph) on `inputs_embeds` x [B, T, D] at positions length..length + T - 1 (with an
+        all-ones `attention_mask` unless `mask` is False) and the past; its outputs, the past grown by T."""
+        pos, b, n = self.length, x.shape[0], x.shape[1]
+        feeds: dict[str, npt.NDArray[Any]] = {"inputs_embeds": x}
+        if mask:
+            feeds["attention_mask"] = np.ones((b, pos + n), np.int64)
+        feeds["position_ids"] = np.tile(np.arange(pos, pos + n, dtype=np.int64), (b, 1))
+        for i in range(self.layers):
+            feeds[past_key(i)], feeds[past_value(i)] = self.kv[2 * i], self.kv[2 * i + 1]
+        out: dict[str, npt.NDArray[Any]] = graph.run(feeds)
+        for i in range(self.layers):
+            self.kv[2 * i] = np.concatenate([self.kv[2 * i], out[new_key(i)]], axis=2)
+            self.kv[2 * i + 1] = np.concatenate([self.kv[2 * i + 1], out[new_value(i)]], axis=2)
+        self.length += n
+        return out

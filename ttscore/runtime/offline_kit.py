@@ -1,6 +1,7 @@
 """What the families' offline tools (`say`, `precompute-voice`; ttscore.runtime.family.OfflineTools) do the
-same way: refuse the `say` options a family does not take, refuse voice files where a family has none, open the
-export a voice file is computed from, and run a decoder step graph over one sequence's growing K/V past."""
+same way: refuse the `say` options a family does not take, refuse voice files where a family has none, and open
+the export a voice file is computed from (a decoder step over one sequence's growing K/V past:
+ttscore.runtime.kv.GrowingPast)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
-
 from ttscore.contract.errors import InvalidRequest
-from ttscore.contract.kv import new_key, new_value, past_key, past_value
 from ttscore.contract.manifest import Manifest, read_manifest
 from ttscore.runtime.family import Progress, VoiceFileOptions
 
@@ -78,31 +75,3 @@ class Export:
         voice's codes depend on (`sha_key`: the voice file's key for it)."""
         source = Path(str((self.manifest.raw.get("source") or {}).get("path") or self.root))
         return {"name": source.name, sha_key: self.manifest.source_sha256(source_file)}
-
-
-class GrowingPast:
-    """One sequence's explicit K/V past (batch 1) for a decoder step graph run offline (ttscore.contract.kv's
-    names): it starts empty, each `step` feeds it whole with the new positions' embeddings, and grows it by the
-    positions the step returns. The served engine binds an arena in place instead (ttscore.runtime.kv)."""
-
-    def __init__(self, layers: int, kv_heads: int, head_dim: int) -> None:
-        self.layers = layers
-        self.kv = [np.zeros((1, kv_heads, 0, head_dim), np.float32) for _ in range(2 * layers)]
-        self.length = 0
-
-    def step(self, graph: Any, x: NDArray[np.float32], *, mask: bool = True) -> dict[str, NDArray[Any]]:
-        """Run `graph` (an OnnxGraph) on `inputs_embeds` x [1, T, D] at positions length..length + T - 1 (with an
-        all-ones `attention_mask` unless `mask` is False) and the past; its outputs, the past grown by T."""
-        pos, n = self.length, x.shape[1]
-        feeds: dict[str, NDArray[Any]] = {"inputs_embeds": x}
-        if mask:
-            feeds["attention_mask"] = np.ones((1, pos + n), np.int64)
-        feeds["position_ids"] = np.arange(pos, pos + n, dtype=np.int64)[None]
-        for i in range(self.layers):
-            feeds[past_key(i)], feeds[past_value(i)] = self.kv[2 * i], self.kv[2 * i + 1]
-        out: dict[str, NDArray[Any]] = graph.run(feeds)
-        for i in range(self.layers):
-            self.kv[2 * i] = np.concatenate([self.kv[2 * i], out[new_key(i)]], axis=2)
-            self.kv[2 * i + 1] = np.concatenate([self.kv[2 * i + 1], out[new_value(i)]], axis=2)
-        self.length += n
-        return out

@@ -32,6 +32,14 @@ class FrameSequence(PromptSequence):
 
     last: npt.NDArray[np.int64] | None = None
 
+    def emit(self, frame: npt.NDArray[np.int64], max_frames: int) -> None:
+        """Hand out `frame` (and feed it back at the next step); the sequence ends ("length") at `max_frames`."""
+        self.last = frame
+        self.pending.append(frame)
+        self.frames_out += 1
+        if self.frames_out >= max_frames:
+            self.finished = "length"
+
 
 S = TypeVar("S", bound=PromptSequence)
 FS = TypeVar("FS", bound=FrameSequence)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ttscore.contract import kv, wire
 from ttscore.contract.graphs import GraphSpec, TensorSpec
-from ttscore.contract.kv import ragged_step_inputs, step_spec
+from ttscore.contract.kv import lockstep_step_inputs, ragged_step_inputs, step_spec
 from ttscore.contract.rules import GREEDY, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
 
 # The family's K/V tensor names (ttscore.contract.kv).
@@ -125,11 +125,7 @@ def depth_spec(layers: int, embed: int, hidden: int, kv_heads: int, head_dim: in
     backbone's hidden state, then code embeddings) -> final-norm hidden states; the per-codebook
     heads are a table applied by the runtime. Positions are the cache positions (0..15)."""
     return step_spec(
-        "depth_decoder",
-        (
-            TensorSpec("inputs_embeds", "float32", ("batch", "tokens", embed)),
-            TensorSpec("position_ids", "int64", ("batch", "tokens")),
-        ),
+        "depth_decoder", lockstep_step_inputs(embed),
         (
             TensorSpec("hidden", "float32", ("batch", "tokens", hidden)),
         ),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ttscore.contract import wire
 from ttscore.contract.moss_tts_nano import codec
 from ttscore.contract.moss_tts_nano.graphs import FRAMES_PER_SECOND, N_VQ, SAMPLE_RATE
-from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, KnobRule, RefAudioBounds, seed_field
+from ttscore.contract.rules import SEEDED, FamilyRules, KnobRule, RefAudioBounds, budget_and_seed
 
 FAMILY = "moss_tts_nano"
 DISPLAY = "MOSS-TTS-Nano"
@@ -78,10 +78,7 @@ KNOB_DEFAULTS: dict[str, bool | int | float] = {
 RULES = FamilyRules(
     family=FAMILY,
     tasks=(TASK,),
-    fields=(
-        FieldRule("max_new_tokens", 1, MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS),
-        seed_field(DEFAULT_SEED),
-    ),
+    fields=budget_and_seed(MAX_NEW_TOKENS_LIMIT, DEFAULT_MAX_NEW_TOKENS, DEFAULT_SEED),
     display_name=DISPLAY,
     unsupported=UNSUPPORTED_FIELDS,
     ref_audio=REF_AUDIO,

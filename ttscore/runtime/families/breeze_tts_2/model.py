@@ -32,7 +32,7 @@ from ttscore.runtime.families.breeze_tts_2.checkpoint import BreezeInfo, parse_c
 from ttscore.runtime.families.breeze_tts_2.request import BreezeRequest
 from ttscore.runtime.families.breeze_tts_2.tokenizer import BreezeTokenizer
 from ttscore.runtime.family import Sequence
-from ttscore.runtime.kv import KVArena
+from ttscore.runtime.kv import GrowingPast, KVArena
 from ttscore.runtime.onnx import OnnxGraph, open_graph, open_table
 from ttscore.runtime.step_kit import ArenaModel, FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import OrtVocoder
@@ -207,11 +207,7 @@ class BreezeModel(ArenaModel):
         frames = self._depth([s.hidden for s, _ in going if s.hidden is not None], [c for _, c in going])
         for (s, code0), frame in zip(going, frames, strict=True):
             s.history.append(code0)
-            s.last = frame
-            s.pending.append(frame)
-            s.frames_out += 1
-            if s.frames_out >= s.max_frames:
-                s.finished = "length"
+            s.emit(frame, s.max_frames)
 
     def _depth(self, hidden: list[F32], code0: list[int]) -> list[I64]:
         """The 15 depth codes of each frame, batched across sequences (same positions for all)."""
@@ -224,19 +220,10 @@ class BreezeModel(ArenaModel):
         codes = np.zeros((b, self.num_codebooks), np.int64)
         codes[:, 0] = code0
         x = np.stack([h, np.asarray(self.audio_table[np.array(code0)], np.float32)], axis=1)  # positions 0, 1
-        past = [np.zeros((b, kvh, 0, hd), np.float32) for _ in range(2 * layers)]
-        pos = 0
+        past = GrowingPast(layers, kvh, hd, batch=b)
         size = self.info.codebook_size
         for k in range(self.num_codebooks - 1):
-            t = x.shape[1]
-            feeds: dict[str, npt.NDArray[Any]] = {
-                "inputs_embeds": np.ascontiguousarray(x), "position_ids": np.tile(np.arange(pos, pos + t), (b, 1))}
-            for i in range(layers):
-                feeds[spec.past_key(i)], feeds[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
-            out = self.depth.run(feeds)
-            past = [np.concatenate([p, out[spec.new_key(i) if j == 0 else spec.new_value(i)]], axis=2)
-                    for i in range(layers) for j, p in ((0, past[2 * i]), (1, past[2 * i + 1]))]
-            pos += t
+            out = past.step(self.depth, np.ascontiguousarray(x), mask=False)
             logits = out["hidden"][:, -1] @ self.heads[k]  # [B, 2051]
             c = np.argmax(logits[:, :size], axis=-1).astype(np.int64)
             codes[:, k + 1] = c

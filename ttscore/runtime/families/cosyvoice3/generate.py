@@ -35,7 +35,7 @@ from ttscore.runtime.families.cosyvoice3.sampling import (
     sine_table,
     timesteps,
 )
-from ttscore.runtime.offline_kit import GrowingPast
+from ttscore.runtime.kv import GrowingPast
 from ttscore.runtime.onnx import ExportedGraphs
 
 # mel frames at the end of a non-final hop whose samples are withheld: the f0 predictor's look-ahead (3),

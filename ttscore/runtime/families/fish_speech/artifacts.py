@@ -1,6 +1,6 @@
-"""A Fish Speech export run offline: its graphs and tables behind the frame loop (generate.py), the DAC encoder for
-a reference clip, and the streaming decoder for the audio (the served path is model.py under the shared engine;
-the served dac_encoder runs `encode_reference`).
+"""A Fish Speech export's graphs and the tables of the frame loop (model.py runs it under the shared engine), the
+DAC encoder for a reference clip (the served dac_encoder runs `encode_reference`), and the streaming decoder for a
+whole utterance's audio.
 
 Noise: a request's sampling noise comes from its seed, `request_noise(seed, frames)`: numpy's default_rng(seed)
 draws the Slow AR's Exp(1) rows [frames, codebook_size + 1], then the Fast AR's [frames, 9, 1024].
@@ -15,17 +15,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract import fish_speech as spec
-from ttscore.contract.errors import InvalidRequest
-from ttscore.runtime.families.fish_speech.generate import (
-    F32,
-    Knobs,
-    Result,
-    Tables,
-    generate,
-    prompt_embeddings,
-)
+from ttscore.runtime.families.fish_speech.generate import F32, Tables
 from ttscore.runtime.families.fish_speech.prompt import FishPrompt
-from ttscore.runtime.offline_kit import GrowingPast
 from ttscore.runtime.onnx import ExportedGraphs, OnnxGraph
 
 
@@ -79,15 +70,6 @@ class FishArtifacts(ExportedGraphs):
         self.fast_kv = (int(cfg["fast"]["n_local_heads"]), int(cfg["fast"]["head_dim"]))
         self.prompt = FishPrompt(self.root / "tokenizer" / "tokenizer.json")
 
-    def slow(self, x: F32, _pos: int, past: GrowingPast | None) -> tuple[F32, F32, GrowingPast]:
-        past = past or GrowingPast(self.slow_layers, *self.slow_kv)
-        out = past.step(self.graphs["slow_step"], x)
-        return out["hidden"][0], out["logits"][0], past
-
-    def fast(self, x: F32, _pos: int, past: GrowingPast | None) -> tuple[F32, GrowingPast]:
-        past = past or GrowingPast(self.fast_layers, *self.fast_kv)
-        return past.step(self.graphs["fast_step"], x, mask=False)["logits"][0], past
-
     def encode(self, audio: F32) -> NDArray[np.int64]:
         """A 44.1 kHz clip -> its codes [frames, 10]."""
         return encode_clip(self.graphs["dac_encode"], audio, self.samples_per_frame)
@@ -104,21 +86,3 @@ class FishArtifacts(ExportedGraphs):
             state = out["new_state"]
             at += n
         return np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
-
-    def synthesize(self, text: str, *, max_new_tokens: int = spec.DEFAULT_MAX_NEW_TOKENS, seed: int = 42,
-                   temperature: float = spec.DEFAULT_TEMPERATURE, top_k: int = spec.DEFAULT_TOP_K,
-                   top_p: float = spec.DEFAULT_TOP_P, ref_audio: F32 | None = None, ref_text: str | None = None,
-                   noise: tuple[F32, F32] | None = None) -> tuple[Result, NDArray[np.int64] | None]:
-        """(the frames, the reference clip's codes when cloning)."""
-        if ref_audio is not None and not (ref_text or "").strip():
-            raise InvalidRequest("'ref_text' is required with 'ref_audio'", "ref_text")
-        ref_codes = self.encode(ref_audio) if ref_audio is not None else None
-        if ref_codes is not None:
-            ids, at = self.prompt.clone(text, str(ref_text), [int(c) + self.tables.semantic_start for c in ref_codes[:, 0]])
-        else:
-            ids, at = self.prompt.text_only(text), 0
-        q_slow, q_fast = noise or request_noise(seed, max_new_tokens, self.tables.codebook_size + 1,
-                                                self.tables.num_codebooks)
-        result = generate(self.tables, self.slow, self.fast, prompt_embeddings(self.tables, ids, ref_codes, at),
-                          max_new_tokens, Knobs(temperature, top_k, top_p), q_slow, q_fast)
-        return result, ref_codes

@@ -29,9 +29,9 @@ from ttscore.contract.errors import CheckpointError
 from ttscore.runtime.checkpoint_kit import (
     Shapes,
     compare_tensors,
+    config_model_type,
     linear_shapes,
     load_torch_state,
-    peek_json,
     read_json,
     require_files,
     weight_norm_shapes,
@@ -127,9 +127,7 @@ FAST_DEFAULTS: dict[str, Any] = dict(vocab_size=4096, num_codebooks=10, dim=2560
                                      rope_base=1_000_000.0, rms_norm_eps=1e-6)
 
 
-def is_fish_speech(checkpoint: Path) -> bool:
-    cfg = peek_json(Path(checkpoint) / CONFIG)
-    return cfg is not None and cfg.get("model_type") == spec.MODEL_TYPE
+is_fish_speech = config_model_type(spec.MODEL_TYPE, CONFIG)
 
 
 def parse_config(cfg: dict[str, Any]) -> FishConfig:
@@ -349,11 +347,12 @@ def codec_dims(shapes: Shapes) -> CodecDims:
     return d
 
 
-def load_codec_state(checkpoint: Path) -> dict[str, Any]:
-    """codec.pth's tensors (the state dict, or the one under `generator`)."""
+def read_codec(checkpoint: Path) -> tuple[dict[str, Any], CodecDims]:
+    """codec.pth's tensors (the state dict, or the one under `generator`) and the dimensions their shapes give."""
     state = load_torch_state(Path(checkpoint) / CODEC)
     generator = state.get("generator")
-    return generator if isinstance(generator, dict) else state
+    state = generator if isinstance(generator, dict) else state
+    return state, codec_dims({k: tuple(v.shape) for k, v in state.items()})
 
 
 def _compare(what: Path, stored: Shapes, expected: Shapes, tolerated: tuple[str, ...] = ()) -> None:
@@ -362,9 +361,8 @@ def _compare(what: Path, stored: Shapes, expected: Shapes, tolerated: tuple[str,
 
 
 def check_codec(checkpoint: Path, cfg: FishConfig) -> CodecDims:
-    state = load_codec_state(checkpoint)
+    state, dims = read_codec(checkpoint)
     stored = {k: tuple(v.shape) for k, v in state.items()}
-    dims = codec_dims(stored)
     _compare(Path(checkpoint) / CODEC, stored, codec_shapes(dims), CODEC_BUFFERS)
     if dims.semantic_codebook_size != cfg.codebook_size or dims.n_residual + 1 != cfg.num_codebooks:
         raise CheckpointError(f"{CODEC}: codebooks ({dims.semantic_codebook_size} semantic + {dims.n_residual} "

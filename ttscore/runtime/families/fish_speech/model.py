@@ -29,8 +29,8 @@ from ttscore.runtime.families.fish_speech.generate import F32, frame_embedding, 
 from ttscore.runtime.families.fish_speech.request import FishRequest
 from ttscore.runtime.families.fish_speech.sampling import sample_fast, sample_slow
 from ttscore.runtime.family import Sequence
-from ttscore.runtime.kv import KVArena
-from ttscore.runtime.step_kit import FrameSequence, prefill_chunks, step_frames
+from ttscore.runtime.kv import GrowingPast, KVArena
+from ttscore.runtime.step_kit import ArenaModel, FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import OrtVocoder
 
 I64 = npt.NDArray[np.int64]
@@ -48,7 +48,10 @@ class FishSequence(FrameSequence):
     top_p: float = spec.DEFAULT_TOP_P
 
 
-class FishModel:
+class FishModel(ArenaModel):
+    sequence = FishSequence
+    drops = ("embeds", "q_slow", "q_fast")
+
     def __init__(self, artifacts: Path, threads: int | None = None, *, encoders: bool = True) -> None:
         self.a = FishArtifacts(artifacts, threads)
         self.kv = KVArena(self.a.slow_layers, *self.a.slow_kv)
@@ -65,8 +68,7 @@ class FishModel:
         return {"codes": np.ascontiguousarray(frames.astype(np.int64).transpose(0, 2, 1)), "state": state}
 
     def admit(self, request: FishRequest) -> FishSequence:
-        if not isinstance(request.text, str) or not request.text.strip():
-            raise InvalidRequest("'input' must be a non-empty string", "input")
+        spec.RULES.checked_text(request.text)
         max_new = spec.DEFAULT_MAX_NEW_TOKENS if request.max_new_tokens is None else int(request.max_new_tokens)
         if not 1 <= max_new <= spec.MAX_NEW_TOKENS_LIMIT:
             raise InvalidRequest(f"'max_new_tokens' must be between 1 and {spec.MAX_NEW_TOKENS_LIMIT}", "max_new_tokens")
@@ -117,14 +119,6 @@ class FishModel:
         step_frames(batch, FishSequence, lambda last: np.stack([frame_embedding(self.a.tables, f) for f in last]),
                     self._slow, self._frames)
 
-    def release(self, seq: Sequence) -> None:
-        if isinstance(seq, FishSequence):
-            self.kv.release(seq)
-            seq.embeds, seq.q_slow, seq.q_fast = None, None, None
-
-    def memory(self) -> dict[str, int]:
-        return {}
-
     def _slow(self, seqs: list[FishSequence], x: F32) -> None:
         """New positions x [B, T, D] after each row's past (the K/V arena's)."""
         out = self.kv.run(self.a.graphs["slow_step"], seqs, x)
@@ -146,34 +140,18 @@ class FishModel:
             return
         codes = self._fast([s for s, _ in going], [y for _, y in going])
         for (s, _), frame in zip(going, codes, strict=True):
-            s.last = frame
-            s.pending.append(frame)
-            s.frames_out += 1
-            if s.frames_out >= s.max_frames:
-                s.finished = "length"
+            s.emit(frame, s.max_frames)
 
     def _fast(self, seqs: list[FishSequence], code0: list[int]) -> list[I64]:
         """The Fast AR for all rows in lockstep (every row at the same position), each row its own noise."""
         t = self.a.tables
-        layers = self.a.fast_layers
-        kvh, hd = self.a.fast_kv
-        b = len(seqs)
         h = np.stack([s.hidden for s in seqs if s.hidden is not None]).astype(np.float32)
         first = h if t.project_in is None else (h @ t.project_in[0].T + t.project_in[1]).astype(np.float32)
         x = np.stack([first, t.fast_embeddings[np.array(code0)]], axis=1).astype(np.float32)
-        past = [np.zeros((b, kvh, 0, hd), np.float32) for _ in range(2 * layers)]
+        past = GrowingPast(self.a.fast_layers, *self.a.fast_kv, batch=len(seqs))
         codes = [list([c]) for c in code0]
-        pos = 0
         for j in range(t.num_codebooks - 1):
-            n = x.shape[1]
-            feeds: dict[str, npt.NDArray[Any]] = {"inputs_embeds": x,
-                                                  "position_ids": np.tile(np.arange(pos, pos + n), (b, 1))}
-            for i in range(layers):
-                feeds[spec.past_key(i)], feeds[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
-            out = self.a.graphs["fast_step"].run(feeds)
-            past = [np.concatenate([past[2 * i + k], out[(spec.new_key if k == 0 else spec.new_value)(i)]], axis=2)
-                    for i in range(layers) for k in (0, 1)]
-            pos += n
+            out = past.step(self.a.graphs["fast_step"], x, mask=False)
             picked = []
             for r, s in enumerate(seqs):
                 assert s.q_fast is not None

@@ -186,8 +186,4 @@ class GepardModel(ArenaModel):
             if s.frames_out > 0 and s.stop_prob > self.info.stop_threshold:
                 s.finished = "stop"
                 continue
-            s.last = frame
-            s.pending.append(frame)
-            s.frames_out += 1
-            if s.frames_out >= s.max_frames:
-                s.finished = "length"
+            s.emit(frame, s.max_frames)

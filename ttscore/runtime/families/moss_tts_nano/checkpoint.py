@@ -32,6 +32,7 @@ from ttscore.contract.moss_tts_nano import graphs as spec
 from ttscore.runtime.checkpoint_kit import (
     Shapes,
     compare_tensors,
+    config_model_type,
     linear_shapes,
     load_torch_state,
     peek_json,
@@ -82,9 +83,7 @@ class MossConfig:
         return self.codebook_size
 
 
-def is_moss_tts_nano(checkpoint: Path) -> bool:
-    cfg = peek_json(Path(checkpoint) / CONFIG)
-    return cfg is not None and cfg.get("model_type") == spec.MODEL_TYPE
+is_moss_tts_nano = config_model_type(spec.MODEL_TYPE, CONFIG)
 
 
 def _number(d: dict[str, Any], key: str, where: str) -> float:

@@ -11,7 +11,7 @@ from typing import Any
 
 from ttscore.contract import omnivoice as contract
 from ttscore.contract.errors import CheckpointError
-from ttscore.runtime.checkpoint_kit import peek_json, positive_int, read_json, require_files
+from ttscore.runtime.checkpoint_kit import config_model_type, positive_int, read_json, require_files
 
 CONFIG = "config.json"
 CODEC_DIR = "audio_tokenizer"
@@ -69,9 +69,7 @@ def parse_config(cfg: dict[str, Any], codec: dict[str, Any]) -> OmniVoiceInfo:
     return info
 
 
-def is_omnivoice(checkpoint: Path) -> bool:
-    cfg = peek_json(Path(checkpoint) / CONFIG)
-    return cfg is not None and cfg.get("model_type") == contract.FAMILY
+is_omnivoice = config_model_type(contract.FAMILY, CONFIG)
 
 
 def read_checkpoint(checkpoint: Path) -> OmniVoiceInfo:

@@ -15,7 +15,7 @@ import numpy as np
 from ttscore.contract import voxtral_tts as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.families.voxtral_tts.flow import F32, I64, acoustic_codes
-from ttscore.runtime.offline_kit import GrowingPast
+from ttscore.runtime.kv import GrowingPast
 from ttscore.runtime.onnx import ExportedGraphs
 
 

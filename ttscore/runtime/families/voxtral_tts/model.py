@@ -141,8 +141,4 @@ class VoxtralModel(ArenaModel):
                             int(self.sizes["acoustic_codebook_size"]))
         for r, s in enumerate(going):
             frame: I64 = np.concatenate([[s.semantic], ac[r]]).astype(np.int64)
-            s.last = frame
-            s.pending.append(frame)
-            s.frames_out += 1
-            if s.frames_out >= s.max_frames:
-                s.finished = "length"
+            s.emit(frame, s.max_frames)
