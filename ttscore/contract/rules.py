@@ -195,6 +195,12 @@ class FamilyRules:
             out[key] = rules[key].check(value)
         return out
 
+    def request_knobs(self, request: object, defaults: Mapping[str, int | float]) -> dict[str, int | float]:
+        """A runtime request's knobs: its attributes named as the `extra_params` rules, each one it gives (not None)
+        checked by its KnobRule (as `knobs`: InvalidRequest naming `extra_params`), `defaults` for the rest."""
+        given = {k.name: getattr(request, k.name) for k in self.extra_params if getattr(request, k.name) is not None}
+        return {**defaults, **(self.knobs(given) if given else {})}
+
     def checked_text(self, text: object, param: str = "input") -> str:
         """The text of one generation: a non-empty string of at most `max_text_chars` characters (InvalidRequest
         naming `param` otherwise). The runtimes' check of a request's text."""

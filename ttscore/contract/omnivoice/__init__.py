@@ -62,7 +62,9 @@ KNOBS = (
     KnobRule("position_temperature", 0.0, 100.0),
     KnobRule("class_temperature", 0.0, 100.0),
 )
-FLOAT_KNOBS: dict[str, tuple[float, float]] = {k.name: (k.lo, k.hi) for k in KNOBS if not k.integer}
+KNOB_DEFAULTS: dict[str, int | float] = {
+    "num_step": DEFAULT_NUM_STEP, "guidance_scale": DEFAULT_GUIDANCE_SCALE, "t_shift": DEFAULT_T_SHIFT,
+    "position_temperature": DEFAULT_POSITION_TEMPERATURE, "class_temperature": DEFAULT_CLASS_TEMPERATURE}
 # `speed` as the reference does it: the duration estimate divided by it (the Speech API's range).
 SPEED_RANGE = (0.25, 4.0)
 
