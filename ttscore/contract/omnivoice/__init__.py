@@ -49,7 +49,8 @@ MAX_TEXT_CHARS = 4096
 
 TASK = "Base"
 DEFAULT_VOICE = "default"  # auto voice (the model's own), like omitting `voice`
-UNSUPPORTED_FIELDS = ("x_vector_only_mode", "speaker_embedding", "non_streaming_mode")
+# initial_codec_chunk_frames: non-autoregressive, audio comes a whole sentence at a time (no frame streaming).
+UNSUPPORTED_FIELDS = ("x_vector_only_mode", "speaker_embedding", "non_streaming_mode", "initial_codec_chunk_frames")
 # The generation knobs (the Speech API's `extra_params`, speech_generation inputs): inclusive ranges.
 KNOBS = (
     KnobRule("num_step", 1, MAX_NUM_STEP, integer=True),  # also a FieldRule (its default)
