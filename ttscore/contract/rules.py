@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ttscore.contract.errors import InvalidRequest
 
 SEED_MAX = 2**63 - 1  # the Speech API's `seed`: any non-negative int64
@@ -58,6 +60,18 @@ class FieldRule:
         the family has no default seed (its audio is random, as the request asked)."""
         hi = self.hi if cap is None else min(self.hi, cap)
         return self.lo + secrets.randbelow(hi - self.lo + 1)
+
+
+def checked_float(value: object, param: str, lo: float, hi: float, lo_open: bool = False) -> float:
+    """A runtime request's number as a float in [lo, hi] ((lo, hi] where `lo_open`); InvalidRequest naming `param`
+    otherwise (not a number, not finite, outside)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise InvalidRequest(f"{param} must be a number", param)
+    v = float(value)
+    if not np.isfinite(v) or v > hi or v < lo or (lo_open and v == lo):
+        interval = f"({lo}, {hi}]" if lo_open else f"[{lo}, {hi}]"
+        raise InvalidRequest(f"{param} must be in {interval}, got {value}", param)
+    return v
 
 
 def seed_field(default: int | None = None) -> FieldRule:

@@ -18,9 +18,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract import omnivoice as contract
-from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.errors import ArtifactError
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.omnivoice import text as text_rules
+from ttscore.contract.rules import checked_float
 from ttscore.contract.voicefile import checked_codes
 from ttscore.runtime.families.omnivoice.checkpoint import (
     CODEC_DIR,
@@ -67,15 +68,6 @@ class CodecVocoder(OrtVocoder):
         return self.graph.run(self.feeds(frames, state, position))["audio"][:, 0], state
 
 
-def _speed(value: float | None) -> float:
-    """The request's `speed` (1.0 when it gives none), refused outside SPEED_RANGE naming `speed`."""
-    v = 1.0 if value is None else float(value)
-    lo, hi = contract.SPEED_RANGE
-    if not (np.isfinite(v) and lo <= v <= hi):
-        raise InvalidRequest(f"'speed' must be between {lo} and {hi}, got {v}", "speed")
-    return v
-
-
 class OmniVoiceModel:
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None, vocoder: bool = True) -> None:
         cfg, codec_cfg = manifest.configs.get(CONFIG), manifest.configs.get(f"{CODEC_DIR}/{CONFIG}")
@@ -120,7 +112,7 @@ class OmniVoiceModel:
         ref = None if request.ref_codes is None else np.ascontiguousarray(checked_codes(
             request.ref_codes, self.info.num_codebooks, contract.CODEBOOK_SIZE, time_major=False, param="ref_codes"
         ).T, np.int64)  # [C, T_ref]
-        speed = _speed(request.speed)
+        speed = checked_float(1.0 if request.speed is None else request.speed, "speed", *contract.SPEED_RANGE)
         # The duration estimate (the reference's rule), checked against max_new_tokens.
         frames = contract.checked_frames(request.text, request.ref_text, None if ref is None else int(ref.shape[1]),
                                          speed, request.max_new_tokens)
