@@ -26,7 +26,7 @@ from export.tiny_weights import (
     byte_level_bpe,
     checkpoint_writer,
     config_model_type,
-    conv_fan_in,
+    init_common,
     json_bytes,
     module_tensors,
     save_weights,
@@ -134,36 +134,20 @@ def tokenizer_config() -> dict[str, Any]:
 
 # ---- weights --------------------------------------------------------------------------------------
 def _init_module(init: TensorInit, model: Any, prefix: str) -> None:
-    """Every persistent tensor of `model` (on the meta device), by module type, under `prefix`."""
+    """Every persistent tensor of `model` (on the meta device), by module type (export.tiny_weights.init_common
+    for the common ones), under `prefix`."""
     from torch import nn
 
     for m in module_tensors(model, prefix):
-        mod, full, shapes, kind = m.module, m.full, m.shapes, m.kind
-        if isinstance(mod, (nn.Conv1d, nn.ConvTranspose1d)) and "weight" not in full:  # a weight-normed conv
+        full, shapes = m.full, m.shapes
+        if isinstance(m.module, (nn.Conv1d, nn.ConvTranspose1d)) and "weight" not in full:  # a weight-normed conv
             if "bias" in full:
                 init.normal(full["bias"], shapes["bias"], 0.05)
-        elif isinstance(mod, nn.Linear):
-            init.normal(full["weight"], shapes["weight"], 1.0 / mod.in_features**0.5)
-            if "bias" in full:
-                init.normal(full["bias"], shapes["bias"], 0.05)
-        elif isinstance(mod, (nn.Conv1d, nn.ConvTranspose1d)):
-            init.normal(full["weight"], shapes["weight"], 1.0 / conv_fan_in(mod) ** 0.5)
-            if "bias" in full:
-                init.normal(full["bias"], shapes["bias"], 0.05)
-        elif isinstance(mod, nn.Embedding):
-            init.normal(full["weight"], shapes["weight"], 1.0)
-        elif kind.endswith("RMSNorm"):
-            init.normal(full["weight"], shapes["weight"], 0.1, mean=1.0)
-        elif kind == "Snake1d":
-            init.uniform(full["alpha"], shapes["alpha"], 0.5, 1.5)
-        elif isinstance(mod, (nn.LayerNorm, nn.GroupNorm)):
-            init.normal(full["weight"], shapes["weight"], 0.1, mean=1.0)
-            init.normal(full["bias"], shapes["bias"], 0.05)
-        elif kind == "ParametrizationList":  # weight norm (HuBERT's positional conv): g = original0, v = original1
+        elif m.kind == "ParametrizationList":  # weight norm (HuBERT's positional conv): g = original0, v = original1
             init.uniform(full["original0"], shapes["original0"], 0.5, 1.5)
             init.normal(full["original1"], shapes["original1"], 1.0)
-        else:
-            raise AssertionError(f"no tiny init for {kind} ({m.name})")
+        elif not init_common(init, m, linear_bias=0.05, norm_bias=0.05):
+            raise AssertionError(f"no tiny init for {m.kind} ({m.name})")
 
 
 def model_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
