@@ -36,14 +36,19 @@ def num_quantizers(codec: dict[str, Any]) -> int:
     return int(1000 * float(codec["target_bandwidths"][-1]) // (frame_rate * bits))
 
 
+def dac_model(codec: dict[str, Any]) -> Any:
+    """transformers' DacModel of the tokenizer's acoustic_model_config (its encoder and decoder halves)."""
+    from transformers import DacConfig, DacModel
+
+    return DacModel(DacConfig(**{k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}))
+
+
 def dac_decoder(codec: dict[str, Any]) -> Any:
     """The acoustic decoder as the Higgs tokenizer builds it: transformers' DacModel decoder with each
     ConvTranspose1d's output_padding = stride % 2 and the final tanh removed."""
     from torch import nn
-    from transformers import DacConfig, DacModel
 
-    acoustic = {k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}
-    decoder = DacModel(DacConfig(**acoustic)).decoder
+    decoder = dac_model(codec).decoder
     for module in decoder.modules():
         if isinstance(module, nn.ConvTranspose1d):
             module.output_padding = (int(module.stride[0]) % 2,)
@@ -134,7 +139,6 @@ def codec_modules(cfg: dict[str, Any], encoder: bool = False) -> Any:
     encoder_semantic, decoder_semantic, fc, fc1)."""
     import torch
     from torch import nn
-    from transformers import DacConfig, DacModel
 
     hidden, dim, size = codec_hidden(cfg), int(cfg["codebook_dim"]), int(cfg["codebook_size"])
     module = nn.Module()
@@ -154,8 +158,7 @@ def codec_modules(cfg: dict[str, Any], encoder: bool = False) -> Any:
     module.fc2 = nn.Linear(hidden, int(cfg["acoustic_model_config"]["hidden_size"]))
     module.acoustic_decoder = dac_decoder(cfg)
     if encoder:
-        acoustic = {k: v for k, v in cfg["acoustic_model_config"].items() if k != "model_type"}
-        module.acoustic_encoder = DacModel(DacConfig(**acoustic)).encoder
+        module.acoustic_encoder = dac_model(cfg).encoder
         module.semantic_model = semantic_model(cfg)
         module.encoder_semantic = semantic_encoder(cfg)
         module.decoder_semantic = semantic_decoder(cfg)

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from export.omnivoice.codec import codec_hidden, num_quantizers
+from export.omnivoice.codec import codec_hidden, dac_model, num_quantizers
 from export.tiny_weights import (
     TensorInit,
     byte_level_bpe,
@@ -172,12 +172,10 @@ def model_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
 def codec_weights(codec: dict[str, Any], seed: int) -> dict[str, Any]:
     """audio_tokenizer/model.safetensors, its decoder side: quantizer.quantizers.*, fc2, acoustic_decoder."""
     import torch
-    from transformers import DacConfig, DacModel
 
     init = TensorInit(seed, "omnivoice-codec", torch.float32)
-    acoustic = {k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}
     with torch.device("meta"):
-        decoder = DacModel(DacConfig(**acoustic)).decoder
+        decoder = dac_model(codec).decoder
     _init_module(init, decoder, "acoustic_decoder.")
     hidden, dim, size = codec_hidden(codec), int(codec["codebook_dim"]), int(codec["codebook_size"])
     nq = num_quantizers(codec)
@@ -201,14 +199,12 @@ def codec_encoder_weights(codec: dict[str, Any], seed: int) -> dict[str, Any]:
     """audio_tokenizer/model.safetensors, its encoder side: acoustic_encoder (DAC), semantic_model
     (HuBERT), encoder_semantic, decoder_semantic, fc, fc1 (named as HiggsAudioV2TokenizerModel's)."""
     import torch
-    from transformers import DacConfig, DacModel
 
     from export.omnivoice.codec import semantic_decoder, semantic_encoder, semantic_model
 
     init = TensorInit(seed, "omnivoice-codec", torch.float32)
-    acoustic = {k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}
     with torch.device("meta"):
-        parts = {"acoustic_encoder.": DacModel(DacConfig(**acoustic)).encoder, "semantic_model.": semantic_model(codec),
+        parts = {"acoustic_encoder.": dac_model(codec).encoder, "semantic_model.": semantic_model(codec),
                  "encoder_semantic.": semantic_encoder(codec), "decoder_semantic.": semantic_decoder(codec)}
     for prefix, module in parts.items():
         _init_module(init, module, prefix)
