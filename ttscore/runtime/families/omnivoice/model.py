@@ -70,10 +70,7 @@ class CodecVocoder(OrtVocoder):
 
 class OmniVoiceModel:
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None, vocoder: bool = True) -> None:
-        cfg, codec_cfg = manifest.configs.get(CONFIG), manifest.configs.get(f"{CODEC_DIR}/{CONFIG}")
-        if not isinstance(cfg, Mapping) or not isinstance(codec_cfg, Mapping):
-            raise ArtifactError(f"{artifacts}: the manifest lacks the checkpoint's configs")
-        self.info: OmniVoiceInfo = parse_config(dict(cfg), dict(codec_cfg))
+        self.info: OmniVoiceInfo = parse_config(manifest.config(CONFIG), manifest.config(f"{CODEC_DIR}/{CONFIG}"))
         if contract.CODEC_DECODER.name not in manifest.graphs:
             raise ArtifactError(f"{artifacts}/manifest.json lists no {contract.CODEC_DECODER.name} graph: re-export")
         self.generator = open_graph(artifacts, manifest, contract.GENERATOR.name, threads)
