@@ -41,6 +41,12 @@ def peek_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def has_model_type(checkpoint: Path, model_type: str, config: str = "config.json") -> bool:
+    """Whether the directory's `config` is a JSON object whose `model_type` is `model_type` (a family's detect)."""
+    cfg = peek_json(Path(checkpoint) / config)
+    return cfg is not None and cfg.get("model_type") == model_type
+
+
 def positive_int(d: Mapping[str, Any], key: str, where: str = "", file: str = "config.json") -> int:
     """`d[key]`, a positive integer (`where`: the section's prefix in messages, e.g. "llm_config.")."""
     v = d.get(key)

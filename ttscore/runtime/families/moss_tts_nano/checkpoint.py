@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from ttscore.contract.moss_tts_nano import graphs as spec
 from ttscore.runtime.checkpoint_kit import (
     Shapes,
     compare_tensors,
+    has_model_type,
     linear_shapes,
     load_torch_state,
     peek_json,
@@ -82,9 +84,7 @@ class MossConfig:
         return self.codebook_size
 
 
-def is_moss_tts_nano(checkpoint: Path) -> bool:
-    cfg = peek_json(Path(checkpoint) / CONFIG)
-    return cfg is not None and cfg.get("model_type") == spec.MODEL_TYPE
+is_moss_tts_nano = partial(has_model_type, model_type=spec.MODEL_TYPE, config=CONFIG)  # the export dispatch's detect
 
 
 def _number(d: dict[str, Any], key: str, where: str) -> float:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from ttscore.contract import omnivoice as contract
 from ttscore.contract.errors import CheckpointError
-from ttscore.runtime.checkpoint_kit import peek_json, positive_int, read_json, require_files, stack_sizes
+from ttscore.runtime.checkpoint_kit import has_model_type, positive_int, read_json, require_files, stack_sizes
 
 CONFIG = "config.json"
 CODEC_DIR = "audio_tokenizer"
@@ -67,9 +68,7 @@ def parse_config(cfg: dict[str, Any], codec: dict[str, Any]) -> OmniVoiceInfo:
     return info
 
 
-def is_omnivoice(checkpoint: Path) -> bool:
-    cfg = peek_json(Path(checkpoint) / CONFIG)
-    return cfg is not None and cfg.get("model_type") == contract.FAMILY
+is_omnivoice = partial(has_model_type, model_type=contract.FAMILY)  # the export dispatch's detect
 
 
 def read_checkpoint(checkpoint: Path) -> OmniVoiceInfo:
