@@ -30,7 +30,6 @@ encoder refuses (`ref_audio`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -132,10 +131,6 @@ class OmniVoiceAdapter(CodecVoicesAdapter):
     def checked_codes(self, stored: np.ndarray) -> np.ndarray:
         """`ref_code` [T, 8] (ttscore.contract.omnivoice.voicefile), sent as [8, T]."""
         return super().checked_codes(stored).T
-
-    def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
-        text = entry.get("ref_text")  # optional
-        return text.strip() if isinstance(text, str) and text.strip() else None
 
 
 ADAPTER = OmniVoiceAdapter()
