@@ -81,7 +81,7 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
 
     from export.omnivoice.codec import Codec, has_encoder
     from export.omnivoice.graphs import CodecDecoderGraph, CodecEncoderGraph, Generator
-    from export.omnivoice.reference import load_reference, reference_batch, reference_logits
+    from export.omnivoice.reference import language_ids, load_reference, reference_batch, reference_logits
 
     only_fp32(contract.RULES.name, precision)
     info = read_checkpoint(src)
@@ -122,8 +122,6 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
             graphs[contract.CODEC_ENCODER.name] = contract.CODEC_ENCODER
         del codec
     copy_files(src, tmp, TOKENIZER_FILES)
-    from export.omnivoice.reference import language_ids
-
     return run.manifest(
         tmp, model_size=source.get("model_size", "custom"), sizes=info.to_json(), sample_rate=info.sample_rate,
         samples_per_frame=info.hop, vocoder_state_size=1, vocoder_state_layout=[["whole_utterance", 1]],

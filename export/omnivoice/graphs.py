@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from export.blocks import apply_rope, default_inv_freq, masked_attention
+from export.omnivoice.codec import decode_codes, encode_codes
 
 NEG = -1e30  # masked attention score (finite: a padded query row that sees only itself stays finite)
 
@@ -90,8 +91,6 @@ class CodecDecoderGraph(nn.Module):
         self.codec = codec.module
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        from export.omnivoice.codec import decode_codes
-
         audio: torch.Tensor = decode_codes(self.codec, codes)
         return audio
 
@@ -107,7 +106,5 @@ class CodecEncoderGraph(nn.Module):
         self.config = codec.config_dict
 
     def forward(self, audio: torch.Tensor) -> torch.Tensor:
-        from export.omnivoice.codec import encode_codes
-
         codes: torch.Tensor = encode_codes(self.codec, self.config, audio.view(1, 1, -1))[0]
         return codes
