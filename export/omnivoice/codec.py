@@ -244,16 +244,6 @@ def run_semantic_encoder(enc: Any, x: Any) -> Any:
     return x
 
 
-class _Decoded:
-    def __init__(self, audio_values: Any) -> None:
-        self.audio_values = audio_values
-
-
-class _Encoded:
-    def __init__(self, audio_codes: Any) -> None:
-        self.audio_codes = audio_codes
-
-
 class Codec:
     """The Higgs Audio v2 tokenizer as torch modules, loaded strictly from an audio_tokenizer/ directory:
     its decoder side, and its encoder side when the checkpoint has one. Also the stand-in for
@@ -288,11 +278,12 @@ class Codec:
         """codes [B, 8, T] -> audio [B, 1, T * hop]."""
         return decode_codes(self.module, codes)
 
-    def decode(self, codes: Any) -> _Decoded:
+    def decode(self, codes: Any) -> Any:
+        """The 5.x output: its `audio_values`."""
         import torch
 
         with torch.no_grad():
-            return _Decoded(self.decode_audio(codes))
+            return types.SimpleNamespace(audio_values=self.decode_audio(codes))
 
     def encode_codes(self, audio: Any) -> Any:
         """audio [B, 1, N] at 24 kHz -> codes [B, 8, T] (HiggsAudioV2TokenizerModel.encode)."""
@@ -300,8 +291,9 @@ class Codec:
             raise RuntimeError("this audio tokenizer checkpoint has no encoder side")
         return encode_codes(self.module, self.config_dict, audio)
 
-    def encode(self, audio: Any) -> _Encoded:
+    def encode(self, audio: Any) -> Any:
+        """The 5.x output: its `audio_codes`."""
         import torch
 
         with torch.no_grad():
-            return _Encoded(self.encode_codes(audio))
+            return types.SimpleNamespace(audio_codes=self.encode_codes(audio))
