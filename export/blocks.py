@@ -27,6 +27,21 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotate_half(x) * sin
 
 
+def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, neg: float, heads: int,
+                     kv_heads: int, head_dim: int) -> torch.Tensor:
+    """Grouped-query attention with a boolean mask: q [B, heads, T, d], k and v [B, kv_heads, S, d] (each kv head
+    expanded to heads / kv_heads query heads), mask broadcast to [B, heads, T, S] (True = attend; a masked score is
+    `neg`), scores scaled by 1 / sqrt(d) -> [B, T, heads * d]."""
+    b, t, s = q.shape[0], q.shape[2], k.shape[2]
+    groups = heads // kv_heads
+    kk = k.unsqueeze(2).expand(b, kv_heads, groups, s, head_dim).reshape(b, heads, s, head_dim)
+    vv = v.unsqueeze(2).expand(b, kv_heads, groups, s, head_dim).reshape(b, heads, s, head_dim)
+    scores = torch.matmul(q, kk.transpose(-1, -2)) * (1.0 / math.sqrt(head_dim))
+    scores = torch.where(mask, scores, torch.full_like(scores, neg))
+    out = torch.matmul(torch.softmax(scores, dim=-1), vv)
+    return out.transpose(1, 2).reshape(b, t, heads * head_dim)
+
+
 def cat_past(past: Sequence[torch.Tensor], layer: int, k: torch.Tensor, v: torch.Tensor, groups: int = 1
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """Layer `layer`'s keys and values for attention: its past (`past[2 * layer]`, `past[2 * layer + 1]`, [B, H, T, d])

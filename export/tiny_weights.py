@@ -242,6 +242,36 @@ def conv_fan_in(mod: Any) -> int:
     return max(1, mod.in_channels // mod.groups * k)
 
 
+def init_common(init: TensorInit, m: ModuleTensors, linear_bias: float, norm_bias: float) -> bool:
+    """Draw module `m`'s tensors if it is of a common type, and say whether it was: Linear, Conv1d and
+    ConvTranspose1d weights normal with std gain / sqrt(fan-in) (their biases normal, std `linear_bias` and 0.05),
+    Embedding weights standard normal, LayerNorm / GroupNorm / *RMSNorm weights normal around 1 with std 0.1 (a
+    bias: std `norm_bias`), Snake1d alphas uniform in [0.5, 1.5]. A family draws its other modules its own way."""
+    from torch import nn
+
+    mod, full, shapes, gain = m.module, m.full, m.shapes, m.gain
+    if isinstance(mod, nn.Linear):
+        init.normal(full["weight"], shapes["weight"], gain / mod.in_features**0.5)
+        bias = linear_bias
+    elif isinstance(mod, (nn.Conv1d, nn.ConvTranspose1d)):
+        init.normal(full["weight"], shapes["weight"], gain / conv_fan_in(mod) ** 0.5)
+        bias = 0.05
+    elif isinstance(mod, nn.Embedding):
+        init.normal(full["weight"], shapes["weight"], 1.0)
+        return True
+    elif isinstance(mod, (nn.LayerNorm, nn.GroupNorm)) or m.kind.endswith("RMSNorm"):
+        init.normal(full["weight"], shapes["weight"], 0.1, mean=1.0)
+        bias = norm_bias
+    elif m.kind == "Snake1d":
+        init.uniform(full["alpha"], shapes["alpha"], 0.5, 1.5)
+        return True
+    else:
+        return False
+    if "bias" in full:
+        init.normal(full["bias"], shapes["bias"], bias)
+    return True
+
+
 def check_complete(init: TensorInit, model: Any) -> None:
     """AssertionError naming (some of) the persistent tensors of `model` that `init` has not drawn."""
     missing = set(model.state_dict().keys()) - set(init.tensors)

@@ -80,6 +80,16 @@ def check_close(what: str, got: Any, want: Any, atol: float) -> float:
     return err
 
 
+def check_relative(what: str, got: Any, want: Any, rtol: float) -> dict[str, dict[str, float]]:
+    """max |got - want| / max(1, max |want|) <= rtol (ExportError otherwise: check_close on both scaled), for
+    outputs whose scale varies (logits, audio); the validation report: that relative error and the absolute one."""
+    want = np.asarray(want, dtype=np.float32)
+    got = np.asarray(got, dtype=np.float32)
+    scale = max(1.0, float(np.abs(want).max()))
+    rel = check_close(what, got / scale, want / scale, rtol)
+    return {"max_rel_error": {what: rel}, "max_abs_error": {what: max_abs(got, want)}}
+
+
 class ErrorTracker:
     """Max abs error per output name over many cases, with the case that produced it."""
 
@@ -143,6 +153,18 @@ def run_in_chunks(session: Any, codes: np.ndarray, state_size: int, chunks: Sequ
         pieces.append(pcm)
         a += n
     return np.concatenate(pieces, axis=1)
+
+
+def validation_audio(seconds: float, seed: int = 0, rate: int = 24000) -> np.ndarray:
+    """Noise plus a few sines, peak ~0.5, `seconds` at `rate`: a deterministic, non-trivial validation signal
+    (an exporter's reference clips)."""
+    rng = np.random.default_rng(seed)
+    n = round(seconds * rate)
+    t = np.arange(n) / rate
+    x = 0.05 * rng.standard_normal(n)
+    for f, a in ((220.0, 0.2), (530.0, 0.1), (1870.0, 0.05)):
+        x += a * np.sin(2 * np.pi * f * t + rng.uniform(0, 2 * np.pi))
+    return x.astype(np.float32)
 
 
 def with_past(feeds: dict[str, Any], past: Sequence[Any]) -> dict[str, Any]:

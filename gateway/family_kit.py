@@ -406,8 +406,10 @@ class CodecVoicesAdapter(BaseAdapter):
         return stored
 
     def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
-        """A voice file entry's transcript (SkipVoice when the family needs one and it has none)."""
-        raise NotImplementedError
+        """A voice file entry's transcript (SkipVoice when the family needs one and it has none); by default an
+        optional one, stripped (None when absent or blank)."""
+        text = entry.get("ref_text")
+        return text.strip() if isinstance(text, str) and text.strip() else None
 
 
 __all__ = ["NO_FACTS", "BaseAdapter", "CodecFacts", "CodecTarget", "CodecVoicesAdapter", "CodesVoice", "Reference",

@@ -36,14 +36,19 @@ def num_quantizers(codec: dict[str, Any]) -> int:
     return int(1000 * float(codec["target_bandwidths"][-1]) // (frame_rate * bits))
 
 
+def dac_model(codec: dict[str, Any]) -> Any:
+    """transformers' DacModel of the tokenizer's acoustic_model_config (its encoder and decoder halves)."""
+    from transformers import DacConfig, DacModel
+
+    return DacModel(DacConfig(**{k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}))
+
+
 def dac_decoder(codec: dict[str, Any]) -> Any:
     """The acoustic decoder as the Higgs tokenizer builds it: transformers' DacModel decoder with each
     ConvTranspose1d's output_padding = stride % 2 and the final tanh removed."""
     from torch import nn
-    from transformers import DacConfig, DacModel
 
-    acoustic = {k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}
-    decoder = DacModel(DacConfig(**acoustic)).decoder
+    decoder = dac_model(codec).decoder
     for module in decoder.modules():
         if isinstance(module, nn.ConvTranspose1d):
             module.output_padding = (int(module.stride[0]) % 2,)
@@ -134,7 +139,6 @@ def codec_modules(cfg: dict[str, Any], encoder: bool = False) -> Any:
     encoder_semantic, decoder_semantic, fc, fc1)."""
     import torch
     from torch import nn
-    from transformers import DacConfig, DacModel
 
     hidden, dim, size = codec_hidden(cfg), int(cfg["codebook_dim"]), int(cfg["codebook_size"])
     module = nn.Module()
@@ -154,8 +158,7 @@ def codec_modules(cfg: dict[str, Any], encoder: bool = False) -> Any:
     module.fc2 = nn.Linear(hidden, int(cfg["acoustic_model_config"]["hidden_size"]))
     module.acoustic_decoder = dac_decoder(cfg)
     if encoder:
-        acoustic = {k: v for k, v in cfg["acoustic_model_config"].items() if k != "model_type"}
-        module.acoustic_encoder = DacModel(DacConfig(**acoustic)).encoder
+        module.acoustic_encoder = dac_model(cfg).encoder
         module.semantic_model = semantic_model(cfg)
         module.encoder_semantic = semantic_encoder(cfg)
         module.decoder_semantic = semantic_decoder(cfg)
@@ -241,16 +244,6 @@ def run_semantic_encoder(enc: Any, x: Any) -> Any:
     return x
 
 
-class _Decoded:
-    def __init__(self, audio_values: Any) -> None:
-        self.audio_values = audio_values
-
-
-class _Encoded:
-    def __init__(self, audio_codes: Any) -> None:
-        self.audio_codes = audio_codes
-
-
 class Codec:
     """The Higgs Audio v2 tokenizer as torch modules, loaded strictly from an audio_tokenizer/ directory:
     its decoder side, and its encoder side when the checkpoint has one. Also the stand-in for
@@ -285,11 +278,12 @@ class Codec:
         """codes [B, 8, T] -> audio [B, 1, T * hop]."""
         return decode_codes(self.module, codes)
 
-    def decode(self, codes: Any) -> _Decoded:
+    def decode(self, codes: Any) -> Any:
+        """The 5.x output: its `audio_values`."""
         import torch
 
         with torch.no_grad():
-            return _Decoded(self.decode_audio(codes))
+            return types.SimpleNamespace(audio_values=self.decode_audio(codes))
 
     def encode_codes(self, audio: Any) -> Any:
         """audio [B, 1, N] at 24 kHz -> codes [B, 8, T] (HiggsAudioV2TokenizerModel.encode)."""
@@ -297,8 +291,9 @@ class Codec:
             raise RuntimeError("this audio tokenizer checkpoint has no encoder side")
         return encode_codes(self.module, self.config_dict, audio)
 
-    def encode(self, audio: Any) -> _Encoded:
+    def encode(self, audio: Any) -> Any:
+        """The 5.x output: its `audio_codes`."""
         import torch
 
         with torch.no_grad():
-            return _Encoded(self.encode_codes(audio))
+            return types.SimpleNamespace(audio_codes=self.encode_codes(audio))

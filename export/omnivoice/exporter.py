@@ -14,13 +14,13 @@ from export.family import ExportProgress
 from export.quantize import only_fp32
 from export.stages import StageRunner, copy_files, json_configs
 from export.tracing import (
-    check_close,
+    check_relative,
     export_bound,
     export_inline,
-    max_abs,
     ort_run,
     ort_session,
     torch_threads,
+    validation_audio,
 )
 from ttscore.contract import omnivoice as contract
 from ttscore.contract.errors import ExportError
@@ -38,16 +38,6 @@ CODEC_RTOL = 5e-4  # audio: max |diff| / max(1, max |reference|) (measured 1.8e-
 ENCODER_CLIPS = (7, 26)
 
 
-def _check_rel(what: str, got: Any, want: Any, rtol: float) -> dict[str, dict[str, float]]:
-    """max |got - want| / max(1, max |want|) <= rtol (ExportError otherwise); the validation report:
-    that relative error and the absolute one."""
-    want = np.asarray(want, dtype=np.float32)
-    got = np.asarray(got, dtype=np.float32)
-    scale = max(1.0, float(np.abs(want).max()))
-    rel = check_close(what, got / scale, want / scale, rtol)
-    return {"max_rel_error": {what: rel}, "max_abs_error": {what: max_abs(got, want)}}
-
-
 def validation_items() -> list[dict[str, Any]]:
     """Two prompts of different lengths: auto voice, and voice design with a reference clip's codes."""
     import torch
@@ -61,21 +51,13 @@ def validation_items() -> list[dict[str, Any]]:
     ]
 
 
-def encoder_clip(frames: int, seed: int) -> Any:
-    """A validation clip of `frames` codec frames (24 kHz): a few tones and noise, peak about 0.5."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(frames * contract.HOP) / contract.SAMPLE_RATE
-    tones = sum(np.sin(2 * np.pi * f * t + p) for f, p in zip(rng.uniform(80, 4000, 4), rng.uniform(0, 6, 4), strict=True))
-    clip = 0.1 * tones + 0.05 * rng.standard_normal(t.shape)
-    return (0.5 * clip / np.abs(clip).max()).astype(np.float32)
-
-
 def _export_encoder(codec: Any, graph: Any, tmp: Path) -> dict[str, Any]:
     """Export the codec encoder and check its codes equal the torch modules' on clips of several
     lengths (the graph is traced on the first): the report counts the codes that differ (must be 0)."""
     import torch
 
-    clips = [encoder_clip(n, seed=10 + i) for i, n in enumerate(ENCODER_CLIPS)]
+    clips = [validation_audio(n * contract.HOP / contract.SAMPLE_RATE, 10 + i, contract.SAMPLE_RATE)
+             for i, n in enumerate(ENCODER_CLIPS)]
     path = export_inline(graph, (torch.from_numpy(clips[0]),), contract.CODEC_ENCODER, tmp)
     session = ort_session(path)
     mismatched = 0
@@ -99,7 +81,7 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
 
     from export.omnivoice.codec import Codec, has_encoder
     from export.omnivoice.graphs import CodecDecoderGraph, CodecEncoderGraph, Generator
-    from export.omnivoice.reference import load_reference, reference_batch, reference_logits
+    from export.omnivoice.reference import language_ids, load_reference, reference_batch, reference_logits
 
     only_fp32(contract.RULES.name, precision)
     info = read_checkpoint(src)
@@ -118,7 +100,7 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
             path = export_bound(gen, tuple(feeds.values()), contract.GENERATOR, tmp)
             want = reference_logits(model, batch).numpy()
             (got,) = ort_run(ort_session(path), {k: v.numpy() for k, v in feeds.items()})
-            validation[contract.GENERATOR.name] = _check_rel("logits", got, want, GENERATOR_RTOL)
+            validation[contract.GENERATOR.name] = check_relative("logits", got, want, GENERATOR_RTOL)
             del model, gen
         with run.stage("codec decoder graph", "codec_decoder"):
             codec = Codec(src / CODEC_DIR)  # strict: the encoder side too when there is one
@@ -132,7 +114,7 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
             (audio,) = ort_run(ort_session(path), {"codes": codes.numpy()})
             if audio.shape != (1, 1, 12 * info.hop):
                 raise ExportError(f"codec_decoder: audio shape {audio.shape}, want (1, 1, {12 * info.hop})")
-            validation[contract.CODEC_DECODER.name] = _check_rel("audio", audio, want_audio, CODEC_RTOL)
+            validation[contract.CODEC_DECODER.name] = check_relative("audio", audio, want_audio, CODEC_RTOL)
             del graph
         if encoder:
             with run.stage("codec encoder graph", "codec_encoder"):
@@ -140,8 +122,6 @@ def export_omnivoice(src: Path, tmp: Path, precision: str, progress: ExportProgr
             graphs[contract.CODEC_ENCODER.name] = contract.CODEC_ENCODER
         del codec
     copy_files(src, tmp, TOKENIZER_FILES)
-    from export.omnivoice.reference import language_ids
-
     return run.manifest(
         tmp, model_size=source.get("model_size", "custom"), sizes=info.to_json(), sample_rate=info.sample_rate,
         samples_per_frame=info.hop, vocoder_state_size=1, vocoder_state_layout=[["whole_utterance", 1]],

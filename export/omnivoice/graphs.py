@@ -14,13 +14,13 @@ encoder + fc + residual VQ), codes as int64.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 from torch import nn
 
-from export.blocks import default_inv_freq, rotate_half
+from export.blocks import apply_rope, default_inv_freq, masked_attention
+from export.omnivoice.codec import decode_codes, encode_codes
 
 NEG = -1e30  # masked attention score (finite: a padded query row that sees only itself stays finite)
 
@@ -34,15 +34,8 @@ def _layer(layer: Any, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ma
     q = attn.q_norm(attn.q_proj(h).view(b, s, heads, head_dim)).transpose(1, 2)
     k = attn.k_norm(attn.k_proj(h).view(b, s, kv_heads, head_dim)).transpose(1, 2)
     v = attn.v_proj(h).view(b, s, kv_heads, head_dim).transpose(1, 2)
-    q = q * cos + rotate_half(q) * sin
-    k = k * cos + rotate_half(k) * sin
-    groups = heads // kv_heads
-    kk = k.unsqueeze(2).expand(b, kv_heads, groups, s, head_dim).reshape(b, heads, s, head_dim)
-    vv = v.unsqueeze(2).expand(b, kv_heads, groups, s, head_dim).reshape(b, heads, s, head_dim)
-    scores = torch.matmul(q, kk.transpose(-1, -2)) * (1.0 / math.sqrt(head_dim))
-    scores = torch.where(mask, scores, torch.full_like(scores, NEG))
-    out = torch.matmul(torch.softmax(scores, dim=-1), vv)
-    x = x + attn.o_proj(out.transpose(1, 2).reshape(b, s, heads * head_dim))
+    out = masked_attention(apply_rope(q, cos, sin), apply_rope(k, cos, sin), v, mask, NEG, heads, kv_heads, head_dim)
+    x = x + attn.o_proj(out)
     return x + layer.mlp(layer.post_attention_layernorm(x))
 
 
@@ -98,8 +91,6 @@ class CodecDecoderGraph(nn.Module):
         self.codec = codec.module
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        from export.omnivoice.codec import decode_codes
-
         audio: torch.Tensor = decode_codes(self.codec, codes)
         return audio
 
@@ -115,7 +106,5 @@ class CodecEncoderGraph(nn.Module):
         self.config = codec.config_dict
 
     def forward(self, audio: torch.Tensor) -> torch.Tensor:
-        from export.omnivoice.codec import encode_codes
-
         codes: torch.Tensor = encode_codes(self.codec, self.config, audio.view(1, 1, -1))[0]
         return codes

@@ -20,12 +20,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from export.omnivoice.codec import codec_hidden, num_quantizers
+from export.omnivoice.codec import codec_modules
 from export.tiny_weights import (
     TensorInit,
     byte_level_bpe,
     checkpoint_writer,
-    conv_fan_in,
+    init_common,
     json_bytes,
     module_tensors,
     save_weights,
@@ -133,37 +133,27 @@ def tokenizer_config() -> dict[str, Any]:
 
 
 # ---- weights --------------------------------------------------------------------------------------
-def _init_module(init: TensorInit, model: Any, prefix: str) -> None:
-    """Every persistent tensor of `model` (on the meta device), by module type, under `prefix`."""
+def _init_module(init: TensorInit, model: Any, prefix: str = "", gains: dict[str, float] | None = None) -> None:
+    """Every persistent tensor of `model` (on the meta device), by module type (export.tiny_weights.init_common
+    for the common ones), under `prefix`; the codec's codebooks as trained ones look (inited, positive cluster
+    sizes)."""
     from torch import nn
 
-    for m in module_tensors(model, prefix):
-        mod, full, shapes, kind = m.module, m.full, m.shapes, m.kind
-        if isinstance(mod, (nn.Conv1d, nn.ConvTranspose1d)) and "weight" not in full:  # a weight-normed conv
+    for m in module_tensors(model, prefix, gains):
+        full, shapes = m.full, m.shapes
+        if isinstance(m.module, (nn.Conv1d, nn.ConvTranspose1d)) and "weight" not in full:  # a weight-normed conv
             if "bias" in full:
                 init.normal(full["bias"], shapes["bias"], 0.05)
-        elif isinstance(mod, nn.Linear):
-            init.normal(full["weight"], shapes["weight"], 1.0 / mod.in_features**0.5)
-            if "bias" in full:
-                init.normal(full["bias"], shapes["bias"], 0.05)
-        elif isinstance(mod, (nn.Conv1d, nn.ConvTranspose1d)):
-            init.normal(full["weight"], shapes["weight"], 1.0 / conv_fan_in(mod) ** 0.5)
-            if "bias" in full:
-                init.normal(full["bias"], shapes["bias"], 0.05)
-        elif isinstance(mod, nn.Embedding):
-            init.normal(full["weight"], shapes["weight"], 1.0)
-        elif kind.endswith("RMSNorm"):
-            init.normal(full["weight"], shapes["weight"], 0.1, mean=1.0)
-        elif kind == "Snake1d":
-            init.uniform(full["alpha"], shapes["alpha"], 0.5, 1.5)
-        elif isinstance(mod, (nn.LayerNorm, nn.GroupNorm)):
-            init.normal(full["weight"], shapes["weight"], 0.1, mean=1.0)
-            init.normal(full["bias"], shapes["bias"], 0.05)
-        elif kind == "ParametrizationList":  # weight norm (HuBERT's positional conv): g = original0, v = original1
+        elif m.kind == "ParametrizationList":  # weight norm (HuBERT's positional conv): g = original0, v = original1
             init.uniform(full["original0"], shapes["original0"], 0.5, 1.5)
             init.normal(full["original1"], shapes["original1"], 1.0)
-        else:
-            raise AssertionError(f"no tiny init for {kind} ({m.name})")
+        elif m.name.endswith(".codebook"):  # the residual VQ's
+            init.normal(full["embed"], shapes["embed"], 1.0)
+            init.const(full["inited"], shapes["inited"], 1.0)
+            init.uniform(full["cluster_size"], shapes["cluster_size"], 0.5, 2.0)
+            init.normal(full["embed_avg"], shapes["embed_avg"], 1.0)
+        elif not init_common(init, m, linear_bias=0.05, norm_bias=0.05):
+            raise AssertionError(f"no tiny init for {m.kind} ({m.name})")
 
 
 def model_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -186,53 +176,15 @@ def model_weights(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def codec_weights(codec: dict[str, Any], seed: int) -> dict[str, Any]:
-    """audio_tokenizer/model.safetensors, its decoder side: quantizer.quantizers.*, fc2, acoustic_decoder."""
+    """audio_tokenizer/model.safetensors: every tensor of HiggsAudioV2TokenizerModel (export.omnivoice.codec's
+    codec_modules, named as its tensors), its decoder side (quantizer, fc2, acoustic_decoder) and encoder side
+    (acoustic_encoder = DAC encoder, semantic_model = HuBERT, encoder_semantic, decoder_semantic, fc, fc1)."""
     import torch
-    from transformers import DacConfig, DacModel
 
     init = TensorInit(seed, "omnivoice-codec", torch.float32)
-    acoustic = {k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}
     with torch.device("meta"):
-        decoder = DacModel(DacConfig(**acoustic)).decoder
-    _init_module(init, decoder, "acoustic_decoder.")
-    hidden, dim, size = codec_hidden(codec), int(codec["codebook_dim"]), int(codec["codebook_size"])
-    nq = num_quantizers(codec)
-    for q in range(nq):
-        p = f"quantizer.quantizers.{q}."
-        init.normal(p + "codebook.embed", (size, dim), 1.0)
-        init.const(p + "codebook.inited", (1,), 1.0)
-        init.uniform(p + "codebook.cluster_size", (size,), 0.5, 2.0)
-        init.normal(p + "codebook.embed_avg", (size, dim), 1.0)
-        init.normal(p + "project_in.weight", (dim, hidden), 1.0 / hidden**0.5)
-        init.normal(p + "project_in.bias", (dim,), 0.05)
-        init.normal(p + "project_out.weight", (hidden, dim), 0.5 / dim**0.5)
-        init.normal(p + "project_out.bias", (hidden,), 0.05)
-    acoustic_hidden = int(codec["acoustic_model_config"]["hidden_size"])
-    init.normal("fc2.weight", (acoustic_hidden, hidden), 1.0 / hidden**0.5)
-    init.normal("fc2.bias", (acoustic_hidden,), 0.05)
-    return dict(init.tensors)
-
-
-def codec_encoder_weights(codec: dict[str, Any], seed: int) -> dict[str, Any]:
-    """audio_tokenizer/model.safetensors, its encoder side: acoustic_encoder (DAC), semantic_model
-    (HuBERT), encoder_semantic, decoder_semantic, fc, fc1 (named as HiggsAudioV2TokenizerModel's)."""
-    import torch
-    from transformers import DacConfig, DacModel
-
-    from export.omnivoice.codec import semantic_decoder, semantic_encoder, semantic_model
-
-    init = TensorInit(seed, "omnivoice-codec", torch.float32)
-    acoustic = {k: v for k, v in codec["acoustic_model_config"].items() if k != "model_type"}
-    with torch.device("meta"):
-        parts = {"acoustic_encoder.": DacModel(DacConfig(**acoustic)).encoder, "semantic_model.": semantic_model(codec),
-                 "encoder_semantic.": semantic_encoder(codec), "decoder_semantic.": semantic_decoder(codec)}
-    for prefix, module in parts.items():
-        _init_module(init, module, prefix)
-    hidden, semantic = codec_hidden(codec), int(codec["semantic_model_config"]["hidden_size"])
-    init.normal("fc.weight", (hidden, hidden), 1.0 / hidden**0.5)
-    init.normal("fc.bias", (hidden,), 0.05)
-    init.normal("fc1.weight", (semantic, hidden), 1.0 / hidden**0.5)
-    init.normal("fc1.bias", (semantic,), 0.05)
+        module = codec_modules(codec, encoder=True)
+    _init_module(init, module, gains={r"quantizer\.quantizers\.\d+\.project_out": 0.5})
     return dict(init.tensors)
 
 
@@ -248,6 +200,5 @@ def make_tiny_omnivoice(out: Path, seed: int = 0, size: str = "tiny") -> Path:
                           "audio_tokenizer/config.json": json_bytes(codec),
                           "audio_tokenizer/preprocessor_config.json": json_bytes(PREPROCESSOR)})
         save_weights(model_weights(cfg, seed), tmp / "model.safetensors")
-        save_weights({**codec_weights(codec, seed), **codec_encoder_weights(codec, seed)},
-                     tmp / "audio_tokenizer" / "model.safetensors")
+        save_weights(codec_weights(codec, seed), tmp / "audio_tokenizer" / "model.safetensors")
     return Path(out)

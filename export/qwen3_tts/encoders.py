@@ -25,7 +25,7 @@ from torch.nn import functional as F
 
 from export.blocks import apply_rope
 from export.qwen3_tts.code2wav import DEFAULT_OPSET, PARITY_ATOL
-from export.tracing import EXPORTER_INLINE, check_close, export_inline, ort_session
+from export.tracing import EXPORTER_INLINE, check_close, export_inline, ort_session, validation_audio
 from ttscore.contract.errors import ExportError
 from ttscore.contract.qwen3_tts import (
     MEL_BINS,
@@ -390,17 +390,6 @@ def reference_encode(tokenizer: Any, audio: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         out = tokenizer.encode(x, torch.ones_like(x, dtype=torch.long), return_dict=True)
     return out.audio_codes[0].numpy().astype(np.int64)
-
-
-def validation_audio(seconds: float, seed: int = 0) -> np.ndarray:
-    """Noise plus a few sines, peak ~0.5: a deterministic, non-trivial validation signal."""
-    rng = np.random.default_rng(seed)
-    n = round(seconds * SAMPLE_RATE)
-    t = np.arange(n) / SAMPLE_RATE
-    x = 0.05 * rng.standard_normal(n)
-    for f, a in ((220.0, 0.2), (530.0, 0.1), (1870.0, 0.05)):
-        x += a * np.sin(2 * np.pi * f * t + rng.uniform(0, 2 * np.pi))
-    return x.astype(np.float32)
 
 
 def validate_speech_encoder(

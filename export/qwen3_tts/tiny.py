@@ -66,7 +66,7 @@ from export.tiny_weights import (
     TensorInit,
     check_complete,
     checkpoint_writer,
-    conv_fan_in,
+    init_common,
     json_bytes,
     learn_bpe_merges,
     module_tensors,
@@ -650,26 +650,13 @@ def _init_module_tensors(init: TensorInit, model: Any, gains: dict[str, float]) 
     """Initialize every parameter / persistent buffer of ``model`` (a meta-device module) by type.
 
     ``gains`` maps a module-name regex (full match) to a multiplier on that module's weight scale.
+    The common types by export.tiny_weights.init_common.
     """
-    from torch import nn
-
     for m in module_tensors(model, gains=gains):
-        mod, full, shapes, kind, gain = m.module, m.full, m.shapes, m.kind, m.gain
-        if isinstance(mod, nn.Linear):
-            init.normal(full["weight"], shapes["weight"], gain / mod.in_features**0.5)
-            if "bias" in full:
-                init.normal(full["bias"], shapes["bias"], 0.1)
-        elif isinstance(mod, (nn.Conv1d, nn.ConvTranspose1d)):
-            init.normal(full["weight"], shapes["weight"], gain / conv_fan_in(mod) ** 0.5)
-            if "bias" in full:
-                init.normal(full["bias"], shapes["bias"], 0.05)
-        elif isinstance(mod, nn.Embedding):
-            init.normal(full["weight"], shapes["weight"], 1.0)
-        elif isinstance(mod, nn.LayerNorm) or kind.endswith("RMSNorm"):
-            init.normal(full["weight"], shapes["weight"], 0.1, mean=1.0)
-            if "bias" in full:
-                init.normal(full["bias"], shapes["bias"], 0.1)
-        elif kind.endswith("LayerScale"):
+        full, shapes, kind, gain = m.full, m.shapes, m.kind, m.gain
+        if init_common(init, m, linear_bias=0.1, norm_bias=0.1):
+            continue
+        if kind.endswith("LayerScale"):
             init.normal(full["scale"], shapes["scale"], 0.03, mean=0.3)
         elif kind == "Qwen3TTSTokenizerV2ConvNeXtBlock":
             init.normal(full["gamma"], shapes["gamma"], 0.03, mean=0.3)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from export.blocks import rotate_half, snake
+from export.blocks import apply_rope, masked_attention, snake
 
 NEG = torch.finfo(torch.float32).min  # masked logits (a fully masked padding row stays finite)
 
@@ -32,18 +32,10 @@ def _layer(layer: Any, x: torch.Tensor, cos: torch.Tensor | None, sin: torch.Ten
     k = attn.k_proj(h).view(b, t, kvh, hd).transpose(1, 2)
     v = attn.v_proj(h).view(b, t, kvh, hd).transpose(1, 2)
     if cos is not None and sin is not None:
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     keys = k if past_k is None else torch.cat([past_k, k], dim=2)
     values = v if past_v is None else torch.cat([past_v, v], dim=2)
-    groups = nh // kvh
-    s = keys.shape[2]
-    kk = keys.unsqueeze(2).expand(b, kvh, groups, s, hd).reshape(b, nh, s, hd)
-    vv = values.unsqueeze(2).expand(b, kvh, groups, s, hd).reshape(b, nh, s, hd)
-    scores = torch.matmul(q, kk.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
-    scores = torch.where(mask, scores, torch.full_like(scores, NEG))
-    out = torch.matmul(torch.softmax(scores, dim=-1), vv)
-    out = attn.o_proj(out.transpose(1, 2).reshape(b, t, nh * hd))
+    out = attn.o_proj(masked_attention(q, keys, values, mask, NEG, nh, kvh, hd))
     scale = layer.scale_depth / math.sqrt(layer.num_hidden_layers) if layer.use_mup else 1.0
     x = x + out * scale if layer.use_mup else x + out
     m = layer.mlp(layer.post_attention_layernorm(x))

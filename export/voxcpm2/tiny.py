@@ -39,6 +39,7 @@ from export.tiny_weights import (
     check_complete,
     checkpoint_writer,
     conv_fan_in,
+    init_common,
     json_bytes,
     learn_bpe_merges,
     module_tensors,
@@ -244,20 +245,10 @@ def _init_tensors(init: TensorInit, model: Any, gains: dict[str, float], constan
             _weight_norm_pair(init, pre, shape["weight_v"], shape["weight_g"], conv_fan_in(mod), gain)
             if "bias" in shape:
                 init.normal(pre + "bias", shape["bias"], 0.02)
-        elif isinstance(mod, nn.Linear):
-            init.normal(pre + "weight", shape["weight"], gain / mod.in_features**0.5)
-            if "bias" in shape:
-                init.normal(pre + "bias", shape["bias"], 0.1)
         elif isinstance(mod, nn.Embedding) and re.search(r"scale_embed$", mod_name):
             init.normal(pre + "weight", shape["weight"], 0.1, mean=1.0)
         elif isinstance(mod, nn.Embedding) and re.search(r"bias_embed$", mod_name):
             init.normal(pre + "weight", shape["weight"], 0.05)
-        elif isinstance(mod, nn.Embedding):
-            init.normal(pre + "weight", shape["weight"], 1.0)
-        elif kind.endswith("RMSNorm"):
-            init.normal(pre + "weight", shape["weight"], 0.1, mean=1.0)
-        elif kind == "Snake1d":
-            init.uniform(pre + "alpha", shape["alpha"], 0.5, 1.5)
         elif kind == "VoxCPMLocEnc":
             init.normal(pre + "special_token", shape["special_token"], 1.0)
             rest = [n for n in own if n != "special_token"]
@@ -265,7 +256,7 @@ def _init_tensors(init: TensorInit, model: Any, gains: dict[str, float], constan
                 raise AssertionError(f"no init rule for {kind} tensors {rest}")
         elif kind == "CausalDecoder" and own == ["sr_bin_boundaries"]:
             init.tensors[pre + "sr_bin_boundaries"] = constants[pre + "sr_bin_boundaries"]
-        else:
+        elif not init_common(init, m, linear_bias=0.1, norm_bias=0.1):
             raise AssertionError(f"no init rule for {kind} ({mod_name}): {own}")
     check_complete(init, model)
 

@@ -75,8 +75,7 @@ class BreezeTTS2Adapter(CodecVoicesAdapter):
                                      f"{', '.join(breeze_tts_2.VOICES)} (default {breeze_tts_2.DEFAULT_VOICE}) or an "
                                      "uploaded voice", fits="codec")
             speaker = breeze_tts_2.DEFAULT_VOICE  # a stored voice is the reference; the tag stays the default
-        instructions = text_field(f.instructions, "instructions", rules.max_text_chars)
-        instructions = instructions if instructions and instructions.strip() else None
+        instructions = transcript(text_field(f.instructions, "instructions", rules.max_text_chars))  # None: blank
         ref = clone_reference(f, stored, rules.max_text_chars)
         if ref.cloning and ref.ref_text is None:
             raise bad_request(f"{name} voice cloning needs 'ref_text' (the transcript of the reference audio)",

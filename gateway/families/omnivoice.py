@@ -22,15 +22,14 @@ reference's duration estimate) over `num_step` unmasking steps. Fields:
   `class_temperature` (the reference's generation knobs; both temperatures 0: deterministic);
 - streamed requests (raw, SSE, a WebSocket with stream_audio) set `sentence_chunks`: the text is
   generated in short chunks cut at sentence marks, each sent as soon as it is decoded.
-Refused (400 naming the field): the family's unsupported fields (contract RULES),
-`initial_codec_chunk_frames` (no frame streaming), a `task_type` other than Base, `ref_text` without
-a reference, a clip the encoder refuses (`ref_audio`).
+Refused (400 naming the field): the family's unsupported fields (contract RULES, `initial_codec_chunk_frames`
+among them: no frame streaming), a `task_type` other than Base, `ref_text` without a reference, a clip the
+encoder refuses (`ref_audio`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -41,7 +40,7 @@ from ttscore.contract.manifest import Manifest
 from ttscore.contract.omnivoice import text as omnivoice_text
 from ttscore.contract.omnivoice.voicefile import CODEC_SHA256, CODEC_WEIGHTS, PROFILE_MODES
 
-from ..errors import bad_request, from_invalid_request
+from ..errors import from_invalid_request
 from ..family import PlanContext, ServedCheckpoint, SpeechPlan
 from ..family_kit import (
     CodecFacts,
@@ -49,6 +48,7 @@ from ..family_kit import (
     clone_reference,
     facts_of,
     requested_voice,
+    transcript,
 )
 from ..longtext import split_segments
 from ..speech_fields import SpeechFields, checked_speed, plan_output, refuse_other_task, text_field
@@ -90,15 +90,11 @@ class OmniVoiceAdapter(CodecVoicesAdapter):
                      ) -> SpeechPlan:
         rules = self.rules
         name = rules.name
-        if f.initial_codec_chunk_frames is not None:
-            raise bad_request(f"'initial_codec_chunk_frames' is not supported by {name} models (non-autoregressive: "
-                              "audio comes a whole sentence at a time)", "initial_codec_chunk_frames")
         refuse_other_task(f, rules)
         stored = requested_voice(f, ckpt, deployment, omnivoice.DEFAULT_VOICE, fits="codec", own="auto voice")
         ref = clone_reference(f, stored)
         ref_text = omnivoice_text.clone_ref_text(ref.ref_text) if ref.ref_text is not None else None
-        instructions = text_field(f.instructions, "instructions", rules.max_text_chars)
-        instructions = instructions if instructions and instructions.strip() else None
+        instructions = transcript(text_field(f.instructions, "instructions", rules.max_text_chars))  # None: blank
         speed = float(checked_speed(f))  # the Speech API's range (omnivoice.SPEED_RANGE)
         # The model applies `speed` itself (duration scaling), so the output is never time-stretched.
         output = plan_output(dataclasses.replace(f, speed=None), ckpt.sample_rate)
@@ -135,10 +131,6 @@ class OmniVoiceAdapter(CodecVoicesAdapter):
     def checked_codes(self, stored: np.ndarray) -> np.ndarray:
         """`ref_code` [T, 8] (ttscore.contract.omnivoice.voicefile), sent as [8, T]."""
         return super().checked_codes(stored).T
-
-    def voice_transcript(self, entry: Mapping[str, Any]) -> str | None:
-        text = entry.get("ref_text")  # optional
-        return text.strip() if isinstance(text, str) and text.strip() else None
 
 
 ADAPTER = OmniVoiceAdapter()

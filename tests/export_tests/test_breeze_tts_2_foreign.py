@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.parity, pytest.mark.slow]
 
 
 def test_foreign_checkpoint_matches_the_reference(breeze_foreign: Path, breeze_foreign_export: Path) -> None:
-    from export.qwen3_tts.encoders import validation_audio
+    from export.tracing import validation_audio
     from ttscore.runtime.families import load_model
     from ttscore.runtime.families.breeze_tts_2.request import BreezeRequest
 

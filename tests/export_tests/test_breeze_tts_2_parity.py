@@ -40,7 +40,7 @@ def model(breeze_export: Path) -> Any:
 
 @pytest.fixture(scope="module")
 def ref_codes(model: Any) -> np.ndarray:
-    from export.qwen3_tts.encoders import validation_audio
+    from export.tracing import validation_audio
 
     return model.encode_reference(validation_audio(0.9, 3), 24000)
 

@@ -23,9 +23,9 @@ from export.qwen3_tts.encoders import (  # noqa: E402
     reference_encode,
     validate_speaker_encoder,
     validate_speech_encoder,
-    validation_audio,
 )
 from export.qwen3_tts.reference import reference_imports  # noqa: E402
+from export.tracing import validation_audio  # noqa: E402
 from ttscore.contract.errors import AudioDecodeError, ExportError, InvalidRequest  # noqa: E402
 from ttscore.contract.qwen3_tts import MEL_BINS  # noqa: E402
 from ttscore.runtime import audio as generic_audio  # noqa: E402

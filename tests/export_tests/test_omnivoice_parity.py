@@ -215,6 +215,6 @@ def test_languages_resolve_as_in_the_reference(reference: Any, ours: Any) -> Non
 def test_the_frame_estimate_is_the_reference_s(reference: Any, ours: Any) -> None:
     for text in ("Hi.", "A much longer sentence, with commas; and 123 digits!", "你好，世界。", "Привет мир"):
         task = reference._preprocess_all(text=[text])
-        assert ours.target_frames(OmniVoiceRequest(text=text), None) == task.target_lens[0], text
+        assert ours.admit(OmniVoiceRequest(text=text)).tokens.shape[1] == task.target_lens[0], text
     task = reference._preprocess_all(text=["twice as fast"], speed=2.0)
-    assert ours.target_frames(OmniVoiceRequest(text="twice as fast", speed=2.0), None) == task.target_lens[0]
+    assert ours.admit(OmniVoiceRequest(text="twice as fast", speed=2.0)).tokens.shape[1] == task.target_lens[0]

@@ -46,8 +46,9 @@ def model(omnivoice_artifacts: Path) -> Any:
     ({"text": "hi", "instructions": "robot"}, "instructions"),
     ({"text": "hi", "language": "Klingon"}, "language"),
     ({"text": "hi", "num_step": 0}, "num_step"),
-    ({"text": "hi", "guidance_scale": float("nan")}, "guidance_scale"),
-    ({"text": "hi", "position_temperature": -1.0}, "position_temperature"),
+    ({"text": "hi", "guidance_scale": float("nan")}, "extra_params"),
+    ({"text": "hi", "position_temperature": -1.0}, "extra_params"),
+    ({"text": "hi", "speed": 9.0}, "speed"),
     ({"text": "a long text " * 10, "max_new_tokens": 5}, "max_new_tokens"),
     ({"text": "hi", "ref_codes": np.zeros((3, 4), np.int64)}, "ref_codes"),
 ])

@@ -57,6 +57,13 @@ class Manifest:
         """The checkpoint's config files, as exported (family-specific)."""
         return self.raw.get("configs") or {}
 
+    def config(self, name: str) -> dict[str, Any]:
+        """The checkpoint's config file `name` as exported; ArtifactError when the manifest has none."""
+        cfg = self.configs.get(name)
+        if not isinstance(cfg, Mapping):
+            raise ArtifactError(f"{self.path / MANIFEST} has no configs[{name!r}]: re-export")
+        return dict(cfg)
+
     @property
     def num_code_groups(self) -> int | None:
         return _int_or_none((self.raw.get("sizes") or {}).get("num_code_groups"))

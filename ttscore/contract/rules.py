@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ttscore.contract.errors import InvalidRequest
 
 SEED_MAX = 2**63 - 1  # the Speech API's `seed`: any non-negative int64
@@ -58,6 +60,18 @@ class FieldRule:
         the family has no default seed (its audio is random, as the request asked)."""
         hi = self.hi if cap is None else min(self.hi, cap)
         return self.lo + secrets.randbelow(hi - self.lo + 1)
+
+
+def checked_float(value: object, param: str, lo: float, hi: float, lo_open: bool = False) -> float:
+    """A runtime request's number as a float in [lo, hi] ((lo, hi] where `lo_open`); InvalidRequest naming `param`
+    otherwise (not a number, not finite, outside)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise InvalidRequest(f"{param} must be a number", param)
+    v = float(value)
+    if not np.isfinite(v) or v > hi or v < lo or (lo_open and v == lo):
+        interval = f"({lo}, {hi}]" if lo_open else f"[{lo}, {hi}]"
+        raise InvalidRequest(f"{param} must be in {interval}, got {value}", param)
+    return v
 
 
 def seed_field(default: int | None = None) -> FieldRule:
@@ -200,6 +214,12 @@ class FamilyRules:
                                      f"{', '.join(rules)})", "extra_params")
             out[key] = rules[key].check(value)
         return out
+
+    def request_knobs(self, request: object, defaults: Mapping[str, int | float]) -> dict[str, int | float]:
+        """A runtime request's knobs: its attributes named as the `extra_params` rules, each one it gives (not None)
+        checked by its KnobRule (as `knobs`: InvalidRequest naming `extra_params`), `defaults` for the rest."""
+        given = {k.name: getattr(request, k.name) for k in self.extra_params if getattr(request, k.name) is not None}
+        return {**defaults, **(self.knobs(given) if given else {})}
 
     def checked_text(self, text: object, param: str = "input") -> str:
         """The text of one generation: a non-empty string of at most `max_text_chars` characters (InvalidRequest

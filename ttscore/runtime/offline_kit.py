@@ -25,6 +25,12 @@ def refuse_options(options: Any, display: str, names: Iterable[str] = (), *, qwe
         raise InvalidRequest("--x-vector-only/--non-streaming-mode are Qwen3-TTS options", qwen_param)
 
 
+def ref_text_needs_audio(options: Any, param: str = "ref_text") -> None:
+    """InvalidRequest naming `param` for --ref-text (a reference clip's transcript) without --ref-audio."""
+    if options.ref_text and not options.ref_audio:
+        raise InvalidRequest("--ref-text needs --ref-audio", param)
+
+
 def check_voice_mode(mode: str | None, modes: tuple[str, ...], display: str) -> None:
     """A precompute-voice --mode among the family's `modes` (None: the family's default)."""
     if mode not in (None, *modes):

@@ -27,13 +27,9 @@ CODEBOOK_SIZE = 1024
 SPECIAL_TOKENS = ("<|denoise|>", "<|lang_start|>", "<|lang_end|>", "<|instruct_start|>", "<|instruct_end|>",
                   "<|text_start|>", "<|text_end|>")
 
-# Generation defaults of the reference (OmniVoiceGenerationConfig).
+# Generation defaults of the reference (OmniVoiceGenerationConfig; its knobs' in KNOB_DEFAULTS).
 DEFAULT_NUM_STEP = 32
-DEFAULT_GUIDANCE_SCALE = 2.0
-DEFAULT_T_SHIFT = 0.1
 DEFAULT_LAYER_PENALTY = 5.0
-DEFAULT_POSITION_TEMPERATURE = 5.0
-DEFAULT_CLASS_TEMPERATURE = 0.0
 CLASS_TOP_K_RATIO = 0.1  # class sampling keeps the top ceil(ratio * vocab) codes
 # The duration estimate's anchor when there is no reference transcript (the reference's fallback).
 ANCHOR_TEXT = "Nice to meet you."
@@ -53,8 +49,9 @@ MAX_TEXT_CHARS = 4096
 
 TASK = "Base"
 DEFAULT_VOICE = "default"  # auto voice (the model's own), like omitting `voice`
-UNSUPPORTED_FIELDS = ("x_vector_only_mode", "speaker_embedding", "non_streaming_mode")
-# The float generation knobs (the Speech API's `extra_params`, speech_generation inputs): inclusive ranges.
+# initial_codec_chunk_frames: non-autoregressive, audio comes a whole sentence at a time (no frame streaming).
+UNSUPPORTED_FIELDS = ("x_vector_only_mode", "speaker_embedding", "non_streaming_mode", "initial_codec_chunk_frames")
+# The generation knobs (the Speech API's `extra_params`, speech_generation inputs): inclusive ranges.
 KNOBS = (
     KnobRule("num_step", 1, MAX_NUM_STEP, integer=True),  # also a FieldRule (its default)
     KnobRule("guidance_scale", 0.0, 20.0),
@@ -62,7 +59,8 @@ KNOBS = (
     KnobRule("position_temperature", 0.0, 100.0),
     KnobRule("class_temperature", 0.0, 100.0),
 )
-FLOAT_KNOBS: dict[str, tuple[float, float]] = {k.name: (k.lo, k.hi) for k in KNOBS if not k.integer}
+KNOB_DEFAULTS: dict[str, int | float] = {"num_step": DEFAULT_NUM_STEP, "guidance_scale": 2.0, "t_shift": 0.1,
+                                         "position_temperature": 5.0, "class_temperature": 0.0}
 # `speed` as the reference does it: the duration estimate divided by it (the Speech API's range).
 SPEED_RANGE = (0.25, 4.0)
 
@@ -81,7 +79,6 @@ RULES = FamilyRules(  # reference clips: the default RefAudioBounds (8-192 kHz, 
     sample_rate=SAMPLE_RATE,
     extra_params=KNOBS,
 )
-
 
 
 def checked_frames(text: str, ref_text: str | None, ref_frames: int | None, speed: float,

@@ -65,7 +65,7 @@ class BreezeModel(ArenaModel):
                  vocoder: bool = True, encoders: bool = True) -> None:
         self.artifacts = artifacts
         self.manifest = manifest
-        self.info: BreezeInfo = parse_config(dict(manifest.configs["config.json"]))
+        self.info: BreezeInfo = parse_config(manifest.config("config.json"))
         graph = partial(open_graph, artifacts, manifest, threads=threads)
         table = partial(open_table, artifacts)
         self.text_encoder, self.backbone, self.depth = graph("text_encoder"), graph("backbone"), graph("depth_decoder")

@@ -9,7 +9,7 @@ from typing import Any
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.family import Progress, SayJob, SayOptions, VoiceFileOptions, read_reference
-from ttscore.runtime.offline_kit import Export, check_voice_mode, refuse_options
+from ttscore.runtime.offline_kit import Export, check_voice_mode, ref_text_needs_audio, refuse_options
 
 
 def precompute_voice(artifacts: str | Path, voice_name: str, ref_audio_path: str | Path, ref_text: str | None,
@@ -51,6 +51,7 @@ class BreezeOffline:
 
         o = options
         refuse_options(o, "Breeze-TTS-2", ("language",))
+        ref_text_needs_audio(o)
         model = load_model(artifacts, encoders=bool(o.ref_audio))
         assert isinstance(model, BreezeModel)
         req = BreezeRequest(text=o.text, voice=o.voice, instructions=o.instructions, ref_text=o.ref_text,
@@ -58,8 +59,6 @@ class BreezeOffline:
         if o.ref_audio:
             wav, sr = read_reference(o.ref_audio)
             req.ref_codes = model.encode_reference(wav, sr)
-        elif o.ref_text:
-            raise InvalidRequest("--ref-text needs --ref-audio", "ref_text")
         return SayJob(model, req, model.info.sample_rate, "frames")
 
     def precompute_voice(self, artifacts: Path, options: VoiceFileOptions, progress: Progress

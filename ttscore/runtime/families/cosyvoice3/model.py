@@ -134,8 +134,7 @@ class CosyVoice3Model(ArenaModel):
             raise InvalidRequest(f"'max_new_tokens' must be an integer in 1..{spec.MAX_NEW_TOKENS}", "max_new_tokens")
         seed = spec.RULES.field("seed").checked_or_drawn(request.seed)  # none: random, as vLLM-Omni
         lm = self.sizes["lm"]
-        knobs = spec.RULES.knobs({k: v for k, v in (("temperature", request.temperature), ("top_k", request.top_k),
-                                                    ("top_p", request.top_p)) if v is not None})
+        knobs = spec.RULES.request_knobs(request, {"temperature": 1.0, "top_k": lm["top_k"], "top_p": lm["top_p"]})
         clip = request.clip
         if clip is None:
             if self.front is None:
@@ -166,8 +165,7 @@ class CosyVoice3Model(ArenaModel):
             initial_chunk_frames=first + self.g.lookahead, chunk_frames=hop, text_tokens=len(ids),
             audio_tokens=len(prompt.speech_tokens), vocoder_prefix=cond, prompt_tokens=len(embeds), embeds=embeds,
             min_len=min_len, max_len=max_len, ras=sampling.ras_noise(seed, max_len, rows),
-            temperature=float(knobs.get("temperature", 1.0)), top_k=int(knobs.get("top_k", lm["top_k"])),
-            top_p=float(knobs.get("top_p", lm["top_p"])))
+            temperature=float(knobs["temperature"]), top_k=int(knobs["top_k"]), top_p=float(knobs["top_p"]))
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
         done = prefill_chunks(self.kv, work, CosyVoice3Sequence, lambda s: s.prompt_tokens + s.max_len, self._lm)

@@ -81,7 +81,7 @@ class GepardModel(ArenaModel):
                  vocoder: bool = True) -> None:
         self.artifacts = artifacts
         self.manifest = manifest
-        self.info: GepardInfo = parse_config(dict(manifest.configs["config.json"]), dict(manifest.configs[SIDECAR]))
+        self.info: GepardInfo = parse_config(manifest.config("config.json"), manifest.config(SIDECAR))
         graph = partial(open_graph, artifacts, manifest, threads=threads)
         table = partial(open_table, artifacts)
         self.backbone, self.frame_embed = graph("backbone"), graph("frame_embed")

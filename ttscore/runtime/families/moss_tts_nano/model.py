@@ -134,10 +134,7 @@ class MossModel(ArenaModel):
                  encoders: bool = False) -> None:
         self.artifacts = Path(artifacts)
         self.manifest = manifest
-        configs = manifest.configs
-        if CONFIG not in configs:
-            raise ArtifactError(f"{artifacts}/manifest.json has no configs[{CONFIG!r}]: re-export")
-        self.config: MossConfig = parse_config(dict(configs[CONFIG]))
+        self.config: MossConfig = parse_config(manifest.config(CONFIG))
         c = self.config
         graph = partial(open_graph, self.artifacts, manifest, threads=threads)
         self.global_step, self.local_step = graph("global_step"), graph("local_step")

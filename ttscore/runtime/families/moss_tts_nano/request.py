@@ -48,9 +48,7 @@ class Sampling:
 
 def resolve_sampling(request: MossRequest) -> Sampling:
     """The request's knobs checked by the contract's KnobRules (InvalidRequest naming `extra_params`)."""
-    given = {k.name: getattr(request, k.name) for k in rules.KNOBS if getattr(request, k.name) is not None}
-    checked = rules.RULES.knobs(given) if given else {}
-    values = {**rules.KNOB_DEFAULTS, **checked}
+    values = rules.RULES.request_knobs(request, rules.KNOB_DEFAULTS)
     return Sampling(do_sample=bool(values["do_sample"]), text_temperature=float(values["text_temperature"]),
                     text_top_p=float(values["text_top_p"]), text_top_k=int(values["text_top_k"]),
                     audio_temperature=float(values["audio_temperature"]), audio_top_p=float(values["audio_top_p"]),

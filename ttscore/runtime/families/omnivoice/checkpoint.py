@@ -11,7 +11,13 @@ from typing import Any
 
 from ttscore.contract import omnivoice as contract
 from ttscore.contract.errors import CheckpointError
-from ttscore.runtime.checkpoint_kit import config_model_type, positive_int, read_json, require_files
+from ttscore.runtime.checkpoint_kit import (
+    config_model_type,
+    positive_int,
+    read_json,
+    require_files,
+    stack_sizes,
+)
 
 CONFIG = "config.json"
 CODEC_DIR = "audio_tokenizer"
@@ -44,12 +50,10 @@ def parse_config(cfg: dict[str, Any], codec: dict[str, Any]) -> OmniVoiceInfo:
     if cfg.get("model_type") != contract.FAMILY or not isinstance(cfg.get("llm_config"), dict):
         raise CheckpointError(f"config.json: not an OmniVoice config (model_type {contract.FAMILY!r} with llm_config)")
     llm = cfg["llm_config"]
-    heads = positive_int(llm, "num_attention_heads", "llm_config.")
-    hidden = positive_int(llm, "hidden_size", "llm_config.")
+    stack = stack_sizes(llm, "llm_config.")
     info = OmniVoiceInfo(
-        hidden_size=hidden, num_layers=positive_int(llm, "num_hidden_layers", "llm_config."), num_heads=heads,
-        num_kv_heads=positive_int(llm, "num_key_value_heads", "llm_config."),
-        head_dim=int(llm.get("head_dim") or hidden // heads), text_vocab=positive_int(llm, "vocab_size", "llm_config."),
+        **{k: stack[k] for k in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim")},
+        text_vocab=positive_int(llm, "vocab_size", "llm_config."),
         num_codebooks=int(cfg.get("num_audio_codebook", contract.NUM_CODEBOOKS)),
         audio_vocab=int(cfg.get("audio_vocab_size", contract.AUDIO_VOCAB)),
         mask_id=int(cfg.get("audio_mask_id", contract.MASK_ID)),

@@ -18,9 +18,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract import omnivoice as contract
-from ttscore.contract.errors import ArtifactError, InvalidRequest
+from ttscore.contract.errors import ArtifactError
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.omnivoice import text as text_rules
+from ttscore.contract.rules import checked_float
+from ttscore.contract.voicefile import checked_codes
 from ttscore.runtime.families.omnivoice.checkpoint import (
     CODEC_DIR,
     CONFIG,
@@ -66,21 +68,9 @@ class CodecVocoder(OrtVocoder):
         return self.graph.run(self.feeds(frames, state, position))["audio"][:, 0], state
 
 
-def _float(value: float | None, default: float, name: str, lo: float, hi: float) -> float:
-    if value is None:
-        return default
-    v = float(value)
-    if not (np.isfinite(v) and lo <= v <= hi):
-        raise InvalidRequest(f"'{name}' must be between {lo} and {hi}, got {v}", name)
-    return v
-
-
 class OmniVoiceModel:
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None, vocoder: bool = True) -> None:
-        cfg, codec_cfg = manifest.configs.get(CONFIG), manifest.configs.get(f"{CODEC_DIR}/{CONFIG}")
-        if not isinstance(cfg, Mapping) or not isinstance(codec_cfg, Mapping):
-            raise ArtifactError(f"{artifacts}: the manifest lacks the checkpoint's configs")
-        self.info: OmniVoiceInfo = parse_config(dict(cfg), dict(codec_cfg))
+        self.info: OmniVoiceInfo = parse_config(manifest.config(CONFIG), manifest.config(f"{CODEC_DIR}/{CONFIG}"))
         if contract.CODEC_DECODER.name not in manifest.graphs:
             raise ArtifactError(f"{artifacts}/manifest.json lists no {contract.CODEC_DECODER.name} graph: re-export")
         self.generator = open_graph(artifacts, manifest, contract.GENERATOR.name, threads)
@@ -99,38 +89,30 @@ class OmniVoiceModel:
     def vocoder_feeds(self, frames: NDArray[Any], state: NDArray[np.float32], position: NDArray[np.int64]) -> dict[str, NDArray[Any]]:
         return {"codes": np.ascontiguousarray(np.asarray(frames, np.int64).transpose(0, 2, 1))}
 
-    def target_frames(self, request: OmniVoiceRequest, ref_frames: int | None) -> int:
-        """The duration estimate (the reference's rule), checked against max_new_tokens."""
-        speed = _float(request.speed, 1.0, "speed", *contract.SPEED_RANGE)
-        return contract.checked_frames(request.text, request.ref_text, ref_frames, speed, request.max_new_tokens)
-
     def admit(self, request: OmniVoiceRequest) -> OmniVoiceSequence:
         rules = contract.RULES
         rules.checked_text(request.text, "text")
         language = text_rules.resolve_language(request.language, self.language_names, contract.RULES.name)
         instructions = text_rules.resolve_instructions(request.instructions, text_rules.has_chinese(request.text))
         seed = rules.field("seed").check(request.seed)
-        floats = {name: _float(getattr(request, name), default, name, *contract.FLOAT_KNOBS[name]) for name, default in (
-            ("guidance_scale", contract.DEFAULT_GUIDANCE_SCALE), ("t_shift", contract.DEFAULT_T_SHIFT),
-            ("position_temperature", contract.DEFAULT_POSITION_TEMPERATURE),
-            ("class_temperature", contract.DEFAULT_CLASS_TEMPERATURE))}
+        num_step = rules.field("num_step").resolve(request.num_step)  # before the knobs: its refusal names it
+        floats = rules.request_knobs(request, contract.KNOB_DEFAULTS)  # refusals name `extra_params`
         knobs = Knobs(
-            num_step=rules.field("num_step").resolve(request.num_step),
-            guidance_scale=floats["guidance_scale"],
-            t_shift=floats["t_shift"],
+            num_step=num_step,
+            guidance_scale=float(floats["guidance_scale"]),
+            t_shift=float(floats["t_shift"]),
             layer_penalty=contract.DEFAULT_LAYER_PENALTY,
-            position_temperature=floats["position_temperature"],
-            class_temperature=floats["class_temperature"],
+            position_temperature=float(floats["position_temperature"]),
+            class_temperature=float(floats["class_temperature"]),
             class_top_k_ratio=contract.CLASS_TOP_K_RATIO,
         )
-        ref = None
-        if request.ref_codes is not None:
-            ref = np.asarray(request.ref_codes, np.int64)
-            if ref.ndim != 2 or ref.shape[0] != self.info.num_codebooks or ref.shape[1] < 1 or \
-                    ref.min() < 0 or ref.max() >= contract.CODEBOOK_SIZE:
-                raise InvalidRequest(f"'ref_codes' must be [{self.info.num_codebooks}, frames] codes in "
-                                     f"0..{contract.CODEBOOK_SIZE - 1}", "ref_codes")
-        frames = self.target_frames(request, None if ref is None else int(ref.shape[1]))
+        ref = None if request.ref_codes is None else np.ascontiguousarray(checked_codes(
+            request.ref_codes, self.info.num_codebooks, contract.CODEBOOK_SIZE, time_major=False, param="ref_codes"
+        ).T, np.int64)  # [C, T_ref]
+        speed = checked_float(1.0 if request.speed is None else request.speed, "speed", *contract.SPEED_RANGE)
+        # The duration estimate (the reference's rule), checked against max_new_tokens.
+        frames = contract.checked_frames(request.text, request.ref_text, None if ref is None else int(ref.shape[1]),
+                                         speed, request.max_new_tokens)
         parts = [request.text]
         if frames > contract.CHUNK_THRESHOLD_SECONDS * self.frame_rate:
             # The reference's long-text rule: chunks of about CHUNK_SECONDS at the text's estimated rate.
@@ -141,7 +123,7 @@ class OmniVoiceModel:
         seq = OmniVoiceSequence(
             initial_chunk_frames=1, chunk_frames=1, text_tokens=0, audio_tokens=0 if ref is None else int(ref.shape[1]),
             knobs=knobs, rng=np.random.default_rng(seed), parts=parts, language=language, instructions=instructions,
-            speed=_float(request.speed, 1.0, "speed", *contract.SPEED_RANGE), ref=ref,
+            speed=speed, ref=ref,
             ref_text=request.ref_text if ref is not None else None,
         )
         self._start_part(seq, 0)

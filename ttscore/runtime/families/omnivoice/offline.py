@@ -12,7 +12,7 @@ from typing import Any
 from ttscore.contract import omnivoice as spec
 from ttscore.contract.errors import InvalidRequest
 from ttscore.runtime.family import Progress, SayJob, SayOptions, VoiceFileOptions, read_reference
-from ttscore.runtime.offline_kit import Export, check_voice_mode, refuse_options
+from ttscore.runtime.offline_kit import Export, check_voice_mode, ref_text_needs_audio, refuse_options
 
 
 def precompute_voice(artifacts: str | Path, voice_name: str, ref_audio_path: str | Path, ref_text: str | None,
@@ -45,8 +45,7 @@ class OmniVoiceOffline:
         if o.voice not in (None, "default"):
             raise InvalidRequest(f"Unknown voice {o.voice!r}: {spec.RULES.name} has no built-in voices (omit --voice)",
                                  "voice")
-        if o.ref_text and not o.ref_audio:
-            raise InvalidRequest("--ref-text needs --ref-audio", "ref_text")
+        ref_text_needs_audio(o)
         refuse_options(o, spec.RULES.name, qwen_param="x_vector_only_mode")
         model = load_model(artifacts)
         ref_codes, ref_text = None, None

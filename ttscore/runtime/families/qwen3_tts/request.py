@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.qwen3_tts import MAX_TEXT_CHARS, RULES, VARIANTS
+from ttscore.contract.rules import checked_float
 from ttscore.runtime.families.qwen3_tts.checkpoint import Qwen3TTSInfo
 
 TASK_TYPES = VARIANTS
@@ -89,16 +90,6 @@ def _int(value: object, param: str, lo: int, hi: int) -> int:
     v = int(value)
     if not lo <= v <= hi:
         raise InvalidRequest(f"{param} must be between {lo} and {hi}, got {v}", param)
-    return v
-
-
-def _float(value: object, param: str, lo: float, hi: float, lo_open: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise InvalidRequest(f"{param} must be a number", param)
-    v = float(value)
-    if not np.isfinite(v) or v > hi or v < lo or (lo_open and v == lo):
-        interval = f"({lo}, {hi}]" if lo_open else f"[{lo}, {hi}]"
-        raise InvalidRequest(f"{param} must be in {interval}, got {value}", param)
     return v
 
 
@@ -211,8 +202,8 @@ def resolve(req: Qwen3TTSRequest, info: Qwen3TTSInfo) -> ResolvedRequest:
         return Sampling(
             do_sample=bool(do_sample),
             top_k=_int(_pick(k, gen[f"{gprefix}top_k"]), f"{prefix}top_k", 0, 1 << 30),
-            top_p=_float(_pick(p, gen[f"{gprefix}top_p"]), f"{prefix}top_p", 0.0, 1.0, lo_open=True),
-            temperature=_float(_pick(t, gen[f"{gprefix}temperature"]), f"{prefix}temperature", 0.0, 100.0, lo_open=True),
+            top_p=checked_float(_pick(p, gen[f"{gprefix}top_p"]), f"{prefix}top_p", 0.0, 1.0, lo_open=True),
+            temperature=checked_float(_pick(t, gen[f"{gprefix}temperature"]), f"{prefix}temperature", 0.0, 100.0, lo_open=True),
         )
 
     talker = sampling("", req.do_sample, req.top_k, req.top_p, req.temperature, "")
@@ -220,7 +211,7 @@ def resolve(req: Qwen3TTSRequest, info: Qwen3TTSInfo) -> ResolvedRequest:
         "subtalker_", req.subtalker_do_sample, req.subtalker_top_k, req.subtalker_top_p,
         req.subtalker_temperature, "subtalker_",
     )
-    rep = _float(_pick(req.repetition_penalty, gen["repetition_penalty"]), "repetition_penalty", 0.0, 10.0, lo_open=True)
+    rep = checked_float(_pick(req.repetition_penalty, gen["repetition_penalty"]), "repetition_penalty", 0.0, 10.0, lo_open=True)
     initial = RULES.field("initial_codec_chunk_frames").resolve(req.initial_chunk_frames)
     chunk = RULES.field("codec_chunk_frames").resolve(req.chunk_frames)
 

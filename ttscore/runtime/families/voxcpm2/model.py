@@ -70,7 +70,7 @@ class VoxCPM2Model(ArenaModel):
                  vocoder: bool = True, encoders: bool = True) -> None:
         self.artifacts = artifacts
         self.manifest = manifest
-        self.info: VoxCPM2Info = parse_config(dict(manifest.configs["config.json"]))
+        self.info: VoxCPM2Info = parse_config(manifest.config("config.json"))
         graph = partial(open_graph, artifacts, manifest, threads=threads)
         self.base_lm, self.residual_lm = graph("base_lm"), graph("residual_lm")
         for name in ("base_lm", "residual_lm"):  # the exact arenas feed rows longer than the mask

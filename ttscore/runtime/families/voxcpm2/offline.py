@@ -15,7 +15,7 @@ from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.voicefile import validate_voice_name
 from ttscore.contract.voxcpm2.voicefile import VOXCPM2_MODES, write_voxcpm2_profile
 from ttscore.runtime.family import Progress, SayJob, SayOptions, VoiceFileOptions, read_reference
-from ttscore.runtime.offline_kit import Export
+from ttscore.runtime.offline_kit import Export, ref_text_needs_audio
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class VoxCPM2Offline:
                 raise InvalidRequest(f"{flag} is not supported by VoxCPM2 checkpoints", flag.lstrip("-"))
         if o.x_vector_only or o.greedy or o.non_streaming_mode is not None:
             raise InvalidRequest("--x-vector-only/--greedy/--non-streaming-mode are Qwen3-TTS options", "ref_audio")
+        ref_text_needs_audio(o, "ref_audio")
         from ttscore.runtime.families import load_model
 
         model = load_model(artifacts)
@@ -87,8 +88,6 @@ class VoxCPM2Offline:
                 req.prompt_text = o.ref_text
             else:
                 req.ref_patches = model.encode_reference(wav, sr, pad="right")
-        elif o.ref_text:
-            raise InvalidRequest("--ref-text needs --ref-audio", "ref_audio")
         return SayJob(model, req, model.info.sample_rate, "patches")
 
     def precompute_voice(
