@@ -113,7 +113,7 @@ def test_code2wav_reproduces_the_generator_audio(served):
     server, pipeline = served
     offline = list(Generator(pipeline, max_batch=1).synthesize(Qwen3TTSRequest(**FIELDS)))
     codes = np.concatenate([e.codes for e in offline])
-    size = pipeline.state_size
+    size = pipeline.vocoder_state_size
     client = grpcclient.InferenceServerClient(server.grpc_url)
     state, position, pcm = np.zeros((1, size), np.float32), 0, []
     for chunk in np.array_split(codes, [1, 4, 11]):  # any chunking gives the same audio
