@@ -16,15 +16,11 @@ directory of them, or a Hugging Face cache folder (every `models--*` repo in it)
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ttscore.contract.errors import CheckpointError
-
-REPO_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?")
-HUB_PREFIX = "models--"
+from ttscore.runtime.hub import HUB_PREFIX, REPO_ID, hub_cache, hub_offline
 
 
 @dataclass(frozen=True)
@@ -33,20 +29,6 @@ class Checkpoint:
     name: str  # the served model id
     repo_id: str | None = None
     revision: str | None = None  # the snapshot's commit, for a Hugging Face cache snapshot
-
-
-def hub_cache() -> Path:
-    """The Hugging Face hub cache, as huggingface_hub finds it (read from the environment now)."""
-    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    home = os.environ.get("HF_HOME") or str(Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface")
-    return Path(home).expanduser() / "hub"
-
-
-def hub_offline() -> bool:
-    value = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
-    return value.strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
 def resolve_checkpoint(spec: str | Path | Checkpoint) -> Checkpoint:

@@ -20,8 +20,6 @@ a folder (absolute or relative to the checkpoint), a `models--Org--Name` cache f
 
 from __future__ import annotations
 
-import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +38,7 @@ from ttscore.runtime.checkpoint_kit import (
     read_json,
     require_files,
 )
+from ttscore.runtime.hub import HUB_PREFIX, REPO_ID, hub_cache
 from ttscore.runtime.weights import read_weights, weight_files
 
 CONFIG = "config.json"
@@ -48,8 +47,6 @@ WEIGHTS = "model"  # model.safetensors (or its index and shards)
 TORCH_WEIGHTS = "pytorch_model.bin"
 CODEC_DIR = codec.CODEC_SUBDIR  # "audio_tokenizer"
 CODEC_KEY = codec.CODEC_CONFIG_KEY
-HUB_PREFIX = "models--"
-REPO_ID = re.compile(r"(?P<repo>[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*)(?:@(?P<revision>[\w./-]+))?")
 # The prompt's token ids, each a config key that must hold the value the contract (and the tokenizer) has.
 TOKEN_IDS = {
     "pad_token_id": spec.PAD_ID, "im_start_token_id": spec.IM_START_ID, "im_end_token_id": spec.IM_END_ID,
@@ -198,16 +195,6 @@ def check_tensors(checkpoint: Path, c: MossConfig) -> None:
     heads = tensor_shapes(c)
     expected.update({n: s for n, s in heads.items() if n in stored})
     compare_tensors(f"{checkpoint}: {weights_file(checkpoint).name}", stored, expected, ignore=lambda n: n in IGNORED)
-
-
-def hub_cache() -> Path:
-    """The Hugging Face hub cache as huggingface_hub finds it (`HF_HUB_CACHE`, else `HF_HOME/hub`, else
-    ~/.cache/huggingface/hub), read from the environment now; the same rule as triton_tts.checkpoints.hub_cache."""
-    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    home = os.environ.get("HF_HOME") or str(Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface")
-    return Path(home).expanduser() / "hub"
 
 
 def hub_snapshot(repo_folder: Path, revision: str | None = None) -> Path | None:
