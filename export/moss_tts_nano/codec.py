@@ -131,15 +131,16 @@ def codec_dims(config: Mapping[str, Any]) -> CodecDims:
 
 def state_layout(stages: Sequence[Stage]) -> list[tuple[str, tuple[int, ...]]]:
     """The flat state's entries in order: key then value of every layer of every transformer stage, each a ring
-    [window, heads, head_dim] whose slot p mod window holds position p's (RoPE-rotated) key or value (slot-major,
-    so the slots [0, n) of a ring are one contiguous block: the decoder reads only the filled ones)."""
+    [heads, window, head_dim] whose slot p mod window holds position p's (RoPE-rotated) key or value (head-major:
+    the decoder gathers each head's filled slots straight into the [B, H, n, hd] its attention multiplies, no
+    transpose)."""
     out: list[tuple[str, tuple[int, ...]]] = []
     for s in stages:
         if s.patch:
             continue
         for layer in range(s.layers):
             for kv in ("key", "value"):
-                out.append((f"{s.prefix}.layers.{layer}.{kv}", (s.window, s.heads, s.head_dim)))
+                out.append((f"{s.prefix}.layers.{layer}.{kv}", (s.heads, s.window, s.head_dim)))
     return out
 
 
@@ -237,12 +238,12 @@ class Transformer(nn.Module):
 
     def forward(self, x: torch.Tensor, frame0: torch.Tensor, fetch: Callable[[torch.Tensor | None], list[torch.Tensor]]
                 ) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor, torch.Tensor]:
-        """x [B, C, T] -> (y [B, C', T], each layer's new keys and values [B, H, T, hd], the ring slot [B, T] each
+        """x [B, T, C] -> (y [B, T, C'], each layer's new keys and values [B, H, T, hd], the ring slot [B, T] each
         new position is written to, and which new position each writes: the last one landing on that slot, so
         that positions overwritten within the chunk write the same values as the one that stays). `fetch(slots)`:
         each layer's ring keys and values [B, H, n, hd] at those slots (None: all)."""
         s = self.stage
-        x = F.linear(x.permute(0, 2, 1), self.input_proj)
+        x = F.linear(x, self.input_proj)
         t = x.shape[1]
         w = s.window
         start = frame0 * s.per_frame  # [B] this chunk's first position
@@ -268,17 +269,23 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.layers):
             x, k, v = layer(x, qpos, ring_pos, past[2 * i], past[2 * i + 1])
             new += [k, v]
-        return F.linear(x, self.output_proj).permute(0, 2, 1), new, slots, writer
+        return F.linear(x, self.output_proj), new, slots, writer
+
+
+# The patches over channels-last x [B, T, C] (the stages run channels-last: a patch then swaps its two innermost
+# axes (p, C) or (C, p), which ONNX Runtime's Transpose does ~100x faster than the channels-first form's (p, T)).
 
 
 def _patch_down(x: torch.Tensor, p: int) -> torch.Tensor:
-    b, c, _ = x.shape
-    return x.reshape(b, c, -1, p).permute(0, 1, 3, 2).reshape(b, c * p, -1)
+    """[B, T, C] -> [B, T / p, C * p]: channel c * p + i of position t is channel c of position t * p + i."""
+    b, _, c = x.shape
+    return x.reshape(b, -1, p, c).permute(0, 1, 3, 2).reshape(b, -1, c * p)
 
 
 def _patch_up(x: torch.Tensor, p: int) -> torch.Tensor:
-    b, cp, _ = x.shape
-    return x.reshape(b, cp // p, p, -1).permute(0, 1, 3, 2).reshape(b, cp // p, -1)
+    """[B, T, C * p] -> [B, T * p, C], the inverse."""
+    b, _, cp = x.shape
+    return x.reshape(b, -1, cp // p, p).permute(0, 1, 3, 2).reshape(b, -1, cp // p)
 
 
 class _Stream(nn.Module):
@@ -287,10 +294,10 @@ class _Stream(nn.Module):
     def __init__(self, w: Mapping[str, np.ndarray], stages: Sequence[Stage], trim: bool = False) -> None:
         super().__init__()
         self.stages = tuple(stages)
-        widths = {s.heads * s.head_dim for s in stages if not s.patch}
-        # The trimmed side reads its rings as rows of one position's [H * hd] (one width for every stage).
-        self.row_width = widths.pop() if trim and len(widths) == 1 else 0
-        self.blocks = nn.ModuleList(Transformer(w, s, bool(self.row_width)) for s in stages if not s.patch)
+        # The trimmed side reads and writes its rings in blocks of this many floats (every head dimension a
+        # multiple of it), one head's slot being head_dim / row_width consecutive blocks.
+        self.row_width = math.gcd(*(s.head_dim for s in stages if not s.patch)) if trim else 0
+        self.blocks = nn.ModuleList(Transformer(w, s, trim) for s in stages if not s.patch)
         self.layout = state_layout(stages)
         self.state_size = state_size(stages)
         sizes = [int(np.prod(shape)) for _, shape in self.layout]
@@ -299,34 +306,49 @@ class _Stream(nn.Module):
     def _split(self, state: torch.Tensor) -> list[torch.Tensor]:
         """Every ring whole, [B, H, W, hd]."""
         out, a = [], 0
-        for _, (w, h, hd) in self.layout:
+        for _, (h, w, hd) in self.layout:
             n = w * h * hd
-            out.append(state[:, a:a + n].reshape(-1, w, h, hd).permute(0, 2, 1, 3))
+            out.append(state[:, a:a + n].reshape(-1, h, w, hd))
             a += n
         return out
 
-    def _fetch(self, state: torch.Tensor, past: list[torch.Tensor] | None, at: int, n: int
-               ) -> Callable[[torch.Tensor | None], list[torch.Tensor]]:
-        """Rings at..at+n-1 at some slots: gathered as rows of the flat state (only those slots are copied), or
-        from `past`, the split state."""
+    def _blocks(self, at: int, slots: torch.Tensor) -> torch.Tensor:
+        """Ring `at`'s blocks (of `row_width` floats) holding `slots` ([n] or [B, n]), every head's: [.., H, n, hd /
+        row_width], counted from the start of a stream's state."""
+        _, (h, w, hd) = self.layout[at]
+        per = hd // self.row_width
+        start = self.state_offsets[at] // self.row_width
+        heads = torch.arange(h, dtype=torch.int64)[:, None, None] * (w * per)
+        within = torch.arange(per, dtype=torch.int64)
+        return start + heads + slots.unsqueeze(-1) * per + within  # [.., H, n, per]
+
+    def _fetch(self, state: torch.Tensor, past: list[torch.Tensor] | None, at: int, n: int,
+               rows: torch.Tensor | None) -> Callable[[torch.Tensor | None], list[torch.Tensor]]:
+        """Rings at..at+n-1 at some slots, [B, H, n, hd]: gathered as blocks of the flat state (only those slots
+        are copied; with `rows`, of those rows of the arena `state`), or from `past`, the split state."""
         def fetch(slots: torch.Tensor | None) -> list[torch.Tensor]:
             if past is not None:
                 return past[at:at + n]
             assert slots is not None
-            b = state.shape[0]
-            rows = state.reshape(b, -1, self.row_width)
+            per_row = self.state_size // self.row_width
+            b = state.shape[0] if rows is None else rows.shape[0]
+            base = torch.arange(b, dtype=torch.int64) * per_row if rows is None else rows * per_row
+            blocks = state.reshape(-1, self.row_width)
             out = []
             for i in range(n):
-                _, (_, h, hd) = self.layout[at + i]
-                got = rows.index_select(1, slots + self.state_offsets[at + i] // self.row_width)
-                out.append(got.reshape(b, -1, h, hd).permute(0, 2, 1, 3))
+                _, (h, _, hd) = self.layout[at + i]
+                where = base[:, None, None, None] + self._blocks(at + i, slots)[None]  # [B, H, n, per]
+                out.append(blocks.index_select(0, where.reshape(-1)).reshape(b, h, -1, hd))
             return out
         return fetch
 
-    def run(self, x: torch.Tensor, state: torch.Tensor, frame0: torch.Tensor, down: bool
-            ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The side's stages over x; the new state is the old one with each layer's new keys and values written
-        into their ring slots (one scatter: the state is copied once, not rebuilt)."""
+    def run(self, x: torch.Tensor, state: torch.Tensor, frame0: torch.Tensor, down: bool,
+            rows: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+        """The side's stages over x [B, T, C] (channels-last, as it returns it). Without `rows`: (x, the new state), the old one with each layer's new keys
+        and values written into their ring slots (one scatter: the state is copied once, not rebuilt). With `rows`
+        (a trimmed side; `state` the arena [R, S], `rows` [B] each batch row's): (x, state_index [B, U],
+        state_values [B, U, W]), the W-wide blocks (one position's keys or values of one layer) to write in place,
+        nothing copied (ttscore.contract.graphs.arena_vocoder_spec)."""
         past = None if self.row_width else self._split(state)
         index: list[torch.Tensor] = []
         values: list[torch.Tensor] = []
@@ -338,20 +360,29 @@ class _Stream(nn.Module):
                 x = _patch_down(x, s.patch) if down else _patch_up(x, s.patch)
                 continue
             n = 2 * s.layers
-            x, kv, slots, writer = next(blocks)(x, frame0, self._fetch(state, past, at, n))
+            x, kv, slots, writer = next(blocks)(x, frame0, self._fetch(state, past, at, n, rows))
+            if rows is not None:
+                for i, t in enumerate(kv):  # [B, H, T, hd] -> blocks [B, H, T, per]
+                    index.append(self._blocks(at + i, slots[:, None, :]).reshape(b, -1))
+                    values.append(t.index_select(2, writer).reshape(b, -1, self.row_width))
+                at += n
+                continue
             heads = torch.arange(s.heads, dtype=torch.int64)[None, :, None, None]
             dims = torch.arange(s.head_dim, dtype=torch.int64)[None, None, None, :]
-            rel = (slots[:, None, :, None] * s.heads + heads) * s.head_dim + dims  # [B, H, T, hd]
+            rel = ((heads * s.window + slots[:, None, :, None]) * s.head_dim + dims)  # [B, H, T, hd]
             for i, t in enumerate(kv):
                 index.append((self.state_offsets[at + i] + rel).reshape(b, -1))
                 values.append(t.index_select(2, writer).reshape(b, -1))
             at += n
+        if rows is not None:
+            return x, torch.cat(index, dim=1), torch.cat(values, dim=1)
         return x, state.scatter(1, torch.cat(index, dim=1), torch.cat(values, dim=1))
 
 
 class DecoderStream(_Stream):
-    """(codes [B, T, nq] int64, state [B, S], position [B] frames done) -> (pcm [B, T * spf], new_state); `mono`
-    False: pcm [B, channels, T * spf] instead of the mean of the channels."""
+    """(codes [B, T, nq] int64, state arena [R, S], row [B], position [B] frames done) -> (pcm [B, T * spf],
+    state_index, state_values: what to write into the rows, `write_updates`); `mono` False: pcm [B, channels,
+    T * spf] instead of the mean of the channels."""
 
     tables: torch.Tensor
     offsets: torch.Tensor
@@ -380,16 +411,16 @@ class DecoderStream(_Stream):
         self.out_w = nn.Parameter(out_w, requires_grad=False)
         self.out_b = nn.Parameter(out_b, requires_grad=False)
 
-    def forward(self, codes: torch.Tensor, state: torch.Tensor, position: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, codes: torch.Tensor, state: torch.Tensor, row: torch.Tensor, position: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         b = codes.shape[0]
-        rows = F.embedding(codes + self.offsets, self.tables).sum(dim=2)  # [B, T, rvq]
-        x = F.linear(rows, self.out_w, self.out_b).permute(0, 2, 1)
-        x, new_state = self.run(x, state, position, down=False)
+        embedded = F.embedding(codes + self.offsets, self.tables).sum(dim=2)  # [B, T, rvq]
+        x = F.linear(embedded, self.out_w, self.out_b)
+        x, index, values = self.run(x, state, position, down=False, rows=row)
         ch = self.dims.channels
-        audio = x.reshape(b, -1, ch)  # the interleaved stream: [B, samples, channels]
+        audio = x.permute(0, 2, 1).reshape(b, -1, ch)  # the interleaved stream: [B, samples, channels]
         pcm = audio.mean(dim=2) if self.mono else audio.permute(0, 2, 1)
-        return pcm, new_state
+        return pcm, index, values
 
 
 class EncoderStream(_Stream):
@@ -437,9 +468,9 @@ class EncoderStream(_Stream):
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         b = audio.shape[0]
         ch = self.dims.channels
-        x = audio[:, :, None].expand(b, audio.shape[1], ch).reshape(b, 1, -1)
-        x, new_state = self.run(x, state, position, down=True)
-        res = F.linear(x.permute(0, 2, 1), self.in_w, self.in_b)  # [B, T, rvq]
+        x = audio[:, :, None].expand(b, audio.shape[1], ch).reshape(b, -1, 1)
+        x, new_state = self.run(x, state, position, down=True)  # the encoder carries its state through
+        res = F.linear(x, self.in_w, self.in_b)  # [B, T, rvq]
         codes = []
         for k in range(self.dims.num_quantizers):
             e = F.linear(res, self.qin_w[k], self.qin_b[k]) if self.has_proj else res
@@ -458,13 +489,19 @@ class EncoderStream(_Stream):
 
 
 def decode(module: DecoderStream, codes: np.ndarray, chunks: Sequence[int] | None = None) -> np.ndarray:
-    """codes [B, T, nq] through the torch decoder from a zero state, whole or in `chunks` of frames."""
+    """codes [B, T, nq] through the torch decoder from a zero state (row r of a [B, S] arena), whole or in
+    `chunks` of frames."""
+    from ttscore.runtime.vocoder import write_updates
+
     b, t = codes.shape[:2]
-    state = torch.zeros(b, module.state_size)
+    arena = np.zeros((b, module.state_size), np.float32)
+    rows = np.arange(b, dtype=np.int64)
     out, at = [], 0
     with torch.inference_mode():
         for n in (chunks or [t]):
-            pcm, state = module(torch.from_numpy(codes[:, at:at + n]), state, torch.full((b,), at, dtype=torch.int64))
+            pcm, index, values = module(torch.from_numpy(codes[:, at:at + n]), torch.from_numpy(arena),
+                                        torch.from_numpy(rows), torch.full((b,), at, dtype=torch.int64))
+            write_updates(arena, rows, index.numpy(), values.numpy())
             out.append(pcm.numpy())
             at += n
     return np.concatenate(out, axis=-1)
@@ -491,16 +528,24 @@ def window_frames(stages: Sequence[Stage]) -> int:
 
 
 def run_chunks(session: Any, first: str, data: np.ndarray, chunks: Sequence[int], size: int, per: int) -> np.ndarray:
-    """A streaming graph over `data` [B, frames * per, ...] in `chunks` of frames from a zero state; the first
-    outputs joined along the frames' axis."""
+    """A streaming graph over `data` [B, frames * per, ...] in `chunks` of frames from a zero state (the decoder:
+    rows 0..B-1 of an arena, its updates written back); the first outputs joined along the frames' axis."""
     from export.tracing import ort_run
+    from ttscore.runtime.vocoder import write_updates
 
     b = data.shape[0]
     state = np.zeros((b, size), np.float32)
+    arena = "row" in {i.name for i in session.get_inputs()}
+    rows = np.arange(b, dtype=np.int64)
     out, at = [], 0
     for n in chunks:
-        got, state = ort_run(session, {first: np.ascontiguousarray(data[:, at * per:(at + n) * per]), "state": state,
-                                       "position": np.full((b,), at, np.int64)})
+        feeds = {first: np.ascontiguousarray(data[:, at * per:(at + n) * per]), "state": state,
+                 "position": np.full((b,), at, np.int64)}
+        if arena:
+            got, index, values = ort_run(session, {**feeds, "row": rows})
+            write_updates(state, rows, index, values)
+        else:
+            got, state = ort_run(session, feeds)
         out.append(got)
         at += n
     return np.concatenate(out, axis=1)
@@ -561,8 +606,8 @@ def export_codec(checkpoint: Path, out_dir: Path, precision: str = "fp32", *, se
         dspec = spec.decoder_spec(dec.state_size, nq)
         want = decode(dec, codes)
         with torch.inference_mode():
-            dpath = export_inline(dec, (torch.from_numpy(codes[:, :2]), torch.zeros(2, dec.state_size),
-                                        torch.zeros(2, dtype=torch.int64)), dspec, out_dir)
+            dpath = export_inline(dec, (torch.from_numpy(codes[:, :2]), torch.zeros(3, dec.state_size),
+                                        torch.tensor([2, 0]), torch.zeros(2, dtype=torch.int64)), dspec, out_dir)
         layout = [[name, list(shape)] for name, shape in dec.layout]
         dsize = dec.state_size
         del dec
@@ -597,7 +642,7 @@ def export_codec(checkpoint: Path, out_dir: Path, precision: str = "fp32", *, se
     del sess
 
     if precision != "fp32":
-        feeds = [{"codes": codes[:, :3], "state": np.zeros((2, dsize), np.float32),
+        feeds = [{"codes": codes[:, :3], "state": np.zeros((2, dsize), np.float32), "row": np.arange(2),
                   "position": np.zeros(2, np.int64)}]
         q = quantize_graph(dpath, precision, lambda a, b: compare_outputs(a, b, feeds), audio=True)
         reports[dspec.name].update(q)

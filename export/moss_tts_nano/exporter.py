@@ -61,11 +61,12 @@ def _local_stage(c: MossConfig, tensors: lm.Tensors, gspec: GraphSpec, out: Path
     empty = [torch.zeros(2, c.heads, 0, c.head_dim) for _ in range(2 * c.local_layers)]
     with torch_threads(), torch.inference_mode():
         model = lm.local_step(c, tensors)
-        full = {m: model(x[:, :m], *empty) for m in range(1, n + 1)}
-        want = {m: (full[m][1].numpy(), model(x[:, m - 1:m], *[t for t in full[m - 1][2:]])[0].numpy()
-                    if m > 1 else full[1][0].numpy()) for m in range(1, n + 1)}
+        full = {m: model(x[:, :m], model.head(m - 1), *empty) for m in range(1, n + 1)}
+        want = {m: (full[m][1].numpy(), model(x[:, m - 1:m], model.head(m - 1), *[t for t in full[m - 1][2:]])[0]
+                    .numpy() if m > 1 else full[1][0].numpy()) for m in range(1, n + 1)}
         past = [torch.randn(2, c.heads, 3, c.head_dim, generator=g) for _ in range(2 * c.local_layers)]
-        path = export_bound(model, (x[:, 3:5], *past), gspec, out)
+        path = export_bound(model, (x[:, 3:5], model.head(4), *past), gspec, out)
+        heads = model.audio_heads.numpy().copy()
         del model
     sess = ort_session(path)
     tr = ErrorTracker()
@@ -74,7 +75,8 @@ def _local_stage(c: MossConfig, tensors: lm.Tensors, gspec: GraphSpec, out: Path
         past_np = empty_past(c.local_layers, c.heads, c.head_dim, 2)
         at = 0
         for m in [first, *range(first + 1, n + 1)]:
-            step = ort_run(sess, with_past({"inputs_embeds": xn[:, at:m]}, past_np))
+            step = ort_run(sess, with_past({"inputs_embeds": xn[:, at:m],
+                                            "audio_head": heads[spec.head_codebook(m - 1)]}, past_np))
             text_want = full[1][0].numpy() if at == 0 else want[at + 1][1]
             tr.add("text_logits", step[0], text_want, f"first step {first}, positions {at}..{m - 1}")
             tr.add("audio_logits", step[1], want[m][0], f"first step {first}, positions {at}..{m - 1}")
@@ -112,7 +114,7 @@ def decode_frames(global_sess: Any, local_sess: Any, c: MossConfig, tabs: dict[s
         past = [np.concatenate([a, b], axis=2) for a, b in zip(past, out[1:], strict=True)]
         n += t
         lpast = empty_past(c.local_layers, c.heads, c.head_dim)
-        step = ort_run(local_sess, with_past({"inputs_embeds": out[0][:, None]}, lpast))
+        step = ort_run(local_sess, with_past({"inputs_embeds": out[0][:, None], "audio_head": audio[0]}, lpast))
         if not sampling.continues(step[0][0], do_sample=do_sample, temperature=k["text_temperature"],
                                   k=k["text_top_k"], p=k["text_top_p"], u=u() if do_sample else 0.0):
             break
@@ -120,7 +122,7 @@ def decode_frames(global_sess: Any, local_sess: Any, c: MossConfig, tabs: dict[s
         inp = wte[spec.AUDIO_ASSISTANT_SLOT_ID][None, None]
         codes: list[int] = []
         for q in range(c.n_vq):
-            step = ort_run(local_sess, with_past({"inputs_embeds": inp}, lpast))
+            step = ort_run(local_sess, with_past({"inputs_embeds": inp, "audio_head": audio[q]}, lpast))
             lpast = [np.concatenate([a, b], axis=2) for a, b in zip(lpast, step[2:], strict=True)]
             history = np.array([f[q] for f in frames], np.int64)
             code = sampling.sample_code(step[1][0], history, do_sample=do_sample, temperature=k["audio_temperature"],
@@ -167,6 +169,8 @@ def _quantize(c: MossConfig, path: Path, graph: str, precision: str) -> dict[str
     else:
         feeds = random_step_feeds(rng, ((1, 0, 1), (3, 4, 1), (2, 0, 2)), hidden=c.dim, layers=c.local_layers,
                                   kv_heads=c.heads, head_dim=c.head_dim, mask=False, positions=False)
+        head = (0.05 * rng.standard_normal((c.codebook_size, c.dim))).astype(np.float32)  # stays fp32: a feed
+        feeds = [{**f, "audio_head": head} for f in feeds]
     return quantize_graph(path, precision, lambda fp32, q: compare_outputs(fp32, q, feeds))
 
 

@@ -6,9 +6,9 @@ architecture (ttscore/contract/moss_tts_nano/graphs.py has the whole picture):
   an explicit past: (inputs_embeds, attention_mask, position_ids, *past K/V) -> (hidden of the last position,
   *new K/V).
 - `LocalStep`: the one-layer local transformer of the same shape over its own past (positions past..past+T-1, no
-  mask), with the tied heads: (inputs_embeds, *past K/V) -> (text_logits [B, 2] of the first new position over
-  the (slot, audio_end) rows of `wte`, audio_logits [B, C] of the last new position p over `audio_embeddings[p-1]`,
-  *new K/V).
+  mask), with the tied heads: (inputs_embeds, audio_head, *past K/V) -> (text_logits [B, 2] of the first new
+  position over the (slot, audio_end) rows of `wte`, audio_logits [B, C] of the last new position p over
+  `audio_head`, which the caller gives: `audio_embeddings[p-1]` (`head`), *new K/V).
 
 Attention keeps K as [B, H, S, hd] and multiplies by one explicit permute of it (never a transpose of a
 transpose: torch's ONNX export has been seen to fuse such a pair on the K path into the wrong permutation).
@@ -146,7 +146,7 @@ class GlobalStep(_Stack):
 
 
 class LocalStep(_Stack):
-    """(inputs_embeds [B, T, D], *past) -> (text_logits [B, 2], audio_logits [B, C], *new)."""
+    """(inputs_embeds [B, T, D], audio_head [C, D], *past) -> (text_logits [B, 2], audio_logits [B, C], *new)."""
 
     def __init__(self, c: MossConfig) -> None:
         super().__init__(c, c.local_layers)
@@ -155,7 +155,12 @@ class LocalStep(_Stack):
         self.register_buffer("stop_rows", torch.zeros(len(spec.STOP_CANDIDATES), c.dim))
         self.register_buffer("audio_heads", torch.zeros(c.n_vq, c.codebook_size, c.dim))
 
-    def forward(self, inputs_embeds: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def head(self, last_position: int) -> torch.Tensor:
+        """The audio head local position `last_position` is multiplied by (spec.head_codebook), [C, D]."""
+        return self.audio_heads[spec.head_codebook(last_position)]
+
+    def forward(self, inputs_embeds: torch.Tensor, audio_head: torch.Tensor, *past: torch.Tensor
+                ) -> tuple[torch.Tensor, ...]:
         t = inputs_embeds.shape[1]
         start = past[0].shape[2]
         positions = torch.arange(t) + start  # [T]
@@ -167,10 +172,7 @@ class LocalStep(_Stack):
                                torch.full((), torch.finfo(torch.float32).min))[None, None]
         h, new = self.run(inputs_embeds, positions[None].expand(inputs_embeds.shape[0], t), bias, past)
         text = torch.matmul(h[:, 0], self.stop_rows.permute(1, 0))
-        head = torch.clamp(positions[-1:] - 1, min=0)
-        # [C, D]: one Gather, then a reshape (no copy), not a second Gather of the 3 MB head (`[0]`)
-        weight = torch.index_select(self.audio_heads, 0, head).reshape(self.audio_heads.shape[1:])
-        audio = torch.matmul(h[:, -1], weight.permute(1, 0))
+        audio = torch.matmul(h[:, -1], audio_head.permute(1, 0))
         return (text, audio, *new)
 
 
@@ -272,14 +274,14 @@ def greedy_frames(g: GlobalStep, local: LocalStep, tabs: dict[str, np.ndarray], 
             out = g(x, torch.ones(1, n + t, dtype=torch.int64), torch.arange(n, n + t)[None], *past)
             past = [torch.cat((a, b), dim=2) for a, b in zip(past, out[1:], strict=True)]
             n += t
-            lout = local(out[0][:, None], *lempty)
+            lout = local(out[0][:, None], local.head(0), *lempty)
             if int(torch.argmax(lout[0][0])) != 0:  # 0: the slot (continue); ties go to it
                 break
             lpast = list(lout[2:])
             inp = torch.from_numpy(wte[spec.AUDIO_ASSISTANT_SLOT_ID])[None, None]
             codes: list[int] = []
             for k in range(c.n_vq):
-                lout = local(inp, *lpast)
+                lout = local(inp, local.head(k + 1), *lpast)
                 lpast = [torch.cat((a, b), dim=2) for a, b in zip(lpast, lout[2:], strict=True)]
                 logits = lout[1][0].numpy().copy()
                 if penalty != 1.0 and frames:

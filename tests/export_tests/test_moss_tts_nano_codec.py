@@ -177,8 +177,10 @@ def test_matches_vllm_omni_codec(exported: dict[str, Any]) -> None:
 
 
 def test_rows_at_different_positions_batch(tiny: dict[str, Any]) -> None:
-    """Two streams in one call, each at its own position with its own state, equal each decoded alone."""
+    """Two streams in one call, each at its own position with its own arena row (rows 2 and 0 of three, the third
+    holding another stream's windows), equal each decoded alone; the updates touch only their own rows."""
     from export.tracing import ort_run
+    from ttscore.runtime.vocoder import write_updates
 
     _, dwin = _windows(tiny)
     dims, size = tiny["dims"], tiny["result"].vocoder_state_size
@@ -186,11 +188,17 @@ def test_rows_at_different_positions_batch(tiny: dict[str, Any]) -> None:
     a = rng.integers(0, dims.codebook_size, (dwin + 3, dims.num_quantizers))
     b = rng.integers(0, dims.codebook_size, (3, dims.num_quantizers))
     whole_a = _graph_pcm(tiny, a, [dwin + 3])
-    _, state_a = ort_run(tiny["dec"], {"codes": a[None, :dwin], "state": np.zeros((1, size), np.float32),
-                                           "position": np.array([0])})
-    pcm, _ = ort_run(tiny["dec"], {"codes": np.stack([a[dwin:], b]),
-                                       "state": np.concatenate([state_a, np.zeros((1, size), np.float32)]),
-                                       "position": np.array([dwin, 0])})
+    arena = np.zeros((3, size), np.float32)
+    arena[1] = rng.standard_normal(size).astype(np.float32)  # a third stream's row, never read here
+    other = arena[1].copy()
+    _, index, values = ort_run(tiny["dec"], {"codes": a[None, :dwin], "state": arena, "row": np.array([2]),
+                                             "position": np.array([0])})
+    write_updates(arena, np.array([2]), index, values)
+    assert not arena[0].any() and arena[2].any()
+    pcm, index, values = ort_run(tiny["dec"], {"codes": np.stack([a[dwin:], b]), "state": arena,
+                                               "row": np.array([2, 0]), "position": np.array([dwin, 0])})
+    write_updates(arena, np.array([2, 0]), index, values)
+    np.testing.assert_array_equal(arena[1], other)
     tol = 1e-5 * float(np.abs(whole_a).max())
     np.testing.assert_allclose(pcm[0], whole_a[dwin * SPF:], rtol=0, atol=tol)
     np.testing.assert_allclose(pcm[1], _graph_pcm(tiny, b, [3]), rtol=0, atol=tol)

@@ -113,7 +113,7 @@ def test_hidden_and_stop_logits(lm: dict[str, Any]) -> None:
     h = ort_run(lm["global"], with_past({"inputs_embeds": x, "attention_mask": np.ones((1, n), np.int64),
                                          "position_ids": np.arange(n, dtype=np.int64)[None]},
                                         empty_past(c.layers, c.heads, c.head_dim)))[0]
-    text = ort_run(lm["local"], with_past({"inputs_embeds": h[:, None]},
+    text = ort_run(lm["local"], with_past({"inputs_embeds": h[:, None], "audio_head": lm["tabs"][spec.AUDIO_EMBEDDINGS][0]},
                                           empty_past(c.local_layers, c.heads, c.head_dim)))[0]
     np.testing.assert_allclose(h[0], ref["hidden"], atol=1e-5, rtol=0)
     np.testing.assert_allclose(text[0], ref["text_logits"], atol=1e-5, rtol=0)

@@ -14,14 +14,19 @@ pytestmark = pytest.mark.unit
 
 def test_batched_codes_equal_the_one_row_sampler() -> None:
     rng = np.random.default_rng(0)
-    c, b = 64, 12
-    for trial in range(40):
+    b = 12
+    for trial in range(60):
+        c = 1024 if trial % 3 == 2 else 64  # the real codebook, where top-k sorts only the kept scores
         logits = (rng.standard_normal((b, c)) * rng.uniform(0.5, 4)).astype(np.float32)
         if trial % 5 == 0:
             logits[:, :8] = logits[:, :1]  # ties
+        if trial % 5 == 1:  # ties across the top-k boundary: the first by index are kept
+            logits[:, 3:40:3] = logits.max(axis=1, keepdims=True)
+        if trial % 7 == 3:
+            logits[:, 5:9] = -np.inf
         seen = rng.random((b, c)) < 0.1
         knobs = {"do_sample": rng.random(b) < 0.8, "temperature": rng.uniform(0.3, 2.0, b),
-                 "k": rng.choice([0, 1, 5, 25, c, c + 3], b), "p": rng.choice([0.3, 0.8, 0.95, 1.0], b),
+                 "k": rng.choice([0, 1, 5, 13, 25, c - 1, c, c + 3], b), "p": rng.choice([0.3, 0.8, 0.95, 1.0], b),
                  "penalty": rng.choice([1.0, 1.2, 0.7], b), "u": rng.random(b)}
         got = sampling.sample_codes(logits, seen, **knobs)
         for r in range(b):

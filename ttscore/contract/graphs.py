@@ -61,6 +61,27 @@ class GraphSpec:
         }
 
 
+# The outputs of a vocoder whose state stays in the caller's arena (`arena_vocoder_spec`).
+STATE_INDEX, STATE_VALUES = "state_index", "state_values"
+
+
+def arena_vocoder_spec(name: str, frames: TensorSpec, state_size: int, *extra: TensorSpec) -> GraphSpec:
+    """An exact streaming vocoder whose state is not copied through the graph: `state` is the caller's arena
+    [rows, S] (every stream's state, one row each; zeros start an utterance), `row` [B] the arena row of each batch
+    row; the graph reads the parts of its rows it needs and returns, besides `pcm` [B, samples], what changes:
+    `state_values` [B, U, W] to be written at `state_index` [B, U] of the row viewed as [S / W, W] (W-wide blocks;
+    a block named twice gets the same values). The caller writes them in place (ttscore.runtime.vocoder
+    .ArenaVocoder), so a call costs what it computes, not a copy of every stream's state (MOSS-TTS-Nano's codec:
+    46 MB a stream)."""
+    return GraphSpec(
+        name,
+        (frames, TensorSpec("state", "float32", ("rows", state_size)), TensorSpec("row", "int64", ("batch",)),
+         *extra),
+        (TensorSpec("pcm", "float32", ("batch", "samples")), TensorSpec(STATE_INDEX, "int64", ("batch", "updates")),
+         TensorSpec(STATE_VALUES, "float32", ("batch", "updates", "width"))),
+    )
+
+
 def streaming_vocoder_spec(name: str, frames: TensorSpec, state_size: int, *extra: TensorSpec) -> GraphSpec:
     """An exact streaming vocoder graph: one chunk of `frames` + `state` [B, S] (zeros start an utterance; each
     row at its own frame count) and any `extra` inputs -> `pcm` [B, samples] + `new_state` [B, S]. Chunks decoded

@@ -90,6 +90,7 @@ class OnnxGraph:
         if os.environ.get("TTS_DEVICE", "cpu") == "gpu":
             device_id = int(os.environ.get("TTS_CUDA_DEVICE", "0"))
             providers = [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
+        self.path = path
         self.session = ort.InferenceSession(str(path), sess_options=opts, providers=providers)
         self.spent = 0.0
         self.calls = 0

@@ -9,6 +9,7 @@ and over Triton BLS (ttscore.backend.glue.BlsVocoder).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -102,3 +103,106 @@ class OrtVocoder:
 
     def decode(self, items: list[tuple[VocoderStream, NDArray[Any]]]) -> list[NDArray[Any]]:
         return decode_streams(items, self._run, owned=True)
+
+
+# --- a vocoder whose state stays in this process (ttscore.contract.graphs.arena_vocoder_spec) ---------------------
+
+# (frames [B, T, ...], the arena [R, S], rows [B], position [B]) -> the vocoder's inputs
+ArenaFeeds = Callable[[NDArray[Any], NDArray[np.float32], NDArray[np.int64], NDArray[np.int64]], dict[str, NDArray[Any]]]
+
+
+def write_updates(arena: NDArray[np.float32], rows: NDArray[np.int64], index: NDArray[Any], values: NDArray[Any]) -> None:
+    """Write a call's `state_values` [B, U, W] at `state_index` [B, U] of the arena's `rows` [B], each row viewed as
+    [S / W, W] blocks, in place (one memcpy of W floats per block)."""
+    width = values.shape[2]
+    blocks = arena.reshape(arena.shape[0], arena.shape[1] // width, width)
+    blocks[np.asarray(rows, np.int64)[:, None], np.asarray(index, np.int64)] = values
+
+
+class StateArena:
+    """Every stream's state as a row of one float32 array [rows, S]: a graph takes the whole array (ONNX Runtime
+    reads it in place) with the rows it decodes. Rows are taken by streams and given back when a stream is
+    dropped; a row comes back zeroed (a stream starts from zeros); the array doubles when every row is taken
+    (rows keep their numbers). np.zeros pages are touched only as rows are used."""
+
+    def __init__(self, size: int, rows: int = 8) -> None:
+        self.size = size
+        self.data: NDArray[np.float32] = np.zeros((rows, size), np.float32)
+        self._free = list(range(rows - 1, -1, -1))
+        self._dirty: set[int] = set()
+
+    @property
+    def rows(self) -> int:
+        return int(self.data.shape[0])
+
+    @property
+    def taken(self) -> int:
+        return self.rows - len(self._free)
+
+    def take(self) -> int:
+        if not self._free:
+            n = self.rows
+            grown = np.zeros((2 * n, self.size), np.float32)
+            grown[:n] = self.data
+            self.data = grown
+            self._free = list(range(2 * n - 1, n - 1, -1))
+        row = self._free.pop()
+        if row in self._dirty:
+            self.data[row] = 0.0
+            self._dirty.discard(row)
+        return row
+
+    def give(self, row: int) -> None:
+        self._dirty.add(row)
+        self._free.append(row)
+
+
+@dataclass
+class ArenaStream:
+    """One stream of an ArenaVocoder: its arena row (given back when the stream is dropped)."""
+
+    row: int
+    position: int = 0  # frames already decoded on this stream
+
+
+class ArenaVocoder:
+    """An arena vocoder graph (ttscore.contract.graphs.arena_vocoder_spec) run in-process: streams with equal chunk
+    lengths are batched; each call reads the arena in place and its updates are written back in place."""
+
+    external = False
+
+    def __init__(self, graph: OnnxGraph, state_size: int, feeds: ArenaFeeds, rows: int = 8) -> None:
+        from ttscore.contract.errors import ArtifactError
+        from ttscore.contract.graphs import STATE_INDEX, STATE_VALUES
+
+        missing = {STATE_INDEX, STATE_VALUES} - set(graph.output_names)
+        if missing:
+            raise ArtifactError(f"{graph.path}: a vocoder that returns its whole state (no {sorted(missing)}), "
+                                "made by an older export: re-export")
+        self.graph = graph
+        self.state_size = state_size
+        self.feeds = feeds
+        self.arena = StateArena(state_size, rows)
+
+    def new_stream(self) -> ArenaStream:
+        stream = ArenaStream(self.arena.take())
+        weakref.finalize(stream, self.arena.give, stream.row)
+        return stream
+
+    def decode(self, items: list[tuple[ArenaStream, NDArray[Any]]]) -> list[NDArray[Any]]:
+        from ttscore.contract.graphs import STATE_INDEX, STATE_VALUES
+
+        out: list[NDArray[Any]] = [np.zeros(0, np.float32)] * len(items)
+        by_len: dict[int, list[int]] = {}
+        for i, (_, frames) in enumerate(items):
+            by_len.setdefault(int(frames.shape[0]), []).append(i)
+        for idx in by_len.values():
+            rows = np.array([items[i][0].row for i in idx], np.int64)
+            res = self.graph.run(self.feeds(np.stack([items[i][1] for i in idx]), self.arena.data, rows,
+                                            np.array([items[i][0].position for i in idx], np.int64)))
+            write_updates(self.arena.data, rows, res[STATE_INDEX], res[STATE_VALUES])
+            for r, i in enumerate(idx):
+                stream, frames = items[i]
+                stream.position += int(frames.shape[0])
+                out[i] = np.array(res["pcm"][r], dtype=np.float32)
+        return out

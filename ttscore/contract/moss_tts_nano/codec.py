@@ -9,8 +9,10 @@ on that row (`position`, the RoPE offset); chunks run one after another equal on
 windows too.
 
 - `moss_codec_decoder` (the family's streaming vocoder): codes [batch, frames, 16] -> pcm [batch, frames *
-  3840], the two decoded channels downmixed to mono by their mean (vLLM-Omni serves the mean). Its state size
-  and layout are the manifest's `vocoder` section.
+  3840], the two decoded channels downmixed to mono by their mean (vLLM-Omni serves the mean). Its state stays in
+  the caller's arena (`arena_vocoder_spec`: the graph reads each row's filled window slots and returns the slots it
+  writes, one position's keys or values of one layer, [heads * head_dim] wide, per block), so a call does not copy
+  the 46 MB of every stream's windows. Its state size and layout are the manifest's `vocoder` section.
 - `moss_codec_encoder` (the reference clip encoder): mono 48 kHz audio [batch, frames * 3840] (a whole number
   of frames; the clip is repeated to the two channels inside, as upstream repeats a mono reference) -> codes
   [batch, frames, 16]. A clip's trailing partial frame gives no code (the reference's code length is
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spec
+from ttscore.contract.graphs import GraphSpec, TensorSpec, arena_vocoder_spec
 
 SAMPLE_RATE = 48000  # codec input and output rate (config `sampling_rate`)
 CHANNELS = 2  # config `number_channels`; interleaved (`enable_channel_interleave`)
@@ -44,10 +46,10 @@ MANIFEST_FIELD = "codec"
 
 
 def decoder_spec(state_size: int | str, num_quantizers: int = NUM_QUANTIZERS) -> GraphSpec:
-    """The streaming vocoder: (codes, state, position) -> (pcm mono, new_state); `state_size` a name where a
-    deployment's config leaves it symbolic."""
-    return streaming_vocoder_spec(DECODER, TensorSpec("codes", "int64", ("batch", "frames", num_quantizers)),
-                                  cast(int, state_size), TensorSpec("position", "int64", ("batch",)))
+    """The streaming vocoder: (codes, state arena, row, position) -> (pcm mono, state_index, state_values);
+    `state_size` a name where a deployment's config leaves it symbolic."""
+    return arena_vocoder_spec(DECODER, TensorSpec("codes", "int64", ("batch", "frames", num_quantizers)),
+                              cast(int, state_size), TensorSpec("position", "int64", ("batch",)))
 
 
 def encoder_spec(state_size: int | str, num_quantizers: int = NUM_QUANTIZERS) -> GraphSpec:

@@ -76,13 +76,22 @@ def global_step_spec(layers: int, dim: int, heads: int, head_dim: int) -> GraphS
                      layers, heads, head_dim)
 
 
+def head_codebook(last_position: int) -> int:
+    """The codebook whose logits local position `last_position` gives: the tied head `audio_embeddings[p - 1]` (the
+    slot at position 1 gives codebook 0; position 0, the global hidden state, gives only the stop logits)."""
+    return max(last_position - 1, 0)
+
+
 def local_step_spec(layers: int, dim: int, heads: int, head_dim: int, codebook_size: int) -> GraphSpec:
     """The local transformer over its own past (positions past .. past + T - 1, no mask: every row of a batch is at
-    the same local position): `inputs_embeds` [B, T, D] -> `text_logits` [B, 2] (first new position) and
-    `audio_logits` [B, C] (last new position's codebook) and the new K/V."""
+    the same local position): `inputs_embeds` [B, T, D] and `audio_head` [C, D], the tied head of the last new
+    position's codebook (`head_codebook`; fed from the runtime's embedding table, read in place: the graph holds
+    no copy of the heads and gathers none) -> `text_logits` [B, 2] (first new position) and `audio_logits` [B, C]
+    (last new position's codebook) and the new K/V."""
     return step_spec(
         "local_step",
-        (TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),),
+        (TensorSpec("inputs_embeds", "float32", ("batch", "tokens", dim)),
+         TensorSpec("audio_head", "float32", (codebook_size, dim))),
         (
             TensorSpec("text_logits", "float32", ("batch", len(STOP_CANDIDATES))),
             TensorSpec("audio_logits", "float32", ("batch", codebook_size)),

@@ -18,7 +18,8 @@ A text of several chunks: when a chunk ends (its stop, or `max_new_tokens` frame
 prefilled from an empty past (the sequence's arena row released, its `prefilled` reset, so the engine prefills it
 again) with a fresh repetition history, and the engine is told (`Sequence.breaks`) to end the vocoder stream
 after the chunk's last frame, add the pause and start a new stream, as vLLM-Omni's remote code decodes each chunk on
-its own. The vocoder is `moss_codec_decoder`, exact streaming (mono by the mean of the codec's two channels).
+its own. The vocoder is `moss_codec_decoder`, exact streaming (mono by the mean of the codec's two channels), its
+windows kept in this process's state arena and updated in place (ttscore.runtime.vocoder.ArenaVocoder).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from ttscore.runtime.family import Sequence
 from ttscore.runtime.kv import KVArena
 from ttscore.runtime.onnx import OnnxGraph, open_graph, open_table
 from ttscore.runtime.step_kit import ArenaModel, FrameSequence, prefill_chunks, step_frames
-from ttscore.runtime.vocoder import OrtVocoder
+from ttscore.runtime.vocoder import ArenaVocoder
 
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
@@ -123,6 +124,11 @@ class MossSequence(FrameSequence):
         assert self.rng is not None
         return float(self.rng.random())
 
+    def uniforms(self, n: int) -> npt.NDArray[np.float64]:
+        """The next `n` draws at once (the same values as `n` calls of `uniform`)."""
+        assert self.rng is not None
+        return self.rng.random(n)
+
 
 class MossModel(ArenaModel):
     """FamilyModel for an exported MOSS-TTS-Nano checkpoint (ttscore.runtime.family)."""
@@ -138,6 +144,8 @@ class MossModel(ArenaModel):
         c = self.config
         graph = partial(open_graph, self.artifacts, manifest, threads=threads)
         self.global_step, self.local_step = graph("global_step"), graph("local_step")
+        if "audio_head" not in self.local_step.input_names:
+            raise ArtifactError(f"{artifacts}: local_step holds its own codebook heads (an older export): re-export")
         self.kv = KVArena(c.layers, c.heads, c.head_dim)
         self.wte = np.asarray(open_table(self.artifacts, spec.WTE), np.float32)
         self.audio = np.asarray(open_table(self.artifacts, spec.AUDIO_EMBEDDINGS), np.float32)  # [N_VQ, C, D]
@@ -151,7 +159,7 @@ class MossModel(ArenaModel):
         if size is None:
             raise ArtifactError(f"{artifacts}/manifest.json has no vocoder state size: re-export")
         self.vocoder_state_size: int = size
-        self.vocoder = OrtVocoder(graph(codec.DECODER), size, self.vocoder_feeds) if vocoder else None
+        self.vocoder = ArenaVocoder(graph(codec.DECODER), size, self.vocoder_feeds) if vocoder else None
         self.encoder: OnnxGraph | None = graph(codec.ENCODER) if encoders else None
         self.sample_rate = manifest.sample_rate or spec.SAMPLE_RATE
         self.samples_per_frame = manifest.samples_per_frame or spec.SAMPLES_PER_FRAME
@@ -161,8 +169,8 @@ class MossModel(ArenaModel):
     # --- FamilyModel ---------------------------------------------------------------------------------------
 
     @staticmethod
-    def vocoder_feeds(frames: npt.NDArray[Any], state: F32, position: I64) -> dict[str, npt.NDArray[Any]]:
-        return {"codes": np.ascontiguousarray(frames, np.int64), "state": state,
+    def vocoder_feeds(frames: npt.NDArray[Any], arena: F32, rows: I64, position: I64) -> dict[str, npt.NDArray[Any]]:
+        return {"codes": np.ascontiguousarray(frames, np.int64), "state": arena, "row": rows,
                 "position": np.asarray(position, np.int64)}
 
     def admit(self, request: MossRequest) -> MossSequence:
@@ -255,8 +263,11 @@ class MossModel(ArenaModel):
         return self.embed_rows(rows)
 
     def _local(self, x: F32, past: list[F32]) -> tuple[dict[str, npt.NDArray[Any]], list[F32]]:
-        """local_step over x [B, T, D] after `past` (every row at the same position): its outputs and the past."""
-        feeds: dict[str, npt.NDArray[Any]] = {"inputs_embeds": np.ascontiguousarray(x, np.float32)}
+        """local_step over x [B, T, D] after `past` (every row at the same position): its outputs and the past. The
+        last new position's codebook head is fed from the embedding table (tied), read in place."""
+        last = past[0].shape[2] + x.shape[1] - 1
+        feeds: dict[str, npt.NDArray[Any]] = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
+                                              "audio_head": self.audio[spec.head_codebook(last)]}
         layers = self.config.local_layers
         for i in range(layers):
             feeds[kv_names.past_key(i)], feeds[kv_names.past_value(i)] = past[2 * i], past[2 * i + 1]
@@ -297,10 +308,12 @@ class MossModel(ArenaModel):
         top_p = np.array([k.audio_top_p for k in knobs])
         penalty = np.array([k.audio_repetition_penalty for k in knobs])
         seen = np.stack([s.seen for s in rows if s.seen is not None])  # [B, N_VQ, C]
+        # each sampled row's 16 code draws, in the order its codes take them (after its stop decision's)
+        draws = np.stack([s.uniforms(c.n_vq) if k.do_sample else np.zeros(c.n_vq) for s, k in zip(rows, knobs,
+                                                                                                 strict=True)])
         for q in range(c.n_vq):
-            draws = np.array([s.uniform() if k.do_sample else 0.0 for s, k in zip(rows, knobs, strict=True)])
             codes[:, q] = sampling.sample_codes(logits, seen[:, q], do_sample=do_sample, temperature=temperature,
-                                                k=top_k, p=top_p, penalty=penalty, u=draws)
+                                                k=top_k, p=top_p, penalty=penalty, u=draws[:, q])
             if q + 1 < c.n_vq:
                 step, past = self._local(self.audio[q][codes[:, q]][:, None], past)
                 logits = step["audio_logits"]

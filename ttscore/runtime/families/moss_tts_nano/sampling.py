@@ -95,28 +95,84 @@ def sample_codes(logits: NDArray[Any], seen: NDArray[Any], *, do_sample: NDArray
         return out
     s: F32 = (scores[rows] / np.asarray(temperature, np.float32)[rows, None]).astype(np.float32)
     kk = np.asarray(k, np.int64)[rows]
-    cut = (kk > 0) & (kk < c)
-    if cut.any():
-        ranks = np.empty_like(s, dtype=np.int64)
-        np.put_along_axis(ranks, np.argsort(-s, axis=1, kind="stable"), np.arange(c)[None].repeat(len(rows), 0), 1)
-        s = np.where(cut[:, None] & (ranks >= kk[:, None]), np.float32(-np.inf), s).astype(np.float32)
     pp = np.asarray(p, np.float64)[rows]
+    uu = np.asarray(u, np.float64)[rows]
+    cut = (kk > 0) & (kk < c)
     nucleus = (pp > 0.0) & (pp < 1.0)
-    if nucleus.any():
-        m = np.max(s, axis=1, keepdims=True)
-        shifted = s - m
-        logp = (shifted - np.log(np.sum(np.exp(shifted), axis=1, keepdims=True))).astype(np.float32)
-        probs = np.exp(logp)
-        order = np.argsort(s, axis=1, kind="stable")
-        cumulative = np.empty_like(probs)
-        np.put_along_axis(cumulative, order, np.cumsum(np.take_along_axis(probs, order, 1), axis=1), 1)
-        floor = (1.0 - pp).astype(np.float32)[:, None]
-        s = np.where(nucleus[:, None] & ~(cumulative > floor), np.float32(-np.inf), s).astype(np.float32)
+    if cut.any():  # top-k (then top-p) on the k kept scores only: the served default (k 25 of 1024)
+        at = np.flatnonzero(cut)
+        cols, kept = _top_k_top_p(s[at], kk[at], pp[at], nucleus[at])
+        out[rows[at]] = np.take_along_axis(cols, _draw(kept, uu[at])[:, None], 1)[:, 0]
+    rest = np.flatnonzero(~cut)
+    if rest.size:
+        whole = s[rest]
+        if nucleus[rest].any():
+            top = np.flatnonzero(nucleus[rest])
+            whole[top] = _top_p_sorted(whole[top], pp[rest][top])
+        out[rows[rest]] = _draw(whole, uu[rest])
+    return out
+
+
+def _draw(s: F32, u: NDArray[np.float64]) -> NDArray[np.int64]:
+    """`inverse_cdf` for rows at once: each row's draw (a column of `s`) with its uniform; -inf never drawn. Columns
+    at -inf anywhere in a row add exact zeros to its cumulative sum, so a row cut to its kept scores (in column
+    order) draws the same one as the whole row."""
     s64 = s.astype(np.float64)
     weights = np.exp(s64 - np.max(s64, axis=1, keepdims=True))
     cdf = np.cumsum(weights, axis=1)
-    target = np.asarray(u, np.float64)[rows, None] * cdf[:, -1:]
-    idx = np.sum(cdf <= target, axis=1)
-    last = c - 1 - np.argmax(weights[:, ::-1] > 0, axis=1)
-    out[rows] = np.minimum(idx, last)
+    idx = np.sum(cdf <= u[:, None] * cdf[:, -1:], axis=1)
+    last = s.shape[1] - 1 - np.argmax(weights[:, ::-1] > 0, axis=1)
+    drawn: NDArray[np.int64] = np.minimum(idx, last).astype(np.int64)
+    return drawn
+
+
+def _softmax_f32(s: F32) -> F32:
+    """The float32 probabilities of rows of scores, as `top_p` computes them (the same operations, whole rows)."""
+    shifted = s - np.max(s, axis=1, keepdims=True)
+    logp = (shifted - np.log(np.sum(np.exp(shifted), axis=1, keepdims=True))).astype(np.float32)
+    probs: F32 = np.exp(logp)
+    return probs
+
+
+def _top_p_sorted(s: F32, pp: NDArray[Any]) -> F32:
+    """Top-p over whole rows (k off): the ascending cumulative probability by a stable sort of each row."""
+    probs = _softmax_f32(s)
+    order = np.argsort(s, axis=1, kind="stable")
+    cumulative = np.empty_like(probs)
+    np.put_along_axis(cumulative, order, np.cumsum(np.take_along_axis(probs, order, 1), axis=1), 1)
+    floor = (1.0 - pp).astype(np.float32)[:, None]
+    out: F32 = np.where(~(cumulative > floor), np.float32(-np.inf), s).astype(np.float32)
     return out
+
+
+def _top_k_top_p(s: F32, kk: NDArray[np.int64], pp: NDArray[Any], nucleus: NDArray[np.bool_]
+                 ) -> tuple[NDArray[np.int64], F32]:
+    """Top-k (0 < k < C) and, where `nucleus`, top-p, as `top_k` then `top_p` decide, sorting only the k kept
+    scores of a row: the k largest are those above the k-th largest value and, among those equal to it, the first
+    by index (a stable descending sort's); top-p's ascending cumulative sum over a row whose other scores are -inf
+    adds their zero probabilities first, so it equals the cumulative sum over the kept ones in ascending (stable)
+    order, their probabilities computed over the whole row as `top_p` does. Returns each row's kept columns in
+    column order and their scores (-inf where top-p drops one), padded to the widest k with -inf."""
+    n = s.shape[0]
+    kth = -np.partition(-s, np.unique(kk - 1), axis=1)[np.arange(n), kk - 1]  # the k-th largest score
+    above = s > kth[:, None]
+    tie = s == kth[:, None]
+    kept = above | (tie & (np.cumsum(tie, axis=1) <= (kk - above.sum(axis=1))[:, None]))
+    width = int(kk.max())
+    r, col = np.nonzero(kept)  # row-major: each row's kept columns in column order
+    slot = np.cumsum(kept, axis=1)[r, col] - 1
+    cols = np.zeros((n, width), np.int64)
+    vals = np.full((n, width), -np.inf, np.float32)
+    cols[r, slot], vals[r, slot] = col, s[r, col]
+    if not nucleus.any():
+        return cols, vals
+    probs = _softmax_f32(np.where(kept, s, np.float32(-np.inf)).astype(np.float32))
+    pad = np.ones((n, width), np.bool_)
+    pad[r, slot] = False
+    order = np.argsort(np.where(pad, np.float32(np.inf), vals), axis=1, kind="stable")  # padding sorts last
+    mine = np.where(pad, np.float32(0.0), np.take_along_axis(probs, cols, 1))
+    cumulative = np.empty((n, width), np.float32)
+    np.put_along_axis(cumulative, order, np.cumsum(np.take_along_axis(mine, order, 1), axis=1, dtype=np.float32), 1)
+    floor = (1.0 - pp).astype(np.float32)[:, None]
+    drop = nucleus[:, None] & ~(cumulative > floor)
+    return cols, np.where(drop, np.float32(-np.inf), vals).astype(np.float32)
