@@ -81,7 +81,8 @@ def quantize_weights(onnx_path: Path, bits: int, out_path: Path | None = None, b
     return out_path
 
 
-def quantize_int8(onnx_path: Path, out_path: Path | None = None, *, block_size: int | None = None) -> Path:
+def quantize_int8(onnx_path: Path, out_path: Path | None = None, *, block_size: int | None = None,
+                  only: Callable[[str], bool] | None = None) -> Path:
     """Dynamic int8 quantization of the MatMul weights (CPU), as onnxruntime's `quantize_dynamic`
     does it, one weight at a time.
 
@@ -99,7 +100,7 @@ def quantize_int8(onnx_path: Path, out_path: Path | None = None, *, block_size: 
     with scratch_dir(out_path.parent) as tmp:
         optimized = optimize_basic(onnx_path, tmp / "basic.onnx")
         try:
-            quantize_matmuls(optimized, out_path, block_size=block_size)
+            quantize_matmuls(optimized, out_path, block_size=block_size, only=only)
         except ExportError:
             raise
         except Exception as exc:
@@ -154,7 +155,8 @@ def quantize_blocks(w: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndar
     return packed, scales
 
 
-def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None) -> Path:
+def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None,
+                     only: Callable[[str], bool] | None = None) -> Path:
     """Rewrite every float MatMul whose weight (B) is an initializer into onnxruntime's dynamic int8
     pattern, writing `dst` with all of its weights in `<dst>.data`.
 
@@ -208,6 +210,8 @@ def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None) -> 
     def quantizable(node: Any) -> Any:
         weight = inits.get(node.input[1]) if node.op_type == "MatMul" and len(node.input) == 2 else None
         if weight is None or weight.data_type != TensorProto.FLOAT or node.input[0] in inits:
+            return None
+        if only is not None and not only(node.name):
             return None
         return weight
 
@@ -335,7 +339,7 @@ def quantized_ops(path: Path) -> set[str]:
 
 
 def quantize_graph(path: Path, precision: str, measure: Measure, *, audio: bool = False,
-                   int8_block_size: int | None = None) -> dict[str, Any]:
+                   int8_block_size: int | None = None, only: tuple[str, str] | None = None) -> dict[str, Any]:
     """Quantize one validated fp32 graph, measure it against the fp32 graph and put it in its place;
     returns the manifest fields `quantized` (the method, or None where the graph stays fp32) and
     `vs_fp32`. An `audio` graph (a vocoder) keeps its quantized form only at `VOCODER_MIN_SNR_DB`
@@ -347,13 +351,21 @@ def quantize_graph(path: Path, precision: str, measure: Measure, *, audio: bool 
     fast or faster than MatMulInteger per decode step with a smaller error, but 1.5x slower on a
     prefill of many rows; blocks of 32 were slower (2.3 s vs 1.1 s at batch 8 under load). So only
     graphs that never prefill (the Qwen3-TTS code predictor) use blocks; other families keep
-    MatMulInteger until measured. int4: MatMulNBits 4-bit, block 32."""
+    MatMulInteger until measured. int4: MatMulNBits 4-bit, block 32. `only` (int8): (a regular expression, what
+    it names): only the MatMuls whose node name it matches are quantized, the rest stay fp32; the manifest's
+    method says which (e.g. a codec whose stage projections lose the SNR its transformer layers keep)."""
     path = Path(path)
     check(precision in ("int8", "int4"), f"cannot quantize to {precision!r}")
     logger.info("quantizing %s to %s", path.name, precision)
     if precision == "int8" and int8_block_size:
         q = quantize_int8(path, block_size=int8_block_size)
         method = int8_block_method(int8_block_size)
+    elif precision == "int8" and only:
+        import re
+
+        pattern = re.compile(only[0])
+        q = quantize_int8(path, only=lambda name: pattern.search(name) is not None)
+        method = f"{INT8_METHOD}, {only[1]} only"
     elif precision == "int8":
         q, method = quantize_int8(path), INT8_METHOD
     else:

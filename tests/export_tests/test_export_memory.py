@@ -323,3 +323,27 @@ def test_export_reports_peak_memory_per_stage(tiny_custom_voice: Any) -> None:
         assert rec["seconds"] >= 0
     assert memory["peak_stage"] in stages
     assert memory["process_peak_rss_gib"] >= max(r["peak_rss_gib"] for r in stages.values())
+
+
+def test_quantize_graph_only_the_named_matmuls(tmp_path: Path) -> None:
+    """quantize_graph(only=(pattern, what)): the MatMuls whose node names match become MatMulInteger, the others stay
+    float MatMuls, and the manifest's method names the scope."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from export.quantize import INT8_METHOD, compare_outputs, quantize_graph
+    from export.tracing import save_onnx
+
+    rng = np.random.default_rng(0)
+    ws = [numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32) * 0.1, f"w{i}") for i in range(2)]
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w0"], ["h"], name="/layers.0/MatMul"),
+         helper.make_node("MatMul", ["h", "w1"], ["y"], name="/output_proj/MatMul")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 32])], ws)
+    path = save_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]), tmp_path / "g.onnx")
+    feeds = [{"x": rng.standard_normal((4, 32)).astype(np.float32)}]
+    got = quantize_graph(path, "int8", lambda a, b: compare_outputs(a, b, feeds), only=(r"/layers\.\d+/", "layers"))
+    assert got["quantized"] == f"{INT8_METHOD}, layers only"
+    ops = {n.name: n.op_type for n in onnx.load(str(path)).graph.node}
+    assert ops["/output_proj/MatMul"] == "MatMul" and "MatMulInteger" in ops.values()
+    assert not any(t == "MatMul" and "layers" in n for n, t in ops.items())

@@ -3,10 +3,10 @@ facts and the GraphSpecs of its two exported graphs.
 
 The codec is a stack of causal sliding-window transformers and patch reshapes over the *interleaved* stereo
 stream (L R L R ...): 48 kHz x 2 channels, 3840 samples of each channel per frame (12.5 frames/s), 16 residual
-LFQ codebooks. Both graphs are exact streaming graphs over whole frames: each carries the K/V window of every
-transformer layer in a flat float32 `state` [batch, S] (zeros start a clip) and takes the frames already done
-on that row (`position`, the RoPE offset); chunks run one after another equal one whole run, across the
-windows too.
+LFQ codebooks. Both graphs are exact streaming graphs over whole frames: each reads the K/V window of every
+transformer layer from a flat float32 state of S floats per stream (zeros start a clip) and takes the frames
+already done on that row (`position`, the RoPE offset); chunks run one after another equal one whole run,
+across the windows too.
 
 - `moss_codec_decoder` (the family's streaming vocoder): codes [batch, frames, 16] -> pcm [batch, frames *
   3840], the two decoded channels downmixed to mono by their mean (vLLM-Omni serves the mean). Its state stays in

@@ -15,10 +15,11 @@ Graphs (exported by export/moss_tts_nano):
   the reference's order: wte, then codebooks 0..15, float32), `attention_mask` [B, P + T], `position_ids` [B, T]
   (0-based per row, padding excluded) -> `hidden` [B, D] (the last position, after ln_f) and the new K/V.
 - `local_step`: the local transformer over its own small past (one frame's positions, every row of a batch at the
-  same local position, so no mask): `inputs_embeds` [B, T, D] and the local past K/V -> `text_logits` [B, 2] (the
-  FIRST new position's logits of (audio_assistant_slot, audio_end), in that order) and `audio_logits` [B, C] (the
-  LAST new position p's logits of codebook p - 1, p = past + T - 1 >= 1; at p = 0 codebook 0's, unused) and the
-  new K/V. A frame: step [hidden] (past 0) -> text_logits; if the slot wins, step [wte(slot)] (or both at once,
+  same local position, so no mask): `inputs_embeds` [B, T, D], `audio_head` [C, D] (the tied head of the LAST new
+  position p's codebook: `audio_embeddings[head_codebook(p)]`, fed by the runtime from its table) and the local
+  past K/V -> `text_logits` [B, 2] (the FIRST new position's logits of (audio_assistant_slot, audio_end), in that
+  order) and `audio_logits` [B, C] (the LAST new position p's logits of codebook p - 1, p = past + T - 1 >= 1; at
+  p = 0 codebook 0's, unused) and the new K/V. A frame: step [hidden] (past 0) -> text_logits; if the slot wins, step [wte(slot)] (or both at once,
   T = 2, from past 0) -> audio_logits of codebook 0; then step [emb_c(code_c)] -> codebook c + 1, for c = 0..14.
   The 16th code needs no further step.
 
