@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ttscore.contract.tensors import CANCELLED, INTERNAL, INVALID_ARG, UNAVAILABLE
+from ttscore.contract.tensors import CANCELLED, INTERNAL, INVALID_ARG, UNAVAILABLE, is_keepalive
 
 from .usage import Usage
 
@@ -70,6 +70,12 @@ class SpeechChunk:
     usage: Usage  # so far; complete on the final chunk
     final: bool
     finish_reason: str = ""  # "stop" | "length" on the final chunk
+
+    @property
+    def keepalive(self) -> bool:
+        """speech_generation's keep-alive during a long step (ttscore.contract.tensors.keepalive_outputs): it
+        restarts the stall clock and carries nothing for the client."""
+        return is_keepalive(self.frames, self.final)
 
 
 class Affinity:

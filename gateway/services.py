@@ -349,6 +349,8 @@ class SpeechService:
                     raise BackendError(DEADLINE_EXCEEDED, deadline.message(which)) from None
                 if chunk is END:
                     return
+                if chunk.keepalive:  # the model is still working: the stall clock restarts, nothing to send
+                    continue
                 streaming = True
                 yield chunk
 

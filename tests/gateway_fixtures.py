@@ -6,7 +6,7 @@
   the text: "fail-invalid" (INVALID_ARG before any audio), "fail-midstream" (INTERNAL after the
   first chunk), "fail-unavailable" (UNAVAILABLE), "fail-internal" (INTERNAL at once), "slow" (0.05 s
   per chunk, to observe cancellation), "hang" (no response ever), "hang-midstream" (the first chunk,
-  then nothing). It records every request and every cancellation. Incremental text: a request
+  then nothing), "keepalive-midstream" (after the first chunk, KEEPALIVES keep-alives 0.1 s apart, then the rest). It records every request and every cancellation. Incremental text: a request
   with the text-key parameter is open (one frame per word it has, then it waits for an extension;
   the final chunk after the one marked done); extensions are recorded in `extensions`. Health: `live`, per-model
   `probe_results` (default ok; a reload clears the model's), `components` (ensemble steps),
@@ -111,6 +111,9 @@ class Call:
     text_key: str | None = None  # incremental text: open until an extension says done
     text_done: bool = False
     more: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+KEEPALIVES = 6  # "keepalive-midstream": 0.6 s of keep-alives between two chunks
 
 
 @dataclass
@@ -261,6 +264,10 @@ class FakeBackend:
                     raise BackendError(INTERNAL, "internal error")
                 if text == "hang-midstream" and done > 0:
                     await asyncio.Event().wait()
+                if text == "keepalive-midstream" and done == 1:  # a long step: keep-alives only, 0.1 s apart
+                    for _ in range(KEEPALIVES):
+                        await asyncio.sleep(0.1)
+                        yield SpeechChunk(audio=np.zeros(0, np.float32), frames=0, usage=Usage(), final=False)
                 final = done + n >= total
                 chunk = SpeechChunk(
                     audio=fake_audio(n, done), frames=n, usage=Usage(text_tokens, audio_tokens, done + n),

@@ -253,6 +253,32 @@ def test_a_slow_but_steady_stream_is_never_cut(served):
     assert [name for name, _ in c.result][-1] == sse.DONE
 
 
+def test_keepalives_hold_a_long_step_past_the_stall_limit_and_carry_nothing(served):
+    """speech_generation's keep-alives during a step longer than stall_timeout_s (0.6 s of them, 0.1 s apart, against
+    a 0.3 s limit): the stream is not cut, and the client gets the same audio as without them (no empty deltas)."""
+    from gateway_fixtures import KEEPALIVES
+
+    gw = served(stall_timeout_s=0.3, request_timeout_s=20)
+    got = {}
+    for text in ("keepalive-midstream", "plain"):
+        c = Client(sse_client(gw.url, text, max_new_tokens=6))
+        c.join(20)
+        assert [name for name, _ in c.result][-1] == sse.DONE, c.result
+        deltas = [data["audio"] for name, data in c.result if name == sse.DELTA]
+        assert all(deltas), "an empty audio delta reached the client"
+        got[text] = "".join(deltas)
+        c = Client(raw_client(gw.url, text))
+        c.join(20)
+        assert isinstance(c.result, int) and c.result > 0, c.result
+        c = Client(ws_client(gw.port, text, lambda: None))
+        c.join(20)
+        assert isinstance(c.result, list), c.result
+        got["ws " + text] = [len(m) if isinstance(m, bytes) else m.get("type") for m in c.result]
+    assert got["keepalive-midstream"] == got["plain"]
+    assert got["ws keepalive-midstream"] == got["ws plain"]  # the same messages: no empty audio frame
+    assert 0.1 * KEEPALIVES > 0.3  # the keep-alives span more than the stall limit
+
+
 def test_websocket_request_past_its_limit_reports_and_the_session_goes_on(served):
     gw = served(stall_timeout_s=0.3, request_timeout_s=20)
     c = Client(ws_client(gw.port, "hang-midstream", lambda: None))

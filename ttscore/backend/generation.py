@@ -1,4 +1,11 @@
-"""speech_generation: the scheduler that feeds the engine from Triton's decoupled requests."""
+"""speech_generation: the scheduler that feeds the engine from Triton's decoupled requests.
+
+Keep-alives: a step can take longer than the gateway's `stall_timeout_s` (OmniVoice at real size computes a chunk
+for tens of seconds). While a step runs past `keepalive_s` and the model still makes progress (an ONNX Runtime call
+returned within `KEEPALIVE_PROGRESS_S`), every request that has already streamed and has been sent nothing for
+`keepalive_s` gets a keep-alive (ttscore.contract.tensors.keepalive_outputs), which the gateway drops after
+restarting its stall clock. A step that stops making progress (a wedged call) sends none, so the gateway's stall
+limit still cuts its streams."""
 
 from __future__ import annotations
 
@@ -13,13 +20,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ttscore.backend.settings import ModelSettingsError, SpeechGenerationSettings
+from ttscore.backend.settings import DEFAULT_KEEPALIVE_S, ModelSettingsError, SpeechGenerationSettings
 from ttscore.backend.triton_metrics import NullMetrics, SchedulerMetrics
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import ArtifactError, InvalidRequest, UpstreamUnavailable
 from ttscore.contract.tensors import CANCELLED, INTERNAL, INTERNAL_MESSAGE, UNAVAILABLE, WireError
 
 log = logging.getLogger(__name__)
+
+
+def _graph_progress() -> float:
+    from ttscore.runtime.onnx import OnnxGraph
+
+    return OnnxGraph.progressed
 
 
 def request_decoder(settings: SpeechGenerationSettings) -> Callable[[Mapping[str, np.ndarray]], Any]:
@@ -117,6 +130,8 @@ class _Entry:
     request: Any
     stream: ResponseStream
     done: bool = False
+    streaming: bool = False  # a response went out (keep-alives only then: before, the gateway's total limit holds)
+    last_sent: float = 0.0  # time.monotonic() of its last response
     text_key: str | None = None  # incremental text: the key its extensions name
     extensions: list[_Extension] = field(default_factory=list)  # arrived before it was admitted
 
@@ -134,6 +149,10 @@ class _Extension:
 
 
 ORPHAN_EXTENSION_S = 10.0  # an extension whose request has not arrived by then is refused
+# A streaming request sent nothing for keepalive_s (settings.DEFAULT_KEEPALIVE_S) during a long step gets a
+# keep-alive ... while a graph call returned within this long (a step with no sign of life gets none: a real stall); a single
+# graph call may then take up to the gateway's stall_timeout_s past the last keep-alive
+KEEPALIVE_PROGRESS_S = 15.0
 ENDED_KEYS = 1024  # text keys of ended requests remembered (their extensions are refused at once)
 
 @dataclass
@@ -169,6 +188,8 @@ class GenerationScheduler:
         idle_wait_s: float = 0.05,
         metrics: SchedulerMetrics | None = None,
         stuck_after_s: float = 120.0,
+        keepalive_s: float = DEFAULT_KEEPALIVE_S,
+        progressed: Callable[[], float] | None = None,
     ) -> None:
         self.generator = generator
         self.metrics: SchedulerMetrics = metrics or NullMetrics()  # ttscore.backend.triton_metrics
@@ -191,6 +212,13 @@ class GenerationScheduler:
         self._orphans: list[_Extension] = []  # extensions whose request has not arrived yet
         self._ended_keys: OrderedDict[str, None] = OrderedDict()  # text keys of requests that ended
         self._keys_lock = threading.Lock()
+        # Keep-alives (module docstring): 0 turns them off; `progressed` is the model's last sign of life
+        # (default: when an ONNX Runtime call last returned).
+        self.keepalive_s = keepalive_s
+        self._progressed = progressed or _graph_progress
+        self._step_started: float | None = None  # the running step's start (loop thread), None between steps
+        self._send_lock = threading.Lock()  # responses go out from the loop and the keep-alive thread
+        self.keepalives_sent = 0
 
     # --- called from execute() ------------------------------------------------------------------
 
@@ -247,6 +275,38 @@ class GenerationScheduler:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="speech-generation-steps", daemon=True)
         self._thread.start()
+        if self.keepalive_s > 0:
+            threading.Thread(target=self._keep_alive, name="speech-generation-keepalive", daemon=True).start()
+
+    def _keep_alive(self) -> None:
+        while not self._stop.wait(self.keepalive_s / 4):
+            try:
+                self.send_keepalives(time.monotonic())
+            except Exception:  # never let a keep-alive take the thread down
+                log.exception("keep-alive round failed")
+
+    def send_keepalives(self, now: float) -> int:
+        """One round (the keep-alive thread's, every keepalive_s / 4): a keep-alive to every streaming request
+        sent nothing for keepalive_s, while a step has run that long and still makes progress. Returns how many."""
+        started = self._step_started
+        if self.keepalive_s <= 0 or started is None or now - started < self.keepalive_s:
+            return 0
+        if now - max(started, self._progressed()) > KEEPALIVE_PROGRESS_S:
+            return 0  # no sign of life: let the gateway's stall limit see it
+        sent = 0
+        for entry in list(self._active.values()):
+            with self._send_lock:
+                if entry.done or not entry.streaming or now - entry.last_sent < self.keepalive_s:
+                    continue
+                try:
+                    entry.stream.send(triton_io.keepalive_outputs(), None, False)
+                except Exception:
+                    log.warning("keep-alive send failed for %s", entry.triton_id or entry.req_id, exc_info=True)
+                    continue
+                entry.last_sent = now
+                sent += 1
+        self.keepalives_sent += sent
+        return sent
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Signal, join, then fail whatever is left (UNAVAILABLE + FINAL)."""
@@ -306,6 +366,7 @@ class GenerationScheduler:
             return False  # every request waits for text: sleep on the inbox, do not spin
         batch = len(self._active)
         t0 = time.perf_counter()
+        self._step_started = time.monotonic()
         try:
             # First chunks made by a prefill go out at once, before the batch's decode step.
             events = self.generator.step(self._dispatch)
@@ -317,6 +378,8 @@ class GenerationScheduler:
             log.exception("generator step failed; failing its %d active requests", len(self._active))
             self._fail_active()
             return True
+        finally:
+            self._step_started = None
         seconds = time.perf_counter() - t0
         self.stats.steps += 1
         self.stats.step_seconds += seconds
@@ -486,10 +549,11 @@ class GenerationScheduler:
             log.exception("is_cancelled failed; treating the request as cancelled")
             return True
 
-    @staticmethod
-    def _send(entry: _Entry, outputs: dict[str, np.ndarray]) -> bool:
+    def _send(self, entry: _Entry, outputs: dict[str, np.ndarray]) -> bool:
         try:
-            entry.stream.send(outputs, None, False)
+            with self._send_lock:
+                entry.stream.send(outputs, None, False)
+                entry.streaming, entry.last_sent = True, time.monotonic()
             return True
         except Exception:
             log.warning("send failed for %s; dropping it", entry.triton_id or entry.req_id, exc_info=True)
@@ -503,10 +567,11 @@ class GenerationScheduler:
                 self._ended_keys[entry.text_key] = None
                 while len(self._ended_keys) > ENDED_KEYS:
                     self._ended_keys.popitem(last=False)
-        if entry.done:
-            log.error("refusing a second FINAL for %s", entry.triton_id or entry.req_id)
-            return
-        entry.done = True
+        with self._send_lock:
+            if entry.done:
+                log.error("refusing a second FINAL for %s", entry.triton_id or entry.req_id)
+                return
+            entry.done = True
         try:
             entry.stream.send(outputs, error, True)
         except Exception:

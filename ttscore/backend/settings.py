@@ -109,6 +109,10 @@ class Instance:
             os.environ["TTS_DEVICE"] = "cpu"
 
 
+# speech_generation's keep-alive interval, seconds (ttscore.backend.generation)
+DEFAULT_KEEPALIVE_S = 5
+
+
 @dataclass(frozen=True)
 class SpeechGenerationSettings:
     artifacts_dir: Path
@@ -123,6 +127,9 @@ class SpeechGenerationSettings:
 
     chunk_policy: str = engine.DEFAULT_CHUNK_POLICY  # chunk sizes after the first (ttscore.runtime.engine)
     prefill_token_budget: int = engine.DEFAULT_PREFILL_BUDGET  # prompt positions prefilled per step, batched across joins
+    # seconds: a streaming request sent nothing for this long during a long step gets a keep-alive (0: never;
+    # ttscore.backend.generation); keep it well under the gateway's stall_timeout_s
+    keepalive_s: int = DEFAULT_KEEPALIVE_S
 
     PARAMETERS = (
         "artifacts_dir",
@@ -133,6 +140,7 @@ class SpeechGenerationSettings:
         "thread_pool",
         "chunk_policy",
         "prefill_token_budget",
+        "keepalive_s",
     )
 
     @classmethod
@@ -159,6 +167,7 @@ class SpeechGenerationSettings:
                 name, params, "chunk_policy", engine.DEFAULT_CHUNK_POLICY, engine.CHUNK_POLICIES
             ),
             prefill_token_budget=_int_param(name, params, "prefill_token_budget", engine.DEFAULT_PREFILL_BUDGET, 1),
+            keepalive_s=_int_param(name, params, "keepalive_s", DEFAULT_KEEPALIVE_S, 0),
         )
 
 

@@ -277,6 +277,24 @@ def request_tensors(**fields: Any) -> dict[str, NDArray[Any]]:
 # --- ChunkEvent -> response tensors -------------------------------------------------------------
 
 
+def keepalive_outputs() -> dict[str, NDArray[Any]]:
+    """A keep-alive response: not final, no audio, no frames. speech_generation sends it to a stream that has
+    started while a long step is still making progress (ttscore.backend.generation), so the gateway's
+    `stall_timeout_s` measures a stalled server, not a slow model; the gateway drops it (`is_keepalive`). A chunk
+    of audio always carries at least one frame, so the two cannot be confused."""
+    return {
+        "audio": np.zeros(0, np.float32),
+        "frames": np.array([0], dtype=np.int32),
+        "finish_reason": np.array([b""], dtype=np.object_),
+        "usage": Usage().to_tensor(),
+    }
+
+
+def is_keepalive(frames: int, final: bool) -> bool:
+    """Whether a response is a keep-alive (`keepalive_outputs`): not final and no frames."""
+    return not final and frames == 0
+
+
 def chunk_outputs(event: Any) -> dict[str, NDArray[Any]]:
     """Response tensors of one streamed chunk (a ttscore.runtime.engine.ChunkEvent)."""
     usage = event.usage

@@ -79,6 +79,9 @@ class OnnxGraph:
     are this graph's own share (where a frame's time goes: `triton-tts bench breakdown`)."""
 
     seconds: float = 0.0  # process-wide; only the step thread runs graphs
+    # time.monotonic() when a graph call last returned, process-wide: a long step's sign of life (the keep-alives
+    # of ttscore.backend.generation stop when it stops)
+    progressed: float = 0.0
 
     def __init__(self, path: Path, graph: dict[str, Any], threads: int | None = None) -> None:
         import onnxruntime as ort
@@ -124,6 +127,7 @@ class OnnxGraph:
 
     def _count(self, seconds: float) -> None:
         OnnxGraph.seconds += seconds
+        OnnxGraph.progressed = time.monotonic()
         self.spent += seconds
         self.calls += 1
 

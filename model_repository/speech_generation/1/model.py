@@ -37,6 +37,7 @@ class TritonPythonModel:
             max_active=self.settings.max_active_requests,
             max_pending=self.settings.max_pending_requests,
             metrics=self.publisher.metrics,
+            keepalive_s=self.settings.keepalive_s,
         )
         self.scheduler.start()
         self.publisher.start()
