@@ -79,6 +79,7 @@ def export_checkpoint(
     started = time.time()
     try:
         manifest = family.export(src, tmp, precision, progress, source_record(src), **options)
+        manifest["export_revision"] = family.revision
         manifest["export_seconds"] = round(time.time() - started, 1)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False))
         if dst.exists():

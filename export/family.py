@@ -117,6 +117,10 @@ class ExportFamily:
     # The demo checkpoints of `serve` / `prepare --demo`: (directory name, make_tiny options).
     demo: tuple[tuple[str, Mapping[str, Any]], ...] = ()
     lora: LoraSupport | None = None  # startup LoRA adapters, for a family that takes them
+    # The family's export format, written into the manifest (`export_revision`): raised when a change makes its
+    # older exports unusable by this runtime (a graph's inputs or outputs), so `serve` / `prepare` re-export a
+    # cached export of the same checkpoint instead of serving one that fails to load (triton_tts.artifacts).
+    revision: int = 1
 
 
 # --- the kit: what most families' entries are made of -------------------------------------------------

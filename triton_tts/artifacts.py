@@ -56,8 +56,8 @@ def ensure_artifacts(checkpoint: str | Path | Checkpoint, precision: str = "fp32
                      quiet: bool = False, lora: str | Path | None = None) -> Path:
     """Artifacts for a checkpoint (a directory, cache snapshot or repo id: triton_tts.checkpoints),
     exported into the cache (or `out`) unless an up-to-date export exists (same source fingerprint,
-    precision and startup LoRA adapter `lora`, by content); an export shows its stages
-    (triton_tts.progress) unless `quiet`."""
+    precision and startup LoRA adapter `lora`, by content, made at the family's current export revision:
+    export.family.ExportFamily.revision); an export shows its stages (triton_tts.progress) unless `quiet`."""
     from export.exporter import adapter_identity, export_checkpoint
     from export.families import family_of
     from triton_tts.progress import Stages
@@ -72,7 +72,8 @@ def ensure_artifacts(checkpoint: str | Path | Checkpoint, precision: str = "fp32
     target = out or cached_export(fp, precision, adapter)
     try:
         manifest = read_manifest(target)
-        if manifest.fingerprint == fp and manifest.precision == precision and manifest.adapter_sha256 == adapter:
+        if (manifest.fingerprint == fp and manifest.precision == precision and manifest.adapter_sha256 == adapter
+                and manifest.export_revision == family.revision):
             return target
     except ArtifactError:
         pass

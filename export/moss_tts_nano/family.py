@@ -20,4 +20,5 @@ FAMILY = dataclasses.replace(
     ),
     tiny_options=(TinyOption("weights", "the weights file: model.safetensors (safetensors) or pytorch_model.bin (bin)",
                              choices=("safetensors", "bin")),),
+    revision=2,  # 2: the codec decoder's state stays with the caller (arena), local_step takes its codebook head
 )

@@ -57,6 +57,7 @@ FAMILY = ExportFamily(
     sizes=TINY_SIZES,
     deploy=deploy,
     demo=(("VoxCPM2-tiny", {}),),
+    revision=2,  # 2: the LM step graphs cut the past to the mask inside (GraphSpec.past_cut_to_mask)
     lora=LoraSupport(
         format="native VoxCPM2 LoRA export (lora_config.json + lora_weights.safetensors)",
         identity=lazy("export.voxcpm2.lora:identity"),

@@ -101,6 +101,34 @@ def test_ensure_artifacts_honours_the_precision(voxcpm2_tiny: Path, int8_artifac
     assert calls == ["fp32", "int4"]  # ...and not for another precision
 
 
+def test_ensure_artifacts_remakes_an_export_of_an_older_revision(voxcpm2_tiny: Path, int8_artifacts: Path,
+                                                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An export made at an older revision of its family's export format (an older release's cache) is re-made
+    instead of served: the manifest's `export_revision` against export.family.ExportFamily.revision."""
+    import json
+    import shutil
+
+    from export import exporter
+    from export.families import FAMILIES
+    from triton_tts.artifacts import ensure_artifacts
+    from ttscore.contract.manifest import read_manifest
+
+    target = tmp_path / "art"
+    shutil.copytree(int8_artifacts, target)
+    revision = FAMILIES["voxcpm2"].revision
+    assert read_manifest(target).export_revision == revision  # written by the export
+    calls: list[str] = []
+    monkeypatch.setattr(exporter, "export_checkpoint", lambda src, out, *, precision="fp32", **_: calls.append(precision))
+    for older in (revision - 1, None):  # an older one, and a manifest from before the field
+        raw = json.loads((target / "manifest.json").read_text())
+        raw.pop("export_revision")
+        if older is not None:
+            raw["export_revision"] = older
+        (target / "manifest.json").write_text(json.dumps(raw))
+        ensure_artifacts(voxcpm2_tiny, "int8", out=target, quiet=True)
+    assert calls == ["int8", "int8"]
+
+
 def test_int4_through_the_same_path(voxcpm2_artifacts: Path, voxcpm2_tiny: Path, tmp_path: Path) -> None:
     """int4 (MatMulNBits) comes from the same quantize_graph call, graph by graph."""
     import shutil

@@ -53,6 +53,12 @@ class Manifest:
     raw: Mapping[str, Any] = field(repr=False)
 
     @property
+    def export_revision(self) -> int:
+        """The family's export format it was made at (export.family.ExportFamily.revision; 1 before it was kept)."""
+        value = self.raw.get("export_revision", 1)
+        return value if isinstance(value, int) else 1
+
+    @property
     def configs(self) -> Mapping[str, Any]:
         """The checkpoint's config files, as exported (family-specific)."""
         return self.raw.get("configs") or {}
