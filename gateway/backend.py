@@ -73,7 +73,7 @@ class SpeechChunk:
 
     @property
     def keepalive(self) -> bool:
-        """speech_generation's keep-alive during a long step (ttscore.contract.tensors.keepalive_outputs): it
+        """speech_generation's keep-alive between two distant chunks (ttscore.contract.tensors.keepalive_outputs): it
         restarts the stall clock and carries nothing for the client."""
         return is_keepalive(self.frames, self.final)
 

@@ -1,12 +1,12 @@
-"""speech_generation's keep-alives (ttscore.backend.generation): during a step longer than `keepalive_s` that
-still makes progress, a request that has streamed and has been sent nothing for `keepalive_s` gets a keep-alive
-(not final, no frames: ttscore.contract.tensors.is_keepalive); none before a request's first chunk, none while the
-step shows no sign of life for KEEPALIVE_PROGRESS_S (a real stall stays visible to the gateway's stall limit), none
-after the final. Rounds are driven with explicit clocks while a scripted step is held open."""
+"""speech_generation's keep-alives (ttscore.backend.generation): while the server shows a sign of life (a step loop
+iteration began or an ONNX Runtime call returned within KEEPALIVE_PROGRESS_S), an admitted request that has
+streamed and has been sent nothing for `keepalive_s` gets a keep-alive (not final, no frames:
+ttscore.contract.tensors.is_keepalive), whether its next chunk is one long step away or many short ones; none
+before a request's first chunk, none without a sign of life (a real stall stays visible to the gateway's stall
+limit), none after the final, none when off. Rounds are driven with explicit clocks."""
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -37,14 +37,13 @@ class Sink:
                    if o is not None and triton_io.is_keepalive(int(o["frames"][0]), f) and o["audio"].size == 0)
 
 
-class SlowSecondStep:
-    """One request: its first step makes a chunk at once; its second blocks until `release`, then ends it."""
+class QuietSteps:
+    """One request: a chunk at step `first` (1: its first step; 0: none before the final), nothing at the steps
+    after it (a non-autoregressive family unmasking its next chunk), its final chunk at step `last`."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: int = 1, last: int = 5) -> None:
         self.active: dict[str, Any] = {}
-        self.release = threading.Event()
-        self.in_step = threading.Event()
-        self.steps = 0
+        self.first, self.last, self.steps = first, last, 0
 
     @property
     def num_active(self) -> int:
@@ -59,62 +58,64 @@ class SlowSecondStep:
     def step(self, emit: Any = None) -> list[ChunkEvent]:
         self.steps += 1
         (req_id,) = self.active
-        if self.steps > 1:
-            self.in_step.set()
-            assert self.release.wait(10)
+        final = self.steps >= self.last
+        if final:
             del self.active[req_id]
-        final = self.steps > 1
+        elif self.steps != self.first:
+            return []
         return [ChunkEvent(req_id, np.ones(4, np.float32), 1, final, "length" if final else None, Usage(1, 0, 1))]
 
 
-def test_keepalives_during_a_long_step_that_makes_progress() -> None:
-    progress = [0.0]
-    gen = SlowSecondStep()
-    sched = GenerationScheduler(gen, max_active=1, max_pending=1, keepalive_s=1.0, progressed=lambda: progress[0])
+def _scheduler(gen: QuietSteps, keepalive_s: float, life: list[float]) -> GenerationScheduler:
+    sched = GenerationScheduler(gen, max_active=1, max_pending=1, keepalive_s=keepalive_s, progressed=lambda: life[0])
+    sched._heartbeat = -1e9  # only `life` (the graphs' progress) speaks for the server here
+    return sched
+
+
+def test_keepalives_between_chunks_while_the_server_shows_life() -> None:
+    life = [0.0]
+    gen = QuietSteps()
+    sched = _scheduler(gen, 1.0, life)
     sink = Sink()
     sched.submit(object(), sink, "r")
-    assert sched.send_keepalives(time.monotonic()) == 0  # not in a step
     sched.run_once()  # admitted, its first chunk out: it streams
+    sent_at = time.monotonic()
     assert [f for _, _, f in sink.sent] == [False] and sink.keepalives() == 0
-    loop = threading.Thread(target=sched.run_once)
-    loop.start()
-    assert gen.in_step.wait(10)
-    started = sched._step_started
-    assert started is not None
-    last_chunk = time.monotonic()
-    progress[0] = started + 1.0  # a graph call returned a second into the step
-    assert sched.send_keepalives(started + 0.5) == 0  # the step is not long yet
-    assert sched.send_keepalives(max(started + 1.5, last_chunk + 1.0)) == 1
-    assert sink.keepalives() == 1
-    t = max(started + 1.5, last_chunk + 1.0)
-    assert sched.send_keepalives(t + 0.5) == 0  # one went out less than keepalive_s ago
-    assert sched.send_keepalives(t + 1.1) == 1
+    sched.run_once()  # a step with nothing for it
+    life[0] = sent_at + 1.0
+    assert sched.send_keepalives(sent_at + 0.5) == 0  # sent something less than keepalive_s ago
+    assert sched.send_keepalives(sent_at + 1.2) == 1
+    assert sched.send_keepalives(sent_at + 1.7) == 0  # a keep-alive went out less than keepalive_s ago
+    assert sched.send_keepalives(sent_at + 2.3) == 1
     # no sign of life for longer than KEEPALIVE_PROGRESS_S: none, so the gateway's stall limit can act
-    assert sched.send_keepalives(progress[0] + generation.KEEPALIVE_PROGRESS_S + 1.0) == 0
-    progress[0] = t + 30.0  # it moves again
-    assert sched.send_keepalives(t + 31.0) == 1
-    gen.release.set()
-    loop.join(10)
+    assert sched.send_keepalives(life[0] + generation.KEEPALIVE_PROGRESS_S + 1.0) == 0
+    life[0] = sent_at + 30.0  # the graphs return again
+    assert sched.send_keepalives(sent_at + 31.0) == 1
+    while gen.active:
+        sched.run_once()
     assert sink.sent[-1][2] is True and int(sink.sent[-1][0]["frames"][0]) == 1  # the final chunk, last
-    assert sched.send_keepalives(time.monotonic() + 100) == 0  # between steps, and the request is done
+    assert sched.send_keepalives(sent_at + 60.0) == 0  # done: nothing more
     assert sink.keepalives() == 3 == sched.keepalives_sent
     assert sum(1 for _, _, f in sink.sent if f) == 1
+    # the loop's own iterations are a sign of life too (many short steps, no graph in this fake)
+    life[0] = -1e9
+    gen, sink = QuietSteps(), Sink()
+    sched = _scheduler(gen, 1.0, life)
+    sched.submit(object(), sink, "r")
+    sched.run_once()
+    sched._heartbeat = time.monotonic() + 5.0
+    assert sched.send_keepalives(time.monotonic() + 6.0) == 1
 
 
 def test_no_keepalive_before_the_first_chunk_or_when_off() -> None:
-    for keepalive_s in (1.0, 0.0):
-        gen = SlowSecondStep()
-        gen.steps = 1  # its first step is already the slow one: no chunk before it
-        sched = GenerationScheduler(gen, max_active=1, max_pending=1, keepalive_s=keepalive_s,
-                                    progressed=time.monotonic)
+    for keepalive_s, first in ((1.0, 0), (0.0, 1)):
+        life = [time.monotonic() + 1e6]  # always alive
+        gen = QuietSteps(first=first)
+        sched = _scheduler(gen, keepalive_s, life)
         sink = Sink()
         sched.submit(object(), sink, "r")
-        loop = threading.Thread(target=sched.run_once)
-        loop.start()
-        assert gen.in_step.wait(10)
-        started = sched._step_started
-        assert started is not None
-        assert sched.send_keepalives(started + 5.0) == 0
-        gen.release.set()
-        loop.join(10)
-        assert sink.keepalives() == 0 and [f for _, _, f in sink.sent] == [True]
+        sched.run_once()
+        assert sched.send_keepalives(time.monotonic() + 10.0) == 0
+        while gen.active:
+            sched.run_once()
+        assert sink.keepalives() == 0

@@ -1,11 +1,11 @@
 """speech_generation: the scheduler that feeds the engine from Triton's decoupled requests.
 
-Keep-alives: a step can take longer than the gateway's `stall_timeout_s` (OmniVoice at real size computes a chunk
-for tens of seconds). While a step runs past `keepalive_s` and the model still makes progress (an ONNX Runtime call
-returned within `KEEPALIVE_PROGRESS_S`), every request that has already streamed and has been sent nothing for
-`keepalive_s` gets a keep-alive (ttscore.contract.tensors.keepalive_outputs), which the gateway drops after
-restarting its stall clock. A step that stops making progress (a wedged call) sends none, so the gateway's stall
-limit still cuts its streams."""
+Keep-alives: the time between two chunks of a stream can be longer than the gateway's `stall_timeout_s` (OmniVoice
+at real size computes a sentence chunk for tens of seconds, in one step or over many). While the server shows a
+sign of life (a step loop iteration began, or an ONNX Runtime call returned, within `KEEPALIVE_PROGRESS_S`), every
+admitted request that has already streamed and has been sent nothing for `keepalive_s` gets a keep-alive
+(ttscore.contract.tensors.keepalive_outputs), which the gateway drops after restarting its stall clock. A wedged
+step (no loop iteration, no graph returning) sends none, so the gateway's stall limit still cuts its streams."""
 
 from __future__ import annotations
 
@@ -149,9 +149,9 @@ class _Extension:
 
 
 ORPHAN_EXTENSION_S = 10.0  # an extension whose request has not arrived by then is refused
-# A streaming request sent nothing for keepalive_s (settings.DEFAULT_KEEPALIVE_S) during a long step gets a
-# keep-alive ... while a graph call returned within this long (a step with no sign of life gets none: a real stall); a single
-# graph call may then take up to the gateway's stall_timeout_s past the last keep-alive
+# A streaming request sent nothing for keepalive_s (settings.DEFAULT_KEEPALIVE_S) gets a keep-alive while a loop
+# iteration began or a graph call returned within this long (none without such a sign of life: a real stall); a
+# single graph call may then take up to the gateway's stall_timeout_s past the last keep-alive
 KEEPALIVE_PROGRESS_S = 15.0
 ENDED_KEYS = 1024  # text keys of ended requests remembered (their extensions are refused at once)
 
@@ -216,7 +216,6 @@ class GenerationScheduler:
         # (default: when an ONNX Runtime call last returned).
         self.keepalive_s = keepalive_s
         self._progressed = progressed or _graph_progress
-        self._step_started: float | None = None  # the running step's start (loop thread), None between steps
         self._send_lock = threading.Lock()  # responses go out from the loop and the keep-alive thread
         self.keepalives_sent = 0
 
@@ -286,13 +285,11 @@ class GenerationScheduler:
                 log.exception("keep-alive round failed")
 
     def send_keepalives(self, now: float) -> int:
-        """One round (the keep-alive thread's, every keepalive_s / 4): a keep-alive to every streaming request
-        sent nothing for keepalive_s, while a step has run that long and still makes progress. Returns how many."""
-        started = self._step_started
-        if self.keepalive_s <= 0 or started is None or now - started < self.keepalive_s:
-            return 0
-        if now - max(started, self._progressed()) > KEEPALIVE_PROGRESS_S:
-            return 0  # no sign of life: let the gateway's stall limit see it
+        """One round (the keep-alive thread's, every keepalive_s / 4): a keep-alive to every admitted request that
+        has streamed and has been sent nothing for keepalive_s, while the server shows a sign of life. Returns how
+        many."""
+        if self.keepalive_s <= 0 or now - max(self._heartbeat, self._progressed()) > KEEPALIVE_PROGRESS_S:
+            return 0  # off, or no sign of life: let the gateway's stall limit see it
         sent = 0
         for entry in list(self._active.values()):
             with self._send_lock:
@@ -366,7 +363,6 @@ class GenerationScheduler:
             return False  # every request waits for text: sleep on the inbox, do not spin
         batch = len(self._active)
         t0 = time.perf_counter()
-        self._step_started = time.monotonic()
         try:
             # First chunks made by a prefill go out at once, before the batch's decode step.
             events = self.generator.step(self._dispatch)
@@ -378,8 +374,6 @@ class GenerationScheduler:
             log.exception("generator step failed; failing its %d active requests", len(self._active))
             self._fail_active()
             return True
-        finally:
-            self._step_started = None
         seconds = time.perf_counter() - t0
         self.stats.steps += 1
         self.stats.step_seconds += seconds

@@ -127,7 +127,7 @@ class SpeechGenerationSettings:
 
     chunk_policy: str = engine.DEFAULT_CHUNK_POLICY  # chunk sizes after the first (ttscore.runtime.engine)
     prefill_token_budget: int = engine.DEFAULT_PREFILL_BUDGET  # prompt positions prefilled per step, batched across joins
-    # seconds: a streaming request sent nothing for this long during a long step gets a keep-alive (0: never;
+    # seconds: a streaming request sent nothing for this long (the server alive) gets a keep-alive (0: never;
     # ttscore.backend.generation); keep it well under the gateway's stall_timeout_s
     keepalive_s: int = DEFAULT_KEEPALIVE_S
 

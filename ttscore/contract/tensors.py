@@ -279,7 +279,7 @@ def request_tensors(**fields: Any) -> dict[str, NDArray[Any]]:
 
 def keepalive_outputs() -> dict[str, NDArray[Any]]:
     """A keep-alive response: not final, no audio, no frames. speech_generation sends it to a stream that has
-    started while a long step is still making progress (ttscore.backend.generation), so the gateway's
+    started while the server is still working on it (ttscore.backend.generation), so the gateway's
     `stall_timeout_s` measures a stalled server, not a slow model; the gateway drops it (`is_keepalive`). A chunk
     of audio always carries at least one frame, so the two cannot be confused."""
     return {
