@@ -110,6 +110,28 @@ def test_a_request_does_not_depend_on_its_batch(model: Any, codes: np.ndarray) -
         np.testing.assert_allclose(pcm_of(x), pcm_of(y), atol=1e-5)
 
 
+def test_a_voice_prefix_is_computed_once_and_gives_what_it_computes(model: Any, codes: np.ndarray) -> None:
+    """The prompt rows before the text (template, reference rows, header) are prefilled alone and kept by digest:
+    the same voice's next request (another text) reuses them, and its frames and audio equal those it gets with the
+    cache emptied first; another reference is another prefix."""
+    a = MossRequest(text=TEXT, ref_audio_tokens=codes, max_new_tokens=FRAMES, seed=3)
+    b = MossRequest(text="Another sentence for the same voice.", ref_audio_tokens=codes, max_new_tokens=FRAMES,
+                    seed=5)
+    model.prefixes.clear()
+    hits, misses = model.prefix_hits, model.prefix_misses
+    (first_a,) = run(model, a)
+    (warm_b,) = run(model, b)
+    assert (model.prefix_misses - misses, model.prefix_hits - hits) == (1, 1)
+    model.prefixes.clear()
+    (cold_b,) = run(model, b)
+    assert model.prefix_misses - misses == 2
+    assert np.array_equal(frames_of(warm_b), frames_of(cold_b))
+    assert np.array_equal(pcm_of(warm_b), pcm_of(cold_b))
+    run(model, MossRequest(text=TEXT, ref_audio_tokens=codes[:5], max_new_tokens=2, seed=3))
+    assert model.prefix_misses - misses == 3 and len(model.prefixes) == 2
+    assert len(first_a) > 0
+
+
 def test_long_text_is_each_chunk_with_its_own_stream_and_pause(model: Any, codes: np.ndarray) -> None:
     text = "One two three. " + "This sentence has quite a few more words in it, so it is long. " * 4
     chunks = chunking.text_chunks(text, model.tokenizer.count)

@@ -122,6 +122,21 @@ class KVArena:
         self.plans.append(plan)
         return r
 
+    def seed(self, seq: object, past: Sequence[F32], plan: int = 0) -> int:
+        """A row for `seq` (acquired as `acquire` does) holding `past` as its first positions: per layer its keys
+        then values, [kv_heads, n, head_dim] each (a prefix computed once and kept by the family, e.g. a voice's
+        prompt prefix). The row must be empty."""
+        r = self.acquire(seq, plan)
+        if self.lengths[r]:
+            raise ValueError("seed() takes an empty row")
+        n = int(past[0].shape[1])
+        self.reserve(n)
+        for i in range(self.layers):
+            self.k[i][r, :, :n] = past[2 * i]
+            self.v[i][r, :, :n] = past[2 * i + 1]
+        self.lengths[r] = n
+        return r
+
     def release(self, seq: object) -> None:
         """Free `seq`'s row (nothing if it holds none); the last row moves into the hole (one copy per
         departure) to keep rows dense."""

@@ -24,6 +24,8 @@ windows kept in this process's state arena and updated in place (ttscore.runtime
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -48,9 +50,14 @@ from ttscore.runtime.families.moss_tts_nano.request import (
     resolve_limits,
     resolve_sampling,
 )
-from ttscore.runtime.families.moss_tts_nano.tokenizer import TOKENIZER_FILE, MossTokenizer, voice_clone_rows
+from ttscore.runtime.families.moss_tts_nano.tokenizer import (
+    TOKENIZER_FILE,
+    MossTokenizer,
+    voice_clone_rows,
+    voice_prefix_length,
+)
 from ttscore.runtime.family import Sequence
-from ttscore.runtime.kv import KVArena
+from ttscore.runtime.kv import GrowingPast, KVArena
 from ttscore.runtime.onnx import OnnxGraph, open_graph, open_table
 from ttscore.runtime.step_kit import ArenaModel, FrameSequence, prefill_chunks, step_frames
 from ttscore.runtime.vocoder import ArenaVocoder
@@ -61,6 +68,9 @@ DEFAULT_INITIAL_CHUNK_FRAMES = 2  # 160 ms before the first audio
 DEFAULT_CHUNK_FRAMES = 12
 # Reference frames per moss_codec_encoder call (2 s at 48 kHz): bounds the encoder's activations and state copies.
 ENCODE_CHUNK_FRAMES = 25
+# Voice prefixes (the prompt rows before the text: template, reference rows, header) whose global K/V are kept, the
+# least recently used dropped first (real size: ~4.4 MB for a 2 s reference)
+PREFIX_CACHE_VOICES = 16
 
 
 def encoder_state_size(manifest: Manifest) -> int:
@@ -119,6 +129,8 @@ class MossSequence(FrameSequence):
     hidden: F32 | None = None  # the global stack's last hidden state [D]
     rng: np.random.Generator | None = None
     reason: str = "stop"  # why the last chunk ended
+    prefix_tokens: int = 0  # this chunk's prompt rows before its text (the voice prefix: PrefixCache)
+    prefix_key: bytes = b""  # their digest
 
     def uniform(self) -> float:
         assert self.rng is not None
@@ -155,6 +167,8 @@ class MossModel(ArenaModel):
         if not found:
             raise ArtifactError(f"{artifacts}: no {TOKENIZER_FILE} (nor tokenizer/{TOKENIZER_FILE}): re-export")
         self.tokenizer = MossTokenizer(found[0])
+        self.prefixes: OrderedDict[bytes, list[F32]] = OrderedDict()  # voice prefix digest -> its global K/V
+        self.prefix_hits = self.prefix_misses = 0
         size = manifest.vocoder_state_size
         if size is None:
             raise ArtifactError(f"{artifacts}/manifest.json has no vocoder state size: re-export")
@@ -204,6 +218,10 @@ class MossModel(ArenaModel):
         return out
 
     def prefill(self, work: list[tuple[Sequence, int]]) -> None:
+        for s, _ in work:
+            if isinstance(s, MossSequence) and s.prefilled == 0 and s.prefix_tokens:
+                self._seed_prefix(s)
+        work = [(s, min(n, s.prompt_tokens - s.prefilled)) for s, n in work]
         done = prefill_chunks(self.kv, work, MossSequence, lambda s: s.prompt_tokens + s.max_frames, self._global)
         if done:
             self._frames(done)
@@ -230,14 +248,38 @@ class MossModel(ArenaModel):
         return encode_reference(self.encoder, encoder_state_size(self.manifest), audio, self.sample_rate,
                                 self.samples_per_frame)
 
+    def _seed_prefix(self, seq: MossSequence) -> None:
+        """Start the chunk's prompt from its voice prefix's K/V: computed alone (one sequence, from an empty past),
+        kept by digest, so a voice's later requests and text chunks skip those positions, and a hit gives exactly
+        what a miss computes (the same call every time)."""
+        past = self.prefixes.get(seq.prefix_key)
+        if past is None:
+            assert seq.embeds is not None
+            c = self.config
+            grow = GrowingPast(c.layers, c.heads, c.head_dim)
+            grow.step(self.global_step, np.ascontiguousarray(seq.embeds[None, :seq.prefix_tokens], np.float32))
+            past = [np.ascontiguousarray(t[0]) for t in grow.kv]
+            self.prefixes[seq.prefix_key] = past
+            while len(self.prefixes) > PREFIX_CACHE_VOICES:
+                self.prefixes.popitem(last=False)
+            self.prefix_misses += 1
+        else:
+            self.prefixes.move_to_end(seq.prefix_key)
+            self.prefix_hits += 1
+        self.kv.seed(seq, past, seq.prompt_tokens + seq.max_frames)
+        seq.prefilled = seq.prefix_tokens
+
     def _start_chunk(self, seq: MossSequence, index: int) -> None:
-        """Lay out text chunk `index`'s prompt: prefilled from an empty past by the engine's next prefills."""
+        """Lay out text chunk `index`'s prompt: its voice prefix from the cache (or computed alone), the rest
+        prefilled by the engine's next prefills."""
         rows = self.prompt_rows(seq.chunks[index], seq.ref_codes)
         seq.chunk, seq.chunk_frames_made = index, 0
         seq.seen = np.zeros((spec.N_VQ, self.config.codebook_size), np.bool_)
         seq.embeds = self.embed_rows(rows)
         seq.prompt_tokens, seq.prefilled = len(rows), 0
         seq.last, seq.hidden = None, None
+        seq.prefix_tokens = min(voice_prefix_length(self.tokenizer, seq.ref_codes), len(rows) - 1)
+        seq.prefix_key = hashlib.sha256(np.ascontiguousarray(rows[:seq.prefix_tokens]).tobytes()).digest()
 
     def _end_chunk(self, seq: MossSequence, reason: str) -> None:
         """A text chunk is done: the next one starts (after a pause and a fresh vocoder stream), or the request

@@ -100,3 +100,10 @@ def voice_clone_rows(tokenizer: MossTokenizer, text: str, ref_codes: NDArray[Any
     before, after = tokenizer.prompt_ids(tokenizer.encode(text))
     return np.concatenate([text_rows(before, audio_pad), code_rows(codes, spec.AUDIO_USER_SLOT_ID),
                            text_rows(after, audio_pad)])
+
+
+def voice_prefix_length(tokenizer: MossTokenizer, ref_codes: NDArray[Any]) -> int:
+    """How many of `voice_clone_rows`' first rows do not depend on the text: the template before the reference, its
+    rows, audio_end and the header after it (the text's ids come next). The same for every text of a voice."""
+    before, _ = tokenizer.prompt_ids([])
+    return len(before) + len(ref_codes) + 1 + len(tokenizer.piece(AFTER_REFERENCE))
