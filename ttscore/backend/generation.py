@@ -25,14 +25,9 @@ from ttscore.backend.triton_metrics import NullMetrics, SchedulerMetrics
 from ttscore.contract import tensors as triton_io
 from ttscore.contract.errors import ArtifactError, InvalidRequest, UpstreamUnavailable
 from ttscore.contract.tensors import CANCELLED, INTERNAL, INTERNAL_MESSAGE, UNAVAILABLE, WireError
+from ttscore.runtime.onnx import OnnxGraph
 
 log = logging.getLogger(__name__)
-
-
-def _graph_progress() -> float:
-    from ttscore.runtime.onnx import OnnxGraph
-
-    return OnnxGraph.progressed
 
 
 def request_decoder(settings: SpeechGenerationSettings) -> Callable[[Mapping[str, np.ndarray]], Any]:
@@ -215,7 +210,7 @@ class GenerationScheduler:
         # Keep-alives (module docstring): 0 turns them off; `progressed` is the model's last sign of life
         # (default: when an ONNX Runtime call last returned).
         self.keepalive_s = keepalive_s
-        self._progressed = progressed or _graph_progress
+        self._progressed = progressed or (lambda: OnnxGraph.progressed)
         self._send_lock = threading.Lock()  # responses go out from the loop and the keep-alive thread
         self.keepalives_sent = 0
 

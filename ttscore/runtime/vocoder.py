@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ttscore.contract.errors import ArtifactError
+from ttscore.contract.graphs import STATE_INDEX, STATE_VALUES
 from ttscore.runtime.onnx import OnnxGraph
 
 # frames [B, T, ...] (one chunk per stream), state [B, S], position [B] -> the vocoder's inputs
@@ -53,6 +55,15 @@ def _rows_of_one(states: list[NDArray[Any]]) -> NDArray[np.float32] | None:
     return None
 
 
+def length_groups(items: list[tuple[Any, NDArray[Any]]], max_rows: int | None = None) -> list[list[int]]:
+    """The indices of `items` ((stream, frames [T, ...]) pairs) grouped by chunk length T, in order, each group at
+    most `max_rows` long: one batched vocoder call each."""
+    by_len: dict[int, list[int]] = {}
+    for i, (_, frames) in enumerate(items):
+        by_len.setdefault(int(frames.shape[0]), []).append(i)
+    return [g[k : k + (max_rows or len(g))] for g in by_len.values() for k in range(0, len(g), max_rows or len(g))]
+
+
 def decode_streams(
     items: list[tuple[VocoderStream, NDArray[Any]]],
     run: RunVocoder,
@@ -63,14 +74,10 @@ def decode_streams(
     the same length go through one batched `run` (at most `max_rows` rows); returns the PCM per item.
     `owned`: `run`'s new states are arrays of this process's own (ONNX Runtime's outputs), so each
     stream keeps its row as a view instead of a copy, and a group of one feeds its state without a
-    stack: a large state (MOSS-TTS-Nano's codec windows, 46 MB a stream) is then not copied twice
-    more per call (BLS outputs may live in memory the response owns, so those are copied)."""
+    stack: a large state is then not copied twice more per call (BLS outputs may live in memory the response
+    owns, so those are copied). A state too large to pass through the graph at all: ArenaVocoder."""
     out: list[NDArray[Any]] = [np.zeros(0, np.float32)] * len(items)
-    by_len: dict[int, list[int]] = {}
-    for i, (_, frames) in enumerate(items):
-        by_len.setdefault(int(frames.shape[0]), []).append(i)
-    groups = [g[k : k + (max_rows or len(g))] for g in by_len.values() for k in range(0, len(g), max_rows or len(g))]
-    for idx in groups:
+    for idx in length_groups(items, max_rows):
         states = [items[i][0].state for i in idx]
         batch = _rows_of_one(states) if owned else None
         pcm, state = run(
@@ -172,9 +179,6 @@ class ArenaVocoder:
     external = False
 
     def __init__(self, graph: OnnxGraph, state_size: int, feeds: ArenaFeeds, rows: int = 8) -> None:
-        from ttscore.contract.errors import ArtifactError
-        from ttscore.contract.graphs import STATE_INDEX, STATE_VALUES
-
         missing = {STATE_INDEX, STATE_VALUES} - set(graph.output_names)
         if missing:
             raise ArtifactError(f"{graph.path}: a vocoder that returns its whole state (no {sorted(missing)}), "
@@ -190,13 +194,8 @@ class ArenaVocoder:
         return stream
 
     def decode(self, items: list[tuple[ArenaStream, NDArray[Any]]]) -> list[NDArray[Any]]:
-        from ttscore.contract.graphs import STATE_INDEX, STATE_VALUES
-
         out: list[NDArray[Any]] = [np.zeros(0, np.float32)] * len(items)
-        by_len: dict[int, list[int]] = {}
-        for i, (_, frames) in enumerate(items):
-            by_len.setdefault(int(frames.shape[0]), []).append(i)
-        for idx in by_len.values():
+        for idx in length_groups(items):
             rows = np.array([items[i][0].row for i in idx], np.int64)
             res = self.graph.run(self.feeds(np.stack([items[i][1] for i in idx]), self.arena.data, rows,
                                             np.array([items[i][0].position for i in idx], np.int64)))

@@ -129,7 +129,7 @@ class MossSequence(FrameSequence):
     hidden: F32 | None = None  # the global stack's last hidden state [D]
     rng: np.random.Generator | None = None
     reason: str = "stop"  # why the last chunk ended
-    prefix_tokens: int = 0  # this chunk's prompt rows before its text (the voice prefix: PrefixCache)
+    prefix_tokens: int = 0  # this chunk's prompt rows before its text (the voice prefix: MossModel.prefixes)
     prefix_key: bytes = b""  # their digest
 
     def uniform(self) -> float:
