@@ -6,6 +6,8 @@ the last position), `frame_embed` (the 32 codes -> the next input), `codec_strea
 as an exact streaming graph). Tables: the token embedding and `null_prefix`. Each graph is checked
 against the PyTorch modules of export/gepard/graphs.py and codec.py (themselves proven equal to
 transformers' Qwen3_5TextModel and to the whole NanoCodec decode by tests/export_tests/test_gepard_*.py).
+`--precision int8|int4` quantizes the graphs of `QUANTIZED` after, each measured against its fp32 form
+(export.quantize.quantize_graph).
 """
 
 from __future__ import annotations

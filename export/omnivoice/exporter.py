@@ -1,7 +1,8 @@
 """OmniVoice checkpoint -> generator.onnx + codec_decoder.onnx (+ codec_encoder.onnx when the audio
 tokenizer has its encoder side) + manifest.json, each graph checked against the reference
 (`omnivoice==0.2.1` forward; the Higgs codec over transformers' DacModel and HubertModel) through
-export/tracing.py.s helper stack."""
+export/tracing.py.s helper stack; `--precision int8|int4` quantizes the graphs of `QUANTIZED` after, each
+measured against its fp32 form (export.quantize.quantize_graph)."""
 
 from __future__ import annotations
 
