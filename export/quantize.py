@@ -82,7 +82,7 @@ def quantize_weights(onnx_path: Path, bits: int, out_path: Path | None = None, b
 
 
 def quantize_int8(onnx_path: Path, out_path: Path | None = None, *, block_size: int | None = None,
-                  only: Callable[[str], bool] | None = None) -> Path:
+                  only: Callable[[str], bool] | None = None, gemm: bool = False) -> Path:
     """Dynamic int8 quantization of the MatMul weights (CPU), as onnxruntime's `quantize_dynamic`
     does it, one weight at a time.
 
@@ -100,7 +100,7 @@ def quantize_int8(onnx_path: Path, out_path: Path | None = None, *, block_size: 
     with scratch_dir(out_path.parent) as tmp:
         optimized = optimize_basic(onnx_path, tmp / "basic.onnx")
         try:
-            quantize_matmuls(optimized, out_path, block_size=block_size, only=only)
+            quantize_matmuls(optimized, out_path, block_size=block_size, only=only, gemm=gemm)
         except ExportError:
             raise
         except Exception as exc:
@@ -156,7 +156,7 @@ def quantize_blocks(w: np.ndarray, block_size: int) -> tuple[np.ndarray, np.ndar
 
 
 def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None,
-                     only: Callable[[str], bool] | None = None) -> Path:
+                     only: Callable[[str], bool] | None = None, gemm: bool = False) -> Path:
     """Rewrite every float MatMul whose weight (B) is an initializer into onnxruntime's dynamic int8
     pattern, writing `dst` with all of its weights in `<dst>.data`.
 
@@ -178,6 +178,10 @@ def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None,
     at run time. The MatMuls that share an activation (q/k/v, gate/up) become one node and a Split.
     On the Qwen3-TTS 0.6B code predictor with block 256: as fast or up to 9% faster than
     MatMulInteger at batch 1 and 8; at many rows (a prefill) 1.5x slower (perf/README.md, issue 29).
+
+    `gemm`: each Gemm with a constant 2-D weight (a Linear on a 2-D input; alpha = beta = 1, transA = 0)
+    becomes a MatMul (its weight transposed where transB) and an Add of its bias first, so it is quantized
+    too; off by default (the graphs quantized before it was added keep their Gemms float).
     """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -200,6 +204,9 @@ def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None,
             arr = np.fromfile(fh, dtype=dtype, count=count)
         return arr.reshape(tuple(t.dims))
 
+    source_nodes = list(graph.node)
+    if gemm:
+        source_nodes = _gemms_as_matmuls(source_nodes, inits, read)
     nodes: list[Any] = []
     scale_products: set[str] = set()
     quantized_weights: dict[str, tuple[str, str, str]] = {}  # weight -> (q, zero point, scale)
@@ -220,11 +227,11 @@ def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None,
     # streams all their weights (columns are quantized independently, so the result is the same).
     siblings: dict[str, list[Any]] = {}
     if block_size is not None:
-        for node in graph.node:
+        for node in source_nodes:
             if quantizable(node) is not None and len(inits[node.input[1]].dims) == 2:
                 siblings.setdefault(node.input[0], []).append(node)
     emitted: set[int] = set()
-    for node in graph.node:
+    for node in source_nodes:
         weight = quantizable(node)
         if weight is None:
             nodes.append(node)
@@ -305,6 +312,33 @@ def quantize_matmuls(src: Path, dst: Path, *, block_size: int | None = None,
     return dst
 
 
+def _gemms_as_matmuls(nodes: list[Any], inits: dict[str, Any], read: Callable[[Any], np.ndarray]) -> list[Any]:
+    """`nodes` with each Gemm of a constant 2-D float weight (alpha = beta = 1, transA = 0) as a MatMul of the
+    same name, its weight transposed where transB (a new initializer in `inits`), and an Add of the bias C."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    out: list[Any] = []
+    for node in nodes:
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        weight = inits.get(node.input[1]) if node.op_type == "Gemm" else None
+        if (weight is None or weight.data_type != TensorProto.FLOAT or len(weight.dims) != 2
+                or node.input[0] in inits or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0
+                or attrs.get("beta", 1.0) != 1.0):
+            out.append(node)
+            continue
+        w = weight.name
+        if attrs.get("transB", 0):
+            w = weight.name + "_transposed"
+            if w not in inits:
+                inits[w] = numpy_helper.from_array(np.ascontiguousarray(read(weight).T), w)
+        y = node.output[0]
+        bias = len(node.input) > 2 and node.input[2] != ""
+        out.append(helper.make_node("MatMul", [node.input[0], w], [y + "_matmul" if bias else y], node.name))
+        if bias:
+            out.append(helper.make_node("Add", [y + "_matmul", node.input[2]], [y], node.name + "_bias"))
+    return out
+
+
 # A vocoder (or any graph whose output is audio) keeps a quantized graph only while its audio stays
 # this close to fp32's (SNR, dB); otherwise it stays fp32 and the manifest says why.
 VOCODER_MIN_SNR_DB = 30.0
@@ -339,7 +373,8 @@ def quantized_ops(path: Path) -> set[str]:
 
 
 def quantize_graph(path: Path, precision: str, measure: Measure, *, audio: bool = False,
-                   int8_block_size: int | None = None, only: tuple[str, str] | None = None) -> dict[str, Any]:
+                   int8_block_size: int | None = None, only: tuple[str, str] | None = None,
+                   gemm: bool = False) -> dict[str, Any]:
     """Quantize one validated fp32 graph, measure it against the fp32 graph and put it in its place;
     returns the manifest fields `quantized` (the method, or None where the graph stays fp32) and
     `vs_fp32`. An `audio` graph (a vocoder) keeps its quantized form only at `VOCODER_MIN_SNR_DB`
@@ -353,7 +388,8 @@ def quantize_graph(path: Path, precision: str, measure: Measure, *, audio: bool 
     graphs that never prefill (the Qwen3-TTS code predictor) use blocks; other families keep
     MatMulInteger until measured. int4: MatMulNBits 4-bit, block 32. `only` (int8): (a regular expression, what
     it names): only the MatMuls whose node name it matches are quantized, the rest stay fp32; the manifest's
-    method says which (e.g. a codec whose stage projections lose the SNR its transformer layers keep)."""
+    method says which (e.g. a codec whose stage projections lose the SNR its transformer layers keep). `gemm`
+    (int8 dynamic): its Gemms of a constant weight too (`quantize_matmuls`)."""
     path = Path(path)
     check(precision in ("int8", "int4"), f"cannot quantize to {precision!r}")
     logger.info("quantizing %s to %s", path.name, precision)
@@ -367,7 +403,7 @@ def quantize_graph(path: Path, precision: str, measure: Measure, *, audio: bool 
         q = quantize_int8(path, only=lambda name: pattern.search(name) is not None)
         method = f"{INT8_METHOD}, {only[1]} only"
     elif precision == "int8":
-        q, method = quantize_int8(path), INT8_METHOD
+        q, method = quantize_int8(path, gemm=gemm), INT8_METHOD
     else:
         q, method = quantize_weights(path, 4), INT4_METHOD
     if not quantized_ops(q):
@@ -403,14 +439,18 @@ def random_step_feeds(rng: Any, shapes: Sequence[tuple[int, int, int]], *, hidde
     return feeds
 
 
-def compare_outputs(fp32_path: Path, quant_path: Path, feeds: list[dict[str, Any]]) -> dict[str, Any]:
+def compare_outputs(fp32_path: Path, quant_path: Path, feeds: list[dict[str, Any]],
+                    argmax: Sequence[str] = ()) -> dict[str, Any]:
     """Run both graphs on the same feeds: per output the max abs error and the SNR (dB) of the
-    quantized output against fp32's, worst over the feeds (`snr_db`: the worst output's)."""
+    quantized output against fp32's, worst over the feeds (`snr_db`: the worst output's). `argmax`:
+    outputs that are logits over their last axis: `argmax_changed` counts, over all the feeds, the
+    positions whose argmax the quantized graph changes, out of how many (`[changed, positions]`)."""
     t0 = time.perf_counter()
     a, b = ort_session(Path(fp32_path)), ort_session(Path(quant_path))
     names = [o.name for o in a.get_outputs()]
     err: dict[str, float] = {}
     snr: dict[str, float] = {}
+    changed = {n: [0, 0] for n in argmax}
     for feed in feeds:
         try:
             want, got = a.run(names, feed), b.run(names, feed)
@@ -419,9 +459,13 @@ def compare_outputs(fp32_path: Path, quant_path: Path, feeds: list[dict[str, Any
         for n, w, g in zip(names, want, got, strict=True):
             err[n] = max(err.get(n, 0.0), max_abs(g, w))
             snr[n] = min(snr.get(n, np.inf), snr_db(w, g))
+            if n in changed:
+                changed[n][0] += int((np.argmax(w, axis=-1) != np.argmax(g, axis=-1)).sum())
+                changed[n][1] += int(np.prod(w.shape[:-1]))
     return {
         "max_abs_err": {n: float(f"{v:.3g}") for n, v in err.items()},
         "snr_db_per_output": snr,
         "snr_db": min(snr.values()),
+        **({"argmax_changed": changed} if changed else {}),
         "validate_seconds": round(time.perf_counter() - t0, 2),
     }

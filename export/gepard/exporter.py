@@ -6,6 +6,8 @@ the last position), `frame_embed` (the 32 codes -> the next input), `codec_strea
 as an exact streaming graph). Tables: the token embedding and `null_prefix`. Each graph is checked
 against the PyTorch modules of export/gepard/graphs.py and codec.py (themselves proven equal to
 transformers' Qwen3_5TextModel and to the whole NanoCodec decode by tests/export_tests/test_gepard_*.py).
+`--precision int8|int4` quantizes the graphs of `QUANTIZED` after, each measured against its fp32 form
+(export.quantize.quantize_graph).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from export.decoder_step import export_decoder_step
-from export.quantize import only_fp32
+from export.quantize import compare_outputs, fp32_int8_int4, quantize_graph, random_step_feeds
 from export.stages import StageRunner, copy_files, model_size, save_tables
 from export.tracing import (
     ErrorTracker,
@@ -43,6 +45,10 @@ from ttscore.runtime.families.gepard.checkpoint import (
 
 TOLERANCE = 1e-4  # max abs error of backbone / frame_embed outputs vs the torch modules (tiny: ~1e-6)
 CODEC_TOLERANCE = 1e-4  # codec_stream audio, streamed in chunks, vs the torch whole decode
+# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.quantize.quantize_graph),
+# each measured against its fp32 export (`vs_fp32`); codec_stream keeps its quantized form only at
+# VOCODER_MIN_SNR_DB or more.
+QUANTIZED = ("backbone", "frame_embed", "codec_stream")
 
 
 def _backbone_stage(w: CheckpointTensors, info: GepardInfo, gspec: GraphSpec, out: Path) -> dict[str, Any]:
@@ -107,12 +113,33 @@ def _codec_stage(archive: Path, out: Path) -> tuple[dict[str, Any], GraphSpec, i
     return report, gspec, state_size, layout
 
 
+def _quant_feeds(info: GepardInfo, graph: str, state_size: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Random inputs for comparing a quantized graph with its fp32 form: the backbone a prefill and a batched
+    decode step over a random past; frame_embed and codec_stream random codes, one and several rows."""
+    rng = np.random.default_rng(seed)
+    if graph == "backbone":
+        s = info.backbone
+        return random_step_feeds(rng, ((1, 0, 12), (3, 5, 1)), hidden=s.hidden_size, layers=s.num_layers,
+                                 kv_heads=s.num_kv_heads, head_dim=s.head_dim)
+    levels = np.array(info.head_levels)
+    if graph == "frame_embed":
+        return [{"codes": rng.integers(0, levels, size=(b, len(levels))).astype(np.int64)} for b in (1, 4)]
+    return [{"codes": rng.integers(0, levels, size=(b, n, len(levels))).astype(np.int64),
+             "state": np.zeros((b, state_size), np.float32)} for b, n in ((1, 6), (2, 3))]
+
+
+def _quantize(info: GepardInfo, path: Path, graph: str, precision: str, state_size: int) -> dict[str, Any]:
+    feeds = _quant_feeds(info, graph, state_size)
+    return quantize_graph(path, precision, lambda fp32, q: compare_outputs(fp32, q, feeds),
+                          audio=graph == "codec_stream", gemm=graph == "frame_embed")
+
+
 def export_gepard(src: Path, tmp: Path, precision: str, progress: Callable[[int, int, str], None] | None,
                   source: dict[str, Any], codec: Path | None = None) -> dict[str, Any]:
     """Every graph into `tmp`, one stage at a time; returns the manifest."""
     import torch
 
-    only_fp32(spec.RULES.name, precision)
+    fp32_int8_int4(spec.RULES.name, precision)
     info = read_checkpoint(src, codec)
     archive = codec_archive(src, codec)
     torch.manual_seed(0)
@@ -120,7 +147,7 @@ def export_gepard(src: Path, tmp: Path, precision: str, progress: Callable[[int,
     specs = {"backbone": spec.backbone_spec(s.num_layers, s.hidden_size, s.num_kv_heads, s.head_dim, info.num_logits),
              "frame_embed": spec.frame_embed_spec(s.hidden_size)}
     weights = CheckpointTensors(src)
-    with StageRunner(["backbone", "frame embed", "tables", "codec"], progress, family=spec.FAMILY,
+    with StageRunner(["backbone", "frame embed", "tables", "codec"], progress, precision, family=spec.FAMILY,
                      source=source) as run:
         run.graph("backbone", lambda: _backbone_stage(weights, info, specs["backbone"], tmp))
         run.graph("frame embed", lambda: _frame_embed_stage(weights, info, specs["frame_embed"], tmp))
@@ -129,6 +156,7 @@ def export_gepard(src: Path, tmp: Path, precision: str, progress: Callable[[int,
                                                     (spec.NULL_PREFIX, "null_prefix")))
         with run.stage("codec"):
             run.reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(archive, tmp)
+        run.quantize(QUANTIZED, lambda name: _quantize(info, tmp / specs[name].filename, name, precision, state_size))
     copy_files(src, tmp / "tokenizer", TOKENIZER_FILES)
     cfg, sidecar = read_configs(src)
     return run.manifest(

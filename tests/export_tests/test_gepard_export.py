@@ -95,3 +95,32 @@ def test_codec_stream_frame_by_frame_equals_the_whole_decode(gepard_tiny: Path, 
     got = np.concatenate(pieces, axis=1)
     assert got.shape == want.shape == (1, 9 * 1024) and np.abs(want).max() > 0.05
     np.testing.assert_allclose(got, want, atol=ATOL)
+
+
+def test_int8_export_is_measured_against_fp32(gepard_tiny: Path, tmp_path: Path) -> None:
+    """--precision int8: backbone and frame_embed (its Gemms rewritten as MatMuls) quantized, each with its SNR
+    against the fp32 graph; codec_stream (convolutions only) stays fp32 and the manifest says why; the int8
+    export synthesizes offline."""
+    import json
+
+    from export.exporter import export_checkpoint
+    from export.quantize import quantized_ops
+    from ttscore.runtime.engine import Generator
+    from ttscore.runtime.families.gepard.offline import OFFLINE
+    from ttscore.runtime.family import SayOptions
+
+    out = tmp_path / "int8"
+    export_checkpoint(gepard_tiny, out, precision="int8")
+    raw = json.loads((out / "manifest.json").read_text())
+    assert raw["precision"] == "int8"
+    for name in ("backbone", "frame_embed"):
+        v = raw["graphs"][name]["validation"]
+        assert v["quantized"].startswith("int8") and v["vs_fp32"]["snr_db"] > 20, name
+        assert quantized_ops(out / f"{name}.onnx") == {"MatMulInteger"}, name
+    codec = raw["graphs"]["codec_stream"]["validation"]
+    assert codec["quantized"] is None and "no constant-weight MatMul" in codec["vs_fp32"]["kept"]
+    job = OFFLINE.say(out, SayOptions(text="Quantized speech.", seed=1, max_new_tokens=6))
+    events = list(Generator(job.model).synthesize(job.request))
+    frames = sum(e.frames for e in events)
+    pcm = np.concatenate([e.pcm for e in events])
+    assert 1 <= frames <= 6 and pcm.shape == (frames * spec.SAMPLES_PER_FRAME,) and np.isfinite(pcm).all()

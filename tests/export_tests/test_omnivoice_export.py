@@ -153,3 +153,37 @@ def test_a_decoder_only_audio_tokenizer_exports_and_cloning_from_audio_is_refuse
     with pytest.raises(InvalidRequest, match="needs the codec encoder") as info:
         OFFLINE.say(tmp_path / "art", SayOptions(text="hello", ref_audio=str(tmp_path / "ref.wav")))
     assert info.value.param == "ref_audio"
+
+
+def test_int8_export_is_measured_against_fp32(omnivoice_tiny: Path, tmp_path: Path) -> None:
+    """--precision int8: the generator quantized, its logits' SNR and changed argmax codes measured against the
+    fp32 graph; codec_decoder quantized only at the audio bar; codec_encoder stays fp32 (argmax codes) and the
+    manifest says why; the int8 export synthesizes offline, one estimated utterance of audio."""
+    from export.exporter import export_checkpoint
+    from export.quantize import quantized_ops
+    from ttscore.runtime.engine import Generator
+    from ttscore.runtime.families.omnivoice.offline import OFFLINE
+    from ttscore.runtime.family import SayOptions
+
+    out = tmp_path / "int8"
+    export_checkpoint(omnivoice_tiny, out, precision="int8")
+    raw = json.loads((out / "manifest.json").read_text())
+    assert raw["precision"] == "int8"
+    gen = raw["graphs"][spec.GENERATOR.name]["validation"]
+    assert gen["quantized"].startswith("int8") and gen["vs_fp32"]["snr_db"] > 20
+    changed, positions = gen["vs_fp32"]["argmax_changed"]["logits"]
+    assert positions > 0 and changed < 0.2 * positions
+    assert quantized_ops(out / spec.GENERATOR.filename) == {"MatMulInteger"}
+    dec = raw["graphs"][spec.CODEC_DECODER.name]["validation"]
+    assert "snr_db" in dec["vs_fp32"] and (dec["quantized"] is not None) == (dec["vs_fp32"]["snr_db"] >= 30)
+    assert bool(quantized_ops(out / spec.CODEC_DECODER.filename)) == (dec["quantized"] is not None)
+    enc = raw["graphs"][spec.CODEC_ENCODER.name]["validation"]
+    assert enc["quantized"] is None and "argmax codes" in enc["vs_fp32"]["kept"]
+    assert not quantized_ops(out / spec.CODEC_ENCODER.filename)
+    text = "Quantized speech, measured."
+    job = OFFLINE.say(out, SayOptions(text=text, seed=1))
+    events = list(Generator(job.model).synthesize(job.request))
+    frames = sum(e.frames for e in events)
+    pcm = np.concatenate([e.pcm for e in events])
+    assert frames == spec.checked_frames(text, None, None, 1.0, None)
+    assert pcm.shape == (frames * spec.HOP,) and np.isfinite(pcm).all() and np.abs(pcm).max() > 0
