@@ -34,3 +34,16 @@ def run_together(gen: Any, requests: dict[str, Any]) -> dict[str, np.ndarray]:
         for ev in gen.step():
             pcm[ev.req_id].append(ev.pcm)
     return {req_id: np.concatenate(chunks) for req_id, chunks in pcm.items()}
+
+
+def say_offline(artifacts: Any, **options: Any) -> tuple[np.ndarray, int, Any]:
+    """What `triton-tts say --artifacts` runs: the export's family's offline `say` request (SayOptions
+    `options`) through one Generator; the PCM, the frames it counted and the SayJob."""
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.engine import Generator
+    from ttscore.runtime.families import FAMILIES
+    from ttscore.runtime.family import SayOptions
+
+    job = FAMILIES[read_manifest(artifacts).family].offline.say(artifacts, SayOptions(**options))
+    events = list(Generator(job.model, max_batch=1, chunk_policy="fixed").synthesize(job.request))
+    return np.concatenate([ev.pcm for ev in events]), sum(ev.frames for ev in events), job

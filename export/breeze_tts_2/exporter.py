@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from export.memory import release_memory
-from export.quantize import only_fp32
+from export.quantize import compare_outputs, fp32_int8_int4, quantize_graph, random_step_feeds
 from export.stages import StageRunner, copy_files, json_configs, model_size, save_tables
 from export.tracing import (
     ErrorTracker,
@@ -43,6 +43,12 @@ from ttscore.runtime.families.breeze_tts_2.checkpoint import (
 )
 
 TOLERANCE = 1e-3  # max abs error of any validated output vs the torch modules (tiny measured: ~1e-6)
+# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.quantize.quantize_graph),
+# each measured against its fp32 export (`vs_fp32`); code2wav_stream (the vocoder the runtime runs) keeps its
+# quantized form only at VOCODER_MIN_SNR_DB or more. Stay fp32: speech_encoder (its output is argmax codes, which
+# a quantized encoder would change for a reference clip: the cloning prompt) and code2wav (the whole-utterance
+# decoder, which the runtime does not run; as for Qwen3-TTS).
+QUANTIZED = ("text_encoder", "backbone", "depth_decoder", "code2wav_stream")
 
 
 def graph_specs(info: BreezeInfo) -> dict[str, GraphSpec]:
@@ -208,6 +214,36 @@ def _codec_stage(src: Path, out: Path) -> dict[str, Any]:
     return {"code2wav": c2w, "speech_encoder": enc}
 
 
+def _quant_feeds(info: BreezeInfo, graph: str, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Random inputs for comparing a quantized graph with its fp32 form (code2wav_stream: the Qwen3-TTS
+    exporter's streamed comparison)."""
+    rng = np.random.default_rng(seed)
+    if graph == "text_encoder":
+        feeds = []
+        for rows, t in ((1, 12), (2, 6)):
+            mask = np.ones((rows, t), np.int64)
+            mask[1:, t - 2:] = 0  # a padded row
+            feeds.append({"input_ids": rng.integers(0, info.text.vocab_size, (rows, t)).astype(np.int64),
+                          "attention_mask": mask})
+        return feeds
+    if graph == "backbone":
+        s = info.backbone
+        return random_step_feeds(rng, ((1, 0, 6), (3, 4, 1)), hidden=s.hidden_size, layers=s.num_layers,
+                                 kv_heads=s.num_kv_heads, head_dim=s.head_dim)
+    d = info.depth
+    return random_step_feeds(rng, ((1, 0, 2), (3, 4, 1)), hidden=info.audio_embed_size, layers=d.num_layers,
+                             kv_heads=d.num_kv_heads, head_dim=d.head_dim, mask=False)
+
+
+def _quantize(info: BreezeInfo, path: Path, graph: str, precision: str) -> dict[str, Any]:
+    if graph == "code2wav_stream":
+        from export.qwen3_tts.exporter import compare_vocoder
+
+        return quantize_graph(path, precision, compare_vocoder, audio=True)
+    feeds = _quant_feeds(info, graph)
+    return quantize_graph(path, precision, lambda fp32, q: compare_outputs(fp32, q, feeds))
+
+
 def export_breeze(src: Path, tmp: Path, precision: str, progress: Callable[[int, int, str], None] | None,
                   source: dict[str, Any]) -> dict[str, Any]:
     """Every graph into `tmp`, one stage at a time; returns the manifest."""
@@ -215,14 +251,14 @@ def export_breeze(src: Path, tmp: Path, precision: str, progress: Callable[[int,
 
     from ttscore.contract.qwen3_tts import code2wav_spec, code2wav_stream_spec, speech_encoder_spec
 
-    only_fp32(spec.RULES.name, precision)
+    fp32_int8_int4(spec.RULES.name, precision)
     info = read_checkpoint(src)
     torch.manual_seed(0)
     specs = graph_specs(info)
     cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
     weights = CheckpointTensors(src, stored=tensor_names(src, cfg))  # our name -> stored name (strict check)
-    with StageRunner(["text encoder", "backbone", "depth decoder", "tables", "codec"], progress, family=spec.FAMILY,
-                     source=source) as run:
+    with StageRunner(["text encoder", "backbone", "depth decoder", "tables", "codec"], progress, precision,
+                     family=spec.FAMILY, source=source) as run:
         run.graph("text encoder", lambda: _text_stage(weights, info, specs["text_encoder"], tmp))
         run.graph("backbone", lambda: _stack_stage(weights, info, specs["backbone"], tmp, "backbone"))
         run.graph("depth decoder", lambda: _stack_stage(weights, info, specs["depth_decoder"], tmp, "depth"))
@@ -230,14 +266,18 @@ def export_breeze(src: Path, tmp: Path, precision: str, progress: Callable[[int,
             tables = _tables_stage(weights, info, tmp)
         with run.stage("codec"):
             codec = _codec_stage(src, tmp)
-    c2w = codec["code2wav"]
-    if int(c2w["samples_per_frame"]) != spec.SAMPLES_PER_FRAME or int(c2w["num_groups"]) != info.num_codebooks:
-        raise ExportError(f"{src}/{spec.AUDIO_TOKENIZER_DIR} is not a 16-codebook 1920-hop Qwen3-TTS 12 Hz tokenizer")
-    run.reports["code2wav_stream"] = run.reports["code2wav"] = c2w
-    run.reports["speech_encoder"] = codec["speech_encoder"]
-    specs["code2wav_stream"] = code2wav_stream_spec(info.num_codebooks, int(c2w["state_size"]), spec.SAMPLES_PER_FRAME)
-    specs["code2wav"] = code2wav_spec(info.num_codebooks)
-    specs["speech_encoder"] = speech_encoder_spec(info.num_codebooks)
+            c2w = codec["code2wav"]
+            if int(c2w["samples_per_frame"]) != spec.SAMPLES_PER_FRAME or int(c2w["num_groups"]) != info.num_codebooks:
+                raise ExportError(f"{src}/{spec.AUDIO_TOKENIZER_DIR} is not a 16-codebook 1920-hop Qwen3-TTS 12 Hz "
+                                  "tokenizer")
+            # One report validates both vocoder graphs (quantizing code2wav_stream adds to a copy of it).
+            run.reports["code2wav_stream"] = run.reports["code2wav"] = c2w
+            run.reports["speech_encoder"] = codec["speech_encoder"]
+            specs["code2wav_stream"] = code2wav_stream_spec(info.num_codebooks, int(c2w["state_size"]),
+                                                            spec.SAMPLES_PER_FRAME)
+            specs["code2wav"] = code2wav_spec(info.num_codebooks)
+            specs["speech_encoder"] = speech_encoder_spec(info.num_codebooks)
+        run.quantize(QUANTIZED, lambda name: _quantize(info, tmp / specs[name].filename, name, precision))
     copy_files(src, tmp / "tokenizer", TOKENIZER_FILES)
     return run.manifest(
         tmp,

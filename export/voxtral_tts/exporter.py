@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from export.decoder_step import export_decoder_step
-from export.quantize import only_fp32
+from export.quantize import compare_outputs, fp32_int8_int4, quantize_graph, random_step_feeds
 from export.stages import StageRunner, copy_files, json_configs, model_size, save_table, save_tables
 from export.tracing import (
     ErrorTracker,
@@ -42,6 +42,10 @@ from ttscore.runtime.families.voxtral_tts.checkpoint import (
 
 TOLERANCE = 1e-4  # max abs error of the graphs' float outputs vs the torch modules (tiny: ~1e-6)
 CODE_TOLERANCE = 0.0  # semantic codes: exactly
+# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.quantize.quantize_graph),
+# each measured against its fp32 export (`vs_fp32`); codec_stream (the vocoder) keeps its quantized form only at
+# VOCODER_MIN_SNR_DB or more. The checkpoint has no encoder graph.
+QUANTIZED = ("lm_step", "velocity", "codec_stream")
 
 
 def _add(tr: ErrorTracker, got: Sequence[np.ndarray], want: Sequence[np.ndarray], case: str) -> None:
@@ -107,25 +111,50 @@ def _tables(src: Path, info: VoxtralInfo, out: Path) -> dict[str, Any]:
     return tables
 
 
+def _quant_feeds(info: VoxtralInfo, graph: str, state_size: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Random inputs for comparing a quantized graph with its fp32 form."""
+    rng = np.random.default_rng(seed)
+    if graph == "lm_step":
+        lm = info.lm
+        return random_step_feeds(rng, ((1, 0, 6), (3, 4, 1)), hidden=lm.dim, layers=lm.n_layers,
+                                 kv_heads=lm.n_kv_heads, head_dim=lm.head_dim)
+    if graph == "velocity":
+        return [{"x": rng.standard_normal((b, info.n_acoustic_codebook)).astype(np.float32),
+                 "t": rng.uniform(0, 1, b).astype(np.float32),
+                 "hidden": rng.standard_normal((b, info.lm.dim)).astype(np.float32),
+                 "cfg_alpha": rng.uniform(1.0, 2.0, b).astype(np.float32)} for b in (1, 3)]
+    books = ((info.semantic_codebook_size, 1), (info.acoustic_codebook_size, info.n_acoustic_codebook))
+    return [{"codes": random_codes(rng, b, n, books), "state": np.zeros((b, state_size), np.float32)}
+            for b, n in ((1, 6), (2, 3))]
+
+
+def _quantize(info: VoxtralInfo, path: Path, graph: str, precision: str, state_size: int) -> dict[str, Any]:
+    feeds = _quant_feeds(info, graph, state_size)
+    return quantize_graph(path, precision, lambda fp32, q: compare_outputs(fp32, q, feeds),
+                          audio=graph == "codec_stream")
+
+
 def export_voxtral(src: Path, tmp: Path, precision: str, progress: Callable[[int, int, str], None] | None,
                    source: dict[str, Any]) -> dict[str, Any]:
     """Every graph into `tmp`, one stage at a time; returns the manifest."""
     import torch
 
-    only_fp32(spec.DISPLAY, precision)
+    fp32_int8_int4(spec.DISPLAY, precision)
     src = Path(src)
     info = read_checkpoint(src)
     torch.manual_seed(0)
     lm = info.lm
     specs = {"lm_step": spec.lm_step_spec(lm.n_layers, lm.dim, lm.n_kv_heads, lm.head_dim),
              "velocity": spec.velocity_spec(info.n_acoustic_codebook, lm.dim)}
-    with StageRunner(["lm_step", "velocity", "codec", "tables"], progress, family=spec.FAMILY, source=source) as run:
+    with StageRunner(["lm_step", "velocity", "codec", "tables"], progress, precision, family=spec.FAMILY,
+                     source=source) as run:
         run.graph("lm_step", lambda: _lm_stage(src, info, specs["lm_step"], tmp))
         run.graph("velocity", lambda: _velocity_stage(src, info, specs["velocity"], tmp))
         with run.stage("codec"):
             run.reports["codec_stream"], specs["codec_stream"], state_size, layout = _codec_stage(src, info, tmp)
         with run.stage("tables"):
             tables = _tables(src, info, tmp)
+        run.quantize(QUANTIZED, lambda name: _quantize(info, tmp / specs[name].filename, name, precision, state_size))
     copy_files(src, tmp / "tokenizer", [TEKKEN])
     return run.manifest(
         tmp,

@@ -144,7 +144,7 @@ def test_serve_refuses_an_unregistered_family(tmp_path):
 
 
 @pytest.mark.parametrize("module, function", [
-    ("breeze_tts_2", "export_breeze"), ("cosyvoice3", "export_cosyvoice3"), ("voxtral_tts", "export_voxtral"),
+    ("cosyvoice3", "export_cosyvoice3"),
 ])
 def test_an_fp32_only_exporter_refuses_another_precision_before_reading_anything(module, function, tmp_path):
     """400 naming `precision` (export.quantize.only_fp32), raised before the checkpoint is opened: the

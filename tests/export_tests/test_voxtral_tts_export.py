@@ -64,3 +64,28 @@ def test_seed_controls_noise(voxtral_artifacts: Path) -> None:
     c = graphs.generate(prompt, "casual_male", frame_noise(2, 5, n_ac), 5, 1.2)
     np.testing.assert_array_equal(a.codes, b.codes)
     assert not np.array_equal(a.codes[:, 1:], c.codes[:, 1:])
+
+
+def test_int8_export_is_measured_against_fp32(voxtral_tiny: Path, tmp_path: Path) -> None:
+    """--precision int8: lm_step and velocity quantized (codec_stream while its SNR holds), each with its
+    measurement against the fp32 graph; the export still synthesizes through the family's offline path, graph
+    files under their fp32 names."""
+    from sequences import say_offline
+
+    from export.exporter import export_checkpoint
+    from export.quantize import INT8_METHOD, VOCODER_MIN_SNR_DB, quantized_ops
+
+    out = tmp_path / "int8"
+    export_checkpoint(voxtral_tiny, out, precision="int8")
+    raw = json.loads((out / "manifest.json").read_text())
+    assert raw["precision"] == "int8"
+    for name in ("lm_step", "velocity"):
+        v = raw["graphs"][name]["validation"]
+        assert v["quantized"] == INT8_METHOD and v["vs_fp32"]["snr_db"] > 20, name
+        assert quantized_ops(out / f"{name}.onnx") == {"MatMulInteger"}, name
+    assert raw["graphs"]["lm_step"]["validation"]["vs_fp32"]["max_abs_err"]["semantic_code"] == 0.0
+    codec = raw["graphs"]["codec_stream"]["validation"]
+    kept = codec["vs_fp32"]["snr_db"] >= VOCODER_MIN_SNR_DB
+    assert (codec["quantized"] is not None) == kept and bool(quantized_ops(out / "codec_stream.onnx")) == kept
+    pcm, frames, _ = say_offline(out, text="Quantized speech.", voice="casual_male", max_new_tokens=6, seed=3)
+    assert frames > 0 and pcm.shape == (raw["samples_per_frame"] * frames,) and np.isfinite(pcm).all()
