@@ -5,7 +5,8 @@ tests/export_tests/test_cosyvoice3_parity.py through the whole route).
 
 Stages: lm_step (prefill, then decode steps over the graph's own K/V, each equal to the torch module on
 the whole prefix; a ragged two-row batch equal to each row alone), flow_cond (two rows of different
-lengths), flow_velocity (full attention and the 25-token chunk mask, a padded row), hift (two lengths),
+lengths), flow_velocity (without a past: full attention and the 25-token chunk mask, a padded row; stream hops
+over a past and a context), hift (two lengths, a window seeded mid-run),
 tables (text and speech embeddings), manifest.
 """
 
@@ -63,19 +64,26 @@ def _flow_cond_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
 
 
 def _velocity_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
+    """flow_velocity's cases (rows, past, context, frames, chunks): whole utterances without a past (full
+    attention and chunk 8 with a padded row; 60 frames chunk 50), then stream hops: a small chunk over a short
+    past and context, and a hop over a 100-frame past with the whole position-conv context (the traced one)."""
     rng = np.random.default_rng(5)
-    m = info.flow.mel
+    f = info.flow
+    m, ctx, big = f.mel, spec.FLOW_CONV_CONTEXT, f.static_chunk_size
     cases: list[dict[str, np.ndarray]] = []
-    for b, n, chunk in ((2, 24, (24, 8)), (1, 60, (info.flow.static_chunk_size,))):
+    for b, p, c, n, chunk in ((2, 0, 0, 24, (24, 8)), (1, 0, 0, 60, (big,)), (1, 16, 16, 20, (8,)), (1, 100, ctx, 50, (big,))):
         mask = np.ones((b, n), np.float32)
         if b == 2:
             mask[1, n - 5:] = 0
-        cases.append({"x": rng.standard_normal((b, m, n)).astype(np.float32), "mask": mask,
-                      "mu": rng.standard_normal((b, m, n)).astype(np.float32),
-                      "t": rng.uniform(0, 1, b).astype(np.float32),
-                      "spks": rng.standard_normal((b, m)).astype(np.float32),
-                      "cond": rng.standard_normal((b, m, n)).astype(np.float32),
-                      "chunk": np.array(chunk, np.int64)})
+        case: dict[str, np.ndarray] = {
+            "x": rng.standard_normal((b, m, c + n)).astype(np.float32), "mask": mask,
+            "mu": rng.standard_normal((b, m, c + n)).astype(np.float32), "t": rng.uniform(0, 1, b).astype(np.float32),
+            "spks": rng.standard_normal((b, m)).astype(np.float32),
+            "cond": rng.standard_normal((b, m, c + n)).astype(np.float32), "chunk": np.array(chunk, np.int64)}
+        for i in range(f.depth):
+            for name in (spec.past_key(i), spec.past_value(i)):
+                case[name] = rng.standard_normal((2 * b, f.heads, p, f.dim_head)).astype(np.float32)
+        cases.append(case)
     return cases
 
 
@@ -83,7 +91,9 @@ def _hift_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(6)
     spf, h = info.hift.samples_per_frame, info.hift.nb_harmonics + 1
     return [{"mel": rng.standard_normal((b, info.hift.in_channels, f)).astype(np.float32) * 2 - 3,
-             "sine_noise": rng.random((b, f * spf, h)).astype(np.float32)} for b, f in ((1, 12), (2, 7))]
+             "sine_noise": rng.random((b, f * spf, h)).astype(np.float32),
+             "phase0": (rng.random((b, h)) * 30 * (skip[0] > 0)).astype(np.float32), "skip": np.array(skip, np.int64)}
+            for b, f, skip in ((1, 12, (0,)), (2, 7, (3, 3)))]
 
 
 def _tables(src: Path, out: Path) -> dict[str, Any]:
@@ -106,7 +116,7 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
     lm, f = info.lm, info.flow
     specs = {"lm_step": spec.lm_step_spec(lm.layers, lm.hidden, lm.kv_heads, lm.head_dim, lm.speech_rows),
              "flow_cond": spec.flow_cond_spec(f.mel, f.spk_embed_dim),
-             "flow_velocity": spec.flow_velocity_spec(f.mel),
+             "flow_velocity": spec.flow_velocity_spec(f.mel, f.depth, f.heads, f.dim_head),
              "hift": spec.hift_spec(info.hift.in_channels, info.hift.nb_harmonics)}
 
     def checked(name: str, module: Any, cases: list[dict[str, np.ndarray]], tol: float, example: int = 0) -> None:
@@ -119,7 +129,7 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
         with run.stage("flow_cond"):
             checked("flow_cond", load(FlowCond(info), src), _flow_cond_cases(info), TOLERANCE)
         with run.stage("flow_velocity"):
-            checked("flow_velocity", load(FlowVelocity(info), src), _velocity_cases(info), TOLERANCE)
+            checked("flow_velocity", load(FlowVelocity(info), src), _velocity_cases(info), TOLERANCE, example=3)
         release_memory()
         with run.stage("hift"):
             checked("hift", load(HiFT(info), src), _hift_cases(info), AUDIO_TOLERANCE, example=1)
@@ -136,9 +146,10 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
         sizes=dataclasses.asdict(info),
         sample_rate=info.sample_rate,
         samples_per_frame=info.flow.token_mel_ratio * info.hift.samples_per_frame,
-        # No carried vocoder state yet: a hop re-runs the flow and HiFT over the prefix (README "Streaming").
+        # A stream's vocoder state lives in the runtime's HopStream (README "Streaming"): the flow's past K/V per
+        # solver step, a window of mel and the source phase; none of it crosses the wire.
         vocoder_state_size=1,
-        vocoder_state_layout=[["prefix_rerun", 1]],
+        vocoder_state_layout=[["hop_stream", 1]],
         tables=tables,
         graphs=specs,
         configs={YAML: read_hyperpyyaml(src / YAML)},

@@ -23,6 +23,7 @@ def test_detected_and_exported(cosyvoice3_tiny: Path, cosyvoice3_artifacts: Path
     raw = json.loads((cosyvoice3_artifacts / "manifest.json").read_text())
     assert raw["family"] == "cosyvoice3" and m.sample_rate == 24000 and m.samples_per_frame == 960
     assert set(raw["graphs"]) == {"lm_step", "flow_cond", "flow_velocity", "hift"}
+    assert raw["vocoder"] == {"state_size": 1, "state_layout": [["hop_stream", 1]]}
     for name, g in raw["graphs"].items():
         for out, err in g["validation"]["max_abs_error"].items():
             assert err <= g["validation"]["tolerance"][out], (name, out, err)
