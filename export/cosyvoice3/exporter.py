@@ -22,7 +22,7 @@ import numpy as np
 
 from export.decoder_step import export_decoder_step
 from export.memory import release_memory
-from export.quantize import only_fp32
+from export.quantize import compare_outputs, fp32_int8_int4, quantize_graph, random_step_feeds
 from export.stages import StageRunner, model_size, save_tables
 from export.tracing import (
     export_checked,
@@ -96,6 +96,32 @@ def _hift_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
             for b, f, skip in ((1, 12, (0,)), (2, 7, (3, 3)))]
 
 
+# `--precision int8|int4`: the graphs whose constant-weight MatMuls are quantized (export.quantize.quantize_graph),
+# each measured against its fp32 export on random feeds (`vs_fp32`). The flow's velocity feeds the mel HiFT
+# voices, so flow_velocity is held to the vocoder's bar like hift (`audio`: kept quantized only at
+# VOCODER_MIN_SNR_DB or more, else fp32 with the measured SNR in the manifest). flow_cond stays fp32: a few
+# convolutions over the tokens, no MatMul worth quantizing.
+QUANTIZED = ("lm_step", "flow_velocity", "hift")
+AUDIO_GRAPHS = ("flow_velocity", "hift")
+
+
+def _quant_feeds(info: CosyVoice3Info, graph: str) -> list[dict[str, np.ndarray]]:
+    """Random inputs for comparing a quantized graph with its fp32 form: the LM's prefill and decode steps, the
+    flow's whole-utterance and stream-hop cases, HiFT's cases."""
+    if graph == "lm_step":
+        lm = info.lm
+        return random_step_feeds(np.random.default_rng(0), ((1, 0, 6), (3, 4, 1)), hidden=lm.hidden, layers=lm.layers,
+                                 kv_heads=lm.kv_heads, head_dim=lm.head_dim)
+    if graph == "flow_velocity":
+        return _velocity_cases(info)[1:]
+    return _hift_cases(info)
+
+
+def _quantize(info: CosyVoice3Info, path: Path, graph: str, precision: str) -> dict[str, Any]:
+    feeds = _quant_feeds(info, graph)
+    return quantize_graph(path, precision, lambda fp32, q: compare_outputs(fp32, q, feeds), audio=graph in AUDIO_GRAPHS)
+
+
 def _tables(src: Path, out: Path) -> dict[str, Any]:
     state = load_torch_state(src / LLM)
     return save_tables(out, lambda key: state[key].float(), ((spec.TEXT_EMBEDDING, "llm.model.model.embed_tokens.weight"),
@@ -109,7 +135,7 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
 
     from export.cosyvoice3.graphs import FlowCond, FlowVelocity, HiFT, load
 
-    only_fp32(spec.DISPLAY, precision)
+    fp32_int8_int4(spec.DISPLAY, precision)
     src = Path(src)
     info = read_checkpoint(src)
     torch.manual_seed(0)
@@ -123,8 +149,8 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
         run.reports[name] = export_checked(module, specs[name], cases, tmp, dict.fromkeys(specs[name].output_names, tol),
                                            example)
 
-    with StageRunner(["lm_step", "flow_cond", "flow_velocity", "hift", "tables"], progress, family=spec.FAMILY,
-                     source=source) as run:
+    with StageRunner(["lm_step", "flow_cond", "flow_velocity", "hift", "tables"], progress, precision,
+                     family=spec.FAMILY, source=source) as run:
         run.graph("lm_step", lambda: _lm_stage(src, info, specs["lm_step"], tmp))
         with run.stage("flow_cond"):
             checked("flow_cond", load(FlowCond(info), src), _flow_cond_cases(info), TOLERANCE)
@@ -135,6 +161,7 @@ def export_cosyvoice3(src: Path, tmp: Path, precision: str, progress: Callable[[
             checked("hift", load(HiFT(info), src), _hift_cases(info), AUDIO_TOLERANCE, example=1)
         with run.stage("tables"):
             tables = _tables(src, tmp)
+        run.quantize(QUANTIZED, lambda name: _quantize(info, tmp / specs[name].filename, name, precision))
     shutil.copytree(src / QWEN_DIR, tmp / "tokenizer", ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
     # The front-end models, used as shipped (the voice-features model prompt_encoder runs them).
     (tmp / FRONTEND_DIR).mkdir()

@@ -144,7 +144,7 @@ def test_serve_refuses_an_unregistered_family(tmp_path):
 
 
 @pytest.mark.parametrize("module, function", [
-    ("breeze_tts_2", "export_breeze"), ("cosyvoice3", "export_cosyvoice3"), ("gepard", "export_gepard"),
+    ("breeze_tts_2", "export_breeze"), ("gepard", "export_gepard"),
     ("omnivoice", "export_omnivoice"), ("voxtral_tts", "export_voxtral"),
 ])
 def test_an_fp32_only_exporter_refuses_another_precision_before_reading_anything(module, function, tmp_path):
