@@ -33,11 +33,11 @@ from ttscore.contract import cosyvoice3 as spec
 from ttscore.runtime.families.cosyvoice3.sampling import (
     F32,
     I64,
+    euler,
     ras_pick,
     scores,
     sine_rows,
     sine_table,
-    timesteps,
 )
 from ttscore.runtime.kv import GrowingPast
 from ttscore.runtime.onnx import ExportedGraphs
@@ -131,15 +131,12 @@ class CosyVoice3Graphs(ExportedGraphs):
         feeds = {"mask": np.ones((1, n), np.float32), "mu": mu, "spks": c["spks"], "cond": cond,
                  "chunk": np.array([chunk if chunk > 0 else n], np.int64), **self.empty_past()}
         vel = self.graphs["flow_velocity"]
-        ts = timesteps(spec.FLOW_STEPS)
-        t, dt = ts[0], ts[1] - ts[0]
-        for s in range(1, len(ts)):
-            feeds["x"], feeds["t"] = x, np.array([t], np.float32)
-            v = vel.run(feeds)["velocity"]
-            x = (x + dt * v).astype(np.float32)
-            t = np.float32(t + dt)
-            if s < len(ts) - 1:
-                dt = np.float32(ts[s + 1] - t)
+
+        def velocity(step: int, x: F32, t: F32) -> F32:
+            out: F32 = vel.run({**feeds, "x": x, "t": t})["velocity"]
+            return out
+
+        x = euler(velocity, x, spec.FLOW_STEPS)
         out: F32 = x[0, :, p:]
         return out
 
@@ -240,23 +237,22 @@ class HopStream:
             self.kv = [[empty[name(i)] for i in range(depth) for name in (spec.past_key, spec.past_value)]
                        for _ in range(spec.FLOW_STEPS)]
             self.x_ctx = [np.zeros((1, g.mel_dim, 0), np.float32) for _ in range(spec.FLOW_STEPS)]
-        ts = timesteps(spec.FLOW_STEPS)
-        t, dt = ts[0], ts[1] - ts[0]
-        for s in range(1, len(ts)):
-            past = self.kv[s - 1]
-            xin = np.concatenate([self.x_ctx[s - 1], x], axis=2)
-            feeds["x"], feeds["t"] = xin, np.array([t], np.float32)
+
+        def velocity(step: int, x: F32, t: F32) -> F32:
+            past = self.kv[step]
+            xin = np.concatenate([self.x_ctx[step], x], axis=2)
+            feeds["x"], feeds["t"] = xin, t
             for i in range(depth):
                 feeds[spec.past_key(i)], feeds[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
             out = hop.run(feeds)
             for i in range(depth):
                 past[2 * i] = np.concatenate([past[2 * i], out[spec.new_key(i)]], axis=2)
                 past[2 * i + 1] = np.concatenate([past[2 * i + 1], out[spec.new_value(i)]], axis=2)
-            self.x_ctx[s - 1] = xin[:, :, -spec.FLOW_CONV_CONTEXT:]
-            x = (x + dt * out["velocity"]).astype(np.float32)
-            t = np.float32(t + dt)
-            if s < len(ts) - 1:
-                dt = np.float32(ts[s + 1] - t)
+            self.x_ctx[step] = xin[:, :, -spec.FLOW_CONV_CONTEXT:]
+            v: F32 = out["velocity"]
+            return v
+
+        x = euler(velocity, x, spec.FLOW_STEPS)
         self.frames = stop
         # the prompt's frames are not audio
         new: F32 = x[0, :, max(0, p_frames - start):]
