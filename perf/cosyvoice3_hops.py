@@ -4,17 +4,21 @@ HiFT sizes (issue 39: a hop's cost should not grow with its position).
   checkpoint OUT        the real-size flow (DiT 332 M) and HiFT (20.8 M) with make-tiny's tiny LM: the LM is
                         not timed, and the full real checkpoint plus two real exports do not fit this machine's
                         disk (7 GB free). Same yaml and random init as `make-tiny --size real` for the flow/HiFT.
+  table JSONL           the JSON lines as a markdown table (seconds per hop per export, hop 20 / hop 2).
   compare NAME=TREE:ARTIFACTS...
                         per export a worker process on that tree's code (its PYTHONPATH) pushes the same random
                         speech tokens through its `HopStream`, a hop at a time, the workers in turn (hop k of
                         each, then hop k + 1), so machine noise hits them alike; each hop's wall time (flow +
-                        HiFT; no LM) and the stream's K/V cache size as JSON lines.
+                        HiFT; no LM; wall and this process's CPU seconds, all threads) and the stream's K/V
+                        cache size as JSON lines. Repeat an export (after=...:DIR twice, distinct names) for
+                        several samples per hop.
 
   PYTHONPATH=$PWD .venv/bin/python perf/cosyvoice3_hops.py checkpoint /work/cosy-real/ckpt
   PYTHONPATH=$PWD .venv/bin/triton-tts export --checkpoint /work/cosy-real/ckpt --out /work/cosy-real/after
   git worktree add /work/wt/cosy-before 0a05a17   # main before issue 39; export it the same way to .../before
   .venv/bin/python perf/cosyvoice3_hops.py compare before=/work/wt/cosy-before:/work/cosy-real/before \
       after=$PWD:/work/cosy-real/after --hops 22 --out perf/results/cosyvoice3-hops.jsonl
+  .venv/bin/python perf/cosyvoice3_hops.py table perf/results/cosyvoice3-hops.jsonl
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def make_checkpoint(out: Path) -> None:
@@ -57,11 +62,11 @@ def worker(artifacts: Path, hops: int, prompt_tokens: int, threads: int | None) 
     for hop in range(1, hops + 1):
         sys.stdin.readline()
         need = hs.end + g.lookahead - len(hs.tokens)  # the tokens that complete this hop, pushed at once
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         pcm = hs.push(tokens[pos: pos + need])
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
         pos += need
-        print(json.dumps({"hop": hop, "seconds": round(dt, 3), "samples": len(pcm), "tokens": pos,
+        print(json.dumps({"hop": hop, "seconds": round(dt, 3), "cpu_seconds": round(cpu, 3), "samples": len(pcm), "tokens": pos,
                           "cache_bytes": getattr(hs, "cache_bytes", 0)}), flush=True)
 
 
@@ -98,6 +103,37 @@ def compare(trees: list[str], hops: int, prompt_tokens: int, threads: int | None
         p.wait()
 
 
+def table(path: Path) -> None:
+    """The JSON lines of `compare` as a markdown table: per hop and export the wall seconds (and CPU seconds
+    where recorded), then hop 20 / hop 2."""
+    rows: dict[int, dict[str, dict[str, Any]]] = {}
+    names: list[str] = []
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        rows.setdefault(r["hop"], {})[r["export"]] = r
+        if r["export"] not in names:
+            names.append(r["export"])
+
+    def cell(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return "-"
+        return f"{r['seconds']:.1f}" + (f" ({r['cpu_seconds']:.1f})" if "cpu_seconds" in r else "")
+
+    print("| hop | " + " | ".join(f"{n}: wall s (CPU s)" for n in names) + " | K/V cache (MB) |")
+    print("|---|" + "---|" * len(names) + "---|")
+    for hop in sorted(rows):
+        kv = max((r.get("cache_bytes", 0) for r in rows[hop].values()), default=0)
+        print(f"| {hop} | " + " | ".join(cell(rows[hop].get(n)) for n in names) + f" | {kv / 1e6:.0f} |")
+    if 2 in rows and 20 in rows:
+        out = []
+        for n in names:
+            if n in rows[2] and n in rows[20]:
+                a, b = rows[2][n], rows[20][n]
+                cpu = f", CPU {b['cpu_seconds'] / a['cpu_seconds']:.2f}" if "cpu_seconds" in a else ""
+                out.append(f"{n}: wall {b['seconds'] / a['seconds']:.2f}{cpu}")
+        print("\nhop 20 / hop 2: " + "; ".join(out))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -108,6 +144,8 @@ def main(argv: list[str] | None = None) -> None:
     t = sub.add_parser("compare")
     t.add_argument("trees", nargs="+", help="NAME=TREE:ARTIFACTS")
     t.add_argument("--out", type=Path, default=None, help="append the JSON lines here too")
+    b = sub.add_parser("table")
+    b.add_argument("jsonl", type=Path)
     for q in (w, t):
         q.add_argument("--hops", type=int, default=22)
         q.add_argument("--prompt-tokens", type=int, default=50)
@@ -115,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.cmd == "checkpoint":
         make_checkpoint(a.out)
+    elif a.cmd == "table":
+        table(a.jsonl)
     elif a.cmd == "worker":
         worker(a.artifacts, a.hops, a.prompt_tokens, a.threads)
     else:
