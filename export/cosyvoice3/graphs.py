@@ -265,29 +265,30 @@ class Estimator(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, mu: torch.Tensor, t: torch.Tensor, spks: torch.Tensor,
                 cond: torch.Tensor, chunk: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """x, mu, cond [B, C + N, mel] (C frames of left context for the position convs, then N frames at
-        positions P..P+N-1); mask [B, N]; t [B]; spks [B, mel]; chunk [B]; `past`: per block the rotated key
-        and value [B, heads, P, dim_head] of positions 0..P-1 (all valid; P may be 0) -> (velocity of the N
-        frames [B, N, mel], their keys and values). Each frame attends to the past and to the frames its chunk
-        mask allows: under the chunk mask the same values as the whole sequence's rows, since past frames never
-        see later ones."""
+        """x, mu, cond [B, C + N, mel] (C frames of left context for the position convs, then N frames); mask
+        [B, P + N] (1 = valid: the past's slots, then the N frames); t [B]; spks [B, mel]; chunk [B]; `past`: per
+        block the rotated key and value [B, heads, P, dim_head] of the past's slots (slot j valid iff mask[:, j]:
+        the valid slots first, at positions 0..L-1; P may be 0) -> (velocity of the N frames [B, N, mel], their
+        keys and values). The N frames are at positions L..L+N-1 (L: the row's valid past slots). Each frame
+        attends to the past and to the frames its chunk mask allows: under the chunk mask the same values as
+        the whole sequence's rows, since past frames never see later ones."""
         b = x.shape[0]
         temb = self.time_embed(t)
         h = self.input_embed(x, cond, mu, spks)
-        n = mask.shape[1]
-        h = h[:, h.shape[1] - n:]
         p = past[0].shape[2]
-        pos = torch.arange(n) + p
-        keys = torch.arange(n + p)
-        keep = torch.cat([torch.ones(b, p, dtype=torch.bool), mask > 0], dim=1)[:, None, :]
+        n = mask.shape[1] - p
+        h = h[:, h.shape[1] - n:]
+        length = (mask[:, :p] > 0).sum(dim=1)  # [B] valid past slots
+        pos = length[:, None] + torch.arange(n)[None, :]  # [B, N]
+        keys = torch.cat([torch.arange(p)[None, :].expand(b, p), pos], dim=1)  # [B, P + N]
         inv = cast(torch.Tensor, self.rotary_embed.inv_freq)
-        fr = pos.float()[:, None] * inv[None, :]
-        fr = torch.stack((fr, fr), dim=-1).reshape(n, -1)  # [N, dim_head] interleaved
+        fr = pos.float()[:, :, None] * inv[None, None, :]
+        fr = torch.stack((fr, fr), dim=-1).reshape(b, n, -1)  # [B, N, dim_head] interleaved
         cos, sin = fr.cos(), fr.sin()
         rot = fr.shape[-1]
-        seen = keys[None, None, :] < ((pos[None, :, None] // chunk[:, None, None]) + 1) * chunk[:, None, None]  # [B, N, P+N]
-        bias = torch.where(seen & keep, torch.zeros(()), torch.full((), float("-inf")))[:, None]  # [B, 1, N, P+N]
-        valid = (mask > 0)[:, :, None]
+        seen = keys[:, None, :] < ((pos[:, :, None] // chunk[:, None, None]) + 1) * chunk[:, None, None]  # [B, N, P+N]
+        bias = torch.where(seen & (mask[:, None, :] > 0), torch.zeros(()), torch.full((), float("-inf")))[:, None]
+        valid = (mask[:, p:] > 0)[:, :, None]
         new: list[torch.Tensor] = []
         for i, blk in enumerate(cast("list[DiTBlock]", list(self.transformer_blocks))):
             e = blk.attn_norm.linear(F.silu(temb))

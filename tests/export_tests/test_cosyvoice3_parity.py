@@ -124,15 +124,15 @@ def test_long_stream_costs_each_hop_the_same_and_equals_the_whole(cosyvoice3_art
     hops = HopStream(g, prompt, flow)
     hop_graph = g.graphs["flow_velocity"]
     pieces, fed, windows = [], [], []
-    per_frame = 0
+    per_frame = hops.bytes_per_frame
     for t in toks:
         before = hop_graph.calls
         piece = hops.push([t])
         if hop_graph.calls > before:
             fed.append(hops.frames)
             windows.append(hops.mel.shape[1])
-            per_frame = per_frame or hops.cache_bytes // hops.frames
-            assert hops.cache_bytes == per_frame * hops.frames
+            # the buffers hold the frames, grown by an eighth (at least the hop) when full
+            assert hops.frames * per_frame <= hops.cache_bytes <= (hops.frames * 9 // 8 + 2 * g.chunk_tokens) * per_frame
         pieces.append(piece)
     pieces.append(hops.finish())
     steps = np.diff(fed)

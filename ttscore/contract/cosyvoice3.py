@@ -139,14 +139,16 @@ def flow_cond_spec(mel: int, spk_dim: int) -> GraphSpec:
 
 
 def flow_velocity_spec(mel: int, depth: int, heads: int, dim_head: int) -> GraphSpec:
-    """One Euler step's guided velocity of the DiT for N frames over the K/V of the P frames before them (a
-    whole utterance: P = 0; a stream's hop: its new frames over the past ones, which the chunk mask keeps
+    """One Euler step's guided velocity of the DiT for N frames over the K/V of the frames before them (a
+    whole utterance: no past; a stream's hop: its new frames over the past ones, which the chunk mask keeps
     from seeing later frames): x, mu, cond [B, mel, C + N] (C <= FLOW_CONV_CONTEXT frames before the N,
-    only for the position convs; 0 at the start), mask [B, N] (1 = valid frame), t [B], spks [B, mel], chunk
-    [B] (attention chunk in frames: frame i sees frames j < (i // chunk + 1) * chunk; chunk >= P + N is full
-    attention), and per DiT layer the past frames' rotated key and value [2B, heads, P, dim_head] (rows: B
-    conditional then B unconditional; all valid) -> v [B, mel, N] = (1 + cfg) v(mu, spks, cond) - cfg
-    v(0, 0, 0) at positions P..P+N-1, and the N frames' key and value [2B, heads, N, dim_head]."""
+    only for the position convs; 0 at the start), mask [B, P + N] (1 = valid: the past's P slots, then the N
+    frames; a stream's past is a buffer whose first L slots are its frames 0..L-1, the rest masked), t [B],
+    spks [B, mel], chunk [B] (attention chunk in frames: frame i sees frames j < (i // chunk + 1) * chunk;
+    chunk >= L + N is full attention), and per DiT layer the past slots' rotated key and value
+    [2B, heads, P, dim_head] (rows: B conditional then B unconditional) -> v [B, mel, N] = (1 + cfg)
+    v(mu, spks, cond) - cfg v(0, 0, 0) at positions L..L+N-1, and the N frames' key and value
+    [2B, heads, N, dim_head]."""
     kv_past = [TensorSpec(f(i), "float32", ("rows", heads, "past", dim_head))
                for i in range(depth) for f in (past_key, past_value)]
     kv_new = [TensorSpec(f(i), "float32", ("rows", heads, "frames", dim_head))
@@ -155,7 +157,7 @@ def flow_velocity_spec(mel: int, depth: int, heads: int, dim_head: int) -> Graph
         "flow_velocity",
         (
             TensorSpec("x", "float32", ("batch", mel, "window")),
-            TensorSpec("mask", "float32", ("batch", "frames")),
+            TensorSpec("mask", "float32", ("batch", "total")),
             TensorSpec("mu", "float32", ("batch", mel, "window")),
             TensorSpec("t", "float32", ("batch",)),
             TensorSpec("spks", "float32", ("batch", mel)),

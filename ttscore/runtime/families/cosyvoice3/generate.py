@@ -181,8 +181,11 @@ class HopStream:
 
     State: per Euler step the past frames' K/V of every DiT layer (both CFG rows) and the last
     FLOW_CONV_CONTEXT frames of x; the mel of HiFT's window; the source's cumulative phase per frame of the
-    last window. `cache_bytes`: the K/V's size (grows with the stream: 2 x depth x heads x dim_head x
-    FLOW_STEPS x 2 CFG rows x 4 bytes per mel frame)."""
+    last window. The K/V live in buffers of `capacity` slots (frames 0..frames-1 first, the rest masked), fed
+    to the graph in place (IO binding) and written only at the new frames' slots: a hop copies nothing that
+    grows with the stream but when the buffers grow, by an eighth (at least the hop), copying what they hold.
+    `cache_bytes`: their size (`bytes_per_frame` per slot: 2 x depth x heads x dim_head x FLOW_STEPS x 2 CFG
+    rows x 4 bytes)."""
 
     def __init__(self, graphs: CosyVoice3Graphs, prompt: Prompt, noise: F32) -> None:
         self.g, self.prompt, self.noise = graphs, prompt, noise
@@ -192,6 +195,7 @@ class HopStream:
         self.done = False
         # flow: frames computed (prompt included), per step the K/V and x's context
         self.frames = 0
+        self.capacity = 0
         self.kv: list[list[F32]] = []
         self.x_ctx: list[F32] = []
         # HiFT: mel frames after the prompt kept from `mel_start`, samples emitted, the last window's phase
@@ -205,6 +209,24 @@ class HopStream:
     @property
     def cache_bytes(self) -> int:
         return sum(a.nbytes for step in self.kv for a in step)
+
+    @property
+    def bytes_per_frame(self) -> int:
+        f = self.g.sizes["flow"]
+        return 2 * int(f["depth"]) * int(f["heads"]) * int(f["dim_head"]) * spec.FLOW_STEPS * 2 * 4
+
+    def _room(self, stop: int) -> None:
+        """K/V buffers of at least `stop` slots (grown by an eighth at least), holding frames 0..frames-1."""
+        if stop <= self.capacity:
+            return
+        f = self.g.sizes["flow"]
+        cap = max(stop, self.capacity + self.capacity // 8)
+        shape = (2, int(f["heads"]), cap, int(f["dim_head"]))
+        grown = [[np.zeros(shape, np.float32) for _ in range(2 * int(f["depth"]))] for _ in range(spec.FLOW_STEPS)]
+        for new, old in zip(grown, self.kv, strict=False):  # none before the first hop
+            for b, a in zip(new, old, strict=True):
+                b[:, :, : self.frames] = a[:, :, : self.frames]
+        self.kv, self.capacity = grown, cap
 
     def _flow(self, tokens: Sequence[int], upto: int) -> F32:
         """The mel [mel, n] of frames self.frames..(prompt + upto tokens) x ratio, from `tokens` (those past
@@ -228,14 +250,14 @@ class HopStream:
         if lo < p_frames:
             cond[0, :, : p_frames - lo] = pr.feat[lo:].T
         x: F32 = np.ascontiguousarray(self.noise[None, :, start:stop]).astype(np.float32)
-        feeds: dict[str, Any] = {"mask": np.ones((1, stop - start), np.float32), "mu": mu, "spks": c["spks"],
-                                 "cond": cond, "chunk": np.array([g.static_chunk], np.int64)}
+        self._room(stop)
+        mask = np.ones((1, self.capacity + stop - start), np.float32)
+        mask[0, start: self.capacity] = 0  # the buffers' slots past the frames held
+        feeds: dict[str, Any] = {"mask": mask, "mu": mu, "spks": np.ascontiguousarray(c["spks"]), "cond": cond,
+                                 "chunk": np.array([g.static_chunk], np.int64)}
         hop = g.graphs["flow_velocity"]
         depth = int(g.sizes["flow"]["depth"])
-        if not self.kv:
-            empty = g.empty_past()
-            self.kv = [[empty[name(i)] for i in range(depth) for name in (spec.past_key, spec.past_value)]
-                       for _ in range(spec.FLOW_STEPS)]
+        if not self.x_ctx:
             self.x_ctx = [np.zeros((1, g.mel_dim, 0), np.float32) for _ in range(spec.FLOW_STEPS)]
 
         def velocity(step: int, x: F32, t: F32) -> F32:
@@ -244,10 +266,10 @@ class HopStream:
             feeds["x"], feeds["t"] = xin, t
             for i in range(depth):
                 feeds[spec.past_key(i)], feeds[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
-            out = hop.run(feeds)
+            out = hop.run_bound(feeds)
             for i in range(depth):
-                past[2 * i] = np.concatenate([past[2 * i], out[spec.new_key(i)]], axis=2)
-                past[2 * i + 1] = np.concatenate([past[2 * i + 1], out[spec.new_value(i)]], axis=2)
+                past[2 * i][:, :, start:stop] = out[spec.new_key(i)]
+                past[2 * i + 1][:, :, start:stop] = out[spec.new_value(i)]
             self.x_ctx[step] = xin[:, :, -spec.FLOW_CONV_CONTEXT:]
             v: F32 = out["velocity"]
             return v
