@@ -45,6 +45,8 @@ from ttscore.runtime.onnx import ExportedGraphs
 # mel frames at the end of a non-final hop whose samples are withheld: the f0 predictor's look-ahead (3),
 # conv_pre's (4), and one frame for the inverse STFT's overlap (vLLM-Omni's frames_withheld_per_chunk).
 WITHHELD_FRAMES = 8
+# the fewest hops of frames a stream's K/V buffers grow by
+GROWTH_HOPS = 4
 
 
 def hift_context(hift: dict[str, Any]) -> tuple[int, int]:
@@ -183,7 +185,8 @@ class HopStream:
     FLOW_CONV_CONTEXT frames of x; the mel of HiFT's window; the source's cumulative phase per frame of the
     last window. The K/V live in buffers of `capacity` slots (frames 0..frames-1 first, the rest masked), fed
     to the graph in place (IO binding) and written only at the new frames' slots: a hop copies nothing that
-    grows with the stream but when the buffers grow, by an eighth (at least the hop), copying what they hold.
+    grows with the stream but when the buffers grow, by half (at least GROWTH_HOPS hops), copying what they
+    hold (growing by an eighth copied them at nearly every hop: perf/README.md "CosyVoice3 hops").
     `cache_bytes`: their size (`bytes_per_frame` per slot: 2 x depth x heads x dim_head x FLOW_STEPS x 2 CFG
     rows x 4 bytes)."""
 
@@ -216,11 +219,12 @@ class HopStream:
         return 2 * int(f["depth"]) * int(f["heads"]) * int(f["dim_head"]) * spec.FLOW_STEPS * 2 * 4
 
     def _room(self, stop: int) -> None:
-        """K/V buffers of at least `stop` slots (grown by an eighth at least), holding frames 0..frames-1."""
+        """K/V buffers of at least `stop` slots, holding frames 0..frames-1."""
         if stop <= self.capacity:
             return
         f = self.g.sizes["flow"]
-        cap = max(stop, self.capacity + self.capacity // 8)
+        # by half (at least GROWTH_HOPS hops): a growth copies the cache, and the graph attends over every slot
+        cap = max(stop + GROWTH_HOPS * self.g.ratio * self.g.chunk_tokens, self.capacity + self.capacity // 2)
         shape = (2, int(f["heads"]), cap, int(f["dim_head"]))
         grown = [[np.zeros(shape, np.float32) for _ in range(2 * int(f["depth"]))] for _ in range(spec.FLOW_STEPS)]
         for new, old in zip(grown, self.kv, strict=False):  # none before the first hop
