@@ -226,11 +226,15 @@ class HopStream:
         # by half (at least GROWTH_HOPS hops): a growth copies the cache, and the graph attends over every slot
         cap = max(stop + GROWTH_HOPS * self.g.ratio * self.g.chunk_tokens, self.capacity + self.capacity // 2)
         shape = (2, int(f["heads"]), cap, int(f["dim_head"]))
-        grown = [[np.zeros(shape, np.float32) for _ in range(2 * int(f["depth"]))] for _ in range(spec.FLOW_STEPS)]
-        for new, old in zip(grown, self.kv, strict=False):  # none before the first hop
-            for b, a in zip(new, old, strict=True):
-                b[:, :, : self.frames] = a[:, :, : self.frames]
-        self.kv, self.capacity = grown, cap
+        if not self.kv:
+            self.kv = [[np.zeros(shape, np.float32) for _ in range(2 * int(f["depth"]))] for _ in range(spec.FLOW_STEPS)]
+        for step in self.kv:  # one buffer at a time: the growth holds one old buffer beside the new ones
+            for j, a in enumerate(step):
+                if a.shape[2] < cap:
+                    b = np.zeros(shape, np.float32)
+                    b[:, :, : self.frames] = a[:, :, : self.frames]
+                    step[j] = b
+        self.capacity = cap
 
     def _flow(self, tokens: Sequence[int], upto: int) -> F32:
         """The mel [mel, n] of frames self.frames..(prompt + upto tokens) x ratio, from `tokens` (those past
