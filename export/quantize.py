@@ -40,12 +40,6 @@ def fp32_int8_int4(display: str, precision: str) -> None:
         raise InvalidRequest(f"{display} exports fp32, int8 or int4 (got --precision {precision})", "precision")
 
 
-def only_fp32(display: str, precision: str) -> None:
-    """Refuse any other precision for a family that exports fp32 only so far (400 naming `precision`)."""
-    if precision != "fp32":
-        raise InvalidRequest(f"{display} exports fp32 only so far (got --precision {precision})", "precision")
-
-
 def quantize_weights(onnx_path: Path, bits: int, out_path: Path | None = None, block_size: int = 32) -> Path:
     """Weight-only quantization of the constant-weight MatMuls to MatMulNBits (`bits` 4 or 8,
     symmetric, one scale per `block_size` weights along K) with accuracy_level 4: activations are

@@ -11,7 +11,9 @@ the checkpoint's `.pt` files by their names (weight norm folded at load: w = g v
   causal grouped convs with Mish; blocks of AdaLayerNormZero, attention with x-transformers' interleaved
   rotary embedding on the first `dim_head` channels of q and k, the key-padding mask and the chunk mask,
   tanh-GELU feed-forward; final AdaLayerNorm and projection), run on the conditional and unconditional
-  (mu, spks and cond zeroed) rows at once: v = (1 + r) v_c - r v_u with the yaml's inference_cfg_rate r.
+  (mu, spks and cond zeroed) rows at once: v = (1 + r) v_c - r v_u with the yaml's inference_cfg_rate r;
+  over the explicit K/V of earlier frames (none for a whole utterance; a stream's past hops), returning the
+  frames' own K/V.
 - `HiFT`: the causal HiFT over a whole utterance (finalize=True): f0 predictor (causal convs, the first
   looking 3 frames right), the neural source (harmonics' per-frame phase increments summed, the sines held
   per frame as vLLM-Omni's causal SineGen2 holds them, the fixed sine-noise table as the `sine_noise`
@@ -262,22 +264,33 @@ class Estimator(nn.Module):
         self.dim = f.dim
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, mu: torch.Tensor, t: torch.Tensor, spks: torch.Tensor,
-                cond: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
-        """x, mu, cond [B, N, mel]; mask [B, N]; t [B]; spks [B, mel]; chunk [B] -> [B, N, mel]."""
-        b, n, _ = x.shape
+                cond: torch.Tensor, chunk: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """x, mu, cond [B, C + N, mel] (C frames of left context for the position convs, then N frames); mask
+        [B, P + N] (1 = valid: the past's slots, then the N frames); t [B]; spks [B, mel]; chunk [B]; `past`: per
+        block the rotated key and value [B, heads, P, dim_head] of the past's slots (slot j valid iff mask[:, j]:
+        the valid slots first, at positions 0..L-1; P may be 0) -> (velocity of the N frames [B, N, mel], their
+        keys and values). The N frames are at positions L..L+N-1 (L: the row's valid past slots). Each frame
+        attends to the past and to the frames its chunk mask allows: under the chunk mask the same values as
+        the whole sequence's rows, since past frames never see later ones."""
+        b = x.shape[0]
         temb = self.time_embed(t)
         h = self.input_embed(x, cond, mu, spks)
+        p = past[0].shape[2]
+        n = mask.shape[1] - p
+        h = h[:, h.shape[1] - n:]
+        length = (mask[:, :p] > 0).sum(dim=1)  # [B] valid past slots
+        pos = length[:, None] + torch.arange(n)[None, :]  # [B, N]
+        keys = torch.cat([torch.arange(p)[None, :].expand(b, p), pos], dim=1)  # [B, P + N]
         inv = cast(torch.Tensor, self.rotary_embed.inv_freq)
-        fr = torch.arange(n).float()[:, None] * inv[None, :]
-        fr = torch.stack((fr, fr), dim=-1).reshape(n, -1)  # [N, dim_head] interleaved
+        fr = pos.float()[:, :, None] * inv[None, None, :]
+        fr = torch.stack((fr, fr), dim=-1).reshape(b, n, -1)  # [B, N, dim_head] interleaved
         cos, sin = fr.cos(), fr.sin()
         rot = fr.shape[-1]
-        idx = torch.arange(n)
-        seen = idx[None, None, :] < ((idx[None, :, None] // chunk[:, None, None]) + 1) * chunk[:, None, None]  # [B, N, N]
-        keep = seen & (mask[:, None, :] > 0)
-        bias = torch.where(keep, torch.zeros(()), torch.full((), float("-inf")))[:, None]  # [B, 1, N, N]
-        valid = (mask > 0)[:, :, None]
-        for blk in cast("list[DiTBlock]", list(self.transformer_blocks)):
+        seen = keys[:, None, :] < ((pos[:, :, None] // chunk[:, None, None]) + 1) * chunk[:, None, None]  # [B, N, P+N]
+        bias = torch.where(seen & (mask[:, None, :] > 0), torch.zeros(()), torch.full((), float("-inf")))[:, None]
+        valid = (mask[:, p:] > 0)[:, :, None]
+        new: list[torch.Tensor] = []
+        for i, blk in enumerate(cast("list[DiTBlock]", list(self.transformer_blocks))):
             e = blk.attn_norm.linear(F.silu(temb))
             shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = e.chunk(6, dim=1)
             nrm = _ln(h, self.dim) * (1 + scale_msa[:, None]) + shift_msa[:, None]
@@ -288,16 +301,21 @@ class Estimator(nn.Module):
             q = q.view(b, n, a.heads, a.dim_head).transpose(1, 2)
             k = k.view(b, n, a.heads, a.dim_head).transpose(1, 2)
             v = v.view(b, n, a.heads, a.dim_head).transpose(1, 2)
-            s = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(a.dim_head) + bias
-            o = torch.matmul(s.softmax(-1), v).transpose(1, 2).reshape(b, n, -1)
-            o = a.to_out(o) * valid
+            new += [k, v]
+            kp, vp = past[2 * i], past[2 * i + 1]
+            # scores over the past and the new keys, one softmax, the two value blocks summed: the past is read
+            # in place (no concatenation copied per layer and step)
+            s = torch.cat([torch.matmul(q, kp.transpose(-1, -2)), torch.matmul(q, k.transpose(-1, -2))], dim=-1)
+            w = (s / math.sqrt(a.dim_head) + bias).softmax(-1)
+            o = torch.matmul(w[..., :p], vp) + torch.matmul(w[..., p:], v)
+            o = a.to_out(o.transpose(1, 2).reshape(b, n, -1)) * valid
             h = h + gate_msa[:, None] * o
             ffn = _ln(h, self.dim) * (1 + scale_mlp[:, None]) + shift_mlp[:, None]
             h = h + gate_mlp[:, None] * blk.ff(ffn)
         e = self.norm_out.linear(F.silu(temb))
         scale, shift = e.chunk(2, dim=1)
         h = _ln(h, self.dim) * (1 + scale)[:, None] + shift[:, None]
-        return self.proj_out(h)
+        return self.proj_out(h), new
 
 
 class FlowDecoder(nn.Module):
@@ -307,7 +325,8 @@ class FlowDecoder(nn.Module):
 
 
 class FlowVelocity(nn.Module):
-    """(x, mask, mu, t, spks, cond, chunk) -> the CFG-combined velocity [B, mel, N]."""
+    """flow_velocity (ttscore.contract.cosyvoice3.flow_velocity_spec): (x, mask, mu, t, spks, cond, chunk,
+    past K/V) -> (the CFG-combined velocity [B, mel, N], per block the frames' key and value)."""
 
     def __init__(self, info: CosyVoice3Info) -> None:
         super().__init__()
@@ -315,14 +334,16 @@ class FlowVelocity(nn.Module):
         self.cfg = info.flow.cfg_rate
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, mu: torch.Tensor, t: torch.Tensor, spks: torch.Tensor,
-                cond: torch.Tensor, chunk: torch.Tensor) -> torch.Tensor:
+                cond: torch.Tensor, chunk: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The estimator on the conditional and unconditional (mu, spks and cond zeroed) rows at once."""
         b = x.shape[0]
         xt, mut, ct = x.transpose(1, 2), mu.transpose(1, 2), cond.transpose(1, 2)
-        v = self.decoder.estimator(torch.cat([xt, xt]), torch.cat([mask, mask]), torch.cat([mut, torch.zeros_like(mut)]),
-                                   torch.cat([t, t]), torch.cat([spks, torch.zeros_like(spks)]),
-                                   torch.cat([ct, torch.zeros_like(ct)]), torch.cat([chunk, chunk]))
+        v, new = self.decoder.estimator(torch.cat([xt, xt]), torch.cat([mask, mask]),
+                                        torch.cat([mut, torch.zeros_like(mut)]), torch.cat([t, t]),
+                                        torch.cat([spks, torch.zeros_like(spks)]), torch.cat([ct, torch.zeros_like(ct)]),
+                                        torch.cat([chunk, chunk]), *past)
         vc, vu = v[:b], v[b:]
-        return ((1.0 + self.cfg) * vc - self.cfg * vu).transpose(1, 2)
+        return (((1.0 + self.cfg) * vc - self.cfg * vu).transpose(1, 2), *new)
 
 
 # --- HiFT -----------------------------------------------------------------------------------------
@@ -389,7 +410,8 @@ class Source(nn.Module):
 
 
 class HiFT(nn.Module):
-    """(mel [B, mel, F], sine_noise [B, F * spf, H + 1]) -> pcm [B, F * spf] (finalize=True)."""
+    """(mel [B, mel, F], sine_noise [B, F * spf, H + 1], phase0 [B, H + 1], skip [B]) -> (pcm [B, F * spf]
+    (finalize=True), the source's cumulative phase increments [B, F, H + 1])."""
 
     window: torch.Tensor
     stft_basis: torch.Tensor
@@ -436,24 +458,32 @@ class HiFT(nn.Module):
         imag[-1] = 0.0
         self.register_buffer("istft_basis", (torch.cat([real, imag]) * window[None, :])[:, None].float(), persistent=False)
 
-    def source(self, f0: torch.Tensor, sine_noise: torch.Tensor) -> torch.Tensor:
-        """f0 [B, F] -> the merged excitation [B, 1, F * spf]."""
+    def source(self, f0: torch.Tensor, sine_noise: torch.Tensor, phase0: torch.Tensor, skip: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """f0 [B, F] -> (the merged excitation [B, 1, F * spf], the cumulative phase increments [B, F, H+1]).
+
+        The increments are summed in order from `phase0` (the sum before frame `skip`; frames before `skip`
+        add nothing): a window seeded with a whole run's sum before its frame `skip` continues that run's
+        float32 running sum exactly."""
         h = self.h
         spf = h.samples_per_frame
         harm = torch.arange(1, h.nb_harmonics + 2).float()
         rad = torch.remainder(f0[:, :, None] * harm[None, None, :] / float(h.sampling_rate), 1.0)  # [B, F, H+1]
-        phase = torch.cumsum(rad, dim=1) * 2 * math.pi
+        rad = torch.where(torch.arange(f0.shape[1])[None, :, None] >= skip[:, None, None], rad, torch.zeros(()))
+        cum = torch.cumsum(torch.cat([phase0[:, None], rad], dim=1), dim=1)[:, 1:]
+        phase = cum * 2 * math.pi
         sines = torch.sin((phase * float(spf)).repeat_interleave(spf, dim=1)) * h.nsf_alpha  # [B, L, H+1]
         uv = (f0 > h.nsf_voiced_threshold).float().repeat_interleave(spf, dim=1)[:, :, None]
         amp = uv * h.nsf_sigma + (1 - uv) * h.nsf_alpha / 3
         waves = sines * uv + amp * sine_noise
-        return torch.tanh(self.m_source.l_linear(waves)).transpose(1, 2)
+        return torch.tanh(self.m_source.l_linear(waves)).transpose(1, 2), cum
 
-    def forward(self, mel: torch.Tensor, sine_noise: torch.Tensor) -> torch.Tensor:
+    def forward(self, mel: torch.Tensor, sine_noise: torch.Tensor, phase0: torch.Tensor, skip: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.h
         n_fft, hop = h.n_fft, h.hop_len
         f0 = self.f0_predictor(mel)
-        s = self.source(f0, sine_noise)  # [B, 1, L]
+        s, cum = self.source(f0, sine_noise, phase0, skip)  # [B, 1, L]
         spec = F.conv1d(F.pad(s, (n_fft // 2, n_fft // 2), mode="reflect"), self.stft_basis, stride=hop)
         x = self.conv_pre(mel)
         nk = len(h.resblock_kernel_sizes)
@@ -475,7 +505,7 @@ class HiFT(nn.Module):
         wav = F.conv_transpose1d(coeffs, self.istft_basis, stride=hop)  # [B, 1, (frames - 1) hop + n_fft]
         env = F.conv_transpose1d(torch.ones(1, 1, frames), (self.window ** 2)[None, None], stride=hop)
         wav = (wav / env)[:, 0, n_fft // 2: n_fft // 2 + (frames - 1) * hop]
-        return torch.clamp(wav, -h.audio_limit, h.audio_limit)
+        return torch.clamp(wav, -h.audio_limit, h.audio_limit), cum
 
 
 # --- loading ----------------------------------------------------------------------------------------

@@ -107,3 +107,66 @@ def test_stream_first_audio_after_the_first_hop(cosyvoice3_artifacts: Path) -> N
     assert len(rest) >= 2
     whole = g.audio(g.mel(prompt, toks, flow, chunk=g.static_chunk))
     np.testing.assert_allclose(np.concatenate([first, *rest]), whole, rtol=0, atol=STREAM_TOLERANCE)
+
+
+def test_long_stream_costs_each_hop_the_same_and_equals_the_whole(cosyvoice3_artifacts: Path) -> None:
+    """Twelve hops: each runs the flow on its own 50 new frames only (flow_velocity fed the past K/V, which grows
+    by exactly the hop's frames) and HiFT on a bounded window, the source phase carried; the pieces still
+    join into the whole decode under the chunk mask."""
+    from ttscore.runtime.families.cosyvoice3 import sampling
+    from ttscore.runtime.families.cosyvoice3.generate import (
+        GROWTH_HOPS,
+        WITHHELD_FRAMES,
+        CosyVoice3Graphs,
+        HopStream,
+    )
+
+    g = CosyVoice3Graphs(cosyvoice3_artifacts)
+    n_prompt = 30
+    prompt = _prompt(g, 3, n_prompt, [5, 6, 7])
+    toks = [int(t) for t in np.random.default_rng(4).integers(0, g.speech_token_size, 12 * g.chunk_tokens + 7)]
+    flow = sampling.flow_noise(3, g.mel_dim, 2 * (len(toks) + n_prompt))
+    hops = HopStream(g, prompt, flow)
+    hop_graph = g.graphs["flow_velocity"]
+    pieces, fed, windows = [], [], []
+    per_frame = hops.bytes_per_frame
+    for t in toks:
+        before = hop_graph.calls
+        piece = hops.push([t])
+        if hop_graph.calls > before:
+            fed.append(hops.frames)
+            windows.append(hops.mel.shape[1])
+            # the buffers hold the frames, grown by half (at least GROWTH_HOPS hops) when full
+            slack = max(hops.frames // 2, (GROWTH_HOPS + 1) * 2 * g.chunk_tokens)
+            assert hops.frames * per_frame <= hops.cache_bytes <= (hops.frames + slack) * per_frame
+        pieces.append(piece)
+    pieces.append(hops.finish())
+    steps = np.diff(fed)
+    assert len(fed) >= 11 and (steps == 2 * g.chunk_tokens).all(), fed
+    assert max(windows[2:]) <= hops.window + 2 * g.chunk_tokens + WITHHELD_FRAMES, windows
+    whole = g.audio(g.mel(prompt, toks, flow, chunk=g.static_chunk))
+    np.testing.assert_allclose(np.concatenate(pieces), whole, rtol=0, atol=STREAM_TOLERANCE)
+
+
+
+def test_hift_window_with_carried_phase_equals_the_whole(cosyvoice3_artifacts: Path) -> None:
+    """HopStream's HiFT window (generate.hift_context) seeded with the whole run's running phase: the same
+    samples from the window's first frame to emit on, and the same running phase (ONNX Runtime sums it in
+    float32 in order, so the carry continues the whole run's sum). The tiny f0 stays below the voiced
+    threshold, so its sines never sound: the phase output is what shows the carry (a wrong one is checked
+    to differ)."""
+    from ttscore.runtime.families.cosyvoice3.generate import CosyVoice3Graphs, hift_context
+
+    g = CosyVoice3Graphs(cosyvoice3_artifacts)
+    f0_frames, window = hift_context(g.sizes["hift"])
+    spm, h = g.samples_per_mel, g.harmonics + 1
+    mel = np.random.default_rng(8).standard_normal((g.mel_dim, 220)).astype(np.float32) * 2 - 3
+    whole, phase = g._hift(mel, 0, np.zeros(h, np.float32), 0)
+    for first in (60, 160):
+        start = first - window
+        carried = phase[start + f0_frames - 1]
+        pcm, got = g._hift(mel[:, start:], start, carried, f0_frames)
+        np.testing.assert_allclose(pcm[window * spm:], whole[first * spm:], rtol=0, atol=STREAM_TOLERANCE)
+        np.testing.assert_allclose(got[f0_frames:], phase[start + f0_frames:], rtol=1e-6, atol=0)
+        _, wrong = g._hift(mel[:, start:], start, carried + 0.01, f0_frames)
+        assert np.abs(wrong[f0_frames:] - phase[start + f0_frames:]).min() > 1e-3

@@ -144,16 +144,18 @@ def test_serve_refuses_an_unregistered_family(tmp_path):
 
 
 @pytest.mark.parametrize("module, function", [
-    ("cosyvoice3", "export_cosyvoice3"),
+    ("breeze_tts_2", "export_breeze"), ("cosyvoice3", "export_cosyvoice3"), ("fish_speech", "export_fish"),
+    ("gepard", "export_gepard"), ("moss_tts_nano", "export_moss"), ("omnivoice", "export_omnivoice"),
+    ("voxtral_tts", "export_voxtral"),
 ])
-def test_an_fp32_only_exporter_refuses_another_precision_before_reading_anything(module, function, tmp_path):
-    """400 naming `precision` (export.quantize.only_fp32), raised before the checkpoint is opened: the
+def test_a_quantizing_exporter_refuses_an_unknown_precision_before_reading_anything(module, function, tmp_path):
+    """400 naming `precision` (export.quantize.fp32_int8_int4), raised before the checkpoint is opened: the
     source here does not exist, so any other error means the check came too late."""
     from ttscore.contract.errors import InvalidRequest
 
     export = getattr(importlib.import_module(f"export.{module}.exporter"), function)
-    with pytest.raises(InvalidRequest, match=r"exports fp32 only so far \(got --precision int8\)") as err:
-        export(tmp_path / "no-checkpoint", tmp_path / "out", "int8", None, {})
+    with pytest.raises(InvalidRequest, match=r"exports fp32, int8 or int4 \(got --precision bf16\)") as err:
+        export(tmp_path / "no-checkpoint", tmp_path / "out", "bf16", None, {})
     assert err.value.param == "precision"
     assert not (tmp_path / "out").exists()
 

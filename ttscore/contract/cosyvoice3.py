@@ -102,6 +102,9 @@ WIRE = wire.FamilyWire(FAMILY, (wire.TEXT, wire.MAX_NEW_TOKENS, wire.SEED, wire.
 TEXT_EMBEDDING = "text_embedding"
 SPEECH_EMBEDDING = "speech_embedding"
 GRAPH_NAMES = ("lm_step", "flow_cond", "flow_velocity", "hift")
+# The DiT's convolutional position embedding: two causal convs of kernel 31, so a frame's input embedding
+# depends on the 60 frames before it (flow_velocity's left context in a stream).
+FLOW_CONV_CONTEXT = 60
 
 
 def lm_step_spec(layers: int, dim: int, kv_heads: int, head_dim: int, speech_rows: int) -> GraphSpec:
@@ -135,33 +138,52 @@ def flow_cond_spec(mel: int, spk_dim: int) -> GraphSpec:
     )
 
 
-def flow_velocity_spec(mel: int) -> GraphSpec:
-    """One Euler step's guided velocity of the DiT: x, mu, cond [B, mel, N], mask [B, N] (1 = valid frame),
-    t [B], spks [B, mel], chunk [B] (attention chunk in frames: frame i sees frames j < (i // chunk + 1) *
-    chunk; chunk >= N is full attention) -> v [B, mel, N] = (1 + cfg) v(mu, spks, cond) - cfg v(0, 0, 0)."""
+def flow_velocity_spec(mel: int, depth: int, heads: int, dim_head: int) -> GraphSpec:
+    """One Euler step's guided velocity of the DiT for N frames over the K/V of the frames before them (a
+    whole utterance: no past; a stream's hop: its new frames over the past ones, which the chunk mask keeps
+    from seeing later frames): x, mu, cond [B, mel, C + N] (C <= FLOW_CONV_CONTEXT frames before the N,
+    only for the position convs; 0 at the start), mask [B, P + N] (1 = valid: the past's P slots, then the N
+    frames; a stream's past is a buffer whose first L slots are its frames 0..L-1, the rest masked), t [B],
+    spks [B, mel], chunk [B] (attention chunk in frames: frame i sees frames j < (i // chunk + 1) * chunk;
+    chunk >= L + N is full attention), and per DiT layer the past slots' rotated key and value
+    [2B, heads, P, dim_head] (rows: B conditional then B unconditional) -> v [B, mel, N] = (1 + cfg)
+    v(mu, spks, cond) - cfg v(0, 0, 0) at positions L..L+N-1, and the N frames' key and value
+    [2B, heads, N, dim_head]."""
+    kv_past = [TensorSpec(f(i), "float32", ("rows", heads, "past", dim_head))
+               for i in range(depth) for f in (past_key, past_value)]
+    kv_new = [TensorSpec(f(i), "float32", ("rows", heads, "frames", dim_head))
+              for i in range(depth) for f in (new_key, new_value)]
     return GraphSpec(
         "flow_velocity",
         (
-            TensorSpec("x", "float32", ("batch", mel, "frames")),
-            TensorSpec("mask", "float32", ("batch", "frames")),
-            TensorSpec("mu", "float32", ("batch", mel, "frames")),
+            TensorSpec("x", "float32", ("batch", mel, "window")),
+            TensorSpec("mask", "float32", ("batch", "total")),
+            TensorSpec("mu", "float32", ("batch", mel, "window")),
             TensorSpec("t", "float32", ("batch",)),
             TensorSpec("spks", "float32", ("batch", mel)),
-            TensorSpec("cond", "float32", ("batch", mel, "frames")),
+            TensorSpec("cond", "float32", ("batch", mel, "window")),
             TensorSpec("chunk", "int64", ("batch",)),
+            *kv_past,
         ),
-        (TensorSpec("velocity", "float32", ("batch", mel, "frames")),),
+        (TensorSpec("velocity", "float32", ("batch", mel, "frames")), *kv_new),
     )
 
 
 def hift_spec(mel: int, harmonics: int) -> GraphSpec:
-    """The causal HiFT over a whole utterance: mel [B, mel, F] and the fixed sine-noise table rows of its
-    samples [B, F * samples_per_frame, harmonics + 1] -> pcm [B, F * samples_per_frame]."""
+    """The causal HiFT over a whole utterance or a stream's window of it: mel [B, mel, F] and the fixed
+    sine-noise table rows of its samples [B, F * samples_per_frame, harmonics + 1], `phase0` [B, harmonics + 1]
+    (the source's cumulative phase increments before frame `skip`; zeros from the utterance's start) and `skip`
+    [B] (frames whose increments are not summed: a window's first frames, whose f0 lacks its left context) ->
+    pcm [B, F * samples_per_frame] and `phase` [B, F, harmonics + 1] (the cumulative increments per frame, to
+    seed a later window)."""
     return GraphSpec(
         "hift",
         (
             TensorSpec("mel", "float32", ("batch", mel, "frames")),
             TensorSpec("sine_noise", "float32", ("batch", "samples", harmonics + 1)),
+            TensorSpec("phase0", "float32", ("batch", harmonics + 1)),
+            TensorSpec("skip", "int64", ("batch",)),
         ),
-        (TensorSpec("pcm", "float32", ("batch", "samples")),),
+        (TensorSpec("pcm", "float32", ("batch", "samples")),
+         TensorSpec("phase", "float32", ("batch", "frames", harmonics + 1))),
     )

@@ -4,17 +4,20 @@ engine is not wired yet).
 - `tokens`: prefill `[sos, text(ref_text + text), task_id, prompt speech tokens]` (rows of the two tables),
   then per token `lm_step` -> logits -> RAS (sampling.py) with the request's noise; a stop id ends.
 - `mel`: the flow over prompt + speech tokens: `flow_cond` (mu, spks), cond = the prompt mel then zeros,
-  x0 = the request's position-indexed noise, 10 Euler steps of `flow_velocity` on the cosine schedule;
+  x0 = the request's position-indexed noise, 10 Euler steps of `flow_velocity` (no past) on the cosine schedule;
   the prompt's frames cropped. `chunk` is the attention chunk in mel frames (0: full attention, vLLM-Omni's
   offline decode; the yaml's static_chunk_size: upstream's streaming mask).
 - `audio`: `hift` over the mel with the fixed sine-noise table's rows from sample 0.
 - `stream`: the hop scheme (export/cosyvoice3/README.md "Streaming"): the first hop ends where prompt +
   hop is a multiple of the chunk (chunk_size tokens), later hops chunk_size tokens; each hop needs
-  `pre_lookahead_len` tokens past its end, re-runs the flow over the whole prefix with the chunk mask and
-  keeps the hop's frames, re-runs HiFT over the whole mel so far and emits the samples no withheld frame
-  can change (all but the last `WITHHELD_FRAMES` mel frames' worth); the last hop runs with zeros after
-  the end (finalize) and emits the rest. Under the chunk mask with position-indexed noise this equals the
-  whole-utterance decode with the same mask.
+  `pre_lookahead_len` tokens past its end. Under the chunk mask a completed chunk never sees later frames,
+  so the flow computes only the hop's new frames (`flow_velocity`) over the past frames' K/V kept per solver step
+  (and CFG row), with the position convs' left context; HiFT runs over a window of the mel (its receptive
+  field before the first sample still to emit, then the new frames) seeded with the source's running phase,
+  and the hop emits the samples no withheld frame can change (all but the last `WITHHELD_FRAMES` mel frames'
+  worth); the last hop runs with zeros after the end (finalize) and emits the rest. Each hop costs the same
+  whatever its position (but for attention over the growing past), and the pieces equal the whole-utterance
+  decode with the same mask.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,11 +33,11 @@ from ttscore.contract import cosyvoice3 as spec
 from ttscore.runtime.families.cosyvoice3.sampling import (
     F32,
     I64,
+    euler,
     ras_pick,
     scores,
     sine_rows,
     sine_table,
-    timesteps,
 )
 from ttscore.runtime.kv import GrowingPast
 from ttscore.runtime.onnx import ExportedGraphs
@@ -41,6 +45,32 @@ from ttscore.runtime.onnx import ExportedGraphs
 # mel frames at the end of a non-final hop whose samples are withheld: the f0 predictor's look-ahead (3),
 # conv_pre's (4), and one frame for the inverse STFT's overlap (vLLM-Omni's frames_withheld_per_chunk).
 WITHHELD_FRAMES = 8
+# the fewest hops of frames a stream's K/V buffers grow by
+GROWTH_HOPS = 4
+
+
+def hift_context(hift: dict[str, Any]) -> tuple[int, int]:
+    """(f0 frames, window frames): the mel frames before a sample that can change it, bounded from HiFT's
+    sizes (export/cosyvoice3/graphs.py HiFT): the f0 predictor's causal convs (its first conv looks right
+    only) and, through the source's STFT, every conv after it, each counted serially at its own rate (an
+    upper bound: parallel branches are added, not maxed), plus the STFT and inverse-STFT overlap and the
+    last level's one-sample reflection pad, rounded up, plus the f0 frames."""
+    rates = list(hift["upsample_rates"])
+    spf = int(np.prod(rates)) * int(hift["hop_len"])
+    n_fft = int(hift["n_fft"])
+    f0 = 4 * 2  # F0Predictor: four causal convs of kernel 3 after the first
+    samples = 0.0  # left extent in seconds x frame rate, i.e. in mel frames
+    res = [sum((k - 1) * d + (k - 1) for d in dil)
+           for k, dil in zip(hift["resblock_kernel_sizes"], hift["resblock_dilation_sizes"], strict=True)]
+    src = [sum((k - 1) * d + (k - 1) for d in dil)
+           for k, dil in zip(hift["source_resblock_kernel_sizes"], hift["source_resblock_dilation_sizes"], strict=True)]
+    per_frame = 1
+    for i, (u, k) in enumerate(zip(rates, hift["upsample_kernel_sizes"], strict=True)):
+        per_frame *= u
+        stride = int(np.prod(rates[i + 1:]))  # source_downs' stride in STFT frames
+        samples += (k - 1 + max(res) + src[i] + 1) / per_frame + (2 * stride) * int(hift["hop_len"]) / spf
+    samples += 6 / per_frame + 2 * n_fft / spf  # conv_post, the STFT's and inverse STFT's windows
+    return f0, f0 + int(np.ceil(samples)) + 1
 
 
 @dataclass
@@ -100,31 +130,39 @@ class CosyVoice3Graphs(ExportedGraphs):
         cond = np.zeros((1, self.mel_dim, n), np.float32)
         cond[0, :, :p] = prompt.feat.T
         x: F32 = np.ascontiguousarray(noise[None, :, :n]).astype(np.float32)
-        mask = np.ones((1, n), np.float32)
-        ch = np.array([chunk if chunk > 0 else n], np.int64)
+        feeds = {"mask": np.ones((1, n), np.float32), "mu": mu, "spks": c["spks"], "cond": cond,
+                 "chunk": np.array([chunk if chunk > 0 else n], np.int64), **self.empty_past()}
         vel = self.graphs["flow_velocity"]
-        ts = timesteps(spec.FLOW_STEPS)
-        t, dt = ts[0], ts[1] - ts[0]
-        for s in range(1, len(ts)):
-            v = vel.run({"x": x, "mask": mask, "mu": mu, "t": np.array([t], np.float32), "spks": c["spks"],
-                         "cond": cond, "chunk": ch})["velocity"]
-            x = (x + dt * v).astype(np.float32)
-            t = np.float32(t + dt)
-            if s < len(ts) - 1:
-                dt = np.float32(ts[s + 1] - t)
+
+        def velocity(step: int, x: F32, t: F32) -> F32:
+            out: F32 = vel.run({**feeds, "x": x, "t": t})["velocity"]
+            return out
+
+        x = euler(velocity, x, spec.FLOW_STEPS)
         out: F32 = x[0, :, p:]
         return out
+
+    def empty_past(self) -> dict[str, F32]:
+        """flow_velocity's past K/V when there is none (a whole utterance, a stream's first hop)."""
+        f = self.sizes["flow"]
+        shape = (2, int(f["heads"]), 0, int(f["dim_head"]))
+        return {name(i): np.zeros(shape, np.float32) for i in range(int(f["depth"])) for name in (spec.past_key, spec.past_value)}
 
     def mel(self, prompt: Prompt, tokens: Sequence[int], noise: F32, chunk: int = 0) -> F32:
         return self._flow(prompt, tokens, self.ratio * len(tokens), noise, chunk)
 
     # --- vocoder ----------------------------------------------------------------------------------
     def audio(self, mel: F32) -> F32:
-        frames = mel.shape[1]
-        rows = sine_rows(sine_table(self.sample_rate, self.harmonics), 0, frames * self.samples_per_mel)
-        out: F32 = self.graphs["hift"].run({"mel": np.ascontiguousarray(mel[None], np.float32),
-                                            "sine_noise": rows[None]})["pcm"][0]
-        return out
+        return self._hift(mel, 0, np.zeros(self.harmonics + 1, np.float32), 0)[0]
+
+    def _hift(self, mel: F32, start: int, phase0: F32, skip: int) -> tuple[F32, F32]:
+        """HiFT over mel frames start.. (the sine-noise rows of their samples): (pcm, the cumulative phase
+        increments per frame), the increments summed from `phase0` at frame `skip` of the window."""
+        spm = self.samples_per_mel
+        rows = sine_rows(sine_table(self.sample_rate, self.harmonics), start * spm, mel.shape[1] * spm)
+        out = self.graphs["hift"].run({"mel": np.ascontiguousarray(mel[None], np.float32), "sine_noise": rows[None],
+                                       "phase0": phase0[None].astype(np.float32), "skip": np.array([skip], np.int64)})
+        return out["pcm"][0], out["phase"][0]
 
     # --- streaming ---------------------------------------------------------------------------------
     def stream(self, prompt: Prompt, tokens: Iterator[int] | Sequence[int], noise: F32) -> Iterator[F32]:
@@ -141,31 +179,149 @@ class CosyVoice3Graphs(ExportedGraphs):
 
 
 class HopStream:
-    """One utterance's streaming decode: tokens pushed as they come, audio out per completed hop."""
+    """One utterance's streaming decode: tokens pushed as they come, audio out per completed hop.
+
+    State: per Euler step the past frames' K/V of every DiT layer (both CFG rows) and the last
+    FLOW_CONV_CONTEXT frames of x; the mel of HiFT's window; the source's cumulative phase per frame of the
+    last window. The K/V live in buffers of `capacity` slots (frames 0..frames-1 first, the rest masked), fed
+    to the graph in place (IO binding) and written only at the new frames' slots: a hop copies nothing that
+    grows with the stream but when the buffers grow, by half (at least GROWTH_HOPS hops), copying what they
+    hold (growing by an eighth copied them at nearly every hop: perf/README.md "CosyVoice3 hops").
+    `cache_bytes`: their size (`bytes_per_frame` per slot: 2 x depth x heads x dim_head x FLOW_STEPS x 2 CFG
+    rows x 4 bytes)."""
 
     def __init__(self, graphs: CosyVoice3Graphs, prompt: Prompt, noise: F32) -> None:
         self.g, self.prompt, self.noise = graphs, prompt, noise
         hop, n_prompt = graphs.chunk_tokens, len(prompt.speech_tokens)
         self.end = -(-n_prompt // hop) * hop - n_prompt + hop  # prompt + first hop: a multiple of hop
         self.tokens: list[int] = []
-        self.mel: list[F32] = []
-        self.emitted = 0
         self.done = False
+        # flow: frames computed (prompt included), per step the K/V and x's context
+        self.frames = 0
+        self.capacity = 0
+        self.kv: list[list[F32]] = []
+        self.x_ctx: list[F32] = []
+        # HiFT: mel frames after the prompt kept from `mel_start`, samples emitted, the last window's phase
+        self.mel = np.zeros((graphs.mel_dim, 0), np.float32)
+        self.mel_start = 0
+        self.emitted = 0
+        self.phase = np.zeros((0, graphs.harmonics + 1), np.float32)
+        self.phase_start = 0
+        self.f0_context, self.window = hift_context(graphs.sizes["hift"])
+
+    @property
+    def cache_bytes(self) -> int:
+        return sum(a.nbytes for step in self.kv for a in step)
+
+    @property
+    def bytes_per_frame(self) -> int:
+        f = self.g.sizes["flow"]
+        return 2 * int(f["depth"]) * int(f["heads"]) * int(f["dim_head"]) * spec.FLOW_STEPS * 2 * 4
+
+    def _room(self, stop: int) -> None:
+        """K/V buffers of at least `stop` slots, holding frames 0..frames-1."""
+        if stop <= self.capacity:
+            return
+        f = self.g.sizes["flow"]
+        # by half (at least GROWTH_HOPS hops): a growth copies the cache, and the graph attends over every slot
+        cap = max(stop + GROWTH_HOPS * self.g.ratio * self.g.chunk_tokens, self.capacity + self.capacity // 2)
+        shape = (2, int(f["heads"]), cap, int(f["dim_head"]))
+        if not self.kv:
+            self.kv = [[np.zeros(shape, np.float32) for _ in range(2 * int(f["depth"]))] for _ in range(spec.FLOW_STEPS)]
+        for step in self.kv:  # one buffer at a time: the growth holds one old buffer beside the new ones
+            for j, a in enumerate(step):
+                if a.shape[2] < cap:
+                    b = np.zeros(shape, np.float32)
+                    b[:, :, : self.frames] = a[:, :, : self.frames]
+                    step[j] = b
+        self.capacity = cap
+
+    def _flow(self, tokens: Sequence[int], upto: int) -> F32:
+        """The mel [mel, n] of frames self.frames..(prompt + upto tokens) x ratio, from `tokens` (those past
+        `upto` only look ahead), over the cached past; the cache grown by them."""
+        g, pr = self.g, self.prompt
+        p_frames = g.ratio * len(pr.speech_tokens)
+        start, stop = self.frames, p_frames + g.ratio * upto
+        if stop <= start:
+            return np.zeros((g.mel_dim, 0), np.float32)
+        ctx = min(spec.FLOW_CONV_CONTEXT, start)
+        lo = start - ctx  # first frame fed (context)
+        # mu of frames lo..stop: token t's mu sees tokens t - 2 .. t + lookahead (pre-lookahead convs), so the
+        # conditioning runs from 2 tokens before lo's and its first outputs are dropped
+        allt: I64 = np.concatenate([pr.speech_tokens, np.asarray(tokens, np.int64)]).astype(np.int64)
+        t0 = max(0, lo // g.ratio - 2)
+        part = allt[t0:]
+        c = g.graphs["flow_cond"].run({"tokens": part[None], "token_len": np.array([len(part)], np.int64),
+                                       "embedding": pr.embedding[None].astype(np.float32)})
+        mu: F32 = np.ascontiguousarray(c["mu"][:, :, lo - g.ratio * t0: stop - g.ratio * t0])
+        cond = np.zeros((1, g.mel_dim, stop - lo), np.float32)
+        if lo < p_frames:
+            cond[0, :, : p_frames - lo] = pr.feat[lo:].T
+        x: F32 = np.ascontiguousarray(self.noise[None, :, start:stop]).astype(np.float32)
+        self._room(stop)
+        mask = np.ones((1, self.capacity + stop - start), np.float32)
+        mask[0, start: self.capacity] = 0  # the buffers' slots past the frames held
+        feeds: dict[str, Any] = {"mask": mask, "mu": mu, "spks": np.ascontiguousarray(c["spks"]), "cond": cond,
+                                 "chunk": np.array([g.static_chunk], np.int64)}
+        hop = g.graphs["flow_velocity"]
+        depth = int(g.sizes["flow"]["depth"])
+        if not self.x_ctx:
+            self.x_ctx = [np.zeros((1, g.mel_dim, 0), np.float32) for _ in range(spec.FLOW_STEPS)]
+
+        def velocity(step: int, x: F32, t: F32) -> F32:
+            past = self.kv[step]
+            xin = np.concatenate([self.x_ctx[step], x], axis=2)
+            feeds["x"], feeds["t"] = xin, t
+            for i in range(depth):
+                feeds[spec.past_key(i)], feeds[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
+            out = hop.run_bound(feeds)
+            for i in range(depth):
+                past[2 * i][:, :, start:stop] = out[spec.new_key(i)]
+                past[2 * i + 1][:, :, start:stop] = out[spec.new_value(i)]
+            self.x_ctx[step] = xin[:, :, -spec.FLOW_CONV_CONTEXT:]
+            v: F32 = out["velocity"]
+            return v
+
+        x = euler(velocity, x, spec.FLOW_STEPS)
+        self.frames = stop
+        # the prompt's frames are not audio
+        new: F32 = x[0, :, max(0, p_frames - start):]
+        return new
+
+    def _vocode(self, final: bool) -> F32:
+        """HiFT over the window ending at the last mel frame; the samples from `emitted` to those no later
+        frame can change (final: all)."""
+        g = self.g
+        spm = g.samples_per_mel
+        total = self.mel_start + self.mel.shape[1]
+        if total == 0:
+            return np.zeros(0, np.float32)
+        first = self.emitted // spm  # the first frame with samples still to emit
+        start = max(0, first - self.window)
+        skip = self.f0_context if start > 0 else 0
+        phase0 = np.zeros(g.harmonics + 1, np.float32)
+        if skip:
+            k = start + skip - 1 - self.phase_start  # the last window's running sum before frame start + skip
+            if not 0 <= k < len(self.phase):
+                raise RuntimeError("HopStream: the HiFT window outran the carried phase")
+            phase0 = self.phase[k]
+        pcm, phase = g._hift(self.mel[:, start - self.mel_start:], start, phase0, skip)
+        self.phase, self.phase_start = phase, start
+        # keep the mel from the next window's earliest start on
+        drop = start - self.mel_start
+        self.mel, self.mel_start = self.mel[:, drop:], start
+        keep = total * spm if final else max(0, (total - WITHHELD_FRAMES) * spm)
+        out: F32 = pcm[self.emitted - start * spm: keep - start * spm] if keep > self.emitted else np.zeros(0, np.float32)
+        self.emitted = max(self.emitted, keep)
+        return out
 
     def _hop(self, final: bool) -> F32:
         g = self.g
         upto = len(self.tokens) if final else self.end
-        have = sum(m.shape[1] for m in self.mel)
         used = self.tokens if final else self.tokens[: self.end + g.lookahead]
-        mel = g._flow(self.prompt, used, g.ratio * upto, self.noise, g.static_chunk)
-        self.mel.append(mel[:, have:])
-        whole: F32 = np.concatenate(self.mel, axis=1)
-        pcm = g.audio(whole) if whole.shape[1] else np.zeros(0, np.float32)
-        keep = len(pcm) if final else max(0, (whole.shape[1] - WITHHELD_FRAMES) * g.samples_per_mel)
-        out: F32 = pcm[self.emitted:keep] if keep > self.emitted else np.zeros(0, np.float32)
-        self.emitted = max(self.emitted, keep)
+        self.mel = np.concatenate([self.mel, self._flow(used, upto)], axis=1)
         self.end += g.chunk_tokens
-        return out
+        return self._vocode(final)
 
     def push(self, tokens: Sequence[int]) -> F32:
         """Take new tokens; the audio of every hop they complete (maybe none)."""

@@ -17,7 +17,7 @@ utterance start, wrapping after `SINE_TABLE_SECONDS` (vLLM-Omni wraps its 300 s 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -122,3 +122,16 @@ def timesteps(n_steps: int) -> F32:
     lin = linspace_f32(0.0, 1.0, n_steps + 1)
     out: F32 = (np.float32(1.0) - np.cos(lin * np.float32(0.5) * np.float32(np.pi))).astype(np.float32)
     return out
+
+
+def euler(velocity: Callable[[int, F32, F32], F32], x: F32, n_steps: int) -> F32:
+    """x after `n_steps` Euler steps on the cosine schedule (`timesteps`), as upstream's solver steps in float32:
+    `velocity(step, x, t)` (step 0..n_steps - 1, t [1]) is the step's velocity."""
+    ts = timesteps(n_steps)
+    t, dt = ts[0], ts[1] - ts[0]
+    for s in range(1, len(ts)):
+        x = (x + dt * velocity(s - 1, x, np.array([t], np.float32))).astype(np.float32)
+        t = np.float32(t + dt)
+        if s < len(ts) - 1:
+            dt = np.float32(ts[s + 1] - t)
+    return x
