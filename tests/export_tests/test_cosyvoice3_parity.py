@@ -148,6 +148,30 @@ def test_long_stream_costs_each_hop_the_same_and_equals_the_whole(cosyvoice3_art
     np.testing.assert_allclose(np.concatenate(pieces), whole, rtol=0, atol=STREAM_TOLERANCE)
 
 
+def test_a_stream_past_its_cache_budget_recomputes_the_prefix_and_still_equals_the_whole(
+        cosyvoice3_artifacts: Path) -> None:
+    """A flow K/V cache budget of about three hops: the stream frees its cache when the next hop would pass it and
+    recomputes each later hop over the whole prefix; memory stays bounded and the audio is the whole decode's."""
+    from ttscore.runtime.families.cosyvoice3 import sampling
+    from ttscore.runtime.families.cosyvoice3.generate import CosyVoice3Graphs, HopStream
+
+    g = CosyVoice3Graphs(cosyvoice3_artifacts)
+    n_prompt = 30
+    prompt = _prompt(g, 3, n_prompt, [5, 6, 7])
+    toks = [int(t) for t in np.random.default_rng(5).integers(0, g.speech_token_size, 6 * g.chunk_tokens + 5)]
+    flow = sampling.flow_noise(4, g.mel_dim, 2 * (len(toks) + n_prompt))
+    probe = HopStream(g, prompt, flow)
+    budget = (2 * n_prompt + 3 * 2 * g.chunk_tokens) * probe.bytes_per_frame
+    hops = HopStream(g, prompt, flow, cache_budget=budget)
+    pieces, cached = [], []
+    for t in toks:
+        pieces.append(hops.push([t]))
+        cached.append(hops.cache_bytes)
+    pieces.append(hops.finish())
+    assert hops.rerun and hops.cache_bytes == 0 and 0 < max(cached) <= budget
+    whole = g.audio(g.mel(prompt, toks, flow, chunk=g.static_chunk))
+    np.testing.assert_allclose(np.concatenate(pieces), whole, rtol=0, atol=STREAM_TOLERANCE)
+
 
 def test_hift_window_with_carried_phase_equals_the_whole(cosyvoice3_artifacts: Path) -> None:
     """HopStream's HiFT window (generate.hift_context) seeded with the whole run's running phase: the same

@@ -22,6 +22,8 @@ engine is not wired yet).
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +44,22 @@ from ttscore.runtime.families.cosyvoice3.sampling import (
 from ttscore.runtime.kv import GrowingPast
 from ttscore.runtime.onnx import ExportedGraphs
 
+logger = logging.getLogger(__name__)
+
 # mel frames at the end of a non-final hop whose samples are withheld: the f0 predictor's look-ahead (3),
 # conv_pre's (4), and one frame for the inverse STFT's overlap (vLLM-Omni's frames_withheld_per_chunk).
 WITHHELD_FRAMES = 8
 # the fewest hops of frames a stream's K/V buffers grow by
 GROWTH_HOPS = 4
+# The most bytes one stream's flow K/V cache may hold (TTS_COSYVOICE3_FLOW_CACHE_MB; at the released sizes a frame
+# costs 3.6 MB, 180 MB per second of audio, so the default holds about 11 s): past it the stream frees the cache
+# and recomputes the flow over its whole prefix each hop (the pre-cache scheme, quadratic but with bounded memory;
+# the same audio within STREAM_TOLERANCE), so a long request slows down instead of taking the server's memory.
+DEFAULT_FLOW_CACHE_MB = 2048
+
+
+def flow_cache_budget() -> int:
+    return int(float(os.environ.get("TTS_COSYVOICE3_FLOW_CACHE_MB", DEFAULT_FLOW_CACHE_MB)) * 2**20)
 
 
 def hift_context(hift: dict[str, Any]) -> tuple[int, int]:
@@ -188,10 +201,13 @@ class HopStream:
     grows with the stream but when the buffers grow, by half (at least GROWTH_HOPS hops), copying what they
     hold (growing by an eighth copied them at nearly every hop: perf/README.md "CosyVoice3 hops").
     `cache_bytes`: their size (`bytes_per_frame` per slot: 2 x depth x heads x dim_head x FLOW_STEPS x 2 CFG
-    rows x 4 bytes)."""
+    rows x 4 bytes). A stream whose cache would pass `cache_budget` bytes (default: flow_cache_budget()) drops
+    it and from then on recomputes each hop's frames over the whole prefix (`rerun`)."""
 
-    def __init__(self, graphs: CosyVoice3Graphs, prompt: Prompt, noise: F32) -> None:
+    def __init__(self, graphs: CosyVoice3Graphs, prompt: Prompt, noise: F32, cache_budget: int | None = None) -> None:
         self.g, self.prompt, self.noise = graphs, prompt, noise
+        self.cache_budget = flow_cache_budget() if cache_budget is None else cache_budget
+        self.rerun = False
         hop, n_prompt = graphs.chunk_tokens, len(prompt.speech_tokens)
         self.end = -(-n_prompt // hop) * hop - n_prompt + hop  # prompt + first hop: a multiple of hop
         self.tokens: list[int] = []
@@ -218,13 +234,17 @@ class HopStream:
         f = self.g.sizes["flow"]
         return 2 * int(f["depth"]) * int(f["heads"]) * int(f["dim_head"]) * spec.FLOW_STEPS * 2 * 4
 
-    def _room(self, stop: int) -> None:
-        """K/V buffers of at least `stop` slots, holding frames 0..frames-1."""
+    def _room(self, stop: int) -> bool:
+        """K/V buffers of at least `stop` slots, holding frames 0..frames-1, within the cache budget (False: they
+        would not fit it, nothing changed)."""
         if stop <= self.capacity:
-            return
+            return True
+        most = self.cache_budget // self.bytes_per_frame
+        if stop > most:
+            return False
         f = self.g.sizes["flow"]
         # by half (at least GROWTH_HOPS hops): a growth copies the cache, and the graph attends over every slot
-        cap = max(stop + GROWTH_HOPS * self.g.ratio * self.g.chunk_tokens, self.capacity + self.capacity // 2)
+        cap = min(most, max(stop + GROWTH_HOPS * self.g.ratio * self.g.chunk_tokens, self.capacity + self.capacity // 2))
         shape = (2, int(f["heads"]), cap, int(f["dim_head"]))
         if not self.kv:
             self.kv = [[np.zeros(shape, np.float32) for _ in range(2 * int(f["depth"]))] for _ in range(spec.FLOW_STEPS)]
@@ -235,6 +255,7 @@ class HopStream:
                     b[:, :, : self.frames] = a[:, :, : self.frames]
                     step[j] = b
         self.capacity = cap
+        return True
 
     def _flow(self, tokens: Sequence[int], upto: int) -> F32:
         """The mel [mel, n] of frames self.frames..(prompt + upto tokens) x ratio, from `tokens` (those past
@@ -257,8 +278,16 @@ class HopStream:
         cond = np.zeros((1, g.mel_dim, stop - lo), np.float32)
         if lo < p_frames:
             cond[0, :, : p_frames - lo] = pr.feat[lo:].T
+        if not self.rerun and not self._room(stop):
+            logger.info("CosyVoice3 stream past %d MB of flow cache at frame %d: recomputing the prefix per hop "
+                        "from here (TTS_COSYVOICE3_FLOW_CACHE_MB)", self.cache_budget >> 20, stop)
+            self.rerun, self.kv, self.x_ctx, self.capacity = True, [], [], 0
+        if self.rerun:
+            whole = g._flow(pr, tokens, stop - p_frames, self.noise, g.static_chunk)
+            self.frames = stop
+            rest: F32 = whole[:, max(0, start - p_frames):]
+            return rest
         x: F32 = np.ascontiguousarray(self.noise[None, :, start:stop]).astype(np.float32)
-        self._room(stop)
         mask = np.ones((1, self.capacity + stop - start), np.float32)
         mask[0, start: self.capacity] = 0  # the buffers' slots past the frames held
         feeds: dict[str, Any] = {"mask": mask, "mu": mu, "spks": np.ascontiguousarray(c["spks"]), "cond": cond,
