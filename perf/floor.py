@@ -64,6 +64,15 @@ def bandwidth(mb: int = 800, repeats: int = 7) -> float:
     return a.nbytes / statistics.median(times)
 
 
+def cpu() -> dict[str, Any]:
+    """The CPU's model name, core count and the matrix extensions ONNX Runtime's int8 kernels use."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), [])
+    return {"model": model, "cpus": os.cpu_count(),
+            "extensions": sorted(f for f in flags if f.startswith(("amx", "avx512_vnni", "avx_vnni", "avx512f")))}
+
+
 def gemm_rates(threads: int, m: int = 512, k: int = 2048, n: int = 2048, repeats: int = 7) -> dict[str, float]:
     """ONNX Runtime's FLOP/s for one MatMul with constant weights, fp32 and dynamic int8."""
     import onnx
@@ -173,9 +182,13 @@ def _job(artifacts: Path, args: argparse.Namespace) -> Any:
 
     family = read_manifest(artifacts).family
     offline: Any = getattr(FAMILIES[family], "offline")  # noqa: B009 - the Family protocol does not declare it
-    return offline.say(artifacts, SayOptions(
+    job = offline.say(artifacts, SayOptions(
         text=args.text, voice=args.voice, ref_audio=args.ref_audio, ref_text=args.ref_text, seed=0,
         max_new_tokens=args.max_new_tokens, greedy=True))
+    info = getattr(job.model, "info", None)
+    if args.no_stop and hasattr(info, "stop_threshold"):  # random weights' stop head fires at random
+        object.__setattr__(info, "stop_threshold", 2.0)  # a probability never passes it: max_new_tokens ends it
+    return job
 
 
 def _synthesize(job: Any) -> tuple[float, float]:
@@ -277,19 +290,24 @@ def floor(counted: dict[str, Any], bw: float, rates: dict[str, float], prompt: A
     audio = counted["audio_s"]
     graphs, total = {}, 0.0
     for name, g in counted["graphs"].items():
-        n = len(g["flops_float"])
-        read_per_call = g["weight_bytes"] + g["input_bytes"] / max(n, 1)
+        n = g["calls"]
+        # ONNX Runtime's profiler stops recording at its event limit (a long run of a many-node graph): the calls it
+        # recorded stand for the rest in proportion
+        scale = n / max(1, len(g["flops_float"]))
+        read_per_call = g["weight_bytes"] + g["input_bytes"] / n
         per_call = [max(read_per_call / bw, f / rates["fp32"] + q / rates["int8"])
                     for f, q in zip(g["flops_float"], g["flops_int8"], strict=True)]
-        ms = 1e3 * sum(per_call) / audio
+        ms = 1e3 * sum(per_call) * scale / audio
+        flops = (sum(g["flops_float"]) + sum(g["flops_int8"])) * scale
         graphs[name] = {
             "calls_per_audio_s": n / audio,
-            "gflop_per_audio_s": (sum(g["flops_float"]) + sum(g["flops_int8"])) / audio / 1e9,
+            "profiled_calls": len(g["flops_float"]),
+            "gflop_per_audio_s": flops / audio / 1e9,
             "int8_share": sum(g["flops_int8"]) / max(1, sum(g["flops_float"]) + sum(g["flops_int8"])),
             "mb_read_per_audio_s": read_per_call * n / audio / 1e6,
             "read_ms_per_audio_s": 1e3 * read_per_call * n / bw / audio,
-            "compute_ms_per_audio_s": 1e3 * (sum(g["flops_float"]) / rates["fp32"]
-                                             + sum(g["flops_int8"]) / rates["int8"]) / audio,
+            "compute_ms_per_audio_s": 1e3 * scale * (sum(g["flops_float"]) / rates["fp32"]
+                                                     + sum(g["flops_int8"]) / rates["int8"]) / audio,
             "floor_ms_per_audio_s": ms,
             "prompt": bool(prompt.search(name)),
         }
@@ -306,6 +324,10 @@ def main() -> None:
     ap.add_argument("--ref-text")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--thread-pool", choices=["session", "shared"], default="session",
+                    help="as `triton-tts say --thread-pool`: a pool per graph (the served default) or one for all")
+    ap.add_argument("--no-stop", action="store_true",
+                    help="a family with a stop probability head (Gepard) runs to --max-new-tokens")
     ap.add_argument("--prompt-graphs", type=re.compile, default=re.compile(r"(codec|audio|speaker|dac|vae)_?encode"),
                     help="graphs that only encode the reference clip: reported apart, outside the floor")
     ap.add_argument("--machine", type=Path, help="reuse bandwidth and GEMM rates from an earlier --out")
@@ -314,11 +336,16 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["TTS_ORT_THREADS"] = str(args.threads)
     load = [os.getloadavg()[0]]
+    if args.thread_pool == "shared":
+        from ttscore.runtime.onnx import share_thread_pool
+
+        share_thread_pool(args.threads)
     if args.machine:
         machine = json.loads(args.machine.read_text())["machine"]
     else:
         rates = gemm_rates(args.threads)
-        machine = {"bandwidth_gb_s": bandwidth() / 1e9, "gemm_gflop_s": {k: v / 1e9 for k, v in rates.items()}}
+        machine = {"cpu": cpu(), "bandwidth_gb_s": bandwidth() / 1e9,
+                   "gemm_gflop_s": {k: v / 1e9 for k, v in rates.items()}}
     timed = timed_pass(args.artifacts, args)
     load.append(os.getloadavg()[0])
     if args.counts:
@@ -332,6 +359,7 @@ def main() -> None:
 
     m = read_manifest(args.artifacts)
     result = {"family": m.family, "precision": m.precision, "artifacts": str(args.artifacts), "machine": machine,
+              "thread_pool": args.thread_pool,
               "request": {"text": args.text, "max_new_tokens": args.max_new_tokens, "voice": args.voice,
                           "ref_audio": args.ref_audio}, "prompt_graphs": args.prompt_graphs.pattern,
               "achieved": timed, "floor": bound, "counted": counted,
