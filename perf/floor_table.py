@@ -60,11 +60,15 @@ def plot(data: list[dict[str, Any]], path: Path) -> None:
     for y, d in zip(ys, data, strict=True):
         ax.annotate(f"{d['ratio']:.1f}x", (d["achieved"], y), xytext=(6, -3), textcoords="offset points")
     ax.axvline(1000, color="0.5", ls=":", lw=1)
-    ax.text(1000, len(data) - 0.4, " real time", color="0.4", fontsize=8)
+    ax.text(1000, -0.45, " real time", color="0.4", fontsize=8)
+    lo = min(d["floor"] for d in data) / 1.5
+    hi = max(d["achieved"] for d in data) * 2.0
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(-0.6, len(data) - 0.4)
     ax.set_yticks(list(ys), [f"{d['family']} ({d['precision']})" for d in data])
     ax.set_xscale("log")
     ax.set_xlabel("ms per second of audio (log scale)")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=8, frameon=False)
     ax.set_title("Achieved vs floor, real dimensions, 2 vCPUs")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
