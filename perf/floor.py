@@ -327,7 +327,7 @@ def main() -> None:
     ap.add_argument("--thread-pool", choices=["session", "shared"], default="session",
                     help="as `triton-tts say --thread-pool`: a pool per graph (the served default) or one for all")
     ap.add_argument("--no-stop", action="store_true",
-                    help="a family with a stop probability head (Gepard) runs to --max-new-tokens")
+                    help="a family whose stop head is a probability with a threshold runs to --max-new-tokens")
     ap.add_argument("--prompt-graphs", type=re.compile, default=re.compile(r"(codec|audio|speaker|dac|vae)_?encode"),
                     help="graphs that only encode the reference clip: reported apart, outside the floor")
     ap.add_argument("--machine", type=Path, help="reuse bandwidth and GEMM rates from an earlier --out")
