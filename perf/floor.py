@@ -184,7 +184,7 @@ def _job(artifacts: Path, args: argparse.Namespace) -> Any:
     offline: Any = getattr(FAMILIES[family], "offline")  # noqa: B009 - the Family protocol does not declare it
     job = offline.say(artifacts, SayOptions(
         text=args.text, voice=args.voice, ref_audio=args.ref_audio, ref_text=args.ref_text, seed=0,
-        max_new_tokens=args.max_new_tokens, greedy=True))
+        max_new_tokens=args.max_new_tokens, greedy=not args.sampled))
     info = getattr(job.model, "info", None)
     if args.no_stop and hasattr(info, "stop_threshold"):  # random weights' stop head fires at random
         object.__setattr__(info, "stop_threshold", 2.0)  # a probability never passes it: max_new_tokens ends it
@@ -326,6 +326,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--thread-pool", choices=["session", "shared"], default="session",
                     help="as `triton-tts say --thread-pool`: a pool per graph (the served default) or one for all")
+    ap.add_argument("--sampled", action="store_true",
+                    help="the family's default sampling, seed 0 (for a family whose `say` takes no --greedy)")
     ap.add_argument("--no-stop", action="store_true",
                     help="a family whose stop head is a probability with a threshold runs to --max-new-tokens")
     ap.add_argument("--prompt-graphs", type=re.compile, default=re.compile(r"(codec|audio|speaker|dac|vae)_?encode"),
@@ -361,6 +363,7 @@ def main() -> None:
     result = {"family": m.family, "precision": m.precision, "artifacts": str(args.artifacts), "machine": machine,
               "thread_pool": args.thread_pool,
               "request": {"text": args.text, "max_new_tokens": args.max_new_tokens, "voice": args.voice,
+                          "greedy": not args.sampled,
                           "ref_audio": args.ref_audio}, "prompt_graphs": args.prompt_graphs.pattern,
               "achieved": timed, "floor": bound, "counted": counted,
               "load_average_1min": {"start": load[0], "after_timed_pass": load[1]},
