@@ -23,20 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from floor import bandwidth, weight_bytes  # perf/floor.py: the same measurements for any family
 
 FRAMES_PER_S = 12.5
-
-
-def bandwidth(mb: int = 800, repeats: int = 7) -> float:
-    a = np.ones((mb * 2**20 // 4 // 4096, 4096), np.float32)
-    x = np.ones(4096, np.float32)
-    a.dot(x)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a.dot(x)
-        times.append(time.perf_counter() - t0)
-    return a.nbytes / statistics.median(times)
 
 
 def gemm(m: int, k: int, n: int, repeats: int = 9) -> float:
@@ -51,26 +40,12 @@ def gemm(m: int, k: int, n: int, repeats: int = 9) -> float:
     return 2 * m * k * n / statistics.median(times)
 
 
-def _weight_bytes(onnx_path: Path) -> int:
-    """Bytes of a graph's weights: its initializers (inline or external data)."""
-    import onnx
-
-    model = onnx.load(str(onnx_path), load_external_data=False)
-    total = 0
-    for t in model.graph.initializer:
-        if t.data_location == onnx.TensorProto.EXTERNAL:
-            total += int(next(e.value for e in t.external_data if e.key == "length"))
-        else:
-            total += len(t.raw_data) if t.raw_data else int(np.prod(t.dims)) * 4
-    return total
-
-
 def lm_bytes(art: Path, position: int) -> dict[str, Any]:
     m = json.loads((art / "manifest.json").read_text())
     s = m["sizes"]
     dim, layers, local_layers = s["dim"], s["layers"], s["local_layers"]
-    g = _weight_bytes(art / m["graphs"]["global_step"]["file"])
-    loc = _weight_bytes(art / m["graphs"]["local_step"]["file"])
+    g = weight_bytes(art / m["graphs"]["global_step"]["file"])
+    loc = weight_bytes(art / m["graphs"]["local_step"]["file"])
     heads_buf = s["n_vq"] * s["codebook_size"] * dim * 4  # the tied audio heads, fp32, one row block read a step
     local_layer = loc - heads_buf
     one_head = s["codebook_size"] * dim * 4
