@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from export.aligner.component import ALIGNER
 from export.families import family_of
 from export.family import ExportFamily, ExportProgress
 from ttscore.contract.errors import ExportError, InvalidRequest, TTSError
@@ -63,8 +64,9 @@ def export_checkpoint(
         raise ExportError("TensorRT engines are built on a GPU host (device=gpu); this machine has none")
     src = Path(checkpoint).resolve()
     dst = Path(out).resolve()
-    # The checkpoint's config.json decides the family (the one dispatch point of export).
-    family = family_of(src)
+    # The checkpoint's config.json decides the family (the one dispatch point of export); the forced aligner, no
+    # speech family, is recognised first.
+    family = ALIGNER if src.is_dir() and ALIGNER.detect(src) else family_of(src)
     family.check(src)
     options: dict[str, Any] = {}
     if lora is not None:
