@@ -52,7 +52,7 @@ def _encoder_cases(info: AlignerInfo, filters: np.ndarray) -> list[dict[str, np.
     a = info.audio
     per_window = a.n_window_infer // a.chunk_frames
     chunk_seconds = a.chunk_frames * spec.HOP_LENGTH / spec.SAMPLE_RATE
-    cases = []
+    cases: list[dict[str, np.ndarray]] = []
     for seconds, whole in ((0.6 * chunk_seconds, False), ((per_window + 1.3) * chunk_seconds, False),
                            ((per_window + 1.3) * chunk_seconds, True)):
         clip = (rng.standard_normal(int(seconds * spec.SAMPLE_RATE)) * 0.1).astype(np.float32)
@@ -66,7 +66,7 @@ def _aligner_cases(info: AlignerInfo) -> list[dict[str, np.ndarray]]:
     """A prompt of one row, and two left-padded rows, each with audio placeholders, words and timestamp slots."""
     rng = np.random.default_rng(7)
     h = info.text.hidden_size
-    cases = []
+    cases: list[dict[str, np.ndarray]] = []
     for lengths in ((30,), (26, 19)):
         audio = 7
         t = max(lengths)

@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from export.blocks import GatedMLP, RMSNorm, apply_rope, default_inv_freq, masked_attention
-from ttscore.runtime.aligner.checkpoint import AlignerInfo, AudioEncoder as AudioSizes, TextStack
+from ttscore.runtime.aligner.checkpoint import AlignerInfo, TextStack
+from ttscore.runtime.aligner.checkpoint import AudioEncoder as AudioSizes
 
 NEG = torch.finfo(torch.float32).min
 

@@ -27,7 +27,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from export.tiny_weights import TensorInit, byte_level_bpe, checkpoint_writer, json_bytes, save_weights, tiny_size
+from export.tiny_weights import (
+    TensorInit,
+    byte_level_bpe,
+    checkpoint_writer,
+    json_bytes,
+    save_weights,
+    tiny_size,
+)
 from ttscore.contract import aligner as spec
 from ttscore.runtime.aligner.checkpoint import is_aligner, parse_config, tensor_shapes
 

@@ -158,7 +158,8 @@ def spans(text: str, words: Sequence[str]) -> list[tuple[int, int]]:
                 p += 1
         core.append((first, last) if first >= 0 else (cursor, cursor))
     out: list[tuple[int, int]] = []
-    for i, (start, end) in enumerate(core):
+    for i, (first, last) in enumerate(core):
+        start, end = first, last
         if i == 0:
             if text.strip():
                 start = min(start, len(text) - len(text.lstrip()))
