@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from export.aligner.component import ALIGNER
-from export.families import family_of
+from export.families import export_entry
 from export.family import ExportFamily, ExportProgress
 from ttscore.contract.errors import ExportError, InvalidRequest, TTSError
 from ttscore.contract.manifest import MANIFEST
@@ -66,7 +65,7 @@ def export_checkpoint(
     dst = Path(out).resolve()
     # The checkpoint's config.json decides the family (the one dispatch point of export); the forced aligner, no
     # speech family, is recognised first.
-    family = ALIGNER if src.is_dir() and ALIGNER.detect(src) else family_of(src)
+    family = export_entry(src)
     family.check(src)
     options: dict[str, Any] = {}
     if lora is not None:

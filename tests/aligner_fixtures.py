@@ -24,7 +24,7 @@ def _need_reference() -> None:
 def aligner_tiny() -> Path:
     from artifacts import STORE
 
-    from export.aligner.tiny import make_tiny_aligner
+    from export.qwen3_forced_aligner.tiny import make_tiny_aligner
 
     return STORE.checkpoint("aligner-tiny", lambda out: make_tiny_aligner(out, seed=0))
 

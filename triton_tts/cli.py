@@ -26,8 +26,8 @@ def _cmd_make_tiny(args: argparse.Namespace) -> int:
     from export.families import FAMILIES
     from ttscore.contract.errors import InvalidRequest
 
-    if args.aligner:  # the forced aligner: no speech family, made by its own entry (export.aligner.component)
-        from export.aligner.component import ALIGNER
+    if args.aligner:  # the forced aligner: no speech family, made by its own entry (export.families.ALIGNER)
+        from export.families import ALIGNER
 
         print(ALIGNER.make_tiny(Path(args.out), seed=args.seed, size=args.size))
         return 0

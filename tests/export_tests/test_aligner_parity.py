@@ -14,7 +14,7 @@ import pytest
 from aligner_fixtures import *  # noqa: F403  (aligner_tiny, aligner_artifacts, aligner_foreign, ...)
 from aligner_fixtures import reference
 
-from ttscore.contract import aligner as spec
+from ttscore.contract import qwen3_forced_aligner as spec
 from ttscore.contract.errors import ExportError
 from ttscore.contract.manifest import read_manifest
 
@@ -45,7 +45,7 @@ def reference_slots(ref: Any, clip: np.ndarray, text: str, language: str) -> lis
 
 
 def _parity(checkpoint: Path, artifacts: Path) -> None:
-    from ttscore.runtime.aligner.model import ForcedAligner
+    from ttscore.runtime.qwen3_forced_aligner.model import ForcedAligner
 
     ref = reference(checkpoint)
     ours = ForcedAligner(artifacts)
@@ -74,7 +74,7 @@ def test_long_clip_attention(aligner_foreign: Path, aligner_foreign_artifacts: P
     reference's sdpa) matches the reference's audio features; windowed attention (flash attention's) does not."""
     import torch
 
-    from ttscore.runtime.aligner.model import ForcedAligner
+    from ttscore.runtime.qwen3_forced_aligner.model import ForcedAligner
 
     ref = reference(aligner_foreign)
     clip = _clip(5.0, 9)

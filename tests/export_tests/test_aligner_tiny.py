@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from aligner_fixtures import *  # noqa: F403  (aligner_tiny)
 
-from ttscore.contract import aligner as spec
+from ttscore.contract import qwen3_forced_aligner as spec
 from ttscore.contract.errors import CheckpointError
-from ttscore.runtime.aligner.checkpoint import is_aligner, read_checkpoint
+from ttscore.runtime.qwen3_forced_aligner.checkpoint import is_aligner, read_checkpoint
 
 pytestmark = pytest.mark.export
 

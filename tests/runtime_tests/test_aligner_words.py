@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from ttscore.runtime.aligner import words as W
-from ttscore.runtime.aligner.frontend import chunk_layout, conv_frames, log_mel
+from ttscore.runtime.qwen3_forced_aligner import words as W
+from ttscore.runtime.qwen3_forced_aligner.frontend import chunk_layout, conv_frames, log_mel
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,7 @@ def test_committed_repository_is_clean_and_valid():
     assert set(models) == {
         "code2wav", "speech_generation", "voice_features", "audio_preprocess", "speaker_encoder", "speech_encoder",
         "audiovae_decoder", "audiovae_encoder", "breeze_speech_encoder", "codec_encoder", "dac_encoder",
-        "prompt_encoder", "moss_codec_encoder",
+        "prompt_encoder", "moss_codec_encoder", "forced_aligner",
     }
     configs = {name: r.load_config(path / "config.pbtxt") for name, path in models.items()}
     for config in configs.values():
@@ -36,7 +36,8 @@ def test_every_committed_model_but_speech_generation_is_one_registered_familys()
 
     declared = [m.name for f in families.FAMILIES.values() for m in f.models]
     assert len(declared) == len(set(declared)), "a Triton model is declared by two families"
-    assert {*declared, "speech_generation"} == set(r.committed_models())
+    assert not set(declared) & set(families.COMPONENT_MODELS)
+    assert {*declared, "speech_generation", *families.COMPONENT_MODELS} == set(r.committed_models())
     for family in families.FAMILIES.values():
         names = {m.name for m in family.models}
         # None: the family has no such model (its vocoder runs inline in speech_generation; no voice features)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ttscore.contract import aligner as spec
+from ttscore.contract import qwen3_forced_aligner as spec
 from ttscore.contract.errors import CheckpointError
 from ttscore.runtime.checkpoint_kit import (
     Stack,

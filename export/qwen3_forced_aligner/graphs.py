@@ -2,7 +2,7 @@
 parameters named as the checkpoint's tensors (under `thinker.audio_tower.` and `thinker.`).
 
 - `AudioEncoder`: qwen-asr's `Qwen3ASRAudioEncoder` over the chunk layout the runtime computes
-  (ttscore.runtime.aligner.frontend.chunk_layout): three stride-2 Conv2d + GELU over each padded chunk, `conv_out`,
+  (ttscore.runtime.qwen3_forced_aligner.frontend.chunk_layout): three stride-2 Conv2d + GELU over each padded chunk, `conv_out`,
   the sinusoidal positions of the chunk's frames, the real frames gathered, pre-norm encoder layers whose attention
   stays inside each frame's window, `ln_post`, `proj1`, GELU, `proj2`.
 - `Aligner`: the thinker's one pass: token embeddings with each `<|audio_pad|>` replaced by the next audio embedding
@@ -22,8 +22,8 @@ import torch
 from torch import nn
 
 from export.blocks import GatedMLP, RMSNorm, apply_rope, default_inv_freq, masked_attention
-from ttscore.runtime.aligner.checkpoint import AlignerInfo, TextStack
-from ttscore.runtime.aligner.checkpoint import AudioEncoder as AudioSizes
+from ttscore.runtime.qwen3_forced_aligner.checkpoint import AlignerInfo, TextStack
+from ttscore.runtime.qwen3_forced_aligner.checkpoint import AudioEncoder as AudioSizes
 
 NEG = torch.finfo(torch.float32).min
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ttscore.contract import aligner as spec
+from ttscore.contract import qwen3_forced_aligner as spec
 
 LOG_FLOOR = 1e-10  # log10's floor
 DYNAMIC_RANGE = 8.0  # log10 units below the clip's loudest kept (Whisper's)
@@ -47,7 +47,7 @@ def conv_frames(frames: int) -> int:
 
 @dataclass(frozen=True)
 class ChunkLayout:
-    """The audio encoder's inputs for one clip (ttscore.contract.aligner.audio_encoder_spec) and how many audio
+    """The audio encoder's inputs for one clip (ttscore.contract.qwen3_forced_aligner.audio_encoder_spec) and how many audio
     embeddings it gives (the prompt's `<|audio_pad|>` count)."""
 
     chunks: NDArray[np.float32]  # [N, mel, C]

@@ -1,7 +1,8 @@
 """The forced aligner's export entry: an export.family.ExportFamily so that `triton-tts export` and the artifact
-caches treat an aligner checkpoint as they treat a family's, but not registered in export/families.py: the aligner
+caches treat an aligner checkpoint as they treat a family's, but not in export.families.FAMILIES: the aligner
 is no speech family (it serves no speech_generation model and `serve --checkpoint` does not take it).
-export.exporter.export_checkpoint tries it before the families.
+export.families.ALIGNER finds it (ttscore.contract.plugins.ALIGNER); export.exporter.export_checkpoint tries it
+before the families.
 """
 
 from __future__ import annotations
@@ -10,20 +11,20 @@ from collections.abc import Sequence
 
 from export.family import Deployment, ExportFamily, ServedCheckpoint, lazy, sized_make_tiny
 from export.tiny_weights import TINY_SIZES
-from ttscore.contract import aligner as spec
+from ttscore.contract import qwen3_forced_aligner as spec
 
 
 def _deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
     return Deployment()  # served next to the families by its own Triton model (issue 40's next step)
 
 
-ALIGNER = ExportFamily(
+ENTRY = ExportFamily(
     name=spec.COMPONENT, display=spec.DISPLAY, hub_org="Qwen",
     signature="config.json with model_type qwen3_asr whose thinker_config.model_type is qwen3_forced_aligner",
-    detect=lazy("ttscore.runtime.aligner.checkpoint:is_aligner"),
-    check=lazy("ttscore.runtime.aligner.checkpoint:read_checkpoint"),
-    export=lazy("export.aligner.exporter:export_aligner"),
-    make_tiny=sized_make_tiny("export.aligner.tiny:make_tiny_aligner", spec.COMPONENT, TINY_SIZES),
+    detect=lazy("ttscore.runtime.qwen3_forced_aligner.checkpoint:is_aligner"),
+    check=lazy("ttscore.runtime.qwen3_forced_aligner.checkpoint:read_checkpoint"),
+    export=lazy("export.qwen3_forced_aligner.exporter:export_aligner"),
+    make_tiny=sized_make_tiny("export.qwen3_forced_aligner.tiny:make_tiny_aligner", spec.COMPONENT, TINY_SIZES),
     sizes=TINY_SIZES,
     deploy=_deploy,
 )

@@ -2,10 +2,10 @@
 
 Called by export.exporter.export_checkpoint (which owns the partial directory and the rename into place). Graphs:
 `audio_encoder` (padded mel chunks -> audio embeddings) and `aligner` (token ids + audio embeddings -> each
-position's class and logits), each checked against the torch modules of export/aligner/graphs.py (themselves
+position's class and logits), each checked against the torch modules of export/qwen3_forced_aligner/graphs.py (themselves
 proven equal to qwen-asr 0.0.6 by tests/export_tests/test_aligner_parity.py) over several input shapes: clips of
 one short chunk and of several attention windows (windowed and whole-clip attention), one row and two left-padded
-rows. Table: Whisper's mel filter bank (the front end runs in numpy, ttscore.runtime.aligner.frontend). fp32 only.
+rows. Table: Whisper's mel filter bank (the front end runs in numpy, ttscore.runtime.qwen3_forced_aligner.frontend). fp32 only.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import numpy as np
 from export.stages import StageRunner, copy_files, json_configs, model_size, save_table
 from export.tracing import export_checked, torch_threads
 from export.weights import CheckpointTensors
-from ttscore.contract import aligner as spec
+from ttscore.contract import qwen3_forced_aligner as spec
 from ttscore.contract.errors import ExportError
-from ttscore.runtime.aligner.checkpoint import (
+from ttscore.runtime.qwen3_forced_aligner.checkpoint import (
     CONFIG,
     PREPROCESSOR,
     TOKENIZER_FILES,
@@ -29,7 +29,7 @@ from ttscore.runtime.aligner.checkpoint import (
     AlignerInfo,
     read_checkpoint,
 )
-from ttscore.runtime.aligner.frontend import chunk_layout, log_mel
+from ttscore.runtime.qwen3_forced_aligner.frontend import chunk_layout, log_mel
 
 TOLERANCE = {"audio_embeds": 1e-4}  # max abs error vs the torch module (tiny: ~1e-6)
 ALIGNER_TOLERANCE = {"logits": 1e-3, "classes": 0.0}  # the classes must be the same
@@ -87,7 +87,7 @@ def _aligner_cases(info: AlignerInfo) -> list[dict[str, np.ndarray]]:
 def _encoder_stage(w: CheckpointTensors, info: AlignerInfo, filters: np.ndarray, out: Path) -> dict[str, Any]:
     import torch
 
-    from export.aligner.graphs import AudioEncoder
+    from export.qwen3_forced_aligner.graphs import AudioEncoder
 
     with torch_threads(), torch.inference_mode():
         model = AudioEncoder(info.audio).eval()
@@ -99,7 +99,7 @@ def _encoder_stage(w: CheckpointTensors, info: AlignerInfo, filters: np.ndarray,
 def _aligner_stage(w: CheckpointTensors, info: AlignerInfo, out: Path) -> dict[str, Any]:
     import torch
 
-    from export.aligner.graphs import Aligner
+    from export.qwen3_forced_aligner.graphs import Aligner
 
     with torch_threads(), torch.inference_mode():
         model = Aligner(info).eval()

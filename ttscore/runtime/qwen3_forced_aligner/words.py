@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ttscore.contract import aligner as spec
+from ttscore.contract import qwen3_forced_aligner as spec
 
 # The ideograph blocks qwen-asr treats as one word per character (is_cjk_char).
 _CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),

@@ -1,5 +1,5 @@
 """Deterministic random-weight Qwen3-ForcedAligner checkpoints in the released layout
-(Qwen/Qwen3-ForcedAligner-0.6B, as qwen-asr 0.0.6 loads it; ttscore.runtime.aligner.checkpoint documents it).
+(Qwen/Qwen3-ForcedAligner-0.6B, as qwen-asr 0.0.6 loads it; ttscore.runtime.qwen3_forced_aligner.checkpoint documents it).
 
 ``make_tiny_aligner(out)`` writes::
 
@@ -35,8 +35,8 @@ from export.tiny_weights import (
     save_weights,
     tiny_size,
 )
-from ttscore.contract import aligner as spec
-from ttscore.runtime.aligner.checkpoint import is_aligner, parse_config, tensor_shapes
+from ttscore.contract import qwen3_forced_aligner as spec
+from ttscore.runtime.qwen3_forced_aligner.checkpoint import is_aligner, parse_config, tensor_shapes
 
 _CORPUS = ("Hello, this is the aligner. The quick brown fox jumps over the lazy dog at three o'clock. "
            "今天天气很好。今日はいい天気ですね。안녕하세요. Numbers one two three.")

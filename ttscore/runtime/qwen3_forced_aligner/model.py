@@ -24,15 +24,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ttscore.contract import aligner as spec
+from ttscore.contract import qwen3_forced_aligner as spec
 from ttscore.contract.errors import ArtifactError, InvalidRequest
 from ttscore.contract.manifest import read_manifest
-from ttscore.runtime.aligner.checkpoint import CONFIG, AlignerInfo, parse_config
-from ttscore.runtime.aligner.frontend import chunk_layout, log_mel
-from ttscore.runtime.aligner.words import Word, prompt_text, splitter, timed_words
 from ttscore.runtime.audio import resample
 from ttscore.runtime.families.qwen3_tts.tokenizer import TextTokenizer, pretokenizer_regex
 from ttscore.runtime.onnx import OnnxGraph, open_graph, open_table
+from ttscore.runtime.qwen3_forced_aligner.checkpoint import CONFIG, AlignerInfo, parse_config
+from ttscore.runtime.qwen3_forced_aligner.frontend import chunk_layout, log_mel
+from ttscore.runtime.qwen3_forced_aligner.words import Word, prompt_text, splitter, timed_words
 
 TOKENIZER_DIR = "tokenizer"
 
