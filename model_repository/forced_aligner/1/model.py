@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import triton_python_backend_utils as pb_utils  # noqa: F401  (provided by the python backend stub)
 
-from ttscore.backend import aligner
+from ttscore.backend import qwen3_forced_aligner as aligner
 from ttscore.backend.clip_encoder import clip_encoder_model
 
 # One request at a time, health probes, errors naming the field: ttscore.backend.clip_encoder's class.
