@@ -196,7 +196,8 @@ def test_readme_documents_the_public_tensors_exactly():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 3 and cells[0].startswith("`") and cells[1] in triton_io.NUMPY_DTYPES:
             rows.setdefault(cells[0].strip("`"), []).append((cells[1], cells[2]))
-    encoders = [t for m in ("audiovae_encoder", "breeze_speech_encoder") for io in triton_io.PUBLIC_MODELS[m] for t in io]
+    encoders = [t for m in ("audiovae_encoder", "breeze_speech_encoder", "forced_aligner")
+                for io in triton_io.PUBLIC_MODELS[m] for t in io]
     for t in (*triton_io.SPEECH_INPUTS, *triton_io.SPEECH_OUTPUTS, *encoders):
         dims = "[" + ", ".join(str(d) for d in t.dims) + "]"
         assert (t.dtype, dims) in rows.get(t.name, []), f"README row for {t.name} is missing or stale"
