@@ -67,3 +67,28 @@ def test_reader_names_missing_tensors(aligner_tiny: Path, tmp_path: Path) -> Non
     save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match="lm_head"):
         read_checkpoint(bad)
+
+
+def test_real_size_is_the_releases_shape() -> None:
+    """--size real: the release's dimensions."""
+    import math
+
+    from export.qwen3_forced_aligner.tiny import model_config
+    from ttscore.runtime.qwen3_forced_aligner.checkpoint import parse_config, tensor_shapes
+
+    cfg = model_config("real")
+    info = parse_config(cfg)
+    assert (info.classify_num, info.audio.layers, info.text.num_layers, info.text.hidden_size) == (5000, 24, 28, 1024)
+    assert cfg["timestamp_segment_time"] == 80 and info.audio.n_window_infer // info.audio.chunk_frames == 8
+    params = sum(math.prod(s) for s in tensor_shapes(info).values())
+    assert 0.85e9 < params < 0.95e9, params  # encoder, 28-layer stack, 152064 x 1024 embedding, 5000-class head
+
+
+def test_the_entry_resolves() -> None:
+    from export.families import ALIGNER, FAMILIES
+
+    assert ALIGNER.name not in FAMILIES  # no speech family
+    for call in (ALIGNER.detect, ALIGNER.check, ALIGNER.export, ALIGNER.make_tiny):
+        from ttscore.runtime.family import resolve
+
+        resolve(call.target)  # type: ignore[attr-defined]
