@@ -21,6 +21,8 @@ TEXTS = (
     ("今日はいい天気ですね。公園に行きましょう！", "Japanese"),
     ("안녕하세요, 세계! 반갑습니다.", "Korean"),
     ("...", "English"),
+    ("ﬁne line, cafe\u0301 ½ ok", "English"),  # a ligature kept as written, a decomposed accent, a fraction
+    ("ｶﾞｷﾞ、ﬁne", "Japanese"),  # nagisa composes the voiced half-width kana and splits the ligature
 )
 
 
@@ -64,6 +66,10 @@ def test_spans_index_the_original_text() -> None:
     assert W.splitter("Japanese")("１２３ ｶﾀｶﾅ") == ["1", "2", "3", "カタカナ"]
     assert cut("１２３ ｶﾀｶﾅ、今日は「はい」。", "Japanese") == ["１", "２", "３", "ｶﾀｶﾅ、", "今日", "は", "「はい」。"]
     assert cut("안녕하세요, 세계!", "Korean") == ["안녕", "하세요,", "세계!"]
+    assert cut("ｶﾞｷﾞ、ﬁne", "Japanese") == ["ｶﾞｷﾞ、", "ﬁne"]
+    assert cut("ﬁne line, cafe\u0301!", "English") == ["ﬁne", "line,", "cafe\u0301!"]
+    # two words of one character (nagisa cuts NFKC's "XII" of "Ⅻ" in two): both cover it
+    assert W.splitter("Japanese")("Ⅻ") == ["X", "II"] and W.spans("Ⅻ", ["X", "II"]) == [(0, 1), (0, 1)]
 
 
 @pytest.mark.parametrize(("text", "language"), TEXTS)

@@ -12,7 +12,7 @@ is how nagisa sees it), so `char_start`/`char_end` index the text the caller gav
 characters no word keeps (punctuation, symbols) are attached to a word so that the words' spans cover the text:
 those after the last space before a word lead it ("¿Qué", "(see"), and so do opening marks touching it where there is
 no space ("は「はい"); the rest trail the word before ("end.", "你好，"); text before the first word leads it, text
-after the last trails it.
+after the last trails it. Words cut from one character (nagisa cuts NFKC's "XII" of "Ⅻ" in two) share its span.
 """
 
 from __future__ import annotations
@@ -130,33 +130,50 @@ def prompt_text(words: Sequence[str]) -> str:
     return spec.AUDIO_START + spec.AUDIO_PAD + spec.AUDIO_END + slots.join(words) + slots
 
 
-def _matches(text: str, p: int, ch: str) -> int:
-    """How many characters of `text` at `p` spell `ch` (directly, through NFKC, or NFKC of two): 0 when none."""
-    if text[p] == ch or ch in unicodedata.normalize("NFKC", text[p]):
+def _stream(text: str) -> list[tuple[str, int]]:
+    """`text` as its characters' NFKC forms (how nagisa sees it), each with the index of the character it came
+    from."""
+    return [(c, i) for i, ch in enumerate(text) for c in unicodedata.normalize("NFKC", ch)]
+
+
+def _match(text: str, stream: list[tuple[str, int]], j: int, ch: str) -> int:
+    """How many stream entries from `j` spell `ch`: the whole expansion of an original character that is `ch`
+    (a word keeps "ﬁ" as written), one entry that is `ch`, or two that compose to it (a half-width kana and its
+    voiced mark); 0 when none."""
+    c, i = stream[j]
+    if text[i] == ch and (j == 0 or stream[j - 1][1] != i):
+        n = 1
+        while j + n < len(stream) and stream[j + n][1] == i:
+            n += 1
+        return n
+    if c == ch:
         return 1
-    if p + 1 < len(text) and unicodedata.normalize("NFKC", text[p:p + 2]) == ch:
+    if j + 1 < len(stream) and unicodedata.normalize("NFC", c + stream[j + 1][0]) == ch:
         return 2
     return 0
 
 
 def spans(text: str, words: Sequence[str]) -> list[tuple[int, int]]:
     """Each word's [start, end) in `text`: its characters found in order, then the characters between words
-    attached (see the module's doc). A word none of whose characters is found gets an empty span where the
-    search stands."""
+    attached (see the module's doc). Only characters no word keeps are skipped while a word's next character is
+    looked for, so a character that cannot be found costs its own place, never a jump over other words; a word
+    none of whose characters is found gets an empty span where the search stands."""
+    stream = _stream(text)
     core: list[tuple[int, int]] = []
-    cursor = 0
+    k = 0
     for word in words:
-        first, last = -1, cursor
+        first, last = -1, stream[k][1] if k < len(stream) else len(text)
         for ch in word:
-            p = cursor
-            while p < len(text):
-                n = _matches(text, p, ch)
-                if n:
-                    first = p if first < 0 else first
-                    cursor = last = p + n
-                    break
-                p += 1
-        core.append((first, last) if first >= 0 else (cursor, cursor))
+            j = k
+            while j < len(stream) and not _match(text, stream, j, ch) and not is_kept(stream[j][0]):
+                j += 1
+            n = _match(text, stream, j, ch) if j < len(stream) else 0
+            if not n:
+                continue  # not found where it should be: leave the stream where it is
+            first = stream[j][1] if first < 0 else first
+            last = stream[j + n - 1][1] + 1
+            k = j + n
+        core.append((first, last) if first >= 0 else (last, last))
     out: list[tuple[int, int]] = []
     for i, (first, last) in enumerate(core):
         start, end = first, last
