@@ -15,7 +15,7 @@ from ttscore.contract import qwen3_forced_aligner as spec
 
 
 def _deploy(served: Sequence[ServedCheckpoint]) -> Deployment:
-    return Deployment()  # served next to the families by its own Triton model (issue 40's next step)
+    return Deployment()  # never a served checkpoint: `serve/prepare --aligner` render forced_aligner (plan_deployment)
 
 
 ENTRY = ExportFamily(
