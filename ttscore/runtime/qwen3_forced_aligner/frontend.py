@@ -35,7 +35,8 @@ def log_mel(audio: NDArray[Any], filters: NDArray[Any]) -> NDArray[np.float32]:
     mel = power @ np.asarray(filters, dtype=np.float32)  # [frames - 1, mel]
     logs = np.log10(np.maximum(mel, LOG_FLOOR))
     logs = np.maximum(logs, logs.max() - DYNAMIC_RANGE)
-    return ((logs + 4.0) / 4.0).T.astype(np.float32)
+    out: NDArray[np.float32] = ((logs + 4.0) / 4.0).T.astype(np.float32)
+    return out
 
 
 def conv_frames(frames: int) -> int:
