@@ -11,6 +11,8 @@ The interface the rest of the gateway uses is small:
   its Triton failed mid-stream, and the audio it generated again and dropped (gateway.replay);
 - `RequestTrace.fail(status, cause)` records an error the client was told about (the HTTP error
   renderer, the SSE error event, batch items, WebSocket requests);
+- `GatewayMetrics.aligned(seconds, audio_seconds)`: one forced alignment (word timestamps, gateway.word_timing)
+  of a sentence's audio took `seconds`;
 - `GatewayMetrics.finished(trace, status, client_gone)` counts a request (the middleware; the
   WebSocket session per TTS request).
 
@@ -55,6 +57,7 @@ MODEL_NONE = "none"  # no model: the route generates no speech, or the request f
 STATUS_CLIENT_GONE = 499
 
 TTFA_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+ALIGN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
@@ -164,6 +167,12 @@ class GatewayMetrics:
             "WebSocket: seconds from an utterance's first input.text to its first audio frame sent, by the "
             "split_granularity in effect (none, sentence, clause, incremental)",
             ["split_granularity"], buckets=TTFA_BUCKETS, registry=r)
+        self.alignment = Histogram(
+            "tts_alignment_seconds",
+            "Seconds one forced alignment (word timestamps) of a sentence's audio took, the Triton call included",
+            buckets=ALIGN_BUCKETS, registry=r)
+        self.aligned_audio = Counter(
+            "tts_aligned_audio_seconds", "Seconds of audio the forced aligner timed words in", registry=r)
         self.errors = Counter(
             "tts_errors", "Errors a client was told about (status, SSE/WebSocket error, batch item), by API error type",
             ["cause"], registry=r)
@@ -204,6 +213,11 @@ class GatewayMetrics:
         """A replay of served model `model` generated `seconds` of audio the client already had."""
         if seconds > 0:
             self.replayed_audio.labels(self.model_label(model)).inc(seconds)
+
+    def aligned(self, seconds: float, audio_seconds: float) -> None:
+        """One forced alignment of `audio_seconds` of audio took `seconds`."""
+        self.alignment.observe(seconds)
+        self.aligned_audio.inc(audio_seconds)
 
     def finished(self, trace: RequestTrace, status: int, client_gone: bool = False) -> None:
         self.requests.labels(trace.route, str(status), trace.model_label()).inc()

@@ -11,6 +11,7 @@ defaults.
 
 from __future__ import annotations
 
+import base64
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -20,6 +21,7 @@ from ttscore.contract import families
 from . import encoding
 from .settings import DEFAULT_MAX_INPUT_CHARS, DEFAULT_SEGMENT_CHARS
 from .speech_fields import SpeechFields
+from .word_timing import as_wire
 
 ResponseFormat = Literal["wav", "mp3", "flac", "pcm", "opus", "aac", "ulaw", "alaw"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
@@ -90,6 +92,11 @@ class _GenerationFields(BaseModel):
     ref_audio: str | None = Field(None, description="Reference audio for Base voice cloning: a base64 data URL.")
     ref_text: str | None = Field(None, description="Transcript of the reference audio (in-context cloning).")
     x_vector_only_mode: bool | None = Field(None, description="Clone from the speaker embedding only (no ref_text).")
+    word_timestamps: bool | None = Field(
+        None, description="Word timestamps from the deployment's forced aligner (`triton-tts serve --aligner CKPT`; "
+        "400 without one, and for Gepard): each word's start/end in seconds on the output timeline and its "
+        "character offsets in `input`. Whole file: a JSON body (audio in base64 + `timestamps`); SSE: "
+        "speech.audio.timestamps events after each sentence's audio; WebSocket: audio.timestamps messages.")
     extra_params: dict[str, Any] | None = Field(
         None, description="A family's own generation knobs by name: "
         f"{_per_family(lambda r: ', '.join(r.knob_names) or None) or 'none'}. Any other key: 400.")
@@ -189,9 +196,44 @@ class SpeechAudioDone(BaseModel):
     usage: SpeechUsage
 
 
+class SpeechAudioTimestamps(BaseModel):
+    type: Literal["speech.audio.timestamps"] = "speech.audio.timestamps"
+    timestamps: list[WordTimestamp]
+
+
 class SpeechAudioError(BaseModel):
     type: Literal["speech.audio.error"] = "speech.audio.error"
     error: ErrorDetail
+
+
+class WordTimestamp(BaseModel):
+    """One word (gateway.word_timing): seconds on the output timeline (and vLLM-Omni's milliseconds of the same
+    times), and its characters `input[char_start:char_end]` (code points), trailing punctuation included."""
+
+    word: str
+    start: float
+    end: float
+    start_ms: int
+    end_ms: int
+    char_start: int
+    char_end: int
+
+
+class CaptionedSpeech(BaseModel):
+    """POST /v1/audio/speech with word_timestamps (not streamed): the whole file and its words."""
+
+    audio: str = Field(description="The audio file in `response_format`, base64.")
+    response_format: str
+    media_type: str
+    timestamps: list[WordTimestamp]
+    usage: SpeechUsage
+
+    @classmethod
+    def of(cls, clip: Any, response_format: str) -> CaptionedSpeech:
+        """`clip`: a gateway.services.Clip with words."""
+        return cls(audio=base64.b64encode(clip.audio).decode("ascii"), response_format=response_format,
+                   media_type=clip.media_type, timestamps=[WordTimestamp(**w) for w in as_wire(clip.words or ())],
+                   usage=SpeechUsage(**clip.usage.as_dict()))
 
 
 class BatchItemResult(BaseModel):
@@ -200,6 +242,7 @@ class BatchItemResult(BaseModel):
     audio_data: str | None = None
     media_type: str | None = None
     usage: SpeechUsage | None = None
+    timestamps: list[WordTimestamp] | None = None  # word_timestamps
     error: str | None = None
 
 

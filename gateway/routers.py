@@ -21,10 +21,12 @@ from . import encoding, sse
 from .errors import error_body, internal
 from .errors import ws_error as error_message
 from .metrics import GatewayMetrics, trace_of
+from .planning import refuse_raw_word_timestamps
 from .protocol import (
     VOICE_UPLOAD_FORM,
     BatchSpeechRequest,
     BatchSpeechResponse,
+    CaptionedSpeech,
     ErrorResponse,
     Liveness,
     ModelList,
@@ -118,7 +120,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 _SSE_EVENT = {
     "type": "object",
     "properties": {
-        "event": {"type": "string", "enum": [sse.DELTA, sse.DONE, sse.ERROR]},
+        "event": {"type": "string", "enum": [sse.DELTA, sse.TIMESTAMPS, sse.DONE, sse.ERROR]},
         "data": {"type": "string", "contentMediaType": "application/json"},
         "id": {"type": "string"},
         "retry": {"type": "integer"},
@@ -133,7 +135,8 @@ _SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
         "or speech.audio.* Server-Sent Events (stream=true / stream_format='sse').",
         # An event stream is described per event (what OpenAPI 3.2 calls itemSchema; schemathesis
         # validates each parsed event against `schema`): `event` names it, `data` holds its JSON.
-        "content": {**_AUDIO_CONTENT, sse.MEDIA_TYPE: {"schema": _SSE_EVENT}},
+        "content": {**_AUDIO_CONTENT, sse.MEDIA_TYPE: {"schema": _SSE_EVENT},
+                    "application/json": {"schema": CaptionedSpeech.model_json_schema()}},
         "headers": {**{name: {"schema": {"type": "integer"}, "description": "Token usage (non-streaming responses)"}
                        for name in USAGE_HEADERS},
                     SEED_HEADER: {"schema": {"type": "integer"}, "description": "The seed the audio was generated "
@@ -154,11 +157,15 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
     plan = svc.plan(body.to_fields())
     # The seed the audio came from (the client's or the gateway's): the same request with it is the same audio.
     seed = {SEED_HEADER: str(plan.seed)} if plan.seed is not None else {}
+    refuse_raw_word_timestamps(plan)
     if plan.output.stream is not None:
         stream = await until_disconnect(request, svc.open_stream(plan, rid, trace=trace))
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **seed}
         return AudioStreamResponse(stream, headers)
     clip = await until_disconnect(request, svc.synthesize(plan, rid, trace=trace))
+    if clip.words is not None:  # word_timestamps: the audio and its words in one JSON body
+        return JSONResponse(CaptionedSpeech.of(clip, plan.output.format).model_dump(),
+                            headers={**clip.usage.headers(), **seed})
     return Response(clip.audio, media_type=clip.media_type, headers={**clip.usage.headers(), **seed})
 
 

@@ -38,7 +38,7 @@ from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.rules import RefAudioBounds
 from ttscore.contract.tensors import TEXT_DONE_PARAMETER, TEXT_EXTEND_PARAMETER, TEXT_KEY_PARAMETER
 
-from . import encoding, errors, longtext, refaudio, sse
+from . import encoding, errors, longtext, refaudio, sse, word_timing
 from .backend import DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
 from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
@@ -49,6 +49,7 @@ from .replay import REPLAYABLE, Diverged, ReplayBudget, SampleCursor
 from .settings import Settings
 from .usage import Usage
 from .voices.sources import RefAudioSettings
+from .word_timing import Word
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class Clip:
     audio: bytes
     media_type: str
     usage: Usage
+    words: tuple[Word, ...] | None = None  # word_timestamps: on the clip's timeline (after `speed`)
 
 
 class ReadinessMonitor:
@@ -180,6 +182,8 @@ class AudioStream:
                 data = enc.chunk(chunk.audio)
                 if data:
                     yield emit(data)
+                if chunk.words is not None and self.sse:
+                    yield sse.timestamps(word_timing.as_wire(chunk.words))
             tail = enc.finish()
             if tail:
                 yield emit(tail)
@@ -354,6 +358,63 @@ class SpeechService:
                 streaming = True
                 yield chunk
 
+    async def _aligned(self, plan: SpeechPlan, segment: int, request_id: str, features: Features | None,
+                       budget: ReplayBudget) -> AsyncGenerator[SpeechChunk, None]:
+        """`_segment`'s chunks; with word timestamps, its final chunk goes on as audio and the words of the
+        segment's audio (exactly what went on: replays hand on only new samples) follow as the segment's final
+        chunk, with times from the segment's start and char offsets into the request's `input`."""
+        gen = self._segment(plan, segment, request_id, features, budget)
+        if plan.aligner_model is None:
+            async with aclosing(gen):
+                async for chunk in gen:
+                    yield chunk
+            return
+        heard: list[np.ndarray] = []
+        last: SpeechChunk | None = None
+        async with aclosing(gen):
+            async for got in gen:
+                if got.final:
+                    last = got
+                heard.append(got.audio)
+                yield replace(got, final=False) if got.final else got
+        if last is None:
+            return
+        audio = np.concatenate(heard) if heard else np.zeros(0, np.float32)
+        words = await self._align(plan, segment, audio, request_id)
+        yield replace(last, audio=np.zeros(0, np.float32), frames=0, words=words)
+
+    async def _align(self, plan: SpeechPlan, segment: int, audio: np.ndarray, request_id: str) -> tuple[Word, ...]:
+        """The words of segment `segment` in its `audio` (model rate), from the plan's forced aligner. Bounded by
+        `stall_timeout_s` (504); a failure of the aligner ends the request (the audio already went out)."""
+        assert plan.aligner_model is not None
+        rate = plan.output.source_rate
+        duration = audio.size / rate
+        text = plan.texts[segment]
+        if not text.strip() or audio.size == 0:
+            return ()
+        inputs = word_timing.aligner_inputs(audio, rate, text, word_timing.aligner_language(plan.language))
+        started = time.monotonic()
+        try:
+            try:
+                outputs = await asyncio.wait_for(self.backend.infer(plan.aligner_model, inputs, f"{request_id}-align"),
+                                                 self.settings.stall_timeout_s)
+            except asyncio.TimeoutError:
+                raise BackendError(DEADLINE_EXCEEDED, f"word alignment took longer than "
+                                   f"{self.settings.stall_timeout_s:g} s") from None
+            except BackendError as exc:
+                if exc.code == "INVALID_ARG":  # the gateway's request, not the client's: never a 400
+                    raise BackendError(INTERNAL, f"word alignment refused: {exc.message}") from None
+                raise
+        except BackendError as exc:
+            raise self._api_error(exc, request_id) from None
+        self.metrics.aligned(time.monotonic() - started, duration)
+        offsets = plan.text_offsets or (0,) * len(plan.texts)
+        try:
+            return word_timing.sentence_words(outputs, duration, offsets[segment])
+        except ValueError as exc:
+            logger.error("request %s: %s", request_id, exc)
+            raise errors.internal(request_id) from None
+
     def _segments(self, plan: SpeechPlan, request_id: str, features: Features | None, text_key: str | None = None
                   ) -> AsyncGenerator[SpeechChunk, None]:
         """Every segment's chunks in order as one stream: usage adds up across segments, and only
@@ -362,11 +423,13 @@ class SpeechService:
         The request's replays (max_replays) are shared by its segments; a segment replays alone."""
         count = len(plan.texts)
         budget = ReplayBudget(self.settings.max_replays)
-        if count == 1 or text_key is not None:
+        if text_key is not None:  # its text arrives over time: not aligned (refused when planned)
             return self._segment(plan, 0, request_id, features, budget, text_key)
+        if count == 1:
+            return self._aligned(plan, 0, request_id, features, budget)
 
         def maker(i: int) -> Callable[[], AsyncGenerator[SpeechChunk, None]]:
-            return lambda: self._segment(plan, i, f"{request_id}-s{i}", features, budget)
+            return lambda: self._aligned(plan, i, f"{request_id}-s{i}", features, budget)
 
         async def joined() -> AsyncGenerator[SpeechChunk, None]:
             done = Usage()  # of the segments already complete
@@ -402,10 +465,18 @@ class SpeechService:
                 except asyncio.TimeoutError:
                     raise self._api_error(BackendError(DEADLINE_EXCEEDED, deadline.message(TOTAL)), request_id) from None
             stream = self._segments(plan, request_id, features, text_key)
+            sent = segment_start = 0  # samples: heard so far, heard before the current segment
             async with aclosing(stream):
-                async for chunk in stream:
-                    meter.audio(chunk.audio.size / plan.output.source_rate)
-                    yield chunk
+                async for got in stream:
+                    meter.audio(got.audio.size / plan.output.source_rate)
+                    sent += got.audio.size
+                    if got.words is None:
+                        yield got
+                        continue
+                    # A segment ended: its words on the request's timeline.
+                    words = word_timing.shifted(got.words, segment_start / plan.output.source_rate)
+                    segment_start = sent
+                    yield replace(got, words=words)
             meter.completed()
         finally:
             meter.close()
@@ -414,15 +485,19 @@ class SpeechService:
                          trace: RequestTrace) -> Clip:
         parts: list[np.ndarray] = []
         usage = Usage()
+        words: list[Word] | None = None if plan.aligner_model is None else []
         gen = self._generate(plan, request_id, features, trace)
         async with aclosing(gen):
             async for chunk in gen:
                 parts.append(chunk.audio)
                 usage = chunk.usage
+                if chunk.words is not None and words is not None:
+                    words.extend(chunk.words)
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         out = plan.output
         audio = await asyncio.to_thread(encoding.render, pcm, out.source_rate, out.format, out.sample_rate, out.speed)
-        return Clip(audio, out.media_type, usage)
+        timed = None if words is None else word_timing.at_speed(words, out.speed)
+        return Clip(audio, out.media_type, usage, timed)
 
     async def open_stream(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
                           trace: RequestTrace, text_key: str | None = None) -> AudioStream:
@@ -482,6 +557,7 @@ class SpeechService:
                 "audio_data": base64.b64encode(clip.audio).decode("ascii"),
                 "media_type": clip.media_type,
                 "usage": clip.usage.as_dict(),
+                **({} if clip.words is None else {"timestamps": word_timing.as_wire(clip.words)}),
             }
 
         results = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))

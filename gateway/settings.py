@@ -53,6 +53,11 @@ Triton endpoints (gateway.pool):
 - `endpoint_check_interval_s` (2): how often every endpoint's readiness is checked (an endpoint out
   of service is probed back in); also the health monitor's round per endpoint.
 
+Word timestamps (gateway.word_timing):
+- `aligner_model` (null): the forced aligner's Triton model (`triton-tts serve --aligner CKPT` names it, the
+  plan's `aligner_model`); unset: `word_timestamps: true` is a 400 saying how to enable it. Deployed, it is
+  needed for readiness and watched by the health monitor like every model.
+
 Operations (all optional):
 - `api_keys`: a list of keys, any of which a request must present (gateway.auth); none: open.
   `python -m gateway` adds `TTS_API_KEYS` and `--api-key` to them. A key is printable ASCII
@@ -129,6 +134,7 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_input_chars": int,
     "segment_chars": int,
     "segment_lookahead": int,
+    "aligner_model": str,
 }
 
 
@@ -247,6 +253,8 @@ class Settings(BaseModel):
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
     segment_chars: int = DEFAULT_SEGMENT_CHARS
     segment_lookahead: int = DEFAULT_SEGMENT_LOOKAHEAD
+    # Word timestamps (gateway.word_timing): the deployment's forced aligner in Triton; None: none deployed.
+    aligner_model: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
@@ -307,9 +315,10 @@ class Settings(BaseModel):
 
     def triton_models(self) -> list[str]:
         """Every Triton model the deployment needs: each checkpoint's, its voice_features ensemble,
-        and the readiness_models (a shared code2wav)."""
+        the readiness_models (a shared code2wav) and the forced aligner (word timestamps)."""
         needed = [m.triton_model for m in self.models]
         needed += [m.voice_features_model for m in self.models if m.voice_features_model]
+        needed += [self.aligner_model] if self.aligner_model else []
         return list(dict.fromkeys([*needed, *self.readiness_models]))
 
     def effective_model_aliases(self) -> dict[str, str | None]:

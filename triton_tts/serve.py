@@ -119,6 +119,8 @@ def gateway_config(
     # `<org>/<name>` is accepted as a model id too (the form the OpenAI examples use, e.g.
     # Qwen/Qwen3-TTS-12Hz-0.6B-Base): the organisation is the family's (ExportFamily.hub_org).
     extra: dict[str, Any] = {"readiness_models": plan["vocoders"]} if plan and plan.get("vocoders") else {}
+    if plan and plan.get("aligner_model"):
+        extra["aligner_model"] = plan["aligner_model"]  # word timestamps (gateway.word_timing)
     extra.update({k: v for k, v in (voices or {}).items() if v is not None})
     return {
         **extra,
