@@ -445,6 +445,19 @@ class AudioDone(BaseModel):
     cancelled: bool | None = None  # True: stopped by input.cancel (absent otherwise)
 
 
+class AudioTimestamps(BaseModel):
+    """word_timestamps: the words of one sentence, after its audio frames and before its audio.done, in
+    vLLM-Omni's trailing empty-audio `audio.chunk` (its `timestamps`; audio itself stays in binary frames here).
+    Times are seconds (and ms) from the utterance's first audio: the sentences before this one included; char
+    offsets index this sentence's `sentence_text` (audio.start)."""
+
+    type: Literal["audio.chunk"] = "audio.chunk"
+    utterance_index: int
+    sentence_index: int
+    audio_b64: str = ""
+    timestamps: list[WordTimestamp]
+
+
 class SessionConfigured(BaseModel):
     """Sent after a session.config asking for split_granularity "incremental": the mode in effect
     ("incremental", or "sentence" where the model cannot take text while it generates)."""

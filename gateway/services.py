@@ -94,6 +94,7 @@ class Clip:
     media_type: str
     usage: Usage
     words: tuple[Word, ...] | None = None  # word_timestamps: on the clip's timeline (after `speed`)
+    seconds: float = 0.0  # how long it plays (after `speed`)
 
 
 class ReadinessMonitor:
@@ -158,6 +159,9 @@ class AudioStream:
         self._first = first
         self._request_id = request_id
         self._trace = trace
+        self.seconds = 0.0  # of audio handed to the body so far (a stream plays at speed 1.0)
+        # word_timestamps outside SSE (the WebSocket): called with each sentence's words after its audio.
+        self.on_words: Callable[[tuple[Word, ...]], Awaitable[None]] | None = None
 
     async def aclose(self) -> None:
         await self._chunks.aclose()
@@ -175,15 +179,20 @@ class AudioStream:
             if self._first is not None:
                 head += enc.chunk(self._first.audio)
                 usage = self._first.usage
+                self.seconds += self._first.audio.size / out.source_rate
             if head:
                 yield emit(head)
             async for chunk in self._chunks:
                 usage = chunk.usage
+                self.seconds += chunk.audio.size / out.source_rate
                 data = enc.chunk(chunk.audio)
                 if data:
                     yield emit(data)
-                if chunk.words is not None and self.sse:
-                    yield sse.timestamps(word_timing.as_wire(chunk.words))
+                if chunk.words is not None:  # after the audio they time
+                    if self.sse:
+                        yield sse.timestamps(word_timing.as_wire(chunk.words))
+                    elif self.on_words is not None:
+                        await self.on_words(chunk.words)
             tail = enc.finish()
             if tail:
                 yield emit(tail)
@@ -497,7 +506,7 @@ class SpeechService:
         out = plan.output
         audio = await asyncio.to_thread(encoding.render, pcm, out.source_rate, out.format, out.sample_rate, out.speed)
         timed = None if words is None else word_timing.at_speed(words, out.speed)
-        return Clip(audio, out.media_type, usage, timed)
+        return Clip(audio, out.media_type, usage, timed, pcm.size / out.source_rate / out.speed)
 
     async def open_stream(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
                           trace: RequestTrace, text_key: str | None = None) -> AudioStream:

@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 from ..family import SpeechPlan
 from ..metrics import RequestTrace
 from ..services import AudioStream, SpeechService
+from ..word_timing import Word
 from .messages import SessionSetup
 
 SendAudio = Callable[[bytes], Awaitable[None]]
+SendWords = Callable[[tuple[Word, ...]], Awaitable[None]]
 
 
 @dataclass
@@ -29,26 +31,31 @@ class OpenText:
 
 
 async def generate(service: SpeechService, setup: SessionSetup, text: str, rid: str, trace: RequestTrace,
-                   send: SendAudio, open_text: OpenText | None = None) -> None:
-    """Generate `text` (or run `open_text`'s generation) and `send` its audio as it comes."""
+                   send: SendAudio, open_text: OpenText | None = None, send_words: SendWords | None = None) -> float:
+    """Generate `text` (or run `open_text`'s generation) and `send` its audio as it comes; with word timestamps,
+    `send_words` gets the words after their audio (times from this request's first sample). Returns the seconds
+    of audio sent."""
     if open_text is not None:
-        await _send_stream(await service.open_stream(open_text.plan, rid, setup.features, trace=trace,
-                                                     text_key=open_text.key), send)
-        return
+        return await _send_stream(await service.open_stream(open_text.plan, rid, setup.features, trace=trace,
+                                                            text_key=open_text.key), send, None)
     plan = service.plan(setup.message.speech_fields(text))
     if plan.output.stream is not None:
-        await _send_stream(await service.open_stream(plan, rid, setup.features, trace=trace), send)
-    else:
-        clip = await service.synthesize(plan, rid, setup.features, trace=trace)
-        await send(clip.audio)
+        return await _send_stream(await service.open_stream(plan, rid, setup.features, trace=trace), send, send_words)
+    clip = await service.synthesize(plan, rid, setup.features, trace=trace)
+    await send(clip.audio)
+    if clip.words is not None and send_words is not None:
+        await send_words(clip.words)
+    return clip.seconds
 
 
-async def _send_stream(stream: AudioStream, send: SendAudio) -> None:
+async def _send_stream(stream: AudioStream, send: SendAudio, send_words: SendWords | None) -> float:
+    stream.on_words = send_words
     try:
         async for data in stream.body():
             await send(data)
     finally:
         await stream.aclose()
+    return stream.seconds
 
 
-__all__ = ["OpenText", "SendAudio", "generate"]
+__all__ = ["OpenText", "SendAudio", "SendWords", "generate"]

@@ -17,10 +17,20 @@ from ..backend import ENDPOINT_AFFINITY, Affinity
 from ..errors import APIError
 from ..family import takes_open_text
 from ..metrics import STATUS_CLIENT_GONE, RequestTrace
-from ..protocol import AudioDone, AudioStart, InputCancel, SessionConfig, SessionConfigured, SessionDone
+from ..protocol import (
+    AudioDone,
+    AudioStart,
+    AudioTimestamps,
+    InputCancel,
+    SessionConfig,
+    SessionConfigured,
+    SessionDone,
+    WordTimestamp,
+)
 from ..services import SpeechService, StreamAborted
 from ..settings import Settings
 from ..text_split import TextSplitter
+from ..word_timing import Word, as_wire, shifted
 from .audio import OpenText, generate
 from .messages import INCREMENTAL, SessionSetup, parse_message
 from .transport import CLOSE_GOING_AWAY, CLOSE_NORMAL, GONE, STOP, Cancelled, Disconnected, Inbox, Transport
@@ -51,6 +61,7 @@ class StreamingSession:
         self._open: OpenText | None = None  # incremental mode: the utterance's running generation
         self._utterance_at: float | None = None  # arrival of the utterance's first text
         self._audio_seen = False  # the utterance's first audio was sent (metrics)
+        self._utterance_seconds = 0.0  # audio of the utterance sent so far (word timestamps' timeline)
 
     # --- the connection ----------------------------------------------------------------------------
 
@@ -142,6 +153,8 @@ class StreamingSession:
         if mode == INCREMENTAL and not takes_open_text(probe):
             mode, reason = "sentence", (f"{probe.checkpoint.name} cannot take text while it generates with this "
                                         "configuration; each sentence is one request")
+        elif mode == INCREMENTAL and probe.aligner_model is not None:
+            mode, reason = "sentence", "word timestamps are aligned per sentence; each sentence is one request"
         config = SessionSetup(msg, probe, features, mode)
         if mode == INCREMENTAL:
             try:
@@ -202,6 +215,7 @@ class StreamingSession:
             self.splitter = self.config.splitter()
         self.utterance_index += 1
         self.sentence_index = 0
+        self._utterance_seconds = 0.0
         self.utterance_open = False
         self.affinity = Affinity()
 
@@ -300,14 +314,23 @@ class StreamingSession:
             await self._send_audio(data)
             sent += len(data)
 
+        offset = self._utterance_seconds
+
+        async def send_words(words: tuple[Word, ...]) -> None:
+            # The service's char offsets index this request's input, the sentence's text.
+            await self.transport.send_json(AudioTimestamps(
+                utterance_index=utterance, sentence_index=index,
+                timestamps=[WordTimestamp(**w) for w in as_wire(shifted(words, offset))]).model_dump())
+
         failed = False
         cancelled = False
         trace = RequestTrace(self.route, self.inbox.received_at)
         status = 200
         token = ENDPOINT_AFFINITY.set(self.affinity)  # (the work task below copies the context)
         try:
-            await self.inbox.until_gone(generate(self.service, config, text, rid, trace, send, open_text), cancellable=True,
-                                   stop=open_text.stop if open_text is not None else None)
+            self._utterance_seconds += await self.inbox.until_gone(
+                generate(self.service, config, text, rid, trace, send, open_text, send_words), cancellable=True,
+                stop=open_text.stop if open_text is not None else None)
         except Disconnected:
             self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
             raise
