@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -132,6 +133,8 @@ class FakeBackend:
     hold_reloads: bool = False
     reloads: list[str] = field(default_factory=list)
     extensions: list[tuple[str, str, bool]] = field(default_factory=list)  # (key, text, done)
+    aligner_calls: list[tuple[str, np.ndarray, int, str]] = field(default_factory=list)  # (text, audio, rate, id)
+    aligner_error: str | None = None  # forced_aligner answers this error code
     _active: int = 0
 
     async def close(self) -> None:
@@ -188,8 +191,14 @@ class FakeBackend:
             raise
 
     async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
-        """The voice_features ensemble: (audio, sample_rate) -> x_vector, ref_codes."""
+        """The voice_features ensemble: (audio, sample_rate) -> x_vector, ref_codes; forced_aligner: fake_words."""
         audio, sample_rate = inputs["audio"], int(inputs["sample_rate"].reshape(-1)[0])
+        if model == ALIGNER_MODEL:
+            text = inputs["text"].reshape(-1)[0].decode("utf-8")
+            self.aligner_calls.append((text, audio.copy(), sample_rate, request_id))
+            if self.aligner_error is not None:
+                raise BackendError(self.aligner_error, "the aligner failed")
+            return fake_words(text, audio.size / sample_rate)
         self.feature_calls.append((model, int(audio.size), sample_rate, request_id))
         if not self.ready:
             raise BackendError(UNAVAILABLE, "the inference server is unreachable")
@@ -285,6 +294,23 @@ class FakeBackend:
             raise
         finally:
             self._active -= 1
+
+
+ALIGNER_MODEL = "forced_aligner"
+
+
+def fake_words(text: str, seconds: float) -> dict[str, np.ndarray]:
+    """FakeBackend's forced_aligner: the text's whitespace-separated words, evenly over `seconds`, the last one
+    ending half a second past the clip (the real aligner does not clamp either)."""
+    spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    n = len(spans)
+    starts = [i * seconds / n for i in range(n)]
+    ends = [(i + 1) * seconds / n for i in range(n)]
+    if ends:
+        ends[-1] = seconds + 0.5
+    return {"word_text": np.array([text[a:b].encode() for a, b in spans], dtype=np.object_),
+            "word_start": np.array(starts, np.float32), "word_end": np.array(ends, np.float32),
+            "char_start": np.array([a for a, _ in spans], np.int32), "char_end": np.array([b for _, b in spans], np.int32)}
 
 
 def fake_pcm(fields: dict[str, Any]) -> np.ndarray:
