@@ -339,20 +339,24 @@ class Stack:
             self.triton.stop()
 
 
-def render_stack_repository(work: Path, checkpoints: list[tuple[Path, Path]], max_active: int | None = None
-                            ) -> tuple[Path, dict[str, Any]]:
-    """Render the repository and gateway config as `triton-tts serve` does; (checkpoint, artifacts) pairs."""
+def render_stack_repository(work: Path, checkpoints: list[tuple[Path, Path]], max_active: int | None = None,
+                            aligner: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """Render the repository and gateway config as `triton-tts serve` does; (checkpoint, artifacts) pairs;
+    `aligner`: a forced aligner's export (`serve --aligner`), named in the config's `aligner_model`."""
     from triton_tts.serve import Served, _model_id, gateway_config, plan_deployment
     from ttscore.backend import repository
     from ttscore.contract.manifest import read_manifest
 
     taken: set[str] = set()
     served = [Served(_model_id(ck.resolve(), taken), ck, art, read_manifest(art)) for ck, art in checkpoints]
-    plan = plan_deployment(served, max_active)
+    plan = plan_deployment(served, max_active, aligner=aligner)
     repo = repository.render_repository(
         work / "model_repository", plan["settings"], models=plan["models"], aliases=plan["aliases"]
     )
-    return repo, gateway_config(served, "127.0.0.1:0")
+    config = gateway_config(served, "127.0.0.1:0")
+    if plan["aligner_model"] is not None:
+        config["aligner_model"] = plan["aligner_model"]
+    return repo, config
 
 
 def start_gateway(settings: Settings, port: int, host: str = "127.0.0.1", timeout_s: float = 60.0
