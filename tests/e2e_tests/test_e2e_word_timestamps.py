@@ -81,7 +81,7 @@ def check(got: list[dict], want: list[tuple], text: str, total_s: float) -> None
     assert [(w["word"], w["char_start"], w["char_end"]) for w in got] == [(w[0], w[3], w[4]) for w in want]
     np.testing.assert_allclose([(w["start"], w["end"]) for w in got], [w[1:3] for w in want], atol=2e-6)
     times = [t for w in got for t in (w["start"], w["end"])]
-    assert times == sorted(times) and 0 <= times[0] and times[-1] <= total_s + 1e-6
+    assert times == sorted(times) and times[0] >= 0 and times[-1] <= total_s + 1e-6
     # The characters of each word (its punctuation included) are the input's words, in order.
     assert " ".join(INPUT[w["char_start"]:w["char_end"]] for w in got).split() == text.split()
 
