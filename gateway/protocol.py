@@ -94,7 +94,7 @@ class _GenerationFields(BaseModel):
     x_vector_only_mode: bool | None = Field(None, description="Clone from the speaker embedding only (no ref_text).")
     word_timestamps: bool | None = Field(
         None, description="Word timestamps from the deployment's forced aligner (`triton-tts serve --aligner CKPT`; "
-        "400 without one, and for Gepard): each word's start/end in seconds on the output timeline and its "
+        "400 without one, and for a family that does not take it): each word's start/end in seconds on the output timeline and its "
         "character offsets in `input`. Whole file: a JSON body (audio in base64 + `timestamps`); SSE: "
         "speech.audio.timestamps events after each sentence's audio; WebSocket: audio.timestamps messages.")
     extra_params: dict[str, Any] | None = Field(

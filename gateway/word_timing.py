@@ -24,7 +24,7 @@ import numpy as np
 
 from ttscore.contract import aligner as contract
 
-ENABLE_HINT = "start the server with `triton-tts serve --aligner CKPT` (a Qwen3-ForcedAligner checkpoint)"
+ENABLE_HINT = "start the server with `triton-tts serve --aligner CKPT` (a forced-aligner checkpoint)"
 DEFAULT_LANGUAGE = "English"  # "Auto": words cut at spaces, CJK characters on their own (the aligner's default rule)
 
 
