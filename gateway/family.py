@@ -152,6 +152,8 @@ class PlanContext(Protocol):
     """What an adapter's `plan` may ask of the deployment (gateway.planning.Deployment)."""
 
     segment_chars: int  # long input is generated in segments of about this many characters (gateway.longtext)
+    # Word timestamps: the input is generated one sentence a segment (gateway.longtext.split_sentences).
+    segment_by_sentence: bool
 
     def routed_by_task(self) -> list[ServedCheckpoint]:
         """The checkpoints a request without `model` is routed among."""

@@ -14,6 +14,7 @@ and `model`, then hands the request to the adapter of the checkpoint `model` nam
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -74,6 +75,14 @@ class Deployment:
         self.max_input_chars = max_input_chars
         self.segment_chars = segment_chars
         self.aligner_model = aligner_model  # word timestamps (gateway.word_timing); None: no aligner deployed
+        self.segment_by_sentence = False  # see word_timestamps_context
+
+    def word_timestamps_context(self) -> Deployment:
+        """This deployment as a request with word timestamps plans against it: one sentence a segment
+        (gateway.longtext.split_sentences), so each sentence's words follow its audio."""
+        view = copy.copy(self)
+        view.segment_by_sentence = True
+        return view
 
     def find_model(self, model: str) -> ServedCheckpoint | None:
         """The checkpoint `model` names: its id, one of its aliases, or a model alias pinned to it."""
@@ -141,7 +150,8 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
         rules.knobs(f.extra_params)  # keys and values; the adapter takes the checked values again
     except InvalidRequest as exc:
         raise from_invalid_request(exc) from None
-    plan = (named or first).adapter.plan(f, named, text, deployment)  # refuses a family's unsupported fields
+    context = deployment.word_timestamps_context() if f.word_timestamps is True else deployment
+    plan = (named or first).adapter.plan(f, named, text, context)  # refuses a family's unsupported fields
     return reproducible_plan(with_word_timestamps(plan, f, deployment))
 
 

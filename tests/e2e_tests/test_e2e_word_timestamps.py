@@ -1,6 +1,6 @@
 """word_timestamps through the REAL tritonserver and gateway (issue 40): a tiny greedy Qwen3-TTS CustomVoice and the
 tiny forced aligner (make-tiny --aligner), rendered as `triton-tts serve --aligner` renders them, one stack for the
-module. On SSE (a two-segment input), the whole-file JSON and the WebSocket (sentence mode), every sentence's words
+module. On SSE (a two-sentence input: one generation a sentence with word timestamps), the whole-file JSON and the WebSocket (sentence mode), every sentence's words
 equal what the offline ForcedAligner gives on the audio the client received and the sentence's text (its times
 clamped into the sentence's audio: random weights time words past the end), shifted by the audio before the
 sentence, with char offsets indexing the original input; the first words come before any audio of the second
@@ -45,9 +45,8 @@ def stack(triton_server, tiny_custom_voice_greedy, aligner_artifacts, tmp_path_f
     work = tmp_path_factory.mktemp("word-timestamps")
     repo, cfg = render_stack_repository(work, [(ckpt, art)], max_active=2, aligner=aligner_artifacts)
     server = triton_server(repo, ready_timeout_s=180)
-    # segment_chars: the input is two segments (its two sentences); health_interval_s 0: the kill stays visible.
-    cfg = {**cfg, "triton_url": server.grpc_url, "speaker_samples_dir": str(work / "speakers"),
-           "segment_chars": 60, "health_interval_s": 0}
+    # health_interval_s 0: the kill stays visible (the aligner is not reloaded behind the test's back).
+    cfg = {**cfg, "triton_url": server.grpc_url, "speaker_samples_dir": str(work / "speakers"), "health_interval_s": 0}
     port = free_port()
     gw, thread = start_gateway(Settings.from_dict(cfg), port)
     from ttscore.runtime.qwen3_forced_aligner.model import ForcedAligner

@@ -87,6 +87,15 @@ def test_times_shift_and_follow_speed():
     assert word_timing.at_speed(w, 2.0)[0].end == 1.0
 
 
+def test_with_word_timestamps_every_sentence_is_a_segment_and_a_long_one_is_cut():
+    from gateway.longtext import split_sentences
+
+    assert split_sentences("  One here.\n\nTwo, there! Three? ", 600) == ["One here.", "Two, there!", "Three?"]
+    long = "alpha beta gamma, delta epsilon zeta, eta theta iota kappa. Short one."
+    parts = split_sentences(long, 25)
+    assert parts[-1] == "Short one." and all(len(p) <= 25 for p in parts) and " ".join(parts) == long
+
+
 # --- the field's rules -------------------------------------------------------------------------------
 
 
@@ -174,9 +183,9 @@ def long_text() -> tuple[str, list[str]]:
     return f"{first}\n\n{second}  ", [first, second.strip()]
 
 
-def test_long_text_words_follow_each_segment_on_the_timeline_and_index_the_original_input(tmp_path, fake):
+def test_each_sentence_is_a_generation_whose_words_follow_on_the_timeline_and_index_the_input(tmp_path, fake):
     text, segments = long_text()
-    with fake_app_client(tmp_path, fake, aligner_model=ALIGNER_MODEL, segment_chars=100) as c:
+    with fake_app_client(tmp_path, fake, aligner_model=ALIGNER_MODEL) as c:
         r = c.post(SPEECH, json={"input": text, "voice": "vivian", "max_new_tokens": 3, "word_timestamps": True})
     assert r.status_code == 200
     assert [call[0] for call in fake.aligner_calls] == segments
@@ -190,9 +199,9 @@ def test_long_text_words_follow_each_segment_on_the_timeline_and_index_the_origi
     assert ends == sorted(ends) and ends[-1] <= wav_seconds(base64.b64decode(r.json()["audio"])) + 1e-6
 
 
-def test_sse_sends_each_segments_words_after_its_audio_before_the_next_segments(tmp_path, fake):
+def test_sse_sends_each_sentences_words_after_its_audio_before_the_next_sentences(tmp_path, fake):
     text, segments = long_text()
-    with fake_app_client(tmp_path, fake, aligner_model=ALIGNER_MODEL, segment_chars=100) as c:
+    with fake_app_client(tmp_path, fake, aligner_model=ALIGNER_MODEL) as c:
         r = c.post(SPEECH, json={"input": text, "voice": "vivian", "max_new_tokens": 3, "stream": True, "response_format": "pcm",
                                  "word_timestamps": True})
     events = sse.parse(r.content)
