@@ -1,5 +1,5 @@
 """word_timestamps through the REAL tritonserver and gateway (issue 40): a tiny greedy Qwen3-TTS CustomVoice and the
-tiny forced aligner (make-tiny --aligner), rendered as `triton-tts serve --aligner` renders them, one stack for the
+tiny forced aligner (make-tiny --aligner) (and a tiny Fish Speech for SSE: another family, at 44.1 kHz), rendered as `triton-tts serve --aligner` renders them, one stack for the
 module. On SSE (a two-sentence input: one generation a sentence with word timestamps), the whole-file JSON and the WebSocket (sentence mode), every sentence's words
 equal what the offline ForcedAligner gives on the audio the client received and the sentence's text (its times
 clamped into the sentence's audio: random weights time words past the end), shifted by the audio before the
@@ -40,10 +40,11 @@ RATE = 24000
 
 
 @pytest.fixture(scope="module")
-def stack(triton_server, tiny_custom_voice_greedy, aligner_artifacts, tmp_path_factory):
+def stack(triton_server, tiny_custom_voice_greedy, fish_tiny, fish_artifacts, aligner_artifacts, tmp_path_factory):
     ckpt, art, _ = tiny_custom_voice_greedy
     work = tmp_path_factory.mktemp("word-timestamps")
-    repo, cfg = render_stack_repository(work, [(ckpt, art)], max_active=2, aligner=aligner_artifacts)
+    repo, cfg = render_stack_repository(work, [(ckpt, art), (fish_tiny, fish_artifacts)], max_active=2,
+                                        aligner=aligner_artifacts)
     server = triton_server(repo, ready_timeout_s=180)
     # health_interval_s 0: the kill stays visible (the aligner is not reloaded behind the test's back).
     cfg = {**cfg, "triton_url": server.grpc_url, "speaker_samples_dir": str(work / "speakers"), "health_interval_s": 0}
@@ -52,7 +53,7 @@ def stack(triton_server, tiny_custom_voice_greedy, aligner_artifacts, tmp_path_f
     from ttscore.runtime.qwen3_forced_aligner.model import ForcedAligner
 
     yield {"url": f"http://127.0.0.1:{port}", "port": port, "server": server, "model": cfg["models"][0]["name"],
-           "aligner": ForcedAligner(aligner_artifacts)}
+           "fish": cfg["models"][1]["name"], "aligner": ForcedAligner(aligner_artifacts)}
     gw.should_exit = True
     thread.join(15)
 
@@ -62,13 +63,14 @@ def payload(stack: dict[str, Any], **kw: Any) -> dict[str, Any]:
             "word_timestamps": True, **kw}
 
 
-def offline(stack: dict[str, Any], pcm16: np.ndarray, text: str, offset_s: float, char_offset: int) -> list[tuple]:
+def offline(stack: dict[str, Any], pcm16: np.ndarray, text: str, offset_s: float, char_offset: int,
+            rate: int = RATE) -> list[tuple]:
     """ForcedAligner's words of `text` in the client's audio of its sentence, each time clamped into that audio
     and after the previous word's end, shifted by `offset_s`; char offsets shifted by `char_offset`."""
     audio = pcm16.astype(np.float32) / 32768.0
-    duration = audio.size / RATE
+    duration = audio.size / rate
     out, floor = [], 0.0
-    for w in stack["aligner"].align(audio, text, "English", sample_rate=RATE):
+    for w in stack["aligner"].align(audio, text, "English", sample_rate=rate):
         start = min(max(w.start, floor), duration)
         end = min(max(w.end, start), duration)
         floor = end
@@ -85,11 +87,18 @@ def check(got: list[dict], want: list[tuple], text: str, total_s: float) -> None
     assert " ".join(INPUT[w["char_start"]:w["char_end"]] for w in got).split() == text.split()
 
 
-def test_sse_words_per_sentence_equal_the_offline_aligners_on_the_received_audio(stack):
+# (the served model's key in `stack`, its fields, its output rate): Fish Speech's 44.1 kHz reaches the aligner as is.
+FAMILIES = {"qwen3_tts": ("model", {}, RATE), "fish_speech": ("fish", {"voice": None}, 44100)}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sse_words_per_sentence_equal_the_offline_aligners_on_the_received_audio(stack, family):
+    key, fields, rate = FAMILIES[family]
+    body = {k: v for k, v in payload(stack, model=stack[key], stream=True, response_format="pcm", **fields).items()
+            if v is not None}
     arrivals: list[tuple[float, str, dict]] = []
     buf = ""
-    with httpx.Client(timeout=300) as c, c.stream("POST", stack["url"] + SPEECH,
-                                                  json=payload(stack, stream=True, response_format="pcm")) as r:
+    with httpx.Client(timeout=300) as c, c.stream("POST", stack["url"] + SPEECH, json=body) as r:
         assert r.status_code == 200
         for text in r.iter_text():
             buf += text
@@ -106,11 +115,11 @@ def test_sse_words_per_sentence_equal_the_offline_aligners_on_the_received_audio
     assert one.size and two.size  # the first words came before any audio of the second sentence
     assert not [i for i, _ in deltas if i > second]
     words_one, words_two = arrivals[first][2]["timestamps"], arrivals[second][2]["timestamps"]
-    total = (one.size + two.size) / RATE
-    want = [*offline(stack, one, FIRST, 0.0, INPUT.index(FIRST)),
-            *offline(stack, two, SECOND, one.size / RATE, INPUT.index(SECOND))]
+    total = (one.size + two.size) / rate
+    want = [*offline(stack, one, FIRST, 0.0, INPUT.index(FIRST), rate),
+            *offline(stack, two, SECOND, one.size / rate, INPUT.index(SECOND), rate)]
     check([*words_one, *words_two], want, f"{FIRST} {SECOND}", total)
-    assert words_one[-1]["end"] <= one.size / RATE + 1e-6  # the first sentence's words lie in its audio
+    assert words_one[-1]["end"] <= one.size / rate + 1e-6  # the first sentence's words lie in its audio
 
 
 def test_whole_file_json_carries_the_audio_and_the_same_words(stack):
