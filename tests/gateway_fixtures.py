@@ -269,7 +269,7 @@ class FakeBackend:
                     await asyncio.sleep(0.05)
                 else:
                     await asyncio.sleep(0)
-                if text == "fail-midstream" and done > 0:
+                if text in ("fail-midstream", "fail-midstream.") and done > 0:  # (a sentence of its own too)
                     raise BackendError(INTERNAL, "internal error")
                 if text == "hang-midstream" and done > 0:
                     await asyncio.Event().wait()

@@ -30,32 +30,43 @@ class OpenText:
     task: asyncio.Future[None] | None = None
 
 
+@dataclass
+class Heard:
+    """Seconds of audio one request sent, also when it failed part-way (the timeline of the next sentence's words)."""
+
+    seconds: float = 0.0
+
+
 async def generate(service: SpeechService, setup: SessionSetup, text: str, rid: str, trace: RequestTrace,
-                   send: SendAudio, open_text: OpenText | None = None, send_words: SendWords | None = None) -> float:
+                   send: SendAudio, open_text: OpenText | None = None, send_words: SendWords | None = None,
+                   heard: Heard | None = None) -> None:
     """Generate `text` (or run `open_text`'s generation) and `send` its audio as it comes; with word timestamps,
-    `send_words` gets the words after their audio (times from this request's first sample). Returns the seconds
-    of audio sent."""
+    `send_words` gets the words after their audio (times from this request's first sample), and `heard` how much
+    audio went out."""
+    heard = heard if heard is not None else Heard()
     if open_text is not None:
-        return await _send_stream(await service.open_stream(open_text.plan, rid, setup.features, trace=trace,
-                                                            text_key=open_text.key), send, None)
+        await _send_stream(await service.open_stream(open_text.plan, rid, setup.features, trace=trace,
+                                                     text_key=open_text.key), send, None, heard)
+        return
     plan = service.plan(setup.message.speech_fields(text))
     if plan.output.stream is not None:
-        return await _send_stream(await service.open_stream(plan, rid, setup.features, trace=trace), send, send_words)
+        await _send_stream(await service.open_stream(plan, rid, setup.features, trace=trace), send, send_words, heard)
+        return
     clip = await service.synthesize(plan, rid, setup.features, trace=trace)
     await send(clip.audio)
+    heard.seconds = clip.seconds
     if clip.words is not None and send_words is not None:
         await send_words(clip.words)
-    return clip.seconds
 
 
-async def _send_stream(stream: AudioStream, send: SendAudio, send_words: SendWords | None) -> float:
+async def _send_stream(stream: AudioStream, send: SendAudio, send_words: SendWords | None, heard: Heard) -> None:
     stream.on_words = send_words
     try:
         async for data in stream.body():
             await send(data)
+            heard.seconds = stream.seconds
     finally:
         await stream.aclose()
-    return stream.seconds
 
 
-__all__ = ["OpenText", "SendAudio", "SendWords", "generate"]
+__all__ = ["Heard", "OpenText", "SendAudio", "SendWords", "generate"]

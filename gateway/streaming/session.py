@@ -31,7 +31,7 @@ from ..services import SpeechService, StreamAborted
 from ..settings import Settings
 from ..text_split import TextSplitter
 from ..word_timing import Word, as_wire, shifted
-from .audio import OpenText, generate
+from .audio import Heard, OpenText, generate
 from .messages import INCREMENTAL, SessionSetup, parse_message
 from .transport import CLOSE_GOING_AWAY, CLOSE_NORMAL, GONE, STOP, Cancelled, Disconnected, Inbox, Transport
 
@@ -315,6 +315,7 @@ class StreamingSession:
             sent += len(data)
 
         offset = self._utterance_seconds
+        heard = Heard()
 
         async def send_words(words: tuple[Word, ...]) -> None:
             # The service's char offsets index this request's input, the sentence's text.
@@ -328,8 +329,8 @@ class StreamingSession:
         status = 200
         token = ENDPOINT_AFFINITY.set(self.affinity)  # (the work task below copies the context)
         try:
-            self._utterance_seconds += await self.inbox.until_gone(
-                generate(self.service, config, text, rid, trace, send, open_text, send_words), cancellable=True,
+            await self.inbox.until_gone(
+                generate(self.service, config, text, rid, trace, send, open_text, send_words, heard), cancellable=True,
                 stop=open_text.stop if open_text is not None else None)
         except Disconnected:
             self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
@@ -356,6 +357,7 @@ class StreamingSession:
                               f"{errors.ws_message(exc, rid)}")
         finally:
             ENDPOINT_AFFINITY.reset(token)
+            self._utterance_seconds += heard.seconds  # what went out, also from a request that failed part-way
         if cancelled:
             self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
         else:

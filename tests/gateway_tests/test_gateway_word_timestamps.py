@@ -266,6 +266,26 @@ def test_websocket_sends_each_sentences_words_between_its_audio_and_audio_done(c
         assert_words(chunk["timestamps"], expected(sentence, 3 * FRAME_S, i * 3 * FRAME_S))
 
 
+def test_websocket_words_after_a_sentence_that_failed_part_way_count_its_audio(client):
+    with client.websocket_connect(WS) as ws:
+        ws.send_text(json.dumps({"type": "session.config", "voice": "vivian", "max_new_tokens": 5,
+                                 "split_granularity": "sentence", "stream_audio": True, "response_format": "pcm",
+                                 "word_timestamps": True}))
+        ws.send_text(json.dumps({"type": "input.text", "text": "fail-midstream. Second one here."}))
+        ws.send_text(json.dumps({"type": "input.done"}))
+        messages = []
+        while not (messages and isinstance(messages[-1], dict) and messages[-1]["type"] == "session.done"):
+            m = ws.receive()
+            messages.append(json.loads(m["text"]) if m.get("text") is not None else m["bytes"])
+    dones = [m for m in messages if isinstance(m, dict) and m["type"] == "audio.done"]
+    assert [d["error"] for d in dones] == [True, False]
+    first_audio = dones[0]["total_bytes"] // 2 / SAMPLE_RATE  # pcm16: what the client got of the failed one
+    assert first_audio > 0
+    (chunk,) = [m for m in messages if isinstance(m, dict) and m["type"] == "audio.chunk"]
+    assert chunk["sentence_index"] == 1
+    assert_words(chunk["timestamps"], expected("Second one here.", 5 * FRAME_S, first_audio))
+
+
 def test_websocket_incremental_falls_back_to_sentences_with_word_timestamps(client):
     with client.websocket_connect(WS) as ws:
         ws.send_text(json.dumps({"type": "session.config", "voice": "vivian", "split_granularity": "incremental",
