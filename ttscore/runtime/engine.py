@@ -28,6 +28,8 @@ chunks are at most `chunk_frames` frames (both per request, the spec's fields), 
   iteration plus a margin (measured iteration time), otherwise frames accumulate up to
   `chunk_frames`. A stream produced faster than real time therefore never underruns after its
   first chunk, and chunks grow as its playback buffer grows.
+  A stream whose client has already played everything sent (slower than real time: overload) gets
+  ramp's sizes instead of a chunk per frame, so the batch's vocoder calls stay few and large.
 The exact streaming vocoder makes the audio the same for every schedule up to float rounding: ONNX
 Runtime's kernels round differently for different chunk lengths (max 3e-6 measured on the tiny
 checkpoint, below one 16-bit step), and the same boundaries give bit-identical audio. "adaptive"
@@ -295,10 +297,17 @@ class Generator:
             return n >= seq.initial_chunk_frames
         if n >= seq.chunk_frames:
             return True
+        ramp = min(seq.chunk_frames, seq.initial_chunk_frames << min(a.chunks_out, 16))
         if self.chunk_policy == "ramp":
-            return n >= min(seq.chunk_frames, seq.initial_chunk_frames << min(a.chunks_out, 16))
+            return n >= ramp
         if self.chunk_policy == "adaptive":
             buffered = a.sent_seconds - (now - a.first_sent)  # audio the client has not played yet
+            if buffered <= 0:
+                # The client has played everything: the stream is behind real time and no schedule keeps it fed.
+                # Chunks then grow as ramp's do: fewer, larger vocoder calls (each call's fixed cost, e.g. reading a
+                # codec's attention windows, is paid once per chunk) instead of one per frame, which would slow
+                # every stream in the batch further.
+                return n >= ramp
             # (a chunk vocoded beside the next step leaves one step later: one more step of margin)
             return buffered < (ADAPTIVE_MARGIN + (self._overlap is not None)) * self._iteration_s
         return False
