@@ -164,6 +164,11 @@ class GatewayMetrics:
             "WebSocket: seconds from an utterance's first input.text to its first audio frame sent, by the "
             "split_granularity in effect (none, sentence, clause, incremental)",
             ["split_granularity"], buckets=TTFA_BUCKETS, registry=r)
+        self.finish_reasons = Counter(
+            "tts_generation_finish_reasons",
+            "Speech generations by why they ended: stop (the model ended it), length (max_new_tokens or the runaway "
+            "guard), cancelled (the client went away or cancelled), error (it failed); a raw stream's is here",
+            ["model", "reason"], registry=r)
         self.errors = Counter(
             "tts_errors", "Errors a client was told about (status, SSE/WebSocket error, batch item), by API error type",
             ["cause"], registry=r)
@@ -283,11 +288,13 @@ class Generation:
         if self._seconds > 0:
             self._m.rtf.labels(self._model).observe((self._clock() - self._received_at) / self._seconds)
 
-    def close(self) -> None:
-        """The generation is over, however it ended (idempotent)."""
+    def close(self, finish_reason: str | None = None) -> None:
+        """The generation is over, however it ended (idempotent); `finish_reason`: why (counted)."""
         if self._closed:
             return
         self._closed = True
+        if finish_reason is not None:
+            self._m.finish_reasons.labels(self._model, finish_reason).inc()
         self._m.active.labels(self._model).dec()
         if not self._first:
             self._m.queued.labels(self._model).dec()

@@ -184,9 +184,15 @@ class SpeechAudioDelta(BaseModel):
     response_format: str
 
 
+# Why a generation ended (ttscore.contract.tensors.FINISH_REASONS): "stop" the model ended it, "length" its frame
+# budget did (max_new_tokens or the runaway guard), "cancelled" the client did, "error" it failed.
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
 class SpeechAudioDone(BaseModel):
     type: Literal["speech.audio.done"] = "speech.audio.done"
     usage: SpeechUsage
+    finish_reason: FinishReason = "stop"
 
 
 class SpeechAudioError(BaseModel):
@@ -201,6 +207,7 @@ class BatchItemResult(BaseModel):
     media_type: str | None = None
     usage: SpeechUsage | None = None
     error: str | None = None
+    finish_reason: FinishReason | None = None
 
 
 class BatchSpeechResponse(BaseModel):
@@ -400,6 +407,7 @@ class AudioDone(BaseModel):
     total_bytes: int
     error: bool = False
     cancelled: bool | None = None  # True: stopped by input.cancel (absent otherwise)
+    finish_reason: FinishReason = "stop"
 
 
 class SessionConfigured(BaseModel):

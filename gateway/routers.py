@@ -35,7 +35,7 @@ from .protocol import (
     VoicesResponse,
     VoiceUploadResponse,
 )
-from .services import AudioStream, SpeechService
+from .services import FINISH_REASON_HEADER, AudioStream, SpeechService
 from .streaming.session import StreamingSession
 from .streaming.transport import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, Disconnected
 from .usage import USAGE_HEADERS
@@ -136,6 +136,10 @@ _SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
         "content": {**_AUDIO_CONTENT, sse.MEDIA_TYPE: {"schema": _SSE_EVENT}},
         "headers": {**{name: {"schema": {"type": "integer"}, "description": "Token usage (non-streaming responses)"}
                        for name in USAGE_HEADERS},
+                    FINISH_REASON_HEADER: {"schema": {"type": "string", "enum": ["stop", "length"]},
+                                           "description": "Why the generation ended: stop (the model ended it) or "
+                                           "length (max_new_tokens or the runaway guard). Whole files always; raw "
+                                           "streams only when the first chunk was the last (use SSE otherwise)."},
                     SEED_HEADER: {"schema": {"type": "integer"}, "description": "The seed the audio was generated "
                                   "with (the request's, or one the server drew): the same request with this seed "
                                   "gives the same audio. Absent for models that take no seed or apply their own default."}},
@@ -157,9 +161,14 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
     if plan.output.stream is not None:
         stream = await until_disconnect(request, svc.open_stream(plan, rid, trace=trace))
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **seed}
+        if stream.finish_reason is not None and not stream.sse:
+            # Known before the body starts only when the first chunk was the last one; otherwise a raw stream
+            # cannot carry it (no trailers): SSE's speech.audio.done and the WebSocket's audio.done do.
+            headers[FINISH_REASON_HEADER] = stream.finish_reason
         return AudioStreamResponse(stream, headers)
     clip = await until_disconnect(request, svc.synthesize(plan, rid, trace=trace))
-    return Response(clip.audio, media_type=clip.media_type, headers={**clip.usage.headers(), **seed})
+    return Response(clip.audio, media_type=clip.media_type,
+                    headers={**clip.usage.headers(), **seed, FINISH_REASON_HEADER: clip.finish_reason})
 
 
 @router.post("/v1/audio/speech/batch", response_model=BatchSpeechResponse, response_model_exclude_none=True,
