@@ -281,6 +281,20 @@ class EndpointStatus(BaseModel):
     outstanding: int = 0  # requests in flight on it
 
 
+class ModelAdmission(BaseModel):
+    running: int
+    queued: int
+    refused: int
+
+
+class AdmissionStatus(BaseModel):
+    running: int
+    queued: int
+    refused: int
+    limits: dict[str, float]
+    models: dict[str, ModelAdmission]
+
+
 class Readiness(BaseModel):
     status: Literal["ready", "not_ready", "draining"]  # draining: shutting down after SIGTERM
     triton: bool
@@ -289,6 +303,9 @@ class Readiness(BaseModel):
     broken: dict[str, str] = {}
     # Triton endpoint (address:port) -> in service or not, and why (gateway.pool).
     endpoints: dict[str, EndpointStatus] = {}
+    # Admission control (gateway.admission): generations running, queued and refused, in all and per model,
+    # and the limits in force. A full queue does not make the gateway unready: it refuses fast instead.
+    admission: AdmissionStatus | None = None
 
 
 # --- voices --------------------------------------------------------------------------------------

@@ -112,8 +112,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "Invalid parameter (param names it)"},
     404: {"model": ErrorResponse, "description": "Unknown model"},
     500: {"model": ErrorResponse, "description": "Internal error (the message carries the request id)"},
-    503: {"model": ErrorResponse, "description": "Triton or a model is not ready; see Retry-After",
+    429: {"model": ErrorResponse, "description": "The API key has its most generations in progress; see Retry-After",
           "headers": {"Retry-After": {"schema": {"type": "integer"}}}},
+    503: {"model": ErrorResponse, "description": "Triton or a model is not ready, or the request queue is full; see "
+          "Retry-After", "headers": {"Retry-After": {"schema": {"type": "integer"}}}},
 }
 _SSE_EVENT = {
     "type": "object",
@@ -309,7 +311,8 @@ async def ready(request: Request) -> Any:
     ok, triton, models = await svc.readiness.check()
     # Draining (gateway.drain): not ready whatever Triton says, so load balancers stop sending.
     status = "draining" if request.app.state.drain.draining else "ready" if ok else "not_ready"
-    body: dict[str, Any] = {"status": status, "triton": triton, "models": models, "broken": svc.readiness.broken()}
+    body: dict[str, Any] = {"status": status, "triton": triton, "models": models, "broken": svc.readiness.broken(),
+                            "admission": svc.admission.status()}
     if svc.endpoints is not None:  # several Triton endpoints (gateway.pool): which are in service
         body["endpoints"] = svc.endpoints()
     if status == "ready":

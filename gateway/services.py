@@ -47,6 +47,8 @@ from ttscore.contract.tensors import (
 )
 
 from . import encoding, errors, longtext, refaudio, sse
+from .admission import Admission, AdmissionLimits
+from .auth import API_KEY_ID
 from .backend import DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
 from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
@@ -237,6 +239,12 @@ class AudioStream:
 REF_FEATURES_CACHE = 64  # inline reference clips whose features are kept
 
 
+def admission_limits(settings: Settings) -> AdmissionLimits:
+    return AdmissionLimits(model_running=settings.max_running_per_model, model_queued=settings.max_queued_per_model,
+                           running=settings.max_running, queued=settings.max_queued,
+                           queue_wait_s=settings.max_queue_wait_s, per_key=settings.max_concurrent_per_key)
+
+
 class SpeechService:
     def __init__(self, deployment: Deployment, backend: InferenceBackend, settings: Settings,
                  metrics: GatewayMetrics) -> None:
@@ -254,6 +262,10 @@ class SpeechService:
         # Whether some endpoint serves a speech model now: a replay goes nowhere else (gateway.replay).
         self.serving: Callable[[str], bool] = getattr(backend, "serving", lambda model: True)
         self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s, pooled)
+        # Every generation takes a slot first (gateway.admission): a full server says no at once.
+        self.admission = Admission(admission_limits(settings), [c.name for c in deployment.checkpoints],
+                                   settings.retry_after_s)
+        metrics.admission = self.admission.snapshot
         # Features of inline reference audio, keyed by its decoded content: a batch or a client that
         # repeats one ref_audio runs the voice_features ensemble once (fetching/decoding still happens).
         self._ref_features: OrderedDict[tuple[str, int, str], asyncio.Future[Any]] = OrderedDict()
@@ -419,7 +431,13 @@ class SpeechService:
         """The request's chunks, every segment's in order (see _segment for the time limits)."""
         # Metered from here: waiting for readiness and the reference features is time to first audio too.
         # A long text is one generation for the metrics, as for its client.
-        meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
+        # Admitted before anything else (and before it is metered): a refusal costs no work.
+        ticket = await self.admission.acquire(plan.checkpoint.name, API_KEY_ID.get())
+        try:
+            meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
+        except BaseException:
+            ticket.release()
+            raise
         if plan.seed_drawn:  # recorded, so that the request can be replayed by anyone
             logger.info("request %s: seed %d drawn by the gateway", request_id, plan.seed)
         reason = FINISH_CANCELLED  # closed before its end (a BaseException: the consumer went away)
@@ -447,6 +465,7 @@ class SpeechService:
             raise
         finally:
             meter.close(reason)
+            ticket.release()
 
     async def synthesize(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
                          trace: RequestTrace) -> Clip:
