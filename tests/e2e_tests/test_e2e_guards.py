@@ -140,7 +140,10 @@ def test_a_never_stopping_generation_ends_at_the_budget_with_length_on_every_pat
     assert r.status_code == 200 and "x-finish-reason" not in r.headers
     assert len(r.content) == frames * SAMPLES_PER_FRAME * 2
     # batch
-    r = httpx.post(url + SPEECH + "/batch", json={"items": [body(stack)], "response_format": "pcm"}, timeout=300)
+    fields = body(stack)
+    r = httpx.post(url + SPEECH + "/batch", json={"items": [{"input": fields.pop("input")}], "response_format": "pcm",
+                                                  **fields}, timeout=300)
+    assert r.status_code == 200, r.text
     (item,) = r.json()["results"]
     assert item["finish_reason"] == "length" and item["usage"]["output_tokens"] == frames
     # WebSocket, streamed audio

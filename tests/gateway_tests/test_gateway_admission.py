@@ -278,3 +278,23 @@ def _ws_two_utterances(connect, ws_url, hung):
         time.sleep(0.3)
         second = utterance(ws)
     return first, second
+
+
+# --- settings ------------------------------------------------------------------------------------------
+
+
+def test_limits_come_from_the_config_then_the_environment(tmp_path):
+    from gateway.settings import Settings, SettingsError
+
+    fake_deployment(tmp_path)  # writes the manifests
+    models = [{"name": "tiny-custom-voice", "variant": "custom_voice", "triton_model": "speech_generation",
+               "artifacts_dir": str(tmp_path / "art-custom_voice")}]
+    path = tmp_path / "gateway.json"
+    path.write_text(json.dumps({"triton_url": "fake:0", "models": models, "max_queued_per_model": 3}))
+    assert Settings.load(path, environ={}).max_queued_per_model == 3
+    loaded = Settings.load(path, environ={"TTS_MAX_QUEUED_PER_MODEL": "7", "TTS_MAX_QUEUE_WAIT_S": "1.5"})
+    assert (loaded.max_queued_per_model, loaded.max_queue_wait_s, loaded.max_running) == (7, 1.5, 64)
+    with pytest.raises(SettingsError, match="TTS_MAX_RUNNING must be a number"):
+        Settings.load(path, environ={"TTS_MAX_RUNNING": "many"})
+    with pytest.raises(SettingsError, match="max_concurrent_per_key must not be negative"):
+        Settings.load(path, environ={"TTS_MAX_CONCURRENT_PER_KEY": "-1"})
