@@ -232,6 +232,9 @@ def test_a_websocket_sentence_that_cannot_be_admitted_gets_the_in_band_error_and
         deadline = time.monotonic() + 60
         while httpx.get(url + "/ready", timeout=10).json()["admission"]["queued"] < 1:
             assert time.monotonic() < deadline, "the second request never queued"
+            for f in held:
+                if f.done():
+                    f.result()  # its failure, if it failed
             time.sleep(0.02)
         refused = ws_next_utterance(ws, "Hello.")
         release.set()  # their clients go away
@@ -247,7 +250,7 @@ def test_a_websocket_sentence_that_cannot_be_admitted_gets_the_in_band_error_and
 
 def hold_a_slot(url: str, stack, release: threading.Event, headers: dict | None = None) -> None:
     """A long raw stream whose client reads its first audio, then waits for `release` and goes away."""
-    with httpx.stream("POST", url + SPEECH, json=body(stack, HOLD_TEXT, stream_format="audio", response_format="pcm"),
+    with httpx.stream("POST", url + SPEECH, json=body(stack, text=HOLD_TEXT, stream_format="audio", response_format="pcm"),
                       headers=headers, timeout=300) as s:
         assert s.status_code == 200
         next(s.iter_raw())
@@ -274,6 +277,8 @@ def test_an_api_key_over_its_limit_gets_429_while_another_key_is_served(stack):
         deadline = time.monotonic() + 60
         while httpx.get(url + "/ready", timeout=10).json()["admission"]["running"] < 1:
             assert time.monotonic() < deadline, "key-a's generation never started"
+            if held.done():
+                held.result()
             time.sleep(0.02)
         limited = httpx.post(url + SPEECH, json=body(stack, max_new_tokens=8),
                              headers={"Authorization": "Bearer key-a"}, timeout=60)
