@@ -253,7 +253,8 @@ def hold_a_slot(url: str, stack, release: threading.Event, headers: dict | None 
     with httpx.stream("POST", url + SPEECH, json=body(stack, text=HOLD_TEXT, stream_format="audio", response_format="pcm"),
                       headers=headers, timeout=300) as s:
         assert s.status_code == 200
-        next(s.iter_raw())
+        chunks = s.iter_raw()  # (kept: a dropped iterator closes the response)
+        next(chunks)
         release.wait(120)
 
 
