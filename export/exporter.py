@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from export.families import family_of
+from export.families import export_entry
 from export.family import ExportFamily, ExportProgress
 from ttscore.contract.errors import ExportError, InvalidRequest, TTSError
 from ttscore.contract.manifest import MANIFEST
@@ -63,8 +63,9 @@ def export_checkpoint(
         raise ExportError("TensorRT engines are built on a GPU host (device=gpu); this machine has none")
     src = Path(checkpoint).resolve()
     dst = Path(out).resolve()
-    # The checkpoint's config.json decides the family (the one dispatch point of export).
-    family = family_of(src)
+    # The checkpoint's config.json decides the family (the one dispatch point of export); the forced aligner, no
+    # speech family, is recognised first.
+    family = export_entry(src)
     family.check(src)
     options: dict[str, Any] = {}
     if lora is not None:

@@ -26,6 +26,9 @@ FAMILIES: dict[str, ExportFamily] = plugins.registry(
     cast("list[ExportFamily]", [*plugins.builtin_parts("export.{}.family", "FAMILY"), *_external()]),
     lambda f: f.name, "export family")
 DEFAULT = plugins.BUILTIN[0]  # make-tiny's --family when none is given
+# The forced aligner's entry (word timestamps): exported like a family's checkpoint, but no speech family (not in
+# FAMILIES: it serves no speech_generation model).
+ALIGNER = cast("ExportFamily", plugins.aligner_part("export.{}.component", "ENTRY"))
 
 
 def family_of(checkpoint: Path) -> ExportFamily:
@@ -39,6 +42,13 @@ def family_of(checkpoint: Path) -> ExportFamily:
         known = "; ".join(f"{f.name}: {f.signature}" for f in FAMILIES.values())
         raise CheckpointError(f"{root} is not a checkpoint of a known model family ({known})")
     return found[0]
+
+
+def export_entry(checkpoint: Path) -> ExportFamily:
+    """What exports `checkpoint`: the forced aligner's entry when it is an aligner checkpoint, else its family's
+    (family_of)."""
+    root = Path(checkpoint)
+    return ALIGNER if root.is_dir() and ALIGNER.detect(root) else family_of(root)
 
 
 def family(name: str) -> ExportFamily:

@@ -6,6 +6,11 @@
   A streamed WAV header has 0xFFFFFFFF in both size fields (length unknown, as OpenAI streams it).
 - flac: soundfile into a BytesIO (seekable: libsndfile seeks back to patch headers).
 - mp3: lameenc (CBR). opus: Ogg Opus via PyAV's libopus. aac: ADTS via PyAV's native AAC encoder.
+- Streamed mp3 / opus: the same encoders fed chunk by chunk. mp3: lameenc's bytes of a chunk are those frames
+  of the one-shot file (the whole stream is the whole file, byte for byte). opus: Ogg Opus of 20 ms packets, one
+  Ogg page per packet written through at once, so the bytes sent after every chunk are a decodable Ogg stream
+  holding all of that chunk's audio but the encoder's last partial frame (< 20 ms, sent with the next chunk);
+  a page's 28 header bytes per 20 ms cost ~11 kbit/s over the whole file's.
 - ulaw / alaw (G.711 mu-law / A-law, telephony): 8 kHz by definition, one byte a sample, encoded
   from the same 16-bit samples as pcm with ITU-T G.711's segment tables (bit-identical to the
   reference encoder, e.g. Python's audioop). A whole file is a WAV whose format tag says G.711
@@ -20,6 +25,7 @@ from __future__ import annotations
 import io
 import struct
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -248,7 +254,7 @@ def encode(pcm: np.ndarray, sample_rate: int, fmt: str) -> bytes:
     if fmt == "mp3":
         return _encode_mp3(x, sample_rate)
     if fmt == "opus":
-        return _encode_av(x, sample_rate, "ogg", "libopus", bit_rate=64000 if sample_rate >= 16000 else 24000)
+        return _encode_av(x, sample_rate, "ogg", "libopus", bit_rate=_opus_bit_rate(sample_rate))
     if fmt == "aac":
         return _encode_av(x, sample_rate, "adts", "aac", bit_rate=96000 if sample_rate >= 32000 else 64000)
     if fmt in G711_FORMATS:
@@ -265,7 +271,8 @@ def _encode_flac(x: np.ndarray, sample_rate: int) -> bytes:
     return buf.getvalue()
 
 
-def _encode_mp3(x: np.ndarray, sample_rate: int) -> bytes:
+def _mp3_encoder(sample_rate: int) -> Any:
+    """lameenc's CBR encoder of mono 16-bit samples at `sample_rate` (whole files and streams alike)."""
     import lameenc
 
     enc = lameenc.Encoder()
@@ -273,6 +280,15 @@ def _encode_mp3(x: np.ndarray, sample_rate: int) -> bytes:
     enc.set_in_sample_rate(sample_rate)
     enc.set_channels(1)
     enc.set_quality(2)
+    return enc
+
+
+def _opus_bit_rate(sample_rate: int) -> int:
+    return 64000 if sample_rate >= 16000 else 24000
+
+
+def _encode_mp3(x: np.ndarray, sample_rate: int) -> bytes:
+    enc = _mp3_encoder(sample_rate)
     return bytes(enc.encode(to_int16(x).tobytes())) + bytes(enc.flush())
 
 
@@ -304,14 +320,76 @@ def render(pcm: np.ndarray, source_rate: int, fmt: str, sample_rate: int, speed:
     return encode(x, sample_rate, fmt)
 
 
-# --- streaming (pcm / wav / ulaw / alaw) -----------------------------------------------------------
+# --- streaming ------------------------------------------------------------------------------------
 
-STREAMABLE_FORMATS = ("pcm", "wav", *G711_FORMATS)
+STREAMABLE_FORMATS = ("pcm", "wav", *G711_FORMATS, "mp3", "opus")
+
+
+class _Drain(io.RawIOBase):
+    """A write-only file that keeps what it is given until drained (the Ogg muxer's output, page by page)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parts: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._parts.append(bytes(data))
+        return len(data)
+
+    def drain(self) -> bytes:
+        out, self._parts = b"".join(self._parts), []
+        return out
+
+
+class _OggOpusStream:
+    """Ogg Opus written as it is encoded: 20 ms libopus packets, an Ogg page per packet, each page flushed."""
+
+    def __init__(self, sample_rate: int) -> None:
+        import av
+
+        self._sink = _Drain()
+        # page_duration 20 ms: a page per packet; flush_packets + a small buffer: each page reaches the sink at once
+        self._out = av.open(self._sink, mode="w", format="ogg", options={"page_duration": "20000"},
+                            container_options={"flush_packets": "1"}, buffer_size=512)
+        self._stream = self._out.add_stream("libopus", rate=sample_rate, layout="mono")
+        self._stream.bit_rate = _opus_bit_rate(sample_rate)
+        self._rate = sample_rate
+        self._pts = 0
+
+    def encode(self, x: np.ndarray) -> bytes:
+        if x.size:
+            import av
+
+            frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(x[None, :]), format="flt", layout="mono")
+            frame.sample_rate = self._rate
+            frame.pts = self._pts
+            self._pts += x.size
+            self._out.mux(self._stream.encode(frame))
+        return self._sink.drain()
+
+    def close(self) -> bytes:
+        self._out.mux(self._stream.encode(None))
+        self._out.close()
+        return self._sink.drain()
+
+
+class _Mp3Stream:
+    def __init__(self, sample_rate: int) -> None:
+        self._enc = _mp3_encoder(sample_rate)
+
+    def encode(self, x: np.ndarray) -> bytes:
+        return bytes(self._enc.encode(to_int16(x).tobytes())) if x.size else b""
+
+    def close(self) -> bytes:
+        return bytes(self._enc.flush())
 
 
 class StreamEncoder:
-    """Raw-byte stream of pcm, wav (16-bit, after a streaming WAV header) or headerless G.711:
-    `start()`, then `chunk()` per model chunk, `finish()`."""
+    """Raw-byte stream of pcm, wav (16-bit, after a streaming WAV header), headerless G.711, mp3 or Ogg Opus:
+    `start()`, then `chunk()` per model chunk, `finish()`. The bytes out so far always decode."""
 
     def __init__(self, fmt: str, source_rate: int, sample_rate: int) -> None:
         if fmt not in STREAMABLE_FORMATS:
@@ -319,15 +397,20 @@ class StreamEncoder:
         self.fmt = fmt
         self.sample_rate = sample_rate
         self._resampler = Resampler(source_rate, sample_rate)
+        self._codec: _OggOpusStream | _Mp3Stream | None = (
+            _OggOpusStream(sample_rate) if fmt == "opus" else _Mp3Stream(sample_rate) if fmt == "mp3" else None)
 
     def start(self) -> bytes:
         return wav_header(self.sample_rate, None) if self.fmt == "wav" else b""
 
     def _bytes(self, pcm: np.ndarray) -> bytes:
+        if self._codec is not None:
+            return self._codec.encode(pcm)
         return g711_bytes(pcm, self.fmt) if self.fmt in G711_FORMATS else pcm_bytes(pcm)
 
     def chunk(self, pcm: np.ndarray) -> bytes:
         return self._bytes(self._resampler.feed(pcm))
 
     def finish(self) -> bytes:
-        return self._bytes(self._resampler.feed(np.zeros(0, np.float32), last=True))
+        tail = self._bytes(self._resampler.feed(np.zeros(0, np.float32), last=True))
+        return tail + self._codec.close() if self._codec is not None else tail

@@ -135,7 +135,8 @@ def plan_output(f: SpeechFields, source_rate: int) -> OutputSpec:
         if fmt not in STREAMABLE_FORMATS:
             raise bad_request(
                 "Streaming (stream=true, stream_format='audio' or stream_format='sse') requires "
-                f"response_format='pcm' or 'wav' (or the telephony 'ulaw' / 'alaw'). Got response_format='{fmt}'.",
+                f"response_format 'pcm', 'wav', 'mp3' or 'opus' (or the telephony 'ulaw' / 'alaw'). Got "
+                f"response_format='{fmt}'.",
                 "response_format",
             )
         if speed != 1.0:

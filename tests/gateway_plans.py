@@ -24,7 +24,7 @@ STREAMS = [("sse", "pcm"), ("sse", "wav"), ("audio", "pcm"), ("audio", "wav")]
 FOREIGN_VOICES = [({"voice": "vivian"}, "voice"), ({"voice": "alloy"}, "voice")]
 # A compressed format on the raw audio stream, speed on a stream (time-stretch needs the whole clip).
 STREAM_LIMITS = [
-    ({"stream_format": "audio", "response_format": "mp3"}, "response_format"),
+    ({"stream_format": "audio", "response_format": "flac"}, "response_format"),
     ({"stream_format": "sse", "speed": 1.5}, "speed"),
 ]
 # max_new_tokens outside 1..4096 and a negative seed.

@@ -59,13 +59,13 @@ def ensure_artifacts(checkpoint: str | Path | Checkpoint, precision: str = "fp32
     precision and startup LoRA adapter `lora`, by content, made at the family's current export revision:
     export.family.ExportFamily.revision); an export shows its stages (triton_tts.progress) unless `quiet`."""
     from export.exporter import adapter_identity, export_checkpoint
-    from export.families import family_of
+    from export.families import export_entry
     from triton_tts.progress import Stages
     from ttscore.contract.manifest import read_manifest
 
     ckpt = resolve_checkpoint(checkpoint)
     src = ckpt.path.resolve()
-    family = family_of(src)
+    family = export_entry(src)  # a family's checkpoint, or the forced aligner's
     family.check(src)  # fail fast, before any heavy import
     adapter = adapter_identity(family, lora)["sha256"] if lora is not None else None
     fp = checkpoint_fingerprint(src)

@@ -26,6 +26,11 @@ def _cmd_make_tiny(args: argparse.Namespace) -> int:
     from export.families import FAMILIES
     from ttscore.contract.errors import InvalidRequest
 
+    if args.aligner:  # the forced aligner: no speech family, made by its own entry (export.families.ALIGNER)
+        from export.families import ALIGNER
+
+        print(ALIGNER.make_tiny(Path(args.out), seed=args.seed, size=args.size))
+        return 0
     family = FAMILIES[args.family]
     own = {o.name for o in family.tiny_options}
     options = {o.name: getattr(args, o.name) for f in FAMILIES.values() for o in f.tiny_options}
@@ -152,6 +157,8 @@ def _add_make_tiny_parser(sub: Any) -> None:
 
     t = sub.add_parser("make-tiny", help="write a random-weight checkpoint in the real layout")
     t.add_argument("--family", default=DEFAULT, choices=list(FAMILIES))
+    t.add_argument("--aligner", action="store_true",
+                   help="write a Qwen3-ForcedAligner checkpoint (word timestamps) instead of a family's")
     t.add_argument("--out", required=True)
     t.add_argument("--seed", type=int, default=0)
     sizes = list(dict.fromkeys(size for f in FAMILIES.values() for size in f.sizes))

@@ -94,13 +94,14 @@ def generation_params(args: Any) -> dict[str, str]:
     return out
 
 
-def plan_deployment(served: list[Served], max_active: int | None = None,
+def plan_deployment(served: list[Served], max_active: int | None = None, aligner: Path | None = None,
                     generation: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Model names, aliases and per-model settings for render_repository (pure). `generation`: parameters
     every speech_generation model gets (generation_params).
 
     Each served checkpoint gets its speech_generation model; each family adds what its checkpoints
-    need (export.family.ExportFamily.deploy), in registry order."""
+    need (export.family.ExportFamily.deploy), in registry order. `aligner`: the export of a forced aligner
+    (word timestamps), served by the `forced_aligner` model (the plan's `aligner_model`; None without one)."""
     from export.families import FAMILIES
     from export.family import model_name
 
@@ -134,6 +135,11 @@ def plan_deployment(served: list[Served], max_active: int | None = None,
         for name, origin, model_params in part.models:
             add(name, origin, model_params)
         plan.update(part.flags)
+    if aligner is not None:
+        from ttscore.contract import aligner as word_timestamps
+
+        add(word_timestamps.MODEL, word_timestamps.MODEL, {"artifacts_dir": str(aligner)})
+    plan["aligner_model"] = None if aligner is None else models[-1]
     vocoders = [m for part in parts.values() for m in part.readiness]
     return {"models": models, "aliases": aliases, "settings": settings, **plan, "vocoders": vocoders}
 
@@ -206,7 +212,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         art = ensure_artifacts(ckpt, args.precision, quiet=args.quiet, lora=lora)
         served.append(Served(_model_id(Path(ckpt.name), taken), ckpt.path, art, read_manifest(art)))
 
-    plan = plan_deployment(served, args.max_active, generation_params(args))
+    aligner = None
+    if args.aligner:
+        print(f"preparing the aligner {args.aligner} (export is skipped when up to date)...", flush=True)
+        aligner = ensure_artifacts(resolve_checkpoint(args.aligner), "fp32", quiet=args.quiet)
+    plan = plan_deployment(served, args.max_active, aligner, generation_params(args))
     repo = repository.render_repository(
         work / "model_repository", plan["settings"], models=plan["models"], aliases=plan["aliases"]
     )
@@ -304,6 +314,8 @@ def add_serve_parser(sub: Any) -> None:
                    help="checkpoint directory, Hugging Face cache snapshot, or repo id Org/Name[@revision] "
                         "(repeat to serve several)")
     s.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4"])
+    s.add_argument("--aligner", metavar="CHECKPOINT",
+                   help="a Qwen3-ForcedAligner checkpoint (word timestamps), served by the forced_aligner model")
     add_lora(s)
     s.add_argument("--host", default="0.0.0.0")
     s.add_argument("--port", type=int, default=8091, help="gateway port")

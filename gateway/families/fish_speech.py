@@ -14,7 +14,7 @@ where it is silent, vLLM-Omni 0.30.0's adapter (tts_adapters/fish_speech.py) and
   `ref_text` without a clip is a 400 naming it (vLLM-Omni ignores it silently; the project refuses it, as for
   OmniVoice);
 - output at 44.1 kHz: `response_format` and `sample_rate` by the shared rules (opus has no 44.1 kHz rate, so
-  opus without a `sample_rate` Opus takes is a 400 naming `sample_rate`), streams pcm/wav (raw and SSE), `speed`
+  opus without a `sample_rate` Opus takes is a 400 naming `sample_rate`), streams pcm/wav/mp3/opus (raw and SSE), `speed`
   on whole clips only (the shared time-stretch; the model has no speed control);
 - `max_new_tokens` (frames of 2048 samples, 1..4096, default 2048), `seed` (the request's own sampling noise;
   without one 42), `extra_params` `temperature` (0..10, default 0.8; 0: greedy), `top_k` (0..4097, default 30;

@@ -23,6 +23,7 @@ from ..family_kit import BaseAdapter
 from ..speech_fields import SpeechFields, text_field
 
 WHOLE_FORMATS = ("wav", "pcm", "flac", "mp3")  # opus: 22.05 kHz is not an Opus rate; aac: not in the table
+STREAM_FORMATS = ("pcm", "wav")  # the spec's Gepard table: "Streaming: pcm/wav only"
 
 
 class GepardAdapter(BaseAdapter):
@@ -54,6 +55,9 @@ class GepardAdapter(BaseAdapter):
         if fmt is not None and fmt not in WHOLE_FORMATS:
             raise bad_request(f"response_format '{fmt}' is not supported by {name}: use one of "
                               f"{', '.join(WHOLE_FORMATS)}", "response_format")
+        if (f.stream or f.stream_format) and fmt is not None and fmt not in STREAM_FORMATS:
+            raise bad_request(f"{name} streams response_format {' or '.join(STREAM_FORMATS)} only, got '{fmt}'",
+                              "response_format")
         return self.new_plan(f, ckpt, text, deployment, speaker=voice)
 
 

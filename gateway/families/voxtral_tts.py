@@ -3,7 +3,7 @@
 Answered only when `model` names a Voxtral TTS checkpoint (or when only Voxtral TTS is served). Preset
 voices only: `voice` is required and is one of the checkpoint's presets (its manifest's speakers, listed
 in GET /v1/audio/voices and /v1/models; lower-case accepted). Taken: `input`, `voice`, `response_format`
-and `sample_rate` (the shared output rules: every format whole, pcm/wav streamed; resampled from
+and `sample_rate` (the shared output rules: every format whole, pcm/wav/mp3/opus streamed; resampled from
 24 kHz), `stream` / `stream_format` (SSE and raw), `speed` (whole clips only, as for every family: the
 shared planner), `max_new_tokens` (frames of 80 ms, 1..4096, default 2048), `seed` (the request's own
 flow-matching noise x0; without one the gateway draws one (X-Seed): random by default, as in vLLM-Omni,

@@ -164,7 +164,7 @@ def test_websocket(stack, cloned):
         ({"ref_audio": "data:audio/wav;base64,AAAA", "ref_text": "T."}, "ref_audio"),  # not audio
         ({"response_format": "opus"}, "sample_rate"),  # 44.1 kHz is not an Opus rate
         ({"sample_rate": 44100, "response_format": "opus"}, "sample_rate"),
-        ({"response_format": "mp3", "stream_format": "audio"}, "response_format"),  # streams: pcm/wav only
+        ({"response_format": "flac", "stream_format": "audio"}, "response_format"),  # flac does not stream
         ({"speed": 1.5, "stream": True, "response_format": "pcm"}, "speed"),  # speed: whole clips only
         ({"max_new_tokens": 0}, "max_new_tokens"),  # 1..4096
         ({"max_new_tokens": 4097}, "max_new_tokens"),

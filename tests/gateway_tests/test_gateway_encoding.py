@@ -176,6 +176,39 @@ def test_stream_encoder_equals_whole_clip():
             assert b"".join(chunks)[44 if fmt == "wav" else 0:] == encoding.render(x, SR, "pcm", rate)
 
 
+def decoded_samples(data: bytes, fmt: str) -> np.ndarray:
+    """A stream's bytes as ffmpeg (PyAV) decodes them, however they end; mono float samples."""
+    with av.open(io.BytesIO(data), format={"opus": "ogg", "mp3": "mp3"}[fmt]) as c:
+        frames = [f.to_ndarray().reshape(-1) for f in c.decode(audio=0)]
+    return np.concatenate(frames) if frames else np.zeros(0, np.float32)
+
+
+@pytest.mark.parametrize("rate", [16000, 24000, 48000])
+@pytest.mark.parametrize("fmt", ["mp3", "opus"])
+def test_streamed_mp3_and_opus_decode_at_every_chunk_and_whole_as_the_file(fmt, rate):
+    """Streamed compressed audio (issue 42): after every chunk, the bytes so far decode (a client that stops there
+    keeps a playable prefix) and hold that chunk's audio but the codec's last partial frame; the whole stream
+    decodes to the whole file's length (mp3: the file itself, byte for byte)."""
+    x = tone(1.2) * np.float32(0.5)
+    whole = encoding.render(x, SR, fmt, rate)
+    enc = encoding.StreamEncoder(fmt, SR, rate)
+    sent, fed, resampler = enc.start(), 0, encoding.Resampler(SR, rate)  # fed: samples the codec was given
+    frame = {"mp3": 1152, "opus": 0.02 * 48000}[fmt]  # codec frame, in samples at the decoder's rate
+    out_rate = 48000 if fmt == "opus" else rate  # ffmpeg decodes Opus at 48 kHz
+    for part in np.array_split(x, 6):
+        sent += enc.chunk(part)
+        fed += resampler.feed(part).size
+        got = decoded_samples(sent, fmt).size
+        # everything the codec was given is out, but for up to ~two codec frames (its delay and partial frame)
+        assert got >= fed * out_rate / rate - 3 * frame
+    sent += enc.finish()
+    if fmt == "mp3":
+        assert sent == whole
+    n_stream, n_whole = decoded_samples(sent, fmt).size, decoded_samples(whole, fmt).size
+    assert abs(n_stream - n_whole) <= frame and abs(n_whole - x.size * out_rate / SR) <= 3 * frame
+    assert encoding.media_type(fmt, streamed=True) == {"mp3": "audio/mpeg", "opus": "audio/ogg"}[fmt]
+
+
 @pytest.mark.parametrize("speed", [0.25, 0.5, 1.5, 2.0, 4.0])
 def test_speed_changes_duration_and_keeps_pitch(speed):
     x = tone(1.0, 440.0)

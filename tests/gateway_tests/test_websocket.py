@@ -204,7 +204,7 @@ def test_invalid_config_is_an_error_and_keeps_the_previous_one(client, fake):
         assert read(ws)["message"] == "Send session.config before input.text"
         ws.send_json(config(split_granularity="paragraph"))
         assert "split_granularity" in read(ws)["message"]
-        ws.send_json(config(stream_audio=True, response_format="mp3"))
+        ws.send_json(config(stream_audio=True, response_format="aac"))
         assert "response_format" in read(ws)["message"]
         ws.send_json(config(voice="aiden"))
         ws.send_json(config(speed=9))
@@ -519,7 +519,7 @@ def test_incremental_falls_back_to_sentences_where_the_model_cannot_take_text(cl
 
 def test_incremental_config_with_a_format_that_cannot_stream_is_rejected(client, fake):
     with client.websocket_connect(WS) as ws:
-        ws.send_json(config(split_granularity="incremental", response_format="mp3"))
+        ws.send_json(config(split_granularity="incremental", response_format="flac"))
         message = read(ws)
         assert message["type"] == "error" and "Invalid session.config" in message["message"]
         assert "response_format" in message["message"]

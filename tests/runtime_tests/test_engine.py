@@ -4,6 +4,8 @@ chunk for a stream produced faster than real time), KV slots released on every e
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,11 +104,12 @@ class FakeVocoder:
         return out
 
 
-def make(policy: str = "adaptive", budget: int = 256, step_s: float = 0.01) -> tuple[Generator, FakeFamily, FakeClock]:
+def make(policy: str = "adaptive", budget: int = 256, step_s: float = 0.01, overlap: bool = False,
+         vocoder: Any = None) -> tuple[Generator, FakeFamily, FakeClock]:
     clock = FakeClock()
     fam = FakeFamily(clock, step_s=step_s)
-    gen = Generator(fam, max_batch=8, vocoder=FakeVocoder(), chunk_policy=policy, prefill_budget=budget,  # type: ignore[arg-type]
-                    clock=clock)
+    gen = Generator(fam, max_batch=8, vocoder=vocoder or FakeVocoder(), chunk_policy=policy,  # type: ignore[arg-type]
+                    prefill_budget=budget, clock=clock, overlap_vocoder=overlap)
     return gen, fam, clock
 
 
@@ -157,8 +160,9 @@ def test_running_streams_keep_stepping_while_others_prefill() -> None:
     ("policy", "sizes"),
     [("fixed", [1, 5, 5, 5, 4]), ("ramp", [1, 2, 4, 5, 5, 3])],
 )
-def test_fixed_and_ramp_chunk_sizes(policy: str, sizes: list[int]) -> None:
-    gen, fam, clock = make(policy)
+@pytest.mark.parametrize("overlap", [False, True])
+def test_fixed_and_ramp_chunk_sizes(policy: str, sizes: list[int], overlap: bool) -> None:
+    gen, fam, clock = make(policy, overlap=overlap)
     gen.submit("a", Req(prompt=3, frames=20, chunk=5))
     got = run(gen, clock)["a"]
     assert [n for _, n, _, _ in got] == sizes
@@ -174,9 +178,10 @@ def underruns(chunks: list[tuple[float, int, bool, np.ndarray]]) -> int:
     return late
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 @pytest.mark.parametrize("rtf", [0.3, 0.7, 0.95])
-def test_adaptive_never_underruns_faster_than_real_time(rtf: float) -> None:
-    gen, fam, clock = make("adaptive", step_s=rtf * FRAME_S)
+def test_adaptive_never_underruns_faster_than_real_time(rtf: float, overlap: bool) -> None:
+    gen, fam, clock = make("adaptive", step_s=rtf * FRAME_S, overlap=overlap)
     gen.submit("a", Req(prompt=3, frames=120, chunk=25))
     got = run(gen, clock)["a"]
     assert underruns(got) == 0
@@ -220,3 +225,57 @@ def test_first_chunks_are_emitted_before_the_decode_call() -> None:
     returned = gen.step(emit=lambda evs: seen.extend((ev.req_id, len(fam.step_batches)) for ev in evs))
     assert seen == [("b", 1)]  # b's first chunk left while only the previous step had decoded
     assert fam.step_batches == [1, 2] and all(ev.req_id != "b" or ev.frames > 1 or ev.pcm[0] != 0 for ev in returned)
+
+
+class TimedVocoder(FakeVocoder):
+    """Notes on which thread and when each decode runs; decodes take 50 ms of real time, the family's steps 100 ms,
+    and their intervals are noted too."""
+
+    def __init__(self, fam: FakeFamily) -> None:
+        super().__init__()
+        self.runs: list[tuple[str, float, float]] = []
+        self.steps: list[tuple[float, float]] = []
+        step = fam.step
+
+        def slow(batch: list[Sequence]) -> None:
+            t0 = time.perf_counter()
+            time.sleep(0.1)
+            step(batch)
+            self.steps.append((t0, time.perf_counter()))
+        fam.step = slow  # type: ignore[method-assign]
+
+    def decode(self, items: list[tuple[Any, np.ndarray]]) -> list[np.ndarray]:
+        t0 = time.perf_counter()
+        time.sleep(0.05)
+        out = super().decode(items)
+        self.runs.append((threading.current_thread().name, t0, time.perf_counter()))
+        return out
+
+
+def test_overlap_decodes_later_chunks_beside_the_model_step_and_first_chunks_at_once() -> None:
+    """vocoder_overlap: a stream's first chunk leaves in the step that made it; later ones are decoded on the worker
+    thread while the next model step runs and leave at its end, the same chunks and audio as without overlap."""
+    plain, _, plain_clock = make("fixed")
+    plain.submit("a", Req(prompt=3, frames=12, initial=2, chunk=3))
+    want = run(plain, plain_clock)["a"]
+    clock = FakeClock()
+    fam = FakeFamily(clock)
+    voc = TimedVocoder(fam)
+    gen = Generator(fam, max_batch=8, vocoder=voc, chunk_policy="fixed", clock=clock,  # type: ignore[arg-type]
+                    overlap_vocoder=True)
+    gen.submit("a", Req(prompt=3, frames=12, initial=2, chunk=3))
+    got: list[tuple[int, int, bool, np.ndarray]] = []
+    step = 0
+    while gen.num_active:
+        step += 1
+        got += [(step, ev.frames, ev.final, ev.pcm) for ev in gen.step()]
+    assert [(n, f) for _, n, f, _ in got] == [(n, f) for _, n, f, _ in want]
+    np.testing.assert_array_equal(np.concatenate([c[3] for c in got]), np.concatenate([c[3] for c in want]))
+    assert got[0][0] == 1  # frames 1-2: the prefill's and the first step's, out at once
+    # frames 3-5 are made in steps 2-4, 6-8 in 5-7, 9-11 in 8-10: each chunk leaves one step after its last frame;
+    # the final frame (step 11) leaves in a step with no model step to overlap, at once
+    assert [s for s, _, _, _ in got[1:]] == [5, 8, 11, 12]
+    main = threading.main_thread().name
+    assert voc.runs[0][0] == main and all(name != main for name, _, _ in voc.runs[1:-1])
+    for _, t0, t1 in voc.runs[1:-1]:  # each later decode ran while a model step was running
+        assert any(max(a, t0) < min(b, t1) for a, b in voc.steps)

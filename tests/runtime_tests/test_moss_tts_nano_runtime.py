@@ -41,8 +41,8 @@ def codes(model: Any) -> np.ndarray:
     return model.encode((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
 
 
-def run(model: Any, *requests: MossRequest) -> list[list[Any]]:
-    gen = Generator(model, max_batch=len(requests), chunk_policy="fixed")
+def run(model: Any, *requests: MossRequest, overlap: bool = False) -> list[list[Any]]:
+    gen = Generator(model, max_batch=len(requests), chunk_policy="fixed", overlap_vocoder=overlap)
     for i, r in enumerate(requests):
         gen.submit(str(i), r)
     events: dict[str, list[Any]] = {str(i): [] for i in range(len(requests))}
@@ -108,6 +108,18 @@ def test_a_request_does_not_depend_on_its_batch(model: Any, codes: np.ndarray) -
     for x, y in zip(alone, together, strict=True):
         assert np.array_equal(frames_of(x), frames_of(y))
         np.testing.assert_allclose(pcm_of(x), pcm_of(y), atol=1e-5)
+
+
+def test_vocoding_beside_the_model_step_gives_the_same_chunks(model: Any, codes: np.ndarray) -> None:
+    """vocoder_overlap: the codec decodes streams' later chunks on a second thread while the LM steps (its window
+    state in the arena, touched only by the thread decoding it): the same frames, chunks and audio bit for bit."""
+    reqs = (MossRequest(text=TEXT, ref_audio_tokens=codes, max_new_tokens=FRAMES, seed=3, chunk_frames=3),
+            MossRequest(text="Another, longer sentence to speak right now.", ref_audio_tokens=codes[:5],
+                        max_new_tokens=FRAMES, seed=4, chunk_frames=2))
+    for plain, beside in zip(run(model, *reqs), run(model, *reqs, overlap=True), strict=True):
+        assert [e.frames for e in plain] == [e.frames for e in beside]
+        assert np.array_equal(frames_of(plain), frames_of(beside))
+        assert np.array_equal(pcm_of(plain), pcm_of(beside))
 
 
 def test_a_voice_prefix_is_computed_once_and_gives_what_it_computes(model: Any, codes: np.ndarray) -> None:

@@ -35,7 +35,7 @@ def test_options_and_environment_defaults(monkeypatch, tmp_path):
     args = parse([])
     assert generation_params(args) == {"runaway_factor": "0"}
     served = [served_from_manifest(tmp_path, n, {"family": "qwen3_tts", "variant": "custom_voice"}) for n in "ab"]
-    plan = plan_deployment(served, None, generation_params(args))
+    plan = plan_deployment(served, None, generation=generation_params(args))
     assert [plan["settings"][f"speech_generation_{n}"]["parameters"]["runaway_factor"] for n in "ab"] == ["0", "0"]
 
 

@@ -19,7 +19,7 @@ def test_committed_repository_is_clean_and_valid():
     assert set(models) == {
         "code2wav", "speech_generation", "voice_features", "audio_preprocess", "speaker_encoder", "speech_encoder",
         "audiovae_decoder", "audiovae_encoder", "breeze_speech_encoder", "codec_encoder", "dac_encoder",
-        "prompt_encoder", "moss_codec_encoder",
+        "prompt_encoder", "moss_codec_encoder", "forced_aligner",
     }
     configs = {name: r.load_config(path / "config.pbtxt") for name, path in models.items()}
     for config in configs.values():
@@ -36,7 +36,8 @@ def test_every_committed_model_but_speech_generation_is_one_registered_familys()
 
     declared = [m.name for f in families.FAMILIES.values() for m in f.models]
     assert len(declared) == len(set(declared)), "a Triton model is declared by two families"
-    assert {*declared, "speech_generation"} == set(r.committed_models())
+    assert not set(declared) & set(families.COMPONENT_MODELS)
+    assert {*declared, "speech_generation", *families.COMPONENT_MODELS} == set(r.committed_models())
     for family in families.FAMILIES.values():
         names = {m.name for m in family.models}
         # None: the family has no such model (its vocoder runs inline in speech_generation; no voice features)
@@ -195,7 +196,8 @@ def test_readme_documents_the_public_tensors_exactly():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 3 and cells[0].startswith("`") and cells[1] in triton_io.NUMPY_DTYPES:
             rows.setdefault(cells[0].strip("`"), []).append((cells[1], cells[2]))
-    encoders = [t for m in ("audiovae_encoder", "breeze_speech_encoder") for io in triton_io.PUBLIC_MODELS[m] for t in io]
+    encoders = [t for m in ("audiovae_encoder", "breeze_speech_encoder", "forced_aligner")
+                for io in triton_io.PUBLIC_MODELS[m] for t in io]
     for t in (*triton_io.SPEECH_INPUTS, *triton_io.SPEECH_OUTPUTS, *encoders):
         dims = "[" + ", ".join(str(d) for d in t.dims) + "]"
         assert (t.dtype, dims) in rows.get(t.name, []), f"README row for {t.name} is missing or stale"

@@ -215,7 +215,8 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def triton(bench: Any, art: Path, precision: str, levels: list[int], frames: int, threads: int, work: Path,
-           requests_per_window: int, chunk_policy: str, thread_pool: str = "session") -> list[dict[str, Any]]:
+           requests_per_window: int, chunk_policy: str, thread_pool: str = "session",
+           vocoder_overlap: str = "off") -> list[dict[str, Any]]:
     from triton_tts.bench import common, perf_analyzer
     from triton_tts.serve import Served, plan_deployment
     from ttscore.backend import repository
@@ -230,6 +231,7 @@ def triton(bench: Any, art: Path, precision: str, levels: list[int], frames: int
         if name == served[0].triton_model:
             entry["parameters"]["chunk_policy"] = chunk_policy
             entry["parameters"]["thread_pool"] = thread_pool
+            entry["parameters"]["vocoder_overlap"] = vocoder_overlap
     pwork = work / f"triton-{precision}"
     repo = repository.render_repository(pwork / "model_repository", plan["settings"], models=plan["models"],
                                         aliases=plan["aliases"])
@@ -345,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests-per-window", type=int, default=2, help="at least the concurrency")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk-policy", default="adaptive", choices=["adaptive", "ramp", "fixed"])
+    ap.add_argument("--vocoder-overlap", default="off", choices=["on", "off"],
+                    help="speech_generation's vocoder_overlap: later chunks vocoded beside the next model step")
     ap.add_argument("--thread-pool", nargs="+", default=["session"], metavar="[PRECISION=]POOL",
                     help="speech_generation's thread_pool (shared or session), for all or per precision label")
     ap.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")
@@ -382,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         arts[precision] = art
 
     result: dict[str, Any] = {
-        "family": bench.FAMILY, "size": args.size, "frames": args.frames, "threads": args.threads, "chunk_policy": args.chunk_policy,
+        "family": bench.FAMILY, "size": args.size, "frames": args.frames, "threads": args.threads, "chunk_policy": args.chunk_policy, "vocoder_overlap": args.vocoder_overlap,
         "machine": f"{platform.machine()}, {os.cpu_count()} cpus", "load_average_start": os.getloadavg(),
         "artifacts": {p: str(a) for p, a in arts.items()},
         "quantization_vs_fp32": {p: {g: e.get("validation", {}).get("vs_fp32") for g, e in read_manifest(a).graphs.items()
@@ -405,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             print(f"triton {precision} ...", flush=True)
             result["triton"][precision] = triton(bench, art, precision, args.concurrency, args.frames, args.threads, work,
-                                                 args.requests_per_window, args.chunk_policy, pools[precision])
+                                                 args.requests_per_window, args.chunk_policy, pools[precision],
+                                                 args.vocoder_overlap)
     result["load_average_end"] = os.getloadavg()
     (out / "results.json").write_text(json.dumps(result, indent=2))
     (out / "table.md").write_text(table(result))

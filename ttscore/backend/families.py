@@ -10,12 +10,16 @@ from __future__ import annotations
 from typing import cast
 
 from ttscore.backend.family import BackendFamily, TritonModel
-from ttscore.contract import plugins
+from ttscore.contract import aligner, plugins
 
 FAMILIES: dict[str, BackendFamily] = plugins.registry(
     cast("list[BackendFamily]", [*plugins.builtin_parts("ttscore.backend.{}", "FAMILY"),
                                  *plugins.layer_families("backend")]),
     lambda f: f.name, "backend family")
+
+# Triton models served beside the families that belong to none of them: the forced aligner (word timestamps), in a
+# deployment that serves an aligner export.
+COMPONENT_MODELS: tuple[str, ...] = (aligner.MODEL,)
 
 
 def family_of_model(model: str) -> BackendFamily | None:

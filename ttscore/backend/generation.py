@@ -121,6 +121,7 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
         vocoder=vocoder,
         chunk_policy=settings.chunk_policy,
         prefill_budget=settings.prefill_token_budget,
+        overlap_vocoder=settings.vocoder_overlap == "on",
         runaway=runaway,
     )
 

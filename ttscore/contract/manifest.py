@@ -173,6 +173,7 @@ def build_manifest(
     versions: Mapping[str, Any] | None = None,
     device: str = "cpu",
     adapter: Mapping[str, Any] | None = None,
+    vocoder: bool = True,
     **family_fields: Any,
 ) -> dict[str, Any]:
     """The manifest.json of an export into `directory`, the same for every family: each graph in
@@ -180,6 +181,7 @@ def build_manifest(
     the result must read back (`Manifest.parse`) with its sample rate, frame size and vocoder state.
     `family_fields` are the family's own top-level fields, for its runtime. `adapter`: the identity
     of a startup LoRA adapter merged into the weights (at least `name` and `sha256`), else None.
+    `vocoder` False: an export that makes no audio (the forced aligner) has no vocoder state to record.
     ExportError otherwise."""
     entries: dict[str, Any] = {}
     for name, spec in graphs.items():
@@ -219,7 +221,8 @@ def build_manifest(
     except ArtifactError as exc:
         raise ExportError(f"the manifest does not read back: {exc}") from None
     missing = [what for what, value in (("sample_rate", manifest.sample_rate), ("samples_per_frame",
-               manifest.samples_per_frame), ("vocoder state_size", manifest.vocoder_state_size)) if value is None]
+               manifest.samples_per_frame), ("vocoder state_size", manifest.vocoder_state_size if vocoder else 0))
+               if value is None]
     if not family or missing:
         raise ExportError(f"the manifest lacks {', '.join(missing) or 'family'} (positive integers)")
     return raw

@@ -36,6 +36,10 @@ LAYERS = ("contract", "runtime", "backend", "gateway", "export")
 BUILTIN = ("qwen3_tts", "voxcpm2", "breeze_tts_2", "omnivoice", "gepard", "voxtral_tts", "fish_speech", "cosyvoice3",
            "moss_tts_nano")
 
+# The built-in forced aligner (word timestamps; no speech family): its folder name in each layer it has a part in
+# (ttscore.contract.<name>, ttscore.runtime.<name>, export.<name>, ttscore.backend.<name>), found by `aligner_part`.
+ALIGNER = "qwen3_forced_aligner"
+
 T = TypeVar("T")
 
 
@@ -43,6 +47,11 @@ def builtin_parts(pattern: str, attribute: str) -> list[object]:
     """`attribute` of each built-in family's module of one layer: `pattern` formatted with the family's folder name
     (e.g. "ttscore.runtime.families.{}")."""
     return [getattr(importlib.import_module(pattern.format(name)), attribute) for name in BUILTIN]
+
+
+def aligner_part(pattern: str, attribute: str) -> object:
+    """`attribute` of the built-in aligner's module of one layer (`pattern` formatted with its folder name)."""
+    return getattr(importlib.import_module(pattern.format(ALIGNER)), attribute)
 
 
 def registry(parts: Iterable[T], name: Callable[[T], str], what: str) -> dict[str, T]:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ttscore.contract import families, plugins
+from ttscore.contract import aligner, families, plugins
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.usage import Usage
 from ttscore.contract.wire import FamilyWire, PublicModel, TensorIO
@@ -92,8 +92,10 @@ FINISH_CANCELLED = "cancelled"
 FINISH_ERROR = "error"
 FINISH_REASONS = (FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR)
 
-# Every public model: speech_generation, then each family's own (its voice features).
-PUBLIC_MODELS: dict[str, PublicModel] = {SPEECH_GENERATION: (SPEECH_INPUTS, SPEECH_OUTPUTS)}
+# Every public model: speech_generation, the forced aligner (word timestamps), then each family's own (its voice
+# features).
+PUBLIC_MODELS: dict[str, PublicModel] = {SPEECH_GENERATION: (SPEECH_INPUTS, SPEECH_OUTPUTS),
+                                         aligner.MODEL: (aligner.INPUTS, aligner.OUTPUTS)}
 for _wire in FAMILY_WIRES:
     for _name, _tables in _wire.public_models.items():
         if _name in PUBLIC_MODELS:
@@ -209,6 +211,12 @@ def code_grid(value: Any, groups: int, size: int, name: str, param: str | None =
     if codes.min() < 0 or codes.max() >= size:
         raise InvalidRequest(f"'{name}' must lie in [0, {size})", param or name)
     return codes.astype(np.int64)
+
+
+def scalar_input(spec: TensorIO, value: NDArray[Any]) -> Any:
+    """One request's scalar input of `spec` (checked against it) as a Python value; InvalidRequest naming it."""
+    check_tensor(spec, value)
+    return _scalar(spec, value)
 
 
 def _scalar(spec: TensorIO, value: NDArray[Any]) -> Any:

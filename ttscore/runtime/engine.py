@@ -51,6 +51,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +69,7 @@ logger = logging.getLogger(__name__)
 CHUNK_POLICIES = ("adaptive", "ramp", "fixed")
 DEFAULT_CHUNK_POLICY = "adaptive"
 DEFAULT_PREFILL_BUDGET = 256  # prompt positions per iteration
+DEFAULT_VOCODER_OVERLAP = "off"  # the served default (ttscore.backend.settings vocoder_overlap)
 ADAPTIVE_MARGIN = 2.0  # iterations of audio a stream keeps buffered before it is sent more
 
 
@@ -125,6 +127,19 @@ class _Active:
     vocoded: int = 0  # frames handed to the vocoder so far
 
 
+_NO_AUDIO: NDArray[np.float32] = np.zeros(0, np.float32)
+
+
+@dataclass
+class _Plan:
+    """Chunks taken for vocoding: their streams, the frames to decode (ttscore.runtime.engine.Generator._parts)
+    and their events, whose audio the decode fills in."""
+
+    ready: list[_Active]
+    parts: list[list[tuple[Any, NDArray[Any], int]]]
+    chunks: list[ChunkEvent]
+
+
 class Generator:
     """Continuous batching over any family's model (see ttscore.runtime.family)."""
 
@@ -138,6 +153,7 @@ class Generator:
         prefill_budget: int = DEFAULT_PREFILL_BUDGET,
         runaway: RunawayGuard | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        overlap_vocoder: bool = False,
     ) -> None:
         if chunk_policy not in CHUNK_POLICIES:
             raise ValueError(f"chunk_policy must be one of {', '.join(CHUNK_POLICIES)}, got {chunk_policy!r}")
@@ -158,6 +174,9 @@ class Generator:
         self._iteration_s = 0.0  # moving average of step() wall time (adaptive chunks)
         self._active: dict[str, _Active] = {}
         self._text_waits: list[float] = []  # seconds of each finished wait for text, until drained
+        # One worker that vocodes beside the model step (an in-process vocoder only: ONNX Runtime releases the GIL)
+        self._overlap = (ThreadPoolExecutor(1, thread_name_prefix="vocoder")
+                         if overlap_vocoder and not getattr(self.vocoder, "external", False) else None)
 
     @property
     def num_active(self) -> int:
@@ -251,13 +270,22 @@ class Generator:
             a.seq for a in self._active.values()
             if a.seq.finished is None and not a.seq.waiting_for_text and a.seq.prefilled >= a.seq.prompt_tokens
         ]
+        behind = None
+        if running and self._overlap is not None:
+            # Streams already sent audio: their ready chunks are decoded beside this model step (the frames it
+            # makes wait for the next step); first chunks are decoded right after it, so TTFA stays put.
+            plan = self._plan(lambda a: a.chunks_out > 0)
+            if plan is not None:
+                behind = (plan, self._overlap.submit(self._decode, plan))
         if running:
             self.model.step(running)
             profile.batch = len(running)
             self._guard()
         for a in self._active.values():
             self._note_wait(a)
-        events += self._vocode(profile)
+        if behind is not None:
+            events += self._events(behind[0], behind[1].result())
+        events += self._vocode(profile, (lambda a: a.chunks_out == 0) if running and self._overlap else None)
         profile.seconds = time.perf_counter() - t0
         profile.ort_seconds = OnnxGraph.seconds - ort0
         self.last_step = profile
@@ -313,30 +341,34 @@ class Generator:
             return n >= min(seq.chunk_frames, seq.initial_chunk_frames << min(a.chunks_out, 16))
         if self.chunk_policy == "adaptive":
             buffered = a.sent_seconds - (now - a.first_sent)  # audio the client has not played yet
-            return buffered < ADAPTIVE_MARGIN * self._iteration_s
+            # (a chunk vocoded beside the next step leaves one step later: one more step of margin)
+            return buffered < (ADAPTIVE_MARGIN + (self._overlap is not None)) * self._iteration_s
         return False
 
-    def _vocode(self, profile: StepProfile) -> list[ChunkEvent]:
-        now = self.clock()
-        ready = [a for a in self._active.values() if self._ready(a, now)]
-        if not ready:
+    def _vocode(self, profile: StepProfile, which: Callable[[_Active], bool] | None = None) -> list[ChunkEvent]:
+        """Vocode, now, the ready streams (those `which` picks) and return their chunks."""
+        plan = self._plan(which)
+        if plan is None:
             return []
+        t0, ort0 = time.perf_counter(), OnnxGraph.seconds
+        pcms = self._decode(plan)
+        if getattr(self.vocoder, "external", False):
+            profile.external_seconds += (time.perf_counter() - t0) - (OnnxGraph.seconds - ort0)
+        return self._events(plan, pcms)
+
+    def _plan(self, which: Callable[[_Active], bool] | None = None) -> _Plan | None:
+        """Take the ready streams' pending frames (the loop thread's part of vocoding: everything the next
+        model step may change is read here): what to decode, and each chunk's event but its audio."""
+        now = self.clock()
+        ready = [a for a in self._active.values() if (which is None or which(a)) and self._ready(a, now)]
+        if not ready:
+            return None
         parts = [self._parts(a) for a in ready]  # per stream: its frames, cut where the sequence breaks
-        work = [(stream, frames) for p in parts for stream, frames, _ in p if len(frames)]
-        if work:
-            t0, ort0 = time.perf_counter(), OnnxGraph.seconds
-            decoded = iter(self.vocoder.decode(work))
-            if getattr(self.vocoder, "external", False):
-                profile.external_seconds += (time.perf_counter() - t0) - (OnnxGraph.seconds - ort0)
-        else:
-            decoded = iter(())
-        pcms = iter([self._joined(p, decoded) for p in parts])
         frame_s = self.model.frame_seconds
-        events = []
+        chunks = []
         for a in ready:
             seq = a.seq
             n = len(seq.pending)
-            pcm = next(pcms)
             if n:
                 codes = np.stack(seq.pending)
                 a.no_frames = codes[:0]
@@ -347,21 +379,27 @@ class Generator:
                 a.first_sent = now
             a.chunks_out += 1
             a.sent_seconds += n * frame_s
-            events.append(
-                ChunkEvent(
-                    req_id=a.req_id,
-                    pcm=np.asarray(pcm, np.float32),
-                    frames=n,
-                    final=seq.finished is not None,
-                    finish_reason=seq.finished,
-                    usage=Usage(seq.text_tokens, seq.audio_tokens, seq.frames_out),
-                    codes=codes,
-                )
-            )
-            if seq.finished is not None:
+            chunks.append(ChunkEvent(
+                req_id=a.req_id, pcm=_NO_AUDIO, frames=n, final=seq.finished is not None,
+                finish_reason=seq.finished, usage=Usage(seq.text_tokens, seq.audio_tokens, seq.frames_out),
+                codes=codes))
+        return _Plan(ready, parts, chunks)
+
+    def _decode(self, plan: _Plan) -> list[NDArray[Any]]:
+        """The planned chunks' audio: the vocoder's part, which touches only the planned streams' vocoder state
+        (so it may run beside the next model step)."""
+        work = [(stream, frames) for p in plan.parts for stream, frames, _ in p if len(frames)]
+        decoded = iter(self.vocoder.decode(work)) if work else iter(())
+        return [self._joined(p, decoded) for p in plan.parts]
+
+    def _events(self, plan: _Plan, pcms: list[NDArray[Any]]) -> list[ChunkEvent]:
+        """The planned chunks with their audio; a final one's request leaves the batch."""
+        for a, ev, pcm in zip(plan.ready, plan.chunks, pcms, strict=True):
+            ev.pcm = np.asarray(pcm, np.float32)
+            if ev.final and self._active.get(a.req_id) is a:
                 del self._active[a.req_id]
-                self.model.release(seq)
-        return events
+                self.model.release(a.seq)
+        return plan.chunks
 
     def _parts(self, a: _Active) -> list[tuple[Any, NDArray[Any], int]]:
         """(stream, frames, silence after) of a ready sequence's pending frames: one part, or one per segment of a

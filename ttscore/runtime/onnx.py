@@ -4,6 +4,7 @@ and tables opened together, and its `tokenizers` tokenizer."""
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,9 @@ def session_options(threads: int | None = None) -> Any:
     return opts
 
 
+_COUNT_LOCK = threading.Lock()
+
+
 class OnnxGraph:
     """One ONNX Runtime session, fed and read by the names of its GraphSpec.
 
@@ -78,7 +82,7 @@ class OnnxGraph:
     process, so the engine can tell model time from its own per-step work; `spent` and `calls`
     are this graph's own share (where a frame's time goes: `triton-tts bench breakdown`)."""
 
-    seconds: float = 0.0  # process-wide; only the step thread runs graphs
+    seconds: float = 0.0  # process-wide (graph calls that overlap add up)
     # time.monotonic() when a graph call last returned, process-wide: a long step's sign of life (the keep-alives
     # of ttscore.backend.generation stop when it stops)
     progressed: float = 0.0
@@ -126,7 +130,8 @@ class OnnxGraph:
         return dict(zip(self.output_names, outs, strict=True))
 
     def _count(self, seconds: float) -> None:
-        OnnxGraph.seconds += seconds
+        with _COUNT_LOCK:  # the engine's vocoder thread runs graphs beside the step thread
+            OnnxGraph.seconds += seconds
         OnnxGraph.progressed = time.monotonic()
         self.spent += seconds
         self.calls += 1
