@@ -8,9 +8,11 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from ttscore.contract.tensors import FINISH_ERROR, FINISH_STOP
+
 from ..family import SpeechPlan
 from ..metrics import RequestTrace
-from ..services import AudioStream, SpeechService
+from ..services import AudioStream, SpeechService, StreamAborted
 from .messages import SessionSetup
 
 SendAudio = Callable[[bytes], Awaitable[None]]
@@ -29,26 +31,29 @@ class OpenText:
 
 
 async def generate(service: SpeechService, setup: SessionSetup, text: str, rid: str, trace: RequestTrace,
-                   send: SendAudio, open_text: OpenText | None = None) -> None:
-    """Generate `text` (or run `open_text`'s generation) and `send` its audio as it comes."""
+                   send: SendAudio, open_text: OpenText | None = None) -> str:
+    """Generate `text` (or run `open_text`'s generation) and `send` its audio as it comes; returns why the
+    generation ended ("stop" or "length"; a failure raises)."""
     if open_text is not None:
-        await _send_stream(await service.open_stream(open_text.plan, rid, setup.features, trace=trace,
-                                                     text_key=open_text.key), send)
-        return
+        return await _send_stream(await service.open_stream(open_text.plan, rid, setup.features, trace=trace,
+                                                            text_key=open_text.key), send)
     plan = service.plan(setup.message.speech_fields(text))
     if plan.output.stream is not None:
-        await _send_stream(await service.open_stream(plan, rid, setup.features, trace=trace), send)
-    else:
-        clip = await service.synthesize(plan, rid, setup.features, trace=trace)
-        await send(clip.audio)
+        return await _send_stream(await service.open_stream(plan, rid, setup.features, trace=trace), send)
+    clip = await service.synthesize(plan, rid, setup.features, trace=trace)
+    await send(clip.audio)
+    return clip.finish_reason
 
 
-async def _send_stream(stream: AudioStream, send: SendAudio) -> None:
+async def _send_stream(stream: AudioStream, send: SendAudio) -> str:
     try:
         async for data in stream.body():
             await send(data)
     finally:
         await stream.aclose()
+    if stream.finish_reason == FINISH_ERROR:  # told in-band by the stream's body (raw frames: it raised)
+        raise StreamAborted("the stream failed")
+    return stream.finish_reason or FINISH_STOP
 
 
 __all__ = ["OpenText", "SendAudio", "generate"]
