@@ -29,7 +29,7 @@ its text). Audio seconds are the model's output (before a `speed` change). The R
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -46,6 +46,7 @@ from prometheus_client.registry import Collector
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .admission import REASONS, ModelLoad
 from .backend import EndpointStats
 
 TRACE_KEY = "gateway.trace"
@@ -167,6 +168,11 @@ class GatewayMetrics:
             "WebSocket: seconds from an utterance's first input.text to its first audio frame sent, by the "
             "split_granularity in effect (none, sentence, clause, incremental)",
             ["split_granularity"], buckets=TTFA_BUCKETS, registry=r)
+        self.finish_reasons = Counter(
+            "tts_generation_finish_reasons",
+            "Speech generations by why they ended: stop (the model ended it), length (max_new_tokens or the runaway "
+            "guard), cancelled (the client went away or cancelled), error (it failed); a raw stream's is here",
+            ["model", "reason"], registry=r)
         self.alignment = Histogram(
             "tts_alignment_seconds",
             "Seconds one forced alignment (word timestamps) of a sentence's audio took, the Triton call included",
@@ -179,6 +185,9 @@ class GatewayMetrics:
         # The Triton endpoints of a pool (gateway.pool), asked at every scrape; set by the app.
         self.endpoints: Callable[[], list[EndpointStats]] | None = None
         r.register(_EndpointCollector(self))
+        # Admission control's load per model (gateway.admission.Admission.snapshot), asked at every scrape.
+        self.admission: Callable[[], Mapping[str, ModelLoad]] | None = None
+        r.register(_AdmissionCollector(self))
         voices = Gauge("tts_uploaded_voices", "Voices in the uploaded-voice store", registry=r)
         voices.set_function(lambda: float(uploaded_voices()))
         for model in models:  # the series exist (at 0) before the first request
@@ -261,6 +270,32 @@ class _EndpointCollector(Collector):
         return [requests, errors, outstanding, up]
 
 
+class _AdmissionCollector(Collector):
+    """Admission control per served model: generations running and queued in the gateway, refusals by reason."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> list[Metric]:
+        source = self.metrics.admission
+        loads = source() if source is not None else {}
+        running = GaugeMetricFamily("tts_admission_running", "Generations admitted and running (gateway.admission)",
+                                    labels=["model"])
+        queued = GaugeMetricFamily("tts_admission_queued", "Generations waiting in the gateway's queue for a slot",
+                                   labels=["model"])
+        refused = CounterMetricFamily("tts_admission_refused", "Generations refused before any work: queue_full "
+                                      "(503), queue_timeout (503), key_limit (429)", labels=["model", "reason"])
+        for model, load in sorted(loads.items()):
+            running.add_metric([model], float(load.running))
+            queued.add_metric([model], float(load.queued))
+            for reason in REASONS:
+                refused.add_metric([model, reason], float(load.refused.get(reason, 0)))
+        return [running, queued, refused]
+
+
 class Generation:
     """One speech generation: TTFA, RTF, audio seconds, underruns and the active/queued gauges."""
 
@@ -297,11 +332,13 @@ class Generation:
         if self._seconds > 0:
             self._m.rtf.labels(self._model).observe((self._clock() - self._received_at) / self._seconds)
 
-    def close(self) -> None:
-        """The generation is over, however it ended (idempotent)."""
+    def close(self, finish_reason: str | None = None) -> None:
+        """The generation is over, however it ended (idempotent); `finish_reason`: why (counted)."""
         if self._closed:
             return
         self._closed = True
+        if finish_reason is not None:
+            self._m.finish_reasons.labels(self._model, finish_reason).inc()
         self._m.active.labels(self._model).dec()
         if not self._first:
             self._m.queued.labels(self._model).dec()

@@ -191,9 +191,15 @@ class SpeechAudioDelta(BaseModel):
     response_format: str
 
 
+# Why a generation ended (ttscore.contract.tensors.FINISH_REASONS): "stop" the model ended it, "length" its frame
+# budget did (max_new_tokens or the runaway guard), "cancelled" the client did, "error" it failed.
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
 class SpeechAudioDone(BaseModel):
     type: Literal["speech.audio.done"] = "speech.audio.done"
     usage: SpeechUsage
+    finish_reason: FinishReason = "stop"
 
 
 class SpeechAudioTimestamps(BaseModel):
@@ -244,6 +250,7 @@ class BatchItemResult(BaseModel):
     usage: SpeechUsage | None = None
     timestamps: list[WordTimestamp] | None = None  # word_timestamps
     error: str | None = None
+    finish_reason: FinishReason | None = None
 
 
 class BatchSpeechResponse(BaseModel):
@@ -317,6 +324,20 @@ class EndpointStatus(BaseModel):
     outstanding: int = 0  # requests in flight on it
 
 
+class ModelAdmission(BaseModel):
+    running: int
+    queued: int
+    refused: int
+
+
+class AdmissionStatus(BaseModel):
+    running: int
+    queued: int
+    refused: int
+    limits: dict[str, float]
+    models: dict[str, ModelAdmission]
+
+
 class Readiness(BaseModel):
     status: Literal["ready", "not_ready", "draining"]  # draining: shutting down after SIGTERM
     triton: bool
@@ -325,6 +346,9 @@ class Readiness(BaseModel):
     broken: dict[str, str] = {}
     # Triton endpoint (address:port) -> in service or not, and why (gateway.pool).
     endpoints: dict[str, EndpointStatus] = {}
+    # Admission control (gateway.admission): generations running, queued and refused, in all and per model,
+    # and the limits in force. A full queue does not make the gateway unready: it refuses fast instead.
+    admission: AdmissionStatus | None = None
 
 
 # --- voices --------------------------------------------------------------------------------------
@@ -443,6 +467,7 @@ class AudioDone(BaseModel):
     total_bytes: int
     error: bool = False
     cancelled: bool | None = None  # True: stopped by input.cancel (absent otherwise)
+    finish_reason: FinishReason = "stop"
 
 
 class AudioTimestamps(BaseModel):

@@ -37,7 +37,7 @@ from .protocol import (
     VoicesResponse,
     VoiceUploadResponse,
 )
-from .services import AudioStream, SpeechService
+from .services import FINISH_REASON_HEADER, AudioStream, SpeechService
 from .streaming.session import StreamingSession
 from .streaming.transport import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, Disconnected
 from .usage import USAGE_HEADERS
@@ -114,8 +114,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "Invalid parameter (param names it)"},
     404: {"model": ErrorResponse, "description": "Unknown model"},
     500: {"model": ErrorResponse, "description": "Internal error (the message carries the request id)"},
-    503: {"model": ErrorResponse, "description": "Triton or a model is not ready; see Retry-After",
+    429: {"model": ErrorResponse, "description": "The API key has its most generations in progress; see Retry-After",
           "headers": {"Retry-After": {"schema": {"type": "integer"}}}},
+    503: {"model": ErrorResponse, "description": "Triton or a model is not ready, or the request queue is full; see "
+          "Retry-After", "headers": {"Retry-After": {"schema": {"type": "integer"}}}},
 }
 _SSE_EVENT = {
     "type": "object",
@@ -139,6 +141,10 @@ _SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
                     "application/json": {"schema": CaptionedSpeech.model_json_schema()}},
         "headers": {**{name: {"schema": {"type": "integer"}, "description": "Token usage (non-streaming responses)"}
                        for name in USAGE_HEADERS},
+                    FINISH_REASON_HEADER: {"schema": {"type": "string", "enum": ["stop", "length"]},
+                                           "description": "Why the generation ended: stop (the model ended it) or "
+                                           "length (max_new_tokens or the runaway guard). Whole files always; raw "
+                                           "streams only when the first chunk was the last (use SSE otherwise)."},
                     SEED_HEADER: {"schema": {"type": "integer"}, "description": "The seed the audio was generated "
                                   "with (the request's, or one the server drew): the same request with this seed "
                                   "gives the same audio. Absent for models that take no seed or apply their own default."}},
@@ -161,12 +167,16 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
     if plan.output.stream is not None:
         stream = await until_disconnect(request, svc.open_stream(plan, rid, trace=trace))
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **seed}
+        if stream.finish_reason is not None and not stream.sse:
+            # Known before the body starts only when the first chunk was the last one; otherwise a raw stream
+            # cannot carry it (no trailers): SSE's speech.audio.done and the WebSocket's audio.done do.
+            headers[FINISH_REASON_HEADER] = stream.finish_reason
         return AudioStreamResponse(stream, headers)
     clip = await until_disconnect(request, svc.synthesize(plan, rid, trace=trace))
+    headers = {**clip.usage.headers(), **seed, FINISH_REASON_HEADER: clip.finish_reason}
     if clip.words is not None:  # word_timestamps: the audio and its words in one JSON body
-        return JSONResponse(CaptionedSpeech.of(clip, plan.output.format).model_dump(),
-                            headers={**clip.usage.headers(), **seed})
-    return Response(clip.audio, media_type=clip.media_type, headers={**clip.usage.headers(), **seed})
+        return JSONResponse(CaptionedSpeech.of(clip, plan.output.format).model_dump(), headers=headers)
+    return Response(clip.audio, media_type=clip.media_type, headers=headers)
 
 
 @router.post("/v1/audio/speech/batch", response_model=BatchSpeechResponse, response_model_exclude_none=True,
@@ -307,7 +317,8 @@ async def ready(request: Request) -> Any:
     ok, triton, models = await svc.readiness.check()
     # Draining (gateway.drain): not ready whatever Triton says, so load balancers stop sending.
     status = "draining" if request.app.state.drain.draining else "ready" if ok else "not_ready"
-    body: dict[str, Any] = {"status": status, "triton": triton, "models": models, "broken": svc.readiness.broken()}
+    body: dict[str, Any] = {"status": status, "triton": triton, "models": models, "broken": svc.readiness.broken(),
+                            "admission": svc.admission.status()}
     if svc.endpoints is not None:  # several Triton endpoints (gateway.pool): which are in service
         body["endpoints"] = svc.endpoints()
     if status == "ready":

@@ -36,9 +36,19 @@ import numpy as np
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.rules import RefAudioBounds
-from ttscore.contract.tensors import TEXT_DONE_PARAMETER, TEXT_EXTEND_PARAMETER, TEXT_KEY_PARAMETER
+from ttscore.contract.tensors import (
+    FINISH_CANCELLED,
+    FINISH_ERROR,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    TEXT_DONE_PARAMETER,
+    TEXT_EXTEND_PARAMETER,
+    TEXT_KEY_PARAMETER,
+)
 
 from . import encoding, errors, longtext, refaudio, sse, word_timing
+from .admission import Admission, AdmissionLimits
+from .auth import API_KEY_ID
 from .backend import DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
 from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
@@ -93,8 +103,17 @@ class Clip:
     audio: bytes
     media_type: str
     usage: Usage
+    finish_reason: str = FINISH_STOP  # "stop" | "length" (ttscore.contract.tensors.FINISH_REASONS)
     words: tuple[Word, ...] | None = None  # word_timestamps: on the clip's timeline (after `speed`)
     seconds: float = 0.0  # how long it plays (after `speed`)
+
+
+FINISH_REASON_HEADER = "X-Finish-Reason"
+
+
+def finish_reason(chunk: SpeechChunk | None) -> str:
+    """Why a generation whose final chunk is `chunk` ended ("stop" when Triton named no reason)."""
+    return chunk.finish_reason if chunk is not None and chunk.finish_reason else FINISH_STOP
 
 
 class ReadinessMonitor:
@@ -162,6 +181,9 @@ class AudioStream:
         self.seconds = 0.0  # of audio handed to the body so far (a stream plays at speed 1.0)
         # word_timestamps outside SSE (the WebSocket): called with each sentence's words after its audio.
         self.on_words: Callable[[tuple[Word, ...]], Awaitable[None]] | None = None
+        # Why the generation ended: known once the body is over ("error" when it failed, "cancelled" when
+        # it was closed before its end), or before it starts when the first chunk is the final one.
+        self.finish_reason: str | None = finish_reason(first) if first is None or first.final else None
 
     async def aclose(self) -> None:
         await self._chunks.aclose()
@@ -182,9 +204,12 @@ class AudioStream:
                 self.seconds += self._first.audio.size / out.source_rate
             if head:
                 yield emit(head)
+            reason = self.finish_reason
             async for chunk in self._chunks:
                 usage = chunk.usage
                 self.seconds += chunk.audio.size / out.source_rate
+                if chunk.final:
+                    reason = finish_reason(chunk)
                 data = enc.chunk(chunk.audio)
                 if data:
                     yield emit(data)
@@ -194,11 +219,13 @@ class AudioStream:
                     elif self.on_words is not None:
                         await self.on_words(chunk.words)
             tail = enc.finish()
+            self.finish_reason = reason or FINISH_STOP
             if tail:
                 yield emit(tail)
             if self.sse:
-                yield sse.done(usage)
+                yield sse.done(usage, self.finish_reason)
         except APIError as exc:
+            self.finish_reason = FINISH_ERROR
             logger.warning("stream %s failed after it started: %s", self._request_id, exc.message)
             self._trace.fail(exc.status, exc.type)
             if not self.sse:
@@ -208,6 +235,7 @@ class AudioStream:
                 detail["type"] = "server_error"
             yield sse.error(detail)
         except Exception:
+            self.finish_reason = FINISH_ERROR
             logger.exception("stream %s failed after it started", self._request_id)
             internal = errors.internal(self._request_id)
             self._trace.fail(internal.status, internal.type)
@@ -216,10 +244,18 @@ class AudioStream:
             body = internal.body()["error"]
             yield sse.error({**body, "type": "server_error"})
         finally:
+            if self.finish_reason is None:  # closed before its end (the client went away, input.cancel)
+                self.finish_reason = FINISH_CANCELLED
             await self.aclose()
 
 
 REF_FEATURES_CACHE = 64  # inline reference clips whose features are kept
+
+
+def admission_limits(settings: Settings) -> AdmissionLimits:
+    return AdmissionLimits(model_running=settings.max_running_per_model, model_queued=settings.max_queued_per_model,
+                           running=settings.max_running, queued=settings.max_queued,
+                           queue_wait_s=settings.max_queue_wait_s, per_key=settings.max_concurrent_per_key)
 
 
 class SpeechService:
@@ -239,6 +275,10 @@ class SpeechService:
         # Whether some endpoint serves a speech model now: a replay goes nowhere else (gateway.replay).
         self.serving: Callable[[str], bool] = getattr(backend, "serving", lambda model: True)
         self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s, pooled)
+        # Every generation takes a slot first (gateway.admission): a full server says no at once.
+        self.admission = Admission(admission_limits(settings), [c.name for c in deployment.checkpoints],
+                                   settings.retry_after_s)
+        metrics.admission = self.admission.snapshot
         # Features of inline reference audio, keyed by its decoded content: a batch or a client that
         # repeats one ref_audio runs the voice_features ensemble once (fetching/decoding still happens).
         self._ref_features: OrderedDict[tuple[str, int, str], asyncio.Future[Any]] = OrderedDict()
@@ -385,7 +425,7 @@ class SpeechService:
                 if got.final:
                     last = got
                 heard.append(got.audio)
-                yield replace(got, final=False) if got.final else got
+                yield replace(got, final=False, finish_reason="") if got.final else got
         if last is None:
             return
         audio = np.concatenate(heard) if heard else np.zeros(0, np.float32)
@@ -444,12 +484,15 @@ class SpeechService:
             done = Usage()  # of the segments already complete
             last = Usage()
             index = 0
+            cut = False  # a segment ended at its frame budget: so did the request ("length")
             chunks = longtext.ordered([maker(i) for i in range(count)], self.settings.segment_lookahead)
             async with aclosing(chunks):
                 async for chunk in chunks:
                     last = chunk.usage
                     final = chunk.final and index == count - 1
-                    yield replace(chunk, usage=done + last, final=final)
+                    cut = cut or (chunk.final and chunk.finish_reason == FINISH_LENGTH)
+                    reason = (FINISH_LENGTH if cut else finish_reason(chunk)) if final else ""
+                    yield replace(chunk, usage=done + last, final=final, finish_reason=reason)
                     if chunk.final:
                         done, last, index = done + last, Usage(), index + 1
 
@@ -460,9 +503,16 @@ class SpeechService:
         """The request's chunks, every segment's in order (see _segment for the time limits)."""
         # Metered from here: waiting for readiness and the reference features is time to first audio too.
         # A long text is one generation for the metrics, as for its client.
-        meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
+        # Admitted before anything else (and before it is metered): a refusal costs no work.
+        ticket = await self.admission.acquire(plan.checkpoint.name, API_KEY_ID.get())
+        try:
+            meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
+        except BaseException:
+            ticket.release()
+            raise
         if plan.seed_drawn:  # recorded, so that the request can be replayed by anyone
             logger.info("request %s: seed %d drawn by the gateway", request_id, plan.seed)
+        reason = FINISH_CANCELLED  # closed before its end (a BaseException: the consumer went away)
         try:
             await self.readiness.require()
             if plan.needs_voice_features and features is None:
@@ -475,26 +525,31 @@ class SpeechService:
                     raise self._api_error(BackendError(DEADLINE_EXCEEDED, deadline.message(TOTAL)), request_id) from None
             stream = self._segments(plan, request_id, features, text_key)
             sent = segment_start = 0  # samples: heard so far, heard before the current segment
+            last: SpeechChunk | None = None
             async with aclosing(stream):
                 async for got in stream:
                     meter.audio(got.audio.size / plan.output.source_rate)
                     sent += got.audio.size
-                    if got.words is None:
-                        yield got
-                        continue
-                    # A segment ended: its words on the request's timeline.
-                    words = word_timing.shifted(got.words, segment_start / plan.output.source_rate)
-                    segment_start = sent
-                    yield replace(got, words=words)
+                    last = got
+                    if got.words is not None:  # a segment ended: its words on the request's timeline
+                        last = replace(got, words=word_timing.shifted(got.words, segment_start / plan.output.source_rate))
+                        segment_start = sent
+                    yield last
             meter.completed()
+            reason = finish_reason(last)
+        except Exception:
+            reason = FINISH_ERROR
+            raise
         finally:
-            meter.close()
+            meter.close(reason)
+            ticket.release()
 
     async def synthesize(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
                          trace: RequestTrace) -> Clip:
         parts: list[np.ndarray] = []
         usage = Usage()
         words: list[Word] | None = None if plan.aligner_model is None else []
+        last: SpeechChunk | None = None
         gen = self._generate(plan, request_id, features, trace)
         async with aclosing(gen):
             async for chunk in gen:
@@ -502,11 +557,12 @@ class SpeechService:
                 usage = chunk.usage
                 if chunk.words is not None and words is not None:
                     words.extend(chunk.words)
+                last = chunk
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         out = plan.output
         audio = await asyncio.to_thread(encoding.render, pcm, out.source_rate, out.format, out.sample_rate, out.speed)
         timed = None if words is None else word_timing.at_speed(words, out.speed)
-        return Clip(audio, out.media_type, usage, timed, pcm.size / out.source_rate / out.speed)
+        return Clip(audio, out.media_type, usage, finish_reason(last), timed, pcm.size / out.source_rate / out.speed)
 
     async def open_stream(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
                           trace: RequestTrace, text_key: str | None = None) -> AudioStream:
@@ -554,18 +610,19 @@ class SpeechService:
                 clip = await self.synthesize(plan, item_id, trace=trace)
             except APIError as exc:
                 trace.fail(exc.status, exc.type)
-                return {"index": index, "status": "error", "error": exc.message}
+                return {"index": index, "status": "error", "error": exc.message, "finish_reason": FINISH_ERROR}
             except Exception:
                 logger.exception("batch item %s failed", item_id)
                 internal = errors.internal(item_id)
                 trace.fail(internal.status, internal.type)
-                return {"index": index, "status": "error", "error": internal.message}
+                return {"index": index, "status": "error", "error": internal.message, "finish_reason": FINISH_ERROR}
             return {
                 "index": index,
                 "status": "success",
                 "audio_data": base64.b64encode(clip.audio).decode("ascii"),
                 "media_type": clip.media_type,
                 "usage": clip.usage.as_dict(),
+                "finish_reason": clip.finish_reason,
                 **({} if clip.words is None else {"timestamps": word_timing.as_wire(clip.words)}),
             }
 

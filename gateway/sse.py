@@ -31,8 +31,9 @@ def delta(audio: bytes, response_format: str) -> bytes:
                          "response_format": response_format})
 
 
-def done(usage: Usage) -> bytes:
-    return event(DONE, {"type": DONE, "usage": usage.as_dict()})
+def done(usage: Usage, finish_reason: str = "stop") -> bytes:
+    """The terminal event: usage, and why the generation ended (ttscore.contract.tensors.FINISH_REASONS)."""
+    return event(DONE, {"type": DONE, "usage": usage.as_dict(), "finish_reason": finish_reason})
 
 
 def timestamps(words: list[dict[str, Any]]) -> bytes:

@@ -280,7 +280,8 @@ class FakeBackend:
                 final = done + n >= total
                 chunk = SpeechChunk(
                     audio=fake_audio(n, done), frames=n, usage=Usage(text_tokens, audio_tokens, done + n),
-                    final=final, finish_reason="length" if final else "",
+                    # the fake model stops by itself at its budget, unless the text asks for a runaway (cut there)
+                    final=final, finish_reason=("length" if "runaway" in text else "stop") if final else "",
                 )
                 done += n
                 call.chunks_sent += 1

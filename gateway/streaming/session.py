@@ -7,10 +7,12 @@ import contextlib
 import logging
 import time
 import uuid
+from typing import cast
 
 from pydantic import BaseModel
 
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.tensors import FINISH_CANCELLED, FINISH_ERROR, FINISH_STOP
 
 from .. import errors
 from ..backend import ENDPOINT_AFFINITY, Affinity
@@ -21,6 +23,7 @@ from ..protocol import (
     AudioDone,
     AudioStart,
     AudioTimestamps,
+    FinishReason,
     InputCancel,
     SessionConfig,
     SessionConfigured,
@@ -325,11 +328,12 @@ class StreamingSession:
 
         failed = False
         cancelled = False
+        reason = FINISH_STOP
         trace = RequestTrace(self.route, self.inbox.received_at)
         status = 200
         token = ENDPOINT_AFFINITY.set(self.affinity)  # (the work task below copies the context)
         try:
-            await self.inbox.until_gone(
+            reason = await self.inbox.until_gone(
                 generate(self.service, config, text, rid, trace, send, open_text, send_words, heard), cancellable=True,
                 stop=open_text.stop if open_text is not None else None)
         except Disconnected:
@@ -362,9 +366,11 @@ class StreamingSession:
             self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
         else:
             self.service.metrics.finished(trace, status)
+        if failed or cancelled:
+            reason = FINISH_ERROR if failed else FINISH_CANCELLED
         await self.transport.send_json(AudioDone(
             utterance_index=utterance, sentence_index=index, total_bytes=sent, error=failed,
-            cancelled=cancelled or None,
+            cancelled=cancelled or None, finish_reason=cast(FinishReason, reason),
         ).model_dump(exclude_none=True))
 
 

@@ -153,10 +153,11 @@ def wav_seconds(data: bytes) -> float:
 
 
 def test_whole_file_is_json_with_the_audio_and_its_words(client, fake):
-    text = "Hello there, my friend!"
+    text = "Hello there, my runaway friend!"  # (FakeBackend: ends at its length limit, "length")
     plain = client.post(SPEECH, json={"input": text, "voice": "vivian", "max_new_tokens": 3, "seed": 1})
     r = client.post(SPEECH, json={"input": text, "voice": "vivian", "max_new_tokens": 3, "seed": 1, "word_timestamps": True})
     assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    assert r.headers["x-finish-reason"] == plain.headers["x-finish-reason"] == "length"
     body = r.json()
     audio = base64.b64decode(body["audio"])
     assert audio == plain.content and body["media_type"] == "audio/wav" and body["usage"]["total_tokens"] > 0
@@ -207,6 +208,7 @@ def test_sse_sends_each_sentences_words_after_its_audio_before_the_next_sentence
     events = sse.parse(r.content)
     kinds = [name for name, _ in events]
     assert kinds.count(sse.TIMESTAMPS) == 2 and kinds[-1] == sse.DONE
+    assert events[-1][1]["finish_reason"] == "stop"
     first = kinds.index(sse.TIMESTAMPS)
     before = b"".join(base64.b64decode(d["audio"]) for n, d in events[:first] if n == sse.DELTA)
     seg_s = 3 * FRAME_S
