@@ -288,6 +288,24 @@ def test_websocket_words_after_a_sentence_that_failed_part_way_count_its_audio(c
     assert_words(chunk["timestamps"], expected("Second one here.", 5 * FRAME_S, first_audio))
 
 
+def test_websocket_whole_clip_requests_send_their_words_after_the_clip(client):
+    text = "First one here. Second, right after."
+    with client.websocket_connect(WS) as ws:
+        ws.send_text(json.dumps({"type": "session.config", "voice": "vivian", "max_new_tokens": 3,
+                                 "word_timestamps": True}))  # split none, one wav per request
+        ws.send_text(json.dumps({"type": "input.text", "text": text}))
+        ws.send_text(json.dumps({"type": "input.done"}))
+        messages = []
+        while not (messages and isinstance(messages[-1], dict) and messages[-1]["type"] == "session.done"):
+            m = ws.receive()
+            messages.append(json.loads(m["text"]) if m.get("text") is not None else m["bytes"])
+    kinds = ["bytes" if isinstance(m, bytes) else m["type"] for m in messages]
+    assert kinds == ["audio.start", "bytes", "audio.chunk", "audio.done", "session.done"]
+    first, second = "First one here.", "Second, right after."  # one generation a sentence: offsets into the request
+    assert_words(messages[2]["timestamps"], [*expected(first, 3 * FRAME_S), *expected(second, 3 * FRAME_S, 3 * FRAME_S,
+                                                                                       text.index(second))])
+
+
 def test_websocket_incremental_falls_back_to_sentences_with_word_timestamps(client):
     with client.websocket_connect(WS) as ws:
         ws.send_text(json.dumps({"type": "session.config", "voice": "vivian", "split_granularity": "incremental",
