@@ -8,7 +8,10 @@ then one more request (the server serves normally right after). Every request en
 (audio to the end), refused (503 / 429 with Retry-After and the error body), error (anything else, with its message)
 or hung (no end within --request-timeout: must be 0). Reported: the unloaded TTFA, the admitted ones' TTFA p50/p95
 against it, the refusals' latency (response headers) p50/p95/max, the admission limits from /ready, and a plot of
-every request's TTFA or refusal time. A client of the HTTP API only (httpx, matplotlib for the plot).
+every request's TTFA or refusal time. A client of the HTTP API only: each request on its own connection, opened
+before the burst is let go, HTTP/1.1 written by hand on asyncio streams and timed from its first byte sent (an HTTP
+client library's per-request work, ~5 ms a request in one process, would otherwise be measured as the server's);
+httpx for /ready, matplotlib for the plot.
 """
 
 from __future__ import annotations
@@ -21,41 +24,61 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
 TEXT = "Hello there, this is a short sentence to speak."
 
 
-async def one(client: httpx.AsyncClient, body: dict[str, Any], timeout: float, t_burst: float) -> dict[str, Any]:
-    rec: dict[str, Any] = {"start": time.perf_counter() - t_burst}
-    t0 = time.perf_counter()
+async def one(url: str, body: dict[str, Any], timeout: float, go: asyncio.Event | None = None) -> dict[str, Any]:
+    """One request over its own connection, opened first (so a burst measures the server, not the client's
+    connection setup): HTTP/1.1 by hand on asyncio streams, timed from the request's first byte sent."""
+    u = urlsplit(url)
+    rec: dict[str, Any] = {}
+    payload = json.dumps(body).encode()
+    head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: {u.netloc}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+    writer = None
     try:
         async with asyncio.timeout(timeout):
-            async with client.stream("POST", "/v1/audio/speech", json=body) as r:
-                rec["status"] = r.status_code
-                rec["headers_s"] = time.perf_counter() - t0
-                if r.status_code != 200:
-                    data = await r.aread()
-                    rec["retry_after"] = r.headers.get("retry-after")
-                    try:
-                        rec["message"] = json.loads(data)["error"]["message"]
-                    except (ValueError, KeyError, TypeError):
-                        rec["message"] = data[:200].decode("utf-8", "replace")
-                    rec["outcome"] = "refused" if r.status_code in (429, 503) and rec["retry_after"] else "error"
-                    return rec
-                size = 0
-                async for chunk in r.aiter_raw():
-                    if size == 0 and chunk:
-                        rec["ttfa_s"] = time.perf_counter() - t0
-                    size += len(chunk)
-                rec["bytes"] = size
-                rec["outcome"] = "admitted" if size else "error"
+            reader, writer = await asyncio.open_connection(u.hostname, u.port or 80)
+            if go is not None:
+                await go.wait()
+            t0 = time.perf_counter()
+            rec["t0"] = t0
+            writer.write(head + payload)
+            status_line = await reader.readline()
+            rec["status"] = int(status_line.split()[1])
+            headers = {}
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                k, _, v = line.decode("latin-1").partition(":")
+                headers[k.strip().lower()] = v.strip()
+            rec["headers_s"] = time.perf_counter() - t0
+            if rec["status"] != 200:
+                data = await reader.read()
+                rec["retry_after"] = headers.get("retry-after")
+                try:
+                    rec["message"] = json.loads(data)["error"]["message"]
+                except (ValueError, KeyError, TypeError):
+                    rec["message"] = data[:200].decode("utf-8", "replace")
+                rec["outcome"] = "refused" if rec["status"] in (429, 503) and rec["retry_after"] else "error"
+                return rec
+            size = 0
+            while chunk := await reader.read(65536):
+                if size == 0:
+                    rec["ttfa_s"] = time.perf_counter() - t0  # the first body bytes (the chunked framing's first)
+                size += len(chunk)
+            rec["bytes"] = size
+            rec["outcome"] = "admitted" if size else "error"
+            rec["end_s"] = time.perf_counter() - t0
     except TimeoutError:
         rec["outcome"] = "hung"
-    except httpx.HTTPError as exc:
+    except (OSError, ValueError, IndexError) as exc:
         rec["outcome"], rec["message"] = "error", repr(exc)
-    rec["end_s"] = time.perf_counter() - t0
+    finally:
+        if writer is not None:
+            writer.close()
     return rec
 
 
@@ -70,14 +93,20 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     body = {"model": args.model, "input": TEXT, "voice": args.voice, "response_format": "pcm", "stream_format": "audio",
             "max_new_tokens": args.max_new_tokens}
     body = {k: v for k, v in body.items() if v is not None}
-    limits = httpx.Limits(max_connections=args.requests + 8, max_keepalive_connections=args.requests + 8)
-    async with httpx.AsyncClient(base_url=args.url, timeout=args.request_timeout, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=args.url, timeout=args.request_timeout) as client:
         ready = (await client.get("/ready")).json()
-        unloaded = [await one(client, body, args.request_timeout, time.perf_counter()) for _ in range(args.baseline)]
-        t_burst = time.perf_counter()
-        burst = await asyncio.gather(*(one(client, body, args.request_timeout, t_burst) for _ in range(args.requests)))
-        burst_s = time.perf_counter() - t_burst
-        after = await one(client, body, args.request_timeout, time.perf_counter())
+    unloaded = [await one(args.url, body, args.request_timeout) for _ in range(args.baseline)]
+    go = asyncio.Event()  # every connection is open before any request is sent
+    tasks = [asyncio.create_task(one(args.url, body, args.request_timeout, go)) for _ in range(args.requests)]
+    await asyncio.sleep(args.connect_s)
+    t_burst = time.perf_counter()
+    go.set()
+    burst = list(await asyncio.gather(*tasks))
+    for r in burst:  # when each request's first byte left, from the moment the burst was let go
+        r["start"] = r.pop("t0", t_burst) - t_burst
+    burst_s = time.perf_counter() - t_burst
+    after = await one(args.url, body, args.request_timeout)
+    async with httpx.AsyncClient(base_url=args.url, timeout=args.request_timeout) as client:
         ready_after = (await client.get("/ready")).json()
     base = [r["ttfa_s"] for r in unloaded if r.get("outcome") == "admitted"]
     admitted = [r for r in burst if r["outcome"] == "admitted"]
@@ -137,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline", type=int, default=5, help="requests one at a time before the burst")
     ap.add_argument("--max-new-tokens", type=int, default=40)
     ap.add_argument("--request-timeout", type=float, default=120.0)
+    ap.add_argument("--connect-s", type=float, default=2.0, help="time given to open every connection first")
     ap.add_argument("--out", type=Path, default=None, help="JSON of every request (and a .png plot beside it)")
     args = ap.parse_args(argv)
     result = asyncio.run(main_async(args))
