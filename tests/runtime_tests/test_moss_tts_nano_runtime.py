@@ -116,6 +116,7 @@ def test_vocoding_beside_the_model_step_gives_the_same_chunks(model: Any, codes:
     reqs = (MossRequest(text=TEXT, ref_audio_tokens=codes, max_new_tokens=FRAMES, seed=3, chunk_frames=3),
             MossRequest(text="Another, longer sentence to speak right now.", ref_audio_tokens=codes[:5],
                         max_new_tokens=FRAMES, seed=4, chunk_frames=2))
+    assert model.overlap_vocoder  # so the served default ("auto") overlaps this family
     for plain, beside in zip(run(model, *reqs), run(model, *reqs, overlap=True), strict=True):
         assert [e.frames for e in plain] == [e.frames for e in beside]
         assert np.array_equal(frames_of(plain), frames_of(beside))

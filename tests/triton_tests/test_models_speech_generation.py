@@ -302,6 +302,7 @@ def test_not_decoupled_fails_fast(fake_pb_utils, monkeypatch, dummy_artifacts):
         ("thread_pool", "global", "thread_pool must be one of shared, session"),
         ("runaway_factor", "-1", "runaway_factor must be a finite number >= 0"),
         ("runaway_min_s", "soon", "runaway_min_s must be a number"),
+        ("vocoder_overlap", "sometimes", "vocoder_overlap must be one of auto, on, off"),
     ],
 )
 def test_bad_parameters_fail_fast(fake_pb_utils, monkeypatch, dummy_artifacts, key, value, match):
@@ -325,6 +326,16 @@ def test_settings_parse_typed(dummy_artifacts):
                               runaway_min_s="2.5")
     s = model_settings.SpeechGenerationSettings.from_model_config(config)
     assert (s.runaway_factor, s.runaway_min_s) == (0.0, 2.5)
+
+
+def test_vocoder_overlap_auto_follows_the_family():
+    from types import SimpleNamespace
+
+    from ttscore.backend.generation import vocoder_overlaps
+
+    declares, silent = SimpleNamespace(overlap_vocoder=True), SimpleNamespace()
+    assert [vocoder_overlaps(s, declares) for s in ("auto", "on", "off")] == [True, True, False]
+    assert [vocoder_overlaps(s, silent) for s in ("auto", "on", "off")] == [False, True, False]
 
 
 # --- metrics (ttscore/backend/triton_metrics.py) through the fake's MetricFamily ---------------------------

@@ -216,7 +216,7 @@ def scrape(url: str) -> dict[str, float]:
 
 def triton(bench: Any, art: Path, precision: str, levels: list[int], frames: int, threads: int, work: Path,
            requests_per_window: int, chunk_policy: str, thread_pool: str = "session",
-           vocoder_overlap: str = "off") -> list[dict[str, Any]]:
+           vocoder_overlap: str = "auto") -> list[dict[str, Any]]:
     from triton_tts.bench import common, perf_analyzer
     from triton_tts.serve import Served, plan_deployment
     from ttscore.backend import repository
@@ -347,8 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--requests-per-window", type=int, default=2, help="at least the concurrency")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--chunk-policy", default="adaptive", choices=["adaptive", "ramp", "fixed"])
-    ap.add_argument("--vocoder-overlap", default="off", choices=["on", "off"],
-                    help="speech_generation's vocoder_overlap: later chunks vocoded beside the next model step")
+    ap.add_argument("--vocoder-overlap", default="auto", choices=["auto", "on", "off"],
+                    help="speech_generation's vocoder_overlap: later chunks vocoded beside the next model step "
+                         "(auto: where the family declares it safe)")
     ap.add_argument("--thread-pool", nargs="+", default=["session"], metavar="[PRECISION=]POOL",
                     help="speech_generation's thread_pool (shared or session), for all or per precision label")
     ap.add_argument("--no-reference", action="store_true", help="skip the PyTorch reference")

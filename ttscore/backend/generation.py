@@ -79,6 +79,12 @@ def _submit(generator: GeneratorLike, req_id: str, request: Any, text_open: bool
         generator.submit(req_id, request)
 
 
+def vocoder_overlaps(setting: str, model: Any) -> bool:
+    """speech_generation's `vocoder_overlap` for this model: "on", "off", or "auto" (on where the family's model
+    declares `overlap_vocoder = True`)."""
+    return setting == "on" or (setting == "auto" and bool(getattr(model, "overlap_vocoder", False)))
+
+
 def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
     """The production generator: the checkpoint's family model (ONNX Runtime sessions) + continuous batching."""
     from ttscore.contract.manifest import read_manifest
@@ -121,7 +127,7 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
         vocoder=vocoder,
         chunk_policy=settings.chunk_policy,
         prefill_budget=settings.prefill_token_budget,
-        overlap_vocoder=settings.vocoder_overlap == "on",
+        overlap_vocoder=vocoder_overlaps(settings.vocoder_overlap, model),
         runaway=runaway,
     )
 

@@ -141,7 +141,8 @@ class SpeechGenerationSettings:
 
     chunk_policy: str = engine.DEFAULT_CHUNK_POLICY  # chunk sizes after the first (ttscore.runtime.engine)
     prefill_token_budget: int = engine.DEFAULT_PREFILL_BUDGET  # prompt positions prefilled per step, batched across joins
-    # "on": an inline vocoder decodes streams' later chunks beside the next model step (ttscore.runtime.engine)
+    # an inline vocoder decodes streams' later chunks beside the next model step: "on", "off", or "auto" (where the
+    # family declares it safe; ttscore.runtime.engine)
     vocoder_overlap: str = engine.DEFAULT_VOCODER_OVERLAP
     # seconds: a streaming request sent nothing for this long (the server alive) gets a keep-alive (0: never;
     # ttscore.backend.generation); keep it well under the gateway's stall_timeout_s
@@ -191,7 +192,8 @@ class SpeechGenerationSettings:
                 name, params, "chunk_policy", engine.DEFAULT_CHUNK_POLICY, engine.CHUNK_POLICIES
             ),
             prefill_token_budget=_int_param(name, params, "prefill_token_budget", engine.DEFAULT_PREFILL_BUDGET, 1),
-            vocoder_overlap=_choice_param(name, params, "vocoder_overlap", engine.DEFAULT_VOCODER_OVERLAP, ("on", "off")),
+            vocoder_overlap=_choice_param(name, params, "vocoder_overlap", engine.DEFAULT_VOCODER_OVERLAP,
+                                          engine.VOCODER_OVERLAP_CHOICES),
             keepalive_s=_int_param(name, params, "keepalive_s", DEFAULT_KEEPALIVE_S, 0),
             runaway_factor=_float_param(name, params, "runaway_factor", DEFAULT_RUNAWAY_FACTOR, 0.0),
             runaway_min_s=_float_param(name, params, "runaway_min_s", DEFAULT_RUNAWAY_MIN_S, 0.0),

@@ -71,7 +71,10 @@ logger = logging.getLogger(__name__)
 CHUNK_POLICIES = ("adaptive", "ramp", "fixed")
 DEFAULT_CHUNK_POLICY = "adaptive"
 DEFAULT_PREFILL_BUDGET = 256  # prompt positions per iteration
-DEFAULT_VOCODER_OVERLAP = "off"  # the served default (ttscore.backend.settings vocoder_overlap)
+# The served default (ttscore.backend.settings vocoder_overlap): "auto" overlaps where the family's model declares
+# `overlap_vocoder = True` (its in-process vocoder touches nothing its model step does), "on" / "off" everywhere.
+DEFAULT_VOCODER_OVERLAP = "auto"
+VOCODER_OVERLAP_CHOICES = ("auto", "on", "off")
 ADAPTIVE_MARGIN = 2.0  # iterations of audio a stream keeps buffered before it is sent more
 
 

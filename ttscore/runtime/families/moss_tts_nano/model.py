@@ -147,6 +147,10 @@ class MossModel(ArenaModel):
 
     sequence = MossSequence
     drops = ("embeds", "seen", "rng")
+    # The codec decoder's windows live in its own arena, touched by nothing the LM step does, so the served engine
+    # may decode later chunks beside the next step (vocoder_overlap "auto"; the same audio bit for bit:
+    # tests/runtime_tests/test_moss_tts_nano_runtime.py).
+    overlap_vocoder = True
 
     def __init__(self, artifacts: Path, manifest: Manifest, threads: int | None = None, *, vocoder: bool = True,
                  encoders: bool = False) -> None:
