@@ -6,6 +6,9 @@
   the playground page (`/` and its assets under `/static/`), which asks for the key itself.
 - The WebSocket also takes the key as the `api_key` query parameter: browsers cannot set headers
   on a WebSocket handshake.
+- The ElevenLabs dialect's header `xi-api-key` is a key like a Bearer token (the same keys). A dialect
+  WebSocket that presents no key in its handshake may send it in its first message (`xi_api_key`): the
+  middleware lets it in with the keys in the scope (`DEFERRED_KEYS`) and the session checks it.
 - A presented key is compared with every configured key in constant time (hmac.compare_digest, no
   early exit), so neither a match nor its position leaks through timing. Keys are never logged.
 
@@ -16,7 +19,7 @@ The middleware raises errors.invalid_api_key; app.RequestContextMiddleware puts 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -26,6 +29,8 @@ from . import errors
 OPEN_PATHS = frozenset({"/", "/health", "/ready", "/metrics"})
 OPEN_PREFIX = "/static/"
 QUERY_PARAM = "api_key"
+XI_API_KEY_HEADER = b"xi-api-key"
+DEFERRED_KEYS = "gateway.auth.deferred_keys"  # scope key: the keys a session checks a message's key against
 
 
 class APIKeys:
@@ -53,6 +58,14 @@ def bearer_token(scope: Scope) -> str | None:
     return None
 
 
+def xi_api_key(scope: Scope) -> str | None:
+    """The ElevenLabs dialect's `xi-api-key` header."""
+    for name, value in scope.get("headers", []):
+        if name == XI_API_KEY_HEADER:
+            return str(value.decode("latin-1").strip())
+    return None
+
+
 def query_key(scope: Scope) -> str | None:
     query = scope.get("query_string", b"").decode("latin-1")
     for name, value in parse_qsl(query, keep_blank_values=True):
@@ -66,15 +79,20 @@ def _open(path: str) -> bool:
 
 
 class APIKeyMiddleware:
-    def __init__(self, app: ASGIApp, keys: APIKeys) -> None:
+    def __init__(self, app: ASGIApp, keys: APIKeys, defer: Callable[[str], bool] | None = None) -> None:
+        """`defer(path)`: a WebSocket on that path without a key in its handshake is let in, to present
+        its key in a message (the session checks it against `scope[DEFERRED_KEYS]`)."""
         self.app = app
         self.keys = keys
+        self.defer = defer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket") and self.keys and not _open(scope["path"]):
-            presented = bearer_token(scope)
+            presented = bearer_token(scope) or xi_api_key(scope)
             if presented is None and scope["type"] == "websocket":
                 presented = query_key(scope)
-            if not presented or not self.keys.accepts(presented):
+            if not presented and scope["type"] == "websocket" and self.defer is not None and self.defer(scope["path"]):
+                scope[DEFERRED_KEYS] = self.keys
+            elif not presented or not self.keys.accepts(presented):
                 raise errors.invalid_api_key(missing=not presented)
         await self.app(scope, receive, send)

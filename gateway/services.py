@@ -92,6 +92,7 @@ class Clip:
     audio: bytes
     media_type: str
     usage: Usage
+    pcm: np.ndarray | None = None  # the model's audio (its rate, before speed): what word timings are taken of
 
 
 class ReadinessMonitor:
@@ -156,6 +157,8 @@ class AudioStream:
         self._first = first
         self._request_id = request_id
         self._trace = trace
+        # Called with each chunk's model audio as it is encoded (the ElevenLabs dialect times its words).
+        self.tap: Callable[[np.ndarray], None] | None = None
 
     async def aclose(self) -> None:
         await self._chunks.aclose()
@@ -171,12 +174,16 @@ class AudioStream:
         try:
             head = enc.start()
             if self._first is not None:
+                if self.tap is not None:
+                    self.tap(self._first.audio)
                 head += enc.chunk(self._first.audio)
                 usage = self._first.usage
             if head:
                 yield emit(head)
             async for chunk in self._chunks:
                 usage = chunk.usage
+                if self.tap is not None:
+                    self.tap(chunk.audio)
                 data = enc.chunk(chunk.audio)
                 if data:
                     yield emit(data)
@@ -422,7 +429,7 @@ class SpeechService:
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         out = plan.output
         audio = await asyncio.to_thread(encoding.render, pcm, out.source_rate, out.format, out.sample_rate, out.speed)
-        return Clip(audio, out.media_type, usage)
+        return Clip(audio, out.media_type, usage, pcm)
 
     async def open_stream(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
                           trace: RequestTrace, text_key: str | None = None) -> AudioStream:
