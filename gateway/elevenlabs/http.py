@@ -74,7 +74,7 @@ def _plan(request: Request, voice_id: str, body: wire.TextToSpeechBody, output_f
     metrics.requested(trace, body.model_id)
     return service(request).plan(wire.speech_fields(
         body.text, voice_id, body.model_id, fmt, rate, streamed=streamed, voice_settings=body.voice_settings,
-        language_code=body.language_code, seed=body.seed))
+        language_code=body.language_code, seed=body.seed, max_new_tokens=body.max_new_tokens))
 
 
 def _raw(plan: SpeechPlan, audio: bytes) -> bytes:

@@ -5,7 +5,7 @@ concurrently with the work), over the same SpeechService as the Speech API.
 
 Obligations:
 - At connect, the query (`model_id`, `output_format`, `inactivity_timeout`, `auto_mode`, `sync_alignment`,
-  `language_code`) and the URL's voice are checked by planning a probe request: a refusal is an error
+  `language_code`, and this gateway's `max_new_tokens`) and the URL's voice are checked by planning a probe request: a refusal is an error
   message, then close 1008, before any text is taken.
 - The key: a handshake without one (header `xi-api-key`, `Authorization: Bearer`, query `api_key`) must
   carry it in its first message (`xi_api_key` / `xi-api-key` / `authorization`), else error + close 1008.
@@ -100,6 +100,7 @@ class SessionOptions:
     auto_mode: bool = False
     sync_alignment: bool = False  # accepted: alignment always follows the audio it times
     inactivity_timeout_s: float = DEFAULT_INACTIVITY_S
+    max_new_tokens: int | None = None  # this gateway's extension (the Speech API's field)
 
     @classmethod
     def from_query(cls, query: dict[str, str], multi: bool) -> SessionOptions:
@@ -115,7 +116,12 @@ class SessionOptions:
             if not 1 <= timeout <= MAX_INACTIVITY_S:
                 raise wire.validation_error(("query", "inactivity_timeout"),
                                             f"Input should be between 1 and {MAX_INACTIVITY_S}", "range", raw)
+        frames = query.get("max_new_tokens")
+        if frames is not None and not frames.isdigit():
+            raise wire.validation_error(("query", "max_new_tokens"), "Input should be a valid integer", "int_parsing",
+                                        frames)
         return cls(multi=multi, fmt=fmt, rate=rate, model_id=query.get("model_id") or None,
+                   max_new_tokens=int(frames) if frames is not None else None,
                    language_code=query.get("language_code") or None,
                    auto_mode=_flag(query, "auto_mode", False), sync_alignment=_flag(query, "sync_alignment", False),
                    inactivity_timeout_s=float(timeout))
@@ -212,7 +218,8 @@ class ElevenLabsSession:
     def _fields(self, text: str, settings: wire.VoiceSettings | None) -> SpeechFields:
         o = self.options
         return wire.speech_fields(text, self.voice_id, o.model_id, o.fmt, o.rate, streamed=True,
-                                  voice_settings=settings, language_code=o.language_code)
+                                  voice_settings=settings, language_code=o.language_code,
+                                  max_new_tokens=o.max_new_tokens)
 
     def _plan(self, fields: SpeechFields) -> SpeechPlan:
         """Plan as the Speech API does; a refusal in the dialect's terms."""

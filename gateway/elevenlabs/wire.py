@@ -167,6 +167,9 @@ class TextToSpeechBody(BaseModel):
     seed: int | None = Field(None, ge=0)
     previous_text: str | None = None  # accepted, ignored (no cross-request context here)
     next_text: str | None = None  # accepted, ignored
+    # This gateway's extension (the Speech API's field; ElevenLabs' SDK sends it through
+    # request_options={"additional_body_parameters": ...}): the generation's frame budget.
+    max_new_tokens: int | None = Field(None, ge=1)
 
 
 class GenerationConfig(BaseModel):
@@ -214,11 +217,11 @@ def language(code: str | None) -> str | None:
 
 def speech_fields(text: str, voice_id: str, model_id: str | None, fmt: str, rate: int, *, streamed: bool,
                   voice_settings: VoiceSettings | None = None, language_code: str | None = None,
-                  seed: int | None = None) -> SpeechFields:
+                  seed: int | None = None, max_new_tokens: int | None = None) -> SpeechFields:
     """The Speech API request the dialect's request means (planned like any other)."""
     return SpeechFields(input=text, model=model_id, voice=voice_id, response_format=fmt, sample_rate=rate,
                         speed=voice_settings.speed if voice_settings is not None else None,
-                        language=language(language_code), seed=seed,
+                        language=language(language_code), seed=seed, max_new_tokens=max_new_tokens,
                         stream_format="audio" if streamed else None)
 
 
