@@ -1,0 +1,80 @@
+"""pipecat's ElevenLabs services, unchanged, against the real stack through the gateway's ElevenLabs dialect
+(issue 41). pipecat-ai lives in its own environment (.venv-pipecat, requirements-pipecat.txt: its pins differ
+from .venv's); tests/pipecat_agent.py runs a pipeline there as a subprocess: an utterance spoken to its end, a
+long one interrupted after its first audio, the next one served.
+
+The multi-stream socket carries this gateway's `max_new_tokens` extension in the model setting's place in the
+URL (`model=<id>&max_new_tokens=N`): the tiny random-weight checkpoint never says EOS, so without a budget each
+utterance would run to the family's 2048 frames. The HTTP service sends JSON it builds itself, so its utterances
+do run that long (about 164 s of audio each on the tiny checkpoint)."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+from gateway_fixtures import start_gateway
+
+from gateway.settings import Settings
+from ttscore.backend.triton_server import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+PIPECAT = ROOT / ".venv-pipecat" / "bin" / "python"
+AGENT = ROOT / "tests" / "pipecat_agent.py"
+KEY = "e2e-pipecat-key"
+FRAMES = 48  # the WebSocket's budget: 3.84 s an utterance
+FRAME_BYTES = 1920 * 2  # 16-bit samples of one 12.5 Hz frame at 24 kHz
+
+
+@pytest.fixture(scope="module")
+def stack(e2e_triton, tmp_path_factory):
+    if not PIPECAT.exists():
+        pytest.skip(f"{PIPECAT} is missing: `make setup` builds it (requirements-pipecat.txt)")
+    cfg = {**e2e_triton["config"], "speaker_samples_dir": str(tmp_path_factory.mktemp("pipecat-speakers")),
+           "health_interval_s": 0, "api_keys": [KEY]}
+    port = free_port()
+    gw, thread = start_gateway(Settings.from_dict(cfg), port)
+    yield {"url": f"http://127.0.0.1:{port}", "model": e2e_triton["names"]["custom_voice"]}
+    gw.should_exit = True
+    thread.join(15)
+
+
+def run_agent(stack, service: str, model: str) -> dict:
+    out = subprocess.run([str(PIPECAT), str(AGENT), "--service", service, "--url", stack["url"], "--key", KEY,
+                          "--voice", "vivian", "--model", model, "--timeout", "240"],
+                         capture_output=True, text=True, timeout=600, check=False)
+    lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
+    assert out.returncode == 0 and lines, f"rc {out.returncode}\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}"
+    result = json.loads(lines[-1])
+    assert "failure" not in result, result
+    return result
+
+
+def cancelled(stack) -> float:
+    text = httpx.get(f"{stack['url']}/metrics", timeout=10).text
+    return sum(float(m.group(1)) for m in re.finditer(r"^tts_cancelled_requests_total\{[^}]*\} (\S+)$", text, re.M))
+
+
+def test_websocket_service_speaks_is_interrupted_and_serves_the_next_utterance(stack):
+    before = cancelled(stack)
+    got = run_agent(stack, "ws", f"{stack['model']}&max_new_tokens={FRAMES}")
+    assert got["errors"] == []
+    assert got["first_bytes"] > 0 and got["next_bytes"] > 0
+    # interrupted mid-utterance: some of its audio came, not all of it, and none after the interruption
+    assert 0 < got["interrupted_bytes_before"] < FRAMES * FRAME_BYTES
+    assert got["interrupted_bytes_after"] == 0
+    assert cancelled(stack) > before  # close_context cancelled its generation (and Triton request)
+
+
+def test_http_service_speaks_is_interrupted_and_serves_the_next_utterance(stack):
+    got = run_agent(stack, "http", stack["model"])
+    assert got["errors"] == []
+    assert got["first_bytes"] > 0 and got["next_bytes"] > 0
+    assert got["interrupted_bytes_before"] > 0 and got["interrupted_bytes_after"] == 0
+
