@@ -31,7 +31,9 @@ Obligations:
 - multi-stream-input: `{"text": ""}` keeps a context alive; `flush` (with `context_id`) flushes one context;
   `close_context` closes it: a flushed context finishes its audio, an unflushed one (barge-in) is cancelled
   at once (its Triton requests with it), then `{"isFinal": true, "contextId": id}`; the id may be reused
-  for a new context. `close_socket`: flushed contexts finish, the others are cancelled, close 1000.
+  for a new context. A second `close_context` for a context still finishing its flushed audio cancels it
+  at once: that is how pipecat interrupts a turn whose text was complete (it closes the context at the
+  turn's end and again at the interruption). `close_socket`: flushed contexts finish, the others are cancelled, close 1000.
 - Malformed messages (not JSON, wrong types, a multi-stream message without `context_id` where one is
   needed) are an error and close 1008. A failed generation is an error message (naming its context); the
   connection goes on. No message for `inactivity_timeout` seconds while nothing is generated: error, 1008.
@@ -188,6 +190,7 @@ class ElevenLabsSession:
         self.ended = False  # stream-input: the empty text came
         self._send_lock = asyncio.Lock()
         self._closers: set[asyncio.Task[None]] = set()
+        self._finishing: dict[str, Context] = {}  # closed contexts whose flushed audio is still coming
         self._requests = 0
 
     # --- the connection ----------------------------------------------------------------------------
@@ -297,6 +300,8 @@ class ElevenLabsSession:
             ctx = self.contexts.pop(cid, None)
             if ctx is not None:
                 self._close_context(ctx)
+            elif cid in self._finishing:  # closed again while its flushed audio is still coming: barge-in
+                await self._cancel(self._finishing[cid])
             else:
                 await self._final(cid)
             return True
@@ -404,13 +409,19 @@ class ElevenLabsSession:
     def _finish(self, ctx: Context, close_socket: bool, cancel: bool = False) -> None:
         """isFinal once the context's audio is out (at once when cancelled); stream-input then closes."""
 
+        if not cancel:
+            self._finishing[ctx.id] = ctx
+            self._queue(ctx, None)
+
         async def finish() -> None:
-            if cancel:
-                await self._cancel(ctx)
-            else:
-                self._queue(ctx, None)
-                if ctx.worker is not None:
-                    await ctx.worker
+            try:
+                if cancel:
+                    await self._cancel(ctx)
+                elif ctx.worker is not None:
+                    await asyncio.wait({ctx.worker})  # (it may be cancelled by a second close_context)
+            finally:
+                if self._finishing.get(ctx.id) is ctx:
+                    del self._finishing[ctx.id]
             await self._final(ctx.id)
             if close_socket:
                 await self.transport.close(CLOSE_NORMAL, "end of input")

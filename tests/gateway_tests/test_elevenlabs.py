@@ -353,6 +353,26 @@ def test_multi_stream_contexts_flush_close_and_barge_in(client, fake):
     assert b.cancelled and not b.finished
 
 
+def test_a_second_close_context_cancels_flushed_audio_still_coming(client, fake, monkeypatch):
+    """pipecat closes a context at the end of its turn (flushed) and again when the user interrupts it."""
+    sentence_mode(monkeypatch)
+    with client.websocket_connect(f"{TTS}/vivian/multi-stream-input?output_format=pcm_24000") as ws:
+        ws.send_json({"text": "hang-midstream", "context_id": "t", "flush": True})
+        ws.send_json({"context_id": "t", "close_context": True})
+        first = ws.receive_json()
+        assert first["contextId"] == "t" and first["audio"]  # the first chunk; the rest never comes
+        ws.send_json({"context_id": "t", "close_context": True})
+        assert ws.receive_json() == {"isFinal": True, "contextId": "t"}
+        ws.send_json({"text": "Next turn.", "context_id": "u", "flush": True})
+        ws.send_json({"context_id": "u", "close_context": True})
+        after = []
+        while not after or after[-1] != {"isFinal": True, "contextId": "u"}:
+            after.append(ws.receive_json())
+        assert audio_of(after, "u")
+    hung = next(c for c in fake.calls if c.fields["text"] == "hang-midstream")
+    assert hung.cancelled
+
+
 def test_multi_stream_needs_context_ids(client):
     with client.websocket_connect(f"{TTS}/vivian/multi-stream-input") as ws:
         ws.send_json({"text": "Hello "})
