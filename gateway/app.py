@@ -210,7 +210,7 @@ def create_app(
     try:
         deployment = Deployment(checkpoints, voices, model_aliases=settings.model_aliases,
                                 voice_aliases=settings.voice_aliases, max_input_chars=settings.max_input_chars,
-                                segment_chars=settings.segment_chars)
+                                segment_chars=settings.segment_chars, aligner_model=settings.aligner_model)
     except AliasError as exc:
         raise SettingsError(str(exc)) from None
     factory = backend_factory or _triton_backend(settings)

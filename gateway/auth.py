@@ -12,19 +12,27 @@
 - A presented key is compared with every configured key in constant time (hmac.compare_digest, no
   early exit), so neither a match nor its position leaks through timing. Keys are never logged.
 
+An accepted key's identity (a digest, never the key) is in `API_KEY_ID` for the rest of the request or
+WebSocket connection: admission control counts each key's generations with it (gateway.admission).
+
 The middleware raises errors.invalid_api_key; app.RequestContextMiddleware puts it on the wire
 (HTTP 401 + WWW-Authenticate: Bearer; WebSocket: an `error` message, then close 1008).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Callable, Iterable
+from contextvars import ContextVar
 from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from . import errors
+
+# The identity of the API key the current request presented (None: no keys configured, or an open path).
+API_KEY_ID: ContextVar[str | None] = ContextVar("gateway_api_key_id", default=None)
 
 OPEN_PATHS = frozenset({"/", "/health", "/ready", "/metrics"})
 OPEN_PREFIX = "/static/"
@@ -95,4 +103,16 @@ class APIKeyMiddleware:
                 scope[DEFERRED_KEYS] = self.keys
             elif not presented or not self.keys.accepts(presented):
                 raise errors.invalid_api_key(missing=not presented)
+            # (a deferred key is checked by the session, after this: its requests carry no key identity)
+            token = API_KEY_ID.set(key_id(presented) if presented else None)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                API_KEY_ID.reset(token)
+            return
         await self.app(scope, receive, send)
+
+
+def key_id(key: str) -> str:
+    """A key's identity for per-key limits: a digest, so that no key is kept in memory twice or logged."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]

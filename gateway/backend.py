@@ -23,6 +23,7 @@ import numpy as np
 from ttscore.contract.tensors import CANCELLED, INTERNAL, INVALID_ARG, UNAVAILABLE, is_keepalive
 
 from .usage import Usage
+from .word_timing import Word
 
 __all__ = [
     "CANCELLED",
@@ -70,6 +71,9 @@ class SpeechChunk:
     usage: Usage  # so far; complete on the final chunk
     final: bool
     finish_reason: str = ""  # "stop" | "length" on the final chunk
+    # Word timestamps (gateway.word_timing): the words of the generation that just ended, on a chunk of their own
+    # after its audio (the gateway's, never Triton's); None on every other chunk.
+    words: tuple[Word, ...] | None = None
 
     @property
     def keepalive(self) -> bool:

@@ -48,9 +48,19 @@ class Deadline:
 
 async def _cancel(task: asyncio.Future[Any]) -> None:
     task.cancel()
-    await asyncio.wait({task})  # lets the stream run its cleanup (cancelling its Triton call)
+    interrupted = False
+    while not task.done():  # lets the stream run its cleanup (cancelling its Triton call)
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            # Starlette's streaming response cancels through an anyio cancel scope, which cancels this task again
+            # at every await: the read must still finish first, else closing the stream finds its generator
+            # running ("aclose(): asynchronous generator is already running") and the Triton call is not cancelled.
+            interrupted = True
     if not task.cancelled():
         task.exception()  # retrieved: a failure while cancelling is moot
+    if interrupted:
+        raise asyncio.CancelledError
 
 
 async def next_within(

@@ -7,8 +7,9 @@ Status rules (the OpenAI SDK retries 408/409/429/5xx, so deterministic failures 
 - 400 every invalid parameter, `param` naming the field where one is to blame;
 - 401 (+ WWW-Authenticate: Bearer) a missing or wrong API key, in OpenAI's own body
   (`type` "invalid_request_error", `code` "invalid_api_key"; `AuthenticationError`).
-- 404 an unknown model; 503 (+ Retry-After) while Triton or a model is not ready / the queue is
-  full / the server drains before it exits / a model failed under the request; 504 when the request
+- 404 an unknown model; 429 (+ Retry-After) an API key over its concurrency limit (gateway.admission);
+  503 (+ Retry-After) while Triton or a model is not ready / the queue is full (gateway.admission, or
+  Triton's own) / the server drains before it exits / a model failed under the request; 504 when the request
   ran out of time (`request_timeout_s`, `stall_timeout_s`); 500 a bug, with a generic message that carries the
   request id.
 - DELETE /v1/audio/voices/{name} of an unknown voice: 404 with the spec's own body
@@ -59,6 +60,17 @@ def model_not_found(model: str) -> APIError:
 
 def unavailable(message: str, retry_after_s: int = 5) -> APIError:
     return APIError(message, None, 503, "ServiceUnavailableError", {"Retry-After": str(int(retry_after_s))})
+
+
+def overloaded(message: str, retry_after_s: int = 5) -> APIError:
+    """Admission control refused the request before any work (gateway.admission): the server's limits are full."""
+    return unavailable(message, retry_after_s)
+
+
+def rate_limited(message: str, retry_after_s: int = 5) -> APIError:
+    """Admission control refused the request for its API key's limit (gateway.admission): 429, as OpenAI's
+    own rate limits (the SDK's RateLimitError; it retries after Retry-After)."""
+    return APIError(message, None, 429, "RateLimitError", {"Retry-After": str(int(retry_after_s))})
 
 
 def draining(retry_after_s: int = 5) -> APIError:

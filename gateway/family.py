@@ -119,6 +119,10 @@ class SpeechPlan:
     segments: tuple[str, ...] = ()  # long text (gateway.longtext); empty: `text` is one generation
     seed_drawn: bool = False  # `seed` is the gateway's (see reproducible_plan), not the client's
     knobs: Mapping[str, int | float] = field(default_factory=dict)  # extra_params, checked (FamilyRules.knobs)
+    # Word timestamps (gateway.word_timing): the forced aligner's Triton model, None when not asked for.
+    aligner_model: str | None = None
+    # Where each of `texts` starts in the request's original `input` (code points): words' char offsets index it.
+    text_offsets: tuple[int, ...] = ()
 
     @property
     def family(self) -> str:
@@ -148,6 +152,8 @@ class PlanContext(Protocol):
     """What an adapter's `plan` may ask of the deployment (gateway.planning.Deployment)."""
 
     segment_chars: int  # long input is generated in segments of about this many characters (gateway.longtext)
+    # Word timestamps: the input is generated one sentence a segment (gateway.longtext.split_sentences).
+    segment_by_sentence: bool
 
     def routed_by_task(self) -> list[ServedCheckpoint]:
         """The checkpoints a request without `model` is routed among."""

@@ -31,7 +31,7 @@ from ttscore.contract.wire import TensorIO
 from .backend import INTERNAL, INVALID_ARG, BackendError, InferenceBackend
 from .errors import bad_request, from_invalid_request
 from .family import NO_FACTS, FamilyFacts, FeatureEnv, PlanContext, ServedCheckpoint, SpeechPlan, audio_key
-from .longtext import segment_seed, split_segments
+from .longtext import segment_seed, split_segments, split_sentences
 from .speech_fields import (
     MAX_REF_TEXT_CHARS,
     SpeechFields,
@@ -275,8 +275,10 @@ def checked_limits(f: SpeechFields, rules: FamilyRules) -> tuple[int | None, int
 
 
 def segments_of(text: str, deployment: PlanContext) -> tuple[str, ...]:
-    """A long `input`'s segments (gateway.longtext), or () when it is one generation."""
-    parts = split_segments(text, deployment.segment_chars)
+    """A long `input`'s segments (gateway.longtext; one a sentence with word timestamps), or () when it is one
+    generation."""
+    parts = (split_sentences(text, deployment.segment_chars) if deployment.segment_by_sentence
+             else split_segments(text, deployment.segment_chars))
     return tuple(parts) if len(parts) > 1 else ()
 
 

@@ -8,6 +8,9 @@ consecutive pieces are packed greedily into segments of at most `limit` characte
 a contiguous slice of the input with its outer whitespace removed, so nothing is reordered and
 nothing but whitespace between segments is lost.
 
+With word timestamps (`split_sentences`), every sentence is a segment of its own, whatever its length, so that
+its words (aligned per generation) follow its audio instead of the whole input's.
+
 Seeds (`segment_seed`): segment i of a request with `seed` s is generated with seed s + i (mod
 2^63), so segment 0 is what a request with that text alone would give, and a long request equals
 its segments requested one by one with seeds s, s+1, ... Without a seed every segment is random.
@@ -108,6 +111,19 @@ def split_segments(text: str, limit: int) -> list[str]:
     return [s for s in segments if s]
 
 
+def split_sentences(text: str, limit: int) -> list[str]:
+    """`text` one sentence a segment (the splitter's sentence ends; a sentence longer than `limit` cut as
+    `split_segments` cuts), each stripped: the segments of a request whose words are timed per sentence
+    (gateway.word_timing), so each sentence's words can follow its audio."""
+    out: list[str] = []
+    for piece in _pieces_by_units(text, "sentence") if text.strip() else []:
+        if len(piece.strip()) > limit:
+            out += [part.strip() for part in _split(piece, limit, 2)]
+        else:
+            out.append(piece.strip())
+    return [s for s in out if s]
+
+
 async def ordered(makers: Sequence[Callable[[], AsyncGenerator[T, None]]], lookahead: int
                   ) -> AsyncGenerator[T, None]:
     """The items of `makers[0]()`, then of `makers[1]()`, ...; up to `lookahead` of them run at
@@ -155,4 +171,4 @@ async def ordered(makers: Sequence[Callable[[], AsyncGenerator[T, None]]], looka
                 await task
 
 
-__all__ = ["ordered", "segment_seed", "split_segments"]
+__all__ = ["ordered", "segment_seed", "split_segments", "split_sentences"]

@@ -11,6 +11,8 @@ The interface the rest of the gateway uses is small:
   its Triton failed mid-stream, and the audio it generated again and dropped (gateway.replay);
 - `RequestTrace.fail(status, cause)` records an error the client was told about (the HTTP error
   renderer, the SSE error event, batch items, WebSocket requests);
+- `GatewayMetrics.aligned(seconds, audio_seconds)`: one forced alignment (word timestamps, gateway.word_timing)
+  of a sentence's audio took `seconds`;
 - `GatewayMetrics.finished(trace, status, client_gone)` counts a request (the middleware; the
   WebSocket session per TTS request).
 
@@ -27,7 +29,7 @@ its text). Audio seconds are the model's output (before a `speed` change). The R
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -44,6 +46,7 @@ from prometheus_client.registry import Collector
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .admission import REASONS, ModelLoad
 from .backend import EndpointStats
 
 TRACE_KEY = "gateway.trace"
@@ -55,6 +58,7 @@ MODEL_NONE = "none"  # no model: the route generates no speech, or the request f
 STATUS_CLIENT_GONE = 499
 
 TTFA_BUCKETS = (0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
+ALIGN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 RTF_BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 
 
@@ -164,12 +168,26 @@ class GatewayMetrics:
             "WebSocket: seconds from an utterance's first input.text to its first audio frame sent, by the "
             "split_granularity in effect (none, sentence, clause, incremental)",
             ["split_granularity"], buckets=TTFA_BUCKETS, registry=r)
+        self.finish_reasons = Counter(
+            "tts_generation_finish_reasons",
+            "Speech generations by why they ended: stop (the model ended it), length (max_new_tokens or the runaway "
+            "guard), cancelled (the client went away or cancelled), error (it failed); a raw stream's is here",
+            ["model", "reason"], registry=r)
+        self.alignment = Histogram(
+            "tts_alignment_seconds",
+            "Seconds one forced alignment (word timestamps) of a sentence's audio took, the Triton call included",
+            buckets=ALIGN_BUCKETS, registry=r)
+        self.aligned_audio = Counter(
+            "tts_aligned_audio_seconds", "Seconds of audio the forced aligner timed words in", registry=r)
         self.errors = Counter(
             "tts_errors", "Errors a client was told about (status, SSE/WebSocket error, batch item), by API error type",
             ["cause"], registry=r)
         # The Triton endpoints of a pool (gateway.pool), asked at every scrape; set by the app.
         self.endpoints: Callable[[], list[EndpointStats]] | None = None
         r.register(_EndpointCollector(self))
+        # Admission control's load per model (gateway.admission.Admission.snapshot), asked at every scrape.
+        self.admission: Callable[[], Mapping[str, ModelLoad]] | None = None
+        r.register(_AdmissionCollector(self))
         voices = Gauge("tts_uploaded_voices", "Voices in the uploaded-voice store", registry=r)
         voices.set_function(lambda: float(uploaded_voices()))
         for model in models:  # the series exist (at 0) before the first request
@@ -204,6 +222,11 @@ class GatewayMetrics:
         """A replay of served model `model` generated `seconds` of audio the client already had."""
         if seconds > 0:
             self.replayed_audio.labels(self.model_label(model)).inc(seconds)
+
+    def aligned(self, seconds: float, audio_seconds: float) -> None:
+        """One forced alignment of `audio_seconds` of audio took `seconds`."""
+        self.alignment.observe(seconds)
+        self.aligned_audio.inc(audio_seconds)
 
     def finished(self, trace: RequestTrace, status: int, client_gone: bool = False) -> None:
         self.requests.labels(trace.route, str(status), trace.model_label()).inc()
@@ -247,6 +270,32 @@ class _EndpointCollector(Collector):
         return [requests, errors, outstanding, up]
 
 
+class _AdmissionCollector(Collector):
+    """Admission control per served model: generations running and queued in the gateway, refusals by reason."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> list[Metric]:
+        source = self.metrics.admission
+        loads = source() if source is not None else {}
+        running = GaugeMetricFamily("tts_admission_running", "Generations admitted and running (gateway.admission)",
+                                    labels=["model"])
+        queued = GaugeMetricFamily("tts_admission_queued", "Generations waiting in the gateway's queue for a slot",
+                                   labels=["model"])
+        refused = CounterMetricFamily("tts_admission_refused", "Generations refused before any work: queue_full "
+                                      "(503), queue_timeout (503), key_limit (429)", labels=["model", "reason"])
+        for model, load in sorted(loads.items()):
+            running.add_metric([model], float(load.running))
+            queued.add_metric([model], float(load.queued))
+            for reason in REASONS:
+                refused.add_metric([model, reason], float(load.refused.get(reason, 0)))
+        return [running, queued, refused]
+
+
 class Generation:
     """One speech generation: TTFA, RTF, audio seconds, underruns and the active/queued gauges."""
 
@@ -283,11 +332,13 @@ class Generation:
         if self._seconds > 0:
             self._m.rtf.labels(self._model).observe((self._clock() - self._received_at) / self._seconds)
 
-    def close(self) -> None:
-        """The generation is over, however it ended (idempotent)."""
+    def close(self, finish_reason: str | None = None) -> None:
+        """The generation is over, however it ended (idempotent); `finish_reason`: why (counted)."""
         if self._closed:
             return
         self._closed = True
+        if finish_reason is not None:
+            self._m.finish_reasons.labels(self._model, finish_reason).inc()
         self._m.active.labels(self._model).dec()
         if not self._first:
             self._m.queued.labels(self._model).dec()

@@ -14,12 +14,14 @@ and `model`, then hands the request to the adapter of the checkpoint `model` nam
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
 
 from ttscore.contract.errors import InvalidRequest
 
+from . import word_timing
 from .aliases import DEFAULT_MODEL_ALIASES, effective_voice_aliases
 from .errors import bad_request, from_invalid_request, model_not_found
 from .family import ServedCheckpoint, SpeechPlan, default_voice_aliases
@@ -55,12 +57,13 @@ class NoStoredVoices:
 
 class Deployment:
     """The served checkpoints, in deployment order, the stored-voice hook, the OpenAI aliases
-    (gateway.aliases) and the input limits (gateway.longtext)."""
+    (gateway.aliases), the input limits (gateway.longtext) and the forced aligner (gateway.word_timing)."""
 
     def __init__(self, checkpoints: Sequence[ServedCheckpoint], voices: VoiceResolver | None = None, *,
                  model_aliases: Mapping[str, str | None] | None = None,
                  voice_aliases: Mapping[str, str] | None = None,
-                 max_input_chars: int = DEFAULT_MAX_INPUT_CHARS, segment_chars: int = DEFAULT_SEGMENT_CHARS) -> None:
+                 max_input_chars: int = DEFAULT_MAX_INPUT_CHARS, segment_chars: int = DEFAULT_SEGMENT_CHARS,
+                 aligner_model: str | None = None) -> None:
         if not checkpoints:
             raise ValueError("a deployment needs at least one checkpoint")
         self.checkpoints = tuple(checkpoints)
@@ -71,6 +74,15 @@ class Deployment:
         self.voice_aliases: dict[str, str] = effective_voice_aliases(voice_aliases, self.builtin_voices(), defaults)
         self.max_input_chars = max_input_chars
         self.segment_chars = segment_chars
+        self.aligner_model = aligner_model  # word timestamps (gateway.word_timing); None: no aligner deployed
+        self.segment_by_sentence = False  # see word_timestamps_context
+
+    def word_timestamps_context(self) -> Deployment:
+        """This deployment as a request with word timestamps plans against it: one sentence a segment
+        (gateway.longtext.split_sentences), so each sentence's words follow its audio."""
+        view = copy.copy(self)
+        view.segment_by_sentence = True
+        return view
 
     def find_model(self, model: str) -> ServedCheckpoint | None:
         """The checkpoint `model` names: its id, one of its aliases, or a model alias pinned to it."""
@@ -138,7 +150,30 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
         rules.knobs(f.extra_params)  # keys and values; the adapter takes the checked values again
     except InvalidRequest as exc:
         raise from_invalid_request(exc) from None
-    return reproducible_plan((named or first).adapter.plan(f, named, text, deployment))
+    context = deployment.word_timestamps_context() if f.word_timestamps is True else deployment
+    plan = (named or first).adapter.plan(f, named, text, context)  # refuses a family's unsupported fields
+    return reproducible_plan(with_word_timestamps(plan, f, deployment))
+
+
+def with_word_timestamps(plan: SpeechPlan, f: SpeechFields, deployment: Deployment) -> SpeechPlan:
+    """The plan aligning its words when the request asks (`word_timestamps: true`) and the family took it
+    (its adapter refuses it otherwise); a 400 naming it without an aligner in the deployment."""
+    if f.word_timestamps is not True:
+        return plan
+    if deployment.aligner_model is None:
+        raise bad_request("'word_timestamps' needs a forced aligner, and this deployment has none: "
+                          + word_timing.ENABLE_HINT + ".", "word_timestamps")
+    return replace(plan, aligner_model=deployment.aligner_model,
+                   text_offsets=word_timing.text_offsets(f.input or "", plan.texts))
+
+
+def refuse_raw_word_timestamps(plan: SpeechPlan) -> None:
+    """An HTTP response of raw audio bytes (stream_format='audio') has no place for words: 400 naming
+    `word_timestamps` (the WebSocket frames its audio itself and sends words in messages)."""
+    if plan.aligner_model is not None and plan.output.stream == "audio":
+        raise bad_request("'word_timestamps' needs a response that carries them: a whole file (JSON), SSE "
+                          "(stream_format='sse') or the WebSocket /v1/audio/speech/stream; not raw audio bytes.",
+                          "word_timestamps")
 
 
 # A drawn seed stays a safe integer everywhere a client may send it back (JSON numbers in JavaScript).
@@ -168,6 +203,7 @@ __all__ = [
     "VoiceResolver",
     "plan_output",
     "plan_speech",
+    "refuse_raw_word_timestamps",
     "refuse_unsupported",
     "reproducible_plan",
     "text_field",

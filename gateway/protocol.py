@@ -11,6 +11,7 @@ defaults.
 
 from __future__ import annotations
 
+import base64
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -20,6 +21,7 @@ from ttscore.contract import families
 from . import encoding
 from .settings import DEFAULT_MAX_INPUT_CHARS, DEFAULT_SEGMENT_CHARS
 from .speech_fields import SpeechFields
+from .word_timing import as_wire
 
 ResponseFormat = Literal["wav", "mp3", "flac", "pcm", "opus", "aac", "ulaw", "alaw"]
 TaskType = Literal["CustomVoice", "VoiceDesign", "Base"]
@@ -90,6 +92,11 @@ class _GenerationFields(BaseModel):
     ref_audio: str | None = Field(None, description="Reference audio for Base voice cloning: a base64 data URL.")
     ref_text: str | None = Field(None, description="Transcript of the reference audio (in-context cloning).")
     x_vector_only_mode: bool | None = Field(None, description="Clone from the speaker embedding only (no ref_text).")
+    word_timestamps: bool | None = Field(
+        None, description="Word timestamps from the deployment's forced aligner (`triton-tts serve --aligner CKPT`; "
+        "400 without one, and for a family that does not take it): each word's start/end in seconds on the output timeline and its "
+        "character offsets in `input`. Whole file: a JSON body (audio in base64 + `timestamps`); SSE: "
+        "speech.audio.timestamps events after each sentence's audio; WebSocket: audio.timestamps messages.")
     extra_params: dict[str, Any] | None = Field(
         None, description="A family's own generation knobs by name: "
         f"{_per_family(lambda r: ', '.join(r.knob_names) or None) or 'none'}. Any other key: 400.")
@@ -184,14 +191,55 @@ class SpeechAudioDelta(BaseModel):
     response_format: str
 
 
+# Why a generation ended (ttscore.contract.tensors.FINISH_REASONS): "stop" the model ended it, "length" its frame
+# budget did (max_new_tokens or the runaway guard), "cancelled" the client did, "error" it failed.
+FinishReason = Literal["stop", "length", "cancelled", "error"]
+
+
 class SpeechAudioDone(BaseModel):
     type: Literal["speech.audio.done"] = "speech.audio.done"
     usage: SpeechUsage
+    finish_reason: FinishReason = "stop"
+
+
+class SpeechAudioTimestamps(BaseModel):
+    type: Literal["speech.audio.timestamps"] = "speech.audio.timestamps"
+    timestamps: list[WordTimestamp]
 
 
 class SpeechAudioError(BaseModel):
     type: Literal["speech.audio.error"] = "speech.audio.error"
     error: ErrorDetail
+
+
+class WordTimestamp(BaseModel):
+    """One word (gateway.word_timing): seconds on the output timeline (and vLLM-Omni's milliseconds of the same
+    times), and its characters `input[char_start:char_end]` (code points), trailing punctuation included."""
+
+    word: str
+    start: float
+    end: float
+    start_ms: int
+    end_ms: int
+    char_start: int
+    char_end: int
+
+
+class CaptionedSpeech(BaseModel):
+    """POST /v1/audio/speech with word_timestamps (not streamed): the whole file and its words."""
+
+    audio: str = Field(description="The audio file in `response_format`, base64.")
+    response_format: str
+    media_type: str
+    timestamps: list[WordTimestamp]
+    usage: SpeechUsage
+
+    @classmethod
+    def of(cls, clip: Any, response_format: str) -> CaptionedSpeech:
+        """`clip`: a gateway.services.Clip with words."""
+        return cls(audio=base64.b64encode(clip.audio).decode("ascii"), response_format=response_format,
+                   media_type=clip.media_type, timestamps=[WordTimestamp(**w) for w in as_wire(clip.words or ())],
+                   usage=SpeechUsage(**clip.usage.as_dict()))
 
 
 class BatchItemResult(BaseModel):
@@ -200,7 +248,9 @@ class BatchItemResult(BaseModel):
     audio_data: str | None = None
     media_type: str | None = None
     usage: SpeechUsage | None = None
+    timestamps: list[WordTimestamp] | None = None  # word_timestamps
     error: str | None = None
+    finish_reason: FinishReason | None = None
 
 
 class BatchSpeechResponse(BaseModel):
@@ -274,6 +324,20 @@ class EndpointStatus(BaseModel):
     outstanding: int = 0  # requests in flight on it
 
 
+class ModelAdmission(BaseModel):
+    running: int
+    queued: int
+    refused: int
+
+
+class AdmissionStatus(BaseModel):
+    running: int
+    queued: int
+    refused: int
+    limits: dict[str, float]
+    models: dict[str, ModelAdmission]
+
+
 class Readiness(BaseModel):
     status: Literal["ready", "not_ready", "draining"]  # draining: shutting down after SIGTERM
     triton: bool
@@ -282,6 +346,9 @@ class Readiness(BaseModel):
     broken: dict[str, str] = {}
     # Triton endpoint (address:port) -> in service or not, and why (gateway.pool).
     endpoints: dict[str, EndpointStatus] = {}
+    # Admission control (gateway.admission): generations running, queued and refused, in all and per model,
+    # and the limits in force. A full queue does not make the gateway unready: it refuses fast instead.
+    admission: AdmissionStatus | None = None
 
 
 # --- voices --------------------------------------------------------------------------------------
@@ -400,6 +467,20 @@ class AudioDone(BaseModel):
     total_bytes: int
     error: bool = False
     cancelled: bool | None = None  # True: stopped by input.cancel (absent otherwise)
+    finish_reason: FinishReason = "stop"
+
+
+class AudioTimestamps(BaseModel):
+    """word_timestamps: the words of one sentence, after its audio frames and before its audio.done, in
+    vLLM-Omni's trailing empty-audio `audio.chunk` (its `timestamps`; audio itself stays in binary frames here).
+    Times are seconds (and ms) from the utterance's first audio: the sentences before this one included; char
+    offsets index this sentence's `sentence_text` (audio.start)."""
+
+    type: Literal["audio.chunk"] = "audio.chunk"
+    utterance_index: int
+    sentence_index: int
+    audio_b64: str = ""
+    timestamps: list[WordTimestamp]
 
 
 class SessionConfigured(BaseModel):

@@ -21,10 +21,12 @@ from . import encoding, sse
 from .errors import error_body, internal
 from .errors import ws_error as error_message
 from .metrics import GatewayMetrics, trace_of
+from .planning import refuse_raw_word_timestamps
 from .protocol import (
     VOICE_UPLOAD_FORM,
     BatchSpeechRequest,
     BatchSpeechResponse,
+    CaptionedSpeech,
     ErrorResponse,
     Liveness,
     ModelList,
@@ -35,7 +37,7 @@ from .protocol import (
     VoicesResponse,
     VoiceUploadResponse,
 )
-from .services import AudioStream, SpeechService
+from .services import FINISH_REASON_HEADER, AudioStream, SpeechService
 from .streaming.session import StreamingSession
 from .streaming.transport import CLOSE_INTERNAL_ERROR, CLOSE_NORMAL, Disconnected
 from .usage import USAGE_HEADERS
@@ -112,13 +114,15 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorResponse, "description": "Invalid parameter (param names it)"},
     404: {"model": ErrorResponse, "description": "Unknown model"},
     500: {"model": ErrorResponse, "description": "Internal error (the message carries the request id)"},
-    503: {"model": ErrorResponse, "description": "Triton or a model is not ready; see Retry-After",
+    429: {"model": ErrorResponse, "description": "The API key has its most generations in progress; see Retry-After",
           "headers": {"Retry-After": {"schema": {"type": "integer"}}}},
+    503: {"model": ErrorResponse, "description": "Triton or a model is not ready, or the request queue is full; see "
+          "Retry-After", "headers": {"Retry-After": {"schema": {"type": "integer"}}}},
 }
 _SSE_EVENT = {
     "type": "object",
     "properties": {
-        "event": {"type": "string", "enum": [sse.DELTA, sse.DONE, sse.ERROR]},
+        "event": {"type": "string", "enum": [sse.DELTA, sse.TIMESTAMPS, sse.DONE, sse.ERROR]},
         "data": {"type": "string", "contentMediaType": "application/json"},
         "id": {"type": "string"},
         "retry": {"type": "integer"},
@@ -133,9 +137,14 @@ _SPEECH_RESPONSES: dict[int | str, dict[str, Any]] = {
         "or speech.audio.* Server-Sent Events (stream=true / stream_format='sse').",
         # An event stream is described per event (what OpenAPI 3.2 calls itemSchema; schemathesis
         # validates each parsed event against `schema`): `event` names it, `data` holds its JSON.
-        "content": {**_AUDIO_CONTENT, sse.MEDIA_TYPE: {"schema": _SSE_EVENT}},
+        "content": {**_AUDIO_CONTENT, sse.MEDIA_TYPE: {"schema": _SSE_EVENT},
+                    "application/json": {"schema": CaptionedSpeech.model_json_schema()}},
         "headers": {**{name: {"schema": {"type": "integer"}, "description": "Token usage (non-streaming responses)"}
                        for name in USAGE_HEADERS},
+                    FINISH_REASON_HEADER: {"schema": {"type": "string", "enum": ["stop", "length"]},
+                                           "description": "Why the generation ended: stop (the model ended it) or "
+                                           "length (max_new_tokens or the runaway guard). Whole files always; raw "
+                                           "streams only when the first chunk was the last (use SSE otherwise)."},
                     SEED_HEADER: {"schema": {"type": "integer"}, "description": "The seed the audio was generated "
                                   "with (the request's, or one the server drew): the same request with this seed "
                                   "gives the same audio. Absent for models that take no seed or apply their own default."}},
@@ -154,12 +163,20 @@ async def create_speech(body: SpeechRequest, request: Request) -> Response:
     plan = svc.plan(body.to_fields())
     # The seed the audio came from (the client's or the gateway's): the same request with it is the same audio.
     seed = {SEED_HEADER: str(plan.seed)} if plan.seed is not None else {}
+    refuse_raw_word_timestamps(plan)
     if plan.output.stream is not None:
         stream = await until_disconnect(request, svc.open_stream(plan, rid, trace=trace))
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **seed}
+        if stream.finish_reason is not None and not stream.sse:
+            # Known before the body starts only when the first chunk was the last one; otherwise a raw stream
+            # cannot carry it (no trailers): SSE's speech.audio.done and the WebSocket's audio.done do.
+            headers[FINISH_REASON_HEADER] = stream.finish_reason
         return AudioStreamResponse(stream, headers)
     clip = await until_disconnect(request, svc.synthesize(plan, rid, trace=trace))
-    return Response(clip.audio, media_type=clip.media_type, headers={**clip.usage.headers(), **seed})
+    headers = {**clip.usage.headers(), **seed, FINISH_REASON_HEADER: clip.finish_reason}
+    if clip.words is not None:  # word_timestamps: the audio and its words in one JSON body
+        return JSONResponse(CaptionedSpeech.of(clip, plan.output.format).model_dump(), headers=headers)
+    return Response(clip.audio, media_type=clip.media_type, headers=headers)
 
 
 @router.post("/v1/audio/speech/batch", response_model=BatchSpeechResponse, response_model_exclude_none=True,
@@ -300,7 +317,8 @@ async def ready(request: Request) -> Any:
     ok, triton, models = await svc.readiness.check()
     # Draining (gateway.drain): not ready whatever Triton says, so load balancers stop sending.
     status = "draining" if request.app.state.drain.draining else "ready" if ok else "not_ready"
-    body: dict[str, Any] = {"status": status, "triton": triton, "models": models, "broken": svc.readiness.broken()}
+    body: dict[str, Any] = {"status": status, "triton": triton, "models": models, "broken": svc.readiness.broken(),
+                            "admission": svc.admission.status()}
     if svc.endpoints is not None:  # several Triton endpoints (gateway.pool): which are in service
         body["endpoints"] = svc.endpoints()
     if status == "ready":

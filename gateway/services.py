@@ -36,9 +36,19 @@ import numpy as np
 
 from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.rules import RefAudioBounds
-from ttscore.contract.tensors import TEXT_DONE_PARAMETER, TEXT_EXTEND_PARAMETER, TEXT_KEY_PARAMETER
+from ttscore.contract.tensors import (
+    FINISH_CANCELLED,
+    FINISH_ERROR,
+    FINISH_LENGTH,
+    FINISH_STOP,
+    TEXT_DONE_PARAMETER,
+    TEXT_EXTEND_PARAMETER,
+    TEXT_KEY_PARAMETER,
+)
 
-from . import encoding, errors, longtext, refaudio, sse
+from . import encoding, errors, longtext, refaudio, sse, word_timing
+from .admission import Admission, AdmissionLimits
+from .auth import API_KEY_ID
 from .backend import DEADLINE_EXCEEDED, INTERNAL, UNAVAILABLE, BackendError, InferenceBackend, SpeechChunk
 from .deadline import END, TOTAL, Deadline, next_within
 from .errors import APIError
@@ -49,6 +59,7 @@ from .replay import REPLAYABLE, Diverged, ReplayBudget, SampleCursor
 from .settings import Settings
 from .usage import Usage
 from .voices.sources import RefAudioSettings
+from .word_timing import Word
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +103,18 @@ class Clip:
     audio: bytes
     media_type: str
     usage: Usage
+    finish_reason: str = FINISH_STOP  # "stop" | "length" (ttscore.contract.tensors.FINISH_REASONS)
+    words: tuple[Word, ...] | None = None  # word_timestamps: on the clip's timeline (after `speed`)
+    seconds: float = 0.0  # how long it plays (after `speed`)
     pcm: np.ndarray | None = None  # the model's audio (its rate, before speed): what word timings are taken of
+
+
+FINISH_REASON_HEADER = "X-Finish-Reason"
+
+
+def finish_reason(chunk: SpeechChunk | None) -> str:
+    """Why a generation whose final chunk is `chunk` ended ("stop" when Triton named no reason)."""
+    return chunk.finish_reason if chunk is not None and chunk.finish_reason else FINISH_STOP
 
 
 class ReadinessMonitor:
@@ -157,6 +179,12 @@ class AudioStream:
         self._first = first
         self._request_id = request_id
         self._trace = trace
+        self.seconds = 0.0  # of audio handed to the body so far (a stream plays at speed 1.0)
+        # word_timestamps outside SSE (the WebSocket): called with each sentence's words after its audio.
+        self.on_words: Callable[[tuple[Word, ...]], Awaitable[None]] | None = None
+        # Why the generation ended: known once the body is over ("error" when it failed, "cancelled" when
+        # it was closed before its end), or before it starts when the first chunk is the final one.
+        self.finish_reason: str | None = finish_reason(first) if first is None or first.final else None
         # Called with each chunk's model audio as it is encoded (the ElevenLabs dialect times its words).
         self.tap: Callable[[np.ndarray], None] | None = None
 
@@ -178,21 +206,33 @@ class AudioStream:
                     self.tap(self._first.audio)
                 head += enc.chunk(self._first.audio)
                 usage = self._first.usage
+                self.seconds += self._first.audio.size / out.source_rate
             if head:
                 yield emit(head)
+            reason = self.finish_reason
             async for chunk in self._chunks:
                 usage = chunk.usage
                 if self.tap is not None:
                     self.tap(chunk.audio)
+                self.seconds += chunk.audio.size / out.source_rate
+                if chunk.final:
+                    reason = finish_reason(chunk)
                 data = enc.chunk(chunk.audio)
                 if data:
                     yield emit(data)
+                if chunk.words is not None:  # after the audio they time
+                    if self.sse:
+                        yield sse.timestamps(word_timing.as_wire(chunk.words))
+                    elif self.on_words is not None:
+                        await self.on_words(chunk.words)
             tail = enc.finish()
+            self.finish_reason = reason or FINISH_STOP
             if tail:
                 yield emit(tail)
             if self.sse:
-                yield sse.done(usage)
+                yield sse.done(usage, self.finish_reason)
         except APIError as exc:
+            self.finish_reason = FINISH_ERROR
             logger.warning("stream %s failed after it started: %s", self._request_id, exc.message)
             self._trace.fail(exc.status, exc.type)
             if not self.sse:
@@ -202,6 +242,7 @@ class AudioStream:
                 detail["type"] = "server_error"
             yield sse.error(detail)
         except Exception:
+            self.finish_reason = FINISH_ERROR
             logger.exception("stream %s failed after it started", self._request_id)
             internal = errors.internal(self._request_id)
             self._trace.fail(internal.status, internal.type)
@@ -210,10 +251,18 @@ class AudioStream:
             body = internal.body()["error"]
             yield sse.error({**body, "type": "server_error"})
         finally:
+            if self.finish_reason is None:  # closed before its end (the client went away, input.cancel)
+                self.finish_reason = FINISH_CANCELLED
             await self.aclose()
 
 
 REF_FEATURES_CACHE = 64  # inline reference clips whose features are kept
+
+
+def admission_limits(settings: Settings) -> AdmissionLimits:
+    return AdmissionLimits(model_running=settings.max_running_per_model, model_queued=settings.max_queued_per_model,
+                           running=settings.max_running, queued=settings.max_queued,
+                           queue_wait_s=settings.max_queue_wait_s, per_key=settings.max_concurrent_per_key)
 
 
 class SpeechService:
@@ -233,6 +282,10 @@ class SpeechService:
         # Whether some endpoint serves a speech model now: a replay goes nowhere else (gateway.replay).
         self.serving: Callable[[str], bool] = getattr(backend, "serving", lambda model: True)
         self.readiness = ReadinessMonitor(backend, needed, settings.readiness_ttl_s, settings.retry_after_s, pooled)
+        # Every generation takes a slot first (gateway.admission): a full server says no at once.
+        self.admission = Admission(admission_limits(settings), [c.name for c in deployment.checkpoints],
+                                   settings.retry_after_s)
+        metrics.admission = self.admission.snapshot
         # Features of inline reference audio, keyed by its decoded content: a batch or a client that
         # repeats one ref_audio runs the voice_features ensemble once (fetching/decoding still happens).
         self._ref_features: OrderedDict[tuple[str, int, str], asyncio.Future[Any]] = OrderedDict()
@@ -361,6 +414,63 @@ class SpeechService:
                 streaming = True
                 yield chunk
 
+    async def _aligned(self, plan: SpeechPlan, segment: int, request_id: str, features: Features | None,
+                       budget: ReplayBudget) -> AsyncGenerator[SpeechChunk, None]:
+        """`_segment`'s chunks; with word timestamps, its final chunk goes on as audio and the words of the
+        segment's audio (exactly what went on: replays hand on only new samples) follow as the segment's final
+        chunk, with times from the segment's start and char offsets into the request's `input`."""
+        gen = self._segment(plan, segment, request_id, features, budget)
+        if plan.aligner_model is None:
+            async with aclosing(gen):
+                async for chunk in gen:
+                    yield chunk
+            return
+        heard: list[np.ndarray] = []
+        last: SpeechChunk | None = None
+        async with aclosing(gen):
+            async for got in gen:
+                if got.final:
+                    last = got
+                heard.append(got.audio)
+                yield replace(got, final=False, finish_reason="") if got.final else got
+        if last is None:
+            return
+        audio = np.concatenate(heard) if heard else np.zeros(0, np.float32)
+        words = await self._align(plan, segment, audio, request_id)
+        yield replace(last, audio=np.zeros(0, np.float32), frames=0, words=words)
+
+    async def _align(self, plan: SpeechPlan, segment: int, audio: np.ndarray, request_id: str) -> tuple[Word, ...]:
+        """The words of segment `segment` in its `audio` (model rate), from the plan's forced aligner. Bounded by
+        `stall_timeout_s` (504); a failure of the aligner ends the request (the audio already went out)."""
+        assert plan.aligner_model is not None
+        rate = plan.output.source_rate
+        duration = audio.size / rate
+        text = plan.texts[segment]
+        if not text.strip() or audio.size == 0:
+            return ()
+        inputs = word_timing.aligner_inputs(audio, rate, text, word_timing.aligner_language(plan.language))
+        started = time.monotonic()
+        try:
+            try:
+                outputs = await asyncio.wait_for(self.backend.infer(plan.aligner_model, inputs, f"{request_id}-align"),
+                                                 self.settings.stall_timeout_s)
+            except asyncio.TimeoutError:
+                raise BackendError(DEADLINE_EXCEEDED, f"word alignment took longer than "
+                                   f"{self.settings.stall_timeout_s:g} s") from None
+            except BackendError as exc:
+                if exc.code == "INVALID_ARG":  # the gateway's request, not the client's: never a 400
+                    raise BackendError(INTERNAL, f"word alignment refused: {exc.message}") from None
+                raise
+        except BackendError as exc:
+            raise self._api_error(exc, request_id) from None
+        self.metrics.aligned(time.monotonic() - started, duration)
+        offsets = plan.text_offsets or (0,) * len(plan.texts)
+        try:
+            return word_timing.sentence_words(outputs, duration, offsets[segment])
+        except ValueError as exc:
+            logger.error("request %s: %s", request_id, exc)
+            raise errors.internal(request_id) from None
+
     def _segments(self, plan: SpeechPlan, request_id: str, features: Features | None, text_key: str | None = None
                   ) -> AsyncGenerator[SpeechChunk, None]:
         """Every segment's chunks in order as one stream: usage adds up across segments, and only
@@ -369,22 +479,27 @@ class SpeechService:
         The request's replays (max_replays) are shared by its segments; a segment replays alone."""
         count = len(plan.texts)
         budget = ReplayBudget(self.settings.max_replays)
-        if count == 1 or text_key is not None:
+        if text_key is not None:  # its text arrives over time: not aligned (refused when planned)
             return self._segment(plan, 0, request_id, features, budget, text_key)
+        if count == 1:
+            return self._aligned(plan, 0, request_id, features, budget)
 
         def maker(i: int) -> Callable[[], AsyncGenerator[SpeechChunk, None]]:
-            return lambda: self._segment(plan, i, f"{request_id}-s{i}", features, budget)
+            return lambda: self._aligned(plan, i, f"{request_id}-s{i}", features, budget)
 
         async def joined() -> AsyncGenerator[SpeechChunk, None]:
             done = Usage()  # of the segments already complete
             last = Usage()
             index = 0
+            cut = False  # a segment ended at its frame budget: so did the request ("length")
             chunks = longtext.ordered([maker(i) for i in range(count)], self.settings.segment_lookahead)
             async with aclosing(chunks):
                 async for chunk in chunks:
                     last = chunk.usage
                     final = chunk.final and index == count - 1
-                    yield replace(chunk, usage=done + last, final=final)
+                    cut = cut or (chunk.final and chunk.finish_reason == FINISH_LENGTH)
+                    reason = (FINISH_LENGTH if cut else finish_reason(chunk)) if final else ""
+                    yield replace(chunk, usage=done + last, final=final, finish_reason=reason)
                     if chunk.final:
                         done, last, index = done + last, Usage(), index + 1
 
@@ -395,9 +510,16 @@ class SpeechService:
         """The request's chunks, every segment's in order (see _segment for the time limits)."""
         # Metered from here: waiting for readiness and the reference features is time to first audio too.
         # A long text is one generation for the metrics, as for its client.
-        meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
+        # Admitted before anything else (and before it is metered): a refusal costs no work.
+        ticket = await self.admission.acquire(plan.checkpoint.name, API_KEY_ID.get())
+        try:
+            meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
+        except BaseException:
+            ticket.release()
+            raise
         if plan.seed_drawn:  # recorded, so that the request can be replayed by anyone
             logger.info("request %s: seed %d drawn by the gateway", request_id, plan.seed)
+        reason = FINISH_CANCELLED  # closed before its end (a BaseException: the consumer went away)
         try:
             await self.readiness.require()
             if plan.needs_voice_features and features is None:
@@ -409,27 +531,46 @@ class SpeechService:
                 except asyncio.TimeoutError:
                     raise self._api_error(BackendError(DEADLINE_EXCEEDED, deadline.message(TOTAL)), request_id) from None
             stream = self._segments(plan, request_id, features, text_key)
+            sent = segment_start = 0  # samples: heard so far, heard before the current segment
+            last: SpeechChunk | None = None
             async with aclosing(stream):
-                async for chunk in stream:
-                    meter.audio(chunk.audio.size / plan.output.source_rate)
-                    yield chunk
+                async for got in stream:
+                    meter.audio(got.audio.size / plan.output.source_rate)
+                    sent += got.audio.size
+                    last = got
+                    if got.words is not None:  # a segment ended: its words on the request's timeline
+                        last = replace(got, words=word_timing.shifted(got.words, segment_start / plan.output.source_rate))
+                        segment_start = sent
+                    yield last
             meter.completed()
+            reason = finish_reason(last)
+        except Exception:
+            reason = FINISH_ERROR
+            raise
         finally:
-            meter.close()
+            meter.close(reason)
+            ticket.release()
 
     async def synthesize(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
                          trace: RequestTrace) -> Clip:
         parts: list[np.ndarray] = []
         usage = Usage()
+        words: list[Word] | None = None if plan.aligner_model is None else []
+        last: SpeechChunk | None = None
         gen = self._generate(plan, request_id, features, trace)
         async with aclosing(gen):
             async for chunk in gen:
                 parts.append(chunk.audio)
                 usage = chunk.usage
+                if chunk.words is not None and words is not None:
+                    words.extend(chunk.words)
+                last = chunk
         pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
         out = plan.output
         audio = await asyncio.to_thread(encoding.render, pcm, out.source_rate, out.format, out.sample_rate, out.speed)
-        return Clip(audio, out.media_type, usage, pcm)
+        timed = None if words is None else word_timing.at_speed(words, out.speed)
+        return Clip(audio, out.media_type, usage, finish_reason(last), timed, pcm.size / out.source_rate / out.speed,
+                    pcm)
 
     async def open_stream(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
                           trace: RequestTrace, text_key: str | None = None) -> AudioStream:
@@ -477,18 +618,20 @@ class SpeechService:
                 clip = await self.synthesize(plan, item_id, trace=trace)
             except APIError as exc:
                 trace.fail(exc.status, exc.type)
-                return {"index": index, "status": "error", "error": exc.message}
+                return {"index": index, "status": "error", "error": exc.message, "finish_reason": FINISH_ERROR}
             except Exception:
                 logger.exception("batch item %s failed", item_id)
                 internal = errors.internal(item_id)
                 trace.fail(internal.status, internal.type)
-                return {"index": index, "status": "error", "error": internal.message}
+                return {"index": index, "status": "error", "error": internal.message, "finish_reason": FINISH_ERROR}
             return {
                 "index": index,
                 "status": "success",
                 "audio_data": base64.b64encode(clip.audio).decode("ascii"),
                 "media_type": clip.media_type,
                 "usage": clip.usage.as_dict(),
+                "finish_reason": clip.finish_reason,
+                **({} if clip.words is None else {"timestamps": word_timing.as_wire(clip.words)}),
             }
 
         results = await asyncio.gather(*(one(i, item) for i, item in enumerate(items)))

@@ -32,6 +32,15 @@ Voices and reference audio (all optional):
   `ws_max_config_bytes` (16 MiB: a session.config may carry a base64 ref_audio),
   `ws_max_text_bytes` (128 KiB: any other message).
 
+Admission control (gateway.admission; 0 = no bound, for each):
+- `max_running_per_model` (16) and `max_queued_per_model` (16): generations of one served model that run
+  (sent to Triton) and that wait their turn in the gateway; `max_running` (64) and `max_queued` (64): the
+  same for the whole deployment. A generation that finds both full is refused at once (503 + Retry-After).
+- `max_queue_wait_s` (0: off): a queued generation still waiting after this long is refused (503).
+- `max_concurrent_per_key` (0: off): generations (running or queued) one API key may hold; beyond: 429.
+- Each can also be set by the environment: TTS_ + the key in capitals (e.g. TTS_MAX_QUEUED_PER_MODEL=8),
+  which replaces the file's value.
+
 OpenAI drop-in names (gateway.aliases; both optional, unset = the documented defaults, {} = none):
 - `model_aliases`: alias -> served model id, or null (routed like an omitted `model`); default:
   tts-1, tts-1-hd, gpt-4o-mini-tts -> null.
@@ -52,6 +61,11 @@ Triton endpoints (gateway.pool):
   comma-separated) and `TTS_TRITON_URLS` (comma-separated) replace the config's list.
 - `endpoint_check_interval_s` (2): how often every endpoint's readiness is checked (an endpoint out
   of service is probed back in); also the health monitor's round per endpoint.
+
+Word timestamps (gateway.word_timing):
+- `aligner_model` (null): the forced aligner's Triton model (`triton-tts serve --aligner CKPT` names it, the
+  plan's `aligner_model`); unset: `word_timestamps: true` is a 400 saying how to enable it. Deployed, it is
+  needed for readiness and watched by the health monitor like every model.
 
 Operations (all optional):
 - `api_keys`: a list of keys, any of which a request must present (gateway.auth); none: open.
@@ -129,7 +143,17 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_input_chars": int,
     "segment_chars": int,
     "segment_lookahead": int,
+    "max_running_per_model": int,
+    "max_queued_per_model": int,
+    "max_running": int,
+    "max_queued": int,
+    "max_queue_wait_s": (int, float),
+    "max_concurrent_per_key": int,
+    "aligner_model": str,
 }
+# Admission limits the environment may set (TTS_<KEY>), replacing the config file's.
+ADMISSION_KEYS = ("max_running_per_model", "max_queued_per_model", "max_running", "max_queued", "max_queue_wait_s",
+                  "max_concurrent_per_key")
 
 
 class SettingsError(TTSError):
@@ -247,6 +271,17 @@ class Settings(BaseModel):
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
     segment_chars: int = DEFAULT_SEGMENT_CHARS
     segment_lookahead: int = DEFAULT_SEGMENT_LOOKAHEAD
+    # Admission control (gateway.admission; 0: no bound). Starting points, not measured optima: a model's running
+    # bound is twice speech_generation's default batch (8), so a batch refills without a gap; the queues hold
+    # as many again, so that what waits is at most about one batch's worth of work.
+    max_running_per_model: int = 16
+    max_queued_per_model: int = 16
+    max_running: int = 64
+    max_queued: int = 64
+    max_queue_wait_s: float = 0.0
+    max_concurrent_per_key: int = 0
+    # Word timestamps (gateway.word_timing): the deployment's forced aligner in Triton; None: none deployed.
+    aligner_model: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
@@ -275,6 +310,9 @@ class Settings(BaseModel):
             raise SettingsError("endpoint_check_interval_s must be positive")
         if self.max_replays < 0:
             raise SettingsError("max_replays must not be negative (0 turns replay off)")
+        for key in ADMISSION_KEYS:
+            if not getattr(self, key) >= 0:
+                raise SettingsError(f"{key} must not be negative (0: no bound)")
         if self.health_interval_s < 0:
             raise SettingsError("health_interval_s must not be negative (0 turns the health monitor off)")
         max_text = min(r.max_text_chars for r in families.RULES.values())
@@ -307,9 +345,10 @@ class Settings(BaseModel):
 
     def triton_models(self) -> list[str]:
         """Every Triton model the deployment needs: each checkpoint's, its voice_features ensemble,
-        and the readiness_models (a shared code2wav)."""
+        the readiness_models (a shared code2wav) and the forced aligner (word timestamps)."""
         needed = [m.triton_model for m in self.models]
         needed += [m.voice_features_model for m in self.models if m.voice_features_model]
+        needed += [self.aligner_model] if self.aligner_model else []
         return list(dict.fromkeys([*needed, *self.readiness_models]))
 
     def effective_model_aliases(self) -> dict[str, str | None]:
@@ -388,7 +427,8 @@ class Settings(BaseModel):
         settings = cls.from_file(path)
         keys = [*settings.api_keys, *_env_list(environ, API_KEYS_ENV), *api_keys]
         urls = [u for arg in triton_urls for u in parse_url_list(arg)] or list(_env_list(environ, TRITON_URLS_ENV))
-        overrides = {
+        overrides: dict[str, Any] = {
+            **_env_admission(environ),
             "triton_urls": tuple(dict.fromkeys(urls)) if urls else None,
             "custom_voice_dir": custom_voice_dir,
             "allowed_local_media_path": allowed_local_media_path,
@@ -398,6 +438,21 @@ class Settings(BaseModel):
         }
         overrides = {k: v for k, v in overrides.items() if v is not None}
         return settings.replace(**overrides) if overrides else settings
+
+
+def _env_admission(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Admission limits the environment sets (TTS_MAX_RUNNING_PER_MODEL, ...)."""
+    out: dict[str, Any] = {}
+    for key in ADMISSION_KEYS:
+        name = f"TTS_{key.upper()}"
+        raw = environ.get(name, "").strip()
+        if not raw:
+            continue
+        try:
+            out[key] = float(raw) if key.endswith("_s") else int(raw)
+        except ValueError:
+            raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    return out
 
 
 def _env_list(environ: Mapping[str, str], name: str) -> tuple[str, ...]:

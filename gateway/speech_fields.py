@@ -23,6 +23,7 @@ DEFAULT_FORMAT = "wav"
 MIN_SPEED, MAX_SPEED = 0.25, 4.0
 STREAM_FORMATS = ("audio", "sse")
 STREAMABLE_FORMATS = encoding.STREAMABLE_FORMATS
+_OFF_WHEN_FALSE = ("word_timestamps",)  # switches whose `false` is the same as leaving them out
 
 
 @dataclass
@@ -50,6 +51,7 @@ class SpeechFields:
     stream: bool | None = None
     stream_format: str | None = None
     extra_params: dict[str, Any] | None = None  # a family's own knobs (FamilyRules.extra_params)
+    word_timestamps: bool | None = None  # gateway.word_timing
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> SpeechFields:
@@ -171,9 +173,12 @@ def text_field(value: str | None, param: str, limit: int, *, required: bool = Fa
 
 def refuse_unsupported(f: SpeechFields, rules: FamilyRules) -> None:
     """400 naming the first of the family's unsupported fields (FamilyRules.unsupported) the request set.
-    `language: "Auto"` counts as not set for a family that takes "Auto" (FamilyRules.auto_language)."""
+    `language: "Auto"` counts as not set for a family that takes "Auto" (FamilyRules.auto_language), and
+    `word_timestamps: false` asks for nothing (vLLM-Omni refuses only `true`)."""
     for field in rules.unsupported:
         value = getattr(f, field, None)
+        if field in _OFF_WHEN_FALSE and value is False:
+            continue
         if field == "language" and rules.auto_language and isinstance(value, str) and value.strip().lower() == "auto":
             continue
         if value is not None:

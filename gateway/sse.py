@@ -1,6 +1,7 @@
 """Server-Sent Events framing of the OpenAI `speech.audio.*` events (pure).
 
-Each event is an `event:` line naming its type and one JSON `data:` line, then a blank line. The
+Each event is an `event:` line naming its type and one JSON `data:` line, then a blank line. With
+`word_timestamps`, a `speech.audio.timestamps` event follows each sentence's audio deltas. The
 stream ends after `speech.audio.done` or `speech.audio.error` (no `[DONE]` sentinel: OpenAI's
 speech stream has none).
 """
@@ -16,6 +17,7 @@ from .usage import Usage
 DELTA = "speech.audio.delta"
 DONE = "speech.audio.done"
 ERROR = "speech.audio.error"
+TIMESTAMPS = "speech.audio.timestamps"  # word_timestamps: a sentence's words, after its audio (gateway.word_timing)
 MEDIA_TYPE = "text/event-stream"
 
 
@@ -29,8 +31,14 @@ def delta(audio: bytes, response_format: str) -> bytes:
                          "response_format": response_format})
 
 
-def done(usage: Usage) -> bytes:
-    return event(DONE, {"type": DONE, "usage": usage.as_dict()})
+def done(usage: Usage, finish_reason: str = "stop") -> bytes:
+    """The terminal event: usage, and why the generation ended (ttscore.contract.tensors.FINISH_REASONS)."""
+    return event(DONE, {"type": DONE, "usage": usage.as_dict(), "finish_reason": finish_reason})
+
+
+def timestamps(words: list[dict[str, Any]]) -> bytes:
+    """The words of the sentence whose audio was just sent (gateway.word_timing's wire form)."""
+    return event(TIMESTAMPS, {"type": TIMESTAMPS, "timestamps": words})
 
 
 def error(error_body: dict[str, Any]) -> bytes:

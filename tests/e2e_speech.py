@@ -31,7 +31,8 @@ from ttscore.runtime.engine import ChunkEvent, Generator
 from ttscore.runtime.families import FAMILIES
 
 SPEECH = "/v1/audio/speech"
-# Style and cloning fields of other families (Qwen3-TTS's, word timestamps) as (extra fields, refused param):
+# Style and cloning fields of other families (Qwen3-TTS's; word timestamps: a 400 without an aligner in the stack, and for
+# Gepard always) as (extra fields, refused param):
 # the rows a family that takes none of them shares in its refusal matrix (each a 400 naming the field).
 OTHER_FAMILIES_FIELDS = [
     ({"speaker_embedding": [0.0, 1.0]}, "speaker_embedding"),

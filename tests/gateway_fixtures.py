@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -132,6 +133,8 @@ class FakeBackend:
     hold_reloads: bool = False
     reloads: list[str] = field(default_factory=list)
     extensions: list[tuple[str, str, bool]] = field(default_factory=list)  # (key, text, done)
+    aligner_calls: list[tuple[str, np.ndarray, int, str]] = field(default_factory=list)  # (text, audio, rate, id)
+    aligner_error: str | None = None  # forced_aligner answers this error code
     _active: int = 0
 
     async def close(self) -> None:
@@ -188,8 +191,14 @@ class FakeBackend:
             raise
 
     async def infer(self, model: str, inputs: dict[str, np.ndarray], request_id: str) -> dict[str, np.ndarray]:
-        """The voice_features ensemble: (audio, sample_rate) -> x_vector, ref_codes."""
+        """The voice_features ensemble: (audio, sample_rate) -> x_vector, ref_codes; forced_aligner: fake_words."""
         audio, sample_rate = inputs["audio"], int(inputs["sample_rate"].reshape(-1)[0])
+        if model == ALIGNER_MODEL:
+            text = inputs["text"].reshape(-1)[0].decode("utf-8")
+            self.aligner_calls.append((text, audio.copy(), sample_rate, request_id))
+            if self.aligner_error is not None:
+                raise BackendError(self.aligner_error, "the aligner failed")
+            return fake_words(text, audio.size / sample_rate)
         self.feature_calls.append((model, int(audio.size), sample_rate, request_id))
         if not self.ready:
             raise BackendError(UNAVAILABLE, "the inference server is unreachable")
@@ -260,7 +269,7 @@ class FakeBackend:
                     await asyncio.sleep(0.05)
                 else:
                     await asyncio.sleep(0)
-                if text == "fail-midstream" and done > 0:
+                if text in ("fail-midstream", "fail-midstream.") and done > 0:  # (a sentence of its own too)
                     raise BackendError(INTERNAL, "internal error")
                 if text == "hang-midstream" and done > 0:
                     await asyncio.Event().wait()
@@ -271,7 +280,8 @@ class FakeBackend:
                 final = done + n >= total
                 chunk = SpeechChunk(
                     audio=fake_audio(n, done), frames=n, usage=Usage(text_tokens, audio_tokens, done + n),
-                    final=final, finish_reason="length" if final else "",
+                    # the fake model stops by itself at its budget, unless the text asks for a runaway (cut there)
+                    final=final, finish_reason=("length" if "runaway" in text else "stop") if final else "",
                 )
                 done += n
                 call.chunks_sent += 1
@@ -285,6 +295,23 @@ class FakeBackend:
             raise
         finally:
             self._active -= 1
+
+
+ALIGNER_MODEL = "forced_aligner"
+
+
+def fake_words(text: str, seconds: float) -> dict[str, np.ndarray]:
+    """FakeBackend's forced_aligner: the text's whitespace-separated words, evenly over `seconds`, the last one
+    ending half a second past the clip (the real aligner does not clamp either)."""
+    spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    n = len(spans)
+    starts = [i * seconds / n for i in range(n)]
+    ends = [(i + 1) * seconds / n for i in range(n)]
+    if ends:
+        ends[-1] = seconds + 0.5
+    return {"word_text": np.array([text[a:b].encode() for a, b in spans], dtype=np.object_),
+            "word_start": np.array(starts, np.float32), "word_end": np.array(ends, np.float32),
+            "char_start": np.array([a for a, _ in spans], np.int32), "char_end": np.array([b for _, b in spans], np.int32)}
 
 
 def fake_pcm(fields: dict[str, Any]) -> np.ndarray:
@@ -313,20 +340,24 @@ class Stack:
             self.triton.stop()
 
 
-def render_stack_repository(work: Path, checkpoints: list[tuple[Path, Path]], max_active: int | None = None
-                            ) -> tuple[Path, dict[str, Any]]:
-    """Render the repository and gateway config as `triton-tts serve` does; (checkpoint, artifacts) pairs."""
+def render_stack_repository(work: Path, checkpoints: list[tuple[Path, Path]], max_active: int | None = None,
+                            aligner: Path | None = None) -> tuple[Path, dict[str, Any]]:
+    """Render the repository and gateway config as `triton-tts serve` does; (checkpoint, artifacts) pairs;
+    `aligner`: a forced aligner's export (`serve --aligner`), named in the config's `aligner_model`."""
     from triton_tts.serve import Served, _model_id, gateway_config, plan_deployment
     from ttscore.backend import repository
     from ttscore.contract.manifest import read_manifest
 
     taken: set[str] = set()
     served = [Served(_model_id(ck.resolve(), taken), ck, art, read_manifest(art)) for ck, art in checkpoints]
-    plan = plan_deployment(served, max_active)
+    plan = plan_deployment(served, max_active, aligner=aligner)
     repo = repository.render_repository(
         work / "model_repository", plan["settings"], models=plan["models"], aliases=plan["aliases"]
     )
-    return repo, gateway_config(served, "127.0.0.1:0")
+    config = gateway_config(served, "127.0.0.1:0")
+    if plan["aligner_model"] is not None:
+        config["aligner_model"] = plan["aligner_model"]
+    return repo, config
 
 
 def start_gateway(settings: Settings, port: int, host: str = "127.0.0.1", timeout_s: float = 60.0

@@ -27,6 +27,7 @@ from triton_tts.artifacts import add_lora
 from triton_tts.checkpoints import Checkpoint, resolve_checkpoint
 from triton_tts.checkpoints import find_checkpoints as checkpoints_in
 from triton_tts.progress import add_quiet
+from triton_tts.serve import add_runaway_args, generation_params
 from ttscore.contract.errors import CheckpointError, TTSError
 
 ALIGNER_DIR = "forced-aligner"  # under ARTIFACTS: the aligner's export (a model id would need a checkpoint of that name)
@@ -62,11 +63,12 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def prepare(checkpoints: list[Path] | list[Checkpoint], artifacts: Path, repository: Path, gateway_config_path: Path, *,
             triton_url: str, device: str = "cpu", precision: str = "fp32", max_active: int | None = None,
-            quiet: bool = False, lora: str | Path | None = None, aligner: str | Path | None = None) -> dict[str, Any]:
+            quiet: bool = False, lora: str | Path | None = None, aligner: str | Path | None = None,
+            generation: dict[str, str] | None = None) -> dict[str, Any]:
     """Export (when needed), render, write the gateway config; returns that config. `lora`: a startup
     LoRA adapter for the one checkpoint whose family takes adapters (triton_tts.artifacts.assign_lora).
     `aligner`: a forced aligner checkpoint (word timestamps), exported to ARTIFACTS/forced-aligner and served by
-    the `forced_aligner` model."""
+    the `forced_aligner` model. `generation`: speech_generation parameters (triton_tts.serve.generation_params)."""
     from triton_tts.artifacts import assign_lora, ensure_artifacts
     from triton_tts.serve import Served, _model_id, gateway_config, plan_deployment
     from ttscore.backend import repository as renderer
@@ -82,7 +84,7 @@ def prepare(checkpoints: list[Path] | list[Checkpoint], artifacts: Path, reposit
     aligner_art = None
     if aligner is not None:
         aligner_art = ensure_artifacts(resolve_checkpoint(aligner), "fp32", out=artifacts / ALIGNER_DIR, quiet=quiet)
-    plan = plan_deployment(served, max_active, aligner_art)
+    plan = plan_deployment(served, max_active, aligner_art, generation)
     if device == "gpu":
         for name, settings in plan["settings"].items():
             if plan["aliases"].get(name, name) in GPU_MODELS:
@@ -109,7 +111,8 @@ def _cmd_prepare(args: argparse.Namespace) -> int:
         raise PrepareError("give --checkpoints DIR or --demo")
     config = prepare(checkpoints, artifacts, Path(args.repository), Path(args.gateway_config),
                      triton_url=args.triton_url, device=args.device, precision=args.precision,
-                     max_active=args.max_active, quiet=args.quiet, lora=args.lora, aligner=args.aligner)
+                     max_active=args.max_active, quiet=args.quiet, lora=args.lora, aligner=args.aligner,
+                     generation=generation_params(args))
     names = ", ".join(m["name"] for m in config["models"])
     print(f"prepared {names}: repository {args.repository}, gateway config {args.gateway_config}", flush=True)
     return 0
@@ -132,5 +135,6 @@ def add_prepare_parser(sub: Any) -> None:
     p.add_argument("--aligner", metavar="CHECKPOINT",
                    help="a Qwen3-ForcedAligner checkpoint (word timestamps), served by the forced_aligner model")
     p.add_argument("--max-active", type=int, help="requests batched together per step (per checkpoint)")
+    add_runaway_args(p)
     add_quiet(p)
     p.set_defaults(func=_cmd_prepare)

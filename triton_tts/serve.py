@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,9 +62,42 @@ def _model_id(path: Path, taken: set[str]) -> str:
     return name
 
 
-def plan_deployment(served: list[Served], max_active: int | None = None, aligner: Path | None = None
-                    ) -> dict[str, Any]:
-    """Model names, aliases and per-model settings for render_repository (pure).
+RUNAWAY_FACTOR_ENV = "TTS_RUNAWAY_FACTOR"  # the default of --runaway-factor (compose, Kubernetes)
+RUNAWAY_MIN_S_ENV = "TTS_RUNAWAY_MIN_S"  # the default of --runaway-min-s
+
+
+def add_runaway_args(parser: Any) -> None:
+    """--runaway-factor / --runaway-min-s: speech_generation's runaway guard (ttscore.contract.rules.runaway_frames)."""
+    parser.add_argument("--runaway-factor", type=float, default=_env_float(RUNAWAY_FACTOR_ENV),
+                        help="runaway guard: a generation ends (finish_reason length) past MIN_S + this x the family's "
+                             f"seconds per text token x its text tokens; 0 turns it off (default 4, or ${RUNAWAY_FACTOR_ENV})")
+    parser.add_argument("--runaway-min-s", type=float, default=_env_float(RUNAWAY_MIN_S_ENV),
+                        help=f"runaway guard: seconds every generation may make whatever its text (default 10, or "
+                             f"${RUNAWAY_MIN_S_ENV})")
+
+
+def _env_float(name: str) -> str | None:
+    """An environment default for a float option: argparse converts a string default with the option's type, so
+    a bad value is the same one-line usage error as a bad option."""
+    return os.environ.get(name, "").strip() or None
+
+
+def generation_params(args: Any) -> dict[str, str]:
+    """speech_generation parameters from the command line (those given)."""
+    out = {}
+    for key, value in (("runaway_factor", getattr(args, "runaway_factor", None)),
+                       ("runaway_min_s", getattr(args, "runaway_min_s", None))):
+        if value is not None:
+            if not value >= 0 or value == float("inf"):
+                raise ServeError(f"--{key.replace('_', '-')} must be a finite number >= 0, got {value}")
+            out[key] = f"{value:g}"
+    return out
+
+
+def plan_deployment(served: list[Served], max_active: int | None = None, aligner: Path | None = None,
+                    generation: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Model names, aliases and per-model settings for render_repository (pure). `generation`: parameters
+    every speech_generation model gets (generation_params).
 
     Each served checkpoint gets its speech_generation model; each family adds what its checkpoints
     need (export.family.ExportFamily.deploy), in registry order. `aligner`: the export of a forced aligner
@@ -94,6 +128,7 @@ def plan_deployment(served: list[Served], max_active: int | None = None, aligner
         params = {"artifacts_dir": str(s.artifacts), "vocoder": part.vocoder[s.name]}
         if max_active:
             params["max_active_requests"] = str(max_active)
+        params.update(generation or {})
         add(s.triton_model, "speech_generation", params)
     plan: dict[str, Any] = {}
     for part in parts.values():
@@ -119,6 +154,8 @@ def gateway_config(
     # `<org>/<name>` is accepted as a model id too (the form the OpenAI examples use, e.g.
     # Qwen/Qwen3-TTS-12Hz-0.6B-Base): the organisation is the family's (ExportFamily.hub_org).
     extra: dict[str, Any] = {"readiness_models": plan["vocoders"]} if plan and plan.get("vocoders") else {}
+    if plan and plan.get("aligner_model"):
+        extra["aligner_model"] = plan["aligner_model"]  # word timestamps (gateway.word_timing)
     extra.update({k: v for k, v in (voices or {}).items() if v is not None})
     return {
         **extra,
@@ -181,7 +218,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.aligner:
         print(f"preparing the aligner {args.aligner} (export is skipped when up to date)...", flush=True)
         aligner = ensure_artifacts(resolve_checkpoint(args.aligner), "fp32", quiet=args.quiet)
-    plan = plan_deployment(served, args.max_active, aligner)
+    plan = plan_deployment(served, args.max_active, aligner, generation_params(args))
     repo = repository.render_repository(
         work / "model_repository", plan["settings"], models=plan["models"], aliases=plan["aliases"]
     )
@@ -288,6 +325,7 @@ def add_serve_parser(sub: Any) -> None:
     s.add_argument("--triton-grpc-port", type=int, default=8001)
     s.add_argument("--triton-metrics-port", type=int, default=8002)
     s.add_argument("--max-active", type=int, help="requests batched together per step (per checkpoint)")
+    add_runaway_args(s)
     s.add_argument("--work", help="where the rendered repository and logs go")
     s.add_argument("--ready-timeout", type=float, default=300.0)
     s.add_argument("--max-restarts", type=int, default=5,

@@ -19,7 +19,7 @@ its transcript. Fields:
 Refused (400 naming the field): a missing `ref_audio` or `ref_text`, a clip prompt_encoder refuses
 (`ref_audio`), any other `extra_params` key or a value outside its range (the planner), and the family's unsupported fields (contract RULES:
 `speaker_embedding`, `instructions`, `language`, `task_type`, `x_vector_only_mode`, `non_streaming_mode`,
-`initial_codec_chunk_frames`, `word_timestamps`).
+`initial_codec_chunk_frames`; `word_timestamps` is the gateway's: gateway.word_timing).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ where it is silent, vLLM-Omni 0.30.0's adapter (tts_adapters/fish_speech.py) and
   sampling params (defaults: its deploy config).
 Refused, each with a 400 naming the field: any other `extra_params` key (the planner) and the family's
 unsupported fields (contract RULES: `speaker_embedding`, `instructions`, `language`, `task_type`,
-`x_vector_only_mode`, `non_streaming_mode`, `initial_codec_chunk_frames`, `word_timestamps`).
+`x_vector_only_mode`, `non_streaming_mode`, `initial_codec_chunk_frames`; `word_timestamps` is the gateway's: gateway.word_timing).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ as the spec's row and vLLM-Omni 0.30.0's `MossTTSNanoAdapter` (tts_adapters/moss
   their defaults), each checked (contract KNOBS), any other key a 400 naming `extra_params`.
 Refused, each with a 400 naming the field: the family's unsupported fields (contract RULES:
 `speaker_embedding`, `instructions`, `language`, `task_type`, `x_vector_only_mode`, `non_streaming_mode`,
-`initial_codec_chunk_frames`, `word_timestamps`), a clip the encoder refuses (`ref_audio`).
+`initial_codec_chunk_frames`; `word_timestamps` is the gateway's: gateway.word_timing), a clip the encoder refuses (`ref_audio`).
 """
 
 from __future__ import annotations

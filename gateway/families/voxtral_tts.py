@@ -13,7 +13,7 @@ Refused, each with a 400 naming the field: a missing or unknown `voice`, an uplo
 voice and `ref_audio`/`ref_text` (the checkpoint has no codec encoder, so it cannot clone), any other
 `extra_params` key (the planner), and the family's other unsupported fields (contract RULES:
 `speaker_embedding`, `instructions`, `language`, `task_type`, `x_vector_only_mode`, `non_streaming_mode`,
-`initial_codec_chunk_frames`, `word_timestamps`).
+`initial_codec_chunk_frames`; `word_timestamps` is the gateway's: gateway.word_timing).
 """
 
 from __future__ import annotations

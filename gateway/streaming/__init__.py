@@ -20,6 +20,11 @@ Obligations:
   `stream_audio`), `audio.done` (total_bytes, error): always paired, also when generation fails
   (then an `error` message comes in between). `utterance_index` counts flushes, `sentence_index` the
   requests inside one.
+- Word timestamps (`word_timestamps: true` in session.config; the deployment's aligner): after each sentence's
+  audio frames and before its `audio.done`, vLLM-Omni's trailing `audio.chunk` with `audio_b64: ""` and the
+  sentence's words in `timestamps` (gateway.protocol.AudioTimestamps): times from the utterance's first audio,
+  char offsets into the sentence's text. Incremental mode falls back to `sentence` (words are aligned per
+  sentence), said by `session.configured`.
 - Barge-in: `input.cancel` stops the current utterance at once. The reader sees it as it arrives
   (even while a request is being generated or the queue is full): the request in flight is
   cancelled (its task, hence its Triton request, whose slot is freed), its `audio.done` says

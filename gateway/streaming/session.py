@@ -7,21 +7,34 @@ import contextlib
 import logging
 import time
 import uuid
+from typing import cast
 
 from pydantic import BaseModel
 
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.tensors import FINISH_CANCELLED, FINISH_ERROR, FINISH_STOP
 
 from .. import errors
 from ..backend import ENDPOINT_AFFINITY, Affinity
 from ..errors import APIError
 from ..family import takes_open_text
 from ..metrics import STATUS_CLIENT_GONE, RequestTrace
-from ..protocol import AudioDone, AudioStart, InputCancel, SessionConfig, SessionConfigured, SessionDone
+from ..protocol import (
+    AudioDone,
+    AudioStart,
+    AudioTimestamps,
+    FinishReason,
+    InputCancel,
+    SessionConfig,
+    SessionConfigured,
+    SessionDone,
+    WordTimestamp,
+)
 from ..services import SpeechService, StreamAborted
 from ..settings import Settings
 from ..text_split import TextSplitter
-from .audio import OpenText, generate
+from ..word_timing import Word, as_wire, shifted
+from .audio import Heard, OpenText, generate
 from .messages import INCREMENTAL, SessionSetup, parse_message
 from .transport import CLOSE_GOING_AWAY, CLOSE_NORMAL, GONE, STOP, Cancelled, Disconnected, Inbox, Transport
 
@@ -51,6 +64,7 @@ class StreamingSession:
         self._open: OpenText | None = None  # incremental mode: the utterance's running generation
         self._utterance_at: float | None = None  # arrival of the utterance's first text
         self._audio_seen = False  # the utterance's first audio was sent (metrics)
+        self._utterance_seconds = 0.0  # audio of the utterance sent so far (word timestamps' timeline)
 
     # --- the connection ----------------------------------------------------------------------------
 
@@ -142,6 +156,8 @@ class StreamingSession:
         if mode == INCREMENTAL and not takes_open_text(probe):
             mode, reason = "sentence", (f"{probe.checkpoint.name} cannot take text while it generates with this "
                                         "configuration; each sentence is one request")
+        elif mode == INCREMENTAL and probe.aligner_model is not None:
+            mode, reason = "sentence", "word timestamps are aligned per sentence; each sentence is one request"
         config = SessionSetup(msg, probe, features, mode)
         if mode == INCREMENTAL:
             try:
@@ -202,6 +218,7 @@ class StreamingSession:
             self.splitter = self.config.splitter()
         self.utterance_index += 1
         self.sentence_index = 0
+        self._utterance_seconds = 0.0
         self.utterance_open = False
         self.affinity = Affinity()
 
@@ -300,14 +317,25 @@ class StreamingSession:
             await self._send_audio(data)
             sent += len(data)
 
+        offset = self._utterance_seconds
+        heard = Heard()
+
+        async def send_words(words: tuple[Word, ...]) -> None:
+            # The service's char offsets index this request's input, the sentence's text.
+            await self.transport.send_json(AudioTimestamps(
+                utterance_index=utterance, sentence_index=index,
+                timestamps=[WordTimestamp(**w) for w in as_wire(shifted(words, offset))]).model_dump())
+
         failed = False
         cancelled = False
+        reason = FINISH_STOP
         trace = RequestTrace(self.route, self.inbox.received_at)
         status = 200
         token = ENDPOINT_AFFINITY.set(self.affinity)  # (the work task below copies the context)
         try:
-            await self.inbox.until_gone(generate(self.service, config, text, rid, trace, send, open_text), cancellable=True,
-                                   stop=open_text.stop if open_text is not None else None)
+            reason = await self.inbox.until_gone(
+                generate(self.service, config, text, rid, trace, send, open_text, send_words, heard), cancellable=True,
+                stop=open_text.stop if open_text is not None else None)
         except Disconnected:
             self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
             raise
@@ -333,13 +361,16 @@ class StreamingSession:
                               f"{errors.ws_message(exc, rid)}")
         finally:
             ENDPOINT_AFFINITY.reset(token)
+            self._utterance_seconds += heard.seconds  # what went out, also from a request that failed part-way
         if cancelled:
             self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
         else:
             self.service.metrics.finished(trace, status)
+        if failed or cancelled:
+            reason = FINISH_ERROR if failed else FINISH_CANCELLED
         await self.transport.send_json(AudioDone(
             utterance_index=utterance, sentence_index=index, total_bytes=sent, error=failed,
-            cancelled=cancelled or None,
+            cancelled=cancelled or None, finish_reason=cast(FinishReason, reason),
         ).model_dump(exclude_none=True))
 
 

@@ -335,10 +335,12 @@ def test_batch_mix_of_success_and_errors(client, fake):
     assert [x["index"] for x in res] == [0, 1, 2, 3, 4]
     assert res[0]["status"] == "success" and res[0]["media_type"] == "audio/mpeg"
     assert res[0]["usage"]["output_tokens"] == 3 and "error" not in res[0]
-    assert res[1] == {"index": 1, "status": "error", "error": "Input text cannot be empty"}
+    assert res[0]["finish_reason"] == "stop"
+    assert res[1] == {"index": 1, "status": "error", "error": "Input text cannot be empty", "finish_reason": "error"}
     assert res[2]["media_type"] == "audio/wav" and encoding.parse_wav(base64.b64decode(res[2]["audio_data"]))[0] == 24000
     assert res[3]["status"] == "error" and "Invalid voice 'nobody'" in res[3]["error"]
-    assert res[4] == {"index": 4, "status": "error", "error": "Internal server error (request id: b1-4)"}
+    assert res[4] == {"index": 4, "status": "error", "error": "Internal server error (request id: b1-4)",
+                      "finish_reason": "error"}
     ids = sorted(c.request_id for c in fake.calls)
     assert ids == ["b1-0", "b1-2", "b1-4"]
     by_id = {c.request_id: c.fields for c in fake.calls}

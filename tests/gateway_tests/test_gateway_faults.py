@@ -287,3 +287,22 @@ def test_websocket_request_past_its_limit_reports_and_the_session_goes_on(served
     assert ws_done(c.result) == [True, False]
     [err] = ws_errors(c.result)
     assert "sent nothing for 0.3 s" in err
+
+
+def test_a_broken_aligner_is_named_by_readiness_and_reloaded_like_every_model(served):
+    """word_timestamps' forced aligner (settings.aligner_model) is watched by the health monitor."""
+    fake = FakeBackend(hold_reloads=True)
+    gw = served(fake, aligner_model="forced_aligner")
+    assert wait_for(lambda: gw.ready().status_code == 200)
+    assert "forced_aligner" in gw.ready().json()["models"]
+    fake.probe_results["forced_aligner"] = DEAD
+
+    def not_ready():
+        r = gw.ready()
+        return r if r.status_code == 503 else None
+
+    r = wait_for(not_ready, 5)
+    assert r is not None and "not healthy" in r.json()["broken"]["forced_aligner"]
+    assert wait_for(lambda: fake.reloads == ["forced_aligner"], 5)
+    fake.hold_reloads = False
+    assert wait_for(lambda: gw.ready().status_code == 200, 10)

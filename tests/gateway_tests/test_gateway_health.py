@@ -243,6 +243,33 @@ def test_next_within_cancelled_caller_cancels_the_read():
     asyncio.run(main())
 
 
+def test_next_within_under_an_anyio_cancel_scope_finishes_the_read_before_the_stream_closes():
+    """Starlette's streaming response cancels its body through an anyio cancel scope when the client leaves: the
+    scope cancels the task again at every await, so the read must be finished before closing the stream (the
+    stream's cleanup cancels the Triton call)."""
+    import anyio
+
+    class SlowCleanup(Source):
+        async def gen(self):
+            try:
+                await asyncio.Event().wait()
+                yield 1
+            finally:
+                await asyncio.sleep(0.01)  # (a Triton call being cancelled)
+                self.closed = True
+
+    async def main():
+        src = SlowCleanup()
+        gen = src.gen()
+        with anyio.CancelScope() as scope:
+            asyncio.get_running_loop().call_later(0.05, scope.cancel)
+            await next_within(gen, 10.0)
+        assert src.closed
+        await gen.aclose()  # not "already running"
+
+    asyncio.run(main())
+
+
 # --- probe_tensors ----------------------------------------------------------------------------------------
 
 

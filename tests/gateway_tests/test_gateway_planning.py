@@ -342,7 +342,8 @@ def test_refuse_unsupported_names_the_first_field_set_and_auto_only_where_taken(
 
     rules = RULES[family]
     values = {"language": "German", "instructions": "calm", "task_type": "Base", "x_vector_only_mode": True,
-              "non_streaming_mode": False, "initial_codec_chunk_frames": 4, "ref_audio": "data:,", "ref_text": "hi"}
+              "non_streaming_mode": False, "initial_codec_chunk_frames": 4, "ref_audio": "data:,", "ref_text": "hi",
+              "word_timestamps": True}
     settable = [f for f in rules.unsupported if hasattr(SpeechFields(input="x"), f)]
     assert settable, f"{family}: no unsupported field is a request field"
     for field in settable:

@@ -312,3 +312,24 @@ def test_errors_of_the_request_are_not_replayed(tmp_path):
         assert metrics(client)["tts_replayed_requests_total"] == 0
     assert events[-1][0] == sse.ERROR and events[-1][1]["error"]["code"] == 400
     assert sum(len(f.calls) for f in fakes.values()) == 1
+
+
+def test_a_replayed_sentences_words_time_the_audio_the_client_got_once(tmp_path):
+    """word_timestamps across a replay: the aligner gets exactly the audio handed on (nothing twice), and the
+    words equal those of the undisturbed request."""
+    body = {**BODY, **FORMS["sse"], "word_timestamps": True}
+
+    def words_and_aligned(killer: Killer | None) -> tuple[list, list[np.ndarray], bytes]:
+        client, fakes = served(tmp_path / ("kill" if killer else "calm"), killer, aligner_model="forced_aligner")
+        with client:
+            r = client.post(SPEECH, json=body)
+        events = list(sse.parse(r.text))
+        audio = b"".join(base64.b64decode(d["audio"]) for name, d in events if name == sse.DELTA)
+        words = [d["timestamps"] for name, d in events if name == sse.TIMESTAMPS]
+        return words, [call[1] for f in fakes.values() for call in f.aligner_calls], audio
+
+    want_words, want_aligned, want_audio = words_and_aligned(None)
+    got_words, got_aligned, got_audio = words_and_aligned(Killer(after=2))
+    assert got_audio == want_audio and len(got_aligned) == len(want_aligned) == 1
+    np.testing.assert_array_equal(got_aligned[0], want_aligned[0])
+    assert got_words == want_words and len(got_words) == 1 and got_words[0]

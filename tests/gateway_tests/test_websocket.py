@@ -107,7 +107,7 @@ def test_two_utterances_on_one_connection_with_sticky_config(client, fake):
     rate, samples = encoding.parse_wav(reqs[0]["audio"])
     assert rate == 24000 and np.array_equal(samples, encoding.to_int16(fake_audio(3)))
     assert reqs[0]["done"] == {"type": "audio.done", "utterance_index": 0, "sentence_index": 0,
-                               "total_bytes": len(reqs[0]["audio"]), "error": False}
+                               "total_bytes": len(reqs[0]["audio"]), "error": False, "finish_reason": "stop"}
     assert first[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 1}
     reqs = requests_of(second)
     assert [r["start"]["utterance_index"] for r in reqs] == [1] and reqs[0]["start"]["sentence_index"] == 0
@@ -417,10 +417,12 @@ def test_input_cancel_stops_the_utterance_and_the_session_goes_on(client, fake):
     assert not any(isinstance(m, bytes) for m in cancelled[done_at:]), "audio after the cancelled audio.done"
     (req,) = requests_of(cancelled)
     assert req["done"]["cancelled"] is True and req["done"]["error"] is False
+    assert req["done"]["finish_reason"] == "cancelled"
     assert cancelled[-1] == {"type": "session.done", "utterance_index": 0, "total_sentences": 1, "cancelled": True}
     assert fake.calls[0].cancelled and not fake.calls[0].finished and fake.calls[0].chunks_sent < 2000
     (req,) = requests_of(after)
     assert "cancelled" not in req["done"] and req["start"]["utterance_index"] == 1
+    assert req["done"]["finish_reason"] == "stop"
     assert after[-1] == {"type": "session.done", "utterance_index": 1, "total_sentences": 1}
     assert [c.fields["speaker"] for c in fake.calls] == ["ryan", "ryan"]
     assert [c.fields["text"] for c in fake.calls] == ["slow", "After the barge-in."]

@@ -193,6 +193,18 @@ def test_adaptive_never_underruns_faster_than_real_time(rtf: float, overlap: boo
         assert max(n for _, n, _, _ in got) > 1
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_adaptive_behind_real_time_grows_chunks_as_ramp(overlap: bool) -> None:
+    """Slower than real time (overload), no schedule avoids underruns: adaptive then sends ramp's sizes, not a chunk
+    per frame (each vocoder call has a fixed cost that would slow the whole batch further)."""
+    gen, fam, clock = make("adaptive", step_s=1.5 * FRAME_S, overlap=overlap)
+    gen.submit("a", Req(prompt=3, frames=40, initial=2, chunk=12))
+    got = run(gen, clock)["a"]
+    assert [n for _, n, _, _ in got] == [2, 1, 8, 12, 12, 5]  # (1: the first chunk still playing)
+    pcm = np.concatenate([c[3] for c in got])
+    np.testing.assert_array_equal(pcm, np.repeat(np.arange(40, dtype=np.float32), SPF))
+
+
 def test_fixed_policy_underruns_where_adaptive_does_not() -> None:
     gen, fam, clock = make("fixed", step_s=0.7 * FRAME_S)
     gen.submit("a", Req(prompt=3, frames=60, chunk=25))

@@ -300,6 +300,8 @@ def test_not_decoupled_fails_fast(fake_pb_utils, monkeypatch, dummy_artifacts):
         ("max_pending_requests", "-1", "max_pending_requests must be >= 0"),
         ("max_activ_requests", "4", "unknown parameter"),
         ("thread_pool", "global", "thread_pool must be one of shared, session"),
+        ("runaway_factor", "-1", "runaway_factor must be a finite number >= 0"),
+        ("runaway_min_s", "soon", "runaway_min_s must be a number"),
     ],
 )
 def test_bad_parameters_fail_fast(fake_pb_utils, monkeypatch, dummy_artifacts, key, value, match):
@@ -315,6 +317,14 @@ def test_settings_parse_typed(dummy_artifacts):
     assert s.thread_pool == "session"  # the committed default
     config = committed_config("speech_generation", artifacts_dir=str(dummy_artifacts), thread_pool="shared")
     assert model_settings.SpeechGenerationSettings.from_model_config(config).thread_pool == "shared"
+    from ttscore.contract.rules import DEFAULT_RUNAWAY_FACTOR, DEFAULT_RUNAWAY_MIN_S
+
+    # the committed config's values are the contract's defaults
+    assert (s.runaway_factor, s.runaway_min_s) == (DEFAULT_RUNAWAY_FACTOR, DEFAULT_RUNAWAY_MIN_S)
+    config = committed_config("speech_generation", artifacts_dir=str(dummy_artifacts), runaway_factor="0",
+                              runaway_min_s="2.5")
+    s = model_settings.SpeechGenerationSettings.from_model_config(config)
+    assert (s.runaway_factor, s.runaway_min_s) == (0.0, 2.5)
 
 
 # --- metrics (ttscore/backend/triton_metrics.py) through the fake's MetricFamily ---------------------------

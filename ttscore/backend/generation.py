@@ -81,8 +81,9 @@ def _submit(generator: GeneratorLike, req_id: str, request: Any, text_open: bool
 
 def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
     """The production generator: the checkpoint's family model (ONNX Runtime sessions) + continuous batching."""
-    from ttscore.runtime.engine import Generator  # heavy imports below: only inside the server
-    from ttscore.runtime.families import load_model
+    from ttscore.contract.manifest import read_manifest
+    from ttscore.runtime.engine import Generator, RunawayGuard  # heavy imports below: only inside the server
+    from ttscore.runtime.families import FAMILIES, load_model
 
     inline = settings.vocoder == "inline"
     if settings.thread_pool == "shared":
@@ -109,6 +110,11 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
             "max_new_tokens positions",
             memory["kv_bytes_per_position"],
         )
+    rules = FAMILIES[read_manifest(settings.artifacts_dir).family].rules
+    runaway = RunawayGuard(rules.seconds_per_text_token, settings.runaway_factor, settings.runaway_min_s)
+    if runaway.seconds_per_text_token is not None and runaway.factor > 0:
+        log.info("runaway guard: at most %g s + %g x %g s per text token of audio per generation",
+                 runaway.min_s, runaway.factor, runaway.seconds_per_text_token)
     return Generator(
         model,
         max_batch=settings.max_active_requests,
@@ -116,6 +122,7 @@ def load_generator(settings: SpeechGenerationSettings) -> GeneratorLike:
         chunk_policy=settings.chunk_policy,
         prefill_budget=settings.prefill_token_budget,
         overlap_vocoder=settings.vocoder_overlap == "on",
+        runaway=runaway,
     )
 
 

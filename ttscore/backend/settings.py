@@ -12,6 +12,7 @@ from typing import Any
 from ttscore.contract import manifest as contract_manifest
 from ttscore.contract.errors import ArtifactError, TTSError
 from ttscore.contract.manifest import Manifest
+from ttscore.contract.rules import DEFAULT_RUNAWAY_FACTOR, DEFAULT_RUNAWAY_MIN_S
 from ttscore.runtime import engine
 from ttscore.runtime.onnx import THREAD_POOLS
 
@@ -49,6 +50,19 @@ def _int_param(model: str, params: Mapping[str, str], key: str, default: int, mi
         raise ModelSettingsError(f"{model}: parameter {key} must be an integer, got {raw!r}") from None
     if value < minimum:
         raise ModelSettingsError(f"{model}: parameter {key} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float_param(model: str, params: Mapping[str, str], key: str, default: float, minimum: float) -> float:
+    raw = params.get(key, "").strip()
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ModelSettingsError(f"{model}: parameter {key} must be a number, got {raw!r}") from None
+    if not value >= minimum or value == float("inf"):
+        raise ModelSettingsError(f"{model}: parameter {key} must be a finite number >= {minimum:g}, got {raw}")
     return value
 
 
@@ -132,6 +146,11 @@ class SpeechGenerationSettings:
     # seconds: a streaming request sent nothing for this long (the server alive) gets a keep-alive (0: never;
     # ttscore.backend.generation); keep it well under the gateway's stall_timeout_s
     keepalive_s: int = DEFAULT_KEEPALIVE_S
+    # The runaway guard (ttscore.contract.rules.runaway_frames): a generation ends with finish_reason "length" once
+    # its audio passes runaway_min_s + runaway_factor x the family's seconds per text token x its text tokens
+    # (0: off; max_new_tokens still caps it either way).
+    runaway_factor: float = DEFAULT_RUNAWAY_FACTOR
+    runaway_min_s: float = DEFAULT_RUNAWAY_MIN_S
 
     PARAMETERS = (
         "artifacts_dir",
@@ -144,6 +163,8 @@ class SpeechGenerationSettings:
         "prefill_token_budget",
         "vocoder_overlap",
         "keepalive_s",
+        "runaway_factor",
+        "runaway_min_s",
     )
 
     @classmethod
@@ -172,6 +193,8 @@ class SpeechGenerationSettings:
             prefill_token_budget=_int_param(name, params, "prefill_token_budget", engine.DEFAULT_PREFILL_BUDGET, 1),
             vocoder_overlap=_choice_param(name, params, "vocoder_overlap", engine.DEFAULT_VOCODER_OVERLAP, ("on", "off")),
             keepalive_s=_int_param(name, params, "keepalive_s", DEFAULT_KEEPALIVE_S, 0),
+            runaway_factor=_float_param(name, params, "runaway_factor", DEFAULT_RUNAWAY_FACTOR, 0.0),
+            runaway_min_s=_float_param(name, params, "runaway_min_s", DEFAULT_RUNAWAY_MIN_S, 0.0),
         )
 
 

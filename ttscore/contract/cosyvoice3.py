@@ -50,7 +50,7 @@ MAX_TEXT_CHARS = 4096
 # The front-end resamples to 16 kHz (campplus, the speech tokenizer) and 24 kHz (the prompt mel).
 REF_AUDIO = RefAudioBounds(min_rate=16000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
 UNSUPPORTED_FIELDS = ("speaker_embedding", "instructions", "language", "task_type", "x_vector_only_mode",
-                      "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
+                      "non_streaming_mode", "initial_codec_chunk_frames")
 
 # `extra_params` as vLLM-Omni 0.30.0 applies them, per request in RAS: the logits (stop rows merged) over the
 # temperature, below GREEDY_TEMPERATURE the argmax; top_p / top_k in place of the yaml's (sampling.py).

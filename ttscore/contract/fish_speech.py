@@ -123,7 +123,7 @@ KNOBS = (
     KnobRule("top_p", 0.0, 1.0, lo_open=True),
 )
 UNSUPPORTED_FIELDS = ("speaker_embedding", "instructions", "language", "task_type", "x_vector_only_mode",
-                      "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
+                      "non_streaming_mode", "initial_codec_chunk_frames")
 REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
 
 RULES = FamilyRules(

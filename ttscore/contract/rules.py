@@ -20,6 +20,29 @@ from ttscore.contract.errors import InvalidRequest
 
 SEED_MAX = 2**63 - 1  # the Speech API's `seed`: any non-negative int64
 
+# --- runaway guard ---------------------------------------------------------------------------------
+# A model that fails to emit its stop (random weights; real checkpoints now and then) would run to
+# max_new_tokens: minutes of audio for a short sentence. The engine (ttscore.runtime.engine) ends such a
+# generation with finish_reason "length" once its audio passes `runaway_frames`: RUNAWAY_MIN_S plus
+# `factor` times the family's typical speech per text token (FamilyRules.seconds_per_text_token) times
+# the request's text tokens (its usage's, instructions included). max_new_tokens still caps it.
+# The defaults are generous: ordinary speech takes 0.2-0.4 s per BPE token, so a 4x factor plus ten
+# seconds leaves room for slow styles and long pauses; speech_generation's runaway_factor and
+# runaway_min_s (triton-tts serve --runaway-factor / --runaway-min-s) change them, factor 0 turns it off.
+TYPICAL_SECONDS_PER_TEXT_TOKEN = 0.3  # a BPE / SentencePiece token of ordinary speech
+DEFAULT_RUNAWAY_FACTOR = 4.0
+DEFAULT_RUNAWAY_MIN_S = 10.0
+
+
+def runaway_frames(seconds_per_token: float | None, text_tokens: int, frame_seconds: float,
+                   factor: float = DEFAULT_RUNAWAY_FACTOR, min_s: float = DEFAULT_RUNAWAY_MIN_S) -> int | None:
+    """The most frames a generation of `text_tokens` text tokens may make before the runaway guard ends it
+    (None: no guard: the factor is 0, or the family has no rate, its length being fixed before it starts)."""
+    if seconds_per_token is None or factor <= 0 or frame_seconds <= 0:
+        return None
+    seconds = min_s + factor * seconds_per_token * max(0, text_tokens)
+    return max(1, math.ceil(seconds / frame_seconds))
+
 
 @dataclass(frozen=True)
 class FieldRule:
@@ -173,6 +196,9 @@ class FamilyRules:
     auto_language: bool = True
     # SEEDED, GREEDY or UNSEEDED (above). Not declared: UNSEEDED, never replayed.
     sampling: str = UNSEEDED
+    # The runaway guard's rate (`runaway_frames`): audio seconds of ordinary speech per text token. None: the
+    # family decides its length before it generates (non-autoregressive), so it cannot run away.
+    seconds_per_text_token: float | None = TYPICAL_SECONDS_PER_TEXT_TOKEN
 
     def __post_init__(self) -> None:
         if not self.variants and len(self.tasks) == 1:

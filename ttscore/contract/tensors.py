@@ -82,6 +82,16 @@ SPEECH_OUTPUTS: tuple[TensorIO, ...] = (
     TensorIO("usage", "INT32", (3,), doc="Usage so far (ttscore.contract.usage): text, audio, output tokens."),
 )
 
+# Why a generation ended, as the Speech API tells it (SSE speech.audio.done, WebSocket audio.done, batch items,
+# the X-Finish-Reason header): the final chunk carries "stop" (the model ended it) or "length" (max_new_tokens
+# or the runaway guard, ttscore.runtime.engine); "cancelled" (the client's cancel) and "error" (it failed) are
+# the gateway's names for a generation that ended without its final chunk.
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+FINISH_CANCELLED = "cancelled"
+FINISH_ERROR = "error"
+FINISH_REASONS = (FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR)
+
 # Every public model: speech_generation, the forced aligner (word timestamps), then each family's own (its voice
 # features).
 PUBLIC_MODELS: dict[str, PublicModel] = {SPEECH_GENERATION: (SPEECH_INPUTS, SPEECH_OUTPUTS),

@@ -91,7 +91,7 @@ DEFAULT_CHUNK_FRAMES = 25
 MAX_TEXT_CHARS = 4096
 TASK = "Base"
 UNSUPPORTED_FIELDS = ("ref_audio", "ref_text", "speaker_embedding", "instructions", "language", "task_type",
-                      "x_vector_only_mode", "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
+                      "x_vector_only_mode", "non_streaming_mode", "initial_codec_chunk_frames")
 RULES = FamilyRules(
     family=FAMILY,
     sampling=SEEDED,  # flow-matching x0 from PCG64(seed); without one the gateway draws it

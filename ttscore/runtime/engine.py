@@ -28,11 +28,21 @@ chunks are at most `chunk_frames` frames (both per request, the spec's fields), 
   iteration plus a margin (measured iteration time), otherwise frames accumulate up to
   `chunk_frames`. A stream produced faster than real time therefore never underruns after its
   first chunk, and chunks grow as its playback buffer grows.
+  A stream whose client has already played everything sent (slower than real time: overload) gets
+  ramp's sizes instead of a chunk per frame, so the batch's vocoder calls stay few and large.
 The exact streaming vocoder makes the audio the same for every schedule up to float rounding: ONNX
 Runtime's kernels round differently for different chunk lengths (max 3e-6 measured on the tiny
 checkpoint, below one 16-bit step), and the same boundaries give bit-identical audio. "adaptive"
 follows the measured step time, so two runs of one request may differ by that rounding; "fixed"
 and "ramp" repeat bit for bit.
+
+Why a generation ended (`ChunkEvent.finish_reason` on its final event): "stop" (the family's model ended it:
+its stop token, or a non-autoregressive family's planned length) or "length" (max_new_tokens, or the
+runaway guard). The guard (`RunawayGuard`, on when the caller passes one) is checked here, the one place
+every family's generation passes after each frame: a sequence whose frames reach its budget from its text
+(ttscore.contract.rules.runaway_frames, recomputed as incremental text grows) ends with "length".
+Cancellation and errors are the caller's (the scheduler reports them; the gateway names them "cancelled"
+and "error").
 
 Protocol: every submitted request yields exactly one ChunkEvent with final=True, unless cancelled
 (cancel() removes it silently; the caller owns reporting that).
@@ -51,6 +61,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ttscore.contract.errors import InvalidRequest
+from ttscore.contract.rules import DEFAULT_RUNAWAY_FACTOR, DEFAULT_RUNAWAY_MIN_S, runaway_frames
 from ttscore.contract.usage import Usage
 from ttscore.runtime.family import FamilyModel, Sequence, Vocoder
 from ttscore.runtime.onnx import OnnxGraph
@@ -75,6 +86,18 @@ class ChunkEvent:
     # This chunk's frames, in-process only (offline tools, tests; chunk_outputs does not send them):
     # Qwen3-TTS codec codes [frames, G] int64, VoxCPM2 latent patches [frames, P, D] float32.
     codes: NDArray[Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunawayGuard:
+    """The runaway guard of one served family (ttscore.contract.rules.runaway_frames)."""
+
+    seconds_per_text_token: float | None  # the family's rate (FamilyRules.seconds_per_text_token)
+    factor: float = DEFAULT_RUNAWAY_FACTOR  # 0: off
+    min_s: float = DEFAULT_RUNAWAY_MIN_S
+
+    def frames(self, seq: Sequence, frame_seconds: float) -> int | None:
+        return runaway_frames(self.seconds_per_text_token, seq.text_tokens, frame_seconds, self.factor, self.min_s)
 
 
 @dataclass
@@ -130,6 +153,7 @@ class Generator:
         vocoder: Vocoder | None = None,
         chunk_policy: str = DEFAULT_CHUNK_POLICY,
         prefill_budget: int = DEFAULT_PREFILL_BUDGET,
+        runaway: RunawayGuard | None = None,
         clock: Callable[[], float] = time.perf_counter,
         overlap_vocoder: bool = False,
     ) -> None:
@@ -145,6 +169,8 @@ class Generator:
         self.vocoder: Vocoder = chosen
         self.chunk_policy = chunk_policy
         self.prefill_budget = prefill_budget
+        self.runaway = runaway
+        self.runaway_stops = 0  # generations the guard ended, since the generator was made
         self.clock = clock
         self.last_step = StepProfile()
         self._iteration_s = 0.0  # moving average of step() wall time (adaptive chunks)
@@ -236,6 +262,7 @@ class Generator:
         if work:
             self.model.prefill(work)
             profile.prefill_tokens = sum(n for _, n in work)
+            self._guard()
             first = self._vocode(profile)
             if emit is not None and first:
                 emit(first)
@@ -255,6 +282,7 @@ class Generator:
         if running:
             self.model.step(running)
             profile.batch = len(running)
+            self._guard()
         for a in self._active.values():
             self._note_wait(a)
         if behind is not None:
@@ -266,6 +294,22 @@ class Generator:
         took = self.clock() - started
         self._iteration_s = took if self._iteration_s == 0 else 0.8 * self._iteration_s + 0.2 * took
         return events
+
+    def _guard(self) -> None:
+        """End ("length") every sequence whose frames reached its runaway budget."""
+        if self.runaway is None:
+            return
+        frame_s = self.model.frame_seconds
+        for a in self._active.values():
+            seq = a.seq
+            if seq.finished is not None or seq.frames_out == 0:
+                continue
+            budget = self.runaway.frames(seq, frame_s)
+            if budget is not None and seq.frames_out >= budget:
+                seq.finished = "length"
+                self.runaway_stops += 1
+                logger.info("request %s reached the runaway guard's %d frames (%d text tokens); ended as length",
+                            a.req_id, budget, seq.text_tokens)
 
     def _prefill_work(self) -> list[tuple[Sequence, int]]:
         """Joining requests in arrival order, as many prompt positions as the budget allows."""
@@ -295,10 +339,17 @@ class Generator:
             return n >= seq.initial_chunk_frames
         if n >= seq.chunk_frames:
             return True
+        ramp = min(seq.chunk_frames, seq.initial_chunk_frames << min(a.chunks_out, 16))
         if self.chunk_policy == "ramp":
-            return n >= min(seq.chunk_frames, seq.initial_chunk_frames << min(a.chunks_out, 16))
+            return n >= ramp
         if self.chunk_policy == "adaptive":
             buffered = a.sent_seconds - (now - a.first_sent)  # audio the client has not played yet
+            if buffered <= 0:
+                # The client has played everything: the stream is behind real time and no schedule keeps it fed.
+                # Chunks then grow as ramp's do: fewer, larger vocoder calls (each call's fixed cost, e.g. reading a
+                # codec's attention windows, is paid once per chunk) instead of one per frame, which would slow
+                # every stream in the batch further.
+                return n >= ramp
             # (a chunk vocoded beside the next step leaves one step later: one more step of margin)
             return buffered < (ADAPTIVE_MARGIN + (self._overlap is not None)) * self._iteration_s
         return False

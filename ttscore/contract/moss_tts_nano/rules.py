@@ -51,7 +51,7 @@ MAX_TEXT_CHARS = 4096
 # to the codec's two channels, as upstream does).
 REF_AUDIO = RefAudioBounds(min_rate=8000, max_rate=192000, min_seconds=0.1, max_seconds=60.0)
 UNSUPPORTED_FIELDS = ("speaker_embedding", "instructions", "language", "task_type", "x_vector_only_mode",
-                      "non_streaming_mode", "initial_codec_chunk_frames", "word_timestamps")
+                      "non_streaming_mode", "initial_codec_chunk_frames")
 
 # `extra_params`: the sampling knobs (any other key is a 400 naming extra_params).
 KNOBS = (

@@ -67,6 +67,7 @@ SPEED_RANGE = (0.25, 4.0)
 RULES = FamilyRules(  # reference clips: the default RefAudioBounds (8-192 kHz, 0.1-60 s)
     family=FAMILY,
     sampling=SEEDED,  # every unmasking draw from the request's default_rng(seed)
+    seconds_per_text_token=None,  # non-autoregressive: the duration estimate fixes its length before it runs
     tasks=(TASK,),
     fields=(
         FieldRule("max_new_tokens", 1, MAX_FRAMES, None),  # None: the duration estimate

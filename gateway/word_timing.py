@@ -1,0 +1,122 @@
+"""Word timestamps (`word_timestamps: true`, issue 40): the forced aligner's words of each sentence placed on
+the audio the client hears and in the text the client sent (pure: numpy, no Triton, no FastAPI).
+
+The gateway aligns each generation's audio (a whole input, a long input's segment, a WebSocket sentence) with
+that generation's text through the Triton model `forced_aligner` (ttscore.contract.aligner), once its audio is
+complete (gateway.services). Its words then become:
+- times: clamped into the sentence's audio and made monotonic (the aligner does not bound them by the clip:
+  qwen-asr does not either), then shifted by the audio heard before the sentence (earlier segments, earlier
+  sentences of a WebSocket utterance), and divided by `speed` for a whole file whose tempo was changed;
+- characters: offsets into the request's original `input` (the sentence's own offsets plus where the sentence
+  starts in it, `text_offsets`), each word's trailing punctuation included (the aligner's spans).
+
+On the wire every word is `{"word", "start", "end", "start_ms", "end_ms", "char_start", "char_end"}`: seconds
+and vLLM-Omni's milliseconds of the same times (`as_wire`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from ttscore.contract import aligner as contract
+
+ENABLE_HINT = "start the server with `triton-tts serve --aligner CKPT` (a forced-aligner checkpoint)"
+DEFAULT_LANGUAGE = "English"  # "Auto": words cut at spaces, CJK characters on their own (the aligner's default rule)
+
+
+@dataclass(frozen=True)
+class Word:
+    word: str
+    start: float  # seconds
+    end: float
+    char_start: int  # code points into the request's `input`
+    char_end: int  # one past the word's last character
+
+    def as_wire(self) -> dict[str, Any]:
+        return {"word": self.word, "start": round(self.start, 6), "end": round(self.end, 6),
+                "start_ms": round(self.start * 1000), "end_ms": round(self.end * 1000),
+                "char_start": self.char_start, "char_end": self.char_end}
+
+
+def as_wire(words: Sequence[Word]) -> list[dict[str, Any]]:
+    return [w.as_wire() for w in words]
+
+
+def text_offsets(original: str, texts: Sequence[str]) -> tuple[int, ...]:
+    """Where each of `texts` starts in `original`: they are its consecutive slices, outer whitespace stripped
+    (gateway.longtext, gateway.text_split). A text not found as it is (a family that rewrote it) starts where the
+    previous one ended."""
+    out: list[int] = []
+    at = 0
+    for text in texts:
+        found = original.find(text, at)
+        start = at if found < 0 else found
+        out.append(start)
+        at = start + len(text) if found >= 0 else at
+    return tuple(out)
+
+
+def aligner_language(language: str | None) -> str:
+    """The aligner's `language` for a plan's (lower-case, "auto" included)."""
+    if not language or language.strip().lower() == "auto":
+        return DEFAULT_LANGUAGE
+    return language
+
+
+def aligner_inputs(audio: np.ndarray, sample_rate: int, text: str, language: str) -> dict[str, np.ndarray]:
+    """The forced_aligner request of one sentence (ttscore.contract.aligner.INPUTS)."""
+    return {
+        "audio": np.ascontiguousarray(audio, dtype=np.float32).reshape(-1),
+        "sample_rate": np.array([sample_rate], dtype=np.int32),
+        "text": np.array([text.encode("utf-8")], dtype=np.object_),
+        "language": np.array([language.encode("utf-8")], dtype=np.object_),
+    }
+
+
+def _strings(values: np.ndarray) -> list[str]:
+    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in np.asarray(values).reshape(-1)]
+
+
+def sentence_words(outputs: Mapping[str, np.ndarray], duration: float, char_offset: int) -> tuple[Word, ...]:
+    """The aligner's outputs (ttscore.contract.aligner.OUTPUTS) of one sentence whose audio lasts `duration`
+    seconds and whose text starts at `char_offset` of the input: times clamped into [0, duration] and
+    non-decreasing (each start at or after the previous word's end, each end at or after its start)."""
+    names = [row.name for row in contract.OUTPUTS]
+    missing = [n for n in names if n not in outputs]
+    if missing:
+        raise ValueError(f"forced_aligner answered without {', '.join(missing)}")
+    texts = _strings(outputs["word_text"])
+    starts = np.asarray(outputs["word_start"], dtype=np.float64).reshape(-1)
+    ends = np.asarray(outputs["word_end"], dtype=np.float64).reshape(-1)
+    cs = np.asarray(outputs["char_start"]).reshape(-1)
+    ce = np.asarray(outputs["char_end"]).reshape(-1)
+    if not len(texts) == starts.size == ends.size == cs.size == ce.size:
+        raise ValueError("forced_aligner answered outputs of different lengths")
+    words: list[Word] = []
+    floor = 0.0
+    for text, s, e, c0, c1 in zip(texts, starts, ends, cs, ce, strict=True):
+        start = min(max(float(s) if np.isfinite(s) else floor, floor), duration)
+        end = min(max(float(e) if np.isfinite(e) else start, start), duration)
+        words.append(Word(text, start, end, char_offset + int(c0), char_offset + int(c1)))
+        floor = end
+    return tuple(words)
+
+
+def shifted(words: Sequence[Word], seconds: float) -> tuple[Word, ...]:
+    """`words` placed `seconds` later (the audio heard before their sentence)."""
+    return tuple(replace(w, start=w.start + seconds, end=w.end + seconds) for w in words)
+
+
+def at_speed(words: Sequence[Word], speed: float) -> tuple[Word, ...]:
+    """`words` of the model's timeline on the timeline of the audio played at `speed` (pitch kept)."""
+    if speed == 1.0:
+        return tuple(words)
+    return tuple(replace(w, start=w.start / speed, end=w.end / speed) for w in words)
+
+
+__all__ = ["ENABLE_HINT", "Word", "aligner_inputs", "aligner_language", "as_wire", "at_speed", "sentence_words",
+           "shifted", "text_offsets"]

@@ -1,0 +1,300 @@
+"""Admission control (gateway.admission): the pure bounds, then through the gateway over a fake Triton: a request
+that cannot be admitted gets 503 (429 for its API key's limit) + Retry-After and the error body before any Triton
+work, a WebSocket session the in-band error (and it goes on), /ready and /metrics the queue depth and refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+from gateway_fixtures import NAMES, FakeBackend, fake_deployment, start_gateway
+from prometheus_text import parse, sample
+
+from gateway import errors
+from gateway.admission import Admission, AdmissionLimits
+from gateway.errors import APIError
+from ttscore.backend.triton_server import free_port
+
+pytestmark = pytest.mark.gateway
+
+SPEECH = "/v1/audio/speech"
+CV = NAMES["custom_voice"]
+VD = NAMES["voice_design"]
+
+
+# --- the bounds, pure --------------------------------------------------------------------------------
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_running_then_queued_then_refused_and_a_release_starts_the_first_waiter():
+    async def scenario():
+        adm = Admission(AdmissionLimits(model_running=1, model_queued=1, running=0, queued=0), ["a"], 3)
+        first = await adm.acquire("a")
+        waiting = asyncio.ensure_future(adm.acquire("a"))
+        await asyncio.sleep(0)
+        assert not waiting.done() and adm.status()["queued"] == 1
+        with pytest.raises(APIError) as refused:
+            await adm.acquire("a")
+        assert refused.value.status == 503 and refused.value.headers == {"Retry-After": "3"}
+        first.release()
+        first.release()  # idempotent
+        second = await asyncio.wait_for(waiting, 1)
+        assert adm.status()["running"] == 1 and adm.status()["queued"] == 0
+        second.release()
+        return adm.snapshot()["a"]
+
+    load = run(scenario())
+    assert (load.running, load.queued, load.refused) == (0, 0, {"queue_full": 1})
+
+
+def test_the_deployment_bound_holds_across_models_and_a_freed_slot_goes_to_the_first_that_can_run():
+    async def scenario():
+        adm = Admission(AdmissionLimits(model_running=1, model_queued=4, running=2, queued=4), ["a", "b", "c"], 5)
+        a1, b1 = await adm.acquire("a"), await adm.acquire("b")
+        a2 = asyncio.ensure_future(adm.acquire("a"))  # its model is full
+        c1 = asyncio.ensure_future(adm.acquire("c"))  # the deployment is full
+        await asyncio.sleep(0)
+        assert not a2.done() and not c1.done()
+        b1.release()  # a deployment slot: "a" still is at its bound, "c" behind it can go
+        got = await asyncio.wait_for(c1, 1)
+        assert not a2.done()
+        a1.release()
+        a2_ticket = await asyncio.wait_for(a2, 1)
+        for t in (got, a2_ticket):
+            t.release()
+        return adm.status()
+
+    status = run(scenario())
+    assert (status["running"], status["queued"], status["refused"]) == (0, 0, 0)
+
+
+def test_a_queue_wait_bound_refuses_the_waiter_and_a_cancelled_waiter_leaves_the_queue():
+    async def scenario():
+        adm = Admission(AdmissionLimits(model_running=1, model_queued=2, queue_wait_s=0.05), ["a"], 1)
+        held = await adm.acquire("a")
+        with pytest.raises(APIError) as late:
+            await adm.acquire("a")
+        gone = asyncio.ensure_future(adm.acquire("a"))
+        await asyncio.sleep(0)
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert adm.status()["queued"] == 0
+        held.release()
+        return late.value, adm.snapshot()["a"]
+
+    late, load = run(scenario())
+    assert late.status == 503 and "waited 0.05 s" in late.message
+    assert (load.running, load.queued, load.refused) == (0, 0, {"queue_timeout": 1})
+
+
+def test_a_key_over_its_limit_gets_429_whatever_the_queue_and_other_keys_go_on():
+    async def scenario():
+        adm = Admission(AdmissionLimits(per_key=1), ["a"], 2)
+        mine = await adm.acquire("a", "k1")
+        with pytest.raises(APIError) as refused:
+            await adm.acquire("a", "k1")
+        other = await adm.acquire("a", "k2")
+        mine.release()
+        again = await adm.acquire("a", "k1")
+        for t in (other, again):
+            t.release()
+        return refused.value
+
+    refused = run(scenario())
+    assert refused.status == 429 and refused.type == "RateLimitError" and refused.headers == {"Retry-After": "2"}
+
+
+def test_zero_means_no_bound():
+    async def scenario():
+        adm = Admission(AdmissionLimits(model_running=0, model_queued=0, running=0, queued=0), ["a"], 1)
+        tickets = [await adm.acquire("a", "k") for _ in range(100)]
+        assert adm.status()["running"] == 100
+        for t in tickets:
+            t.release()
+
+    run(scenario())
+
+
+def test_the_refusals_are_built_where_every_error_is():
+    assert errors.overloaded("full", 4).body()["error"] == {"message": "full", "type": "ServiceUnavailableError",
+                                                             "param": None, "code": 503}
+    assert errors.rate_limited("busy", 4).body()["error"]["code"] == 429
+
+
+# --- through the gateway ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    """A gateway whose models run one generation each and queue one more; the deployment two and two; a key one."""
+    import gateway.app as app_module
+
+    settings = fake_deployment(tmp_path_factory.mktemp("adm"), max_running_per_model=1, max_queued_per_model=1,
+                               max_running=2, max_queued=2, max_concurrent_per_key=2,
+                               api_keys=["key-a", "key-b"], health_interval_s=0)
+    fake = FakeBackend()
+    original = app_module._triton_backend
+    app_module._triton_backend = lambda s: (lambda url: fake)
+    port = free_port()
+    try:
+        server, thread = start_gateway(settings, port)
+    finally:
+        app_module._triton_backend = original
+    yield f"http://127.0.0.1:{port}", fake
+    server.should_exit = True
+    thread.join(10)
+
+
+def auth(key: str = "key-a") -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def _wait_until(predicate, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+def test_a_full_queue_refuses_at_once_with_503_before_any_triton_work_and_serves_again_after(gateway):
+    url, fake = gateway
+
+    async def scenario():
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            calls = len(fake.calls)
+            hung = [asyncio.ensure_future(http.post(SPEECH, json={"input": "hang", "model": CV}, headers=auth(k)))
+                    for k in ("key-a", "key-b")]  # one runs (it never answers), one waits its turn
+            await _wait_until(lambda: len(fake.calls) == calls + 1)
+            ready = (await http.get("/ready")).json()["admission"]
+            started = time.monotonic()
+            refused = await http.post(SPEECH, json={"input": "Hello.", "model": CV}, headers=auth("key-b"))
+            took = time.monotonic() - started
+            metrics = parse((await http.get("/metrics")).text)
+            after_ready = (await http.get("/ready")).json()["admission"]
+            for task in hung:  # the clients go away: their generations end
+                task.cancel()
+            await asyncio.gather(*hung, return_exceptions=True)
+            await _wait_until(lambda: fake.calls[-1].cancelled)
+            await asyncio.sleep(0.1)
+            ok = await http.post(SPEECH, json={"input": "Hello.", "model": CV}, headers=auth())
+            return ready, refused, took, metrics, after_ready, ok, [c.fields["text"] for c in fake.calls[calls:]]
+
+    ready, refused, took, metrics, after_ready, ok, texts = run(scenario())
+    assert ready["models"][CV] == {"running": 1, "queued": 1, "refused": 0}
+    assert refused.status_code == 503 and refused.headers["retry-after"] == "5"
+    assert refused.json() == {"error": {"message": "The request queue is full; retry later.",
+                                        "type": "ServiceUnavailableError", "param": None, "code": 503}}
+    print(f"refused in {took * 1000:.1f} ms")
+    assert after_ready["models"][CV]["refused"] == 1 and after_ready["refused"] >= 1
+    assert sample(metrics, "tts_admission_refused_total", model=CV, reason="queue_full") == 1
+    assert sample(metrics, "tts_admission_running", model=CV) == 1
+    assert sample(metrics, "tts_admission_queued", model=CV) == 1
+    assert ok.status_code == 200
+    assert texts.count("Hello.") == 1  # the refused request never reached Triton; the last one did
+
+
+def test_a_key_over_its_limit_gets_429_with_retry_after_while_another_key_is_served(gateway):
+    url, fake = gateway
+
+    async def scenario():
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            calls = len(fake.calls)
+            # key-a holds two generations: one running, one queued behind it
+            hung = [asyncio.ensure_future(http.post(SPEECH, json={"input": "hang", "model": CV}, headers=auth("key-a")))
+                    for _ in range(2)]
+            await _wait_until(lambda: len(fake.calls) == calls + 1)
+            while (await http.get("/ready")).json()["admission"]["queued"] < 1:
+                await asyncio.sleep(0.01)
+            # its third is refused for the key, even for another model with room
+            limited = await http.post(SPEECH, json={"input": "Hello.", "model": VD, "instructions": "calm", "task_type": "VoiceDesign"},
+                                      headers=auth("key-a"))
+            other = await http.post(SPEECH, json={"input": "Hello.", "model": VD, "instructions": "calm", "task_type": "VoiceDesign"},
+                                    headers=auth("key-b"))
+            for task in hung:
+                task.cancel()
+            await asyncio.gather(*hung, return_exceptions=True)
+            return limited, other, [c.fields["text"] for c in fake.calls[calls:]]
+
+    limited, other, texts = run(scenario())
+    assert other.status_code == 200, other.text
+    assert texts.count("Hello.") == 1  # key-b's
+    assert limited.status_code == 429 and limited.headers["retry-after"] == "5"
+    assert limited.json()["error"]["type"] == "RateLimitError" and limited.json()["error"]["code"] == 429
+    assert other.status_code == 200
+
+
+def test_a_websocket_sentence_that_cannot_be_admitted_gets_the_in_band_error_and_the_session_goes_on(gateway):
+    from websockets.sync.client import connect
+
+    url, fake = gateway
+
+    async def hold(http):
+        return await http.post(SPEECH, json={"input": "hang", "model": CV}, headers=auth("key-b"))
+
+    async def scenario():
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            calls = len(fake.calls)
+            hung = [asyncio.ensure_future(hold(http)) for _ in range(2)]  # the model's one slot and one queue place
+            await _wait_until(lambda: len(fake.calls) == calls + 1)
+            ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream?api_key=key-a"
+            messages = await asyncio.to_thread(_ws_two_utterances, connect, ws_url, hung)
+            await asyncio.gather(*hung, return_exceptions=True)
+            return messages
+
+    first, second = run(scenario())
+    errors_ = [m for m in first if isinstance(m, dict) and m["type"] == "error"]
+    assert len(errors_) == 1 and "The request queue is full" in errors_[0]["message"]
+    done = next(m for m in first if isinstance(m, dict) and m["type"] == "audio.done")
+    assert done["error"] is True and done["finish_reason"] == "error" and done["total_bytes"] == 0
+    done = next(m for m in second if isinstance(m, dict) and m["type"] == "audio.done")
+    assert done["error"] is False and done["total_bytes"] > 0
+
+
+def _ws_two_utterances(connect, ws_url, hung):
+    def utterance(ws):
+        ws.send(json.dumps({"type": "input.text", "text": "Hello there."}))
+        ws.send(json.dumps({"type": "input.done"}))
+        out = []
+        while True:
+            m = ws.recv(timeout=30)
+            m = json.loads(m) if isinstance(m, str) else m
+            out.append(m)
+            if isinstance(m, dict) and m["type"] == "session.done":
+                return out
+
+    with connect(ws_url) as ws:
+        ws.send(json.dumps({"type": "session.config", "model": CV, "voice": "vivian", "max_new_tokens": 3}))
+        first = utterance(ws)
+        loop_tasks = hung
+        for task in loop_tasks:  # free the slots (from this thread: the loop cancels them)
+            task.get_loop().call_soon_threadsafe(task.cancel)
+        time.sleep(0.3)
+        second = utterance(ws)
+    return first, second
+
+
+# --- settings ------------------------------------------------------------------------------------------
+
+
+def test_limits_come_from_the_config_then_the_environment(tmp_path):
+    from gateway.settings import Settings, SettingsError
+
+    fake_deployment(tmp_path)  # writes the manifests
+    models = [{"name": "tiny-custom-voice", "variant": "custom_voice", "triton_model": "speech_generation",
+               "artifacts_dir": str(tmp_path / "art-custom_voice")}]
+    path = tmp_path / "gateway.json"
+    path.write_text(json.dumps({"triton_url": "fake:0", "models": models, "max_queued_per_model": 3}))
+    assert Settings.load(path, environ={}).max_queued_per_model == 3
+    loaded = Settings.load(path, environ={"TTS_MAX_QUEUED_PER_MODEL": "7", "TTS_MAX_QUEUE_WAIT_S": "1.5"})
+    assert (loaded.max_queued_per_model, loaded.max_queue_wait_s, loaded.max_running) == (7, 1.5, 64)
+    with pytest.raises(SettingsError, match="TTS_MAX_RUNNING must be a number"):
+        Settings.load(path, environ={"TTS_MAX_RUNNING": "many"})
+    with pytest.raises(SettingsError, match="max_concurrent_per_key must not be negative"):
+        Settings.load(path, environ={"TTS_MAX_CONCURRENT_PER_KEY": "-1"})
