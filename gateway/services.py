@@ -106,7 +106,6 @@ class Clip:
     finish_reason: str = FINISH_STOP  # "stop" | "length" (ttscore.contract.tensors.FINISH_REASONS)
     words: tuple[Word, ...] | None = None  # word_timestamps: on the clip's timeline (after `speed`)
     seconds: float = 0.0  # how long it plays (after `speed`)
-    pcm: np.ndarray | None = None  # the model's audio (its rate, before speed): what word timings are taken of
 
 
 FINISH_REASON_HEADER = "X-Finish-Reason"
@@ -185,8 +184,6 @@ class AudioStream:
         # Why the generation ended: known once the body is over ("error" when it failed, "cancelled" when
         # it was closed before its end), or before it starts when the first chunk is the final one.
         self.finish_reason: str | None = finish_reason(first) if first is None or first.final else None
-        # Called with each chunk's model audio as it is encoded (the ElevenLabs dialect times its words).
-        self.tap: Callable[[np.ndarray], None] | None = None
 
     async def aclose(self) -> None:
         await self._chunks.aclose()
@@ -202,8 +199,6 @@ class AudioStream:
         try:
             head = enc.start()
             if self._first is not None:
-                if self.tap is not None:
-                    self.tap(self._first.audio)
                 head += enc.chunk(self._first.audio)
                 usage = self._first.usage
                 self.seconds += self._first.audio.size / out.source_rate
@@ -212,8 +207,6 @@ class AudioStream:
             reason = self.finish_reason
             async for chunk in self._chunks:
                 usage = chunk.usage
-                if self.tap is not None:
-                    self.tap(chunk.audio)
                 self.seconds += chunk.audio.size / out.source_rate
                 if chunk.final:
                     reason = finish_reason(chunk)
@@ -569,8 +562,7 @@ class SpeechService:
         out = plan.output
         audio = await asyncio.to_thread(encoding.render, pcm, out.source_rate, out.format, out.sample_rate, out.speed)
         timed = None if words is None else word_timing.at_speed(words, out.speed)
-        return Clip(audio, out.media_type, usage, finish_reason(last), timed, pcm.size / out.source_rate / out.speed,
-                    pcm)
+        return Clip(audio, out.media_type, usage, finish_reason(last), timed, pcm.size / out.source_rate / out.speed)
 
     async def open_stream(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
                           trace: RequestTrace, text_key: str | None = None) -> AudioStream:

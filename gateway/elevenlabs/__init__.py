@@ -18,6 +18,7 @@ Obligations:
   APIError raised on a dialect path through `wire.dialect_error` (gateway.app: the one place errors reach
   the wire).
 - Alignment (`alignment` / `normalizedAlignment`) comes from word timestamps through one function
-  (`wire.char_alignment`); without a word-timing provider (`app.state.word_timings`, see `WordTimings`)
-  it is null, as ElevenLabs sends it when alignment is off.
+  (`wire.char_alignment`): the words the deployment's forced aligner times (gateway.word_timing: the
+  dialect's request asks for `word_timestamps`); without an aligner it is null, as ElevenLabs sends it when
+  alignment is off.
 """

@@ -5,7 +5,9 @@ them in the dialect's shape (wire.dialect_error).
 - `POST /v1/text-to-speech/{voice_id}`: the whole file (speed honoured). `/stream`: raw bytes as generated
   (speed 1 only, as the Speech API's streams). `/with-timestamps`: `{audio_base64, alignment,
   normalized_alignment}`. `/stream/with-timestamps`: one such JSON object a line per chunk (alignment null
-  on audio lines; the text's alignment on a last line with empty audio, when word timings are served).
+  on audio lines; the text's alignment on a last line with empty audio). Alignment is made of the words the
+  deployment's forced aligner times (gateway.word_timing: `word_timestamps` of the same request); without an
+  aligner it is null.
 - `GET /v1/voices`: every voice a `voice_id` may name.
 - WebSockets `stream-input` (one context) and `multi-stream-input` (gateway.elevenlabs.session).
 These routes are not in the OpenAPI schema, which describes the Speech API; gateway/README.md documents them.
@@ -20,7 +22,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import numpy as np
 from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
@@ -40,6 +41,7 @@ from ..routers import (
 )
 from ..services import AudioStream
 from ..streaming.transport import Disconnected
+from ..word_timing import Word
 from . import wire
 from .session import ElevenLabsSession, SessionOptions
 
@@ -47,11 +49,6 @@ logger = logging.getLogger(__name__)
 
 router = APIRouter()
 PREFIX = "/v1/text-to-speech/{voice_id}"
-
-
-def timings(app: Any) -> wire.WordTimings | None:
-    """The word-timing provider the deployment serves (None: alignment is null)."""
-    return getattr(app.state, "word_timings", None)
 
 
 async def _body(request: Request) -> wire.TextToSpeechBody:
@@ -67,14 +64,17 @@ async def _body(request: Request) -> wire.TextToSpeechBody:
 
 
 def _plan(request: Request, voice_id: str, body: wire.TextToSpeechBody, output_format: str | None,
-          streamed: bool) -> SpeechPlan:
+          streamed: bool, aligned: bool = False) -> SpeechPlan:
+    """`aligned`: the response carries alignment, so the words are timed where the deployment has an aligner."""
     fmt, rate = wire.output_format(output_format)
     metrics = request.app.state.metrics
     trace = trace_of(request.scope)
     metrics.requested(trace, body.model_id)
-    return service(request).plan(wire.speech_fields(
+    svc = service(request)
+    return svc.plan(wire.speech_fields(
         body.text, voice_id, body.model_id, fmt, rate, streamed=streamed, voice_settings=body.voice_settings,
-        language_code=body.language_code, seed=body.seed, max_new_tokens=body.max_new_tokens))
+        language_code=body.language_code, seed=body.seed, max_new_tokens=body.max_new_tokens,
+        word_timestamps=aligned and svc.deployment.aligner_model is not None))
 
 
 def _raw(plan: SpeechPlan, audio: bytes) -> bytes:
@@ -85,42 +85,42 @@ def _raw(plan: SpeechPlan, audio: bytes) -> bytes:
     return audio
 
 
-async def _whole(request: Request, voice_id: str, output_format: str | None) -> tuple[SpeechPlan, bytes, Any]:
+async def _whole(request: Request, voice_id: str, output_format: str | None,
+                 aligned: bool = False) -> tuple[SpeechPlan, bytes, Any, str]:
     body = await _body(request)
-    plan = _plan(request, voice_id, body, output_format, streamed=False)
+    plan = _plan(request, voice_id, body, output_format, streamed=False, aligned=aligned)
     clip = await until_disconnect(request, service(request).synthesize(plan, request_id(request),
                                                                      trace=trace_of(request.scope)))
-    return plan, _raw(plan, clip.audio), clip
+    return plan, _raw(plan, clip.audio), clip, body.text
 
 
 @router.post(PREFIX, include_in_schema=False)
 async def convert(voice_id: str, request: Request, output_format: str | None = None) -> Response:
-    plan, audio, _ = await _whole(request, voice_id, output_format)
+    plan, audio, _, _ = await _whole(request, voice_id, output_format)
     return Response(audio, media_type=wire.MEDIA_TYPES[plan.output.format])
 
 
 @router.post(PREFIX + "/with-timestamps", include_in_schema=False)
 async def convert_with_timestamps(voice_id: str, request: Request, output_format: str | None = None) -> Response:
-    plan, audio, clip = await _whole(request, voice_id, output_format)
-    pcm = clip.pcm if clip.pcm is not None else np.zeros(0, np.float32)
-    aligned = await wire.align(timings(request.app), plan.text, pcm, plan.output.source_rate,
-                               plan.language, plan.output.speed)
+    _, audio, clip, text = await _whole(request, voice_id, output_format, aligned=True)
+    aligned = wire.alignment(text, clip.words, clip.seconds)  # (the words' times are after `speed`, as the audio)
     shaped = aligned.http() if aligned is not None else None
     return JSONResponse({"audio_base64": base64.b64encode(audio).decode("ascii"), "alignment": shaped,
                          "normalized_alignment": shaped})
 
 
-async def _open(request: Request, voice_id: str, output_format: str | None) -> tuple[SpeechPlan, AudioStream]:
+async def _open(request: Request, voice_id: str, output_format: str | None,
+                aligned: bool = False) -> tuple[AudioStream, str]:
     body = await _body(request)
-    plan = _plan(request, voice_id, body, output_format, streamed=True)
+    plan = _plan(request, voice_id, body, output_format, streamed=True, aligned=aligned)
     stream = await until_disconnect(request, service(request).open_stream(plan, request_id(request),
                                                                         trace=trace_of(request.scope)))
-    return plan, stream
+    return stream, body.text
 
 
 @router.post(PREFIX + "/stream", include_in_schema=False)
 async def stream(voice_id: str, request: Request, output_format: str | None = None) -> Response:
-    _, audio = await _open(request, voice_id, output_format)
+    audio, _ = await _open(request, voice_id, output_format)
     return AudioStreamResponse(audio, {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
@@ -140,10 +140,14 @@ class _Lines(StreamingResponse):
 
 @router.post(PREFIX + "/stream/with-timestamps", include_in_schema=False)
 async def stream_with_timestamps(voice_id: str, request: Request, output_format: str | None = None) -> Response:
-    plan, audio = await _open(request, voice_id, output_format)
-    parts: list[np.ndarray] = []
-    audio.tap = parts.append
-    provider = timings(request.app)
+    audio, text = await _open(request, voice_id, output_format, aligned=True)
+    words: list[Word] | None = None
+
+    async def on_words(got: tuple[Word, ...]) -> None:  # each segment's, on the stream's timeline
+        nonlocal words
+        words = [*(words or []), *got]
+
+    audio.on_words = on_words
 
     def line(data: bytes, alignment: dict[str, Any] | None = None) -> bytes:
         return json.dumps({"audio_base64": base64.b64encode(data).decode("ascii"), "alignment": alignment,
@@ -153,8 +157,7 @@ async def stream_with_timestamps(voice_id: str, request: Request, output_format:
         async for data in audio.body():  # (a failure after the first line ends the body, as a raw stream's)
             if data:
                 yield line(data)
-        pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        aligned = await wire.align(provider, plan.text, pcm, plan.output.source_rate, plan.language)
+        aligned = wire.alignment(text, words, audio.seconds)
         if aligned is not None:
             yield line(b"", aligned.http())
 
@@ -183,7 +186,7 @@ async def _socket(websocket: WebSocket, voice_id: str, multi: bool) -> None:
         await transport.close(wire.WS_POLICY, exc.message[:120])
         return
     session = ElevenLabsSession(app.state.speech, transport, app.state.settings, rid, voice_id, options,
-                                keys=websocket.scope.get(DEFERRED_KEYS), timings=timings(app),
+                                keys=websocket.scope.get(DEFERRED_KEYS),
                                 route=trace_of(websocket.scope).route, stop=app.state.drain.started)
     try:
         await session.run()

@@ -13,7 +13,8 @@ Obligations:
   `generation_config`); its settings hold for the context (`speed` as the Speech API's: a streamed
   request takes 1.0 only, else the context is refused).
 - Text becomes audio in one of two modes, chosen per connection:
-  * incremental (the family takes text while it generates, gateway.family.takes_open_text): the first
+  * incremental (the family takes text while it generates, gateway.family.takes_open_text, and no aligner
+    is deployed): the first
     text of a context starts ONE generation (the streaming prompt mode) and later text extends it while
     audio streams; `flush` ends its text; text after a flush starts the next generation (after the
     previous one's audio).
@@ -24,8 +25,10 @@ Obligations:
   A context's requests run one after the other, so its audio is in text order; contexts run concurrently.
 - Replies: `{"audio": base64, "isFinal": null, "alignment": ..., "normalizedAlignment": ...}` (+ `contextId`
   on multi-stream) per chunk as decoded; after each generation's audio, its alignment (times relative to
-  that generation's start, spanning its audio) in a message with empty audio when word timings are served
-  (`WordTimings`), else no alignment at all (null fields, as ElevenLabs with alignment off).
+  that generation's start, spanning its audio) in a message with empty audio when the deployment has a
+  forced aligner (gateway.word_timing: each sentence request asks for `word_timestamps`; incremental text
+  is then not used, since words are timed a sentence at a time), else no alignment at all (null fields, as
+  ElevenLabs with alignment off).
 - stream-input ends with `{"text": ""}`: everything is flushed, its audio sent, then `{"isFinal": true}` and
   close 1000. A message after that end is an error, close 1008.
 - multi-stream-input: `{"text": ""}` keeps a context alive; `flush` (with `context_id`) flushes one context;
@@ -53,7 +56,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 from pydantic import ValidationError
 
 from ttscore.contract.errors import InvalidRequest
@@ -67,6 +69,7 @@ from ..settings import Settings
 from ..speech_fields import SpeechFields
 from ..streaming.transport import CLOSE_NORMAL, GONE, STOP, Disconnected, Inbox, Transport
 from ..text_split import TextSplitter
+from ..word_timing import Word
 from . import wire
 
 logger = logging.getLogger(__name__)
@@ -172,15 +175,15 @@ class Context:
 
 class ElevenLabsSession:
     def __init__(self, service: SpeechService, transport: Transport, settings: Settings, request_id: str,
-                 voice_id: str, options: SessionOptions, *, keys: Any | None, timings: wire.WordTimings | None,
-                 route: str, stop: asyncio.Event) -> None:
+                 voice_id: str, options: SessionOptions, *, keys: Any | None, route: str,
+                 stop: asyncio.Event) -> None:
         self.service = service
         self.transport = transport
         self.request_id = request_id
         self.voice_id = voice_id
         self.options = options
         self.keys = keys  # not None: the key must come in the first message (gateway.auth.DEFERRED_KEYS)
-        self.timings = timings
+        self.aligned = service.deployment.aligner_model is not None  # words timed: alignment is sent
         self.route = route
         self.stop = stop
         self.max_message_bytes = settings.ws_max_config_bytes
@@ -222,7 +225,7 @@ class ElevenLabsSession:
         o = self.options
         return wire.speech_fields(text, self.voice_id, o.model_id, o.fmt, o.rate, streamed=True,
                                   voice_settings=settings, language_code=o.language_code,
-                                  max_new_tokens=o.max_new_tokens)
+                                  max_new_tokens=o.max_new_tokens, word_timestamps=self.aligned)
 
     def _plan(self, fields: SpeechFields) -> SpeechPlan:
         """Plan as the Speech API does; a refusal in the dialect's terms."""
@@ -235,8 +238,9 @@ class ElevenLabsSession:
 
     def _probe(self) -> None:
         """The voice, model and format of the URL, planned once; which text mode the model takes."""
-        plan = self._plan(replace(self._fields("probe", None), non_streaming_mode=False))
-        self.incremental = takes_open_text(plan)
+        plan = self._plan(replace(self._fields("probe", None), non_streaming_mode=False, word_timestamps=None))
+        # Words are timed a sentence at a time (gateway.word_timing): with an aligner, sentences.
+        self.incremental = takes_open_text(plan) and not self.aligned
 
     async def _serve(self) -> None:
         while True:
@@ -508,16 +512,20 @@ class ElevenLabsSession:
     async def _stream(self, ctx: Context, plan: SpeechPlan, opening: Awaitable[Any], spoken: Callable[[], str]) -> None:
         """Send a generation's audio as it comes, then its alignment (of `spoken()`, its whole text)."""
         stream = await opening
-        parts: list[np.ndarray] = []
-        stream.tap = parts.append
+        words: list[Word] | None = None
+
+        async def on_words(got: tuple[Word, ...]) -> None:
+            nonlocal words
+            words = [*(words or []), *got]
+
+        stream.on_words = on_words
         try:
             async for data in stream.body():
                 if data:
                     await self._audio(ctx, data)
         finally:
             await stream.aclose()
-        pcm = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-        aligned = await wire.align(self.timings, spoken(), pcm, plan.output.source_rate, plan.language)
+        aligned = wire.alignment(spoken(), words, stream.seconds)
         if aligned is not None:
             await self._audio(ctx, b"", aligned.ws())
 

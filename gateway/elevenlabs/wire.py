@@ -18,14 +18,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import APIError
 from ..speech_fields import SpeechFields
+from ..word_timing import Word
 
 # --- output formats --------------------------------------------------------------------------------
 
@@ -217,12 +218,14 @@ def language(code: str | None) -> str | None:
 
 def speech_fields(text: str, voice_id: str, model_id: str | None, fmt: str, rate: int, *, streamed: bool,
                   voice_settings: VoiceSettings | None = None, language_code: str | None = None,
-                  seed: int | None = None, max_new_tokens: int | None = None) -> SpeechFields:
-    """The Speech API request the dialect's request means (planned like any other)."""
+                  seed: int | None = None, max_new_tokens: int | None = None,
+                  word_timestamps: bool = False) -> SpeechFields:
+    """The Speech API request the dialect's request means (planned like any other); `word_timestamps`: its
+    words timed by the deployment's aligner (what the alignment is made of)."""
     return SpeechFields(input=text, model=model_id, voice=voice_id, response_format=fmt, sample_rate=rate,
                         speed=voice_settings.speed if voice_settings is not None else None,
                         language=language(language_code), seed=seed, max_new_tokens=max_new_tokens,
-                        stream_format="audio" if streamed else None)
+                        stream_format="audio" if streamed else None, word_timestamps=word_timestamps or None)
 
 
 # --- voices ----------------------------------------------------------------------------------------
@@ -247,25 +250,6 @@ def voice_list(voices: list[str], uploaded: list[dict[str, Any]]) -> dict[str, A
 
 
 @dataclass(frozen=True)
-class Word:
-    """A word as the aligner times it (ttscore.contract.aligner): seconds from the start of the audio of
-    `text`, and its characters [char_start, char_end) in that text."""
-
-    text: str
-    start: float
-    end: float
-    char_start: int
-    char_end: int
-
-
-class WordTimings(Protocol):
-    """Word timestamps of a sentence's audio (the forced aligner); None: not available."""
-
-    async def words(self, text: str, pcm: np.ndarray, sample_rate: int, language: str | None) -> list[Word] | None:
-        ...
-
-
-@dataclass(frozen=True)
 class CharAlignment:
     chars: list[str]
     starts: list[float]  # seconds
@@ -285,7 +269,7 @@ class CharAlignment:
                 "character_end_times_seconds": [round(e - offset_s, 3) for e in self.ends]}
 
 
-def char_alignment(text: str, words: list[Word], duration_s: float) -> CharAlignment:
+def char_alignment(text: str, words: Sequence[Word], duration_s: float) -> CharAlignment:
     """Per-character times of `text` spoken in `duration_s` seconds of audio, from its words' timestamps.
     A word's characters share its time evenly; the characters no word covers (spaces, punctuation
     outside words, text before the first word or after the last) share the gap they stand in (before
@@ -330,22 +314,14 @@ def char_alignment(text: str, words: list[Word], duration_s: float) -> CharAlign
     return CharAlignment(list(text), [float(s or 0.0) for s in starts], [float(e or 0.0) for e in ends])
 
 
-async def align(timings: WordTimings | None, text: str, pcm: np.ndarray, sample_rate: int, language: str | None,
-                speed: float = 1.0) -> CharAlignment | None:
-    """The character alignment of `text` spoken as `pcm` (model audio, played `speed` times as fast), or
-    None without word timings (no provider, or it has none for this text)."""
-    if timings is None or not text:
-        return None
-    words = await timings.words(text, pcm, sample_rate, language)
-    if words is None:
-        return None
-    scaled = [Word(w.text, w.start / speed, w.end / speed, w.char_start, w.char_end) for w in words]
-    return char_alignment(text, scaled, pcm.size / sample_rate / speed)
+def alignment(text: str, words: Sequence[Word] | None, duration_s: float) -> CharAlignment | None:
+    """The character alignment of `text` from its words (None: the request was not aligned, no aligner deployed)."""
+    return None if words is None else char_alignment(text, words, duration_s)
 
 
 __all__ = [
     "DEFAULT_OUTPUT_FORMAT", "OUTPUT_FORMATS", "CharAlignment", "ClientMessage", "ElevenLabsError",
-    "ElevenLabsValidationError", "TextToSpeechBody", "VoiceSettings", "Word", "WordTimings", "align", "char_alignment",
+    "ElevenLabsValidationError", "TextToSpeechBody", "VoiceSettings", "Word", "alignment", "char_alignment",
     "dialect_error", "error", "from_validation", "is_dialect_path", "output_format", "speech_fields",
     "validation_error", "voice_list", "ws_error",
 ]

@@ -5,33 +5,18 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from dataclasses import replace
 
 import pytest
-from gateway_fixtures import FakeBackend, fake_app_client
+from gateway_fixtures import ALIGNER_MODEL, FakeBackend, fake_app_client
 from starlette.websockets import WebSocketDisconnect
 
 from gateway.elevenlabs import session as el_session
 from gateway.elevenlabs import wire
-from gateway.elevenlabs.wire import Word
 
 pytestmark = pytest.mark.gateway
 
 TTS = "/v1/text-to-speech"
-
-
-class FakeTimings:
-    """Word timestamps: the words of the text spread evenly over the audio (what an aligner would give)."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    async def words(self, text, pcm, sample_rate, language):  # type: ignore[no-untyped-def]
-        self.calls.append(text)
-        found = list(re.finditer(r"\S+", text))
-        span = pcm.size / sample_rate / max(1, len(found))
-        return [Word(m.group(), i * span, (i + 0.8) * span, m.start(), m.end()) for i, m in enumerate(found)]
 
 
 FRAMES = 3  # frames per request (the fake speaks max_new_tokens frames; the family's default is 2048)
@@ -52,6 +37,13 @@ def fake():
 @pytest.fixture
 def client(tmp_path, fake):
     with fake_app_client(tmp_path, fake) as c:
+        yield c
+
+
+@pytest.fixture
+def aligned(tmp_path, fake):
+    """A deployment with a forced aligner (FakeBackend's: the words evenly over the audio)."""
+    with fake_app_client(tmp_path, fake, aligner_model=ALIGNER_MODEL) as c:
         yield c
 
 
@@ -109,23 +101,27 @@ def test_speed_honoured_whole_refused_streamed_other_settings_ignored(client):
     assert r.status_code == 400 and r.json()["detail"]["status"] == "invalid_speed"
 
 
-def test_with_timestamps_without_and_with_word_timings(client):
+def test_with_timestamps_without_and_with_an_aligner(client, aligned, fake):
     plain = client.post(f"{TTS}/vivian?output_format=pcm_24000", json={"text": "Hello there."}).content
     r = client.post(f"{TTS}/vivian/with-timestamps?output_format=pcm_24000", json={"text": "Hello there."})
     assert r.status_code == 200
     body = r.json()
     assert base64.b64decode(body["audio_base64"]) == plain
     assert body["alignment"] is None and body["normalized_alignment"] is None
-    client.app.state.word_timings = FakeTimings()
-    body = client.post(f"{TTS}/vivian/with-timestamps?output_format=pcm_24000", json={"text": "Hello there."}).json()
+    body = aligned.post(f"{TTS}/vivian/with-timestamps?output_format=pcm_24000", json={"text": "Hello there."}).json()
+    assert base64.b64decode(body["audio_base64"]) == plain
+    assert [c[0] for c in fake.aligner_calls] == ["Hello there."]
     al = body["alignment"]
     assert al["characters"] == list("Hello there.")
     starts, ends = al["character_start_times_seconds"], al["character_end_times_seconds"]
     assert starts[0] == 0.0 and ends[-1] == pytest.approx(len(plain) / 2 / 24000, abs=1e-3)
     assert all(a <= b for a, b in zip(starts, ends, strict=True)) and starts == sorted(starts)
+    half = len(plain) / 2 / 24000 / 2  # the fake aligner's two words share the clip evenly
+    assert starts[6] == pytest.approx(half, abs=1e-3) and ends[4] == pytest.approx(half, abs=1e-3)
+    assert body["normalized_alignment"] == al
 
 
-def test_stream_with_timestamps_lines(client):
+def test_stream_with_timestamps_lines(client, aligned):
     url = f"{TTS}/vivian/stream/with-timestamps?output_format=pcm_24000"
     with client.stream("POST", url, json={"text": "Hello there."}) as r:
         assert r.status_code == 200
@@ -133,8 +129,7 @@ def test_stream_with_timestamps_lines(client):
     assert len(lines) >= 2 and all(x["alignment"] is None for x in lines)
     audio = b"".join(base64.b64decode(x["audio_base64"]) for x in lines)
     assert audio == speech(client, response_format="pcm", stream_format="audio")
-    client.app.state.word_timings = FakeTimings()
-    with client.stream("POST", url, json={"text": "Hello there."}) as r:
+    with aligned.stream("POST", url, json={"text": "Hello there."}) as r:
         lines = [json.loads(x) for x in r.iter_lines() if x]
     assert lines[-1]["audio_base64"] == "" and lines[-1]["alignment"]["characters"] == list("Hello there.")
     assert all(x["alignment"] is None for x in lines[:-1])
@@ -240,10 +235,10 @@ def test_stream_input_sentences_schedule_and_trigger(client, fake, monkeypatch):
     assert len(audio_of(msgs)) == 4 * FRAMES * 1920 * 2  # 16-bit samples of FRAMES frames each
 
 
-def test_stream_input_alignment_with_word_timings(client, fake, monkeypatch):
-    sentence_mode(monkeypatch)
-    client.app.state.word_timings = FakeTimings()
-    with client.websocket_connect(f"{TTS}/vivian/stream-input?output_format=pcm_24000&auto_mode=true") as ws:
+def test_stream_input_alignment_with_an_aligner(aligned, fake):
+    """With an aligner the sentences are generated one a request (words are timed a sentence at a time), each
+    followed by its alignment."""
+    with aligned.websocket_connect(f"{TTS}/vivian/stream-input?output_format=pcm_24000&auto_mode=true") as ws:
         ws.send_json({"text": " "})
         ws.send_json({"text": "Hi there. Bye now. "})
         ws.send_json({"text": ""})
@@ -252,7 +247,9 @@ def test_stream_input_alignment_with_word_timings(client, fake, monkeypatch):
     assert [m["alignment"]["chars"] for m in aligned] == [list("Hi there."), list("Bye now.")]
     one = aligned[0]["alignment"]
     assert one == aligned[0]["normalizedAlignment"] and one["charStartTimesMs"][0] == 0
-    assert one["charStartTimesMs"][-1] + one["charDurationsMs"][-1] == round(3 * 1920 / 24000 * 1000)
+    assert one["charStartTimesMs"][-1] + one["charDurationsMs"][-1] == round(FRAMES * 1920 / 24000 * 1000)
+    assert not [c for c in fake.calls if c.text_key]  # no incremental generation
+    assert [c[0] for c in fake.aligner_calls] == ["Hi there.", "Bye now."]
 
 
 @pytest.mark.parametrize(("url", "code"), [

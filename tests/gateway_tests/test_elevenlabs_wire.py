@@ -7,7 +7,8 @@ import pytest
 
 from gateway import errors
 from gateway.elevenlabs import wire
-from gateway.elevenlabs.wire import Word, char_alignment
+from gateway.elevenlabs.wire import char_alignment
+from gateway.word_timing import Word
 
 pytestmark = pytest.mark.unit
 
@@ -69,16 +70,7 @@ def test_renderings():
     assert http["characters"] == ["a", "b"] and http["character_end_times_seconds"] == [0.126, 0.3]
 
 
-def test_align_scales_by_speed_and_is_none_without_timings():
-    import asyncio
-
-    import numpy as np
-
-    class Timings:
-        async def words(self, text, pcm, sample_rate, language):  # type: ignore[no-untyped-def]
-            return [Word(text, 0.0, pcm.size / sample_rate, 0, len(text))]
-
-    pcm = np.zeros(24000, np.float32)
-    assert asyncio.run(wire.align(None, "ab", pcm, 24000, "english")) is None
-    al = asyncio.run(wire.align(Timings(), "ab", pcm, 24000, "english", speed=2.0))
-    assert al is not None and al.ends[-1] == pytest.approx(0.5)
+def test_alignment_is_none_without_words():
+    assert wire.alignment("ab", None, 1.0) is None
+    al = wire.alignment("ab", [Word("ab", 0.0, 1.0, 0, 2)], 1.0)
+    assert al is not None and al.ends == pytest.approx([0.5, 1.0])
