@@ -107,3 +107,9 @@ def test_websocket_service_gets_word_timestamps_from_the_alignment(aligned_stack
     assert words[:3] == ["Hello", "from", "pipecat."], got["words"]
     times = [t for _, t in got["words"][:3]]
     assert None in times or times == sorted(times)
+
+
+def test_http_service_gets_word_timestamps_from_the_alignment(aligned_stack):
+    got = run_agent(aligned_stack, "http", aligned_stack["model"])
+    assert got["errors"] == [] and got["first_bytes"] > 0 and got["next_bytes"] > 0
+    assert [w for w, _ in got["words"]][:3] == ["Hello", "from", "pipecat."], got["words"]
