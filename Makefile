@@ -11,12 +11,15 @@ REF5_STAMP := $(REF5)/.installed
 # The third: mlx-audio on mlx's CPU build, MOSS-TTS-Nano's reference (no torch).
 MLX := .venv-mlx
 MLX_STAMP := $(MLX)/.installed
+# The fourth: pipecat-ai, a voice-agent framework that drives the ElevenLabs dialect (its pins differ from .venv's).
+PIPECAT := .venv-pipecat
+PIPECAT_STAMP := $(PIPECAT)/.installed
 DEMO_DIR ?= build/demo
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: setup demo say-demo test test-fast lint clean
 
-setup: $(STAMP) $(REF5_STAMP) $(MLX_STAMP)
+setup: $(STAMP) $(REF5_STAMP) $(MLX_STAMP) $(PIPECAT_STAMP)
 
 $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
@@ -47,6 +50,12 @@ $(MLX_STAMP): requirements-mlx.txt
 	$(MLX)/bin/python -c "import importlib.util as u, sys; sys.exit('torch in $(MLX)' if u.find_spec('torch') else 0)"
 	touch $(MLX_STAMP)
 
+$(PIPECAT_STAMP): requirements-pipecat.txt
+	test -x $(PIPECAT)/bin/python || $(PYTHON) -m venv $(PIPECAT)
+	$(PIPECAT)/bin/python -m pip install -q -r requirements-pipecat.txt
+	$(PIPECAT)/bin/python -c "import importlib.util as u, sys; sys.exit('torch in $(PIPECAT)' if u.find_spec('torch') else 0)"
+	touch $(PIPECAT_STAMP)
+
 # Serve the tiny random-weight demo checkpoint: Triton (8000/8001/8002) + Speech API (8091).
 # Pass your own: make demo CHECKPOINTS="--checkpoint /path/to/Qwen3-TTS-12Hz-0.6B-CustomVoice"
 demo: $(STAMP)
@@ -62,7 +71,7 @@ say-demo: $(STAMP)
 # (tritonserver, references, the gateway) about half the time, so two keep both cores busy; exports are
 # shared through tests/artifacts.py's store (one builds, the other reuses). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-test: $(STAMP) $(REF5_STAMP) $(MLX_STAMP)
+test: $(STAMP) $(REF5_STAMP) $(MLX_STAMP) $(PIPECAT_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy ttscore gateway export triton_tts
 	$(VENV)/bin/mypy --strict ttscore/contract ttscore/runtime

@@ -41,6 +41,8 @@ from .auth import APIKeyMiddleware, APIKeys
 from .backend import InferenceBackend
 from .checkpoints import load_checkpoints
 from .drain import Drain, DrainMiddleware
+from .elevenlabs import http as elevenlabs
+from .elevenlabs import wire as elevenlabs_wire
 from .errors import APIError
 from .metrics import GatewayMetrics, MetricsMiddleware, trace_of
 from .planning import Deployment, VoiceResolver
@@ -72,6 +74,8 @@ def new_request_id() -> str:
 
 
 def _render(exc: APIError, scope: Scope) -> JSONResponse:
+    if elevenlabs_wire.is_dialect_path(scope.get("path", "")):  # the ElevenLabs dialect's shape and statuses
+        exc = elevenlabs_wire.dialect_error(exc)
     trace_of(scope).fail(exc.status, exc.type)
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers or None)
 
@@ -81,10 +85,16 @@ async def _refuse_websocket(exc: APIError, scope: Scope, receive: Receive, send:
     (accepting first, since a message can only follow an accepted handshake)."""
     trace_of(scope).fail(exc.status, exc.type)
     ws = WebSocket(scope, receive, send)
+    if elevenlabs_wire.is_dialect_path(scope.get("path", "")):
+        message = elevenlabs_wire.ws_dialect_error(exc)
+    else:
+        message = errors.ws_error(exc.message)
+    code = message.get("code")
+    close_code = code if isinstance(code, int) else errors.ws_close_code(exc.status)
     try:
         await ws.accept(headers=[(b"x-request-id", rid.encode("latin-1"))])
-        await ws.send_json(errors.ws_error(exc.message))
-        await ws.close(errors.ws_close_code(exc.status), exc.message[:120])  # a close reason is <= 123 bytes
+        await ws.send_json(message)
+        await ws.close(close_code, exc.message[:120])  # a close reason is <= 123 bytes
     except (OSError, RuntimeError):
         logger.info("websocket %s went away while being refused", rid)
 
@@ -248,16 +258,17 @@ def create_app(
     app.state.metrics = metrics
     app.state.drain = drain
     app.include_router(router)
+    app.include_router(elevenlabs.router)
     app.include_router(playground.router)
     _install_error_handlers(app)
     # add_middleware wraps what is there: the last added runs first.
-    app.add_middleware(APIKeyMiddleware, keys=APIKeys(settings.api_keys))
+    app.add_middleware(APIKeyMiddleware, keys=APIKeys(settings.api_keys), defer=elevenlabs_wire.is_dialect_path)
     app.add_middleware(DrainMiddleware, drain=drain, retry_after_s=settings.retry_after_s)
     app.add_middleware(RequestContextMiddleware)
     # Requests are labelled with their route's path template. (FastAPI keeps an included router
     # behind a wrapper of its own; the router's routes match the same paths, since it has no prefix.)
     labelled = [r for r in app.router.routes if isinstance(r, (Route, WebSocketRoute))] + list(router.routes) + list(
-        playground.router.routes)
+        elevenlabs.router.routes) + list(playground.router.routes)
     app.add_middleware(MetricsMiddleware, metrics=metrics, routes=labelled)
     app.openapi = _openapi_without_422(app)  # type: ignore[method-assign]
     return app

@@ -6,6 +6,9 @@
   the playground page (`/` and its assets under `/static/`), which asks for the key itself.
 - The WebSocket also takes the key as the `api_key` query parameter: browsers cannot set headers
   on a WebSocket handshake.
+- The ElevenLabs dialect's header `xi-api-key` is a key like a Bearer token (the same keys). A dialect
+  WebSocket that presents no key in its handshake may send it in its first message (`xi_api_key`): the
+  middleware lets it in with the keys in the scope (`DEFERRED_KEYS`) and the session checks it.
 - A presented key is compared with every configured key in constant time (hmac.compare_digest, no
   early exit), so neither a match nor its position leaks through timing. Keys are never logged.
 
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from urllib.parse import parse_qsl
 
@@ -34,6 +37,8 @@ API_KEY_ID: ContextVar[str | None] = ContextVar("gateway_api_key_id", default=No
 OPEN_PATHS = frozenset({"/", "/health", "/ready", "/metrics"})
 OPEN_PREFIX = "/static/"
 QUERY_PARAM = "api_key"
+XI_API_KEY_HEADER = b"xi-api-key"
+DEFERRED_KEYS = "gateway.auth.deferred_keys"  # scope key: the keys a session checks a message's key against
 
 
 class APIKeys:
@@ -61,6 +66,14 @@ def bearer_token(scope: Scope) -> str | None:
     return None
 
 
+def xi_api_key(scope: Scope) -> str | None:
+    """The ElevenLabs dialect's `xi-api-key` header."""
+    for name, value in scope.get("headers", []):
+        if name == XI_API_KEY_HEADER:
+            return str(value.decode("latin-1").strip())
+    return None
+
+
 def query_key(scope: Scope) -> str | None:
     query = scope.get("query_string", b"").decode("latin-1")
     for name, value in parse_qsl(query, keep_blank_values=True):
@@ -74,18 +87,24 @@ def _open(path: str) -> bool:
 
 
 class APIKeyMiddleware:
-    def __init__(self, app: ASGIApp, keys: APIKeys) -> None:
+    def __init__(self, app: ASGIApp, keys: APIKeys, defer: Callable[[str], bool] | None = None) -> None:
+        """`defer(path)`: a WebSocket on that path without a key in its handshake is let in, to present
+        its key in a message (the session checks it against `scope[DEFERRED_KEYS]`)."""
         self.app = app
         self.keys = keys
+        self.defer = defer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket") and self.keys and not _open(scope["path"]):
-            presented = bearer_token(scope)
+            presented = bearer_token(scope) or xi_api_key(scope)
             if presented is None and scope["type"] == "websocket":
                 presented = query_key(scope)
-            if not presented or not self.keys.accepts(presented):
+            if not presented and scope["type"] == "websocket" and self.defer is not None and self.defer(scope["path"]):
+                scope[DEFERRED_KEYS] = self.keys
+            elif not presented or not self.keys.accepts(presented):
                 raise errors.invalid_api_key(missing=not presented)
-            token = API_KEY_ID.set(key_id(presented))
+            # (a deferred key is checked by the session, after this: its requests carry no key identity)
+            token = API_KEY_ID.set(key_id(presented) if presented else None)
             try:
                 await self.app(scope, receive, send)
             finally:
