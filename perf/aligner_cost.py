@@ -12,14 +12,14 @@ import time
 
 import numpy as np
 
-from ttscore.runtime.qwen3_forced_aligner.model import ForcedAligner
+from ttscore.contract.plugins import aligner_part
 
 RATE = 24000
-WORDS = "the quick brown fox jumps over the lazy dog and then it runs far away into the forest".split()
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "and", "then", "it", "runs", "far", "away", "into", "the", "forest"]
 
 
 def main(artifacts: str, out: str) -> None:
-    aligner = ForcedAligner(artifacts, threads=2)
+    aligner = aligner_part("ttscore.runtime.{}.model", "ForcedAligner")(artifacts, threads=2)  # type: ignore[operator]
     rows = []
     for seconds in (2.0, 5.0, 10.0):
         n_words = max(3, int(seconds * 2.6))
