@@ -56,6 +56,33 @@ def _no_process_wide_onnx_pool() -> Iterator[None]:
     assert not getattr(onnx_runtime, "_shared_pool", None), "a test turned on ONNX Runtime's process-wide pool"
 
 
+_TINY = 2.2250738585072014e-308  # the smallest normal double: a third of it is subnormal, 0 when flushed
+
+
+@pytest.fixture(scope="session")
+def _float_environment() -> Any:
+    """The pytest thread's floating-point environment at the start (ttscore...words.float_environment_kept)."""
+    import ctypes
+    import ctypes.util
+
+    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    env = ctypes.create_string_buffer(256)
+    libm.fegetenv(env)
+    return libm, env
+
+
+@pytest.fixture(autouse=True)
+def _subnormals_kept(_float_environment: Any) -> Iterator[None]:
+    """A native library built with -ffast-math (nagisa's DyNet, which qwen-asr imports) switches the thread that
+    loads it to flushing subnormals to zero; every later test of the worker would then compute differently (and
+    hypothesis refuses to draw floats). The environment is restored after any test that changed it."""
+    yield
+    if not _TINY / 3 > 0:
+        libm, env = _float_environment
+        libm.fesetenv(env)
+        assert _TINY / 3 > 0
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_speaker_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """A gateway built without an explicit speaker_samples_dir must never touch ~/.cache."""

@@ -118,3 +118,12 @@ def test_chunk_layout_counts_what_qwen_asr_counts() -> None:
         assert lay.embeddings == qwen_asr_length(frames), frames
         assert lay.chunks.shape == (-(-frames // 100), 8, min(frames, 100))
         assert lay.window_id.max() == (lay.embeddings - 1) // (conv_frames(min(frames, 100)) * 8)
+
+
+def test_loading_nagisa_keeps_subnormals() -> None:
+    """nagisa's DyNet switches the loading thread to flush subnormals to zero; the runtime loads it with the thread's
+    floating-point environment kept (every float computation after it would otherwise change)."""
+    from ttscore.runtime.qwen3_forced_aligner import words
+
+    words._nagisa()
+    assert 2.2250738585072014e-308 / 3 > 0

@@ -18,7 +18,8 @@ after the last trails it. Words cut from one character (nagisa cuts NFKC's "XII"
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -79,9 +80,27 @@ def space_words(text: str) -> list[str]:
     return [w for seg in text.split() if (c := clean(seg)) for w in _split_cjk(c)]
 
 
+@contextmanager
+def float_environment_kept() -> Iterator[None]:
+    """Keep this thread's floating-point environment as it was: nagisa's DyNet library is built to flush subnormals to
+    zero, and loading it switches the loading thread to that (every float computation of the thread after it,
+    numpy's included, would change)."""
+    import ctypes
+    import ctypes.util
+
+    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    env = ctypes.create_string_buffer(256)  # fenv_t (32 bytes on x86-64), with room to spare
+    libm.fegetenv(env)
+    try:
+        yield
+    finally:
+        libm.fesetenv(env)
+
+
 @lru_cache(maxsize=1)
 def _nagisa() -> Any:
-    import nagisa  # loads its model once (a few seconds); only Japanese needs it
+    with float_environment_kept():
+        import nagisa  # loads its model once (a few seconds); only Japanese needs it
 
     return nagisa
 
