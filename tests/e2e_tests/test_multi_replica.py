@@ -368,11 +368,20 @@ def replay_round(cluster: dict, kinds: list[str], how: signal.Signals = signal.S
     run_jobs(calm, gateway.url, model)
     assert all(j.ok and not j.error for j in calm), [(j.kind, j.error) for j in calm if not j.ok]
     replays_before = gateway_counter(gateway, "tts_replayed_requests_total")
-    victim = cluster["tritons"][0]
+    victim: list[int] = []
+
+    def cut() -> None:
+        # The Triton that holds the most of the round's streams right now (the gateway's count per endpoint):
+        # under a loaded machine they were all seen on one, and a kill of the other replayed nothing.
+        endpoints = ready_body(gateway.url).get("endpoints", {})
+        held = [endpoints.get(t.grpc_url, {}).get("outstanding", 0) for t in cluster["tritons"]]
+        victim.append(max(range(len(held)), key=held.__getitem__))
+        os.kill(cluster["tritons"][victim[0]].pid, how)
+
     killed = [Job(kind, 1000 + i, frames) for i, kind in enumerate(kinds)]
-    run_jobs(killed, gateway.url, model, lambda: os.kill(victim.pid, how))
+    run_jobs(killed, gateway.url, model, cut)
     replays = gateway_counter(gateway, "tts_replayed_requests_total") - replays_before
-    restart(cluster, 0)
+    restart(cluster, victim[0])
     return calm, killed, replays
 
 
