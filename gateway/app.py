@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import uuid
@@ -27,6 +28,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route, WebSocketRoute
@@ -37,7 +39,7 @@ from ttscore.contract.errors import InvalidRequest
 
 from . import errors, playground
 from .aliases import AliasError
-from .auth import APIKeyMiddleware, APIKeys
+from .auth import API_KEY_ID, APIKeyMiddleware, APIKeys
 from .backend import InferenceBackend
 from .checkpoints import load_checkpoints
 from .drain import Drain, DrainMiddleware
@@ -45,8 +47,9 @@ from .elevenlabs import http as elevenlabs
 from .elevenlabs import wire as elevenlabs_wire
 from .errors import APIError
 from .metrics import GatewayMetrics, MetricsMiddleware, trace_of
-from .planning import Deployment, VoiceResolver
+from .planning import Deployment, VoiceResolver, plan_speech
 from .pool import pool_from_settings
+from .protocol import SpeechRequest
 from .routers import REQUEST_ID_KEY, ClientDisconnected, router
 from .services import SpeechService, StreamAborted
 from .settings import Settings, SettingsError
@@ -148,6 +151,80 @@ class RequestContextMiddleware:
                 await _render(errors.internal(rid), scope)(scope, receive, send_with_id)
 
 
+# The HTTP requests that ask admission control for a slot (a generation or a batch of them); the first is decided
+# here, as soon as its body is in.
+GENERATION_PATHS = frozenset({"/v1/audio/speech", "/v1/audio/speech/batch"})
+DECIDED_HERE = "/v1/audio/speech"
+# Bodies up to this size are read for their model here (a larger one, with inline reference audio, is decided
+# when its route plans it).
+PEEK_MAX_BYTES = 64 * 1024
+
+
+class AdmissionMiddleware:
+    """Admission control's HTTP end (gateway.admission): a generation request counts as arriving until it is
+    decided, and a speech request is decided here as soon as its body is read, in the order requests are read:
+    from the model its `model` names (a dictionary lookup), or else from where its plan routes it. Its route
+    then claims that decision."""
+
+    def __init__(self, app: ASGIApp, resolve_model: Callable[[dict[str, Any]], str | None]) -> None:
+        self.app = app
+        self.resolve_model = resolve_model
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        speech = getattr(scope["app"].state, "speech", None) if scope["type"] == "http" else None
+        path = scope.get("path", "")
+        if speech is None or scope["method"] != "POST" or not (
+                path in GENERATION_PATHS or elevenlabs_wire.is_dialect_path(path)):
+            await self.app(scope, receive, send)
+            return
+        admission = speech.admission
+        with admission.arrival():
+            if path != DECIDED_HERE:
+                await self.app(scope, receive, send)
+                return
+            messages, body = await _read_body(receive)
+            fields = _json_object(body)
+            if fields is not None and isinstance(fields.get("model"), str):  # (the route says it again)
+                scope["app"].state.metrics.requested(trace_of(scope), fields["model"])
+            served = self.resolve_model(fields) if fields is not None else None
+            ticket = admission.take(served, API_KEY_ID.get()) if served is not None else None
+
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
+
+        if ticket is None:  # not decided here (not JSON, no such model, a large body): its route decides
+            await self.app(scope, replay, send)
+            return
+        with admission.taken(ticket):
+            await self.app(scope, replay, send)
+
+
+async def _read_body(receive: Receive) -> tuple[list[Message], bytes]:
+    """The request's body messages as received (to replay) and its bytes, up to PEEK_MAX_BYTES + a message."""
+    messages: list[Message] = []
+    size = 0
+    parts: list[bytes] = []
+    while size <= PEEK_MAX_BYTES:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        parts.append(chunk)
+        size += len(chunk)
+        if not message.get("more_body", False):
+            return messages, b"".join(parts)
+    return messages, b""
+
+
+def _json_object(body: bytes) -> dict[str, Any] | None:
+    try:
+        parsed = json.loads(body) if body else None
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     async def api_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, APIError)
@@ -221,6 +298,18 @@ def create_app(
         ckpt = deployment.default_model() if deployment.routes_by_default(model) else deployment.find_model(model)
         return ckpt.name if ckpt is not None else None
 
+    def admitted_model(fields: dict[str, Any]) -> str | None:
+        """The served model a speech request's JSON `fields` generate with: the one `model` names, or where it is
+        routed (by its voice or task) among several: its plan's (None: the request is invalid; its route says
+        why)."""
+        model = fields.get("model")
+        if isinstance(model, str) and not deployment.routes_by_default(model):
+            return resolve_model(model)
+        try:
+            return plan_speech(SpeechRequest.model_validate(fields).to_fields(), deployment).checkpoint.name
+        except (ValidationError, APIError, InvalidRequest):
+            return None
+
     metrics = GatewayMetrics([c.name for c in checkpoints], resolve_model, lambda: len(served.uploaded_voices()))
     drain = Drain()
 
@@ -262,6 +351,7 @@ def create_app(
     app.include_router(playground.router)
     _install_error_handlers(app)
     # add_middleware wraps what is there: the last added runs first.
+    app.add_middleware(AdmissionMiddleware, resolve_model=admitted_model)
     app.add_middleware(APIKeyMiddleware, keys=APIKeys(settings.api_keys), defer=elevenlabs_wire.is_dialect_path)
     app.add_middleware(DrainMiddleware, drain=drain, retry_after_s=settings.retry_after_s)
     app.add_middleware(RequestContextMiddleware)

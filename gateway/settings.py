@@ -154,6 +154,8 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
 # Admission limits the environment may set (TTS_<KEY>), replacing the config file's.
 ADMISSION_KEYS = ("max_running_per_model", "max_queued_per_model", "max_running", "max_queued", "max_queue_wait_s",
                   "max_concurrent_per_key")
+# ... each set by the environment variable of its name (compose, Kubernetes).
+ADMISSION_ENV = {key: f"TTS_{key.upper()}" for key in ADMISSION_KEYS}
 
 
 class SettingsError(TTSError):
@@ -443,8 +445,7 @@ class Settings(BaseModel):
 def _env_admission(environ: Mapping[str, str]) -> dict[str, Any]:
     """Admission limits the environment sets (TTS_MAX_RUNNING_PER_MODEL, ...)."""
     out: dict[str, Any] = {}
-    for key in ADMISSION_KEYS:
-        name = f"TTS_{key.upper()}"
+    for key, name in ADMISSION_ENV.items():
         raw = environ.get(name, "").strip()
         if not raw:
             continue

@@ -77,7 +77,8 @@ def _cmd_say(args: argparse.Namespace) -> int:
 
     from ttscore.contract.errors import InvalidRequest
     from ttscore.contract.manifest import read_manifest
-    from ttscore.runtime.engine import Generator
+    from ttscore.contract.rules import DEFAULT_RUNAWAY_FACTOR, DEFAULT_RUNAWAY_MIN_S
+    from ttscore.runtime.engine import Generator, RunawayGuard
     from ttscore.runtime.families import FAMILIES
     from ttscore.runtime.family import SayOptions
 
@@ -100,7 +101,12 @@ def _cmd_say(args: argparse.Namespace) -> int:
         ref_audio=args.ref_audio, ref_text=args.ref_text, x_vector_only=args.x_vector_only, seed=args.seed,
         max_new_tokens=args.max_new_tokens, non_streaming_mode=args.non_streaming_mode, greedy=args.greedy,
     ))
-    gen = Generator(job.model, max_batch=1, chunk_policy="fixed")  # a file: chunk boundaries that repeat bit for bit
+    rules = FAMILIES[family].rules
+    guard = RunawayGuard(rules.seconds_per_text_token,
+                         DEFAULT_RUNAWAY_FACTOR if args.runaway_factor is None else args.runaway_factor,
+                         DEFAULT_RUNAWAY_MIN_S if args.runaway_min_s is None else args.runaway_min_s)
+    # A file: chunk boundaries that repeat bit for bit.
+    gen = Generator(job.model, max_batch=1, chunk_policy="fixed", runaway=guard)
     t0 = time.time()
     chunks, frames, reason = [], 0, None
     for ev in gen.synthesize(job.request):
@@ -225,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--non-streaming-mode", type=lambda v: v.lower() in ("1", "true", "yes"), default=None,
         help="prompt construction mode (default: the variant's)",
     )
+    from triton_tts.serve import add_runaway_args
+
+    add_runaway_args(s)  # as served: a generation that does not stop ends at the guard ("finish: length")
     s.set_defaults(func=_cmd_say)
 
     b = sub.add_parser("bench", help="run a benchmark (see perf/README.md)")

@@ -189,6 +189,19 @@ def test_cli_say_writes_the_same_audio(stack, client, tmp_path):
     assert np.max(np.abs(said.astype(np.int32) - samples.astype(np.int32))) <= 1
 
 
+def test_cli_say_ends_a_generation_at_the_runaway_guard(stack, tmp_path):
+    """`say` runs under the runaway guard as served: past its budget a generation ends with "length"."""
+    out = tmp_path / "guarded.wav"
+    cmd = [sys.executable, "-m", "triton_tts.cli", "say", "--artifacts", str(stack["artifacts"]), "--voice", "vivian",
+           "--language", "English", "--seed", str(SEED), "--max-new-tokens", "1000", "--runaway-factor", "1",
+           "--runaway-min-s", "0.5", "-o", str(out), TEXT]
+    run = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    said, rate = sf.read(out, dtype="int16")
+    frames = int(run.stdout.split(".wav: ")[1].split(" frames")[0])
+    assert "(finish: length;" in run.stdout, run.stdout
+    assert round(0.5 / 0.08) <= frames < 1000 and said.shape[0] == frames * rate * 2 // 25  # 12.5 frames/s
+
+
 def test_sdk_raw_pcm_stream_and_sse_are_the_same_audio(stack, client):
     want = offline_pcm(stack)
     model = stack["names"]["custom_voice"]

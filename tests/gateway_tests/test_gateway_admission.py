@@ -94,6 +94,36 @@ def test_a_queue_wait_bound_refuses_the_waiter_and_a_cancelled_waiter_leaves_the
     assert (load.running, load.queued, load.refused) == (0, 0, {"queue_timeout": 1})
 
 
+def test_a_request_whose_estimated_wait_exceeds_the_bound_is_refused_at_once():
+    now = [0.0]
+    adm = Admission(AdmissionLimits(model_running=2, model_queued=8, queue_wait_s=1.5), ["a"], 1, clock=lambda: now[0])
+
+    async def scenario():
+        first, second = await adm.acquire("a"), await adm.acquire("a")
+        assert adm.expected_wait("a") is None  # nothing measured: no estimate, the queue's bounds only
+        now[0] = 1.0
+        first.release()  # a generation of 1 s: slots free up at 2 per second
+        first = await adm.acquire("a")
+        waiting = [asyncio.ensure_future(adm.acquire("a")) for _ in range(2)]  # waits of ~0.5 s and ~1.0 s
+        await asyncio.sleep(0)
+        assert adm.expected_wait("a") == pytest.approx(1.5)
+        third = asyncio.ensure_future(adm.acquire("a"))  # 1.5 s: still within the bound
+        await asyncio.sleep(0)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(APIError) as refused:
+            await adm.acquire("a")  # 2 s > 1.5 s: no waiting
+        assert asyncio.get_running_loop().time() - started < 0.5
+        for t in [first, second]:
+            t.release()
+        for w in [*waiting, third]:
+            (await w).release() if w.done() else w.cancel()
+        return refused.value
+
+    refused = run(scenario())
+    assert refused.status == 503 and "about 2.0 s" in refused.message and "1.5 s" in refused.message
+    assert adm.snapshot()["a"].refused == {"queue_estimate": 1}
+
+
 def test_a_key_over_its_limit_gets_429_whatever_the_queue_and_other_keys_go_on():
     async def scenario():
         adm = Admission(AdmissionLimits(per_key=1), ["a"], 2)
