@@ -7,6 +7,8 @@
   deadline, or as soon as a process in `logs` has exited, an AssertionError naming `what`, with the
   tail of every log given and `detail()`. `poll` is the same loop for tests that measure instead of fail (None on
   timeout).
+- `processes`, `descendants`, `child_with`: the process tree from /proc, to find the process a fault test stops
+  or kills (a Python backend stub under tritonserver, tritonserver under `triton-tts serve`).
 
 The real tritonserver is started by ttscore.backend.triton_server.TritonServer (product code, with its own
 readiness wait); the `triton_server` fixture in conftest.py wraps it.
@@ -123,3 +125,37 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, what: str, *, logs:
     tails = "".join(f"\n--- {p.name} ({p.log}):\n{p.log_tail()}" for p in logs)
     more = f"\n{detail()}" if detail is not None else ""
     raise AssertionError(f"waiting for {what}: {why}{more}{tails}")
+
+
+def processes() -> list[tuple[int, int, str]]:
+    """(pid, parent pid, command line) of every process, from /proc (ps truncates long lines)."""
+    rows = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # exited meanwhile
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # after "pid (comm) state"
+        rows.append((int(entry.name), ppid, args))
+    return rows
+
+
+def descendants(pid: int) -> list[int]:
+    rows = processes()
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        for child, ppid, _ in rows:
+            if ppid == parent:
+                found.append(child)
+                frontier.append(child)
+    return found
+
+
+def child_with(parent: int, fragment: str) -> int:
+    pids = [pid for pid, ppid, args in processes() if ppid == parent and fragment in args]
+    assert len(pids) == 1, f"expected one child of {parent} running {fragment!r}, found {pids}"
+    return pids[0]

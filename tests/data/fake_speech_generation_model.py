@@ -3,7 +3,8 @@ with its generator replaced by tests/fakes/fake_generator.FakeGenerator, so the 
 config, real scheduler and real wire format are exercised without exported weights.
 
 The conftest fixture copies this file over `<rendered repo>/speech_generation/1/model.py`.
-Knobs (environment of the server): TTS_FAKE_STEP_DELAY_S (default 0.02), TTS_FAKE_SPF (1920).
+Knobs (environment of the server): TTS_FAKE_STEP_DELAY_S (default 0.02), TTS_FAKE_SPF (1920),
+TTS_FAKE_SLOW_STEP_S (0: the one long step of a "slow-step" request).
 """
 
 import importlib.util
@@ -31,4 +32,5 @@ class TritonPythonModel(_production.TritonPythonModel):
             max_batch=settings.max_active_requests,
             samples_per_frame=int(os.environ.get("TTS_FAKE_SPF", "1920")),
             step_delay_s=float(os.environ.get("TTS_FAKE_STEP_DELAY_S", "0.02")),
+            slow_step_s=float(os.environ.get("TTS_FAKE_SLOW_STEP_S", "0")),
         )

@@ -15,7 +15,6 @@ import os
 import signal
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 from aligner_fixtures import *  # noqa: F403  (aligner_tiny, aligner_artifacts)
 from gateway_fixtures import render_stack_repository, start_gateway
+from procs import child_with
 from websockets.sync.client import connect
 
 from gateway import encoding, sse
@@ -182,22 +182,6 @@ def test_bad_word_timestamps_is_a_400_naming_it_and_the_server_keeps_serving(sta
         assert r.status_code == 400 and r.json()["error"]["param"] == "word_timestamps", r.text
     ok = httpx.post(url, json=payload(stack, input="Still here.", max_new_tokens=4), timeout=300)
     assert ok.status_code == 200 and ok.json()["timestamps"]
-
-
-def child_with(parent: int, fragment: str) -> int:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent and fragment in args:
-            pids.append(int(entry.name))
-    assert len(pids) == 1, f"expected one child of {parent} running {fragment!r}, found {pids}"
-    return pids[0]
 
 
 def test_the_aligners_stub_killed_mid_request_ends_it_with_an_error(stack):

@@ -31,7 +31,7 @@ import httpx
 import pytest
 from fault_clients import SPEECH, Client, until_audio_done, ws_done, ws_errors
 from gateway_fixtures import fake_deployment, start_gateway
-from procs import Proc, poll, wait_until
+from procs import Proc, child_with, descendants, poll, wait_until
 from websockets.sync.client import connect
 
 from gateway import sse
@@ -43,40 +43,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 TESTS = Path(__file__).resolve().parents[1]
 FAKE_GENERATION_MODEL = TESTS / "data" / "fake_speech_generation_model.py"
 LONG = 4096  # max_new_tokens (the most Qwen3-TTS takes): minutes of fake frames, so a request is surely in flight
-
-
-def processes() -> list[tuple[int, int, str]]:
-    """(pid, parent pid, command line) of every process, from /proc (ps truncates long lines)."""
-    rows = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # exited meanwhile
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # after "pid (comm) state"
-        rows.append((int(entry.name), ppid, args))
-    return rows
-
-
-def descendants(pid: int) -> list[int]:
-    rows = processes()
-    found, frontier = [], [pid]
-    while frontier:
-        parent = frontier.pop()
-        for child, ppid, _ in rows:
-            if ppid == parent:
-                found.append(child)
-                frontier.append(child)
-    return found
-
-
-def child_with(parent: int, fragment: str) -> int:
-    pids = [pid for pid, ppid, args in processes() if ppid == parent and fragment in args]
-    assert len(pids) == 1, f"expected one child of {parent} running {fragment!r}, found {pids}"
-    return pids[0]
 
 
 def ready(url: str) -> httpx.Response | None:

@@ -5,6 +5,8 @@ Behaviour is chosen by the request text:
   "submit-crash" submit() raises RuntimeError
   "step-crash"   step() raises RuntimeError while this request is active
   "no-final"     the request vanishes from the generator without a final event
+  "slow-step"    the step that makes its second frame (its first chunk already sent) sleeps `slow_step_s` at once:
+                 one long family step (a non-autoregressive unmasking, a long vocoder call)
 anything else: one frame per step up to max_new_tokens (default 3); a chunk every chunk_frames
 (default 1) frames; PCM sample value = frame index; the last chunk is final ("length").
 """
@@ -37,6 +39,7 @@ class FakeGenerator:
     max_batch: int = 8
     samples_per_frame: int = 4
     step_delay_s: float = 0.0
+    slow_step_s: float = 0.0  # "slow-step"
     active: dict[str, _Req] = field(default_factory=dict)
     submitted: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
@@ -71,6 +74,8 @@ class FakeGenerator:
         self.max_seen_batch = max(self.max_seen_batch, len(self.active))
         if self.step_delay_s:
             time.sleep(self.step_delay_s)
+        if any(r.request.text == "slow-step" and r.frames == 1 for r in self.active.values()):
+            time.sleep(self.slow_step_s)
         if any(r.request.text == "step-crash" for r in self.active.values()):
             raise RuntimeError("boom in step")
         events = []
