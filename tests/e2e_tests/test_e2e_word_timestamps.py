@@ -217,6 +217,7 @@ def test_websocket_sentences_carry_their_words(stack, family):
     messages = ws_messages(stack, config, f"{FIRST} {SECOND}")
     assert messages[-1]["type"] == "session.done", messages[-1]
     offset = 0.0
+    places = []
     for sentence in (FIRST, SECOND):
         start = next(i for i, m in enumerate(messages) if isinstance(m, dict) and m["type"] == "audio.start"
                      and m["sentence_text"] == sentence)
@@ -228,6 +229,8 @@ def test_websocket_sentences_carry_their_words(stack, family):
         check(messages[chunk]["timestamps"], offline(stack, pcm, sentence, offset, 0, rate), sentence, sentence,
               offset + pcm.size / rate)
         offset += pcm.size / rate
+        places.append((start, chunk))
+    assert places[0][1] < places[1][0]  # the first sentence's words came before the second's audio
 
 
 @contextmanager
