@@ -93,6 +93,12 @@ def to_int16(pcm: np.ndarray) -> np.ndarray:
     return (q >> 16).astype("<i2")
 
 
+def heard(pcm: np.ndarray) -> np.ndarray:
+    """float32 samples of the 16-bit PCM a client receives for `pcm` (to_int16, read back as x / 2^15): what
+    a client's decoder gives it, clipped to full scale (a model may overshoot it)."""
+    return to_int16(pcm).astype(np.float32) / np.float32(32768.0)
+
+
 def pcm_bytes(pcm: np.ndarray) -> bytes:
     return to_int16(pcm).tobytes()
 

@@ -441,7 +441,9 @@ class SpeechService:
         text = plan.texts[segment]
         if not text.strip() or audio.size == 0:
             return ()
-        inputs = word_timing.aligner_inputs(audio, rate, text, word_timing.aligner_language(plan.language))
+        # The audio as the client gets it (16-bit, clipped), so that its words are those of what it hears.
+        inputs = word_timing.aligner_inputs(encoding.heard(audio), rate, text,
+                                            word_timing.aligner_language(plan.language))
         started = time.monotonic()
         try:
             try:

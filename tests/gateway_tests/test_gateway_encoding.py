@@ -82,6 +82,14 @@ def test_parse_wav_reads_streamed_and_whole_files():
     assert rate == SR and np.array_equal(samples, encoding.to_int16(x))
 
 
+def test_heard_is_what_a_client_reads_back_from_the_pcm_clipped_at_full_scale():
+    x = np.concatenate([tone(0.05), np.array([1.7, -2.5, 0.999999, -1.0], np.float32)])
+    got = encoding.heard(x)
+    _, samples = encoding.parse_wav(encoding.encode(x, SR, "wav"))
+    assert got.dtype == np.float32 and np.array_equal(got, samples.astype(np.float32) / 32768)
+    assert got.max() < 1.0 and got.min() == -1.0  # the model's overshoot is not what the client hears
+
+
 # --- compressed formats: right rate, right duration ------------------------------------------------
 
 

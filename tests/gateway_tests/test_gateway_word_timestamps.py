@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from gateway_fixtures import ALIGNER_MODEL, SAMPLE_RATE, FakeBackend, fake_app_client, fake_audio, fake_words
 
-from gateway import sse, word_timing
+from gateway import encoding, sse, word_timing
 from gateway.errors import APIError
 from gateway.settings import Settings
 from gateway.speech_fields import SpeechFields, refuse_unsupported
@@ -166,7 +166,9 @@ def test_whole_file_is_json_with_the_audio_and_its_words(client, fake):
     assert [text[w["char_start"]:w["char_end"]] for w in body["timestamps"]] == text.split()
     (sent_text, sent_audio, rate, _), = fake.aligner_calls
     assert sent_text == text and rate == SAMPLE_RATE
-    np.testing.assert_array_equal(sent_audio, fake_audio(3))  # exactly the audio the client got
+    # exactly the audio the client got (its 16-bit samples), not the model's floats
+    np.testing.assert_array_equal(sent_audio, encoding.parse_wav(audio)[1] / np.float32(32768))
+    assert sent_audio.dtype == np.float32 and not np.array_equal(sent_audio, fake_audio(3))
     m = client.get("/metrics").text
     assert "tts_alignment_seconds_count 1.0" in m  # the plain request aligned nothing
 
