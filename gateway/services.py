@@ -416,7 +416,8 @@ class SpeechService:
         chunk, with times from the segment's start and char offsets into the request's `input`. Per chunk
         (`chunk_rule`, gateway.word_timing): the words final in a partial alignment go on before, each on a chunk
         of its own (no audio, not final) right after the audio that alignment took, and the final chunk carries the
-        rest. An incremental generation (`text_key`) is aligned against `said`, its text so far."""
+        rest; a response that is not streamed (a whole file, a batch item) gains nothing from it and is aligned once.
+        An incremental generation (`text_key`) is aligned against `said`, its text so far."""
         gen = self._segment(plan, segment, request_id, features, budget, text_key)
         if plan.aligner_model is None:
             async with aclosing(gen):
@@ -424,7 +425,7 @@ class SpeechService:
                     yield chunk
             return
         rate = plan.output.source_rate
-        rule = self.chunk_rule
+        rule = self.chunk_rule if plan.output.stream is not None else word_timing.ChunkRule()
         heard: list[np.ndarray] = []
         samples = 0
         sent: tuple[Word, ...] = ()

@@ -12,7 +12,14 @@ from itertools import pairwise
 import numpy as np
 import pytest
 from chunk_words import Sent, check_chunked_words
-from gateway_fixtures import ALIGNER_MODEL, SAMPLE_RATE, FakeBackend, fake_app_client, fake_words
+from gateway_fixtures import (
+    ALIGNER_MODEL,
+    SAMPLE_RATE,
+    SAMPLES_PER_FRAME,
+    FakeBackend,
+    fake_app_client,
+    fake_words,
+)
 
 from gateway import sse, word_timing
 from gateway.settings import Settings, SettingsError
@@ -121,6 +128,18 @@ def test_without_the_setting_words_come_once_per_sentence(tmp_path):
     kinds = [n for n, _ in sse.parse(r.content)]
     assert kinds.count(sse.TIMESTAMPS) == 1 and kinds[-2:] == [sse.TIMESTAMPS, sse.DONE]
     assert len(fake.aligner_calls) == 1
+
+
+def test_a_whole_file_is_aligned_once_per_sentence_with_the_setting(tmp_path):
+    fake = FakeBackend()
+    text = "one two three four five six seven eight nine ten."
+    with fake_app_client(tmp_path, fake, **CHUNKS) as c:
+        r = c.post(SPEECH, json={"input": text, "voice": "vivian", "max_new_tokens": 24, "word_timestamps": True})
+    assert r.status_code == 200 and [call[0] for call in fake.aligner_calls] == [text]
+    got = r.json()["timestamps"]
+    want = fake_reference(text, 0)(24 * SAMPLES_PER_FRAME)
+    assert [(w["word"], w["char_start"], w["char_end"]) for w in got] == [(w[0], w[3], w[4]) for w in want]
+    np.testing.assert_allclose([(w["start"], w["end"]) for w in got], [w[1:3] for w in want], atol=2e-6)
 
 
 def receive_all(ws) -> list:
