@@ -20,9 +20,10 @@ never changed nor sent again; times stay monotonic across the partial and final 
 no earlier than the last sent one ends); each word's times are those of the alignment that sent it, so a word sent
 early equals the aligner's answer on the audio received up to that alignment and the text, and NOT necessarily
 its answer on the sentence's whole audio: the aligner's encoder and classifier attend to the whole clip and its
-log-mel is scaled by the clip's maximum, so a longer clip can move an early word (measured with the tiny random-
-weight aligner: 0 to 11 of 17 words equal; a real checkpoint's agreement is unmeasured here). Hence opt-in; off,
-every word comes from its sentence's one alignment.
+log-mel is scaled by the clip's maximum, so a longer clip can move an early word (measured on random weights only,
+perf/README.md: of the words a partial alignment called final, 0-13 of 17 kept their times in the whole clip's; a
+trained checkpoint's agreement is unmeasured here). Hence opt-in; off, every word comes from its sentence's one
+alignment. The margin rule trusts the aligner to put words not spoken yet at the clip's end (random weights do not).
 
 On the wire every word is `{"word", "start", "end", "start_ms", "end_ms", "char_start", "char_end"}`: seconds
 and vLLM-Omni's milliseconds of the same times (`as_wire`).
