@@ -69,7 +69,8 @@ Word timestamps (gateway.word_timing):
 - `word_timestamps_chunk_s` (0): words per chunk (gateway.word_timing.ChunkRule): a running generation's audio is
   aligned after this many seconds and again each time it has doubled, and the words whose end lies
   `word_timestamps_margin_s` (0.5) before the audio so far go out at once; 0: each generation's words after its
-  audio (one alignment, exactly the aligner's answer on the sentence's whole audio).
+  audio (one alignment, exactly the aligner's answer on the sentence's whole audio). Both can be set by the
+  environment too (TTS_WORD_TIMESTAMPS_CHUNK_S, TTS_WORD_TIMESTAMPS_MARGIN_S; `triton-tts serve` passes its own on).
 
 Operations (all optional):
 - `api_keys`: a list of keys, any of which a request must present (gateway.auth); none: open.
@@ -160,6 +161,8 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
 # Admission limits the environment may set (TTS_<KEY>), replacing the config file's.
 ADMISSION_KEYS = ("max_running_per_model", "max_queued_per_model", "max_running", "max_queued", "max_queue_wait_s",
                   "max_concurrent_per_key")
+# Other numbers the environment may set the same way: words per chunk (TTS_WORD_TIMESTAMPS_CHUNK_S, ...).
+ENV_KEYS = (*ADMISSION_KEYS, "word_timestamps_chunk_s", "word_timestamps_margin_s")
 
 
 class SettingsError(TTSError):
@@ -437,7 +440,7 @@ class Settings(BaseModel):
         keys = [*settings.api_keys, *_env_list(environ, API_KEYS_ENV), *api_keys]
         urls = [u for arg in triton_urls for u in parse_url_list(arg)] or list(_env_list(environ, TRITON_URLS_ENV))
         overrides: dict[str, Any] = {
-            **_env_admission(environ),
+            **_env_numbers(environ),
             "triton_urls": tuple(dict.fromkeys(urls)) if urls else None,
             "custom_voice_dir": custom_voice_dir,
             "allowed_local_media_path": allowed_local_media_path,
@@ -449,10 +452,10 @@ class Settings(BaseModel):
         return settings.replace(**overrides) if overrides else settings
 
 
-def _env_admission(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Admission limits the environment sets (TTS_MAX_RUNNING_PER_MODEL, ...)."""
+def _env_numbers(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Admission limits and word-timestamp settings the environment sets (TTS_MAX_RUNNING_PER_MODEL, ...)."""
     out: dict[str, Any] = {}
-    for key in ADMISSION_KEYS:
+    for key in ENV_KEYS:
         name = f"TTS_{key.upper()}"
         raw = environ.get(name, "").strip()
         if not raw:

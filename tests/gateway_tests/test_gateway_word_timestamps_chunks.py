@@ -82,6 +82,10 @@ def test_the_settings_take_the_rule_and_refuse_negative_values(tmp_path):
     for key in ("word_timestamps_chunk_s", "word_timestamps_margin_s"):
         with pytest.raises(SettingsError, match=key):
             Settings.from_dict({**base, key: -1})
+    path = tmp_path / "gateway.json"
+    path.write_text(json.dumps(base))
+    loaded = Settings.load(path, environ={"TTS_WORD_TIMESTAMPS_CHUNK_S": "1.5", "TTS_WORD_TIMESTAMPS_MARGIN_S": "0.3"})
+    assert (loaded.word_timestamps_chunk_s, loaded.word_timestamps_margin_s) == (1.5, 0.3)
 
 
 # --- over the fake backend --------------------------------------------------------------------------------
