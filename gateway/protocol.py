@@ -472,9 +472,11 @@ class AudioDone(BaseModel):
 
 class AudioTimestamps(BaseModel):
     """word_timestamps: the words of one sentence, after its audio frames and before its audio.done, in
-    vLLM-Omni's trailing empty-audio `audio.chunk` (its `timestamps`; audio itself stays in binary frames here).
+    vLLM-Omni's trailing empty-audio `audio.chunk` (its `timestamps`; audio itself stays in binary frames here);
+    per chunk (gateway.word_timing.ChunkRule) also between its frames, each with the words that became final.
     Times are seconds (and ms) from the utterance's first audio: the sentences before this one included; char
-    offsets index this sentence's `sentence_text` (audio.start)."""
+    offsets index this sentence's `sentence_text` (audio.start), or in incremental mode the utterance's
+    input.text texts joined."""
 
     type: Literal["audio.chunk"] = "audio.chunk"
     utterance_index: int

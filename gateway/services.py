@@ -59,7 +59,7 @@ from .replay import REPLAYABLE, Diverged, ReplayBudget, SampleCursor
 from .settings import Settings
 from .usage import Usage
 from .voices.sources import RefAudioSettings
-from .word_timing import Word
+from .word_timing import GrowingText, Word
 
 logger = logging.getLogger(__name__)
 
@@ -267,6 +267,7 @@ class SpeechService:
         self.metrics = metrics
         self.ref_settings = ref_audio_settings(settings)
         self.listings = Listings(deployment)
+        self.chunk_rule = word_timing.ChunkRule(settings.word_timestamps_chunk_s, settings.word_timestamps_margin_s)
         needed = settings.triton_models()
         # The backend over the endpoints (gateway.pool) watches each endpoint with its health monitor
         # and says which models none of them can serve.
@@ -408,37 +409,61 @@ class SpeechService:
                 yield chunk
 
     async def _aligned(self, plan: SpeechPlan, segment: int, request_id: str, features: Features | None,
-                       budget: ReplayBudget) -> AsyncGenerator[SpeechChunk, None]:
+                       budget: ReplayBudget, text_key: str | None = None, said: GrowingText | None = None
+                       ) -> AsyncGenerator[SpeechChunk, None]:
         """`_segment`'s chunks; with word timestamps, its final chunk goes on as audio and the words of the
         segment's audio (exactly what went on: replays hand on only new samples) follow as the segment's final
-        chunk, with times from the segment's start and char offsets into the request's `input`."""
-        gen = self._segment(plan, segment, request_id, features, budget)
+        chunk, with times from the segment's start and char offsets into the request's `input`. Per chunk
+        (`chunk_rule`, gateway.word_timing): the words final in a partial alignment go on before, each on a chunk
+        of its own (no audio, not final) right after the audio that alignment took, and the final chunk carries the
+        rest; a response that is not streamed (a whole file, a batch item) gains nothing from it and is aligned once.
+        An incremental generation (`text_key`) is aligned against `said`, its text so far."""
+        gen = self._segment(plan, segment, request_id, features, budget, text_key)
         if plan.aligner_model is None:
             async with aclosing(gen):
                 async for chunk in gen:
                     yield chunk
             return
+        rate = plan.output.source_rate
+        rule = self.chunk_rule if plan.output.stream is not None else word_timing.ChunkRule()
         heard: list[np.ndarray] = []
+        samples = 0
+        sent: tuple[Word, ...] = ()
+        aligned_s = 0.0  # audio of the last partial alignment
         last: SpeechChunk | None = None
         async with aclosing(gen):
             async for got in gen:
+                heard.append(got.audio)
+                samples += got.audio.size
                 if got.final:
                     last = got
-                heard.append(got.audio)
-                yield replace(got, final=False, finish_reason="") if got.final else got
+                    yield replace(got, final=False, finish_reason="")
+                    continue
+                yield got
+                if rule.due(samples / rate, aligned_s):
+                    aligned_s = samples / rate
+                    words = await self._align(plan, segment, np.concatenate(heard), request_id, said)
+                    new = word_timing.settled(words, sent, aligned_s, rule.margin_s, complete=False,
+                                              open_text=said is not None and not said.done)
+                    if new:
+                        sent += new
+                        yield SpeechChunk(np.zeros(0, np.float32), 0, got.usage, False, words=new)
         if last is None:
             return
         audio = np.concatenate(heard) if heard else np.zeros(0, np.float32)
-        words = await self._align(plan, segment, audio, request_id)
-        yield replace(last, audio=np.zeros(0, np.float32), frames=0, words=words)
+        words = await self._align(plan, segment, audio, request_id, said)
+        rest = word_timing.settled(words, sent, audio.size / rate, rule.margin_s, complete=True)
+        yield replace(last, audio=np.zeros(0, np.float32), frames=0, words=rest)
 
-    async def _align(self, plan: SpeechPlan, segment: int, audio: np.ndarray, request_id: str) -> tuple[Word, ...]:
-        """The words of segment `segment` in its `audio` (model rate), from the plan's forced aligner. Bounded by
-        `stall_timeout_s` (504); a failure of the aligner ends the request (the audio already went out)."""
+    async def _align(self, plan: SpeechPlan, segment: int, audio: np.ndarray, request_id: str,
+                     said: GrowingText | None = None) -> tuple[Word, ...]:
+        """The words of segment `segment` (or of `said`, an incremental generation's text so far) in its `audio`
+        (model rate), from the plan's forced aligner. Bounded by `stall_timeout_s` (504); a failure of the aligner
+        ends the request (the audio already went out)."""
         assert plan.aligner_model is not None
         rate = plan.output.source_rate
         duration = audio.size / rate
-        text = plan.texts[segment]
+        text = plan.texts[segment] if said is None else said.text
         if not text.strip() or audio.size == 0:
             return ()
         # The audio as the client gets it (16-bit, clipped), so that its words are those of what it hears.
@@ -461,21 +486,22 @@ class SpeechService:
         self.metrics.aligned(time.monotonic() - started, duration)
         offsets = plan.text_offsets or (0,) * len(plan.texts)
         try:
-            return word_timing.sentence_words(outputs, duration, offsets[segment])
+            return word_timing.sentence_words(outputs, duration, offsets[segment] if said is None else 0)
         except ValueError as exc:
             logger.error("request %s: %s", request_id, exc)
             raise errors.internal(request_id) from None
 
-    def _segments(self, plan: SpeechPlan, request_id: str, features: Features | None, text_key: str | None = None
-                  ) -> AsyncGenerator[SpeechChunk, None]:
+    def _segments(self, plan: SpeechPlan, request_id: str, features: Features | None, text_key: str | None = None,
+                  said: GrowingText | None = None) -> AsyncGenerator[SpeechChunk, None]:
         """Every segment's chunks in order as one stream: usage adds up across segments, and only
-        the last segment's final chunk is final. Triton sees segment i as request `<id>-s<i>`.
-        An open-text generation (`text_key`) is one request of the plan's whole text.
+        the last segment's final chunk is final; words (on chunks of their own, see `_aligned`) on the request's
+        timeline. Triton sees segment i as request `<id>-s<i>`.
+        An open-text generation (`text_key`) is one request of the plan's whole text (aligned against `said`).
         The request's replays (max_replays) are shared by its segments; a segment replays alone."""
         count = len(plan.texts)
         budget = ReplayBudget(self.settings.max_replays)
-        if text_key is not None:  # its text arrives over time: not aligned (refused when planned)
-            return self._segment(plan, 0, request_id, features, budget, text_key)
+        if text_key is not None:  # its text arrives over time
+            return self._aligned(plan, 0, request_id, features, budget, text_key, said)
         if count == 1:
             return self._aligned(plan, 0, request_id, features, budget)
 
@@ -487,6 +513,8 @@ class SpeechService:
             last = Usage()
             index = 0
             cut = False  # a segment ended at its frame budget: so did the request ("length")
+            sent = start = 0  # samples: heard so far, heard before the current segment
+            rate = plan.output.source_rate
             chunks = longtext.ordered([maker(i) for i in range(count)], self.settings.segment_lookahead)
             async with aclosing(chunks):
                 async for chunk in chunks:
@@ -494,14 +522,17 @@ class SpeechService:
                     final = chunk.final and index == count - 1
                     cut = cut or (chunk.final and chunk.finish_reason == FINISH_LENGTH)
                     reason = (FINISH_LENGTH if cut else finish_reason(chunk)) if final else ""
-                    yield replace(chunk, usage=done + last, final=final, finish_reason=reason)
+                    words = None if chunk.words is None else word_timing.shifted(chunk.words, start / rate)
+                    yield replace(chunk, usage=done + last, final=final, finish_reason=reason, words=words)
+                    sent += chunk.audio.size
                     if chunk.final:
-                        done, last, index = done + last, Usage(), index + 1
+                        done, last, index, start = done + last, Usage(), index + 1, sent
 
         return joined()
 
     async def _generate(self, plan: SpeechPlan, request_id: str, features: Features | None, trace: RequestTrace,
-                        text_key: str | None = None) -> AsyncGenerator[SpeechChunk, None]:
+                        text_key: str | None = None, said: GrowingText | None = None
+                        ) -> AsyncGenerator[SpeechChunk, None]:
         """The request's chunks, every segment's in order (see _segment for the time limits)."""
         # Metered from here: waiting for readiness and the reference features is time to first audio too.
         # A long text is one generation for the metrics, as for its client.
@@ -525,18 +556,13 @@ class SpeechService:
                                                       deadline.remaining(time.monotonic()))
                 except asyncio.TimeoutError:
                     raise self._api_error(BackendError(DEADLINE_EXCEEDED, deadline.message(TOTAL)), request_id) from None
-            stream = self._segments(plan, request_id, features, text_key)
-            sent = segment_start = 0  # samples: heard so far, heard before the current segment
+            stream = self._segments(plan, request_id, features, text_key, said)
             last: SpeechChunk | None = None
             async with aclosing(stream):
                 async for got in stream:
                     meter.audio(got.audio.size / plan.output.source_rate)
-                    sent += got.audio.size
                     last = got
-                    if got.words is not None:  # a segment ended: its words on the request's timeline
-                        last = replace(got, words=word_timing.shifted(got.words, segment_start / plan.output.source_rate))
-                        segment_start = sent
-                    yield last
+                    yield got
             meter.completed()
             reason = finish_reason(last)
         except Exception:
@@ -567,10 +593,12 @@ class SpeechService:
         return Clip(audio, out.media_type, usage, finish_reason(last), timed, pcm.size / out.source_rate / out.speed)
 
     async def open_stream(self, plan: SpeechPlan, request_id: str, features: Features | None = None, *,
-                          trace: RequestTrace, text_key: str | None = None) -> AudioStream:
+                          trace: RequestTrace, text_key: str | None = None, said: GrowingText | None = None
+                          ) -> AudioStream:
         """The request's audio stream, once its first chunk came. `text_key`: the generation's text is
-        a beginning (incremental text, the WebSocket): `extend_text` with the key gives the rest."""
-        gen = self._generate(plan, request_id, features, trace, text_key)
+        a beginning (incremental text, the WebSocket): `extend_text` with the key gives the rest, and `said`
+        holds the text so far (its words, with word timestamps, index it)."""
+        gen = self._generate(plan, request_id, features, trace, text_key, said)
         try:
             first: SpeechChunk | None = await gen.__anext__()
         except StopAsyncIteration:

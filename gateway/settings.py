@@ -66,6 +66,11 @@ Word timestamps (gateway.word_timing):
 - `aligner_model` (null): the forced aligner's Triton model (`triton-tts serve --aligner CKPT` names it, the
   plan's `aligner_model`); unset: `word_timestamps: true` is a 400 saying how to enable it. Deployed, it is
   needed for readiness and watched by the health monitor like every model.
+- `word_timestamps_chunk_s` (0): words per chunk (gateway.word_timing.ChunkRule): a running generation's audio is
+  aligned after this many seconds and again each time it has doubled, and the words whose end lies
+  `word_timestamps_margin_s` (0.5) before the audio so far go out at once; 0: each generation's words after its
+  audio (one alignment, exactly the aligner's answer on the sentence's whole audio). Both can be set by the
+  environment too (TTS_WORD_TIMESTAMPS_CHUNK_S, TTS_WORD_TIMESTAMPS_MARGIN_S; `triton-tts serve` passes its own on).
 
 Operations (all optional):
 - `api_keys`: a list of keys, any of which a request must present (gateway.auth); none: open.
@@ -150,12 +155,17 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_queue_wait_s": (int, float),
     "max_concurrent_per_key": int,
     "aligner_model": str,
+    "word_timestamps_chunk_s": (int, float),
+    "word_timestamps_margin_s": (int, float),
 }
 # Admission limits the environment may set (TTS_<KEY>), replacing the config file's.
 ADMISSION_KEYS = ("max_running_per_model", "max_queued_per_model", "max_running", "max_queued", "max_queue_wait_s",
                   "max_concurrent_per_key")
+# Other numbers the environment may set the same way: words per chunk (TTS_WORD_TIMESTAMPS_CHUNK_S, ...).
+ENV_KEYS = (*ADMISSION_KEYS, "word_timestamps_chunk_s", "word_timestamps_margin_s")
 # ... each set by the environment variable of its name (compose, Kubernetes).
-ADMISSION_ENV = {key: f"TTS_{key.upper()}" for key in ADMISSION_KEYS}
+ENV_NAMES = {key: f"TTS_{key.upper()}" for key in ENV_KEYS}
+ADMISSION_ENV = {key: ENV_NAMES[key] for key in ADMISSION_KEYS}
 
 
 class SettingsError(TTSError):
@@ -284,6 +294,8 @@ class Settings(BaseModel):
     max_concurrent_per_key: int = 0
     # Word timestamps (gateway.word_timing): the deployment's forced aligner in Triton; None: none deployed.
     aligner_model: str | None = None
+    word_timestamps_chunk_s: float = 0.0
+    word_timestamps_margin_s: float = 0.5
 
     @model_validator(mode="after")
     def _check(self) -> Settings:
@@ -292,8 +304,9 @@ class Settings(BaseModel):
         for i, key in enumerate(self.api_keys):
             if not isinstance(key, str) or not _API_KEY.fullmatch(key):  # the message never shows a key
                 raise SettingsError(f"API key #{i + 1} is not printable ASCII without spaces and commas")
-        if not self.drain_timeout_s >= 0:
-            raise SettingsError("drain_timeout_s must not be negative")
+        for key in ("drain_timeout_s", "word_timestamps_chunk_s", "word_timestamps_margin_s"):
+            if not getattr(self, key) >= 0:
+                raise SettingsError(f"{key} must not be negative")
         for key in ("speaker_cache_max_bytes", "ref_audio_max_bytes", "ref_audio_max_redirects", "ws_max_config_bytes",
                     "ws_max_text_bytes"):
             if getattr(self, key) < 0:
@@ -430,7 +443,7 @@ class Settings(BaseModel):
         keys = [*settings.api_keys, *_env_list(environ, API_KEYS_ENV), *api_keys]
         urls = [u for arg in triton_urls for u in parse_url_list(arg)] or list(_env_list(environ, TRITON_URLS_ENV))
         overrides: dict[str, Any] = {
-            **_env_admission(environ),
+            **_env_numbers(environ),
             "triton_urls": tuple(dict.fromkeys(urls)) if urls else None,
             "custom_voice_dir": custom_voice_dir,
             "allowed_local_media_path": allowed_local_media_path,
@@ -442,10 +455,10 @@ class Settings(BaseModel):
         return settings.replace(**overrides) if overrides else settings
 
 
-def _env_admission(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Admission limits the environment sets (TTS_MAX_RUNNING_PER_MODEL, ...)."""
+def _env_numbers(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Admission limits and word-timestamp settings the environment sets (TTS_MAX_RUNNING_PER_MODEL, ...)."""
     out: dict[str, Any] = {}
-    for key, name in ADMISSION_ENV.items():
+    for key, name in ENV_NAMES.items():
         raw = environ.get(name, "").strip()
         if not raw:
             continue

@@ -1,7 +1,8 @@
 """Server-Sent Events framing of the OpenAI `speech.audio.*` events (pure).
 
 Each event is an `event:` line naming its type and one JSON `data:` line, then a blank line. With
-`word_timestamps`, a `speech.audio.timestamps` event follows each sentence's audio deltas. The
+`word_timestamps`, a `speech.audio.timestamps` event follows each sentence's audio deltas (per chunk,
+gateway.word_timing.ChunkRule: more of them between its deltas, each with the words that became final). The
 stream ends after `speech.audio.done` or `speech.audio.error` (no `[DONE]` sentinel: OpenAI's
 speech stream has none).
 """
@@ -17,7 +18,7 @@ from .usage import Usage
 DELTA = "speech.audio.delta"
 DONE = "speech.audio.done"
 ERROR = "speech.audio.error"
-TIMESTAMPS = "speech.audio.timestamps"  # word_timestamps: a sentence's words, after its audio (gateway.word_timing)
+TIMESTAMPS = "speech.audio.timestamps"  # word_timestamps: words, after their audio (gateway.word_timing)
 MEDIA_TYPE = "text/event-stream"
 
 

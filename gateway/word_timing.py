@@ -1,14 +1,29 @@
 """Word timestamps (`word_timestamps: true`, issue 40): the forced aligner's words of each sentence placed on
 the audio the client hears and in the text the client sent (pure: numpy, no Triton, no FastAPI).
 
-The gateway aligns each generation's audio (a whole input, a long input's segment, a WebSocket sentence) with
-that generation's text through the Triton model `forced_aligner` (ttscore.contract.aligner), once its audio is
-complete (gateway.services). Its words then become:
+The gateway aligns each generation's audio (a whole input, a long input's segment, a WebSocket sentence or
+incremental utterance) with that generation's text through the Triton model `forced_aligner`
+(ttscore.contract.aligner), once its audio is complete (gateway.services), and per chunk before that when the
+deployment asks (below). Its words then become:
 - times: clamped into the sentence's audio and made monotonic (the aligner does not bound them by the clip:
   qwen-asr does not either), then shifted by the audio heard before the sentence (earlier segments, earlier
   sentences of a WebSocket utterance), and divided by `speed` for a whole file whose tempo was changed;
 - characters: offsets into the request's original `input` (the sentence's own offsets plus where the sentence
   starts in it, `text_offsets`), each word's trailing punctuation included (the aligner's spans).
+
+Words before their sentence's end (`word_timestamps_chunk_s` > 0 in the gateway's settings; `ChunkRule`,
+`settled`): while a generation runs, its audio so far is aligned against its text (the text received so far for an
+incremental one) after `chunk_s` of audio and again each time the audio has doubled; the words whose end lies at
+least `margin_s` before the audio so far, and not sent yet, go out at once (in text order: up to the first that is
+not final); at the generation's end one alignment of its whole audio gives the rest. Guarantees: a word sent is
+never changed nor sent again; times stay monotonic across the partial and final alignments (an unsent word starts
+no earlier than the last sent one ends); each word's times are those of the alignment that sent it, so a word sent
+early equals the aligner's answer on the audio received up to that alignment and the text, and NOT necessarily
+its answer on the sentence's whole audio: the aligner's encoder and classifier attend to the whole clip and its
+log-mel is scaled by the clip's maximum, so a longer clip can move an early word (measured on random weights only,
+perf/README.md: of the words a partial alignment called final, 0-13 of 17 kept their times in the whole clip's; a
+trained checkpoint's agreement is unmeasured here). Hence opt-in; off, every word comes from its sentence's one
+alignment. The margin rule trusts the aligner to put words not spoken yet at the clip's end (random weights do not).
 
 On the wire every word is `{"word", "start", "end", "start_ms", "end_ms", "char_start", "char_end"}`: seconds
 and vLLM-Omni's milliseconds of the same times (`as_wire`).
@@ -106,6 +121,62 @@ def sentence_words(outputs: Mapping[str, np.ndarray], duration: float, char_offs
     return tuple(words)
 
 
+@dataclass(frozen=True)
+class ChunkRule:
+    """When a running generation's audio is aligned (`word_timestamps_chunk_s`, `word_timestamps_margin_s`)."""
+
+    chunk_s: float = 0.0  # the first partial alignment after this much audio; 0: words per generation only
+    margin_s: float = 0.5  # a word is final once its end lies this far before the audio so far
+
+    @property
+    def per_chunk(self) -> bool:
+        return self.chunk_s > 0
+
+    def due(self, heard_s: float, aligned_s: float) -> bool:
+        """Align the audio so far (`heard_s` seconds; the last partial alignment took `aligned_s`)? After `chunk_s`,
+        then each time the audio has doubled: an alignment costs about its clip's length times a constant (perf/
+        README.md: 0.14-0.18 s per audio second at real size on 2 vCPUs), so the partial alignments of a clip cost
+        less than two alignments of the whole clip."""
+        return self.per_chunk and heard_s >= max(self.chunk_s, 2.0 * aligned_s) and heard_s > self.margin_s
+
+
+def settled(aligned: Sequence[Word], sent: Sequence[Word], heard_s: float, margin_s: float, complete: bool,
+            open_text: bool = False) -> tuple[Word, ...]:
+    """The words of `aligned` (one alignment of the generation's first `heard_s` seconds, on the timeline of
+    `sent`, the words already sent) to send now: those after the last sent word (by char offset), in order, up to
+    the first that is not final. With `complete` (the generation's whole audio) every one of them is; otherwise a
+    word is final when its end lies at least `margin_s` before `heard_s` and, with `open_text` (the text may grow),
+    it is not the text's last word (it may continue). Each start is raised to the last sent end (and each end to
+    its start): the sent words are never revisited."""
+    after = sent[-1].char_end if sent else -1
+    floor = sent[-1].end if sent else 0.0
+    rest = [w for w in aligned if w.char_start >= after]
+    if not complete:
+        limit = heard_s - margin_s
+        count = 0
+        for w in rest[:-1] if open_text else rest:
+            if w.end > limit:
+                break
+            count += 1
+        rest = rest[:count]
+    out: list[Word] = []
+    for w in rest:
+        start = max(w.start, floor)
+        end = max(w.end, start)
+        out.append(replace(w, start=start, end=end))
+        floor = end
+    return tuple(out)
+
+
+@dataclass
+class GrowingText:
+    """An incremental generation's text (the WebSocket's incremental mode): what reached the model so far, and
+    whether it is complete. Its words' char offsets index `text`."""
+
+    text: str = ""
+    done: bool = False
+
+
 def shifted(words: Sequence[Word], seconds: float) -> tuple[Word, ...]:
     """`words` placed `seconds` later (the audio heard before their sentence)."""
     return tuple(replace(w, start=w.start + seconds, end=w.end + seconds) for w in words)
@@ -118,5 +189,5 @@ def at_speed(words: Sequence[Word], speed: float) -> tuple[Word, ...]:
     return tuple(replace(w, start=w.start / speed, end=w.end / speed) for w in words)
 
 
-__all__ = ["ENABLE_HINT", "Word", "aligner_inputs", "aligner_language", "as_wire", "at_speed", "sentence_words",
-           "shifted", "text_offsets"]
+__all__ = ["ENABLE_HINT", "ChunkRule", "GrowingText", "Word", "aligner_inputs", "aligner_language", "as_wire",
+           "at_speed", "sentence_words", "settled", "shifted", "text_offsets"]

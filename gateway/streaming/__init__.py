@@ -23,8 +23,11 @@ Obligations:
 - Word timestamps (`word_timestamps: true` in session.config; the deployment's aligner): after each sentence's
   audio frames and before its `audio.done`, vLLM-Omni's trailing `audio.chunk` with `audio_b64: ""` and the
   sentence's words in `timestamps` (gateway.protocol.AudioTimestamps): times from the utterance's first audio,
-  char offsets into the sentence's text. Incremental mode falls back to `sentence` (words are aligned per
-  sentence), said by `session.configured`.
+  char offsets into the sentence's text. Per chunk (the gateway's `word_timestamps_chunk_s`,
+  gateway.word_timing.ChunkRule) more such messages come between a sentence's frames, each with the words that
+  became final, after the frames they were aligned on. Incremental mode stays incremental: its one generation's
+  words are aligned against the text it took so far (the utterance's input.text texts joined, which their char
+  offsets index): per chunk as above, and the rest after its last frame.
 - Barge-in: `input.cancel` stops the current utterance at once. The reader sees it as it arrives
   (even while a request is being generated or the queue is full): the request in flight is
   cancelled (its task, hence its Triton request, whose slot is freed), its `audio.done` says

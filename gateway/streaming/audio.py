@@ -13,7 +13,7 @@ from ttscore.contract.tensors import FINISH_ERROR, FINISH_STOP
 from ..family import SpeechPlan
 from ..metrics import RequestTrace
 from ..services import AudioStream, SpeechService, StreamAborted
-from ..word_timing import Word
+from ..word_timing import GrowingText, Word
 from .messages import SessionSetup
 
 SendAudio = Callable[[bytes], Awaitable[None]]
@@ -28,6 +28,7 @@ class OpenText:
     plan: SpeechPlan
     rid: str
     chars: int  # characters sent so far
+    said: GrowingText = field(default_factory=GrowingText)  # the text the generation took so far (its words index it)
     stop: asyncio.Event = field(default_factory=asyncio.Event)  # set: cancel it (the utterance is cancelled)
     task: asyncio.Future[None] | None = None
 
@@ -44,11 +45,13 @@ async def generate(service: SpeechService, setup: SessionSetup, text: str, rid: 
                    heard: Heard | None = None) -> str:
     """Generate `text` (or run `open_text`'s generation) and `send` its audio as it comes; returns why the
     generation ended ("stop" or "length"; a failure raises). With word timestamps, `send_words` gets the words after
-    their audio (times from this request's first sample); `heard` how much audio went out."""
+    their audio (times from this request's first sample; char offsets into `text`, or into an incremental
+    generation's whole text, `open_text.said`); `heard` how much audio went out."""
     heard = heard if heard is not None else Heard()
     if open_text is not None:
         return await _send_stream(await service.open_stream(open_text.plan, rid, setup.features, trace=trace,
-                                                            text_key=open_text.key), send, None, heard)
+                                                            text_key=open_text.key, said=open_text.said), send,
+                                  send_words, heard)
     plan = service.plan(setup.message.speech_fields(text))
     if plan.output.stream is not None:
         return await _send_stream(await service.open_stream(plan, rid, setup.features, trace=trace), send,

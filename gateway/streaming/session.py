@@ -156,8 +156,6 @@ class StreamingSession:
         if mode == INCREMENTAL and not takes_open_text(probe):
             mode, reason = "sentence", (f"{probe.checkpoint.name} cannot take text while it generates with this "
                                         "configuration; each sentence is one request")
-        elif mode == INCREMENTAL and probe.aligner_model is not None:
-            mode, reason = "sentence", "word timestamps are aligned per sentence; each sentence is one request"
         config = SessionSetup(msg, probe, features, mode)
         if mode == INCREMENTAL:
             try:
@@ -253,6 +251,7 @@ class StreamingSession:
                 await self._error(f"input.text ignored: {errors.ws_message(exc, rid)}")
                 return
             self._open = OpenText(uuid.uuid4().hex, plan, rid, len(text) + len(rest))
+            self._open.said.text = text
             self._open.task = asyncio.ensure_future(self._speak(text, self._open))
             await asyncio.sleep(0)  # let it send audio.start and its Triton request first
             if rest:
@@ -265,9 +264,16 @@ class StreamingSession:
         if open_text.task is not None and open_text.task.done():
             return  # the generation already ended (its budget spent, failed, cancelled): nothing takes text
         token = ENDPOINT_AFFINITY.set(self.affinity)
+        said = open_text.said
+        before = said.text
+        # Word timestamps: the text is counted before the model has it, so the audio an alignment takes never
+        # holds words its text lacks (a word without audio yet belongs at the clip's end, where it is not final).
+        said.text += text
         try:
             await self.inbox.until_gone(self.service.extend_text(open_text.plan, open_text.rid, open_text.key, text, done))
+            said.done = said.done or done
         except (APIError, InvalidRequest) as exc:
+            said.text = before  # the generation did not take it
             # A generation that already ended (its budget spent, failed, cancelled) takes no more text.
             if open_text.task is not None and not open_text.task.done():
                 await self._error(f"input.text could not extend the utterance: {errors.ws_message(exc, open_text.rid)}")
@@ -321,7 +327,8 @@ class StreamingSession:
         heard = Heard()
 
         async def send_words(words: tuple[Word, ...]) -> None:
-            # The service's char offsets index this request's input, the sentence's text.
+            # The service's char offsets index this request's input: the sentence's text, or the utterance's
+            # text (its input.text texts joined) in incremental mode.
             await self.transport.send_json(AudioTimestamps(
                 utterance_index=utterance, sentence_index=index,
                 timestamps=[WordTimestamp(**w) for w in as_wire(shifted(words, offset))]).model_dump())

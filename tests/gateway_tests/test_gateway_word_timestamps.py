@@ -307,10 +307,3 @@ def test_websocket_whole_clip_requests_send_their_words_after_the_clip(client):
     assert_words(messages[2]["timestamps"], [*expected(first, 3 * FRAME_S), *expected(second, 3 * FRAME_S, 3 * FRAME_S,
                                                                                        text.index(second))])
 
-
-def test_websocket_incremental_falls_back_to_sentences_with_word_timestamps(client):
-    with client.websocket_connect(WS) as ws:
-        ws.send_text(json.dumps({"type": "session.config", "voice": "vivian", "split_granularity": "incremental",
-                                 "word_timestamps": True}))
-        configured = json.loads(ws.receive_text())
-    assert configured["type"] == "session.configured" and configured["split_granularity"] == "sentence"
