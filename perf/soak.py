@@ -2,13 +2,21 @@
 
     .venv/bin/python perf/soak.py --duration 120 --concurrency 4 \\
         [--url http://127.0.0.1:8091] [--kill-stub-at 30] [--kill-server-at 80 --triton-http-port 8000]
+    .venv/bin/python perf/soak.py --duration 1800 --concurrency 6 --models all --kill-every 240 \\
+        --overload-at 900 --overload-for 120 --overload-concurrency 48 --triton-http-port 8000
 
 For `--duration` seconds, `--concurrency` workers send a seeded mix of requests to the gateway:
 non-streaming speech, raw audio streams, SSE streams, WebSocket sessions (/v1/audio/speech/stream),
 voice uploads (POST /v1/audio/voices with a generated WAV) and raw streams the client abandons after
 the first audio (a disconnect mid-stream). Optionally, at given times, it SIGKILLs the
-speech_generation python-backend stub(s) once and the whole tritonserver once, and measures how long
-the service takes to recover (from the kill until /ready is 200 again AND a request succeeds).
+speech_generation python-backend stub(s) once and the whole tritonserver once (or, with --kill-every,
+the stubs and the server in turn every so many seconds), and measures how long the service takes to
+recover (from the kill until /ready is 200 again AND a request succeeds). With --models all, each
+request goes to one of the served models (GET /v1/models, aliases left out): a preset voice where the
+model lists voices, else the generated WAV as inline reference audio (with its transcript). An
+overload phase (--overload-at/--overload-for/--overload-concurrency) adds that many workers sending
+raw streams for its duration: above the admission limits, the refusals must be clear (503 +
+Retry-After) and nothing may hang.
 
 Every request ends in exactly one of:
 - ok: audio arrived and the response completed (a planned disconnect: first audio arrived);
@@ -35,7 +43,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
+import contextvars
 import io
 import ipaddress
 import itertools
@@ -100,6 +110,13 @@ class SoakConfig:
     recovery_timeout_s: float = 120.0
     recovery_poll_s: float = 0.5
     keep_voices: bool = False
+    models: list[str] | None = None  # None: the default model; ["all"]: every served model (GET /v1/models)
+    # A model's own max_new_tokens (0: left out; e.g. OmniVoice refuses fewer frames than its text needs).
+    model_max_new_tokens: dict[str, int] = field(default_factory=dict)
+    kill_every_s: float | None = None  # the stubs, then the server, then the stubs... every so many seconds
+    overload_at_s: float | None = None
+    overload_for_s: float = 60.0
+    overload_concurrency: int = 0
 
     def validate(self) -> None:
         check_loopback(self.url)
@@ -130,6 +147,7 @@ def check_loopback(url: str) -> None:
 class RequestRecord:
     kind: str
     start: float  # seconds since the soak started
+    model: str = ""  # the model it named ("": the gateway's default)
     ttfa: float | None = None  # seconds from start to the first audio bytes
     end: float | None = None  # None when hung
     outcome: str = ERROR
@@ -225,6 +243,22 @@ class SoakReport:
                 }
                 for k in KINDS
                 if any(r.kind == k for r in self.requests)
+            },
+            "by_model": {
+                m: {
+                    "sent": sum(1 for r in self.requests if r.model == m),
+                    "ok": sum(1 for r in self.requests if r.model == m and r.outcome == OK),
+                    "error_clear": sum(1 for r in self.requests if r.model == m and r.outcome == ERROR and r.clear),
+                    "error_transport": sum(1 for r in self.requests
+                                           if r.model == m and r.outcome == ERROR and not r.clear),
+                    "hung": sum(1 for r in self.requests if r.model == m and r.outcome == HUNG),
+                }
+                for m in sorted({r.model for r in self.requests})
+            },
+            "overload": {
+                "requests": sum(1 for r in self.requests if "overload" in r.note),
+                "refused_503": sum(1 for r in self.requests if "overload" in r.note and r.status == 503),
+                "ok": sum(1 for r in self.requests if "overload" in r.note and r.outcome == OK),
             },
             "outside_fault_windows": {
                 "requests": len(calm),
@@ -415,16 +449,47 @@ class Runner:
         self.uploaded: list[str] = []
         self._names = itertools.count(1)
         self._wav = make_wav()
+        # model -> the fields that give it a voice (None: the default model with --voice/--language)
+        self.voices: dict[str | None, dict[str, Any]] = {None: {"voice": cfg.voice, "language": cfg.language}}
+        self._model: contextvars.ContextVar[str | None] = contextvars.ContextVar("soak_model", default=None)
+
+    async def discover(self) -> list[str | None]:
+        """The models requests go to: the default, or each served one (not aliases) with its voice fields."""
+        if not self.cfg.models:
+            return [None]
+        resp = await self.client.get("/v1/models", timeout=30)
+        resp.raise_for_status()
+        served = [m for m in resp.json()["data"] if not m.get("alias_of")]
+        wanted = {m["id"] for m in served} if self.cfg.models == ["all"] else set(self.cfg.models)
+        clip = "data:audio/wav;base64," + base64.b64encode(self._wav).decode()
+        for m in served:
+            if m["id"] not in wanted:
+                continue
+            if m.get("voices"):
+                fields: dict[str, Any] = {"voice": m["voices"][0]}
+                if self.cfg.language in (m.get("languages") or []):
+                    fields["language"] = self.cfg.language
+            else:  # a cloning model: the generated clip as its reference, with a transcript
+                fields = {"ref_audio": clip, "ref_text": TEXTS[0]}
+            self.voices[m["id"]] = fields
+        missing = wanted - set(self.voices)
+        if missing:
+            raise ValueError(f"not served: {', '.join(sorted(missing))}")
+        return [m for m in self.voices if m is not None]
 
     def speech_body(self, text: str, **extra: Any) -> dict[str, Any]:
-        return {"input": text, "voice": self.cfg.voice, "language": self.cfg.language,
-                "max_new_tokens": self.cfg.max_new_tokens, **extra}
+        model = self._model.get()
+        named = {"model": model} if model is not None else {}
+        frames = self.cfg.model_max_new_tokens.get(model or "", self.cfg.max_new_tokens)
+        limit = {"max_new_tokens": frames} if frames else {}
+        return {"input": text, **named, **self.voices[model], **limit, **extra}
 
-    async def run(self, kind: str, text: str) -> RequestRecord:
-        rec = RequestRecord(kind=kind, start=self.clock.now())
+    async def run(self, kind: str, text: str, model: str | None = None) -> RequestRecord:
+        rec = RequestRecord(kind=kind, start=self.clock.now(), model=model or "")
         handler: Callable[[RequestRecord, str], Awaitable[None]] = getattr(self, f"_{kind}")
         # asyncio.wait, not wait_for: only OUR deadline means hung; a TimeoutError raised inside
         # (e.g. a WebSocket opening handshake timing out) is a transport error like any other.
+        self._model.set(model)  # (this task's context: the handler's task copies it)
         task = asyncio.ensure_future(handler(rec, text))
         done, _ = await asyncio.wait({task}, timeout=self.cfg.request_timeout_s)
         if not done:
@@ -534,8 +599,9 @@ class Runner:
         failed = False
         try:
             async with connect(url, open_timeout=10, close_timeout=5, max_size=None) as ws:
-                config = {"type": "session.config", "voice": self.cfg.voice, "language": self.cfg.language,
-                          "max_new_tokens": self.cfg.max_new_tokens, "stream_audio": True}
+                body = self.speech_body(text)
+                config = {"type": "session.config", "stream_audio": True,
+                          **{k: v for k, v in body.items() if k != "input"}}
                 for message in (config, {"type": "input.text", "text": text}, {"type": "input.done"}):
                     await ws.send(json.dumps(message))
                 while True:
@@ -697,6 +763,11 @@ async def soak(cfg: SoakConfig) -> SoakReport:
         report.faults.append(FaultRecord("kill_stub", cfg.kill_stub_at_s))
     if cfg.kill_server_at_s is not None:
         report.faults.append(FaultRecord("kill_server", cfg.kill_server_at_s))
+    if cfg.kill_every_s:
+        n = 1
+        while n * cfg.kill_every_s < cfg.duration_s:
+            report.faults.append(FaultRecord("kill_stub" if n % 2 else "kill_server", n * cfg.kill_every_s))
+            n += 1
     issued = itertools.count()
     # No read timeout: a response that never ends must surface as hung (our deadline), not as a
     # transport error. trust_env=False: never route loopback traffic through a proxy.
@@ -704,17 +775,30 @@ async def soak(cfg: SoakConfig) -> SoakReport:
     limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency)
     async with httpx.AsyncClient(base_url=cfg.url, timeout=timeout, limits=limits, trust_env=False) as client:
         runner = Runner(cfg, client, clock, started.strftime("%H%M%S"))
+        models = await runner.discover()
         fault_task = asyncio.create_task(_faults(cfg, runner, clock, report.faults))
 
         async def worker() -> None:
             while clock.now() < cfg.duration_s and next(issued) < cfg.max_requests:
                 kind = rng.choices(kinds, weights)[0]
-                rec = await runner.run(kind, rng.choice(TEXTS))
+                rec = await runner.run(kind, rng.choice(TEXTS), rng.choice(models))
                 report.requests.append(rec)
                 if rec.outcome != OK:
                     await asyncio.sleep(cfg.error_backoff_s)
 
-        await asyncio.gather(*(worker() for _ in range(cfg.concurrency)))
+        async def overloader() -> None:  # raw streams, as fast as they end, for the overload phase
+            assert cfg.overload_at_s is not None
+            await asyncio.sleep(max(0.0, cfg.overload_at_s - clock.now()))
+            end = min(cfg.duration_s, cfg.overload_at_s + cfg.overload_for_s)
+            while clock.now() < end:
+                rec = await runner.run("stream", rng.choice(TEXTS), rng.choice(models))
+                rec.note = (rec.note + " overload").strip()
+                report.requests.append(rec)
+                if rec.outcome != OK:
+                    await asyncio.sleep(cfg.error_backoff_s)
+
+        extra = [overloader() for _ in range(cfg.overload_concurrency)] if cfg.overload_at_s is not None else []
+        await asyncio.gather(*(worker() for _ in range(cfg.concurrency)), *extra)
         await fault_task  # bounded: every kill is before the end, each recovery by its timeout
         await _check_voices(report, runner)
         if not cfg.keep_voices:
@@ -800,6 +884,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--kill-stub-model", default=SoakConfig.kill_stub_model,
                     help="substring of the stub's model path (default: every speech_generation* model)")
     ap.add_argument("--kill-server-at", type=float, help="seconds into the run: SIGKILL tritonserver once")
+    ap.add_argument("--kill-every", type=float,
+                    help="every so many seconds, SIGKILL the stubs, then tritonserver, then the stubs... in turn")
+    ap.add_argument("--models", type=lambda v: [m.strip() for m in v.split(",") if m.strip()],
+                    help="'all' (every served model) or a comma-separated list; default: the gateway's default model")
+    ap.add_argument("--model-max-new-tokens", type=parse_mix, default={},
+                    help="a model's own max_new_tokens, e.g. OmniVoice-tiny=0 (0: left out)")
+    ap.add_argument("--overload-at", type=float, help="seconds into the run: start the overload phase")
+    ap.add_argument("--overload-for", type=float, default=SoakConfig.overload_for_s)
+    ap.add_argument("--overload-concurrency", type=int, default=0, help="extra workers sending raw streams")
     ap.add_argument("--triton-pid", type=int, help="the tritonserver to kill (else found by --triton-http-port)")
     ap.add_argument("--triton-http-port", type=int, help="find tritonserver by its --http-port")
     ap.add_argument("--recovery-timeout", type=float, default=SoakConfig.recovery_timeout_s)
@@ -815,7 +908,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         kill_stub_at_s=args.kill_stub_at, kill_stub_model=args.kill_stub_model, kill_server_at_s=args.kill_server_at,
         triton_pid=args.triton_pid, triton_http_port=args.triton_http_port, recovery_timeout_s=args.recovery_timeout,
-        keep_voices=args.keep_voices,
+        keep_voices=args.keep_voices, models=args.models,
+        model_max_new_tokens={k: int(v) for k, v in args.model_max_new_tokens.items()}, kill_every_s=args.kill_every,
+        overload_at_s=args.overload_at, overload_for_s=args.overload_for,
+        overload_concurrency=args.overload_concurrency,
     )
     try:
         report = run_soak(cfg)
