@@ -135,8 +135,8 @@ def _code_feeds(c: MossConfig, x: np.ndarray, position: int, head: np.ndarray, p
                 ) -> dict[str, np.ndarray]:
     """local_code_step's feeds at `position` after `past` (each [B, H, position, hd]): the cache is the past, then
     zeros."""
-    feeds = {"inputs_embeds": np.ascontiguousarray(x, np.float32), "position": np.array([position], np.int64),
-             "audio_head": head}
+    feeds: dict[str, np.ndarray] = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
+                                    "position": np.array([position], np.int64), "audio_head": head}
     for i in range(c.local_layers):
         for name, t in ((spec.cache_key(i), past[2 * i]), (spec.cache_value(i), past[2 * i + 1])):
             cache = np.zeros((t.shape[0], c.heads, spec.LOCAL_CACHE, c.head_dim), np.float32)
@@ -239,8 +239,8 @@ def _quantize(c: MossConfig, path: Path, graph: str, precision: str) -> dict[str
         head = (0.05 * rng.standard_normal((c.codebook_size, c.dim))).astype(np.float32)
         feeds = []
         for b, p in ((1, 2), (3, 9), (8, 16)):
-            feed = {"inputs_embeds": rng.standard_normal((b, c.dim)).astype(np.float32),
-                    "position": np.array([p], np.int64), "audio_head": head}
+            feed: dict[str, np.ndarray] = {"inputs_embeds": rng.standard_normal((b, c.dim)).astype(np.float32),
+                                           "position": np.array([p], np.int64), "audio_head": head}
             for i in range(c.local_layers):
                 for name in (spec.cache_key(i), spec.cache_value(i)):
                     feed[name] = rng.standard_normal((b, c.heads, spec.LOCAL_CACHE, c.head_dim)).astype(np.float32)
@@ -267,7 +267,9 @@ def export_lm(src: Path, out: Path, c: MossConfig | None = None) -> tuple[dict[s
     reports["local_code_step"] = _local_code_stage(c, tensors, specs["local_code_step"], out,
                                                    out / specs["local_step"].filename)
     tabs = lm.tables(c, tensors)
-    reports["local_step"].update(_frames_stage(c, tensors, out, specs, tabs))
+    frames = _frames_stage(c, tensors, out, specs, tabs)  # through local_step alone and with local_code_step
+    reports["local_step"].update(frames)
+    reports["local_code_step"].update(frames)
     return specs, reports, tabs
 
 
@@ -294,7 +296,9 @@ def export_moss(src: Path, tmp: Path, precision: str, progress: Callable[[int, i
                                                                tmp / specs["local_step"].filename))
         tabs = lm.tables(c, tensors)
         with run.stage("frames"):
-            run.reports["local_step"].update(_frames_stage(c, tensors, tmp, specs, tabs))
+            frames = _frames_stage(c, tensors, tmp, specs, tabs)  # through local_step alone and with local_code_step
+            run.reports["local_step"].update(frames)
+            run.reports["local_code_step"].update(frames)
         with run.stage("codec"):
             codec = export_codec(src, tmp, precision)
             run.reports.update(codec.validation)

@@ -206,6 +206,8 @@ class LocalCodeStep(nn.Module):
 
     rope_cos: torch.Tensor
     rope_sin: torch.Tensor
+    slots: torch.Tensor
+    h: nn.ModuleList
 
     def __init__(self, local: LocalStep) -> None:
         super().__init__()
@@ -247,6 +249,7 @@ class LocalCodeStep(nn.Module):
         x = inputs_embeds
         new: list[torch.Tensor] = []
         for i, block in enumerate(self.h):
+            assert isinstance(block, Block)
             a, k, v = self._attention(block.attn, block.ln_1(x), cos, sin, bias, cache[2 * i], cache[2 * i + 1])
             x = x + a
             x = x + block.mlp(block.ln_2(x))
