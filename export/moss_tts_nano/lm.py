@@ -60,6 +60,13 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     return x * cos + rot * sin
 
 
+def head_logits(head: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """Logits [B, C] of hidden states h [B, D] over a tied head [C, D] fed to the graph: computed as head @ h^T and
+    the small [C, B] result transposed, so ONNX Runtime streams the head as it lies (h @ head^T made it repack the
+    3 MB head, transposed, every call: the largest kernel of a batch-8 local step)."""
+    return torch.matmul(head, h.permute(1, 0)).permute(1, 0)
+
+
 class Attention(nn.Module):
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
@@ -181,8 +188,74 @@ class LocalStep(_Stack):
                                torch.full((), torch.finfo(torch.float32).min))[None, None]
         h, new = self.run(inputs_embeds, positions[None].expand(inputs_embeds.shape[0], t), bias, past)
         text = torch.matmul(h[:, 0], self.stop_rows.permute(1, 0))
-        audio = torch.matmul(h[:, -1], audio_head.permute(1, 0))
+        audio = head_logits(audio_head, h[:, -1])
         return (text, audio, *new)
+
+
+class LocalCodeStep(nn.Module):
+    """The `local_code_step` graph (ttscore/contract/moss_tts_nano/graphs.py): one new position of `local`'s
+    transformer (its modules, shared) over a fixed-size cache, (inputs_embeds [B, D], position [1], audio_head
+    [C, D], *cache [B, H, LOCAL_CACHE, hd]) -> (audio_logits [B, C], *new [B, H, 1, hd]).
+
+    The same arithmetic as `LocalStep` at one position, written so that every shape but the batch is a constant of
+    the graph (no Shape/Gather/Concat per call): reshapes by constant sizes with the batch as -1 (one position, so
+    [B, H*hd] -> [B, H, 1, hd] needs no transpose), the RoPE tables of the frame's positions a buffer read at
+    `position` (the values `rope_tables` gives), the interleaved rotation as a swap of each pair times a signed sine
+    ((-x1) s == x1 (-s) exactly), the cache's slots at and after `position` masked as `LocalStep` masks (their exp
+    is exactly 0, so they add exact zeros)."""
+
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+    slots: torch.Tensor
+    h: nn.ModuleList
+
+    def __init__(self, local: LocalStep) -> None:
+        super().__init__()
+        c = local.c
+        self.c, self.h, self.ln_f = c, local.h, local.ln_f
+        cos, sin = rope_tables(torch.arange(spec.LOCAL_POSITIONS)[None], c.head_dim, c.rope_base)
+        sign = torch.tensor([-1.0, 1.0]).repeat(c.head_dim // 2)
+        self.register_buffer("rope_cos", cos[0, :, 0].clone())  # [LOCAL_POSITIONS, hd]
+        self.register_buffer("rope_sin", (sin[0, :, 0] * sign).clone())  # the pair's first channel negated
+        self.register_buffer("slots", torch.arange(spec.LOCAL_CACHE))
+
+    def _attention(self, attn: Attention, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                   bias: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h, hd = attn.heads, attn.head_dim
+        q, k, v = attn.c_attn(x).split(attn.dim, dim=-1)  # [B, D] each
+
+        def rotate(t: torch.Tensor) -> torch.Tensor:
+            pairs = t.reshape(-1, h, hd // 2, 2)
+            return (t.reshape(-1, h, hd // 2, 2) * cos + pairs[..., [1, 0]] * sin).reshape(-1, h, 1, hd)
+
+        q, k = rotate(q), rotate(k)
+        v = v.reshape(-1, h, 1, hd)
+        qs = q * attn.scale
+        s_old = torch.matmul(qs, cache_k.permute(0, 1, 3, 2)) + bias  # [B, H, 1, S]
+        s_new = torch.matmul(qs, k.reshape(-1, h, hd, 1))  # [B, H, 1, 1]
+        top = torch.maximum(s_old.amax(dim=-1, keepdim=True), s_new)
+        e_old, e_new = torch.exp(s_old - top), torch.exp(s_new - top)
+        out = (torch.matmul(e_old, cache_v) + e_new * v) / (e_old.sum(dim=-1, keepdim=True) + e_new)
+        return attn.c_proj(out.reshape(-1, attn.dim)), k, v
+
+    def forward(self, inputs_embeds: torch.Tensor, position: torch.Tensor, audio_head: torch.Tensor,
+                *cache: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        half = self.c.head_dim // 2
+        cos = self.rope_cos[position].reshape(1, 1, half, 2)
+        sin = self.rope_sin[position].reshape(1, 1, half, 2)
+        bias = torch.where(self.slots < position, torch.zeros((), dtype=torch.float32),
+                           torch.full((), torch.finfo(torch.float32).min))
+        x = inputs_embeds
+        new: list[torch.Tensor] = []
+        for i, block in enumerate(self.h):
+            assert isinstance(block, Block)
+            a, k, v = self._attention(block.attn, block.ln_1(x), cos, sin, bias, cache[2 * i], cache[2 * i + 1])
+            x = x + a
+            x = x + block.mlp(block.ln_2(x))
+            new += [k, v]
+        audio = head_logits(audio_head, self.ln_f(x))
+        return (audio, *new)
 
 
 # --- weights --------------------------------------------------------------------------------------------------

@@ -37,6 +37,27 @@ def test_batched_codes_equal_the_one_row_sampler() -> None:
             assert got[r] == want, (trial, r)
 
 
+def test_every_row_sampled_at_the_served_knobs_equals_the_one_row_sampler() -> None:
+    """The served batch (every row sampled, top-k 25, top-p 0.95, penalty 1.2 over earlier codes: the sampler's
+    whole-batch path), with and without ties at the k-th score, row for row the one-row sampler's draws."""
+    rng = np.random.default_rng(1)
+    b, c = 8, 1024
+    for trial in range(24):
+        logits = (rng.standard_normal((b, c)) * rng.uniform(0.5, 4)).astype(np.float32)
+        if trial % 3 == 1:  # more ties at the k-th value than places left: the first by index are kept
+            logits[:, 10:400:10] = np.sort(logits, axis=1)[:, -20:-19]
+        if trial % 3 == 2:
+            logits = np.round(logits * 4) / 4  # ties everywhere
+        seen = rng.random((b, c)) < 0.03
+        u = rng.random(b)
+        got = sampling.sample_codes(logits, seen, do_sample=np.ones(b, bool), temperature=np.full(b, 0.8),
+                                    k=np.full(b, 25), p=np.full(b, 0.95), penalty=np.full(b, 1.2), u=u)
+        for r in range(b):
+            want = sampling.sample_code(logits[r], np.flatnonzero(seen[r]), do_sample=True, temperature=0.8, k=25,
+                                        p=0.95, penalty=1.2, u=float(u[r]))
+            assert got[r] == want, (trial, r)
+
+
 def test_one_row_rules() -> None:
     logits = np.array([2.0, -1.0, 1.0, 0.5], np.float32)
     assert sampling.sample_code(logits, np.array([0]), do_sample=False, temperature=1, k=0, p=1, penalty=1.0,

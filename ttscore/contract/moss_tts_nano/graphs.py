@@ -22,6 +22,10 @@ Graphs (exported by export/moss_tts_nano):
   p = 0 codebook 0's, unused) and the new K/V. A frame: step [hidden] (past 0) -> text_logits; if the slot wins, step [wte(slot)] (or both at once,
   T = 2, from past 0) -> audio_logits of codebook 0; then step [emb_c(code_c)] -> codebook c + 1, for c = 0..14.
   The 16th code needs no further step.
+- `local_code_step`: those last 15 steps as the runtime makes them: one position at a time over a fixed-size local
+  cache (LOCAL_CACHE slots, the frame's earlier positions' K/V written in place by the caller, the rest masked by
+  `position`), every shape but the batch fixed, so the graph does no shape arithmetic and the caller no
+  concatenation (`local_code_step_spec`).
 
 Sampling stays in the runtime (numpy, over the graphs' logits; the reference's order, mlx_audio sampling.py):
 stop/continue over the two text logits (greedy: argmax, the slot on a tie; sampled: temperature, top-k capped at 2,
@@ -66,7 +70,10 @@ LOCAL_POSITIONS = N_VQ + 1  # a frame's local sequence: the global hidden, the s
 # [N_VQ, C, D] (also the tied heads).
 WTE = "wte"
 AUDIO_EMBEDDINGS = "audio_embeddings"
-GRAPH_NAMES = ("global_step", "local_step")
+# `local_code_step`'s local K/V cache: the positions a codebook's step may attend to (0 .. N_VQ - 1; position
+# N_VQ, the last code's input, gives codebook 15's logits and its own K/V is never needed).
+LOCAL_CACHE = N_VQ
+GRAPH_NAMES = ("global_step", "local_step", "local_code_step")
 
 
 def global_step_spec(layers: int, dim: int, heads: int, head_dim: int) -> GraphSpec:
@@ -99,3 +106,33 @@ def local_step_spec(layers: int, dim: int, heads: int, head_dim: int, codebook_s
         ),
         layers, heads, head_dim,
     )
+
+
+def local_code_step_spec(layers: int, dim: int, heads: int, head_dim: int, codebook_size: int) -> GraphSpec:
+    """One position of the local transformer over a fixed-size local cache, every shape static but the batch (no
+    shape arithmetic left for the graph to do per call): `inputs_embeds` [B, D] at local `position` [1] (>= 1,
+    the same for every row), `audio_head` [C, D] (its codebook's tied head, `head_codebook(position)`) and per
+    layer `cache_key_<i>` / `cache_value_<i>` [B, H, LOCAL_CACHE, hd], of which slots < position hold the frame's
+    earlier positions' K/V (the rest are masked: any finite values) -> `audio_logits` [B, C] and the position's
+    `new_key_<i>` / `new_value_<i>` [B, H, 1, hd], which the caller writes into slot `position` of its cache (in
+    place, no concatenation). The same arithmetic as `local_step` at one new position."""
+    cache = [t for i in range(layers) for t in (
+        TensorSpec(cache_key(i), "float32", ("batch", heads, LOCAL_CACHE, head_dim)),
+        TensorSpec(cache_value(i), "float32", ("batch", heads, LOCAL_CACHE, head_dim)))]
+    new = [t for i in range(layers) for t in (
+        TensorSpec(new_key(i), "float32", ("batch", heads, 1, head_dim)),
+        TensorSpec(new_value(i), "float32", ("batch", heads, 1, head_dim)))]
+    return GraphSpec(
+        "local_code_step",
+        (TensorSpec("inputs_embeds", "float32", ("batch", dim)), TensorSpec("position", "int64", (1,)),
+         TensorSpec("audio_head", "float32", (codebook_size, dim)), *cache),
+        (TensorSpec("audio_logits", "float32", ("batch", codebook_size)), *new),
+    )
+
+
+def cache_key(i: int) -> str:
+    return f"cache_key_{i}"
+
+
+def cache_value(i: int) -> str:
+    return f"cache_value_{i}"

@@ -8,10 +8,10 @@ the text cut into chunks as vLLM-Omni does (text.py); the request's own generato
 call that completes it makes the chunk's first frame) -> `step` (each sequence's last frame `[slot, c_0..c_15]`
 embedded, `global_step` one position further for every sequence in one batched call) -> `release`.
 
-A frame (`_frames`, every row of the batch in lockstep through `local_step` and its own small past): the global
-hidden state and the slot's embedding (two positions from an empty past) give the stop/continue logits and
-codebook 0's; a row that does not continue ends its text chunk; each code drawn feeds its embedding for the next
-codebook's logits. Sampling (sampling.py) takes one uniform per draw from the request's generator, the decision's
+A frame (`_frames`, every row of the batch in lockstep): the global hidden state and the slot's embedding (two
+positions of `local_step` from an empty past) give the stop/continue logits and codebook 0's; a row that does not
+continue ends its text chunk; each code drawn feeds its embedding for the next codebook's logits (`local_code_step`
+over the frame's fixed-size local cache, each position's K/V written into it in place). Sampling (sampling.py) takes one uniform per draw from the request's generator, the decision's
 first, then the codes', so a request's frames do not depend on what it was batched with.
 
 A text of several chunks: when a chunk ends (its stop, or `max_new_tokens` frames), the next chunk's prompt is
@@ -162,6 +162,7 @@ class MossModel(ArenaModel):
         self.global_step, self.local_step = graph("global_step"), graph("local_step")
         if "audio_head" not in self.local_step.input_names:
             raise ArtifactError(f"{artifacts}: local_step holds its own codebook heads (an older export): re-export")
+        self.local_code_step = graph("local_code_step")
         self.kv = KVArena(c.layers, c.heads, c.head_dim)
         self.wte = np.asarray(open_table(self.artifacts, spec.WTE), np.float32)
         self.audio = np.asarray(open_table(self.artifacts, spec.AUDIO_EMBEDDINGS), np.float32)  # [N_VQ, C, D]
@@ -308,19 +309,42 @@ class MossModel(ArenaModel):
         rows = np.array([[spec.AUDIO_ASSISTANT_SLOT_ID, *f] for f in last], np.int64)
         return self.embed_rows(rows)
 
-    def _local(self, x: F32, past: list[F32]) -> tuple[dict[str, npt.NDArray[Any]], list[F32]]:
-        """local_step over x [B, T, D] after `past` (every row at the same position): its outputs and the past. The
-        last new position's codebook head is fed from the embedding table (tied), read in place."""
-        last = past[0].shape[2] + x.shape[1] - 1
+    def _first(self, x: F32) -> tuple[dict[str, npt.NDArray[Any]], list[F32]]:
+        """local_step over a frame's first two positions x [B, 2, D] (the global hidden state, the slot): its
+        outputs and a fresh local cache (ttscore.contract.moss_tts_nano.graphs.local_code_step_spec) holding their
+        K/V in slots 0 and 1."""
+        c = self.config
         feeds: dict[str, npt.NDArray[Any]] = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
-                                              "audio_head": self.audio[spec.head_codebook(last)]}
-        layers = self.config.local_layers
-        for i in range(layers):
-            feeds[kv_names.past_key(i)], feeds[kv_names.past_value(i)] = past[2 * i], past[2 * i + 1]
+                                              "audio_head": self.audio[spec.head_codebook(x.shape[1] - 1)]}
+        empty = np.zeros((x.shape[0], c.heads, 0, c.head_dim), np.float32)
+        for i in range(c.local_layers):
+            feeds[kv_names.past_key(i)] = feeds[kv_names.past_value(i)] = empty
         out = self.local_step.run(feeds)
-        new = [np.concatenate([past[2 * i + k], out[(kv_names.new_key if k == 0 else kv_names.new_value)(i)]], axis=2)
-               for i in range(layers) for k in (0, 1)]
-        return out, new
+        cache = []
+        for i in range(c.local_layers):
+            for new in (out[kv_names.new_key(i)], out[kv_names.new_value(i)]):
+                t = np.zeros((x.shape[0], c.heads, spec.LOCAL_CACHE, c.head_dim), np.float32)
+                t[:, :, :x.shape[1]] = new
+                cache.append(t)
+        return out, cache
+
+    def _code(self, x: F32, position: int, cache: list[F32]) -> F32:
+        """local_code_step at local `position` (>= 2) for x [B, D] over `cache` (slots < position written): the
+        codebook's logits [B, C]; the position's K/V written into its slot in place (the last position's are
+        never read)."""
+        c = self.config
+        feeds: dict[str, npt.NDArray[Any]] = {"inputs_embeds": np.ascontiguousarray(x, np.float32),
+                                              "position": np.array([position], np.int64),
+                                              "audio_head": self.audio[spec.head_codebook(position)]}
+        for i in range(c.local_layers):
+            feeds[spec.cache_key(i)], feeds[spec.cache_value(i)] = cache[2 * i], cache[2 * i + 1]
+        out = self.local_code_step.run(feeds)
+        if position < spec.LOCAL_CACHE:
+            for i in range(c.local_layers):
+                cache[2 * i][:, :, position] = out[kv_names.new_key(i)][:, :, 0]
+                cache[2 * i + 1][:, :, position] = out[kv_names.new_value(i)][:, :, 0]
+        logits: F32 = out["audio_logits"]
+        return logits
 
     def _frames(self, seqs: list[MossSequence]) -> None:
         """The next frame of each sequence (all rows in lockstep through local_step), or its chunk's end."""
@@ -328,8 +352,7 @@ class MossModel(ArenaModel):
         b = len(seqs)
         hidden = np.stack([s.hidden for s in seqs if s.hidden is not None]).astype(np.float32)
         x = np.stack([hidden, np.broadcast_to(self.slot_embedding, hidden.shape)], axis=1)
-        empty = [np.zeros((b, c.heads, 0, c.head_dim), np.float32) for _ in range(2 * c.local_layers)]
-        out, past = self._local(x, empty)
+        out, cache = self._first(x)
         going = []
         for r, s in enumerate(seqs):
             k = s.sampling
@@ -345,7 +368,8 @@ class MossModel(ArenaModel):
             return
         rows = [seqs[r] for r in going]
         logits = out["audio_logits"][going]
-        past = [p[going] for p in past]
+        if len(going) < b:
+            cache = [t[going] for t in cache]
         codes = np.zeros((len(rows), c.n_vq), np.int64)
         knobs = [s.sampling for s in rows if s.sampling is not None]
         do_sample = np.array([k.do_sample for k in knobs])
@@ -361,8 +385,7 @@ class MossModel(ArenaModel):
             codes[:, q] = sampling.sample_codes(logits, seen[:, q], do_sample=do_sample, temperature=temperature,
                                                 k=top_k, p=top_p, penalty=penalty, u=draws[:, q])
             if q + 1 < c.n_vq:
-                step, past = self._local(self.audio[q][codes[:, q]][:, None], past)
-                logits = step["audio_logits"]
+                logits = self._code(self.audio[q][codes[:, q]], q + 2, cache)
         for j, s in enumerate(rows):
             frame = codes[j].copy()
             s.last = frame

@@ -84,16 +84,22 @@ def sample_codes(logits: NDArray[Any], seen: NDArray[Any], *, do_sample: NDArray
                  k: NDArray[Any], p: NDArray[Any], penalty: NDArray[Any], u: NDArray[Any]) -> NDArray[np.int64]:
     """`sample_code` for a batch of rows at once, row for row the same float32 arithmetic: logits [B, C], `seen`
     [B, C] marks each row's earlier codes, the knobs and uniforms [B] (a greedy row's u unused)."""
-    c = logits.shape[1]
+    b, c = logits.shape
     scores: F32 = np.array(logits, np.float32)
-    pen = np.asarray(penalty, np.float32)[:, None]
-    hit = np.asarray(seen, np.bool_) & (pen != 1.0)
-    scores = np.where(hit, np.where(scores < 0, scores * pen, scores / pen), scores).astype(np.float32)
-    out: NDArray[np.int64] = np.argmax(scores, axis=1).astype(np.int64)
-    rows = np.flatnonzero(np.asarray(do_sample, np.bool_))
+    pen = np.asarray(penalty, np.float32)
+    hit_rows, hit_cols = np.nonzero(np.asarray(seen, np.bool_) & (pen != 1.0)[:, None])
+    if hit_rows.size:  # only the penalised entries change (elementwise: the same values as over the whole row)
+        x, hp = scores[hit_rows, hit_cols], pen[hit_rows]
+        scores[hit_rows, hit_cols] = np.where(x < 0, x * hp, x / hp)
+    sampled = np.asarray(do_sample, np.bool_)
+    rows = np.flatnonzero(sampled)
+    out: NDArray[np.int64] = (np.zeros(b, np.int64) if rows.size == b
+                              else np.argmax(scores, axis=1).astype(np.int64))
     if rows.size == 0:
         return out
-    s: F32 = (scores[rows] / np.asarray(temperature, np.float32)[rows, None]).astype(np.float32)
+    every = rows.size == b
+    s: F32 = scores / np.asarray(temperature, np.float32)[:, None] if every else (
+        scores[rows] / np.asarray(temperature, np.float32)[rows, None])
     kk = np.asarray(k, np.int64)[rows]
     pp = np.asarray(p, np.float64)[rows]
     uu = np.asarray(u, np.float64)[rows]
@@ -101,15 +107,17 @@ def sample_codes(logits: NDArray[Any], seen: NDArray[Any], *, do_sample: NDArray
     nucleus = (pp > 0.0) & (pp < 1.0)
     if cut.any():  # top-k (then top-p) on the k kept scores only: the served default (k 25 of 1024)
         at = np.flatnonzero(cut)
-        cols, kept = _top_k_top_p(s[at], kk[at], pp[at], nucleus[at])
-        out[rows[at]] = np.take_along_axis(cols, _draw(kept, uu[at])[:, None], 1)[:, 0]
+        whole = at.size == rows.size
+        cols, kept = _top_k_top_p(s if whole else s[at], kk if whole else kk[at], pp if whole else pp[at],
+                                  nucleus if whole else nucleus[at])
+        out[rows[at]] = np.take_along_axis(cols, _draw(kept, uu if whole else uu[at])[:, None], 1)[:, 0]
     rest = np.flatnonzero(~cut)
     if rest.size:
-        whole = s[rest]
+        part = s[rest]
         if nucleus[rest].any():
             top = np.flatnonzero(nucleus[rest])
-            whole[top] = _top_p_sorted(whole[top], pp[rest][top])
-        out[rows[rest]] = _draw(whole, uu[rest])
+            part[top] = _top_p_sorted(part[top], pp[rest][top])
+        out[rows[rest]] = _draw(part, uu[rest])
     return out
 
 
@@ -157,20 +165,31 @@ def _top_k_top_p(s: F32, kk: NDArray[np.int64], pp: NDArray[Any], nucleus: NDArr
     kth = -np.partition(-s, np.unique(kk - 1), axis=1)[np.arange(n), kk - 1]  # the k-th largest score
     above = s > kth[:, None]
     tie = s == kth[:, None]
-    kept = above | (tie & (np.cumsum(tie, axis=1) <= (kk - above.sum(axis=1))[:, None]))
+    n_above = above.sum(axis=1)
+    kept = above | tie
+    if np.any(n_above + tie.sum(axis=1) > kk):  # more ties at the k-th value than places: the first by index
+        kept = above | (tie & (np.cumsum(tie, axis=1) <= (kk - n_above)[:, None]))
     width = int(kk.max())
     r, col = np.nonzero(kept)  # row-major: each row's kept columns in column order
-    slot = np.cumsum(kept, axis=1)[r, col] - 1
+    starts = np.repeat(np.cumsum(kk) - kk, kk)
+    slot = np.arange(r.size) - starts  # each kept column's place among its row's
     cols = np.zeros((n, width), np.int64)
     vals = np.full((n, width), -np.inf, np.float32)
     cols[r, slot], vals[r, slot] = col, s[r, col]
     if not nucleus.any():
         return cols, vals
-    probs = _softmax_f32(np.where(kept, s, np.float32(-np.inf)).astype(np.float32))
+    # `_softmax_f32` of the row with every other score -inf, computed where it is not 0: the maximum is the kept
+    # one's, the sum is over the whole row (the same values in the same places: the same pairwise sum)
+    top = np.max(vals, axis=1, keepdims=True)
+    shifted = s[r, col] - top[r, 0]
+    spread = np.zeros((n, s.shape[1]), np.float32)
+    spread[r, col] = np.exp(shifted)
+    logp = (shifted - np.log(np.sum(spread, axis=1))[r]).astype(np.float32)
+    mine = np.zeros((n, width), np.float32)  # the kept ones' probabilities in their places, padding 0
+    mine[r, slot] = np.exp(logp)
     pad = np.ones((n, width), np.bool_)
     pad[r, slot] = False
     order = np.argsort(np.where(pad, np.float32(np.inf), vals), axis=1, kind="stable")  # padding sorts last
-    mine = np.where(pad, np.float32(0.0), np.take_along_axis(probs, cols, 1))
     cumulative = np.empty((n, width), np.float32)
     np.put_along_axis(cumulative, order, np.cumsum(np.take_along_axis(mine, order, 1), axis=1, dtype=np.float32), 1)
     floor = (1.0 - pp).astype(np.float32)[:, None]
