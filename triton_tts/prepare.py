@@ -27,7 +27,7 @@ from triton_tts.artifacts import add_lora
 from triton_tts.checkpoints import Checkpoint, resolve_checkpoint
 from triton_tts.checkpoints import find_checkpoints as checkpoints_in
 from triton_tts.progress import add_quiet
-from triton_tts.serve import add_runaway_args, generation_params
+from triton_tts.serve import add_aligner_arg, add_runaway_args, generation_params
 from ttscore.contract.errors import CheckpointError, TTSError
 
 ALIGNER_DIR = "forced-aligner"  # under ARTIFACTS: the aligner's export (a model id would need a checkpoint of that name)
@@ -132,8 +132,7 @@ def add_prepare_parser(sub: Any) -> None:
     p.add_argument("--device", default="cpu", choices=["cpu", "gpu"], help="instance kind of the graph models")
     p.add_argument("--precision", default="fp32", choices=["fp32", "int8"])
     add_lora(p)
-    p.add_argument("--aligner", metavar="CHECKPOINT",
-                   help="a Qwen3-ForcedAligner checkpoint (word timestamps), served by the forced_aligner model")
+    add_aligner_arg(p)
     p.add_argument("--max-active", type=int, help="requests batched together per step (per checkpoint)")
     add_runaway_args(p)
     add_quiet(p)

@@ -62,8 +62,16 @@ def _model_id(path: Path, taken: set[str]) -> str:
     return name
 
 
+ALIGNER_ENV = "TTS_ALIGNER"  # the default of --aligner (compose, Kubernetes); empty: no aligner
 RUNAWAY_FACTOR_ENV = "TTS_RUNAWAY_FACTOR"  # the default of --runaway-factor (compose, Kubernetes)
 RUNAWAY_MIN_S_ENV = "TTS_RUNAWAY_MIN_S"  # the default of --runaway-min-s
+
+
+def add_aligner_arg(parser: Any) -> None:
+    """--aligner CHECKPOINT (serve, prepare): the forced aligner for word timestamps; default $TTS_ALIGNER."""
+    parser.add_argument("--aligner", metavar="CHECKPOINT", default=os.environ.get(ALIGNER_ENV, "").strip() or None,
+                        help="a Qwen3-ForcedAligner checkpoint (word timestamps), served by the forced_aligner model; "
+                             f"default ${ALIGNER_ENV}")
 
 
 def add_runaway_args(parser: Any) -> None:
@@ -316,8 +324,7 @@ def add_serve_parser(sub: Any) -> None:
                    help="checkpoint directory, Hugging Face cache snapshot, or repo id Org/Name[@revision] "
                         "(repeat to serve several)")
     s.add_argument("--precision", default="fp32", choices=["fp32", "int8", "int4"])
-    s.add_argument("--aligner", metavar="CHECKPOINT",
-                   help="a Qwen3-ForcedAligner checkpoint (word timestamps), served by the forced_aligner model")
+    add_aligner_arg(s)
     add_lora(s)
     s.add_argument("--host", default="0.0.0.0")
     s.add_argument("--port", type=int, default=8091, help="gateway port")

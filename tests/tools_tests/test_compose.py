@@ -375,3 +375,26 @@ def test_gateway_service_runs_the_gateway(compose):
     assert "requirements-gateway.txt" in dockerfile
     image = _pins(dockerfile + (ROOT / "requirements-gateway.txt").read_text())
     assert image["prometheus-client"] == reqs["prometheus-client"]
+    # ... and uvicorn's C HTTP parser and event loop, at the same pins
+    for pkg in ("uvicorn", "httptools", "uvloop"):
+        assert image[pkg] == reqs[pkg], pkg
+
+
+def test_settings_reach_the_services_that_read_them(compose, monkeypatch):
+    """TTS_ALIGNER mounts the aligner checkpoint where prepare's --aligner default points; the gateway gets the
+    admission and word-timestamp settings it reads (gateway.settings.ENV_NAMES)."""
+    from gateway.settings import ENV_NAMES
+    from triton_tts.cli import build_parser
+    from triton_tts.serve import ALIGNER_ENV
+
+    for profile in PROFILES.values():
+        init, gateway = compose["services"][profile[0]], compose["services"][profile[2]]
+        assert ALIGNER_ENV in init["environment"]  # (interpolated: empty unless the host sets it)
+        assert ("./build/no-aligner", "/aligner", True) in _mounts(init)
+        assert set(ENV_NAMES.values()) <= set(gateway["environment"])
+    monkeypatch.setenv(ALIGNER_ENV, "/aligner")
+    args = build_parser().parse_args(["prepare", "--checkpoints", "/c", "--artifacts", "/a", "--repository", "/r",
+                                      "--gateway-config", "/g.json"])
+    assert args.aligner == "/aligner"
+    monkeypatch.setenv(ALIGNER_ENV, "")
+    assert build_parser().parse_args(["serve"]).aligner is None

@@ -233,10 +233,11 @@ def test_prepare_job_per_overlay(overlay):
     name, docs = overlay
     c = container(find(docs, "Job", PREPARE))
     args = build_parser().parse_args(c["args"])
-    from triton_tts.serve import RUNAWAY_FACTOR_ENV, RUNAWAY_MIN_S_ENV
+    from triton_tts.serve import ALIGNER_ENV, RUNAWAY_FACTOR_ENV, RUNAWAY_MIN_S_ENV
 
     env = {e["name"]: e.get("value") for e in c["env"]}
-    assert env[RUNAWAY_FACTOR_ENV] == env[RUNAWAY_MIN_S_ENV] == ""  # the runaway guard's settings, defaults
+    # The runaway guard's settings and the aligner, there to set (empty: the defaults, no aligner).
+    assert env[RUNAWAY_FACTOR_ENV] == env[RUNAWAY_MIN_S_ENV] == env[ALIGNER_ENV] == ""
     if name == "gpu":
         assert args.device == "gpu" and args.checkpoints == "/checkpoints" and not args.demo
         assert mounts(find(docs, "Job", PREPARE), c)["/checkpoints"] == ("triton-tts-checkpoints", "", True)
@@ -269,11 +270,11 @@ def test_gateway_matches_its_command_line_routes_and_env(overlay):
     assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "http"} and "/ready" in routes
     assert c["livenessProbe"]["httpGet"] == {"path": "/health", "port": "http"} and "/health" in routes
     env = {e["name"]: e for e in c["env"]}
-    from gateway.settings import ADMISSION_ENV
+    from gateway.settings import ENV_NAMES
 
-    admission = set(ADMISSION_ENV.values())  # the names the gateway reads (gateway.settings)
-    assert set(env) == {ENV_SAMPLES_DIR, API_KEYS_ENV} | admission
-    assert all(env[name]["value"] == "" for name in admission)  # there to set; empty: the documented defaults
+    numbers = set(ENV_NAMES.values())  # the admission and word-timestamp settings the gateway reads
+    assert set(env) == {ENV_SAMPLES_DIR, API_KEYS_ENV} | numbers
+    assert all(env[name]["value"] == "" for name in numbers)  # there to set; empty: the documented defaults
     voices = env[ENV_SAMPLES_DIR]["value"]
     assert mounts(gateway, c)[voices] == ("triton-tts-voices", "", False)
     assert env[API_KEYS_ENV]["valueFrom"]["secretKeyRef"]["optional"] is True
