@@ -195,12 +195,14 @@ def test_whole_file_json_carries_the_audio_and_the_same_words(stack, family):
           pcm.size / rate)
 
 
-def ws_messages(stack: dict[str, Any], config: dict[str, Any], text: str) -> list[Any]:
-    """Every message of one WebSocket utterance up to session.done (or the first error)."""
+def ws_messages(stack: dict[str, Any], config: dict[str, Any], text: str | list[str]) -> list[Any]:
+    """Every message of one WebSocket utterance (its text in one input.text, or in the given pieces) up to
+    session.done (or the first error)."""
     messages: list[Any] = []
     with connect(f"ws://127.0.0.1:{stack['port']}/v1/audio/speech/stream", open_timeout=30, max_size=None) as ws:
         ws.send(json.dumps({"type": "session.config", **config}))
-        ws.send(json.dumps({"type": "input.text", "text": text}))
+        for piece in [text] if isinstance(text, str) else text:
+            ws.send(json.dumps({"type": "input.text", "text": piece}))
         ws.send(json.dumps({"type": "input.done"}))
         while True:
             m = ws.recv(timeout=300)
@@ -209,12 +211,19 @@ def ws_messages(stack: dict[str, Any], config: dict[str, Any], text: str) -> lis
                 return messages
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_websocket_sentences_carry_their_words(stack, family):
+# Incremental text: the families whose generation cannot take text while it runs fall back to sentences (their
+# words as in sentence mode); Qwen3-TTS's one incremental generation is checked in test_e2e_word_timestamps_chunks.
+WS_CASES = [(f, "sentence") for f in FAMILIES] + [(f, "incremental") for f in FAMILIES if f != "qwen3_tts"]
+
+
+@pytest.mark.parametrize(("family", "granularity"), WS_CASES)
+def test_websocket_sentences_carry_their_words(stack, family, granularity):
     rate = stack["rates"][family]
-    config = {**fields(stack, family), "split_granularity": "sentence", "stream_audio": True,
+    config = {**fields(stack, family), "split_granularity": granularity, "stream_audio": True,
               "response_format": "pcm"}
-    messages = ws_messages(stack, config, f"{FIRST} {SECOND}")
+    text = f"{FIRST} {SECOND}"
+    pieces = [text] if granularity == "sentence" else [w + " " for w in text.split(" ")]  # as an LLM streams it
+    messages = ws_messages(stack, config, pieces)
     assert messages[-1]["type"] == "session.done", messages[-1]
     offset = 0.0
     places = []
