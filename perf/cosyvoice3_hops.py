@@ -5,13 +5,13 @@ HiFT sizes (issue 39: a hop's cost should not grow with its position).
                         not timed, and the full real checkpoint plus two real exports do not fit this machine's
                         disk (7 GB free). Same yaml and random init as `make-tiny --size real` for the flow/HiFT.
   table JSONL           the JSON lines as a markdown table (seconds per hop per export, hop 20 / hop 2).
-  repeat NAME=TREE:ARTIFACTS
+  repeat NAME=TREE:ARTIFACTS...
                         hop A against hop B of the same stream's code, repeated in turn (--hops 2,20 --reps 5):
-                        a worker on that tree's code advances one stream to just before hop A and another to just
-                        before hop B, keeps each one's state (all but the K/V buffers, whose slots a hop rewrites
-                        with the same values), then times hop A, restores it, times hop B, restores it, and so on:
-                        the two hops alternate within a minute, so the machine's load hits them alike. One tree
-                        per run (two streams of the real flow hold ~5 GB at hop 20).
+                        per export a worker on that tree's code advances one stream to just before hop A and
+                        another to just before hop B, keeps each one's state (all but the K/V buffers, whose slots
+                        a hop rewrites with the same values), then times hop A, restores it, times hop B, restores
+                        it, and so on, the workers in turn: every hop of every export alternates within a minute,
+                        so the machine's load hits them alike (two streams of the real flow hold 5-6 GB at hop 20).
   compare NAME=TREE:ARTIFACTS...
                         per export a worker process on that tree's code (its PYTHONPATH) pushes the same random
                         speech tokens through its `HopStream`, a hop at a time, the workers in turn (hop k of
@@ -112,6 +112,7 @@ def repeat_worker(artifacts: Path, hops: tuple[int, int], reps: int, prompt_toke
     first: dict[int, Any] = {}
     for rep in range(reps):
         for target, hs, pos, need, state in streams:
+            sys.stdin.readline()
             t0, c0 = time.perf_counter(), time.process_time()
             pcm = hs.push(tokens[pos: pos + need])
             dt, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -123,25 +124,39 @@ def repeat_worker(artifacts: Path, hops: tuple[int, int], reps: int, prompt_toke
             vars(hs).update({k: (list(v) if isinstance(v, list) and k != "kv" else v) for k, v in state.items()})
 
 
-def repeat(tree_spec: str, hops: tuple[int, int], reps: int, prompt_tokens: int, threads: int | None,
+def repeat(trees: list[str], hops: tuple[int, int], reps: int, prompt_tokens: int, threads: int | None,
            out: Path | None) -> None:
-    """`NAME=TREE:ARTIFACTS`: repeat_worker on that tree's code (its PYTHONPATH), this file's code."""
+    """`NAME=TREE:ARTIFACTS` per export: repeat_worker (this file's code) on that tree's code (its PYTHONPATH), one
+    timed hop of each worker in turn."""
     import os
     import subprocess
 
-    name, rest = tree_spec.split("=", 1)
-    tree, art = rest.split(":", 1)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "repeat-worker", art, "--hops", ",".join(map(str, hops)),
-           "--reps", str(reps), "--prompt-tokens", str(prompt_tokens)] + (["--threads", str(threads)] if threads else [])
-    sink = out.open("a") if out else None
-    with subprocess.Popen(cmd, cwd=tree, env={**os.environ, "PYTHONPATH": tree}, stdout=subprocess.PIPE, text=True) as p:
+    procs: list[tuple[str, subprocess.Popen[str]]] = []
+    for t in trees:
+        name, rest = t.split("=", 1)
+        tree, art = rest.split(":", 1)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "repeat-worker", art, "--hops", ",".join(map(str, hops)),
+               "--reps", str(reps), "--prompt-tokens", str(prompt_tokens)] + (["--threads", str(threads)] if threads else [])
+        procs.append((name, subprocess.Popen(cmd, cwd=tree, env={**os.environ, "PYTHONPATH": tree},
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)))
+    for name, p in procs:  # both streams of every worker advanced
         assert p.stdout is not None
-        for line in p.stdout:
-            row = {"export": name, **json.loads(line)}
-            print(json.dumps(row), flush=True)
-            if sink and "hop" in row:
-                sink.write(json.dumps(row) + "\n")
-                sink.flush()
+        for _ in hops:
+            print(json.dumps({"export": name, **json.loads(p.stdout.readline())}), flush=True)
+    sink = out.open("a") if out else None
+    for _ in range(reps):
+        for _ in hops:
+            for name, p in procs:
+                assert p.stdin is not None and p.stdout is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+                line = json.dumps({"export": name, **json.loads(p.stdout.readline())})
+                print(line, flush=True)
+                if sink:
+                    sink.write(line + "\n")
+                    sink.flush()
+    for _, p in procs:
+        p.wait()
 
 
 def compare(trees: list[str], hops: int, prompt_tokens: int, threads: int | None, out: Path | None) -> None:
@@ -221,7 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     b = sub.add_parser("table")
     b.add_argument("jsonl", type=Path)
     r = sub.add_parser("repeat")
-    r.add_argument("tree", help="NAME=TREE:ARTIFACTS")
+    r.add_argument("trees", nargs="+", help="NAME=TREE:ARTIFACTS")
     r.add_argument("--out", type=Path, default=None, help="append the JSON lines here too")
     rw = sub.add_parser("repeat-worker")
     rw.add_argument("artifacts", type=Path)
@@ -241,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     elif a.cmd == "worker":
         worker(a.artifacts, a.hops, a.prompt_tokens, a.threads)
     elif a.cmd == "repeat":
-        repeat(a.tree, a.hops, a.reps, a.prompt_tokens, a.threads, a.out)
+        repeat(a.trees, a.hops, a.reps, a.prompt_tokens, a.threads, a.out)
     elif a.cmd == "repeat-worker":
         repeat_worker(a.artifacts, a.hops, a.reps, a.prompt_tokens, a.threads)
     else:
