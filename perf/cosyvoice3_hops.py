@@ -5,6 +5,13 @@ HiFT sizes (issue 39: a hop's cost should not grow with its position).
                         not timed, and the full real checkpoint plus two real exports do not fit this machine's
                         disk (7 GB free). Same yaml and random init as `make-tiny --size real` for the flow/HiFT.
   table JSONL           the JSON lines as a markdown table (seconds per hop per export, hop 20 / hop 2).
+  repeat NAME=TREE:ARTIFACTS...
+                        hop A against hop B of the same stream's code, repeated in turn (--hops 2,20 --reps 5):
+                        per export a worker on that tree's code advances one stream to just before hop A and
+                        another to just before hop B, keeps each one's state (all but the K/V buffers, whose slots
+                        a hop rewrites with the same values), then times hop A, restores it, times hop B, restores
+                        it, and so on, the workers in turn: every hop of every export alternates within a minute,
+                        so the machine's load hits them alike (two streams of the real flow hold 5-6 GB at hop 20).
   compare NAME=TREE:ARTIFACTS...
                         per export a worker process on that tree's code (its PYTHONPATH) pushes the same random
                         speech tokens through its `HopStream`, a hop at a time, the workers in turn (hop k of
@@ -68,6 +75,88 @@ def worker(artifacts: Path, hops: int, prompt_tokens: int, threads: int | None) 
         pos += need
         print(json.dumps({"hop": hop, "seconds": round(dt, 3), "cpu_seconds": round(cpu, 3), "samples": len(pcm), "tokens": pos,
                           "cache_bytes": getattr(hs, "cache_bytes", 0)}), flush=True)
+
+
+def _snapshot(hs: Any) -> dict[str, Any]:
+    """A HopStream's state but its K/V buffers (lists copied, arrays shared: a hop replaces them, never writes
+    into them, but for the K/V slots it rewrites with the same values)."""
+    return {k: (list(v) if isinstance(v, list) and k != "kv" else v) for k, v in vars(hs).items()}
+
+
+def repeat_worker(artifacts: Path, hops: tuple[int, int], reps: int, prompt_tokens: int, threads: int | None) -> None:
+    """Two streams of the same tokens, advanced to just before hops[0] and hops[1]; then each hop timed `reps`
+    times in turn, the stream restored after each (JSON lines)."""
+    import numpy as np
+
+    from ttscore.runtime.families.cosyvoice3.generate import CosyVoice3Graphs, HopStream, Prompt
+
+    rng = np.random.default_rng(0)
+    g = CosyVoice3Graphs(artifacts, threads)
+    prompt = Prompt(text_ids=np.zeros(1, np.int64),
+                    speech_tokens=rng.integers(0, g.speech_token_size, prompt_tokens).astype(np.int64),
+                    feat=rng.standard_normal((g.ratio * prompt_tokens, g.mel_dim)).astype(np.float32) - 4,
+                    embedding=rng.standard_normal(192).astype(np.float32))
+    n = prompt_tokens + g.chunk_tokens * (max(hops) + 2) + g.lookahead
+    noise = np.random.default_rng(1).standard_normal((g.mel_dim, g.ratio * n)).astype(np.float32)
+    tokens = [int(t) for t in np.random.default_rng(2).integers(0, g.speech_token_size, n)]
+    streams = []
+    for target in hops:
+        hs = HopStream(g, prompt, noise)
+        pos = 0
+        for _ in range(target - 1):
+            need = hs.end + g.lookahead - len(hs.tokens)
+            hs.push(tokens[pos: pos + need])
+            pos += need
+        streams.append((target, hs, pos, hs.end + g.lookahead - len(hs.tokens), _snapshot(hs)))
+        print(json.dumps({"ready": target, "frames": hs.frames}), flush=True)
+    first: dict[int, Any] = {}
+    for rep in range(reps):
+        for target, hs, pos, need, state in streams:
+            sys.stdin.readline()
+            t0, c0 = time.perf_counter(), time.process_time()
+            pcm = hs.push(tokens[pos: pos + need])
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+            ref = first.setdefault(target, pcm)  # each repetition re-runs the same hop: the same audio
+            print(json.dumps({"hop": target, "rep": rep, "seconds": round(dt, 3), "cpu_seconds": round(cpu, 3),
+                              "samples": len(pcm), "frames": hs.frames, "cache_bytes": getattr(hs, "cache_bytes", 0),
+                              "vs_first": float(np.abs(pcm - ref).max()) if len(pcm) == len(ref) else None}),
+                  flush=True)
+            vars(hs).update({k: (list(v) if isinstance(v, list) and k != "kv" else v) for k, v in state.items()})
+
+
+def repeat(trees: list[str], hops: tuple[int, int], reps: int, prompt_tokens: int, threads: int | None,
+           out: Path | None) -> None:
+    """`NAME=TREE:ARTIFACTS` per export: repeat_worker (this file's code) on that tree's code (its PYTHONPATH), one
+    timed hop of each worker in turn."""
+    import os
+    import subprocess
+
+    procs: list[tuple[str, subprocess.Popen[str]]] = []
+    for t in trees:
+        name, rest = t.split("=", 1)
+        tree, art = rest.split(":", 1)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "repeat-worker", art, "--hops", ",".join(map(str, hops)),
+               "--reps", str(reps), "--prompt-tokens", str(prompt_tokens)] + (["--threads", str(threads)] if threads else [])
+        procs.append((name, subprocess.Popen(cmd, cwd=tree, env={**os.environ, "PYTHONPATH": tree},
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)))
+    for name, p in procs:  # both streams of every worker advanced
+        assert p.stdout is not None
+        for _ in hops:
+            print(json.dumps({"export": name, **json.loads(p.stdout.readline())}), flush=True)
+    sink = out.open("a") if out else None
+    for _ in range(reps):
+        for _ in hops:
+            for name, p in procs:
+                assert p.stdin is not None and p.stdout is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+                line = json.dumps({"export": name, **json.loads(p.stdout.readline())})
+                print(line, flush=True)
+                if sink:
+                    sink.write(line + "\n")
+                    sink.flush()
+    for _, p in procs:
+        p.wait()
 
 
 def compare(trees: list[str], hops: int, prompt_tokens: int, threads: int | None, out: Path | None) -> None:
@@ -146,8 +235,17 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--out", type=Path, default=None, help="append the JSON lines here too")
     b = sub.add_parser("table")
     b.add_argument("jsonl", type=Path)
+    r = sub.add_parser("repeat")
+    r.add_argument("trees", nargs="+", help="NAME=TREE:ARTIFACTS")
+    r.add_argument("--out", type=Path, default=None, help="append the JSON lines here too")
+    rw = sub.add_parser("repeat-worker")
+    rw.add_argument("artifacts", type=Path)
     for q in (w, t):
         q.add_argument("--hops", type=int, default=22)
+    for q in (r, rw):
+        q.add_argument("--hops", type=lambda v: tuple(int(x) for x in v.split(",")), default=(2, 20))
+        q.add_argument("--reps", type=int, default=5)
+    for q in (w, t, r, rw):
         q.add_argument("--prompt-tokens", type=int, default=50)
         q.add_argument("--threads", type=int, default=None)
     a = ap.parse_args(argv)
@@ -157,6 +255,10 @@ def main(argv: list[str] | None = None) -> None:
         table(a.jsonl)
     elif a.cmd == "worker":
         worker(a.artifacts, a.hops, a.prompt_tokens, a.threads)
+    elif a.cmd == "repeat":
+        repeat(a.trees, a.hops, a.reps, a.prompt_tokens, a.threads, a.out)
+    elif a.cmd == "repeat-worker":
+        repeat_worker(a.artifacts, a.hops, a.reps, a.prompt_tokens, a.threads)
     else:
         compare(a.trees, a.hops, a.prompt_tokens, a.threads, a.out)
 

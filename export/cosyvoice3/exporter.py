@@ -6,7 +6,7 @@ tests/export_tests/test_cosyvoice3_parity.py through the whole route).
 Stages: lm_step (prefill, then decode steps over the graph's own K/V, each equal to the torch module on
 the whole prefix; a ragged two-row batch equal to each row alone), flow_cond (two rows of different
 lengths), flow_velocity (without a past: full attention and the 25-token chunk mask, a padded row; stream hops
-over a past and a context), hift (two lengths, a window seeded mid-run),
+over a past, frame first, and a context), hift (two lengths, a window seeded mid-run),
 tables (text and speech embeddings), manifest.
 """
 
@@ -64,20 +64,19 @@ def _flow_cond_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
 
 
 def _velocity_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
-    """flow_velocity's cases (rows, past slots, valid past, context, frames, chunks): whole utterances without a
-    past (full attention and chunk 8 with a padded row; 60 frames chunk 50), then stream hops: a small chunk
-    over a past buffer of 24 slots holding 16 frames and a short context, and a hop over a 100-frame past with
-    the whole position-conv context (the traced one)."""
+    """flow_velocity's cases (rows, past frames, context, frames, chunks): whole utterances without a past (full
+    attention and chunk 8 with a padded row; 60 frames chunk 50), then stream hops: a small chunk over a 16-frame
+    past and a short context, and a hop over a 100-frame past with the whole position-conv context (the traced
+    one)."""
     rng = np.random.default_rng(5)
     f = info.flow
     m, ctx, big = f.mel, spec.FLOW_CONV_CONTEXT, f.static_chunk_size
     cases: list[dict[str, np.ndarray]] = []
-    for b, p, valid, c, n, chunk in ((2, 0, 0, 0, 24, (24, 8)), (1, 0, 0, 0, 60, (big,)), (1, 24, 16, 16, 20, (8,)),
-                                     (1, 100, 100, ctx, 50, (big,))):
-        mask = np.ones((b, p + n), np.float32)
-        mask[:, valid:p] = 0
+    for b, p, c, n, chunk in ((2, 0, 0, 24, (24, 8)), (1, 0, 0, 60, (big,)), (1, 16, 16, 20, (8,)),
+                              (1, 100, ctx, 50, (big,))):
+        mask = np.ones((b, n), np.float32)
         if b == 2:
-            mask[1, p + n - 5:] = 0
+            mask[1, n - 5:] = 0
         case: dict[str, np.ndarray] = {
             "x": rng.standard_normal((b, m, c + n)).astype(np.float32), "mask": mask,
             "mu": rng.standard_normal((b, m, c + n)).astype(np.float32), "t": rng.uniform(0, 1, b).astype(np.float32),
@@ -85,7 +84,7 @@ def _velocity_cases(info: CosyVoice3Info) -> list[dict[str, np.ndarray]]:
             "cond": rng.standard_normal((b, m, c + n)).astype(np.float32), "chunk": np.array(chunk, np.int64)}
         for i in range(f.depth):
             for name in (spec.past_key(i), spec.past_value(i)):
-                case[name] = rng.standard_normal((2 * b, f.heads, p, f.dim_head)).astype(np.float32)
+                case[name] = rng.standard_normal((p, 2 * b, f.heads, f.dim_head)).astype(np.float32)
         cases.append(case)
     return cases
 

@@ -266,29 +266,28 @@ class Estimator(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor, mu: torch.Tensor, t: torch.Tensor, spks: torch.Tensor,
                 cond: torch.Tensor, chunk: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """x, mu, cond [B, C + N, mel] (C frames of left context for the position convs, then N frames); mask
-        [B, P + N] (1 = valid: the past's slots, then the N frames); t [B]; spks [B, mel]; chunk [B]; `past`: per
-        block the rotated key and value [B, heads, P, dim_head] of the past's slots (slot j valid iff mask[:, j]:
-        the valid slots first, at positions 0..L-1; P may be 0) -> (velocity of the N frames [B, N, mel], their
-        keys and values). The N frames are at positions L..L+N-1 (L: the row's valid past slots). Each frame
-        attends to the past and to the frames its chunk mask allows: under the chunk mask the same values as
-        the whole sequence's rows, since past frames never see later ones."""
+        [B, N] (1 = valid frame); t [B]; spks [B, mel]; chunk [B]; `past`: per block the rotated key and value
+        [P, B, heads, dim_head] of the P frames before (frame first; all valid; P may be 0) -> (velocity of the N
+        frames [B, N, mel], their keys and values [N, B, heads, dim_head]). The N frames are at positions
+        P..P+N-1. Each frame attends to the past and to the frames its chunk mask allows: under the chunk mask
+        the same values as the whole sequence's rows, since past frames never see later ones (and the chunk mask
+        never hides a past frame from a later one, so the past needs no mask)."""
         b = x.shape[0]
         temb = self.time_embed(t)
         h = self.input_embed(x, cond, mu, spks)
-        p = past[0].shape[2]
-        n = mask.shape[1] - p
+        p = past[0].shape[0]
+        n = mask.shape[1]
         h = h[:, h.shape[1] - n:]
-        length = (mask[:, :p] > 0).sum(dim=1)  # [B] valid past slots
-        pos = length[:, None] + torch.arange(n)[None, :]  # [B, N]
-        keys = torch.cat([torch.arange(p)[None, :].expand(b, p), pos], dim=1)  # [B, P + N]
+        pos = p + torch.arange(n)  # [N]
         inv = cast(torch.Tensor, self.rotary_embed.inv_freq)
-        fr = pos.float()[:, :, None] * inv[None, None, :]
-        fr = torch.stack((fr, fr), dim=-1).reshape(b, n, -1)  # [B, N, dim_head] interleaved
+        fr = pos.float()[:, None] * inv[None, :]
+        fr = torch.stack((fr, fr), dim=-1).reshape(n, -1)  # [N, dim_head] interleaved
         cos, sin = fr.cos(), fr.sin()
         rot = fr.shape[-1]
-        seen = keys[:, None, :] < ((pos[:, :, None] // chunk[:, None, None]) + 1) * chunk[:, None, None]  # [B, N, P+N]
+        # among the N frames: key j seen by frame i iff j < (i // chunk + 1) * chunk and j is a valid frame
+        seen = pos[None, None, :] < ((pos[None, :, None] // chunk[:, None, None]) + 1) * chunk[:, None, None]  # [B, N, N]
         bias = torch.where(seen & (mask[:, None, :] > 0), torch.zeros(()), torch.full((), float("-inf")))[:, None]
-        valid = (mask[:, p:] > 0)[:, :, None]
+        valid = (mask > 0)[:, :, None]
         new: list[torch.Tensor] = []
         for i, blk in enumerate(cast("list[DiTBlock]", list(self.transformer_blocks))):
             e = blk.attn_norm.linear(F.silu(temb))
@@ -298,15 +297,18 @@ class Estimator(nn.Module):
             q, k, v = a.to_q(nrm), a.to_k(nrm), a.to_v(nrm)
             q = torch.cat([q[..., :rot] * cos + _rotate_pairs(q[..., :rot]) * sin, q[..., rot:]], dim=-1)
             k = torch.cat([k[..., :rot] * cos + _rotate_pairs(k[..., :rot]) * sin, k[..., rot:]], dim=-1)
-            q = q.view(b, n, a.heads, a.dim_head).transpose(1, 2)
-            k = k.view(b, n, a.heads, a.dim_head).transpose(1, 2)
-            v = v.view(b, n, a.heads, a.dim_head).transpose(1, 2)
-            new += [k, v]
-            kp, vp = past[2 * i], past[2 * i + 1]
-            # scores over the past and the new keys, one softmax, the two value blocks summed: the past is read
-            # in place (no concatenation copied per layer and step)
-            s = torch.cat([torch.matmul(q, kp.transpose(-1, -2)), torch.matmul(q, k.transpose(-1, -2))], dim=-1)
-            w = (s / math.sqrt(a.dim_head) + bias).softmax(-1)
+            # the scale on q (1/8 at the released dim_head 64: exact) instead of on the [N, P + N] scores
+            q = q.view(b, n, a.heads, a.dim_head).transpose(1, 2) * (1.0 / math.sqrt(a.dim_head))
+            k = k.view(b, n, a.heads, a.dim_head)
+            v = v.view(b, n, a.heads, a.dim_head)
+            new += [k.transpose(0, 1), v.transpose(0, 1)]
+            k, v = k.transpose(1, 2), v.transpose(1, 2)
+            # the past [P, B, heads, dh] read in place (the permutes fold into the MatMuls), scores over the past
+            # and over the new keys, one softmax, the two value blocks summed: nothing of size P is copied or
+            # masked but the scores and their softmax
+            kp, vp = past[2 * i].permute(1, 2, 3, 0), past[2 * i + 1].permute(1, 2, 0, 3)
+            s = torch.cat([torch.matmul(q, kp), torch.matmul(q, k.transpose(-1, -2)) + bias], dim=-1)
+            w = s.softmax(-1)
             o = torch.matmul(w[..., :p], vp) + torch.matmul(w[..., p:], v)
             o = a.to_out(o.transpose(1, 2).reshape(b, n, -1)) * valid
             h = h + gate_msa[:, None] * o

@@ -110,16 +110,13 @@ def test_stream_first_audio_after_the_first_hop(cosyvoice3_artifacts: Path) -> N
 
 
 def test_long_stream_costs_each_hop_the_same_and_equals_the_whole(cosyvoice3_artifacts: Path) -> None:
-    """Twelve hops: each runs the flow on its own 50 new frames only (flow_velocity fed the past K/V, which grows
-    by exactly the hop's frames) and HiFT on a bounded window, the source phase carried; the pieces still
-    join into the whole decode under the chunk mask."""
+    """Twelve hops: each runs the flow on its own 50 new frames only (flow_velocity fed the position convs'
+    bounded context and, per layer, exactly the past frames' K/V as a prefix of the stream's buffer, no slack
+    slots; the graph writes the new frames' K/V into the buffer's next slots) and HiFT on a bounded window, the
+    source phase carried; the pieces still join into the whole decode under the chunk mask."""
+    from ttscore.contract import cosyvoice3 as spec
     from ttscore.runtime.families.cosyvoice3 import sampling
-    from ttscore.runtime.families.cosyvoice3.generate import (
-        GROWTH_HOPS,
-        WITHHELD_FRAMES,
-        CosyVoice3Graphs,
-        HopStream,
-    )
+    from ttscore.runtime.families.cosyvoice3.generate import WITHHELD_FRAMES, CosyVoice3Graphs, HopStream
 
     g = CosyVoice3Graphs(cosyvoice3_artifacts)
     n_prompt = 30
@@ -128,22 +125,35 @@ def test_long_stream_costs_each_hop_the_same_and_equals_the_whole(cosyvoice3_art
     flow = sampling.flow_noise(3, g.mel_dim, 2 * (len(toks) + n_prompt))
     hops = HopStream(g, prompt, flow)
     hop_graph = g.graphs["flow_velocity"]
+    calls: list[tuple[int, int, int, bool]] = []  # per graph call: x's window, the past fed, frames held, in place
+    run_bound = hop_graph.run_bound
+
+    def recording(feeds, into=None):
+        past = feeds[spec.past_key(0)]
+        buf = hops.kv
+        shares = buf is not None and np.shares_memory(past, buf) and np.shares_memory(into[spec.new_key(0)], buf)
+        calls.append((feeds["x"].shape[2], past.shape[0], hops.frames, shares))
+        return run_bound(feeds, into)
+
+    hop_graph.run_bound = recording
     pieces, fed, windows = [], [], []
     per_frame = hops.bytes_per_frame
     for t in toks:
-        before = hop_graph.calls
+        before = len(calls)
         piece = hops.push([t])
-        if hop_graph.calls > before:
+        if len(calls) > before:
             fed.append(hops.frames)
             windows.append(hops.mel.shape[1])
-            # the buffers hold the frames, grown by half (at least GROWTH_HOPS hops) when full
-            slack = max(hops.frames // 2, (GROWTH_HOPS + 1) * 2 * g.chunk_tokens)
-            assert hops.frames * per_frame <= hops.cache_bytes <= (hops.frames + slack) * per_frame
+            assert hops.cache_bytes == hops.frames * per_frame
         pieces.append(piece)
     pieces.append(hops.finish())
     steps = np.diff(fed)
     assert len(fed) >= 11 and (steps == 2 * g.chunk_tokens).all(), fed
     assert max(windows[2:]) <= hops.window + 2 * g.chunk_tokens + WITHHELD_FRAMES, windows
+    # every call after the first hop: the past is exactly the frames held, read in place; x's window is bounded
+    assert all(past == held and shares for _, past, held, shares in calls[spec.FLOW_STEPS:]), calls[spec.FLOW_STEPS:]
+    assert max(w for w, *_ in calls[spec.FLOW_STEPS:]) <= spec.FLOW_CONV_CONTEXT + 2 * g.chunk_tokens, calls
+    assert hops.capacity == flow.shape[1]  # reserved once, never grown
     whole = g.audio(g.mel(prompt, toks, flow, chunk=g.static_chunk))
     np.testing.assert_allclose(np.concatenate(pieces), whole, rtol=0, atol=STREAM_TOLERANCE)
 

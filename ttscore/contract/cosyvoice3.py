@@ -139,25 +139,25 @@ def flow_cond_spec(mel: int, spk_dim: int) -> GraphSpec:
 
 
 def flow_velocity_spec(mel: int, depth: int, heads: int, dim_head: int) -> GraphSpec:
-    """One Euler step's guided velocity of the DiT for N frames over the K/V of the frames before them (a
+    """One Euler step's guided velocity of the DiT for N frames over the K/V of the P frames before them (a
     whole utterance: no past; a stream's hop: its new frames over the past ones, which the chunk mask keeps
     from seeing later frames): x, mu, cond [B, mel, C + N] (C <= FLOW_CONV_CONTEXT frames before the N,
-    only for the position convs; 0 at the start), mask [B, P + N] (1 = valid: the past's P slots, then the N
-    frames; a stream's past is a buffer whose first L slots are its frames 0..L-1, the rest masked), t [B],
+    only for the position convs; 0 at the start), mask [B, N] (1 = valid frame: a padded row's tail 0), t [B],
     spks [B, mel], chunk [B] (attention chunk in frames: frame i sees frames j < (i // chunk + 1) * chunk;
-    chunk >= L + N is full attention), and per DiT layer the past slots' rotated key and value
-    [2B, heads, P, dim_head] (rows: B conditional then B unconditional) -> v [B, mel, N] = (1 + cfg)
-    v(mu, spks, cond) - cfg v(0, 0, 0) at positions L..L+N-1, and the N frames' key and value
-    [2B, heads, N, dim_head]."""
-    kv_past = [TensorSpec(f(i), "float32", ("rows", heads, "past", dim_head))
+    chunk >= P + N is full attention), and per DiT layer the past frames' rotated key and value
+    [P, 2B, heads, dim_head] (frame first, so a prefix of a stream's buffer is fed in place; rows: B
+    conditional then B unconditional; every past frame valid, the rows sharing P) -> v [B, mel, N] = (1 + cfg)
+    v(mu, spks, cond) - cfg v(0, 0, 0) at positions P..P+N-1, and the N frames' key and value
+    [N, 2B, heads, dim_head] (written by a stream straight into its buffer after the past)."""
+    kv_past = [TensorSpec(f(i), "float32", ("past", "rows", heads, dim_head))
                for i in range(depth) for f in (past_key, past_value)]
-    kv_new = [TensorSpec(f(i), "float32", ("rows", heads, "frames", dim_head))
+    kv_new = [TensorSpec(f(i), "float32", ("frames", "rows", heads, dim_head))
               for i in range(depth) for f in (new_key, new_value)]
     return GraphSpec(
         "flow_velocity",
         (
             TensorSpec("x", "float32", ("batch", mel, "window")),
-            TensorSpec("mask", "float32", ("batch", "total")),
+            TensorSpec("mask", "float32", ("batch", "frames")),
             TensorSpec("mu", "float32", ("batch", mel, "window")),
             TensorSpec("t", "float32", ("batch",)),
             TensorSpec("spks", "float32", ("batch", mel)),

@@ -49,8 +49,6 @@ logger = logging.getLogger(__name__)
 # mel frames at the end of a non-final hop whose samples are withheld: the f0 predictor's look-ahead (3),
 # conv_pre's (4), and one frame for the inverse STFT's overlap (vLLM-Omni's frames_withheld_per_chunk).
 WITHHELD_FRAMES = 8
-# the fewest hops of frames a stream's K/V buffers grow by
-GROWTH_HOPS = 4
 # The most bytes one stream's flow K/V cache may hold (TTS_COSYVOICE3_FLOW_CACHE_MB; at the released sizes a frame
 # costs 3.6 MB, 180 MB per second of audio, so the default holds about 11 s): past it the stream frees the cache
 # and recomputes the flow over its whole prefix each hop (the pre-cache scheme, quadratic but with bounded memory;
@@ -158,7 +156,7 @@ class CosyVoice3Graphs(ExportedGraphs):
     def empty_past(self) -> dict[str, F32]:
         """flow_velocity's past K/V when there is none (a whole utterance, a stream's first hop)."""
         f = self.sizes["flow"]
-        shape = (2, int(f["heads"]), 0, int(f["dim_head"]))
+        shape = (0, 2, int(f["heads"]), int(f["dim_head"]))
         return {name(i): np.zeros(shape, np.float32) for i in range(int(f["depth"])) for name in (spec.past_key, spec.past_value)}
 
     def mel(self, prompt: Prompt, tokens: Sequence[int], noise: F32, chunk: int = 0) -> F32:
@@ -196,13 +194,15 @@ class HopStream:
 
     State: per Euler step the past frames' K/V of every DiT layer (both CFG rows) and the last
     FLOW_CONV_CONTEXT frames of x; the mel of HiFT's window; the source's cumulative phase per frame of the
-    last window. The K/V live in buffers of `capacity` slots (frames 0..frames-1 first, the rest masked), fed
-    to the graph in place (IO binding) and written only at the new frames' slots: a hop copies nothing that
-    grows with the stream but when the buffers grow, by half (at least GROWTH_HOPS hops), copying what they
-    hold (growing by an eighth copied them at nearly every hop: perf/README.md "CosyVoice3 hops").
-    `cache_bytes`: their size (`bytes_per_frame` per slot: 2 x depth x heads x dim_head x FLOW_STEPS x 2 CFG
-    rows x 4 bytes). A stream whose cache would pass `cache_budget` bytes (default: flow_cache_budget()) drops
-    it and from then on recomputes each hop's frames over the whole prefix (`rerun`)."""
+    last window. The K/V live in one buffer reserved at the first hop for every frame the stream may reach
+    (the noise's frames, at most the cache budget's): [FLOW_STEPS, 2 x depth, capacity, 2 CFG rows, heads,
+    dim_head], frame first, zeros the system commits only where written, so a stream holds the memory of its
+    frames only. A hop feeds each layer's frames 0..frames-1 as a prefix view (IO binding, in place: the graph
+    attends over exactly the frames held, no slack slots) and the graph writes the new frames' K/V straight
+    into the slots after them: a hop copies nothing that grows with the stream, and the buffer never grows.
+    `cache_bytes`: the frames held (`bytes_per_frame` each: 2 x depth x heads x dim_head x FLOW_STEPS x 2 CFG
+    rows x 4 bytes). A stream that would pass `cache_budget` bytes (default: flow_cache_budget()) drops its
+    cache and from then on recomputes each hop's frames over the whole prefix (`rerun`)."""
 
     def __init__(self, graphs: CosyVoice3Graphs, prompt: Prompt, noise: F32, cache_budget: int | None = None) -> None:
         self.g, self.prompt, self.noise = graphs, prompt, noise
@@ -212,10 +212,9 @@ class HopStream:
         self.end = -(-n_prompt // hop) * hop - n_prompt + hop  # prompt + first hop: a multiple of hop
         self.tokens: list[int] = []
         self.done = False
-        # flow: frames computed (prompt included), per step the K/V and x's context
+        # flow: frames computed (prompt included), the K/V buffer and per step x's context
         self.frames = 0
-        self.capacity = 0
-        self.kv: list[list[F32]] = []
+        self.kv: F32 | None = None
         self.x_ctx: list[F32] = []
         # HiFT: mel frames after the prompt kept from `mel_start`, samples emitted, the last window's phase
         self.mel = np.zeros((graphs.mel_dim, 0), np.float32)
@@ -226,8 +225,12 @@ class HopStream:
         self.f0_context, self.window = hift_context(graphs.sizes["hift"])
 
     @property
+    def capacity(self) -> int:
+        return 0 if self.kv is None else int(self.kv.shape[2])
+
+    @property
     def cache_bytes(self) -> int:
-        return sum(a.nbytes for step in self.kv for a in step)
+        return 0 if self.kv is None else self.frames * self.bytes_per_frame
 
     @property
     def bytes_per_frame(self) -> int:
@@ -235,27 +238,16 @@ class HopStream:
         return 2 * int(f["depth"]) * int(f["heads"]) * int(f["dim_head"]) * spec.FLOW_STEPS * 2 * 4
 
     def _room(self, stop: int) -> bool:
-        """K/V buffers of at least `stop` slots, holding frames 0..frames-1, within the cache budget (False: they
-        would not fit it, nothing changed)."""
-        if stop <= self.capacity:
-            return True
-        most = self.cache_budget // self.bytes_per_frame
-        if stop > most:
-            return False
-        f = self.g.sizes["flow"]
-        # by half (at least GROWTH_HOPS hops): a growth copies the cache, and the graph attends over every slot
-        cap = min(most, max(stop + GROWTH_HOPS * self.g.ratio * self.g.chunk_tokens, self.capacity + self.capacity // 2))
-        shape = (2, int(f["heads"]), cap, int(f["dim_head"]))
-        if not self.kv:
-            self.kv = [[np.zeros(shape, np.float32) for _ in range(2 * int(f["depth"]))] for _ in range(spec.FLOW_STEPS)]
-        for step in self.kv:  # one buffer at a time: the growth holds one old buffer beside the new ones
-            for j, a in enumerate(step):
-                if a.shape[2] < cap:
-                    b = np.zeros(shape, np.float32)
-                    b[:, :, : self.frames] = a[:, :, : self.frames]
-                    step[j] = b
-        self.capacity = cap
-        return True
+        """A K/V buffer with slots for frames 0..stop-1 (reserved at the first call: the noise's frames, at most the
+        cache budget's); False: the budget does not hold them."""
+        if self.kv is None:
+            cap = min(self.cache_budget // self.bytes_per_frame, self.noise.shape[1])
+            if stop > cap:
+                return False
+            f = self.g.sizes["flow"]
+            self.kv = np.zeros((spec.FLOW_STEPS, 2 * int(f["depth"]), cap, 2, int(f["heads"]), int(f["dim_head"])),
+                               np.float32)
+        return stop <= self.capacity
 
     def _flow(self, tokens: Sequence[int], upto: int) -> F32:
         """The mel [mel, n] of frames self.frames..(prompt + upto tokens) x ratio, from `tokens` (those past
@@ -281,32 +273,32 @@ class HopStream:
         if not self.rerun and not self._room(stop):
             logger.info("CosyVoice3 stream past %d MB of flow cache at frame %d: recomputing the prefix per hop "
                         "from here (TTS_COSYVOICE3_FLOW_CACHE_MB)", self.cache_budget >> 20, stop)
-            self.rerun, self.kv, self.x_ctx, self.capacity = True, [], [], 0
+            self.rerun, self.kv, self.x_ctx = True, None, []
         if self.rerun:
             whole = g._flow(pr, tokens, stop - p_frames, self.noise, g.static_chunk)
             self.frames = stop
             rest: F32 = whole[:, max(0, start - p_frames):]
             return rest
         x: F32 = np.ascontiguousarray(self.noise[None, :, start:stop]).astype(np.float32)
-        mask = np.ones((1, self.capacity + stop - start), np.float32)
-        mask[0, start: self.capacity] = 0  # the buffers' slots past the frames held
-        feeds: dict[str, Any] = {"mask": mask, "mu": mu, "spks": np.ascontiguousarray(c["spks"]), "cond": cond,
+        feeds: dict[str, Any] = {"mask": np.ones((1, stop - start), np.float32), "mu": mu,
+                                 "spks": np.ascontiguousarray(c["spks"]), "cond": cond,
                                  "chunk": np.array([g.static_chunk], np.int64)}
         hop = g.graphs["flow_velocity"]
         depth = int(g.sizes["flow"]["depth"])
         if not self.x_ctx:
             self.x_ctx = [np.zeros((1, g.mel_dim, 0), np.float32) for _ in range(spec.FLOW_STEPS)]
+        kv = self.kv
+        assert kv is not None
 
         def velocity(step: int, x: F32, t: F32) -> F32:
-            past = self.kv[step]
             xin = np.concatenate([self.x_ctx[step], x], axis=2)
             feeds["x"], feeds["t"] = xin, t
+            into = {}
             for i in range(depth):
-                feeds[spec.past_key(i)], feeds[spec.past_value(i)] = past[2 * i], past[2 * i + 1]
-            out = hop.run_bound(feeds)
-            for i in range(depth):
-                past[2 * i][:, :, start:stop] = out[spec.new_key(i)]
-                past[2 * i + 1][:, :, start:stop] = out[spec.new_value(i)]
+                for j, (past, new) in enumerate(((spec.past_key, spec.new_key), (spec.past_value, spec.new_value))):
+                    buf = kv[step, 2 * i + j]
+                    feeds[past(i)], into[new(i)] = buf[:start], buf[start:stop]
+            out = hop.run_bound(feeds, into)
             self.x_ctx[step] = xin[:, :, -spec.FLOW_CONV_CONTEXT:]
             v: F32 = out["velocity"]
             return v
