@@ -88,6 +88,7 @@ class Ticket:
         # While queued: the future a free slot resolves (None: running).
         self.grant: asyncio.Future[None] | None = asyncio.get_running_loop().create_future() if queued else None
         self.claimed = False  # by the generation it was taken for (`Admission.acquire`)
+        self.settled = False  # its burst was decided before its work began (`Admission.settled`)
         self.started_at: float | None = None if queued else admission.clock()  # when it began to run
         self._released = False
 
@@ -221,7 +222,8 @@ class Admission:
             ticket.claimed = True
         try:
             if ticket.grant is None:
-                await self.settled()
+                if not ticket.settled:
+                    await self.settled()
             else:
                 await self._granted(ticket)
         except BaseException:

@@ -196,6 +196,9 @@ class AdmissionMiddleware:
             await self.app(scope, replay, send)
             return
         with admission.taken(ticket):
+            if ticket.grant is None:  # admitted to run: its validation and planning wait for the burst too
+                await admission.settled()
+                ticket.settled = True
             await self.app(scope, replay, send)
 
 

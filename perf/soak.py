@@ -772,7 +772,9 @@ async def soak(cfg: SoakConfig) -> SoakReport:
     # No read timeout: a response that never ends must surface as hung (our deadline), not as a
     # transport error. trust_env=False: never route loopback traffic through a proxy.
     timeout = httpx.Timeout(None, connect=10.0)
-    limits = httpx.Limits(max_connections=cfg.concurrency + 4, max_keepalive_connections=cfg.concurrency)
+    # A connection for every worker (the overload phase's too: a smaller pool would queue them in this client).
+    workers = cfg.concurrency + (cfg.overload_concurrency if cfg.overload_at_s is not None else 0)
+    limits = httpx.Limits(max_connections=workers + 4, max_keepalive_connections=workers)
     async with httpx.AsyncClient(base_url=cfg.url, timeout=timeout, limits=limits, trust_env=False) as client:
         runner = Runner(cfg, client, clock, started.strftime("%H%M%S"))
         models = await runner.discover()
