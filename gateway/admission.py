@@ -60,12 +60,12 @@ SETTLE_MAX_S = 0.05
 
 @dataclass(frozen=True)
 class AdmissionLimits:
-    """The bounds (0: none); see the module docstring and gateway.settings."""
+    """The bounds (0: none); see the module docstring. The served defaults are gateway.settings'."""
 
-    model_running: int = 16
-    model_queued: int = 16
-    running: int = 64
-    queued: int = 64
+    model_running: int = 0
+    model_queued: int = 0
+    running: int = 0
+    queued: int = 0
     queue_wait_s: float = 0.0
     per_key: int = 0
 

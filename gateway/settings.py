@@ -36,7 +36,8 @@ Admission control (gateway.admission; 0 = no bound, for each):
 - `max_running_per_model` (16) and `max_queued_per_model` (16): generations of one served model that run
   (sent to Triton) and that wait their turn in the gateway; `max_running` (64) and `max_queued` (64): the
   same for the whole deployment. A generation that finds both full is refused at once (503 + Retry-After).
-- `max_queue_wait_s` (0: off): a queued generation still waiting after this long is refused (503).
+- `max_queue_wait_s` (0: off): a request whose estimated wait is longer is refused at once, a queued generation
+  still waiting after this long is refused then (503).
 - `max_concurrent_per_key` (0: off): generations (running or queued) one API key may hold; beyond: 429.
 - Each can also be set by the environment: TTS_ + the key in capitals (e.g. TTS_MAX_QUEUED_PER_MODEL=8),
   which replaces the file's value.
@@ -283,9 +284,10 @@ class Settings(BaseModel):
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
     segment_chars: int = DEFAULT_SEGMENT_CHARS
     segment_lookahead: int = DEFAULT_SEGMENT_LOOKAHEAD
-    # Admission control (gateway.admission; 0: no bound). Starting points, not measured optima: a model's running
-    # bound is twice speech_generation's default batch (8), so a batch refills without a gap; the queues hold
-    # as many again, so that what waits is at most about one batch's worth of work.
+    # Admission control (gateway.admission; 0: no bound). Measured (perf/README.md, "A burst of 200 streams"): 8 + 8
+    # (speech_generation's batch, max_active_requests 8, running: more only wait inside Triton) gave a burst's
+    # admitted a third of the TTFA p95 of 16 + 16 (1.0 vs 2.7 s on the demo deployment); 16 + 16 stays the default
+    # so that the largest batch (batch_max_items 32) fits one model's bounds.
     max_running_per_model: int = 16
     max_queued_per_model: int = 16
     max_running: int = 64
