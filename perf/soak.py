@@ -111,7 +111,7 @@ class SoakConfig:
     recovery_poll_s: float = 0.5
     keep_voices: bool = False
     models: list[str] | None = None  # None: the default model; ["all"]: every served model (GET /v1/models)
-    # A model's own max_new_tokens (0: left out; e.g. OmniVoice refuses fewer frames than its text needs).
+    # A model's own max_new_tokens (0: left out; a family may refuse fewer frames than its text needs).
     model_max_new_tokens: dict[str, int] = field(default_factory=dict)
     kill_every_s: float | None = None  # the stubs, then the server, then the stubs... every so many seconds
     overload_at_s: float | None = None
@@ -891,7 +891,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--models", type=lambda v: [m.strip() for m in v.split(",") if m.strip()],
                     help="'all' (every served model) or a comma-separated list; default: the gateway's default model")
     ap.add_argument("--model-max-new-tokens", type=parse_mix, default={},
-                    help="a model's own max_new_tokens, e.g. OmniVoice-tiny=0 (0: left out)")
+                    help="a model's own max_new_tokens, e.g. MODEL=0 (0: left out, for a model that refuses fewer "
+                         "frames than its text needs)")
     ap.add_argument("--overload-at", type=float, help="seconds into the run: start the overload phase")
     ap.add_argument("--overload-for", type=float, default=SoakConfig.overload_for_s)
     ap.add_argument("--overload-concurrency", type=int, default=0, help="extra workers sending raw streams")
