@@ -18,7 +18,5 @@ FAMILY = dataclasses.replace(
         detect="is_cosyvoice3", export="export_cosyvoice3", make_tiny="make_tiny_cosyvoice3",
         encoder=contract.ENCODER_MODEL,
     ),
-    # 2: flow_velocity over a past K/V (a stream hop's new frames only), hift's phase0/skip in, phase out; 3: the
-    # past K/V frame first and all valid (a prefix of the stream's buffer, fed in place), the mask over the new frames
-    revision=3,
+    revision=contract.EXPORT_REVISION,
 )

@@ -20,6 +20,5 @@ FAMILY = dataclasses.replace(
     ),
     tiny_options=(TinyOption("weights", "the weights file: model.safetensors (safetensors) or pytorch_model.bin (bin)",
                              choices=("safetensors", "bin")),),
-    revision=3,  # 2: the codec decoder's state stays with the caller (arena), local_step takes its codebook head;
-    # 3: local_code_step (a codebook's step over a fixed-size local cache)
+    revision=rules.EXPORT_REVISION,
 )

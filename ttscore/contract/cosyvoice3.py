@@ -18,6 +18,10 @@ from ttscore.contract.rules import SEEDED, FamilyRules, KnobRule, RefAudioBounds
 past_key, past_value, new_key, new_value = kv.past_key, kv.past_value, kv.new_key, kv.new_value
 
 FAMILY = "cosyvoice3"
+# The export format the runtime reads (the manifest's `export_revision`; export/cosyvoice3/family.py writes it):
+# 2: flow_velocity over a past K/V (a stream hop's new frames only), hift's phase0/skip in, phase out; 3: the past
+# K/V frame first and all valid (a prefix of the stream's buffer, fed in place), the mask over the new frames.
+EXPORT_REVISION = 3
 DISPLAY = "CosyVoice3"
 HUB_ORG = "FunAudioLLM"
 

@@ -221,6 +221,7 @@ class DeclaredFamily:
     offline_tools: str
     takes: tuple[str, ...] = ("manifest", "vocoder")
     renames: Mapping[str, str] = field(default_factory=dict)
+    export_revision: int = 1  # the export format its model reads (the contract's EXPORT_REVISION)
 
     @classmethod
     def of(cls, contract: Any, model: str, request: str, *, takes: tuple[str, ...] = ("manifest", "vocoder"),
@@ -230,7 +231,7 @@ class DeclaredFamily:
         offline tools are offline.py's OFFLINE."""
         package = f"{__package__}.families.{contract.FAMILY}"
         return cls(contract.FAMILY, contract.RULES, f"{package}.model:{model}", f"{package}.request:{request}",
-                   f"{package}.offline:OFFLINE", takes, dict(renames or {}))
+                   f"{package}.offline:OFFLINE", takes, dict(renames or {}), getattr(contract, "EXPORT_REVISION", 1))
 
     def load(self, artifacts: Path, manifest: Manifest, *, threads: int | None, vocoder: bool, encoders: bool
              ) -> FamilyModel:

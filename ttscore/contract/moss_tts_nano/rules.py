@@ -16,6 +16,10 @@ from ttscore.contract.moss_tts_nano.graphs import FRAMES_PER_SECOND, N_VQ, SAMPL
 from ttscore.contract.rules import SEEDED, FamilyRules, KnobRule, RefAudioBounds, budget_and_seed
 
 FAMILY = "moss_tts_nano"
+# The export format the runtime reads (the manifest's `export_revision`; export/moss_tts_nano/family.py writes it):
+# 2: the codec decoder's state stays with the caller (arena), local_step takes its codebook head; 3: local_code_step
+# (a codebook's step over a fixed-size local cache).
+EXPORT_REVISION = 3
 DISPLAY = "MOSS-TTS-Nano"
 TASK = "Base"
 DEFAULT_VOICE = "default"  # `voice` omitted or "default": the reference's voice (ref_audio or an uploaded voice)

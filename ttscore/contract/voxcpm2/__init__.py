@@ -15,6 +15,9 @@ from ttscore.contract.graphs import GraphSpec, TensorSpec, streaming_vocoder_spe
 from ttscore.contract.rules import SEEDED, FamilyRules, FieldRule, RefAudioBounds, seed_field
 
 FAMILY = "voxcpm2"
+# The export format the runtime reads (the manifest's `export_revision`; export/voxcpm2/family.py writes it):
+# 2: the LM step graphs cut the past to the mask inside (GraphSpec.past_cut_to_mask).
+EXPORT_REVISION = 2
 
 SAMPLE_RATE = 48000  # AudioVAE decoder output
 ENCODE_SAMPLE_RATE = 16000  # AudioVAE encoder input (reference audio is resampled to it)

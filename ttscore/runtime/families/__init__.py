@@ -31,4 +31,9 @@ def load_model(
     family = FAMILIES.get(manifest.family)
     if family is None:
         raise ArtifactError(f"{artifacts}: unknown model family {manifest.family!r} (known: {', '.join(FAMILIES)})")
+    # An export of another format fails at load (the model is not ready: 503), not request by request.
+    reads = getattr(family, "export_revision", 1)
+    if manifest.export_revision != reads:
+        raise ArtifactError(f"{artifacts}: exported at {manifest.family} export revision {manifest.export_revision}, "
+                            f"this runtime reads revision {reads}: re-export it (triton-tts serve and prepare do)")
     return family.load(Path(artifacts), manifest, threads=threads, vocoder=vocoder, encoders=encoders)
