@@ -151,9 +151,8 @@ class RequestContextMiddleware:
                 await _render(errors.internal(rid), scope)(scope, receive, send_with_id)
 
 
-# The HTTP requests that ask admission control for a slot (a generation or a batch of them); the first is decided
-# here, as soon as its body is in.
-GENERATION_PATHS = frozenset({"/v1/audio/speech", "/v1/audio/speech/batch"})
+# The HTTP request admission control decides as soon as its body is in (a batch's items and the other dialects'
+# requests are decided when their routes start each generation).
 DECIDED_HERE = "/v1/audio/speech"
 # Bodies up to this size are read for their model here (a larger one, with inline reference audio, is decided
 # when its route plans it).
@@ -161,10 +160,9 @@ PEEK_MAX_BYTES = 64 * 1024
 
 
 class AdmissionMiddleware:
-    """Admission control's HTTP end (gateway.admission): a generation request counts as arriving until it is
-    decided, and a speech request is decided here as soon as its body is read, in the order requests are read:
-    from the model its `model` names (a dictionary lookup), or else from where its plan routes it. Its route
-    then claims that decision."""
+    """Admission control's HTTP end (gateway.admission): a speech request counts as arriving until it is decided,
+    and is decided here as soon as its body is read, in the order requests are read: from the model its `model`
+    names (a dictionary lookup), or else from where its plan routes it. Its route then claims that decision."""
 
     def __init__(self, app: ASGIApp, resolve_model: Callable[[dict[str, Any]], str | None]) -> None:
         self.app = app
@@ -172,16 +170,11 @@ class AdmissionMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         speech = getattr(scope["app"].state, "speech", None) if scope["type"] == "http" else None
-        path = scope.get("path", "")
-        if speech is None or scope["method"] != "POST" or not (
-                path in GENERATION_PATHS or elevenlabs_wire.is_dialect_path(path)):
+        if speech is None or scope["method"] != "POST" or scope.get("path") != DECIDED_HERE:
             await self.app(scope, receive, send)
             return
         admission = speech.admission
         with admission.arrival():
-            if path != DECIDED_HERE:
-                await self.app(scope, receive, send)
-                return
             messages, body = await _read_body(receive)
             fields = _json_object(body)
             if fields is not None and isinstance(fields.get("model"), str):  # (the route says it again)

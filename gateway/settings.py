@@ -166,7 +166,6 @@ ADMISSION_KEYS = ("max_running_per_model", "max_queued_per_model", "max_running"
 ENV_KEYS = (*ADMISSION_KEYS, "word_timestamps_chunk_s", "word_timestamps_margin_s")
 # ... each set by the environment variable of its name (compose, Kubernetes).
 ENV_NAMES = {key: f"TTS_{key.upper()}" for key in ENV_KEYS}
-ADMISSION_ENV = {key: ENV_NAMES[key] for key in ADMISSION_KEYS}
 
 
 class SettingsError(TTSError):
