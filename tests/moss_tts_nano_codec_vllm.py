@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import shutil
 import sys
 import tempfile
 import types
@@ -36,6 +37,7 @@ def main(inputs: dict[str, np.ndarray], wheel: str, codec: str) -> dict[str, np.
     sys.modules["moss_codec_ref"] = pkg
     conf = importlib.import_module("moss_codec_ref.configuration_moss_audio_tokenizer_v2")
     mod = importlib.import_module("moss_codec_ref.audio_tokenizer_v2")
+    shutil.rmtree(where, ignore_errors=True)  # imported: the extracted sources are no longer read
 
     root = Path(codec)
     cfg = json.loads((root / "config.json").read_text())

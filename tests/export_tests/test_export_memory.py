@@ -35,6 +35,22 @@ def tiny_ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {v: make_tiny(v, root / v) for v in ("custom_voice", "voice_design", "base")}
 
 
+@pytest.fixture(scope="module")
+def tiny_graphs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Path]]:
+    """tiny_model(32) and its talker and code predictor graphs, exported once (unvalidated: the export tests
+    validate them) for the tests below that read or quantize them."""
+    from test_export_talker import tiny_model
+
+    from export.qwen3_tts.talker import export_code_predictor, export_talker
+
+    model = tiny_model(32)  # with the small_to_mtp projection
+    graphs = {}
+    for graph, export in (("talker", export_talker), ("code_predictor", export_code_predictor)):
+        out = tmp_path_factory.mktemp(graph)
+        graphs[graph] = out / export(model, out, validate=False)["file"]
+    return model, graphs
+
+
 # ---- StagedReference -------------------------------------------------------------------------------
 @pytest.mark.parametrize("variant", ["custom_voice", "voice_design", "base"])
 def test_staged_reference_is_the_from_pretrained_model(tiny_ckpts: dict[str, Path], variant: str) -> None:
@@ -143,16 +159,13 @@ def test_bound_weights_are_the_module_weights(tmp_path: Path, monkeypatch: pytes
     assert found == set(inits) - {k for k, v in inits.items() if v.size <= 1}
 
 
-def test_weights_used_at_every_code_group_are_stored_once(tmp_path: Path) -> None:
+def test_weights_used_at_every_code_group_are_stored_once(tiny_graphs: tuple[Any, dict[str, Path]]) -> None:
     """The code predictor runs its layers once per code group (15 times per frame): each weight
     must still be stored once (a 1.7B export once wrote 5.2 GB for its 0.7 GB of weights)."""
-    from test_export_talker import tiny_model
+    from export.qwen3_tts.talker import CodePredictorFrame
 
-    from export.qwen3_tts.talker import CodePredictorFrame, export_code_predictor
-
-    model = tiny_model(32)  # with the small_to_mtp projection
-    rep = export_code_predictor(model, tmp_path)
-    inits = _initializers(tmp_path / rep["file"])
+    model, graphs = tiny_graphs
+    inits = _initializers(graphs["code_predictor"])
     weights = CodePredictorFrame(model).state_dict()
     stored = sum(v.nbytes for v in inits.values())
     assert stored <= sum(w.numel() * 4 for w in weights.values()) + 64 * 1024, (stored, len(inits))
@@ -214,20 +227,17 @@ def _assert_same_outputs(s_a: Any, s_b: Any, graph: str) -> None:
 
 
 @pytest.mark.parametrize("graph", ["talker", "code_predictor"])
-def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: str) -> None:
+def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: str,
+        tiny_graphs: tuple[Any, dict[str, Path]]) -> None:
     """quantize_matmuls (one weight in memory at a time) gives onnxruntime's quantize_dynamic
     result: the same nodes, the same int8 weights and scales, the same outputs bit for bit."""
     import collections
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    from test_export_talker import tiny_model
 
     from export.quantize import optimize_basic, quantize_matmuls
-    from export.qwen3_tts.talker import export_code_predictor, export_talker
 
-    model = tiny_model(32)
-    rep = (export_talker if graph == "talker" else export_code_predictor)(model, tmp_path, validate=False)
-    optimized = optimize_basic(tmp_path / rep["file"], tmp_path / "basic.onnx")
+    optimized = optimize_basic(tiny_graphs[1][graph], tmp_path / "basic.onnx")
     theirs, ours = tmp_path / "theirs.onnx", tmp_path / "ours.onnx"
     quantize_dynamic(str(optimized), str(theirs), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
                      per_channel=False, extra_options={"MatMulConstBOnly": True})
@@ -246,7 +256,8 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
 
 
 @pytest.mark.parametrize("graph", ["talker", "code_predictor"])
-def test_streaming_int8_blocks_are_what_the_nbits_quantizer_makes(tmp_path: Path, graph: str) -> None:
+def test_streaming_int8_blocks_are_what_the_nbits_quantizer_makes(tmp_path: Path, graph: str,
+        tiny_graphs: tuple[Any, dict[str, Path]]) -> None:
     """quantize_matmuls(block_size=...) (one weight in memory at a time) computes what onnxruntime's
     MatMulNBitsQuantizer(bits=8, symmetric, accuracy_level 4) makes of the same graph, bit for bit,
     with fewer nodes: the MatMuls that share an activation (q/k/v, gate/up) are one MatMulNBits over
@@ -257,15 +268,12 @@ def test_streaming_int8_blocks_are_what_the_nbits_quantizer_makes(tmp_path: Path
         DefaultWeightOnlyQuantConfig,
         MatMulNBitsQuantizer,
     )
-    from test_export_talker import tiny_model
 
     from export.quantize import optimize_basic, quantize_matmuls
-    from export.qwen3_tts.talker import export_code_predictor, export_talker
 
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
-    model = tiny_model(32)
-    rep = (export_talker if graph == "talker" else export_code_predictor)(model, tmp_path, validate=False)
-    optimized = optimize_basic(tmp_path / rep["file"], tmp_path / "basic.onnx")
+    model, graphs = tiny_graphs
+    optimized = optimize_basic(graphs[graph], tmp_path / "basic.onnx")
     ours = tmp_path / "ours.onnx"
     quantize_matmuls(optimized, ours, block_size=16)  # K = 32 and 64 here: two and more blocks per column
     quantizer = MatMulNBitsQuantizer(onnx.load(str(optimized)), algo_config=DefaultWeightOnlyQuantConfig(

@@ -7,7 +7,8 @@ compared: a sharded fp32 copy, its Hugging Face cache snapshot (links into blobs
 cache on first use), the same WAV bytes (greedy / fixed seed) as the single-file checkpoint's
 export; all three share one export (the cache is keyed by content). A bf16 copy gives the same
 audio as the same bf16 weights stored upcast to fp32 (not as the fp32 original: its weights are
-rounded).
+rounded): VoxCPM2 end to end, Qwen3-TTS as what its export reads (every weight, equal), which costs one
+export less than each exporting twice.
 """
 
 from __future__ import annotations
@@ -68,6 +69,15 @@ def vox(voxcpm2_tiny, voxcpm2_artifacts, tmp_path_factory):
     root = tmp_path_factory.mktemp("vox-layouts")
     return {"single": voxcpm2_tiny, "artifacts": voxcpm2_artifacts, "root": root,
             **_layouts(voxcpm2_tiny, root, ("model", "audiovae"), VOX_REPO)}
+
+
+@pytest.fixture(scope="module")
+def qwen_sharded_export(qwen, tmp_path_factory):
+    """The export of the sharded Qwen3-TTS copy, whose files its snapshot and repo id name too (one fingerprint):
+    what `say --checkpoint` makes on first use, made once here (ensure_artifacts, as say does) for the tests below."""
+    from triton_tts.artifacts import ensure_artifacts
+
+    return ensure_artifacts(qwen["sharded"], out=tmp_path_factory.mktemp("qwen-sharded") / "export", quiet=True)
 
 
 # ---- reading the weights ----------------------------------------------------------------------------
@@ -250,10 +260,19 @@ def test_the_fingerprint_follows_the_content_not_the_path(qwen, tmp_path):
 @pytest.mark.export
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ["qwen3_tts", "voxcpm2"])
-def test_sharded_snapshot_and_repo_id_give_the_single_files_audio(family, qwen, vox, hub_env, monkeypatch):
+def test_sharded_snapshot_and_repo_id_give_the_single_files_audio(family, qwen, vox, hub_env, monkeypatch,
+                                                                 request):
+    """VoxCPM2's sharded copy is exported by the first `say`; Qwen3-TTS's export (qwen_sharded_export, the same
+    function say calls) is in the cache beforehand, so the three sources must find it and export nothing."""
     layouts, repo, words = (qwen, QWEN_REPO, QWEN_SAY) if family == "qwen3_tts" else (vox, VOX_REPO, VOX_SAY)
     monkeypatch.setenv("HF_HOME", str(layouts["root"] / "hf"))
     tmp = hub_env
+    if family == "qwen3_tts":
+        from triton_tts.artifacts import cached_export
+
+        placed = cached_export(checkpoint_fingerprint(layouts["sharded"]), "fp32")
+        shutil.copytree(request.getfixturevalue("qwen_sharded_export"), placed)
+        made = (placed / "manifest.json").stat().st_mtime_ns
     want = _say(tmp, "single", ["--artifacts", str(layouts["artifacts"])], words)
     assert len(want) > 10_000  # audio, not just a WAV header
     for tag, source in (("sharded", str(layouts["sharded"])), ("snapshot", str(layouts["snapshot"])),
@@ -264,33 +283,69 @@ def test_sharded_snapshot_and_repo_id_give_the_single_files_audio(family, qwen, 
     assert len(exports) == 1
     manifest = json.loads((exports[0] / "manifest.json").read_text())
     assert manifest["source"]["fingerprint"] == checkpoint_fingerprint(layouts["sharded"])
+    if family == "qwen3_tts":
+        assert (exports[0] / "manifest.json").stat().st_mtime_ns == made  # found, not exported again
 
 
-@pytest.mark.export
-@pytest.mark.slow
-@pytest.mark.parametrize("family", ["qwen3_tts", "voxcpm2"])
-def test_a_bf16_checkpoint_exports_as_its_weights_upcast(family, qwen, vox, hub_env):
-    layouts, words = (qwen, QWEN_SAY) if family == "qwen3_tts" else (vox, VOX_SAY)
-    tmp = hub_env
+def _bf16_and_upcast(layouts: dict[str, Path], tmp: Path) -> tuple[Path, Path]:
     bf16 = cast(layouts["sharded"], tmp / "bf16", "bfloat16")
     upcast = cast(bf16, tmp / "upcast", "float32")
     assert "BF16" in read_weights(bf16).dtypes and "F32" not in read_weights(bf16).dtypes
     assert "F32" in read_weights(upcast).dtypes and "BF16" not in read_weights(upcast).dtypes
-    got = _say(tmp, "bf16", ["--checkpoint", str(bf16)], words)
-    assert got == _say(tmp, "upcast", ["--checkpoint", str(upcast)], words)
+    return bf16, upcast
 
 
 @pytest.mark.export
 @pytest.mark.slow
-def test_prepare_serves_a_cached_repo_under_its_name(qwen, tmp_path):
+def test_a_bf16_checkpoint_exports_as_its_weights_upcast(vox, hub_env):
+    """End to end for one family (two exports); Qwen3-TTS's reading of the same layouts is checked below."""
+    bf16, upcast = _bf16_and_upcast(vox, hub_env)
+    got = _say(hub_env, "bf16", ["--checkpoint", str(bf16)], VOX_SAY)
+    assert got == _say(hub_env, "upcast", ["--checkpoint", str(upcast)], VOX_SAY)
+
+
+@pytest.mark.export
+def test_a_bf16_qwen3_checkpoint_is_read_as_its_weights_upcast(qwen, tmp_path):
+    """What Qwen3-TTS's export reads of a bf16 checkpoint (every parameter through its staged loader, the speech
+    tokenizer as from_pretrained gives it) is float32, equal to the same weights stored upcast, and not the fp32
+    original (rounded): the graphs are then built from equal weights, as for VoxCPM2 end to end above."""
+    import torch
+
+    from export.qwen3_tts.reference import StagedReference
+
+    def read(ckpt: Path) -> dict[str, torch.Tensor]:
+        ref = StagedReference(ckpt)
+        with ref.loaded(("",)) as model:
+            weights = {n: p.detach().clone() for n, p in model.named_parameters()}
+        with ref.speech_tokenizer() as codec:
+            weights |= {f"speech_tokenizer.{n}": t.detach().clone() for n, t in codec.state_dict().items()}
+        return weights
+
+    bf16, upcast = _bf16_and_upcast(qwen, tmp_path)
+    got, want, original = read(bf16), read(upcast), read(qwen["single"])
+    assert got.keys() == want.keys() == original.keys()
+    floats = [n for n, t in want.items() if t.is_floating_point()]
+    assert all(got[n].dtype == torch.float32 and torch.equal(got[n], want[n]) for n in got), \
+        [n for n in got if not torch.equal(got[n], want[n])][:3]
+    assert any(not torch.equal(got[n], original[n]) for n in floats)
+
+
+@pytest.mark.export
+@pytest.mark.slow
+def test_prepare_serves_a_cached_repo_under_its_name(qwen, qwen_sharded_export, tmp_path):
     """`TTS_CHECKPOINTS` pointing at a Hugging Face cache: the model is served as the repo's name,
-    with the `Org/Name` alias the OpenAI examples use."""
+    with the `Org/Name` alias the OpenAI examples use. Its artifacts folder already holds a current export of the
+    snapshot's files (qwen_sharded_export): prepare keeps it and exports nothing."""
     from triton_tts.prepare import find_checkpoints as prepare_finds
     from triton_tts.prepare import prepare
 
     hub = qwen["snapshot"].parent.parent.parent
+    served = tmp_path / "artifacts" / "Qwen3-TTS-tiny-CustomVoice"
+    shutil.copytree(qwen_sharded_export, served)
+    made = (served / "manifest.json").stat().st_mtime_ns
     config = prepare(prepare_finds(str(hub)), tmp_path / "artifacts", tmp_path / "repo", tmp_path / "gw.json",
                      triton_url="127.0.0.1:8001", quiet=True)
+    assert (served / "manifest.json").stat().st_mtime_ns == made  # kept, not exported again
     (model,) = config["models"]
     assert model["name"] == "Qwen3-TTS-tiny-CustomVoice" and model["aliases"] == [QWEN_REPO]
     assert model["artifacts_dir"] == str(tmp_path / "artifacts" / "Qwen3-TTS-tiny-CustomVoice")
