@@ -34,8 +34,9 @@ $(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps -r requirements-nodeps.txt
 	$(PY) -m pip install -q --no-deps -e .
-	@# numba compiles librosa's vectorized helpers into their cache on first import (~15 s): once, here.
-	$(PY) -c "import librosa.util"
+	@# numba compiles librosa's vectorized helpers (librosa.util.utils; `import librosa.util` alone is lazy) into
+	@# their cache on first import (~15 s): once, here.
+	$(PY) -c "import librosa.util.utils"
 	touch $(STAMP)
 
 # Only what the references need (no project install: tests/refenv.py puts the checkout on PYTHONPATH).
