@@ -237,7 +237,8 @@ def test_streaming_int8_is_what_quantize_dynamic_makes(tmp_path: Path, graph: st
 
     from export.quantize import optimize_basic, quantize_matmuls
 
-    optimized = optimize_basic(tiny_graphs[1][graph], tmp_path / "basic.onnx")
+    _, graphs = tiny_graphs
+    optimized = optimize_basic(graphs[graph], tmp_path / "basic.onnx")
     theirs, ours = tmp_path / "theirs.onnx", tmp_path / "ours.onnx"
     quantize_dynamic(str(optimized), str(theirs), weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
                      per_channel=False, extra_options={"MatMulConstBOnly": True})
