@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import socket
 import sys
@@ -107,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     if settings.api_keys:
         logger.info("API keys: %d configured; requests must carry one", len(settings.api_keys))
 
+    # What the process holds from here on (modules, schemas, routes: ~50,000 objects) leaves the garbage collector's
+    # full passes: each walked all of it, 15-34 ms measured inside a 200-request burst, every request waiting.
+    gc.collect()
+    gc.freeze()
     # A session.config may carry a base64 ref_audio: the protocol layer's frame limit matches it.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,

@@ -8,7 +8,8 @@ otherwise it waits in one first-come-first-served queue while its model has fewe
 and the deployment fewer than `queued`; otherwise it is refused at once. With `queue_wait_s` set, a request
 whose estimated wait is longer is refused at once too (the estimate: its place in its model's queue x the
 model's measured generation time / its running bound, the rate slots free up at), and a queued one still
-waiting after `queue_wait_s` is refused then. A key that holds `per_key` generations (running or queued) has its
+waiting after `queue_wait_s` is refused then; except a batch's items (taken within `patient()`), which are not
+waiting for a first audio and wait their turn within the count bounds. A key that holds `per_key` generations (running or queued) has its
 next refused at once, whatever the queue. 0 means "no limit" for every bound.
 
 A burst is decided as it is read. The decision is synchronous (`take`): the HTTP layer takes it for a speech
@@ -81,10 +82,11 @@ class Ticket:
     """A generation's place: running, or queued until `Admission.acquire` sees it granted; `release`
     (idempotent) gives it back, or leaves the queue."""
 
-    def __init__(self, admission: Admission, model: str, key: str | None, queued: bool) -> None:
+    def __init__(self, admission: Admission, model: str, key: str | None, queued: bool, patient: bool = False) -> None:
         self._admission = admission
         self.model = model
         self.key = key
+        self.patient = patient  # no queue-time bound (a batch item)
         # While queued: the future a free slot resolves (None: running).
         self.grant: asyncio.Future[None] | None = asyncio.get_running_loop().create_future() if queued else None
         self.claimed = False  # by the generation it was taken for (`Admission.acquire`)
@@ -104,6 +106,8 @@ class Ticket:
 
 # The ticket the HTTP layer took for the request being handled (AdmissionMiddleware), for its generation to claim.
 _TAKEN: ContextVar[Ticket | None] = ContextVar("gateway_admission_taken", default=None)
+# Within `Admission.patient()`: generations taken wait their turn without the queue-time bound.
+_PATIENT: ContextVar[bool] = ContextVar("gateway_admission_patient", default=False)
 
 
 class Admission:
@@ -151,13 +155,13 @@ class Admission:
             load.running += 1
             self._running += 1
         elif self._can_queue(model):
-            wait = self.expected_wait(model)
+            wait = None if _PATIENT.get() else self.expected_wait(model)
             if wait is not None and self.limits.queue_wait_s > 0 and wait > self.limits.queue_wait_s:
                 self._refused(load, QUEUE_ESTIMATE)
                 raise errors.overloaded(
                     f"The request would wait about {wait:.1f} s for a free slot (this server's bound: "
                     f"{self.limits.queue_wait_s:g} s); retry later.", self.retry_after_s)
-            ticket = Ticket(self, model, key, queued=True)
+            ticket = Ticket(self, model, key, queued=True, patient=_PATIENT.get())
             self._queue.append(ticket)
             load.queued += 1
         else:
@@ -184,6 +188,17 @@ class Admission:
         finally:
             _TAKEN.reset(token)
             ticket.release()
+
+    @staticmethod
+    @contextmanager
+    def patient() -> Iterator[None]:
+        """Within (and in the tasks started within): generations queue without the queue-time bound (a batch's
+        items: a whole batch is awaited, not a first audio; the count bounds and the request's time limit hold)."""
+        token = _PATIENT.set(True)
+        try:
+            yield
+        finally:
+            _PATIENT.reset(token)
 
     @contextmanager
     def arrival(self) -> Iterator[None]:
@@ -234,7 +249,7 @@ class Admission:
     async def _granted(self, ticket: Ticket) -> None:
         """Waits for the queued `ticket`'s slot; refused after `queue_wait_s` (when set)."""
         assert ticket.grant is not None
-        timeout = self.limits.queue_wait_s if self.limits.queue_wait_s > 0 else None
+        timeout = self.limits.queue_wait_s if self.limits.queue_wait_s > 0 and not ticket.patient else None
         try:
             await asyncio.wait_for(asyncio.shield(ticket.grant), timeout)
         except asyncio.TimeoutError:

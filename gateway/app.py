@@ -47,7 +47,7 @@ from .elevenlabs import http as elevenlabs
 from .elevenlabs import wire as elevenlabs_wire
 from .errors import APIError
 from .metrics import GatewayMetrics, MetricsMiddleware, trace_of
-from .planning import Deployment, VoiceResolver, plan_speech
+from .planning import Deployment, VoiceResolver, route_speech
 from .pool import pool_from_settings
 from .protocol import SpeechRequest
 from .routers import REQUEST_ID_KEY, ClientDisconnected, router
@@ -302,7 +302,7 @@ def create_app(
         if isinstance(model, str) and not deployment.routes_by_default(model):
             return resolve_model(model)
         try:
-            return plan_speech(SpeechRequest.model_validate(fields).to_fields(), deployment).checkpoint.name
+            return route_speech(SpeechRequest.model_validate(fields).to_fields(), deployment).checkpoint.name
         except (ValidationError, APIError, InvalidRequest):
             return None
 

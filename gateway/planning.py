@@ -131,6 +131,12 @@ class Deployment:
 
 def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
     """Validate and route one request. Raises APIError (400/404) naming the field."""
+    return reproducible_plan(with_word_timestamps(route_speech(f, deployment), f, deployment))
+
+
+def route_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
+    """The request validated and routed to its checkpoint, before its seed is drawn and its words planned (what
+    admission control needs). Raises APIError (400/404) naming the field."""
     text = text_field(f.input, "input", deployment.max_input_chars, required=True,
                       empty_message="Input text cannot be empty")
     if text is None or not text.strip():
@@ -151,8 +157,7 @@ def plan_speech(f: SpeechFields, deployment: Deployment) -> SpeechPlan:
     except InvalidRequest as exc:
         raise from_invalid_request(exc) from None
     context = deployment.word_timestamps_context() if f.word_timestamps is True else deployment
-    plan = (named or first).adapter.plan(f, named, text, context)  # refuses a family's unsupported fields
-    return reproducible_plan(with_word_timestamps(plan, f, deployment))
+    return (named or first).adapter.plan(f, named, text, context)  # refuses a family's unsupported fields
 
 
 def with_word_timestamps(plan: SpeechPlan, f: SpeechFields, deployment: Deployment) -> SpeechPlan:
@@ -206,5 +211,6 @@ __all__ = [
     "refuse_raw_word_timestamps",
     "refuse_unsupported",
     "reproducible_plan",
+    "route_speech",
     "text_field",
 ]

@@ -33,11 +33,13 @@ Voices and reference audio (all optional):
   `ws_max_text_bytes` (128 KiB: any other message).
 
 Admission control (gateway.admission; 0 = no bound, for each):
-- `max_running_per_model` (16) and `max_queued_per_model` (16): generations of one served model that run
-  (sent to Triton) and that wait their turn in the gateway; `max_running` (64) and `max_queued` (64): the
-  same for the whole deployment. A generation that finds both full is refused at once (503 + Retry-After).
-- `max_queue_wait_s` (0: off): a request whose estimated wait is longer is refused at once, a queued generation
-  still waiting after this long is refused then (503).
+- `max_running_per_model` (8, speech_generation's `max_active_requests` default; `triton-tts serve --max-active N`
+  writes N) and `max_queued_per_model` (24: with the running, the largest batch, 32 items, fits): generations of one
+  served model that run (sent to Triton) and that wait their turn in the gateway; `max_running` (64) and
+  `max_queued` (64): the same for the whole deployment. A generation that finds both full is refused at once
+  (503 + Retry-After).
+- `max_queue_wait_s` (20; 0: off): a request whose estimated wait is longer is refused at once, a queued generation
+  still waiting after this long is refused then (503). Batch items are exempt (they wait their turn).
 - `max_concurrent_per_key` (0: off): generations (running or queued) one API key may hold; beyond: 429.
 - Each can also be set by the environment: TTS_ + the key in capitals (e.g. TTS_MAX_QUEUED_PER_MODEL=8),
   which replaces the file's value.
@@ -101,6 +103,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from ttscore.contract import families
 from ttscore.contract.errors import TTSError
+from ttscore.contract.tensors import MAX_ACTIVE_REQUESTS
 
 from .aliases import DEFAULT_MODEL_ALIASES, AliasError, parse_model_aliases, parse_voice_aliases
 
@@ -166,6 +169,10 @@ ADMISSION_KEYS = ("max_running_per_model", "max_queued_per_model", "max_running"
 ENV_KEYS = (*ADMISSION_KEYS, "word_timestamps_chunk_s", "word_timestamps_margin_s")
 # ... each set by the environment variable of its name (compose, Kubernetes).
 ENV_NAMES = {key: f"TTS_{key.upper()}" for key in ENV_KEYS}
+
+
+# The most items a batch request holds (`batch_max_items`'s default).
+BATCH_MAX_ITEMS = 32
 
 
 class SettingsError(TTSError):
@@ -242,7 +249,7 @@ class Settings(BaseModel):
     # How long a "ready" answer from Triton is trusted before it is checked again.
     readiness_ttl_s: float = 2.0
     retry_after_s: int = 5
-    batch_max_items: int = 32
+    batch_max_items: int = BATCH_MAX_ITEMS
     # Uploaded voices (None: the spec's environment variable, then its default).
     speaker_samples_dir: str | None = None
     speaker_max_uploaded: int | None = None
@@ -283,15 +290,16 @@ class Settings(BaseModel):
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
     segment_chars: int = DEFAULT_SEGMENT_CHARS
     segment_lookahead: int = DEFAULT_SEGMENT_LOOKAHEAD
-    # Admission control (gateway.admission; 0: no bound). Measured (perf/README.md, "A burst of 200 streams"): 8 + 8
-    # (speech_generation's batch, max_active_requests 8, running: more only wait inside Triton) gave a burst's
-    # admitted a third of the TTFA p95 of 16 + 16 (1.0 vs 2.7 s on the demo deployment); 16 + 16 stays the default
-    # so that the largest batch (batch_max_items 32) fits one model's bounds.
-    max_running_per_model: int = 16
-    max_queued_per_model: int = 16
+    # Admission control (gateway.admission; 0: no bound). Measured (perf/README.md, "A burst of 200 streams" and the
+    # mixed soak): a model runs its `max_active_requests` generations together; the gateway sending it more only
+    # left them waiting inside Triton, unseen and without a time bound (OmniVoice streams admitted in an overload
+    # waited 60 s for their first audio). Running bound = that batch; the queue holds the rest of the largest batch
+    # (BATCH_MAX_ITEMS); a stream waits at most max_queue_wait_s in it.
+    max_running_per_model: int = MAX_ACTIVE_REQUESTS
+    max_queued_per_model: int = BATCH_MAX_ITEMS - MAX_ACTIVE_REQUESTS
     max_running: int = 64
     max_queued: int = 64
-    max_queue_wait_s: float = 0.0
+    max_queue_wait_s: float = 20.0
     max_concurrent_per_key: int = 0
     # Word timestamps (gateway.word_timing): the deployment's forced aligner in Triton; None: none deployed.
     aligner_model: str | None = None

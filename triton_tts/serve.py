@@ -148,6 +148,8 @@ def plan_deployment(served: list[Served], max_active: int | None = None, aligner
 
         add(word_timestamps.MODEL, word_timestamps.MODEL, {"artifacts_dir": str(aligner)})
     plan["aligner_model"] = None if aligner is None else models[-1]
+    if max_active:
+        plan["max_running_per_model"] = max_active  # the gateway sends a model no more than it steps together
     vocoders = [m for part in parts.values() for m in part.readiness]
     return {"models": models, "aliases": aliases, "settings": settings, **plan, "vocoders": vocoders}
 
@@ -164,6 +166,8 @@ def gateway_config(
     extra: dict[str, Any] = {"readiness_models": plan["vocoders"]} if plan and plan.get("vocoders") else {}
     if plan and plan.get("aligner_model"):
         extra["aligner_model"] = plan["aligner_model"]  # word timestamps (gateway.word_timing)
+    if plan and plan.get("max_running_per_model"):
+        extra["max_running_per_model"] = plan["max_running_per_model"]  # (gateway.admission)
     extra.update({k: v for k, v in (voices or {}).items() if v is not None})
     return {
         **extra,

@@ -124,6 +124,30 @@ def test_a_request_whose_estimated_wait_exceeds_the_bound_is_refused_at_once():
     assert adm.snapshot()["a"].refused == {"queue_estimate": 1}
 
 
+def test_a_batch_item_waits_its_turn_where_a_stream_would_be_refused_for_time():
+    now = [0.0]
+    adm = Admission(AdmissionLimits(model_running=1, model_queued=4, queue_wait_s=0.05), ["a"], 1, clock=lambda: now[0])
+
+    async def scenario():
+        first = await adm.acquire("a")
+        now[0] = 1.0
+        first.release()  # a generation of 1 s: a queued one would wait ~1 s, 20x the bound
+        held = await adm.acquire("a")
+        with pytest.raises(APIError) as stream:
+            await adm.acquire("a")
+        with adm.patient():
+            item = asyncio.ensure_future(adm.acquire("a"))  # (the task keeps the context it was made in)
+        await asyncio.sleep(0.2)  # 4x the queue-time bound
+        assert not item.done() and adm.status()["queued"] == 1
+        held.release()
+        (await asyncio.wait_for(item, 1)).release()
+        return stream.value
+
+    refused = run(scenario())
+    assert refused.status == 503 and "about 1.0 s" in refused.message
+    assert adm.snapshot()["a"].refused == {"queue_estimate": 1}
+
+
 def test_a_key_over_its_limit_gets_429_whatever_the_queue_and_other_keys_go_on():
     async def scenario():
         adm = Admission(AdmissionLimits(per_key=1), ["a"], 2)
@@ -328,3 +352,22 @@ def test_limits_come_from_the_config_then_the_environment(tmp_path):
         Settings.load(path, environ={"TTS_MAX_RUNNING": "many"})
     with pytest.raises(SettingsError, match="max_concurrent_per_key must not be negative"):
         Settings.load(path, environ={"TTS_MAX_CONCURRENT_PER_KEY": "-1"})
+
+
+def test_a_model_is_sent_no_more_than_it_steps_together_and_the_largest_batch_fits_its_bounds(tmp_path):
+    from gateway.settings import Settings
+    from triton_tts.serve import gateway_config
+    from ttscore.backend.settings import SpeechGenerationSettings
+    from ttscore.contract.tensors import MAX_ACTIVE_REQUESTS
+
+    default = {name: field.default for name, field in Settings.model_fields.items()}
+    assert default["max_running_per_model"] == MAX_ACTIVE_REQUESTS
+    assert default["max_running_per_model"] + default["max_queued_per_model"] == default["batch_max_items"]
+    assert default["max_queue_wait_s"] > 0  # on by default
+    triton = SpeechGenerationSettings.from_model_config(  # speech_generation without the parameter
+        {"model_transaction_policy": {"decoupled": True}, "parameters": {"artifacts_dir": {"string_value": str(tmp_path)}}},
+        check_artifacts=False)
+    assert triton.max_active_requests == MAX_ACTIVE_REQUESTS
+    # `serve --max-active N`: Triton steps N together, the gateway sends it N.
+    assert gateway_config([], "127.0.0.1:8001", {"max_running_per_model": 3})["max_running_per_model"] == 3
+    assert "max_running_per_model" not in gateway_config([], "127.0.0.1:8001", {"vocoders": []})

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ttscore.contract import manifest as contract_manifest
+from ttscore.contract import tensors
 from ttscore.contract.errors import ArtifactError, TTSError
 from ttscore.contract.manifest import Manifest
 from ttscore.contract.rules import DEFAULT_RUNAWAY_FACTOR, DEFAULT_RUNAWAY_MIN_S
@@ -183,7 +184,7 @@ class SpeechGenerationSettings:
             read_manifest(name, artifacts)
         return cls(
             artifacts_dir=artifacts,
-            max_active_requests=_int_param(name, params, "max_active_requests", 8, 1),
+            max_active_requests=_int_param(name, params, "max_active_requests", tensors.MAX_ACTIVE_REQUESTS, 1),
             max_pending_requests=_int_param(name, params, "max_pending_requests", 64, 0),
             intra_op_threads=_int_param(name, params, "intra_op_threads", 0, 0),
             vocoder=str(params.get("vocoder", "inline") or "inline"),

@@ -111,6 +111,10 @@ _SCALAR_KINDS = {"BYTES": "str", "BOOL": "bool", "INT32": "int", "INT64": "int",
 # stays true after a stub process dies, an answer proves the stub is alive and executing.
 HEALTH_PROBE_PARAMETER = "tts_health_probe"
 
+# speech_generation's `max_active_requests` default: the generations of one model stepped together. The gateway's
+# running bound per model defaults to it (gateway.admission): one more sent to Triton would only wait there, unseen.
+MAX_ACTIVE_REQUESTS = 8
+
 # Incremental text (text streamed into a running generation), as request parameters of
 # speech_generation so the tensor table stays the same:
 # - TEXT_KEY_PARAMETER (a string, unguessable: the gateway draws it per generation) on a speech
