@@ -21,7 +21,9 @@ import contextlib
 import json
 import logging
 import re
+import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -70,6 +72,53 @@ def _triton_backend(settings: Settings) -> BackendFactory:
 
     # Plain calls (a family's feature models) are bounded like a stalled stream.
     return lambda url: TritonBackend(url, unary_timeout_s=settings.stall_timeout_s)
+
+
+class RouteMemo:
+    """Where requests were routed, by everything but their text, for ROUTE_S: admission decides a request without
+    `model` by planning it (validation and its adapter's routing: ~80 us, most of what a refusal costs), and the
+    requests of a burst mostly differ only in their text. Only small plain fields make a key (no inline audio, no
+    extra_params). A route remembered wrongly (a stored voice deleted within ROUTE_S) costs nothing but time: the
+    generation claims its ticket for the model its own plan routes to, and one decided for another model is decided
+    again there (gateway.admission.Admission.acquire)."""
+
+    ROUTE_S = 1.0  # as long as a replica takes to see another's voice uploads (speaker_sync_interval_s' default)
+    SIZE = 256
+    MAX_VALUE_CHARS = 256
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._routes: OrderedDict[tuple[Any, ...], tuple[float, str]] = OrderedDict()
+
+    @classmethod
+    def key(cls, fields: dict[str, Any]) -> tuple[Any, ...] | None:
+        """`fields` but `input` as a key; None: not one to remember (a large or structured value)."""
+        items = []
+        for name, value in fields.items():
+            if name == "input":
+                continue
+            if isinstance(value, str) and len(value) > cls.MAX_VALUE_CHARS:
+                return None
+            if not (value is None or isinstance(value, (str, int, float, bool))):
+                return None
+            items.append((name, type(value).__name__, value))
+        return tuple(sorted(items, key=lambda item: item[0]))
+
+    def get(self, key: tuple[Any, ...] | None) -> str | None:
+        if key is None:
+            return None
+        hit = self._routes.get(key)
+        if hit is None or hit[0] < self._clock():
+            return None
+        return hit[1]
+
+    def put(self, key: tuple[Any, ...] | None, model: str) -> None:
+        if key is None:
+            return
+        self._routes[key] = (self._clock() + self.ROUTE_S, model)
+        self._routes.move_to_end(key)
+        while len(self._routes) > self.SIZE:
+            self._routes.popitem(last=False)
 
 
 def new_request_id() -> str:
@@ -294,17 +343,25 @@ def create_app(
         ckpt = deployment.default_model() if deployment.routes_by_default(model) else deployment.find_model(model)
         return ckpt.name if ckpt is not None else None
 
+    routes = RouteMemo()
+
     def admitted_model(fields: dict[str, Any]) -> str | None:
         """The served model a speech request's JSON `fields` generate with: the one `model` names, or where it is
         routed (by its voice or task) among several: its plan's (None: the request is invalid; its route says
-        why)."""
+        why), remembered for a moment for requests that differ only in their text (RouteMemo)."""
         model = fields.get("model")
         if isinstance(model, str) and not deployment.routes_by_default(model):
             return resolve_model(model)
+        key = RouteMemo.key(fields)
+        known = routes.get(key)
+        if known is not None:
+            return known
         try:
-            return route_speech(SpeechRequest.model_validate(fields).to_fields(), deployment).checkpoint.name
+            routed = route_speech(SpeechRequest.model_validate(fields).to_fields(), deployment).checkpoint.name
         except (ValidationError, APIError, InvalidRequest):
             return None
+        routes.put(key, routed)
+        return routed
 
     metrics = GatewayMetrics([c.name for c in checkpoints], resolve_model, lambda: len(served.uploaded_voices()))
     drain = Drain()

@@ -254,6 +254,35 @@ def test_a_full_queue_refuses_at_once_with_503_before_any_triton_work_and_serves
     assert texts.count("Hello.") == 1  # the refused request never reached Triton; the last one did
 
 
+def test_requests_without_a_model_are_decided_by_where_they_route_the_same_text_or_not(gateway):
+    url, fake = gateway
+
+    async def scenario():
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            calls = len(fake.calls)
+            before = (await http.get("/ready")).json()["admission"]["models"][CV]["refused"]
+            # Routed by their voice (a preset: CustomVoice); the second and third are routed as the first was.
+            hung = [asyncio.ensure_future(http.post(SPEECH, json={"input": f"hang {k}", "voice": "vivian"},
+                                                    headers=auth(k))) for k in ("key-a", "key-b")]
+            await _wait_until(lambda: len(fake.calls) == calls + 1)
+            deadline = time.monotonic() + 5
+            while (await http.get("/ready")).json()["admission"]["models"][CV]["queued"] < 1:  # the second waits
+                assert time.monotonic() < deadline, "the second request never queued"
+                await asyncio.sleep(0.01)
+            refused = await http.post(SPEECH, json={"input": "Something else.", "voice": "vivian"}, headers=auth("key-b"))
+            after = (await http.get("/ready")).json()["admission"]["models"][CV]["refused"]
+            for task in hung:
+                task.cancel()
+            await asyncio.gather(*hung, return_exceptions=True)
+            await _wait_until(lambda: fake.calls[-1].cancelled)
+            await asyncio.sleep(0.1)
+            return refused, after - before
+
+    refused, counted = run(scenario())
+    assert refused.status_code == 503 and refused.json()["error"]["message"] == "The request queue is full; retry later."
+    assert counted == 1  # on the model it routes to
+
+
 def test_a_key_over_its_limit_gets_429_with_retry_after_while_another_key_is_served(gateway):
     url, fake = gateway
 
@@ -332,6 +361,27 @@ def _ws_two_utterances(connect, ws_url, hung):
         time.sleep(0.3)
         second = utterance(ws)
     return first, second
+
+
+def test_a_route_is_remembered_by_everything_but_the_text_for_a_moment_and_only_for_plain_fields():
+    from gateway.app import RouteMemo
+
+    now = [0.0]
+    memo = RouteMemo(clock=lambda: now[0])
+    one = {"input": "Hello.", "voice": "vivian", "stream_format": "audio", "max_new_tokens": 40}
+    key = RouteMemo.key(one)
+    memo.put(key, "cv")
+    assert memo.get(RouteMemo.key({**one, "input": "Another sentence entirely."})) == "cv"
+    assert memo.get(RouteMemo.key({**one, "voice": "my-upload"})) is None  # another voice: planned again
+    assert RouteMemo.key({**one, "max_new_tokens": True}) != key  # (True == 1: the type is part of the key)
+    assert RouteMemo.key({**one, "ref_audio": "A" * 10_000}) is None  # inline audio: never a key
+    assert RouteMemo.key({**one, "extra_params": {"guidance": 2}}) is None
+    now[0] = RouteMemo.ROUTE_S + 0.01
+    assert memo.get(key) is None  # a stored voice uploaded or deleted since is seen within ROUTE_S
+    for i in range(RouteMemo.SIZE + 10):
+        memo.put(RouteMemo.key({**one, "seed": i}), "cv")
+    assert memo.get(RouteMemo.key({**one, "seed": 0})) is None  # the oldest went first
+    assert memo.get(RouteMemo.key({**one, "seed": RouteMemo.SIZE + 9})) == "cv"
 
 
 # --- settings ------------------------------------------------------------------------------------------
