@@ -11,8 +11,10 @@ import argparse
 import asyncio
 import gc
 import logging
+import logging.handlers
 import socket
 import sys
+from queue import SimpleQueue
 from types import FrameType
 
 import uvicorn
@@ -67,6 +69,46 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
+# The loggers whose handlers write from a thread (log_off_the_loop): the root's (the gateway's own lines) and
+# uvicorn's, its access log among them (a line a request).
+LOGGERS = ("", "uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+class _Enqueue(logging.handlers.QueueHandler):
+    """Puts the record on the queue as it is: formatting it (and writing it) is the listener thread's."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+
+class Listeners:
+    def __init__(self, listeners: list[logging.handlers.QueueListener]) -> None:
+        self.listeners = listeners
+
+    def stop(self) -> None:
+        for listener in self.listeners:
+            listener.stop()  # what was logged is written first
+
+
+def log_off_the_loop(names: tuple[str, ...]) -> Listeners:
+    """Each of the loggers `names` hands its records to a queue that a thread of its own formats and writes with the
+    logger's former handlers, so the event loop only makes the record. Writing each line in the loop (formatting, a
+    write and a flush) held a 200-request burst's refusals back: its last one came 56-72 ms after the burst with the
+    access log written in the loop, 44-53 ms with it written here, 36-49 ms with no access log (perf/README.md)."""
+    listeners = []
+    for name in names:
+        log = logging.getLogger(name)
+        handlers = [h for h in log.handlers if not isinstance(h, logging.handlers.QueueHandler)]
+        if not handlers:
+            continue
+        queue: SimpleQueue[logging.LogRecord] = SimpleQueue()
+        log.handlers = [_Enqueue(queue)]
+        listener = logging.handlers.QueueListener(queue, *handlers, respect_handler_level=True)
+        listener.start()
+        listeners.append(listener)
+    return Listeners(listeners)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gateway", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -116,7 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                             timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
                             ws_max_size=max(settings.ws_max_config_bytes, settings.ws_max_text_bytes) + 1024)
-    DrainingServer(config, app.state.drain, settings.drain_timeout_s).run()
+    listener = log_off_the_loop(LOGGERS)  # (after uvicorn.Config: it sets up its loggers)
+    try:
+        DrainingServer(config, app.state.drain, settings.drain_timeout_s).run()
+    finally:
+        listener.stop()  # what was logged is written
     return 0
 
 
