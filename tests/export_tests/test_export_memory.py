@@ -302,7 +302,7 @@ def test_streaming_int8_blocks_are_what_the_nbits_quantizer_makes(tmp_path: Path
 # ---- MemoryMonitor ---------------------------------------------------------------------------------
 @pytest.mark.unit
 def test_memory_monitor_sees_a_stage_allocation() -> None:
-    size = 256 << 20
+    size = 512 << 20
     with MemoryMonitor() as mon:
         with mon.stage("small"):
             pass
@@ -313,7 +313,9 @@ def test_memory_monitor_sees_a_stage_allocation() -> None:
         with mon.stage("after"):
             pass
     alloc = mon.stages["alloc"]
-    assert alloc["peak_rss_gib"] - alloc["start_rss_gib"] >= 0.9 * size / GIB
+    # Most of it: the records are rounded to 10 MB, and a loaded CI worker can lose some of its file-backed pages
+    # (mapped libraries, weights) while the block is made (256 MB once read as 215 MB more than at the start).
+    assert alloc["peak_rss_gib"] - alloc["start_rss_gib"] >= 0.75 * size / GIB
     assert alloc["bytes"] == size
     assert mon.stages["after"]["peak_rss_gib"] < alloc["peak_rss_gib"]
     summary = mon.summary()
