@@ -67,9 +67,6 @@ class Deployment:
         if not checkpoints:
             raise ValueError("a deployment needs at least one checkpoint")
         self.checkpoints = tuple(checkpoints)
-        # (routed_by_task: the checkpoints never change, and every request without `model` asks)
-        routed = [c for c in self.checkpoints if c.adapter.routes_by_task]
-        self._routed = routed or list(self.checkpoints)
         self.voices: VoiceResolver = voices or NoStoredVoices()
         self.model_aliases: dict[str, str | None] = dict(DEFAULT_MODEL_ALIASES if model_aliases is None
                                                          else model_aliases)
@@ -113,7 +110,8 @@ class Deployment:
     def routed_by_task(self) -> list[ServedCheckpoint]:
         """The checkpoints a request without `model` is routed among (by task): those of the families
         that route by task when any is served (other families answer when `model` names them), else all."""
-        return list(self._routed)
+        routed = [c for c in self.checkpoints if c.adapter.routes_by_task]
+        return routed or list(self.checkpoints)
 
     def builtin_voices(self) -> list[str]:
         return sorted({s for c in self.checkpoints for s in c.speakers})
