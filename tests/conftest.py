@@ -4,13 +4,15 @@
 - `dummy_artifacts`: a hand-made artifacts dir (tiny ONNX graphs with the GraphSpec names).
 - `triton_server`: a factory that renders a model repository into tmp, starts the REAL tritonserver
   (ttscore.backend.triton_server) on free ports, waits for readiness with a deadline, fails fast with the log
-  tail if the process dies, and always stops every server it started at the end of the session.
+  tail if the process dies, and always stops every server it started at the end of the module
+  (`session_triton_server`: of the session); a failed test that used one reports the servers' state and log.
 """
 
 from __future__ import annotations
 
 import shutil
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,8 @@ pytest_plugins = ["timing", "model_fixtures", "e2e_fixtures", "breeze_tts_2_fixt
 # Fixtures that make or serve exported checkpoints (the *_fixtures.py plugins, the store's fixtures made by
 # artifacts.tiny_fixture/export_fixture, the VoxCPM2 ones below, a real tritonserver): a test that takes one, directly or through another fixture, is marked `artifacts`
 # so that `make test-fast` (-m "not artifacts ...") leaves it to `make test`.
-HEAVY_FIXTURES = {"triton_server", "voxcpm2_tiny", "voxcpm2_artifacts", "voxcpm2_lora", "voxcpm2_lora_artifacts"}
+HEAVY_FIXTURES = {"triton_server", "session_triton_server", "voxcpm2_tiny", "voxcpm2_artifacts", "voxcpm2_lora",
+                  "voxcpm2_lora_artifacts"}
 
 
 def _heavy(fixturedef: Any) -> bool:
@@ -142,16 +145,18 @@ def dummy_artifacts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 ServerFactory = Callable[..., Any]
+_servers: list[Any] = []  # every tritonserver this process started, for the failure report below
+_stopping: list[threading.Thread] = []  # servers of finished modules, draining in the background
 
 
-@pytest.fixture(scope="session")
-def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+def _server_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
     """start(repository=None, *, models=None, settings=None, artifacts_dir=None,
     model_overrides=None, extra_args=(), env=None, ready_timeout_s=120) -> running TritonServer.
 
     `repository=None` renders the committed model_repository (only `models`, with `settings` and
     `artifacts_dir`, via ttscore.backend.repository); a path is copied as it is. `model_overrides` maps a
-    model name to a file that replaces its 1/model.py in the copy.
+    model name to a file that replaces its 1/model.py in the copy. At the end of the fixture's scope every
+    server it started is stopped in the background (each drains for seconds; the next module need not wait).
     """
     from ttscore.backend import triton_install, triton_server
     from ttscore.backend.repository import render_repository
@@ -184,6 +189,7 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
             ready_timeout_s=ready_timeout_s,
         )
         started.append(server)
+        _servers.append(server)
         server.start()
         try:
             server.wait_ready()
@@ -193,11 +199,42 @@ def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFa
         return server
 
     yield start
-    # Every server drains for a while after SIGTERM: stop them all at once.
-    from concurrent.futures import ThreadPoolExecutor
+    for server in started:
+        thread = threading.Thread(target=server.stop, name=f"stop tritonserver {server.pid}", daemon=True)
+        thread.start()
+        _stopping.append(thread)
 
-    with ThreadPoolExecutor(max(len(started), 1)) as pool:
-        list(pool.map(lambda server: server.stop(), started))
+
+@pytest.fixture(scope="module")
+def triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+    """The servers of one test module (stopped when it ends: a worker runs many modules, and a server with
+    its stubs holds hundreds of MB)."""
+    yield from _server_factory(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def session_triton_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerFactory]:
+    """The same factory for session fixtures (tests/e2e_fixtures.py's shared stack)."""
+    yield from _server_factory(tmp_path_factory)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for thread in _stopping:
+        thread.join(60)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used a tritonserver reports the servers' state: a 503 from the gateway then
+    says whether Triton had died (with its exit code) or was up, and what its log said last."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or not ({"triton_server", "session_triton_server"} & set(getattr(item, "fixturenames", ()))):
+        return
+    for server in [s for s in _servers if s.pid is not None][-4:]:  # not yet stopped by their fixture
+        state = "running" if server.is_alive() else f"not running (exit code {server.exit_code})"
+        report.sections.append((f"tritonserver {server.grpc_url} ({server.log_file})",
+                                f"{state}; log tail:\n{server.log_tail(25)}"))
 
 
 # --- VoxCPM2 (tests/export_tests/test_voxcpm2_*.py): one tiny checkpoint and its export for the whole session.

@@ -32,7 +32,7 @@ from voxtral_tts_fixtures import *  # noqa: F403  (voxtral_tiny, voxtral_artifac
 
 
 @pytest.fixture(scope="session")
-def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_voice_design, tiny_base_greedy,
+def e2e_triton(session_triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_voice_design, tiny_base_greedy,
                voxcpm2_tiny, voxcpm2_artifacts, omnivoice_tiny, omnivoice_artifacts, omnivoice_foreign,
                omnivoice_foreign_artifacts, gepard_tiny, gepard_artifacts, gepard_foreign,
                gepard_foreign_artifacts, voxtral_tiny, voxtral_artifacts, voxtral_foreign,
@@ -65,7 +65,7 @@ def e2e_triton(triton_server, tmp_path_factory, tiny_custom_voice_greedy, tiny_v
     pairs = [(t[0], t[1]) for t in variants.values()]
     # One request at a time per model: a request that was not cancelled would block the next one.
     repo, cfg = render_stack_repository(work, pairs, max_active=1)
-    server = triton_server(repo, ready_timeout_s=180)
+    server = session_triton_server(repo, ready_timeout_s=180)
     cfg["triton_url"] = server.grpc_url
     (work / "gateway.json").write_text(json.dumps(cfg, indent=2))
     return {

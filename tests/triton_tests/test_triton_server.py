@@ -298,6 +298,28 @@ def test_a_model_that_fails_to_load_fails_fast_with_the_log(tmp_path):
     assert not server.is_alive()
 
 
+
+def test_a_killed_server_leaves_no_shared_memory_behind(tmp_path):
+    """SIGKILL leaves the python backend's regions in /dev/shm (RAM until reboot); stop() removes this
+    server's own, and only those (a region of another server, same pattern otherwise, stays)."""
+    import os
+    import signal
+
+    other = triton_server.SHM_DIR / "triton_python_backend_shm_region_not-ours"
+    other.write_bytes(b"x")
+    server = triton_server.TritonServer(TESTS / "data" / "triton_repo", log_file=tmp_path / "server.log")
+    try:
+        with server:
+            regions = sorted(triton_server.SHM_DIR.glob(f"{server.shm_prefix}*"))
+            assert regions, "the server uses its own region prefix"
+            os.killpg(server.pid, signal.SIGKILL)
+            time.sleep(0.5)
+            assert all(r.exists() for r in regions)  # what a killed server leaves
+        assert not any(triton_server.SHM_DIR.glob(f"{server.shm_prefix}*"))
+        assert other.exists()
+    finally:
+        other.unlink()
+
 @pytest.mark.slow
 def test_perf_analyzer_streaming_against_speech_generation(tts_server, tmp_path):
     data = tmp_path / "prompts.json"

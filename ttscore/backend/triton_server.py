@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -30,6 +31,10 @@ DEFAULT_GRPC_PORT = 8001
 DEFAULT_METRICS_PORT = 8002
 # On SIGTERM Triton waits this long for in-flight requests (default 30 s) before exiting.
 DEFAULT_EXIT_TIMEOUT_S = 5
+# Where the python backend keeps each stub's shared-memory region (a tmpfs file: RAM). A server that exits
+# cleanly removes its regions; a killed one leaves them, 1 MiB or more per stub, until the host reboots.
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX_OPTION = "shm-region-prefix-name"
 
 
 class TritonServerError(RuntimeError):
@@ -132,6 +137,11 @@ class TritonServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_handle: object | None = None
         self._starts = 0
+        # This server's own region prefix, so that stop() can remove what a killed server left behind
+        # without touching another server's regions (None: the caller chose one in extra_args).
+        self.shm_prefix: str | None = (
+            None if any(SHM_PREFIX_OPTION in a for a in self.extra_args)
+            else f"triton_tts_{os.getpid()}_{secrets.token_hex(4)}_")
 
     @property
     def http_url(self) -> str:
@@ -159,7 +169,8 @@ class TritonServer:
                 self.grpc_port,
                 self.metrics_port,
                 self.exit_timeout_s,
-                self.extra_args,
+                [*self.extra_args, *([f"--backend-config=python,{SHM_PREFIX_OPTION}={self.shm_prefix}"]
+                                     if self.shm_prefix else [])],
             ),
         ]
 
@@ -187,6 +198,11 @@ class TritonServer:
 
     def is_alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The process's exit status once it exited (None while it runs or before it started)."""
+        return self._proc.poll() if self._proc is not None else None
 
     def is_ready(self) -> bool:
         try:
@@ -232,12 +248,24 @@ class TritonServer:
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
+            self._remove_shm_regions()
             return proc.returncode
         finally:
             self._proc = None
             if self._log_handle is not None:
                 self._log_handle.close()  # type: ignore[attr-defined]
                 self._log_handle = None
+
+    def _remove_shm_regions(self) -> None:
+        """Delete the shared-memory regions a killed server (or its killed stubs) left in SHM_DIR."""
+        if not self.shm_prefix:
+            return
+        left = list(SHM_DIR.glob(f"{self.shm_prefix}*"))
+        for path in left:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        if left:
+            log.info("removed %d shared-memory region(s) left by tritonserver in %s", len(left), SHM_DIR)
 
     def __enter__(self) -> TritonServer:
         self.start()
