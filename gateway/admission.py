@@ -4,13 +4,18 @@ asyncio; no FastAPI, no Triton).
 A generation (a speech request, a batch item, a WebSocket sentence or incremental utterance) takes a slot here
 before any work is done for it (readiness, reference audio, Triton), and gives it back when it ends, however it
 ends. It runs at once while its model runs fewer than `model_running` and the deployment fewer than `running`;
-otherwise it waits in one first-come-first-served queue while its model has fewer than `model_queued` waiting
-and the deployment fewer than `queued`; otherwise it is refused at once. With `queue_wait_s` set, a request
-whose estimated wait is longer is refused at once too (the estimate: its place in its model's queue x the
-model's measured generation time / its running bound, the rate slots free up at), and a queued one still
-waiting after `queue_wait_s` is refused then; except a batch's items (taken within `patient()`), which are not
-waiting for a first audio and wait their turn within the count bounds. A key that holds `per_key` generations (running or queued) has its
-next refused at once, whatever the queue. 0 means "no limit" for every bound.
+otherwise it waits in one first-come-first-served queue while its model has fewer than `model_queued` waiting and
+the deployment fewer than `queued`; otherwise it is refused at once. A stream (raw audio, SSE, a WebSocket
+utterance: taken with `stream=True`) waits in the queue only with `queue_streams`: a queued generation waits for a
+running one to end, a whole generation, so a stream that cannot run at once is refused at once instead, and its
+client can go elsewhere while its caller would still be hearing silence (measured on the demo deployment: the
+streams queued behind 8 running waited 2-4 s for their first audio against 0.1-0.2 s for the running). With
+`queue_wait_s` set, a request whose estimated wait is longer is refused at once too (the estimate: its place in its
+model's queue x the model's measured generation time / its running bound, the rate slots free up at), and a queued
+one still waiting after `queue_wait_s` is refused then; except a batch's items (taken within `patient()`), which
+are not waiting for a first audio and wait their turn within the count bounds. A key that holds `per_key`
+generations (running or queued) has its next refused at once, whatever the queue. 0 means "no limit" for every
+bound.
 
 A burst is decided as it is read. The decision is synchronous (`take`): the HTTP layer takes it for a speech
 request as soon as its body is in (gateway.app's AdmissionMiddleware: the model name is all it needs), before the
@@ -42,10 +47,11 @@ from . import errors
 
 # Why a generation was refused (the refusals metric's `reason` label).
 QUEUE_FULL = "queue_full"
+NO_SLOT = "no_slot"  # a stream, which does not queue (`queue_streams` off), found every slot busy
 QUEUE_ESTIMATE = "queue_estimate"
 QUEUE_TIMEOUT = "queue_timeout"
 KEY_LIMIT = "key_limit"
-REASONS = (QUEUE_FULL, QUEUE_ESTIMATE, QUEUE_TIMEOUT, KEY_LIMIT)
+REASONS = (QUEUE_FULL, NO_SLOT, QUEUE_ESTIMATE, QUEUE_TIMEOUT, KEY_LIMIT)
 
 # The estimate of a model's generation time (from start to end, what a queued request waits for) follows each
 # finished one with this weight.
@@ -69,6 +75,7 @@ class AdmissionLimits:
     queued: int = 0
     queue_wait_s: float = 0.0
     per_key: int = 0
+    queue_streams: bool = True  # streams wait in the queue too (False: refused when no slot is free)
 
 
 @dataclass
@@ -82,11 +89,13 @@ class Ticket:
     """A generation's place: running, or queued until `Admission.acquire` sees it granted; `release`
     (idempotent) gives it back, or leaves the queue."""
 
-    def __init__(self, admission: Admission, model: str, key: str | None, queued: bool, patient: bool = False) -> None:
+    def __init__(self, admission: Admission, model: str, key: str | None, queued: bool, patient: bool = False,
+                 stream: bool = False) -> None:
         self._admission = admission
         self.model = model
         self.key = key
         self.patient = patient  # no queue-time bound (a batch item)
+        self.stream = stream  # taken for a stream
         # While queued: the future a free slot resolves (None: running).
         self.grant: asyncio.Future[None] | None = asyncio.get_running_loop().create_future() if queued else None
         self.claimed = False  # by the generation it was taken for (`Admission.acquire`)
@@ -108,6 +117,8 @@ class Ticket:
 _TAKEN: ContextVar[Ticket | None] = ContextVar("gateway_admission_taken", default=None)
 # Within `Admission.patient()`: generations taken wait their turn without the queue-time bound.
 _PATIENT: ContextVar[bool] = ContextVar("gateway_admission_patient", default=False)
+# Within `Admission.streamed()`: generations taken are streams' (a WebSocket session's, whatever their format).
+_STREAMED: ContextVar[bool] = ContextVar("gateway_admission_streamed", default=False)
 
 
 class Admission:
@@ -140,10 +151,11 @@ class Admission:
 
     # --- deciding ----------------------------------------------------------------------------------------
 
-    def take(self, model: str, key: str | None = None) -> Ticket:
+    def take(self, model: str, key: str | None = None, stream: bool = False) -> Ticket:
         """The decision for a generation of served model `model` for API key `key` (its identity; None: no key),
         at once: a running ticket, a queued one, or the refusal (an APIError: 429 for the key's limit, 503 for
-        the server's)."""
+        the server's). `stream`: its client waits for a first audio (see the module docstring)."""
+        stream = stream or _STREAMED.get()
         load = self._load.setdefault(model, ModelLoad())
         if key is not None and not self._below(self._keys.get(key, 0), self.limits.per_key):
             self._refused(load, KEY_LIMIT)
@@ -154,6 +166,11 @@ class Admission:
             ticket = Ticket(self, model, key, queued=False)
             load.running += 1
             self._running += 1
+        elif stream and not self.limits.queue_streams and not _PATIENT.get():
+            self._refused(load, NO_SLOT)
+            raise errors.overloaded(
+                f"Every generation slot of model '{model}' is busy and a stream is not queued (it would wait for "
+                "a whole generation to end); retry later or elsewhere.", self.retry_after_s)
         elif self._can_queue(model):
             wait = None if _PATIENT.get() else self.expected_wait(model)
             if wait is not None and self.limits.queue_wait_s > 0 and wait > self.limits.queue_wait_s:
@@ -161,7 +178,7 @@ class Admission:
                 raise errors.overloaded(
                     f"The request would wait about {wait:.1f} s for a free slot (this server's bound: "
                     f"{self.limits.queue_wait_s:g} s); retry later.", self.retry_after_s)
-            ticket = Ticket(self, model, key, queued=True, patient=_PATIENT.get())
+            ticket = Ticket(self, model, key, queued=True, patient=_PATIENT.get(), stream=stream)
             self._queue.append(ticket)
             load.queued += 1
         else:
@@ -200,6 +217,17 @@ class Admission:
         finally:
             _PATIENT.reset(token)
 
+    @staticmethod
+    @contextmanager
+    def streamed() -> Iterator[None]:
+        """Within (and in the tasks started within): generations are taken as streams' (a WebSocket session's
+        sentences: its client waits for each one's first audio, whatever the format it asked for)."""
+        token = _STREAMED.set(True)
+        try:
+            yield
+        finally:
+            _STREAMED.reset(token)
+
     @contextmanager
     def arrival(self) -> Iterator[None]:
         """Around a request read and not yet decided (see `settled`)."""
@@ -220,20 +248,22 @@ class Admission:
             await asyncio.sleep(SETTLE_POLL_S)
             now = self.clock()
 
-    async def acquire(self, model: str, key: str | None = None) -> Ticket:
+    async def acquire(self, model: str, key: str | None = None, stream: bool = False) -> Ticket:
         """A slot for a generation (see `take`): at once once the burst it came in is decided (`settled`), or
         after waiting its turn in the queue; or the refusal. The ticket the HTTP layer took for this request is
         claimed (once) rather than a second one taken."""
+        stream = stream or _STREAMED.get()
         ticket = _TAKEN.get()
         if ticket is not None and ticket.claimed:  # claimed once: a request's further generations take their own
             ticket = None
         elif ticket is not None:
             ticket.claimed = True
-            if ticket.model != model or ticket.key != key:  # (planned elsewhere than decided: decided again)
+            # Decided again when planned elsewhere than decided, or a stream the body did not say it was.
+            if ticket.model != model or ticket.key != key or (stream and ticket.queued and not ticket.stream):
                 ticket.release()
                 ticket = None
         if ticket is None:
-            ticket = self.take(model, key)
+            ticket = self.take(model, key, stream)
             ticket.claimed = True
         try:
             if ticket.grant is None:
@@ -325,11 +355,12 @@ class Admission:
             "refused": sum(sum(m.refused.values()) for m in models.values()),
             "limits": {"running_per_model": self.limits.model_running, "queued_per_model": self.limits.model_queued,
                        "running": self.limits.running, "queued": self.limits.queued,
-                       "queue_wait_s": self.limits.queue_wait_s, "per_key": self.limits.per_key},
+                       "queue_wait_s": self.limits.queue_wait_s, "per_key": self.limits.per_key,
+                       "queue_streams": self.limits.queue_streams},
             "models": {m: {"running": load.running, "queued": load.queued, "refused": sum(load.refused.values())}
                        for m, load in models.items()},
         }
 
 
-__all__ = ["KEY_LIMIT", "QUEUE_ESTIMATE", "QUEUE_FULL", "QUEUE_TIMEOUT", "REASONS", "Admission", "AdmissionLimits",
+__all__ = ["KEY_LIMIT", "NO_SLOT", "QUEUE_ESTIMATE", "QUEUE_FULL", "QUEUE_TIMEOUT", "REASONS", "Admission", "AdmissionLimits",
            "ModelLoad", "Ticket"]

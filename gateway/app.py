@@ -229,7 +229,7 @@ class AdmissionMiddleware:
             if fields is not None and isinstance(fields.get("model"), str):  # (the route says it again)
                 scope["app"].state.metrics.requested(trace_of(scope), fields["model"])
             served = self.resolve_model(fields) if fields is not None else None
-            ticket = admission.take(served, API_KEY_ID.get()) if served is not None else None
+            ticket = admission.take(served, API_KEY_ID.get(), _streams(fields)) if served is not None else None
 
         async def replay() -> Message:
             return messages.pop(0) if messages else await receive()
@@ -260,6 +260,12 @@ async def _read_body(receive: Receive) -> tuple[list[Message], bytes]:
         if not message.get("more_body", False):
             return messages, b"".join(parts)
     return messages, b""
+
+
+def _streams(fields: dict[str, Any] | None) -> bool:
+    """Does this speech request's body ask for a stream (the spec's `stream` / `stream_format`)? Its plan says it
+    again; a body the plan then refuses gets its 400 either way."""
+    return fields is not None and (fields.get("stream") is True or fields.get("stream_format") in ("audio", "sse"))
 
 
 def _json_object(body: bytes) -> dict[str, Any] | None:

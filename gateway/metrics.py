@@ -287,7 +287,7 @@ class _AdmissionCollector(Collector):
         queued = GaugeMetricFamily("tts_admission_queued", "Generations waiting in the gateway's queue for a slot",
                                    labels=["model"])
         refused = CounterMetricFamily("tts_admission_refused", "Generations refused before any work: queue_full "
-                                      "(503), queue_estimate (503), queue_timeout (503), key_limit (429)",
+                                      "(503), no_slot (503: a stream, not queued), queue_estimate (503), queue_timeout (503), key_limit (429)",
                                       labels=["model", "reason"])
         for model, load in sorted(loads.items()):
             running.add_metric([model], float(load.running))

@@ -255,7 +255,8 @@ REF_FEATURES_CACHE = 64  # inline reference clips whose features are kept
 def admission_limits(settings: Settings) -> AdmissionLimits:
     return AdmissionLimits(model_running=settings.max_running_per_model, model_queued=settings.max_queued_per_model,
                            running=settings.max_running, queued=settings.max_queued,
-                           queue_wait_s=settings.max_queue_wait_s, per_key=settings.max_concurrent_per_key)
+                           queue_wait_s=settings.max_queue_wait_s, per_key=settings.max_concurrent_per_key,
+                           queue_streams=settings.queue_streams)
 
 
 class SpeechService:
@@ -537,7 +538,7 @@ class SpeechService:
         # Metered from here: waiting for readiness and the reference features is time to first audio too.
         # A long text is one generation for the metrics, as for its client.
         # Admitted before anything else (and before it is metered): a refusal costs no work.
-        ticket = await self.admission.acquire(plan.checkpoint.name, API_KEY_ID.get())
+        ticket = await self.admission.acquire(plan.checkpoint.name, API_KEY_ID.get(), plan.output.stream is not None)
         try:
             meter = self.metrics.generation(plan.checkpoint.name, trace, streamed=plan.output.stream is not None)
         except BaseException:

@@ -38,6 +38,9 @@ Admission control (gateway.admission; 0 = no bound, for each):
   served model that run (sent to Triton) and that wait their turn in the gateway; `max_running` (64) and
   `max_queued` (64): the same for the whole deployment. A generation that finds both full is refused at once
   (503 + Retry-After).
+- `queue_streams` (false): whether streams (raw audio, SSE, WebSocket utterances) wait in that queue too. Off, a
+  stream that cannot run at once is refused at once (503 + Retry-After) rather than wait for a running generation to
+  end, so that its client can go elsewhere; whole-file requests and batch items still queue.
 - `max_queue_wait_s` (20; 0: off): a request whose estimated wait is longer is refused at once, a queued generation
   still waiting after this long is refused then (503). Batch items are exempt (they wait their turn).
 - `max_concurrent_per_key` (0: off): generations (running or queued) one API key may hold; beyond: 429.
@@ -157,6 +160,7 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_running": int,
     "max_queued": int,
     "max_queue_wait_s": (int, float),
+    "queue_streams": bool,
     "max_concurrent_per_key": int,
     "aligner_model": str,
     "word_timestamps_chunk_s": (int, float),
@@ -164,11 +168,12 @@ _OPTIONAL_KEYS: dict[str, type | tuple[type, ...]] = {
 }
 # Admission limits the environment may set (TTS_<KEY>), replacing the config file's.
 ADMISSION_KEYS = ("max_running_per_model", "max_queued_per_model", "max_running", "max_queued", "max_queue_wait_s",
-                  "max_concurrent_per_key")
+                  "queue_streams", "max_concurrent_per_key")
 # Other numbers the environment may set the same way: words per chunk (TTS_WORD_TIMESTAMPS_CHUNK_S, ...).
 ENV_KEYS = (*ADMISSION_KEYS, "word_timestamps_chunk_s", "word_timestamps_margin_s")
 # ... each set by the environment variable of its name (compose, Kubernetes).
 ENV_NAMES = {key: f"TTS_{key.upper()}" for key in ENV_KEYS}
+ENV_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
 # The most items a batch request holds (`batch_max_items`'s default).
@@ -294,12 +299,13 @@ class Settings(BaseModel):
     # mixed soak): a model runs its `max_active_requests` generations together; the gateway sending it more only
     # left them waiting inside Triton, unseen and without a time bound (OmniVoice streams admitted in an overload
     # waited 60 s for their first audio). Running bound = that batch; the queue holds the rest of the largest batch
-    # (BATCH_MAX_ITEMS); a stream waits at most max_queue_wait_s in it.
+    # (BATCH_MAX_ITEMS). A stream does not queue: behind 8 running it waited 2-4 s for its first audio.
     max_running_per_model: int = MAX_ACTIVE_REQUESTS
     max_queued_per_model: int = BATCH_MAX_ITEMS - MAX_ACTIVE_REQUESTS
     max_running: int = 64
     max_queued: int = 64
     max_queue_wait_s: float = 20.0
+    queue_streams: bool = False
     max_concurrent_per_key: int = 0
     # Word timestamps (gateway.word_timing): the deployment's forced aligner in Triton; None: none deployed.
     aligner_model: str | None = None
@@ -470,6 +476,11 @@ def _env_numbers(environ: Mapping[str, str]) -> dict[str, Any]:
     for key, name in ENV_NAMES.items():
         raw = environ.get(name, "").strip()
         if not raw:
+            continue
+        if key == "queue_streams":
+            if raw.lower() not in ENV_BOOLEANS:
+                raise SettingsError(f"{name} must be one of {', '.join(ENV_BOOLEANS)}, got {raw!r}")
+            out[key] = ENV_BOOLEANS[raw.lower()]
             continue
         try:
             out[key] = float(raw) if key.endswith("_s") else int(raw)

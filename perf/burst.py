@@ -129,6 +129,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
     if unloaded_ttfa and summary["admitted_ttfa_s"]["p95"]:
         summary["admitted_ttfa_p95_vs_unloaded"] = round(summary["admitted_ttfa_s"]["p95"] / unloaded_ttfa, 2)
+        # Issue 42's bound on the admitted: 2 x the unloaded TTFA x the generations that can be ahead of one
+        # (the model's running bound, and its queue where streams queue).
+        limits = summary["admission_limits"] or {}
+        ahead = limits.get("running_per_model", 0) + (limits.get("queued_per_model", 0)
+                                                       if limits.get("queue_streams", True) else 0)
+        if ahead:
+            summary["bound_s"] = round(2 * unloaded_ttfa * ahead, 3)
+            summary["admitted_within_bound"] = summary["admitted_ttfa_s"]["p95"] <= summary["bound_s"]
     return {"summary": summary, "unloaded": unloaded, "burst": burst, "after": after}
 
 

@@ -15,6 +15,7 @@ from ttscore.contract.errors import InvalidRequest
 from ttscore.contract.tensors import FINISH_CANCELLED, FINISH_ERROR, FINISH_STOP
 
 from .. import errors
+from ..admission import Admission
 from ..backend import ENDPOINT_AFFINITY, Affinity
 from ..errors import APIError
 from ..family import takes_open_text
@@ -340,9 +341,10 @@ class StreamingSession:
         status = 200
         token = ENDPOINT_AFFINITY.set(self.affinity)  # (the work task below copies the context)
         try:
-            reason = await self.inbox.until_gone(
-                generate(self.service, config, text, rid, trace, send, open_text, send_words, heard), cancellable=True,
-                stop=open_text.stop if open_text is not None else None)
+            with Admission.streamed():  # (copied into the work task too): a stream's generation, not queued
+                work = generate(self.service, config, text, rid, trace, send, open_text, send_words, heard)
+                reason = await self.inbox.until_gone(work, cancellable=True,
+                                                     stop=open_text.stop if open_text is not None else None)
         except Disconnected:
             self.service.metrics.finished(trace, STATUS_CLIENT_GONE, client_gone=True)
             raise

@@ -148,6 +148,50 @@ def test_a_batch_item_waits_its_turn_where_a_stream_would_be_refused_for_time():
     assert adm.snapshot()["a"].refused == {"queue_estimate": 1}
 
 
+def test_a_stream_that_cannot_run_is_refused_at_once_unless_streams_queue():
+    async def scenario(queue_streams: bool):
+        adm = Admission(AdmissionLimits(model_running=1, model_queued=4, queue_streams=queue_streams), ["a"], 2)
+        running = await adm.acquire("a", stream=True)
+        whole = asyncio.ensure_future(adm.acquire("a"))  # a whole-file request queues either way
+        await asyncio.sleep(0)
+        outcome: object
+        try:
+            outcome = await asyncio.wait_for(adm.acquire("a", stream=True), 0.05)
+        except APIError as exc:
+            outcome = exc
+        except asyncio.TimeoutError:
+            outcome = "queued"
+        with adm.patient():  # a batch's item waits its turn, whatever it was taken as
+            item = asyncio.ensure_future(adm.acquire("a", stream=True))
+        await asyncio.sleep(0)
+        queued = adm.status()["queued"]
+        for task in (whole, item):
+            task.cancel()
+        await asyncio.gather(whole, item, return_exceptions=True)
+        running.release()
+        return outcome, queued, adm.snapshot()["a"].refused
+
+    refused, queued, reasons = run(scenario(False))
+    assert isinstance(refused, APIError) and refused.status == 503 and refused.headers == {"Retry-After": "2"}
+    assert "is busy and a stream is not queued" in refused.message and "'a'" in refused.message
+    assert queued == 2 and reasons == {"no_slot": 1}  # the whole-file request and the batch item
+    assert run(scenario(True))[0] == "queued"
+
+
+def test_a_queued_ticket_the_body_did_not_call_a_stream_is_decided_again_when_its_plan_streams():
+    async def scenario():
+        adm = Admission(AdmissionLimits(model_running=1, model_queued=4, queue_streams=False), ["a"], 1)
+        running = await adm.acquire("a")
+        ticket = adm.take("a")  # the HTTP layer's decision: queued (the body did not ask for a stream)
+        with adm.taken(ticket), pytest.raises(APIError) as refused:
+            await adm.acquire("a", stream=True)  # its plan streams: it does not wait
+        running.release()
+        return refused.value, adm.status()
+
+    refused, status = run(scenario())
+    assert refused.status == 503 and status["queued"] == 0 and status["models"]["a"]["refused"] == 1
+
+
 def test_a_key_over_its_limit_gets_429_whatever_the_queue_and_other_keys_go_on():
     async def scenario():
         adm = Admission(AdmissionLimits(per_key=1), ["a"], 2)
@@ -254,6 +298,38 @@ def test_a_full_queue_refuses_at_once_with_503_before_any_triton_work_and_serves
     assert texts.count("Hello.") == 1  # the refused request never reached Triton; the last one did
 
 
+def test_a_stream_finding_its_model_busy_is_refused_at_once_where_a_whole_file_request_waits(gateway):
+    url, fake = gateway
+
+    async def scenario():
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            calls = len(fake.calls)
+            hung = asyncio.ensure_future(http.post(SPEECH, json={"input": "hang", "model": CV}, headers=auth()))
+            await _wait_until(lambda: len(fake.calls) == calls + 1)
+            streams = []
+            for extra in ({"stream_format": "audio", "response_format": "pcm"}, {"stream": True, "response_format": "pcm"}):
+                started = time.monotonic()
+                r = await http.post(SPEECH, json={"input": "Hello.", "model": CV, **extra}, headers=auth("key-b"))
+                streams.append((r, time.monotonic() - started))
+            whole = asyncio.ensure_future(http.post(SPEECH, json={"input": "Hello.", "model": CV}, headers=auth("key-b")))
+            await _wait_until(lambda: fake_queued(url) == 1)
+            hung.cancel()
+            await asyncio.gather(hung, return_exceptions=True)
+            served = await asyncio.wait_for(whole, 10)  # its turn came when the first ended
+            return streams, served, [c.fields["text"] for c in fake.calls[calls:]]
+
+    def fake_queued(url: str) -> int:
+        return int(httpx.get(url + "/ready", timeout=5).json()["admission"]["models"][CV]["queued"])
+
+    streams, served, texts = run(scenario())
+    for r, took in streams:
+        assert r.status_code == 503 and r.headers["retry-after"] == "5", r.text
+        assert "is busy and a stream is not queued" in r.json()["error"]["message"]
+        print(f"stream refused in {took * 1000:.1f} ms")
+    assert served.status_code == 200 and served.content[:4] == b"RIFF"
+    assert texts == ["hang", "Hello."]  # neither refused stream reached Triton
+
+
 def test_requests_without_a_model_are_decided_by_where_they_route_the_same_text_or_not(gateway):
     url, fake = gateway
 
@@ -324,7 +400,7 @@ def test_a_websocket_sentence_that_cannot_be_admitted_gets_the_in_band_error_and
     async def scenario():
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             calls = len(fake.calls)
-            hung = [asyncio.ensure_future(hold(http)) for _ in range(2)]  # the model's one slot and one queue place
+            hung = [asyncio.ensure_future(hold(http))]  # the model's one slot (a WebSocket sentence does not queue)
             await _wait_until(lambda: len(fake.calls) == calls + 1)
             ws_url = url.replace("http://", "ws://") + "/v1/audio/speech/stream?api_key=key-a"
             messages = await asyncio.to_thread(_ws_two_utterances, connect, ws_url, hung)
@@ -333,7 +409,7 @@ def test_a_websocket_sentence_that_cannot_be_admitted_gets_the_in_band_error_and
 
     first, second = run(scenario())
     errors_ = [m for m in first if isinstance(m, dict) and m["type"] == "error"]
-    assert len(errors_) == 1 and "The request queue is full" in errors_[0]["message"]
+    assert len(errors_) == 1 and "is busy and a stream is not queued" in errors_[0]["message"], errors_
     done = next(m for m in first if isinstance(m, dict) and m["type"] == "audio.done")
     assert done["error"] is True and done["finish_reason"] == "error" and done["total_bytes"] == 0
     done = next(m for m in second if isinstance(m, dict) and m["type"] == "audio.done")
@@ -398,6 +474,10 @@ def test_limits_come_from_the_config_then_the_environment(tmp_path):
     assert Settings.load(path, environ={}).max_queued_per_model == 3
     loaded = Settings.load(path, environ={"TTS_MAX_QUEUED_PER_MODEL": "7", "TTS_MAX_QUEUE_WAIT_S": "1.5"})
     assert (loaded.max_queued_per_model, loaded.max_queue_wait_s, loaded.max_running) == (7, 1.5, 64)
+    assert Settings.load(path, environ={}).queue_streams is False
+    assert Settings.load(path, environ={"TTS_QUEUE_STREAMS": "true"}).queue_streams is True
+    with pytest.raises(SettingsError, match="TTS_QUEUE_STREAMS must be one of"):
+        Settings.load(path, environ={"TTS_QUEUE_STREAMS": "maybe"})
     with pytest.raises(SettingsError, match="TTS_MAX_RUNNING must be a number"):
         Settings.load(path, environ={"TTS_MAX_RUNNING": "many"})
     with pytest.raises(SettingsError, match="max_concurrent_per_key must not be negative"):
@@ -414,6 +494,7 @@ def test_a_model_is_sent_no_more_than_it_steps_together_and_the_largest_batch_fi
     assert default["max_running_per_model"] == MAX_ACTIVE_REQUESTS
     assert default["max_running_per_model"] + default["max_queued_per_model"] == default["batch_max_items"]
     assert default["max_queue_wait_s"] > 0  # on by default
+    assert default["queue_streams"] is False  # a stream that cannot run is refused at once
     triton = SpeechGenerationSettings.from_model_config(  # speech_generation without the parameter
         {"model_transaction_policy": {"decoupled": True}, "parameters": {"artifacts_dir": {"string_value": str(tmp_path)}}},
         check_artifacts=False)
