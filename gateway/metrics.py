@@ -367,12 +367,24 @@ class MetricsMiddleware:
         self.app = app
         self.metrics = metrics
         self.routes = routes
+        self._fixed: dict[str, str] = {}  # path -> its route's template, for routes without parameters
+
+    def template(self, scope: Scope) -> str:
+        """route_template, remembered per path for the routes without path parameters (a bounded set)."""
+        path = scope.get("path", "")
+        known = self._fixed.get(path)
+        if known is not None:
+            return known
+        template = route_template(self.routes, scope)
+        if template != ROUTE_OTHER and "{" not in template:
+            self._fixed[path] = template
+        return template
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        trace = RequestTrace(route_template(self.routes, scope))
+        trace = RequestTrace(self.template(scope))
         scope[TRACE_KEY] = trace
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)

@@ -334,7 +334,7 @@ class AdmissionStatus(BaseModel):
     running: int
     queued: int
     refused: int
-    limits: dict[str, float]
+    limits: dict[str, bool | int | float]
     models: dict[str, ModelAdmission]
 
 

@@ -129,6 +129,37 @@ def test_model_labels_are_served_ids_or_a_fixed_word() -> None:
     assert trace.model_label() == "mixed"
 
 
+def test_route_labels_are_remembered_only_for_paths_without_parameters() -> None:
+    from starlette.routing import Route
+
+    from gateway.metrics import ROUTE_OTHER, MetricsMiddleware
+
+    async def endpoint(request):  # type: ignore[no-untyped-def]
+        return None
+
+    middleware = MetricsMiddleware(None, GatewayMetrics([CV], lambda m: None, lambda: 0),  # type: ignore[arg-type]
+                                   [Route("/v1/audio/voices/{name}", endpoint, methods=["DELETE"]),
+                                    Route("/v1/audio/speech", endpoint, methods=["POST"])])
+
+    def scope(path: str, method: str = "POST") -> dict:
+        return {"type": "http", "path": path, "method": method, "root_path": ""}
+
+    for _ in range(2):
+        assert middleware.template(scope("/v1/audio/speech")) == "/v1/audio/speech"
+        assert middleware.template(scope("/v1/audio/speech", "GET")) == "/v1/audio/speech"  # a wrong method names it
+        assert middleware.template(scope("/v1/audio/voices/anna", "DELETE")) == "/v1/audio/voices/{name}"
+        assert middleware.template(scope("/nowhere")) == ROUTE_OTHER
+    assert middleware._fixed == {"/v1/audio/speech": "/v1/audio/speech"}  # any other path is looked up each time
+
+
+def test_fastapis_own_telemetry_is_on_only_where_the_environment_configures_opentelemetry() -> None:
+    from gateway.app import _opentelemetry_configured
+
+    assert not _opentelemetry_configured({"PATH": "/bin", "TTS_MAX_RUNNING": "4"})
+    assert _opentelemetry_configured({"OTEL_SERVICE_NAME": "tts-gateway"})
+    assert _opentelemetry_configured({"FASTAPI_OTEL_AUTO_CONFIGURE": "true"})
+
+
 # --- over the app ---------------------------------------------------------------------------------
 
 
