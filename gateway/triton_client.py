@@ -90,8 +90,15 @@ def _from_message(message: str) -> BackendError:
     return BackendError(code, wire.message, wire.param)
 
 
+# gRPC core's own details for a call whose transport broke under it (measured: a stream sent as tritonserver was
+# SIGKILLed ended with INTERNAL and these details); Triton's own errors carry its messages. Unavailable, not a fault.
+_CORE_INTERNAL = "Internal error from Core"
+
+
 def _from_exception(exc: InferenceServerException) -> BackendError:
     status = str(exc.status() or "")
+    if "INTERNAL" in status and (exc.message() or "").strip() == _CORE_INTERNAL:
+        return BackendError(UNAVAILABLE, "the connection to the inference server broke")
     if "DEADLINE_EXCEEDED" in status:
         return BackendError(DEADLINE_EXCEEDED, "the inference server did not answer in time")
     if "UNAVAILABLE" in status:
@@ -110,6 +117,8 @@ def _from_rpc(exc: grpc.aio.AioRpcError) -> BackendError:
     if code == grpc.StatusCode.CANCELLED:
         return BackendError(CANCELLED, "request cancelled")
     details = exc.details() or ""
+    if code == grpc.StatusCode.INTERNAL and details.strip() == _CORE_INTERNAL:
+        return BackendError(UNAVAILABLE, "the connection to the inference server broke")
     err = _from_message(details)
     return err if err.code else BackendError(INTERNAL, details or str(code))
 
