@@ -87,10 +87,12 @@ def sample_codes(logits: NDArray[Any], seen: NDArray[Any], *, do_sample: NDArray
     b, c = logits.shape
     scores: F32 = np.array(logits, np.float32)
     pen = np.asarray(penalty, np.float32)
-    hit_rows, hit_cols = np.nonzero(np.asarray(seen, np.bool_) & (pen != 1.0)[:, None])
-    if hit_rows.size:  # only the penalised entries change (elementwise: the same values as over the whole row)
-        x, hp = scores[hit_rows, hit_cols], pen[hit_rows]
-        scores[hit_rows, hit_cols] = np.where(x < 0, x * hp, x / hp)
+    # (flat indices: numpy's 2-D nonzero costs ~8x a flat one at [8, 1024])
+    hits = np.flatnonzero(np.asarray(seen, np.bool_) & (pen != 1.0)[:, None])
+    if hits.size:  # only the penalised entries change (elementwise: the same values as over the whole row)
+        flat = scores.reshape(-1)
+        x, hp = flat[hits], pen[hits // c]
+        flat[hits] = np.where(x < 0, x * hp, x / hp)
     sampled = np.asarray(do_sample, np.bool_)
     rows = np.flatnonzero(sampled)
     out: NDArray[np.int64] = (np.zeros(b, np.int64) if rows.size == b
@@ -161,8 +163,8 @@ def _top_k_top_p(s: F32, kk: NDArray[np.int64], pp: NDArray[Any], nucleus: NDArr
     adds their zero probabilities first, so it equals the cumulative sum over the kept ones in ascending (stable)
     order, their probabilities computed over the whole row as `top_p` does. Returns each row's kept columns in
     column order and their scores (-inf where top-p drops one), padded to the widest k with -inf."""
-    n = s.shape[0]
-    kth = -np.partition(-s, np.unique(kk - 1), axis=1)[np.arange(n), kk - 1]  # the k-th largest score
+    n, c = s.shape
+    kth = np.sort(s, axis=1)[np.arange(n), c - kk]  # the k-th largest score (a whole sort beats a partition here)
     above = s > kth[:, None]
     tie = s == kth[:, None]
     n_above = above.sum(axis=1)
@@ -170,7 +172,7 @@ def _top_k_top_p(s: F32, kk: NDArray[np.int64], pp: NDArray[Any], nucleus: NDArr
     if np.any(n_above + tie.sum(axis=1) > kk):  # more ties at the k-th value than places: the first by index
         kept = above | (tie & (np.cumsum(tie, axis=1) <= (kk - n_above)[:, None]))
     width = int(kk.max())
-    r, col = np.nonzero(kept)  # row-major: each row's kept columns in column order
+    r, col = np.divmod(np.flatnonzero(kept), c)  # row-major: each row's kept columns in column order
     starts = np.repeat(np.cumsum(kk) - kk, kk)
     slot = np.arange(r.size) - starts  # each kept column's place among its row's
     cols = np.zeros((n, width), np.int64)
@@ -182,7 +184,7 @@ def _top_k_top_p(s: F32, kk: NDArray[np.int64], pp: NDArray[Any], nucleus: NDArr
     # one's, the sum is over the whole row (the same values in the same places: the same pairwise sum)
     top = np.max(vals, axis=1, keepdims=True)
     shifted = s[r, col] - top[r, 0]
-    spread = np.zeros((n, s.shape[1]), np.float32)
+    spread = np.zeros((n, c), np.float32)
     spread[r, col] = np.exp(shifted)
     logp = (shifted - np.log(np.sum(spread, axis=1))[r]).astype(np.float32)
     mine = np.zeros((n, width), np.float32)  # the kept ones' probabilities in their places, padding 0
