@@ -73,3 +73,25 @@ def test_voice_features_input_data_matches_the_ensemble_inputs():
     assert data["audio"]["shape"] == [8000] and len(data["audio"]["content"]) == 8000
     assert data["sample_rate"] == {"content": [16000], "shape": [1]}
     assert max(abs(x) for x in data["audio"]["content"]) < 1.0
+
+
+def test_a_profile_export_that_is_not_json_is_run_again(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "p.json"
+    runs = []
+
+    def fake_run(args, log_path, stages=None):
+        assert not path.exists()  # cleared before each run: perf_analyzer refuses to overwrite it
+        runs.append(args)
+        path.write_text('{"experiments": [' if len(runs) == 1 else '{"experiments": []}')
+
+    monkeypatch.setattr(pa, "run_perf_analyzer", fake_run)
+    assert pa._profile(["-m", "x"], path, tmp_path / "log") == {"experiments": []}
+    assert len(runs) == 2
+    assert "is not JSON" in capsys.readouterr().err
+
+
+def test_a_profile_export_never_json_stops_the_bench(tmp_path, monkeypatch):
+    path = tmp_path / "p.json"
+    monkeypatch.setattr(pa, "run_perf_analyzer", lambda args, log_path, stages=None: path.write_text("{"))
+    with pytest.raises(SystemExit, match="2 runs in a row"):
+        pa._profile([], path, tmp_path / "log")
