@@ -15,11 +15,9 @@ frames (seed 0) and decode them, and print `{"frames": made, "seconds": ...}`.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -32,24 +30,6 @@ import gepard_nemo_reference as nemo_ref  # noqa: E402
 import gepard_reference as ref  # noqa: E402
 
 NEMO_WHEEL = ROOT / ".venv-ref5" / "wheels" / "nemo_toolkit-3.0.0-py3-none-any.whl"
-
-
-def load_decoder(archive: Path) -> tuple[Any, Any, int]:
-    """NeMo's CausalHiFiGANDecoder of the .nemo `archive`, its FSQ scale per dimension and its group count."""
-    import torch
-    import yaml
-
-    modules = nemo_ref.load_nemo_modules(str(NEMO_WHEEL), tempfile.mkdtemp(prefix="gepard-nemo-"))
-    with tarfile.open(archive, "r:*") as tar:
-        files = {m.name.lstrip("./"): tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
-    cfg = yaml.safe_load(files["model_config.yaml"])
-    state = torch.load(io.BytesIO(files["model_weights.ckpt"]), map_location="cpu", weights_only=True)
-    decoder = modules.CausalHiFiGANDecoder(**{k: v for k, v in cfg["audio_decoder"].items() if k != "_target_"})
-    decoder.load_state_dict({k[len("audio_decoder."):]: v for k, v in state.items()
-                             if k.startswith("audio_decoder.")}, strict=True)
-    vq = cfg["vector_quantizer"]
-    scale = torch.tensor([v // 2 for v in vq["num_levels_per_group"]], dtype=torch.float32)
-    return decoder.eval(), scale, int(vq["num_groups"])
 
 
 def generate(talker: Any, sc: dict[str, Any], tokenizer: Any, text: str, frames: int, seed: int = 0) -> Any:
@@ -112,15 +92,14 @@ def main() -> int:
     archives = sorted((args.checkpoint / "nanocodec").glob("*.nemo"))
     if not archives:
         raise SystemExit(f"{args.checkpoint}/nanocodec/ holds no .nemo codec")
-    decoder, scale, groups = load_decoder(archives[0])
+    decoder, scale, groups = nemo_ref.load_decoder(str(NEMO_WHEEL), tempfile.mkdtemp(prefix="gepard-nemo-"),
+                                                   str(archives[0]))
 
     def run(text: str, frames: int) -> tuple[int, float]:
         t0 = time.perf_counter()
         with torch.inference_mode():
             codes = generate(talker, sc, tokenizer, text, frames).T[None]  # [1, 32, n]
-            parts = codes.chunk(groups, dim=1)
-            dq = torch.cat([(g - scale[None, :, None]) / scale[None, :, None] for g in parts], dim=1)
-            decoder(inputs=dq, input_len=torch.tensor([codes.shape[2]]))
+        nemo_ref.decode(decoder, scale, groups, codes)
         return int(codes.shape[2]), time.perf_counter() - t0
 
     run(args.text, 2)  # warm-up

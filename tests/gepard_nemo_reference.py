@@ -87,13 +87,13 @@ def load_nemo_modules(wheel: str, where: str) -> types.ModuleType:
     return sys.modules["nemo.collections.tts.modules.audio_codec_modules"]
 
 
-def main(inputs: dict, wheel: str, archive: str) -> dict:
-    import os
-
+def load_decoder(wheel: str, where: str, archive: str):
+    """NeMo's CausalHiFiGANDecoder of the .nemo `archive` (its `audio_decoder.*` weights loaded strictly), the
+    FSQ scale per code dimension and the group count of its vector quantizer."""
     import torch
     import yaml
 
-    modules = load_nemo_modules(wheel, os.getcwd())  # refenv's temporary working directory
+    modules = load_nemo_modules(wheel, where)
     with tarfile.open(archive, "r:*") as tar:
         files = {m.name.lstrip("./"): tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
     cfg = yaml.safe_load(files["model_config.yaml"])
@@ -104,13 +104,28 @@ def main(inputs: dict, wheel: str, archive: str) -> dict:
     decoder.load_state_dict(own, strict=True)
     vq = cfg["vector_quantizer"]
     scale = torch.tensor([v // 2 for v in vq["num_levels_per_group"]], dtype=torch.float32)
-    codes = torch.from_numpy(inputs["codes"])
-    groups = codes.chunk(int(vq["num_groups"]), dim=1)
-    dequantized = torch.cat([(g - scale[None, :, None]) / scale[None, :, None] for g in groups], dim=1)
+    return decoder, scale, int(vq["num_groups"])
+
+
+def decode(decoder, scale, groups: int, codes):
+    """codes [B, 32, T] (torch) -> (audio, audio_len): vLLM-Omni's dequantization, then the decoder."""
+    import torch
+
+    parts = codes.chunk(groups, dim=1)
+    dequantized = torch.cat([(g - scale[None, :, None]) / scale[None, :, None] for g in parts], dim=1)
     lengths = torch.full((codes.shape[0],), codes.shape[2], dtype=torch.long)
     with torch.inference_mode():
-        audio, audio_len = decoder(inputs=dequantized, input_len=lengths)
-    return {"audio": audio.numpy(), "audio_len": audio_len.numpy(), "names": np.array(sorted(own))}
+        return decoder(inputs=dequantized, input_len=lengths)
+
+
+def main(inputs: dict, wheel: str, archive: str) -> dict:
+    import os
+
+    import torch
+
+    decoder, scale, groups = load_decoder(wheel, os.getcwd(), archive)  # refenv's temporary working directory
+    audio, audio_len = decode(decoder, scale, groups, torch.from_numpy(inputs["codes"]))
+    return {"audio": audio.numpy(), "audio_len": audio_len.numpy(), "names": np.array(sorted(decoder.state_dict()))}
 
 
 if __name__ == "__main__":

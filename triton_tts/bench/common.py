@@ -11,7 +11,10 @@ found by `bench_families`.
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import pkgutil
+import subprocess
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -110,3 +113,50 @@ def bench_family(name: str | None) -> ModuleType:
     if name not in families:
         raise SystemExit(f"no bench package for family {name!r} (have: {', '.join(sorted(families))})")
     return families[name]
+
+
+# --- a reference run in its own environment ---------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reference_python(env_var: str, venv: str) -> Path:
+    """The interpreter of a reference environment: `env_var` names one, else the checkout's `venv` (built by
+    `make setup`)."""
+    given = os.environ.get(env_var)
+    exe = Path(given) if given else ROOT / venv / "bin" / "python"
+    if not exe.is_file():
+        raise SystemExit(f"no reference environment at {exe}: run `make setup` (or --no-reference)")
+    return exe
+
+
+class ServedReference:
+    """A family's reference in its own environment: `script CHECKPOINT --serve`, which loads the checkpoint once,
+    prints one JSON line when ready, then answers each `{"text", "frames"}` line with `{"frames": made, ...}`. So
+    the time measured around `generate` is the reference's generation alone (plus a line over a pipe)."""
+
+    def __init__(self, python: Path, script: Path, checkpoint: Path) -> None:
+        self.script = script
+        self.proc = subprocess.Popen([str(python), str(script), str(checkpoint), "--serve"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        self._read()  # loaded
+
+    def _read(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the reference {self.script.name} exited ({self.proc.wait()})")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def generate(self, text: str, frames: int, **_fields: Any) -> int:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"text": text, "frames": frames}) + "\n")
+        self.proc.stdin.flush()
+        return int(self._read()["frames"])
+
+    def __del__(self) -> None:
+        if getattr(self, "proc", None) is not None and self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)

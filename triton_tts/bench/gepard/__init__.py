@@ -12,11 +12,10 @@ greedy switch (Gumbel-max at temperature 0.3 always): both sides sample, seeded.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from triton_tts.bench import common
 from ttscore.contract import gepard as spec
 
 FAMILY = spec.FAMILY
@@ -24,8 +23,7 @@ SIZES = ("tiny", "real")
 CHECKPOINT = "zero_shot"
 REQUEST: dict[str, Any] = {}  # no extra wire fields: one voice, no greedy switch
 NEVER_STOP = 2.0  # a stop_threshold no sigmoid passes
-ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "perf" / "gepard_reference.py"
+SCRIPT = common.ROOT / "perf" / "gepard_reference.py"
 
 
 def make_checkpoint(path: Path, size: str) -> Path:
@@ -39,38 +37,8 @@ def make_checkpoint(path: Path, size: str) -> Path:
     return out
 
 
-def reference_python() -> Path:
-    given = os.environ.get("TTS_GEPARD_REFERENCE_PYTHON")
-    exe = Path(given) if given else ROOT / ".venv-ref5" / "bin" / "python"
-    if not exe.is_file():
-        raise SystemExit(f"no ref5 reference environment at {exe}: run `make setup` (or --no-reference)")
-    return exe
-
-
-class Reference:
+class Reference(common.ServedReference):
     """The reference composition with its backbone's K/V cache, then NeMo's NanoCodec decode, in ref5."""
 
     def __init__(self, checkpoint: Path) -> None:
-        self.proc = subprocess.Popen([str(reference_python()), str(SCRIPT), str(checkpoint), "--serve"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        self._read()  # loaded
-
-    def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the Gepard reference exited ({self.proc.wait()})")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def generate(self, text: str, frames: int, **_fields: Any) -> int:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"text": text, "frames": frames}) + "\n")
-        self.proc.stdin.flush()
-        return int(self._read()["frames"])
-
-    def __del__(self) -> None:
-        if getattr(self, "proc", None) is not None and self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            self.proc.wait(timeout=60)
+        super().__init__(common.reference_python("TTS_GEPARD_REFERENCE_PYTHON", ".venv-ref5"), SCRIPT, checkpoint)

@@ -10,14 +10,12 @@ the gateway's moss_codec_encoder gives speech_generation), so the prompt is the 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from triton_tts.bench import common
 from ttscore.contract import moss_tts_nano as spec
 
 FAMILY = spec.FAMILY
@@ -27,8 +25,7 @@ REF_FRAMES = 25
 TINY_CODEBOOK = 16  # codes below every checkpoint's codebook size (the tiny one has 16), so one request fits both
 REF_CODES = np.random.default_rng(0).integers(0, TINY_CODEBOOK, (REF_FRAMES, spec.N_VQ)).tolist()
 REQUEST: dict[str, Any] = {"ref_audio_tokens": REF_CODES}
-ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "perf" / "moss_tts_nano_reference.py"
+SCRIPT = common.ROOT / "perf" / "moss_tts_nano_reference.py"
 
 
 def make_checkpoint(path: Path, size: str) -> Path:
@@ -37,38 +34,8 @@ def make_checkpoint(path: Path, size: str) -> Path:
     return make_tiny_moss(path, seed=0, size=size)
 
 
-def reference_python() -> Path:
-    given = os.environ.get("TTS_MOSS_REFERENCE_PYTHON")
-    exe = Path(given) if given else ROOT / ".venv-mlx" / "bin" / "python"
-    if not exe.is_file():
-        raise SystemExit(f"no mlx-audio reference environment at {exe}: run `make setup` (or --no-reference)")
-    return exe
-
-
-class Reference:
+class Reference(common.ServedReference):
     """mlx-audio's generate in its own environment: greedy, voice clone from REF_CODES, capped at `frames`."""
 
     def __init__(self, checkpoint: Path) -> None:
-        self.proc = subprocess.Popen([str(reference_python()), str(SCRIPT), str(checkpoint), "--serve"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
-        self._read()  # loaded
-
-    def _read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the mlx-audio reference exited ({self.proc.wait()})")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def generate(self, text: str, frames: int, **_fields: Any) -> int:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"text": text, "frames": frames}) + "\n")
-        self.proc.stdin.flush()
-        return int(self._read()["frames"])
-
-    def __del__(self) -> None:
-        if getattr(self, "proc", None) is not None and self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            self.proc.wait(timeout=60)
+        super().__init__(common.reference_python("TTS_MOSS_REFERENCE_PYTHON", ".venv-mlx"), SCRIPT, checkpoint)
